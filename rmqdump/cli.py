@@ -1,0 +1,78 @@
+"""The `rmqdump` command line: parse options, call the library, render.
+
+Exit codes: 0 clean, 1 problems found (or nothing found by a lookup),
+2 usage error or unreadable input. Errors are one line on stderr; set
+RMQDUMP_TRACEBACK=1 to see the Python traceback of an internal error.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+
+import typer
+
+from rmqdump import __version__
+from rmqdump.problems import InputError
+from rmqdump.render import fail
+
+app = typer.Typer(
+    name="rmqdump",
+    help="Offline forensics for Apache RocketMQ broker stores: decode, verify, look up, rebuild. The store is only read.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode="rich",
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+def guarded(fn):
+    """Turn library errors into one line and exit 2; keep tracebacks for RMQDUMP_TRACEBACK=1."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except InputError as e:
+            fail(e.line(), 2)
+        except BrokenPipeError:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            raise SystemExit(0) from None
+        except (typer.Exit, typer.Abort, SystemExit, KeyboardInterrupt):
+            raise
+        except Exception as e:
+            if os.environ.get("RMQDUMP_TRACEBACK"):
+                raise
+            fail(f"internal_error: {type(e).__name__}: {e} (RMQDUMP_TRACEBACK=1 shows where)", 2)
+
+    return wrapper
+
+
+def _version(value: bool):
+    if value:
+        print(f"rmqdump {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version and exit.")):
+    """Offline forensics for Apache RocketMQ broker stores."""
+
+
+def _register() -> None:
+    from rmqdump.commands import register
+
+    register(app, guarded)
+
+
+_register()
+
+
+def main() -> None:
+    try:
+        app()
+    except BrokenPipeError:
+        raise SystemExit(0) from None

@@ -1,0 +1,72 @@
+"""Findings and input errors.
+
+A Problem is damage found in the data: scans record it and go on. An
+InputError means the input cannot be read at all (exit 2). Codes are stable:
+scripts and tests match on them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+# CommitLog directory layout
+CL_BAD_FILE_NAME = "commitlog_bad_file_name"
+CL_FILE_SIZE = "commitlog_file_size"
+CL_GAP = "commitlog_gap"
+CL_OVERLAP = "commitlog_overlap"
+# CommitLog records
+BAD_MAGIC = "bad_magic"
+BAD_TOTAL_SIZE = "bad_total_size"
+RECORD_PAST_END = "record_past_end"
+SIZE_MISMATCH = "size_mismatch"
+PHYS_OFFSET_MISMATCH = "phys_offset_mismatch"
+BODY_CRC_MISMATCH = "body_crc_mismatch"
+PROP_CRC_MISMATCH = "prop_crc_mismatch"
+BAD_PROPERTIES = "bad_properties"
+BAD_BLANK = "bad_blank_marker"
+ZEROED_RANGE = "zeroed_range"
+TRUNCATED_TAIL = "truncated_tail"
+TRAILING_GARBAGE = "trailing_garbage"
+DECOMPRESS_FAILED = "decompress_failed"
+
+
+@dataclass(frozen=True)
+class Problem:
+    code: str
+    file: str
+    file_offset: int | None
+    detail: str
+    phys_offset: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {
+            "kind": "problem",
+            "code": self.code,
+            "file": self.file,
+            "file_offset": self.file_offset,
+            "phys_offset": self.phys_offset,
+            "detail": self.detail,
+        }
+        d.update(self.extra)
+        return d
+
+    def line(self) -> str:
+        where = self.file if self.file_offset is None else f"{self.file}@{self.file_offset}"
+        return f"{self.code}: {where}: {self.detail}"
+
+
+class InputError(Exception):
+    """The input cannot be used at all: missing, unreadable, not a store."""
+
+    def __init__(self, code: str, path: str, detail: str, offset: int | None = None):
+        self.code = code
+        self.path = path
+        self.detail = detail
+        self.offset = offset
+        super().__init__(self.line())
+
+    def line(self) -> str:
+        where = self.path if self.offset is None else f"{self.path}@{self.offset}"
+        return f"{self.code}: {where}: {self.detail}"

@@ -26,7 +26,7 @@ from rmqdump.problems import InputError, Problem
 from schemas import BlankMarker, MessageRecord, RecordPrefix, message_header
 from schemas import constants as C
 
-NAME_RE = re.compile(r"^\d{%d}$" % C.COMMITLOG_NAME_DIGITS)
+NAME_RE = re.compile(rf"^\d{{{C.COMMITLOG_NAME_DIGITS}}}$")
 MIN_RECORD_SIZE = message_header().sizeof() + 1 + 2  # empty body, topic and properties
 BATCH_RECORDS = 32768
 RELEASE_EVERY = 32 << 20

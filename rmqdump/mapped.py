@@ -7,6 +7,7 @@ stays bounded however large the file is (the pages stay in the page cache).
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
 
@@ -53,10 +54,8 @@ class MappedFile:
         if self._mm is not None:
             self.view.release()
             self.data = None
-            try:
+            with contextlib.suppress(BufferError):  # a caller still holds a view; freed with it
                 self._mm.close()
-            except BufferError:
-                pass  # a caller still holds a view; the map is freed with it
             self._mm = None
 
     def __enter__(self) -> MappedFile:

@@ -1,0 +1,3 @@
+from rmqdump.cli import main
+
+main()

@@ -138,6 +138,8 @@ class CommitLog:
             start = max(0, (from_offset or 0) - seg.base)
             end = seg.size if to_offset is None else min(seg.size, to_offset - seg.base)
             with MappedFile(seg.path) as mf:
+                if self.file_size and mf.size > self.file_size:
+                    mf.size = self.file_size  # bytes past the configured size are reported as a layout problem
                 yield from scan_file(seg, mf, start=start, end=end, check_crc=check_crc)
 
     def read_at(self, phys_offset: int, *, check_crc: bool = True, with_body: bool = False) -> Message | Problem:
@@ -150,15 +152,17 @@ class CommitLog:
 
 
 def _common_size(files: list[SegmentFile]) -> int | None:
+    """The configured file size: the usual step between file names, else the usual file size."""
     if not files:
         return None
-    sizes = [f.size for f in files]
-    if len(sizes) == 1:
-        return sizes[0]
     counts: dict[int, int] = {}
-    for s in sizes[:-1]:  # the newest file may be short when copied mid-write
-        counts[s] = counts.get(s, 0) + 1
-    return max(counts, key=lambda s: (counts[s], s))
+    for a, b in zip(files, files[1:], strict=False):
+        if b.base > a.base:
+            counts[b.base - a.base] = counts.get(b.base - a.base, 0) + 1
+    if not counts:
+        for f in files:
+            counts[f.size] = counts.get(f.size, 0) + 1
+    return max(counts, key=lambda s: (counts[s], -s))
 
 
 @dataclass

@@ -84,6 +84,16 @@ def list_commitlog(
                 extra: list[Problem] = []
                 if sel[i]:
                     m = b.message(i, with_body=with_body)
+                    if not m.properties_ok:
+                        extra.append(
+                            Problem(
+                                P.BAD_PROPERTIES,
+                                m.file,
+                                int(b.cols["properties_pos"][i]),
+                                "properties are not well-formed UTF-8 name\\x01value\\x02 pairs",
+                                phys_offset=m.phys_offset,
+                            )
+                        )
                     if flt.accepts(m):
                         if uncompress and with_body and m.sys_flag & C.FLAG_COMPRESSED:
                             try:

@@ -10,6 +10,7 @@ physicalOffset field equals the file's base offset plus that position.
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 from collections.abc import Iterator
@@ -156,7 +157,7 @@ def _common_size(files: list[SegmentFile]) -> int | None:
     if not files:
         return None
     counts: dict[int, int] = {}
-    for a, b in zip(files, files[1:], strict=False):
+    for a, b in itertools.pairwise(files):
         if b.base > a.base:
             counts[b.base - a.base] = counts.get(b.base - a.base, 0) + 1
     if not counts:

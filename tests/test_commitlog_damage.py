@@ -86,7 +86,7 @@ def test_header_damage_resyncs(tmp_path, field, code):
 
 def test_overwritten_magic(tmp_path):
     cl = _copy("rmq4-basic", tmp_path)
-    fname, off, m = _locate("rmq4-basic", SEQ)
+    fname, off, _m = _locate("rmq4-basic", SEQ)
     _patch(cl / fname, off + 4, b"\xde\xad\xbe\xef")
     rc, msgs, probs = _dump(cl)
     assert rc == 1 and [(p["code"], p["file_offset"]) for p in probs] == [("bad_magic", off)]
@@ -124,14 +124,14 @@ def test_property_separator_damage_reported(tmp_path):
     props_at = off + m["wroteBytes"] - m["propertiesStringUtf8Len"]
     sep = m["propertiesString"].encode().index(b"\x01")
     _patch(cl / fname, props_at + sep, b"\xff")
-    rc, msgs, probs = _dump(cl)
+    rc, _msgs, probs = _dump(cl)
     assert rc == 1
     assert [(p["code"], p["file_offset"], p["phys_offset"]) for p in probs] == [("bad_properties", props_at, m["wroteOffset"])]
 
 
 def test_physical_offset_field_damage(tmp_path):
     cl = _copy("rmq4-basic", tmp_path)
-    fname, off, m = _locate("rmq4-basic", SEQ)
+    fname, off, _m = _locate("rmq4-basic", SEQ)
     _flip(cl / fname, off + field_offset(HDR, "phys_offset") + 7, 4)
     rc, msgs, probs = _dump(cl)
     assert rc == 1

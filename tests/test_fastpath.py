@@ -71,7 +71,7 @@ def test_parser_flags_damage_instead_of_raising():
     limits = starts + b.cols["total_size"][:3]
     body_len_at = int(starts[1]) + field_offset(message_header(), "body_length")
     data[body_len_at : body_len_at + 4] = np.frombuffer((10**9).to_bytes(4, "big"), dtype=np.uint8)
-    cols, ok = ColumnarParser(MessageRecord).parse(data, starts, limits)
+    _cols, ok = ColumnarParser(MessageRecord).parse(data, starts, limits)
     assert ok.tolist() == [True, False, True]
 
 

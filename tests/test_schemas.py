@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 from conftest import STORES, manifest, store_root
@@ -59,13 +60,13 @@ def test_consumequeue_and_index_roundtrip(name):
     root = store_root(name)
     for dirpath, _, files in os.walk(root / "consumequeue"):
         for fn in files:
-            data = open(os.path.join(dirpath, fn), "rb").read()
+            data = Path(dirpath, fn).read_bytes()
             assert len(data) % C.CQ_UNIT_SIZE == 0
             for i in range(0, len(data), C.CQ_UNIT_SIZE):
                 u = data[i : i + C.CQ_UNIT_SIZE]
                 assert ConsumeQueueUnit.build(ConsumeQueueUnit.parse(u)) == u
     for fn in os.listdir(root / "index"):
-        data = open(root / "index" / fn, "rb").read()
+        data = (root / "index" / fn).read_bytes()
         h = IndexHeader.parse(data)
         assert IndexHeader.build(h) == data[: C.INDEX_HEADER_SIZE]
         assert h.index_count >= 1
@@ -73,5 +74,5 @@ def test_consumequeue_and_index_roundtrip(name):
         for i in range(0, len(tail), C.INDEX_ENTRY_SIZE):
             e = tail[i : i + C.INDEX_ENTRY_SIZE]
             assert IndexEntry.build(IndexEntry.parse(e)) == e
-    cp = open(root / "checkpoint", "rb").read()
+    cp = (root / "checkpoint").read_bytes()
     assert Checkpoint.build(Checkpoint.parse(cp)) == cp

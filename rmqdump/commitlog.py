@@ -83,6 +83,8 @@ class CommitLog:
         probs: list[Problem] = []
         found: list[SegmentFile] = []
         for p in map(str, paths):
+            if os.path.isdir(p) and os.path.isdir(os.path.join(p, "commitlog")):
+                p = os.path.join(p, "commitlog")  # a store root was given
             if os.path.isdir(p):
                 try:
                     names = sorted(os.listdir(p))

@@ -30,6 +30,11 @@ class Filter:
     tag: str | None = None
     limit: int | None = None
 
+    @property
+    def selective(self) -> bool:
+        """True when messages are picked by content; end-of-file markers are then left out."""
+        return any(v is not None for v in (self.topic, self.queue, self.since, self.until, self.key, self.tag))
+
     def mask(self, b: Batch) -> np.ndarray:
         c = b.cols
         m = np.ones(len(b), dtype=bool)
@@ -115,6 +120,8 @@ def list_commitlog(
         for e in b.events:
             if isinstance(e, Blank):
                 tally.blanks += 1
+                if flt.selective:
+                    continue
             else:
                 tally.problems += 1
             yield e

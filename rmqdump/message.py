@@ -167,6 +167,7 @@ class Message:
             "flag": self.flag,
             "queue_offset": self.queue_offset,
             "sys_flag": self.sys_flag,
+            "sys_flag_names": flag_names(self.sys_flag),
             "transaction": self.transaction,
             "born_timestamp": self.born_timestamp,
             "born_host": self.born_host,

@@ -1,0 +1,458 @@
+"""`cq verify`: ConsumeQueue units against CommitLog records, both ways.
+
+The core is two pure functions over numpy arrays, so another engine (Spark,
+a rebuild's self-check) can run them per queue:
+
+* ``check_units(units, topic, queue_id, records, extent, ...)`` checks one
+  stretch of one queue's units against the records and returns the problems
+  and the records the units legitimately point at;
+* ``missing_units(records, covered, ...)`` lists the records that should have
+  a unit and were not covered by any.
+
+``records`` is a :class:`RecordTable` (sorted physical offsets and the header
+and dispatch values of every CommitLog record, from rmqdump.dispatch) and
+``extent`` a :class:`CommitLogExtent` (which byte ranges the CommitLog files
+cover and where its valid data ends). The join is one np.searchsorted of the
+unit offsets into the record offsets; every comparison is a vector operation,
+and Python objects are only made for the units that fail.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from rmqdump.commitlog import Batch, Blank, CommitLog
+from rmqdump.consumequeue import CQ_HOLE, UNIT_SIZE, ConsumeQueue, QueueUnits
+from rmqdump.dispatch import DelayLevels, DispatchBatch, dispatch_of
+from rmqdump.problems import Problem
+from rmqdump.store import Store
+
+# Unit problems (stable codes; the CommitLog scan adds its own codes).
+CQ_OFFSET_OUT_OF_RANGE = "cq_offset_out_of_range"
+CQ_NOT_MESSAGE_START = "cq_not_message_start"
+CQ_SIZE_MISMATCH = "cq_size_mismatch"
+CQ_TOPIC_MISMATCH = "cq_topic_mismatch"
+CQ_QUEUE_MISMATCH = "cq_queue_mismatch"
+CQ_QUEUE_OFFSET_MISMATCH = "cq_queue_offset_mismatch"
+CQ_TAGS_CODE_MISMATCH = "cq_tags_code_mismatch"
+CQ_HOLE = CQ_HOLE
+CQ_DANGLING = "cq_dangling"
+CQ_NON_MONOTONIC = "cq_non_monotonic"
+CQ_MISSING_UNIT = "cq_missing_unit"
+
+EXT_ADDRESS_MAX = -(1 << 31) - 1  # ConsumeQueueExt: tagsCode <= Integer.MIN_VALUE - 1 is an address
+
+PROBLEM_KEYS = ("code", "topic", "queue_id", "cq_file", "unit_index", "phys_offset", "detail")
+
+
+@dataclass
+class RecordTable:
+    """Every CommitLog record as columns, sorted by physical offset.
+
+    `topic_id` indexes `topics`; `queued` marks transaction type none/commit
+    (the records that must have a ConsumeQueue unit).
+    """
+
+    phys: np.ndarray  # int64
+    size: np.ndarray  # int32 totalSize
+    topic_id: np.ndarray  # int32
+    queue_id: np.ndarray  # int32
+    queue_offset: np.ndarray  # int64
+    tags_code: np.ndarray  # int64
+    store_timestamp: np.ndarray  # int64
+    queued: np.ndarray  # bool
+    topics: list[str]
+
+    def __len__(self) -> int:
+        return len(self.phys)
+
+    def topic_code(self, topic: str) -> int:
+        try:
+            return self.topics.index(topic)
+        except ValueError:
+            return -1
+
+    @property
+    def data_end(self) -> int:
+        """End of the last record (0 when there is none)."""
+        return int((self.phys + self.size).max()) if len(self) else 0
+
+    @classmethod
+    def from_dispatch(cls, batches: Iterable[DispatchBatch]) -> RecordTable:
+        tmap: dict[str, int] = {}
+        cols: dict[str, list[np.ndarray]] = {k: [] for k in ("phys", "size", "topic_id", "queue_id", "queue_offset", "tags_code", "store_timestamp", "queued")}
+        for d in batches:
+            if not len(d):
+                continue
+            cols["phys"].append(d.phys.astype(np.int64))
+            cols["size"].append(d.size.astype(np.int32))
+            cols["topic_id"].append(np.fromiter((tmap.setdefault(t, len(tmap)) for t in d.topic), dtype=np.int32, count=len(d)))
+            cols["queue_id"].append(d.queue_id.astype(np.int32))
+            cols["queue_offset"].append(d.queue_offset.astype(np.int64))
+            cols["tags_code"].append(d.tags_code.astype(np.int64))
+            cols["store_timestamp"].append(d.store_timestamp.astype(np.int64))
+            cols["queued"].append(d.queued.astype(bool))
+        dtypes = {
+            "phys": np.int64,
+            "size": np.int32,
+            "topic_id": np.int32,
+            "queue_id": np.int32,
+            "queue_offset": np.int64,
+            "tags_code": np.int64,
+            "store_timestamp": np.int64,
+            "queued": bool,
+        }
+        arrays = {k: (np.concatenate(v) if v else np.zeros(0, dtypes[k])) for k, v in cols.items()}
+        order = np.argsort(arrays["phys"], kind="stable")
+        if len(order) and not np.all(order == np.arange(len(order))):
+            arrays = {k: a[order] for k, a in arrays.items()}
+        return cls(**arrays, topics=list(tmap))
+
+
+@dataclass(frozen=True)
+class CommitLogExtent:
+    """Which physical offsets the CommitLog files hold, and where its records end."""
+
+    starts: np.ndarray  # int64, sorted file start offsets
+    ends: np.ndarray  # int64, start + size
+    data_end: int
+
+    @classmethod
+    def of(cls, cl: CommitLog, data_end: int) -> CommitLogExtent:
+        s = np.array([f.base for f in cl.files], dtype=np.int64)
+        e = np.array([f.base + f.size for f in cl.files], dtype=np.int64)
+        return cls(s, e, data_end)
+
+    def inside(self, offsets: np.ndarray) -> np.ndarray:
+        if not len(self.starts):
+            return np.zeros(len(offsets), dtype=bool)
+        i = np.searchsorted(self.starts, offsets, side="right") - 1
+        ok = i >= 0
+        ic = np.clip(i, 0, None)
+        return ok & (offsets < self.ends[ic])
+
+
+@dataclass
+class UnitCheck:
+    """What check_units found in one stretch of one queue."""
+
+    problems: list[Problem]
+    covered: np.ndarray  # record indices the stretch's units correctly point at
+    units: int  # units checked (fillers and the zero tail excluded)
+    last_offset: int  # commitLogOffset of the stretch's last valid unit (carry to the next stretch)
+    seen_real: bool  # a non-filler unit has been seen (fillers only pad the queue's start)
+
+
+def _runs(mask_idx: np.ndarray) -> list[tuple[int, int]]:
+    """Consecutive runs in a sorted array of positions: (first, length)."""
+    if not len(mask_idx):
+        return []
+    breaks = np.flatnonzero(np.diff(mask_idx) != 1) + 1
+    starts = np.concatenate([[0], breaks])
+    ends = np.concatenate([breaks, [len(mask_idx)]])
+    return [(int(mask_idx[s]), int(e - s)) for s, e in zip(starts, ends, strict=True)]
+
+
+def check_units(
+    units: QueueUnits | np.ndarray,
+    topic: str,
+    queue_id: int,
+    records: RecordTable,
+    extent: CommitLogExtent,
+    *,
+    first_index: int = 0,
+    last_valid_index: int | None = None,
+    prev_offset: int = -1,
+    seen_real: bool = False,
+    cq_file_of: Callable[[int], tuple[str, int]] | None = None,
+    check_tags: bool = True,
+) -> UnitCheck:
+    """Check one stretch of one queue's units against the CommitLog records.
+
+    units: QueueUnits, or a structured array of schemas.ConsumeQueueUnit whose
+        first unit has queue offset `first_index`.
+    last_valid_index: queue offset of the queue's last valid unit (for telling
+        holes from the zero tail); default: the last valid unit of this stretch.
+    prev_offset / seen_real: carried from the previous stretch of the same queue.
+    cq_file_of(unit_index) -> (cq file path, byte offset in it), for reporting.
+    check_tags: False when tagsCode may be a ConsumeQueueExt address.
+    Returns a UnitCheck; pure: reads nothing but its arguments.
+    """
+    u = units if isinstance(units, QueueUnits) else QueueUnits.from_array(units, first_index)
+    n = len(u)
+    problems: list[tuple[int, str, str, int | None]] = []  # (unit position, code, detail, phys)
+    if n == 0:
+        return UnitCheck([], np.zeros(0, np.int64), 0, prev_offset, seen_real)
+    off, size, tags, idx = u.offset, u.size, u.tags_code, u.index
+    valid = u.valid_mask()
+    filler = u.filler_mask()
+    if not seen_real:
+        real_pos = np.flatnonzero(valid & ~filler)
+        first_real = int(real_pos[0]) if real_pos.size else n
+        filler[first_real:] = False
+        seen_real = real_pos.size > 0
+    else:
+        filler[:] = False
+    valid &= ~filler
+    vpos = np.flatnonzero(valid)
+    last_valid = int(idx[vpos[-1]]) if last_valid_index is None and vpos.size else last_valid_index
+    if last_valid is None:
+        last_valid = -1
+
+    # holes: invalid units before the last valid one (or garbage after it)
+    invalid = ~valid & ~filler
+    zero = (off == 0) & (size == 0) & (tags == 0)
+    inner = np.flatnonzero(invalid & (idx < last_valid))
+    for p, length in _runs(inner):
+        what = "zero" if zero[p : p + length].all() else "invalid (offset < 0 or size <= 0)"
+        problems.append((p, CQ_HOLE, f"{length} {what} unit{'s' if length > 1 else ''} followed by valid units: consumers skip or stall here", None))
+    tail_garbage = np.flatnonzero(invalid & (idx > last_valid) & ~zero)
+    for p, length in _runs(tail_garbage):
+        problems.append((p, CQ_HOLE, f"{length} non-zero invalid unit{'s' if length > 1 else ''} after the queue's last valid unit", None))
+
+    # non-monotonic physical offsets among valid units
+    if vpos.size:
+        vo = off[vpos]
+        prevs = np.concatenate([[prev_offset], vo[:-1]])
+        for k in np.flatnonzero(vo <= prevs).tolist():
+            problems.append((int(vpos[k]), CQ_NON_MONOTONIC, f"offset {int(vo[k])} is not above the previous unit's {int(prevs[k])}", int(vo[k])))
+        prev_offset = int(vo[-1])
+
+    # where each valid unit points
+    vo = off[vpos]
+    dangling = vo >= extent.data_end
+    inside = extent.inside(vo)
+    out = ~dangling & ~inside
+    for k in np.flatnonzero(dangling).tolist():
+        problems.append((int(vpos[k]), CQ_DANGLING, f"offset {int(vo[k])} is at or past the end of the CommitLog's data ({extent.data_end})", int(vo[k])))
+    for k in np.flatnonzero(out).tolist():
+        problems.append((int(vpos[k]), CQ_OFFSET_OUT_OF_RANGE, f"offset {int(vo[k])} is in no CommitLog file", int(vo[k])))
+    cand = vpos[~dangling & inside]
+    co = off[cand]
+    r = np.searchsorted(records.phys, co)
+    rc = np.clip(r, 0, max(len(records) - 1, 0))
+    hit = (r < len(records)) & (records.phys[rc] == co) if len(records) else np.zeros(len(co), dtype=bool)
+    for k in np.flatnonzero(~hit).tolist():
+        problems.append((int(cand[k]), CQ_NOT_MESSAGE_START, f"no valid record starts at offset {int(co[k])}", int(co[k])))
+    hp, hr = cand[hit], rc[hit]
+    ho = off[hp]
+    tid = records.topic_code(topic)
+    checks = [
+        (size[hp] != records.size[hr], CQ_SIZE_MISMATCH, lambda j, r_: f"unit size {int(size[j])}, record totalSize {int(records.size[r_])}"),
+        (records.topic_id[hr] != tid, CQ_TOPIC_MISMATCH, lambda j, r_: f"record is in topic {records.topics[int(records.topic_id[r_])]!r}, not {topic!r}"),
+        (records.queue_id[hr] != queue_id, CQ_QUEUE_MISMATCH, lambda j, r_: f"record is in queue {int(records.queue_id[r_])}, not {queue_id}"),
+        (
+            records.queue_offset[hr] != idx[hp],
+            CQ_QUEUE_OFFSET_MISMATCH,
+            lambda j, r_: f"record's queueOffset is {int(records.queue_offset[r_])}, unit index {int(idx[j])}",
+        ),
+    ]
+    if check_tags:
+        checks.append(
+            (tags[hp] != records.tags_code[hr], CQ_TAGS_CODE_MISMATCH, lambda j, r_: f"unit tagsCode {int(tags[j])}, record's is {int(records.tags_code[r_])}")
+        )
+    for bad, code, detail in checks:
+        for k in np.flatnonzero(bad).tolist():
+            j, r_ = int(hp[k]), int(hr[k])
+            problems.append((j, code, detail(j, r_), int(ho[k])))
+    belongs = (records.topic_id[hr] == tid) & (records.queue_id[hr] == queue_id)
+    covered = hr[belongs].astype(np.int64)
+
+    problems.sort(key=lambda t: (t[0], t[1]))
+    out_p = [_unit_problem(code, topic, queue_id, int(idx[p]), phys, detail, cq_file_of) for p, code, detail, phys in problems]
+    counted = int(valid.sum() + inner.size + tail_garbage.size)
+    return UnitCheck(out_p, covered, counted, prev_offset, seen_real)
+
+
+def _unit_problem(code, topic, queue_id, unit_index, phys, detail, cq_file_of) -> Problem:
+    path, pos = cq_file_of(unit_index) if cq_file_of else ("", None)
+    return Problem(code, path, pos, detail, phys_offset=phys, extra={"topic": topic, "queue_id": queue_id, "cq_file": path or None, "unit_index": unit_index})
+
+
+def missing_units(
+    records: RecordTable,
+    covered: np.ndarray,
+    *,
+    select: np.ndarray | None = None,
+    cq_file_of: Callable[[str, int, int], str | None] | None = None,
+) -> list[Problem]:
+    """Records that must have a unit (transaction type none/commit) and are not in `covered`.
+
+    covered: bool mask over records, or an array of record indices.
+    select: optional bool mask of the records to consider (e.g. the queues verified).
+    cq_file_of(topic, queue_id, unit_index) -> the CQ file that should hold the unit.
+    """
+    if covered.dtype != bool:
+        mask = np.zeros(len(records), dtype=bool)
+        mask[covered] = True
+        covered = mask
+    need = records.queued & ~covered
+    if select is not None:
+        need &= select
+    out = []
+    for i in np.flatnonzero(need).tolist():
+        t = records.topics[int(records.topic_id[i])]
+        q = int(records.queue_id[i])
+        qo = int(records.queue_offset[i])
+        path = cq_file_of(t, q, qo) if cq_file_of else None
+        out.append(
+            Problem(
+                CQ_MISSING_UNIT,
+                path or "",
+                None,
+                f"record at {int(records.phys[i])} (queueOffset {qo}) has no ConsumeQueue unit",
+                phys_offset=int(records.phys[i]),
+                extra={"topic": t, "queue_id": q, "cq_file": path, "unit_index": qo},
+            )
+        )
+    return out
+
+
+# the driver ---------------------------------------------------------------------------------
+
+
+@dataclass
+class VerifySummary:
+    queues: int = 0
+    units: int = 0
+    messages: int = 0
+    problems: int = 0
+    codes: dict[str, int] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return {"kind": "summary", "queues": self.queues, "units": self.units, "messages": self.messages, "problems": self.problems}
+
+
+def problem_dict(p: Problem) -> dict:
+    """The JSON Lines shape of a verify finding: every key present, CommitLog problems included."""
+    d = {
+        "kind": "problem",
+        "code": p.code,
+        "topic": None,
+        "queue_id": None,
+        "cq_file": None,
+        "unit_index": None,
+        "phys_offset": p.phys_offset,
+        "detail": p.detail,
+    }
+    d.update(p.extra)
+    d["file"] = p.file
+    d["file_offset"] = p.file_offset
+    return d
+
+
+def scan_records(cl: CommitLog, *, check_crc: bool = True, delays: DelayLevels | None = None, on_bytes=None) -> tuple[RecordTable, list[Problem]]:
+    """Scan the whole CommitLog once: the record table and the scan's own problems."""
+    problems: list[Problem] = []
+    dbs: list[DispatchBatch] = []
+    done = 0
+    delays = delays or DelayLevels.parse()
+    for b in cl.scan(check_crc=check_crc):
+        if len(b):  # dispatch_of needs columns; an empty batch (e.g. an all-zero file) has none
+            dbs.append(_compact(dispatch_of(b, delays)))
+        for i in sorted(b.record_problems):
+            problems.extend(b.record_problems[i])
+        problems.extend(e for e in b.events if not isinstance(e, Blank))
+        if on_bytes is not None:
+            here = _batch_end(b)
+            if here > done:
+                on_bytes(here - done)
+                done = here
+    return RecordTable.from_dispatch(dbs), problems
+
+
+def _batch_end(b: Batch) -> int:
+    return b.seg.base + (int(b.cols["_end"][-1]) if len(b) else 0) - 0
+
+
+def _compact(d: DispatchBatch) -> DispatchBatch:
+    """Drop the per-record Python lists verify does not need (keys, uniq keys)."""
+    return DispatchBatch(d.phys, d.size, d.topic, d.queue_id, d.queue_offset, d.sys_flag, d.store_timestamp, d.tags_code, [], [])
+
+
+def _cq_locator(q: ConsumeQueue) -> Callable[[int], tuple[str, int]]:
+    def where(index: int) -> tuple[str, int]:
+        f = q.file_for_index(index)
+        if f is None:
+            return q.expected_path(index), None
+        return f.path, index * UNIT_SIZE - f.base
+
+    return where
+
+
+def verify(
+    store: Store,
+    *,
+    topic: str | None = None,
+    queue_id: int | None = None,
+    check_crc: bool = True,
+    delays: DelayLevels | None = None,
+    summary: VerifySummary | None = None,
+    on_bytes=None,
+) -> Iterator[Problem]:
+    """Every finding of `cq verify` on a store, in order: layout, CommitLog scan, units, missing units."""
+    s = summary if summary is not None else VerifySummary()
+    queues = store.select_queues(topic, queue_id)
+    s.queues = len(queues)
+
+    def emit(p: Problem) -> Problem:
+        s.problems += 1
+        s.codes[p.code] = s.codes.get(p.code, 0) + 1
+        return p
+
+    wanted = {(q.topic, q.queue_id) for q in queues}
+    for p in store.problems:
+        if "topic" in p.extra and (p.extra.get("topic"), p.extra.get("queue_id")) not in wanted and p.extra.get("queue_id") is not None:
+            continue
+        yield emit(p)
+    records, cl_problems = scan_records(store.commitlog, check_crc=check_crc, delays=delays, on_bytes=on_bytes)
+    s.messages = len(records)
+    for p in cl_problems:
+        yield emit(p)
+    extent = CommitLogExtent.of(store.commitlog, records.data_end)
+    check_tags = not any(u.kind == "consumequeue_ext" for u in store.unsupported)
+    covered = np.zeros(len(records), dtype=bool)
+    for q in queues:
+        where = _cq_locator(q)
+        last_valid = q.last_valid_index()
+        prev, seen = -1, False
+        for chunk in q.chunks():
+            res = check_units(
+                chunk,
+                q.topic,
+                q.queue_id,
+                records,
+                extent,
+                last_valid_index=last_valid,
+                prev_offset=prev,
+                seen_real=seen,
+                cq_file_of=where,
+                check_tags=check_tags,
+            )
+            prev, seen = res.last_offset, res.seen_real
+            s.units += res.units
+            covered[res.covered] = True
+            for p in res.problems:
+                yield emit(p)
+    select = None
+    if topic is not None or queue_id is not None:
+        select = np.ones(len(records), dtype=bool)
+        if topic is not None:
+            select &= records.topic_id == records.topic_code(topic)
+        if queue_id is not None:
+            select &= records.queue_id == queue_id
+
+    def expected(t: str, qid: int, index: int) -> str | None:
+        q = store.queue(t, qid)
+        if q is not None:
+            return q.expected_path(index)
+        fs = store.cq_file_size or 6_000_000
+        import os
+
+        return os.path.join(store.root, "consumequeue", t, str(qid), f"{index * UNIT_SIZE // fs * fs:020d}")
+
+    for p in missing_units(records, covered, select=select, cq_file_of=expected):
+        yield emit(p)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib
 
-MODULES = ["commitlog"]
+MODULES = ["commitlog", "export"]
 
 
 def register(app, guarded) -> None:

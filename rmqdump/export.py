@@ -1,0 +1,259 @@
+"""Every message of one or more stores as a dataset: the local engine of `rmqdump export`.
+
+Work is cut into byte ranges (rmqdump.splits); each range is decoded by
+scan_file and turned into Arrow by rmqdump.arrowbatch, the same two steps the
+Spark engine runs inside mapInArrow, so the engines differ only in who runs
+the ranges. `--workers N` runs ranges in N processes; each range writes its
+own part files, so workers never share a file. The dataset is written into a
+temporary directory beside the target and renamed into place when complete.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+import time
+import urllib.parse
+import uuid
+from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from multiprocessing import get_context
+
+import pyarrow as pa
+import pyarrow.dataset as ds
+
+from rmqdump import arrowbatch
+from rmqdump.commitlog import SegmentFile, scan_file
+from rmqdump.mapped import MappedFile
+from rmqdump.problems import InputError, Problem
+from rmqdump.splits import DEFAULT_SPLIT, Split, StoreRef, plan
+
+FORMATS = ("parquet", "jsonl")
+ROWS_PER_GROUP = 65536
+ROWS_PER_GROUP_WITH_BODY = 8192  # bodies are up to 4 MiB: keep a row group's buffer small
+MAX_PROBLEMS = 1000  # problems kept for the report; all are counted
+
+# Stable codes of this module.
+OUTPUT_EXISTS = "output_exists"
+OUTPUT_IN_STORE = "output_in_store"
+
+
+@dataclass
+class SplitResult:
+    messages: int = 0
+    bytes: int = 0
+    problems: list[dict] = field(default_factory=list)
+    problem_count: int = 0
+
+
+@dataclass
+class ExportResult:
+    out: str
+    format: str
+    engine: str
+    stores: int
+    files: int
+    splits: int
+    messages: int = 0
+    bytes: int = 0
+    problems: list[dict] = field(default_factory=list)
+    problem_count: int = 0
+    seconds: float = 0.0
+    startup_seconds: float | None = None
+
+    def add(self, r: SplitResult) -> None:
+        self.messages += r.messages
+        self.bytes += r.bytes
+        self.problem_count += r.problem_count
+        room = MAX_PROBLEMS - len(self.problems)
+        if room > 0:
+            self.problems.extend(r.problems[:room])
+
+    def to_dict(self) -> dict:
+        d = {
+            "kind": "export",
+            "out": self.out,
+            "format": self.format,
+            "engine": self.engine,
+            "stores": self.stores,
+            "files": self.files,
+            "splits": self.splits,
+            "messages": self.messages,
+            "bytes": self.bytes,
+            "problems": self.problem_count,
+            "seconds": round(self.seconds, 3),
+        }
+        if self.startup_seconds is not None:
+            d["spark_startup_seconds"] = round(self.startup_seconds, 3)
+        return d
+
+
+def problem_dict(broker: str, p: Problem) -> dict:
+    d = p.to_dict()
+    d["broker"] = broker
+    return d
+
+
+def problem_order(d: dict) -> tuple:
+    return (d.get("broker") or "", d.get("file") or "", -1 if d.get("file_offset") is None else d["file_offset"], d.get("code") or "")
+
+
+def split_batches(split: Split, result: SplitResult, *, with_body: bool = False, check_crc: bool = True) -> Iterator[pa.RecordBatch]:
+    """The messages of one byte range as Arrow batches; problems and counts go into `result`."""
+
+    def note(p: Problem) -> None:
+        result.problem_count += 1
+        if len(result.problems) < MAX_PROBLEMS:
+            result.problems.append(problem_dict(split.broker, p))
+
+    seg = SegmentFile(split.path, split.base, split.size)
+    with MappedFile(split.path) as mf:
+        for b in scan_file(seg, mf, start=split.start, end=split.end, check_crc=check_crc):
+            for i in sorted(b.record_problems):
+                for p in b.record_problems[i]:
+                    note(p)
+            for rb in arrowbatch.record_batches(b, split.broker, with_body=with_body):
+                result.messages += rb.num_rows
+                yield rb
+            for e in b.events:
+                if isinstance(e, Problem):
+                    note(e)
+    result.bytes += split.length
+
+
+def jsonl_lines(rb: pa.RecordBatch) -> list[str]:
+    """A record batch as JSON Lines, each line the `rmqdump commitlog -f jsonl` object plus broker (and body)."""
+    rows = rb.to_pylist()
+    out = []
+    for r in rows:
+        r["properties"] = dict(r["properties"])
+        if "body" in r:
+            r["body"] = base64.b64encode(r["body"]).decode()
+            r["body_encoding"] = "base64"
+        out.append(json.dumps(r, ensure_ascii=False, separators=(",", ":")))
+    return out
+
+
+def partition_dir(topic: str) -> str:
+    """The hive-style directory of a topic (`topic=` + percent-encoded name), as Spark and pyarrow read it."""
+    return "topic=" + urllib.parse.quote(topic, safe="")
+
+
+def topic_partitioning() -> ds.Partitioning:
+    return ds.partitioning(pa.schema([("topic", pa.string())]), flavor="hive")
+
+
+def write_split(index: int, split: Split, tmp: str, fmt: str, with_body: bool, check_crc: bool) -> SplitResult:
+    """Decode one range and write its part files under `tmp` (runs in a worker process)."""
+    result = SplitResult()
+    sch = arrowbatch.schema(with_body)
+    batches = split_batches(split, result, with_body=with_body, check_crc=check_crc)
+    if fmt == "parquet":
+        rows = ROWS_PER_GROUP_WITH_BODY if with_body else ROWS_PER_GROUP
+        ds.write_dataset(
+            pa.RecordBatchReader.from_batches(sch, batches),
+            tmp,
+            format="parquet",
+            partitioning=topic_partitioning(),
+            basename_template=f"part-{index:05d}-{{i}}.parquet",
+            existing_data_behavior="overwrite_or_ignore",
+            max_rows_per_group=rows,
+            min_rows_per_group=min(rows, 4096),
+            max_partitions=1 << 20,
+            max_open_files=256,
+        )
+    else:
+        files: dict[str, object] = {}
+        with contextlib.ExitStack() as stack:
+            for rb in batches:
+                topics = rb.column("topic").to_pylist()
+                for t, line in zip(topics, jsonl_lines(rb), strict=True):
+                    f = files.get(t)
+                    if f is None:
+                        d = os.path.join(tmp, partition_dir(t))
+                        os.makedirs(d, exist_ok=True)
+                        f = files[t] = stack.enter_context(open(os.path.join(d, f"part-{index:05d}.jsonl"), "w", encoding="utf-8"))
+                    f.write(line + "\n")
+    return result
+
+
+def check_output(out: str, stores: list[StoreRef], force: bool) -> str:
+    """The absolute output path, after refusing to overwrite or to write inside a store."""
+    out = os.path.abspath(out)
+    for s in stores:
+        root = os.path.realpath(s.root)
+        real = os.path.realpath(out)
+        if real == root or real.startswith(root + os.sep):
+            raise InputError(OUTPUT_IN_STORE, out, f"inside the store {s.root}: the store is evidence, write elsewhere")
+    if os.path.lexists(out) and not force:
+        raise InputError(OUTPUT_EXISTS, out, "already exists; --force replaces it")
+    return out
+
+
+def temp_dir_for(out: str) -> str:
+    parent = os.path.dirname(out)
+    os.makedirs(parent, exist_ok=True)
+    return tempfile.mkdtemp(prefix=f".{os.path.basename(out)}.tmp-", dir=parent)
+
+
+def publish(tmp: str, out: str) -> None:
+    """Move the finished dataset into place; an old one (only with --force) is removed after."""
+    old = None
+    if os.path.lexists(out):
+        old = f"{out}.old-{uuid.uuid4().hex[:8]}"
+        os.rename(out, old)
+    os.rename(tmp, out)
+    if old is not None:
+        if os.path.isdir(old) and not os.path.islink(old):
+            shutil.rmtree(old)
+        else:
+            os.remove(old)
+
+
+def export_local(
+    stores: list[StoreRef],
+    out: str,
+    *,
+    fmt: str = "parquet",
+    with_body: bool = False,
+    workers: int = 1,
+    split_size: int = DEFAULT_SPLIT,
+    force: bool = False,
+    check_crc: bool = True,
+    on_bytes: Callable[[int], None] | None = None,
+) -> ExportResult:
+    if fmt not in FORMATS:
+        raise ValueError(f"format must be one of {FORMATS}")
+    out = check_output(out, stores, force)
+    t0 = time.perf_counter()
+    splits, layout = plan(stores, split_size)
+    res = ExportResult(out, fmt, "local", len(stores), len({s.path for s in splits}), len(splits))
+    for broker, p in layout:
+        res.add(SplitResult(problems=[problem_dict(broker, p)], problem_count=1))
+    tmp = temp_dir_for(out)
+    try:
+        order = sorted(range(len(splits)), key=lambda i: -splits[i].length)
+        if workers <= 1 or len(splits) <= 1:
+            for i in order:
+                res.add(write_split(i, splits[i], tmp, fmt, with_body, check_crc))
+                if on_bytes:
+                    on_bytes(splits[i].length)
+        else:
+            with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as pool:
+                futs = {pool.submit(write_split, i, splits[i], tmp, fmt, with_body, check_crc): i for i in order}
+                for fut in as_completed(futs):
+                    res.add(fut.result())
+                    if on_bytes:
+                        on_bytes(splits[futs[fut]].length)
+        publish(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    res.problems.sort(key=problem_order)
+    res.seconds = time.perf_counter() - t0
+    return res

@@ -327,15 +327,20 @@ def scan_file(
     pos = start if start == 0 else resync(seg, mf, start)
     unpack = _PREFIX.unpack_from
     view, data = mf.view, mf.data
+    magics, least = C.MESSAGE_MAGICS, MIN_RECORD_SIZE  # locals: this loop runs once per record
+    walk_stop = min(end, size - 7)  # p < end and p + 8 <= size
     released = 0
     while pos is not None and pos < end:
         starts: list[int] = []
+        append = starts.append
         p = pos
-        while p < end and len(starts) < batch_records and p + 8 <= size:
+        k = 0
+        while p < walk_stop and k < batch_records:
             total, magic = unpack(view, p)
-            if (magic == C.MAGIC_V1 or magic == C.MAGIC_V2) and MIN_RECORD_SIZE <= total <= size - p:
-                starts.append(p)
+            if magic in magics and least <= total <= size - p:
+                append(p)
                 p += total
+                k += 1
             else:
                 break
         stop_at = None

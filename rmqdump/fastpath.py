@@ -58,7 +58,12 @@ def gather(data: np.ndarray, pos: np.ndarray, dtype: np.dtype) -> np.ndarray:
     k = dtype.itemsize
     if len(pos) == 0 or len(data) < k:
         return np.zeros(len(pos), dtype=dtype)
-    p = np.minimum(pos, len(data) - k)
+    p = np.clip(pos, 0, len(data) - k)
+    if data.ndim == 1 and data.flags.c_contiguous:
+        # Every k-byte window of the buffer as one overlapping array (stride 1):
+        # the gather is then one k-byte copy per position, not k index lookups.
+        windows = np.ndarray((len(data) - k + 1,), dtype=np.dtype((np.void, k)), buffer=data, strides=(1,))
+        return windows[p].view(dtype)
     raw = data[p[:, None] + np.arange(k)]
     return raw.view(dtype).reshape(len(pos))
 

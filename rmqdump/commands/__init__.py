@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib
 
-MODULES = ["commitlog", "export"]
+MODULES = ["commitlog", "export", "info", "cq", "offsets"]
 
 
 def register(app, guarded) -> None:

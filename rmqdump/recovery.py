@@ -167,7 +167,7 @@ def _walk(files: list[SegmentFile], start: int, *, check_crc: bool, allow_v2: bo
                     if cut < n:
                         break
                 for e in b.events:
-                    if isinstance(e, Blank) and e.marker == "blank" or isinstance(e, Problem) and e.code == P.BAD_BLANK:
+                    if (isinstance(e, Blank) and e.marker == "blank") or (isinstance(e, Problem) and e.code == P.BAD_BLANK):
                         next_file = True
                     elif isinstance(e, Blank):
                         stop = f"zero tail at {e.phys_offset} ({e.file})"

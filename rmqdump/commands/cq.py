@@ -133,7 +133,13 @@ def dump_cmd(
                         cells += ["", "", "", "", f"[red]{rec['code']}[/red]"]
                     else:
                         good = rec["total_size"] == r["size"] and rec["topic"] == topic and rec["queue_id"] == queue and rec["queue_offset"] == r["unit_index"]
-                        cells += [iso(rec["store_timestamp"]), f"{rec['queue_id']}/{rec['queue_offset']}", rec["tags"] or "", " ".join(rec["keys"]), "ok" if good else "[red]MISMATCH[/red]"]
+                        cells += [
+                            iso(rec["store_timestamp"]),
+                            f"{rec['queue_id']}/{rec['queue_offset']}",
+                            rec["tags"] or "",
+                            " ".join(rec["keys"]),
+                            "ok" if good else "[red]MISMATCH[/red]",
+                        ]
                 t.add_row(*cells)
             render.out.print(t)
     raise typer.Exit(0 if n else 1)

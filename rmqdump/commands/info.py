@@ -63,7 +63,16 @@ def _table(info: StoreInfo) -> None:
         o.print("  checkpoint: [yellow]missing[/yellow]")
     t = Table("topic", "queue", "files", "min", "max", "units", "first stored (UTC)", "last stored (UTC)", box=None, header_style="bold")
     for q in info.queues:
-        t.add_row(q.topic, str(q.queue_id), str(q.files), str(q.min_offset), str(q.max_offset), str(q.units), iso(q.first_store_timestamp), iso(q.last_store_timestamp))
+        t.add_row(
+            q.topic,
+            str(q.queue_id),
+            str(q.files),
+            str(q.min_offset),
+            str(q.max_offset),
+            str(q.units),
+            iso(q.first_store_timestamp),
+            iso(q.last_store_timestamp),
+        )
     o.print(f"[bold]ConsumeQueues[/bold] ({len(info.queues)} queues, file size {info.cq_file_size})")
     o.print(t)
     t = Table("index file", "size", "begin (UTC)", "end (UTC)", "begin phys", "end phys", "slots used", "entries", box=None, header_style="bold")
@@ -95,7 +104,9 @@ def _table(info: StoreInfo) -> None:
     if r is not None:
         o.print("[bold]Recovery preview[/bold] (what the broker would do on restart)")
         o.print(f"  {'ABNORMAL' if r.abnormal else 'normal'} recovery: scan from {r.scan_from} (file {r.scan_from_file}), stops at {r.valid_end}: {r.stop}")
-        o.print(f"  dropped on restart: {r.truncated_bytes} bytes, {r.truncated_messages} messages after {r.valid_end} (logical truncation; the bytes stay on disk)")
+        o.print(
+            f"  dropped on restart: {r.truncated_bytes} bytes, {r.truncated_messages} messages after {r.valid_end} (logical truncation; the bytes stay on disk)"
+        )
         if r.commitlog_files_dropped:
             o.print(f"  CommitLog files deleted: {', '.join(r.commitlog_files_dropped)}")
         o.print(f"  re-dispatch into ConsumeQueues from {r.redispatch_from}; index rebuilt from {r.index_redispatch_from}")

@@ -31,7 +31,15 @@ def offsets(
     if fmt is ListFormat.jsonl:
         for r in rep.rows:
             render.jsonl(r.to_dict())
-        render.jsonl({"kind": "summary", "rows": len(rep.rows), "flagged": rep.flagged, "file": rep.file.path if rep.file else None, "bak": rep.bak.path if rep.bak else None})
+        render.jsonl(
+            {
+                "kind": "summary",
+                "rows": len(rep.rows),
+                "flagged": rep.flagged,
+                "file": rep.file.path if rep.file else None,
+                "bak": rep.bak.path if rep.bak else None,
+            }
+        )
     else:
         t = Table("group", "topic", "queue", "committed", ".bak", "min", "max", "lag", "flags", box=None, header_style="bold")
         for r in rep.rows:

@@ -56,6 +56,17 @@ class Candidate:
     index_time: int
     verdict: str  # "match", "collision" (same hash, other key), "outside_window", "unreadable", "duplicate"
     detail: str = ""
+    store_timestamp: int | None = None  # of the record, when it was read
+
+    @property
+    def time_delta_ms(self) -> int | None:
+        """Record store time minus the entry's index time: 0..999 normally, more on a file's entry 1."""
+        return None if self.store_timestamp is None else self.store_timestamp - self.index_time
+
+    def to_dict(self) -> dict:
+        d = dict(self.__dict__)
+        d["time_delta_ms"] = self.time_delta_ms
+        return d
 
 
 @dataclass
@@ -83,7 +94,7 @@ class FileWalk:
             "stop": self.stop,
             "skipped": self.skipped or None,
             "other_hashes": self.other_hashes,
-            "candidates": [c.__dict__ for c in self.candidates],
+            "candidates": [c.to_dict() for c in self.candidates],
         }
 
 
@@ -192,19 +203,29 @@ class Index:
                 continue
             if not _matches(m, topic, key):
                 fw.candidates.append(
-                    Candidate(f.name, st.entry, st.phys_offset, st.time, "collision", f"record is {m.topic}#{' '.join([*m.keys, m.uniq_key or ''])}")
+                    Candidate(
+                        f.name,
+                        st.entry,
+                        st.phys_offset,
+                        st.time,
+                        "collision",
+                        f"record is {m.topic}#{' '.join([*m.keys, m.uniq_key or ''])}",
+                        m.store_timestamp,
+                    )
                 )
                 res.collisions += 1
                 continue
             if not _in_window(m.store_timestamp, begin, end):
-                fw.candidates.append(Candidate(f.name, st.entry, st.phys_offset, st.time, "outside_window", f"stored at {m.store_timestamp}"))
+                fw.candidates.append(
+                    Candidate(f.name, st.entry, st.phys_offset, st.time, "outside_window", "record stored outside the window", m.store_timestamp)
+                )
                 res.outside_window += 1
                 continue
             seen.add(st.phys_offset)
             m.extra["index_file"] = f.name
             m.extra["index_entry"] = st.entry
             res.messages.append(m)
-            fw.candidates.append(Candidate(f.name, st.entry, st.phys_offset, st.time, "match", f"stored at {m.store_timestamp}"))
+            fw.candidates.append(Candidate(f.name, st.entry, st.phys_offset, st.time, "match", "", m.store_timestamp))
         return fw
 
     def read_offset_id(self, text: str) -> Message | None:

@@ -166,13 +166,10 @@ def infer_layout(mf: MappedFile, header: Header, hash_slots: int | None = None, 
         raise IndexLayoutError(
             LAYOUT_UNKNOWN, mf.path, f"{size} bytes: neither the broker's 1:4 slots:entries ratio nor a full file fits the entries; {_flag_hint()}"
         )
-    scored = []
-    for s, e in cands:
-        good, seen = _score(mf, header, s, e, 64)  # cheap first pass, then all entries of the survivors
-        if seen and good >= MIN_SCORE * seen:
-            good, seen = _score(mf, header, s, e, None)
-            scored.append((good, seen, s, e))
-    scored.sort(reverse=True)
+    quick = _newest_is_head(mf, header, cands)
+    scored = _score_all(mf, header, quick) if quick else []
+    if not scored or scored[0][0] < MIN_SCORE * scored[0][1]:
+        scored = _score_all(mf, header, cands)  # the header may be damaged: try every sizing
     if not scored or scored[0][0] < MIN_SCORE * scored[0][1]:
         raise IndexLayoutError(LAYOUT_UNKNOWN, mf.path, f"no sizing of {size} bytes makes the entries link into hash chains; {_flag_hint()}")
     best = scored[0]
@@ -181,6 +178,33 @@ def infer_layout(mf: MappedFile, header: Header, hash_slots: int | None = None, 
         alts = ", ".join(f"{s} slots/{e} entries" for _, _, s, e in [best, *rivals[:3]])
         raise IndexLayoutError(LAYOUT_AMBIGUOUS, mf.path, f"several sizings fit ({alts}): {_flag_hint()}")
     return Layout(best[2], best[3], "ratio" if best[3] == 4 * best[2] else "search")
+
+
+def _newest_is_head(mf: MappedFile, header: Header, cands: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Sizings under which the header's newest entry is the head of its own slot (one gather for all)."""
+    n = header.index_count
+    c = np.array([x for x in cands if x[1] >= n and x[0] >= max(header.hash_slot_count, 1)], dtype=np.int64).reshape(-1, 2)
+    if n < 2 or not len(c):
+        return []
+    pos = HEADER_SIZE + c[:, 0] * SLOT_SIZE + (n - 1) * ENTRY_SIZE
+    ent = mf.data[pos[:, None] + np.arange(ENTRY_SIZE)].view(ENTRY_DTYPE).reshape(len(c))
+    kh = ent["key_hash"].astype(np.int64)
+    ok = (kh >= 0) & (ent["prev_index"] >= 0) & (ent["prev_index"] < n - 1)
+    slot_pos = HEADER_SIZE + (np.where(ok, kh, 0) % c[:, 0]) * SLOT_SIZE
+    head = mf.data[slot_pos[:, None] + np.arange(SLOT_SIZE)].view(SLOT_DTYPE).reshape(len(c))["entry"]
+    ok &= head == n - 1
+    return [(int(s), int(e)) for s, e in c[ok]]
+
+
+def _score_all(mf: MappedFile, header: Header, cands: list[tuple[int, int]]) -> list[tuple[int, int, int, int]]:
+    scored = []
+    for s, e in cands:
+        good, seen = _score(mf, header, s, e, 64)  # cheap first pass, then all entries of the survivors
+        if seen and good >= MIN_SCORE * seen:
+            good, seen = _score(mf, header, s, e, None)
+            scored.append((good, seen, s, e))
+    scored.sort(reverse=True)
+    return scored
 
 
 @dataclass

@@ -213,7 +213,7 @@ def test_wrong_queue_directory(store):
     assert sorted(p["unit_index"] for p in wrong) == list(range(n)) and {p["queue_id"] for p in wrong} == {9}
     missing = [p for p in probs if p["code"] == "cq_missing_unit"]
     assert {(p["queue_id"], p["unit_index"]) for p in missing} == {(3, i) for i in range(n)}
-    assert len(probs) == 2 * n
+    assert len(probs) == 2 * n and summary["queues"] == 12
 
 
 def test_wrong_topic_directory(store):
@@ -249,7 +249,9 @@ def test_missing_middle_commitlog_file(store):
     assert len(gap) == 1 and gap[0]["phys_offset"] == base
     lost = [m for m in M if base <= m["wroteOffset"] < base + CL_FILE]
     out = [p for p in probs if p["code"] == "cq_offset_out_of_range"]
-    assert {(p["topic"], p["queue_id"], p["unit_index"], p["phys_offset"]) for p in out} == {(m["topic"], m["queueId"], m["logicsOffset"], m["wroteOffset"]) for m in lost}
+    assert {(p["topic"], p["queue_id"], p["unit_index"], p["phys_offset"]) for p in out} == {
+        (m["topic"], m["queueId"], m["logicsOffset"], m["wroteOffset"]) for m in lost
+    }
     assert len(probs) == 1 + len(lost)
     assert summary["messages"] == len(M) - len(lost)
 
@@ -262,7 +264,9 @@ def test_damaged_record_header_resyncs_and_flags_its_unit(store):
     assert code == 1
     bad = [p for p in probs if p["code"] == "bad_magic"]
     assert len(bad) == 1 and bad[0]["phys_offset"] == m["wroteOffset"] and bad[0]["file_offset"] == pos
-    assert keyset([p for p in probs if p["code"].startswith("cq_")]) == {("cq_not_message_start", m["topic"], m["queueId"], m["logicsOffset"], m["wroteOffset"])}
+    assert keyset([p for p in probs if p["code"].startswith("cq_")]) == {
+        ("cq_not_message_start", m["topic"], m["queueId"], m["logicsOffset"], m["wroteOffset"])
+    }
     assert len(probs) == 2
 
 

@@ -77,7 +77,12 @@ def verify_cmd(
 def _flush(rows: list[tuple]) -> None:
     if not rows:
         return
-    t = Table("code", "topic", "queue", "unit", "phys", "file", "detail", box=None, header_style="bold")
+    t = Table(box=None, header_style="bold")
+    t.add_column("code", no_wrap=True, min_width=max(len(r[0]) for r in rows))
+    for name in ("topic", "queue", "unit", "phys"):
+        t.add_column(name, overflow="fold")
+    t.add_column("file", overflow="fold")
+    t.add_column("detail", overflow="fold")
     for r in rows:
         t.add_row(*r)
     render.out.print(t)

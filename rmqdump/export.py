@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 
 from rmqdump import arrowbatch
-from rmqdump.commitlog import SegmentFile, scan_file
+from rmqdump.commitlog import SegmentFile, diagnose, resync, scan_file
 from rmqdump.mapped import MappedFile
 from rmqdump.problems import InputError, Problem
 from rmqdump.splits import DEFAULT_SPLIT, Split, StoreRef, plan
@@ -36,6 +36,7 @@ from rmqdump.splits import DEFAULT_SPLIT, Split, StoreRef, plan
 FORMATS = ("parquet", "jsonl")
 ROWS_PER_GROUP = 65536
 ROWS_PER_GROUP_WITH_BODY = 8192  # bodies are up to 4 MiB: keep a row group's buffer small
+GROUP_BYTES = 64 << 20  # a task's least work when ranges are small
 MAX_PROBLEMS = 1000  # problems kept for the report; all are counted
 
 # Stable codes of this module.
@@ -113,6 +114,7 @@ def split_batches(split: Split, result: SplitResult, *, with_body: bool = False,
 
     seg = SegmentFile(split.path, split.base, split.size)
     with MappedFile(split.path) as mf:
+        walked_to = None  # where the walk stopped after its last record, if no event stopped it
         for b in scan_file(seg, mf, start=split.start, end=split.end, check_crc=check_crc):
             for i in sorted(b.record_problems):
                 for p in b.record_problems[i]:
@@ -121,6 +123,13 @@ def split_batches(split: Split, result: SplitResult, *, with_body: bool = False,
                 result.messages += rb.num_rows
                 yield rb
             for e in b.events:
+                if isinstance(e, Problem):
+                    note(e)
+            walked_to = int(b.cols["_end"][-1]) if len(b) and not b.events else None
+        if walked_to is not None and split.end <= walked_to < mf.size and resync(seg, mf, split.end) != walked_to:
+            # Damage right after a record that crosses into the next range: the next range
+            # resyncs past it without a word, so this range, whose walk reached it, reports it.
+            for e in diagnose(seg, mf, walked_to)[0]:
                 if isinstance(e, Problem):
                     note(e)
     result.bytes += split.length
@@ -148,11 +157,32 @@ def topic_partitioning() -> ds.Partitioning:
     return ds.partitioning(pa.schema([("topic", pa.string())]), flavor="hive")
 
 
-def write_split(index: int, split: Split, tmp: str, fmt: str, with_body: bool, check_crc: bool) -> SplitResult:
-    """Decode one range and write its part files under `tmp` (runs in a worker process)."""
+def group_splits(splits: list[Split], workers: int, min_bytes: int = GROUP_BYTES) -> list[list[Split]]:
+    """Consecutive ranges into tasks of at least `min_bytes` (or a share of the work), so that
+    small ranges do not each pay for their own part files; big ranges stay one per task."""
+    total = sum(s.length for s in splits)
+    target = max(1, min(min_bytes, total // (4 * max(1, workers))))
+    groups: list[list[Split]] = []
+    size = 0
+    for s in splits:
+        if not groups or size >= target:
+            groups.append([])
+            size = 0
+        groups[-1].append(s)
+        size += s.length
+    return groups
+
+
+def _group_batches(group: list[Split], result: SplitResult, with_body: bool, check_crc: bool) -> Iterator[pa.RecordBatch]:
+    for split in group:
+        yield from split_batches(split, result, with_body=with_body, check_crc=check_crc)
+
+
+def write_split(index: int, group: list[Split], tmp: str, fmt: str, with_body: bool, check_crc: bool) -> SplitResult:
+    """Decode a task's ranges and write its part files under `tmp` (runs in a worker process)."""
     result = SplitResult()
     sch = arrowbatch.schema(with_body)
-    batches = split_batches(split, result, with_body=with_body, check_crc=check_crc)
+    batches = _group_batches(group, result, with_body, check_crc)
     if fmt == "parquet":
         rows = ROWS_PER_GROUP_WITH_BODY if with_body else ROWS_PER_GROUP
         ds.write_dataset(
@@ -237,19 +267,21 @@ def export_local(
         res.add(SplitResult(problems=[problem_dict(broker, p)], problem_count=1))
     tmp = temp_dir_for(out)
     try:
-        order = sorted(range(len(splits)), key=lambda i: -splits[i].length)
-        if workers <= 1 or len(splits) <= 1:
+        groups = group_splits(splits, workers)
+        sizes = [sum(s.length for s in g) for g in groups]
+        order = sorted(range(len(groups)), key=lambda i: -sizes[i])
+        if workers <= 1 or len(groups) <= 1:
             for i in order:
-                res.add(write_split(i, splits[i], tmp, fmt, with_body, check_crc))
+                res.add(write_split(i, groups[i], tmp, fmt, with_body, check_crc))
                 if on_bytes:
-                    on_bytes(splits[i].length)
+                    on_bytes(sizes[i])
         else:
             with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as pool:
-                futs = {pool.submit(write_split, i, splits[i], tmp, fmt, with_body, check_crc): i for i in order}
+                futs = {pool.submit(write_split, i, groups[i], tmp, fmt, with_body, check_crc): i for i in order}
                 for fut in as_completed(futs):
                     res.add(fut.result())
                     if on_bytes:
-                        on_bytes(splits[futs[fut]].length)
+                        on_bytes(sizes[futs[fut]])
         publish(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -1,0 +1,195 @@
+"""index lookup: every key and UNIQ_KEY of every manifest finds exactly its messages."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections import defaultdict
+from functools import cache
+
+import pytest
+from conftest import REAL, SETTINGS, STORES, copy_store, jsonl, manifest, run, store_root
+
+from rmqdump.indexfile import IndexFile, list_index_files
+from rmqdump.lookup import Index, store_topics
+
+ROLLBACK = 0xC
+
+
+def _keys(m: dict) -> list[str]:
+    return [k for k in m["keys"] if k] + ([m["uniqKey"]] if m.get("uniqKey") else [])
+
+
+@cache
+def indexed_seqs(store: str) -> frozenset[int] | None:
+    """Seqs whose keys reached the index: all but ROLLBACK, and for the crashed store only the dispatched ones."""
+    if store == "rmq4-crash":
+        return frozenset(json.loads((REAL / store / "crash.json").read_text())["dispatchedSeqs"])
+    return None
+
+
+@cache
+def expected(store: str, recovered: bool = False) -> tuple[dict, dict]:
+    """(topic, key) -> physical offsets, and key -> offsets over all topics, from the manifest."""
+    disp = None if recovered else indexed_seqs(store)
+    scoped: dict = defaultdict(set)
+    unscoped: dict = defaultdict(set)
+    for m in manifest(store):
+        if (m["sysFlag"] & ROLLBACK) == ROLLBACK or (disp is not None and m["seq"] not in disp):
+            continue
+        for k in _keys(m):
+            scoped[(m["topic"], k)].add(m["wroteOffset"])
+            unscoped[k].add(m["wroteOffset"])
+    return dict(scoped), dict(unscoped)
+
+
+def all_keys(store: str) -> set[tuple[str, str]]:
+    return {(m["topic"], k) for m in manifest(store) for k in _keys(m)}
+
+
+@pytest.mark.parametrize("store", STORES)
+def test_every_manifest_key_topic_scoped(store):
+    scoped, _ = expected(store)
+    with Index(store_root(store)) as idx:
+        for topic, key in sorted(all_keys(store)):
+            got = idx.lookup(key, [topic])
+            assert {m.phys_offset for m in got.messages} == scoped.get((topic, key), set()), (topic, key)
+            assert all(m.topic == topic and (key in m.keys or m.uniq_key == key) for m in got.messages)
+
+
+@pytest.mark.parametrize("store", STORES)
+def test_every_manifest_key_unscoped(store):
+    _, unscoped = expected(store)
+    with Index(store_root(store)) as idx:
+        # Every topic the manifest indexes is one the store knows.
+        assert {t for t, _ in expected(store)[0]} <= set(idx.topics)
+        for key in sorted({k for _, k in all_keys(store)}):
+            got = idx.lookup(key)
+            assert {m.phys_offset for m in got.messages} == unscoped.get(key, set()), key
+
+
+def test_crash_store_finds_only_what_was_dispatched_and_recovered_finds_all():
+    store = "rmq4-crash"
+    disp = indexed_seqs(store)
+    undispatched = [m for m in manifest(store) if m["seq"] not in disp and _keys(m)]
+    assert undispatched
+    recovered_scoped, _ = expected(store, recovered=True)
+    with Index(store_root(store)) as crashed, Index(REAL / store / "recovered") as rec:
+        for m in undispatched[:200]:
+            for k in _keys(m):
+                assert m["wroteOffset"] not in {x.phys_offset for x in crashed.lookup(k, [m["topic"]]).messages}
+        for (topic, key), want in recovered_scoped.items():
+            # After recovery one key may have two entries for one message: still one message.
+            got = [x.phys_offset for x in rec.lookup(key, [topic]).messages]
+            assert sorted(got) == sorted(want), (topic, key)
+
+
+@pytest.mark.parametrize("store", STORES)
+def test_sizing_inferred_from_the_files(store):
+    for p in list_index_files(store_root(store)):
+        with IndexFile(p) as f:
+            assert (f.layout.hash_slots, f.layout.index_entries) == (SETTINGS[store]["hash_slots"], SETTINGS[store]["index_entries"])
+
+
+def _multi_key(store: str) -> tuple[str, str, list[dict]]:
+    """A key with several messages in one topic, with their manifest records in store order."""
+    by = defaultdict(list)
+    for m in manifest(store):
+        for k in m["keys"]:
+            by[(m["topic"], k)].append(m)
+    (topic, key), ms = max(by.items(), key=lambda kv: (len({m["wroteOffset"] for m in kv[1]}), kv[0]))
+    return topic, key, sorted({m["wroteOffset"]: m for m in ms}.values(), key=lambda m: m["wroteOffset"])
+
+
+def test_cli_lookup_outputs_commitlog_message_objects():
+    store = "rmq53-v2"
+    topic, key, ms = _multi_key(store)
+    r = run("index", "lookup", key, "--store", store_root(store), "--topic", topic, "-f", "jsonl")
+    assert r.exit_code == 0, r.stderr
+    out = jsonl(r.stdout)
+    msgs = [o for o in out if o["kind"] == "message"]
+    assert [o["phys_offset"] for o in msgs] == [m["wroteOffset"] for m in ms]
+    summary = out[-1]
+    assert summary["kind"] == "summary" and summary["found"] == len(ms)
+    # The same objects `rmqdump commitlog` prints for those records, plus where the index had them.
+    first = ms[0]
+    c = run("commitlog", store_root(store) / "commitlog", "--from-offset", first["wroteOffset"], "--limit", 1, "-f", "jsonl")
+    cl_msg = next(o for o in jsonl(c.stdout) if o["kind"] == "message")
+    assert {k: v for k, v in msgs[0].items() if k not in ("index_file", "index_entry")} == cl_msg
+    assert msgs[0]["uniq_key"] == first["uniqKey"] and msgs[0]["store_timestamp"] == first["storeTimestamp"]
+
+
+def test_cli_time_window_max_and_explain():
+    store = "rmq4-basic"
+    topic, key, ms = _multi_key(store)
+    assert len(ms) >= 3
+    mid = ms[len(ms) // 2]["storeTimestamp"]
+    want = [m["wroteOffset"] for m in ms if m["storeTimestamp"] >= mid]
+    r = run("index", "lookup", key, "-s", store_root(store), "-t", topic, "--begin", mid, "-f", "jsonl")
+    assert [o["phys_offset"] for o in jsonl(r.stdout) if o["kind"] == "message"] == want
+    want = [m["wroteOffset"] for m in ms if m["storeTimestamp"] < mid]
+    r = run("index", "lookup", key, "-s", store_root(store), "-t", topic, "--end", mid - 1, "-f", "jsonl")
+    assert [o["phys_offset"] for o in jsonl(r.stdout) if o["kind"] == "message"] == want
+    r = run("index", "lookup", key, "-s", store_root(store), "-t", topic, "--max", 1, "-f", "jsonl")
+    out = jsonl(r.stdout)
+    assert len([o for o in out if o["kind"] == "message"]) == 1 and out[-1]["truncated"]
+    r = run("index", "lookup", key, "-s", store_root(store), "-t", topic, "--explain", "-f", "jsonl")
+    walks = [o for o in jsonl(r.stdout) if o["kind"] == "explain"]
+    assert len(walks) == len(list_index_files(store_root(store)))
+    matches = [c for w in walks for c in w["candidates"] if c["verdict"] == "match"]
+    assert sorted(c["phys_offset"] for c in matches) == [m["wroteOffset"] for m in ms]
+    # Index time is the store time rounded down to the second (entry 1 of a file may read later).
+    assert all(0 <= c["time_delta_ms"] < 1000 for c in matches if c["entry"] != 1)
+    t = run("index", "lookup", key, "-s", store_root(store), "-t", topic, "--explain")
+    assert t.exit_code == 0 and f"'{topic}#{key}'" in t.stdout and "slot" in t.stdout
+
+
+def test_cli_not_found_and_bad_input(tmp_path):
+    s = store_root("rmq4-basic")
+    r = run("index", "lookup", "no-such-key-anywhere", "-s", s)
+    assert r.exit_code == 1 and "0 messages" in r.stderr
+    assert run("index", "lookup", "-s", s).exit_code == 2
+    assert run("index", "lookup", "k", "--id", "x", "-s", s).exit_code == 2
+    r = run("index", "lookup", "k", "-s", tmp_path)
+    assert r.exit_code == 2 and "index_no_files" in r.stderr
+    r = run("index", "lookup", "k", "-s", s, "--hash-slots", 499)
+    assert r.exit_code == 2 and "index_file_size" in r.stderr and "--hash-slots" in r.stderr
+    assert run("index", "lookup", "user_1", "-s", s, "--hash-slots", 500, "-t", "orders").exit_code in (0, 1)
+
+
+def test_cli_offset_msgid_and_flags():
+    store = "rmq4-flags"
+    m = manifest(store)[70]
+    r = run("index", "lookup", "--id", m["msgId"], "-s", store_root(store), "-f", "jsonl", "--hash-slots", 64)
+    out = jsonl(r.stdout)
+    assert r.exit_code == 0 and out[0]["type"] == "offset"
+    assert [o["phys_offset"] for o in out if o["kind"] == "message"] == [m["wroteOffset"]]
+
+
+def test_ambiguous_sizing_names_the_flag(tmp_path):
+    root = copy_store("rmq4-flags", tmp_path)
+    for p in list_index_files(root):
+        (root / "index" / p.rsplit("/", 1)[1]).unlink()
+    # An empty index file of a size that fits several sizings and not the broker's 1:4 ratio.
+    (root / "index" / "20261122000000000").write_bytes(bytes(40 + 4 * 10 + 20 * 10))
+    r = run("index", "lookup", "k", "-s", root)
+    assert r.exit_code == 2 and "index_layout_ambiguous" in r.stderr and "--hash-slots" in r.stderr
+    r = run("index", "lookup", "k", "-s", root, "--index-entries", 10)
+    assert r.exit_code == 1
+
+
+def test_truncated_index_file_is_refused(tmp_path):
+    root = copy_store("rmq5-basic", tmp_path)
+    p = list_index_files(root)[-1]
+    with open(p, "r+b") as f:
+        f.truncate(1001)
+    r = run("index", "lookup", "k", "-s", root)
+    assert r.exit_code == 2 and "index_file_size" in r.stderr and p.rsplit("/", 1)[1] in r.stderr
+
+
+def test_store_topics_tolerates_bad_config(tmp_path):
+    root = copy_store("rmq4-basic", tmp_path)
+    assert "orders" in store_topics(root)
+    (root / "config" / "topics.json").write_text("{not json")
+    shutil.rmtree(root / "consumequeue" / "orders")
+    assert "orders" not in store_topics(root) and "TopicTest" in store_topics(root)

@@ -1,0 +1,135 @@
+"""The recovery preview against what the broker's own recovery did (rmq4-crash/recovered.json)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from conftest import HEALTHY, REAL, SETTINGS, copy_store, jsonl, manifest, run, store_root
+
+from rmqdump.fastpath import field_offset
+from rmqdump.recovery import NORMAL_FROM_CQ, preview
+from rmqdump.store import Store
+from schemas import message_header
+
+RECOVERED = json.loads((REAL / "rmq4-crash" / "recovered.json").read_text())
+
+
+def test_crash_preview_matches_what_the_broker_did():
+    cmp_ = RECOVERED["independentComparison"]
+    r = preview(Store.open(store_root("rmq4-crash")))
+    assert r.abnormal is RECOVERED["abortFileBeforeLoad"] is True
+    # the broker logged no "recover from this mapped file": it scanned from the first file
+    assert not any("recover from this mapped file" in line for line in RECOVERED["storeLogDuringRecovery"])
+    first_next = next(line for line in RECOVERED["storeLogDuringRecovery"] if "recover next physics file" in line)
+    assert r.scan_from == 0 and first_next.endswith(f"{SETTINGS['rmq4-crash']['commitlog']:020d}")
+    assert r.valid_end == cmp_["maxPhyOffsetAfterRecovery"] == RECOVERED["afterStartAndDispatch"]["maxPhyOffset"]
+    assert r.truncated_bytes == cmp_["logicallyTruncatedBytes"]
+    assert r.truncated_messages == len(cmp_["messagesLostByRecovery"])
+    assert r.records_walked == cmp_["commitLogRecordsParsedAfter"]
+    assert r.index_files_dropped == cmp_["indexFilesDestroyedByRecovery"]
+    assert r.commitlog_files_dropped == cmp_["commitLogFilesDeleted"]
+    # every record was dispatched again: from the scan start, the reput then starts at the end
+    assert r.redispatch_from == r.scan_from
+    set_reput = next(line for line in RECOVERED["storeLogDuringRecovery"] if "[SetReputOffset]" in line)
+    assert f"maxPhysicalPosInLogicQueue={r.valid_end}" in set_reput
+    # the index is rebuilt from the kept file's endPhyOffset: the message there is indexed twice
+    kept = [f for f in RECOVERED["indexFilesBeforeLoad"] if f["file"] not in cmp_["indexFilesDestroyedByRecovery"]]
+    assert r.index_redispatch_from == kept[-1]["endPhyOffset"]
+    dup_seq = cmp_["messagesWithDuplicatedIndexEntriesAfter"][0]
+    assert manifest("rmq4-crash")[dup_seq]["wroteOffset"] == r.index_redispatch_from
+
+
+def test_crash_preview_jsonl_line():
+    res = run("info", "-s", store_root("rmq4-crash"), "-f", "jsonl")
+    rec = [x for x in jsonl(res.stdout) if x["kind"] == "recovery"]
+    assert len(rec) == 1
+    d = rec[0]
+    assert {
+        k: d[k] for k in ("kind", "abnormal", "scan_from", "valid_end", "truncated_bytes", "truncated_messages", "redispatch_from", "index_files_dropped")
+    } == {
+        "kind": "recovery",
+        "abnormal": True,
+        "scan_from": 0,
+        "valid_end": RECOVERED["independentComparison"]["maxPhyOffsetAfterRecovery"],
+        "truncated_bytes": 0,
+        "truncated_messages": 0,
+        "redispatch_from": 0,
+        "index_files_dropped": RECOVERED["independentComparison"]["indexFilesDestroyedByRecovery"],
+    }
+
+
+@pytest.mark.parametrize("name", HEALTHY)
+def test_clean_stores_recover_normally_from_the_third_last_file(name):
+    st = Store.open(store_root(name))
+    r = preview(st)
+    m = manifest(name)
+    end = max(x["wroteOffset"] + x["wroteBytes"] for x in m)
+    assert not r.abnormal
+    assert r.scan_from == st.commitlog.files[max(0, len(st.commitlog.files) - 3)].base
+    assert r.valid_end == end and r.truncated_bytes == 0 and r.truncated_messages == 0
+    assert r.redispatch_from == end  # ConsumeQueues are complete: nothing to re-dispatch
+    assert r.index_files_dropped == [] and r.commitlog_files_dropped == []
+    assert r.records_walked == sum(1 for x in m if x["wroteOffset"] >= r.scan_from)
+
+
+def test_recovered_store_recovers_normally_with_nothing_to_do():
+    r = preview(Store.open(REAL / "rmq4-crash" / "recovered"))
+    assert not r.abnormal and r.valid_end == RECOVERED["afterStartAndDispatch"]["maxPhyOffset"] and r.redispatch_from == r.valid_end
+
+
+def test_corrupt_body_truncates_at_that_record(tmp_path):
+    root = copy_store("rmq4-crash", tmp_path)
+    m = manifest("rmq4-crash")
+    victim = next(x for x in m[1800:] if x["body_len"] > 0)
+    size = SETTINGS["rmq4-crash"]["commitlog"]
+    body_at = victim["wroteOffset"] + field_offset(message_header(), "body_length") + 4
+    path = root / "commitlog" / f"{body_at // size * size:020d}"
+    with open(path, "r+b") as f:
+        f.seek(body_at % size)
+        b = f.read(1)[0]
+        f.seek(body_at % size)
+        f.write(bytes([b ^ 0x10]))
+    r = preview(Store.open(root))
+    after = [x for x in m if x["wroteOffset"] >= victim["wroteOffset"]]
+    end = max(x["wroteOffset"] + x["wroteBytes"] for x in m)
+    assert r.abnormal and r.valid_end == victim["wroteOffset"] and r.stop.startswith("body_crc_mismatch")
+    assert r.truncated_messages == len(after) and r.truncated_bytes == end - victim["wroteOffset"]
+    assert r.commitlog_files_dropped == [
+        f"{b:020d}" for b in range(0, 20 * size, size) if b > victim["wroteOffset"] and os.path.exists(root / "commitlog" / f"{b:020d}")
+    ]
+    # without the CRC check (checkCRCOnRecover=false) the broker keeps it
+    assert preview(Store.open(root), check_crc=False).truncated_messages == 0
+    res = run("info", "-s", root)
+    assert res.exit_code == 1 and "dropped on restart" in res.stdout
+
+
+def test_newer_checkpoint_moves_the_scan_start(tmp_path):
+    root = copy_store("rmq4-crash", tmp_path)
+    m = manifest("rmq4-crash")
+    size = SETTINGS["rmq4-crash"]["commitlog"]
+    firsts = {x["wroteOffset"]: x["storeTimestamp"] for x in m if x["wroteOffset"] % size == 0}
+    pick = sorted(firsts)[len(firsts) // 2]
+    stamp = firsts[pick] + 3000  # min(physic, logics) - 3 s == that file's first store time
+    with open(root / "checkpoint", "r+b") as f:
+        f.write(stamp.to_bytes(8, "big") * 2)
+    r = preview(Store.open(root))
+    want = max(b for b, t in firsts.items() if t <= stamp - 3000)
+    assert r.scan_from == want == pick and r.redispatch_from == pick
+    assert r.records_walked == sum(1 for x in m if x["wroteOffset"] >= pick)
+
+
+def test_without_abort_5_3_2_starts_from_the_consume_queue_max(tmp_path):
+    st = Store.open(store_root("rmq4-basic"))
+    r = preview(st, normal_start=NORMAL_FROM_CQ)
+    last = st.commitlog.files[-1]
+    assert r.scan_from == last.base and r.cq_max_phys_offset == r.valid_end
+
+
+def test_a_4x_broker_stops_at_the_first_v2_record():
+    st = Store.open(store_root("rmq53-v2"))
+    r = preview(st, allow_v2=False)
+    base = r.scan_from
+    v2 = min(x["wroteOffset"] for x in manifest("rmq53-v2") if x["messageVersion"] == "MESSAGE_VERSION_V2" and x["wroteOffset"] >= base)
+    assert r.valid_end == v2 and "V2" in r.stop

@@ -70,15 +70,12 @@ def export(
             res = export_local(stores, out, fmt=fmt.value, with_body=with_body, workers=workers, split_size=split, force=force, check_crc=crc, on_bytes=advance)
     else:
         from rmqdump.spark.export import export_spark
-        from rmqdump.spark.session import build_session
+        from rmqdump.spark.session import session
 
         t0 = time.perf_counter()
-        spark = build_session(master, spark_conf, driver_memory=driver_memory, ship=ship)
-        startup = time.perf_counter() - t0
-        try:
+        with session(master, spark_conf, driver_memory=driver_memory, ship=ship) as spark:
+            startup = time.perf_counter() - t0
             res = export_spark(spark, stores, out, fmt=fmt.value, with_body=with_body, split_size=split, force=force, check_crc=crc)
-        finally:
-            spark.stop()
         res.startup_seconds = startup
     for p in res.problems:
         render.err.print(f"{p['broker']}: {p['code']}: {p['file']}@{p['file_offset']}: {p['detail']}", markup=False, highlight=False)

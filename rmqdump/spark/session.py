@@ -18,6 +18,7 @@ import sys
 import tempfile
 import warnings
 import zipfile
+from contextlib import contextmanager
 from functools import cache
 
 from rmqdump.problems import InputError
@@ -29,6 +30,8 @@ SHIPPED_PACKAGES = ("rmqdump", "schemas", "construct")
 
 BAD_SPARK_CONF = "bad_spark_conf"
 NO_PYSPARK = "pyspark_missing"
+
+_shipped: set[int] = set()
 
 
 def parse_conf(items: list[str] | dict | None) -> dict[str, str]:
@@ -94,6 +97,8 @@ def build_session(
         if not os.environ.get("PYSPARK_PYTHON"):
             settings["spark.pyspark.python"] = sys.executable  # local workers run this interpreter, not whatever python3 is
     settings.update(parse_conf(conf))
+    if SparkSession.getActiveSession() is not None:
+        warnings.warn("a SparkSession is already running in this process: it is reused, --master and --spark-conf are not applied", stacklevel=2)
     b = SparkSession.builder.master(master).appName(app_name)
     for k, v in settings.items():
         b = b.config(k, v)
@@ -101,6 +106,23 @@ def build_session(
         warnings.simplefilter("ignore", FutureWarning)
         spark = b.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
-    if ship == "zip" or (ship == "auto" and not is_local(master)):
+    if (ship == "zip" or (ship == "auto" and not is_local(master))) and id(spark.sparkContext) not in _shipped:
         spark.sparkContext.addPyFile(package_zip())
+        _shipped.add(id(spark.sparkContext))
     return spark
+
+
+@contextmanager
+def session(master: str = DEFAULT_MASTER, conf=None, **kw):
+    """A session for one command: stopped at the end unless it was already running (a notebook, a test)."""
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError:
+        raise InputError(NO_PYSPARK, "pyspark", "--engine spark needs PySpark: pip install 'rmqdump[spark]'") from None
+    owned = SparkSession.getActiveSession() is None
+    spark = build_session(master, conf, **kw)
+    try:
+        yield spark
+    finally:
+        if owned:
+            spark.stop()

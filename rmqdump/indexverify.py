@@ -46,6 +46,7 @@ UNREACHABLE = "index_entry_unreachable"
 DUPLICATE = "index_duplicate_entry"
 MISSING = "index_missing_entry"
 FILE_GAP = "index_file_gap"
+BEHIND = "index_behind"
 FILE_ORDER = "index_file_order"
 FILE_SIZE = LAYOUT_SIZE
 NO_INDEX = "index_no_files"
@@ -140,7 +141,10 @@ def scan_commitlog(cl: CommitLog, delays: DelayLevels | None = None) -> tuple[Re
 
 
 def _problem(code: str, f: IndexFile, detail: str, *, entry: int | None = None, slot: int | None = None, phys: int | None = None) -> Problem:
-    if entry is not None:
+    """A finding located at its bytes: the slot for slot findings, else the entry, else the header."""
+    if slot is not None and code in (SLOT_PAST_COUNT, SLOT_WRONG_HASH):
+        pos = f.slot_offset(slot)
+    elif entry is not None and 0 <= entry < f.layout.index_entries:
         pos = f.entry_offset(entry)
     elif slot is not None:
         pos = f.slot_offset(slot)
@@ -412,13 +416,13 @@ def verify(
                     )
                 )
             prev_f = f
-        yield from map(emit, _cross_check(loaded, rec))
+        yield from map(emit, _cross_check(loaded, rec, os.path.exists(os.path.join(store, "abort"))))
     finally:
         for f in files:
             f.close()
 
 
-def _cross_check(loaded: list[_FileEntries], rec: Records) -> Iterator[Problem]:
+def _cross_check(loaded: list[_FileEntries], rec: Records, abort: bool) -> Iterator[Problem]:
     """Expected (phys, hash) pairs against the entries of all files, counting multiplicity."""
     act_parts, file_no, entry_no = [], [], []
     for i, fe in enumerate(loaded):
@@ -496,6 +500,21 @@ def _cross_check(loaded: list[_FileEntries], rec: Records) -> Iterator[Problem]:
             f"message at {p}: {len(keys)} key(s) not in the index: {_listed(keys)}; {where}",
             phys_offset=p,
             extra={"index_file": f0.name if f0 else None, "entry": None, "slot": None, "keys": keys},
+        )
+    behind = [p for p in by_phys if p > newest_end]
+    if behind:
+        newest = next(fe for fe in reversed(loaded) if fe.last >= 1)
+        why = (
+            "the broker did not shut down cleanly (abort file present): the index lags the CommitLog and a restart rebuilds it"
+            if abort
+            else "the store shut down cleanly (no abort file), so the index should reach the end: an index file is missing or was cut short"
+        )
+        yield _problem(
+            BEHIND,
+            newest.f,
+            f"{len(behind)} messages with keys after this file's end ({newest_end}), from {min(behind)} to {max(behind)}, are in no index file; {why}",
+            entry=newest.last,
+            phys=min(behind),
         )
     for (path, _name), ps in gaps.items():
         f = next(fe.f for fe in loaded if fe.f.path == path)

@@ -1,0 +1,88 @@
+"""`rmqdump offsets`: fastjson offsets files against the queues; resets and .bak disagreements flagged."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+
+import pytest
+from conftest import copy_store, jsonl, manifest, run, run_proc, store_root
+
+from rmqdump.configfiles import loads_fastjson, quote_integer_keys
+
+WITH_OFFSETS = ["rmq4-basic", "rmq5-basic", "rmq53-v2"]
+
+
+def offsets(root, *args):
+    r = run("offsets", "-s", root, "-f", "jsonl", *args)
+    rows = jsonl(r.stdout)
+    return r.exit_code, [x for x in rows if x["kind"] == "offset"], rows[-1]
+
+
+def test_fastjson_integer_keys():
+    assert quote_integer_keys('{"t@g":{0:12,1:3}}') == '{"t@g":{"0":12,"1":3}}'
+    assert quote_integer_keys("{\n\t0 :1, -2:3}") == '{\n\t"0" :1, "-2":3}'
+    assert quote_integer_keys('{"a,1:b":"{2:3}","x":[1,2]}') == '{"a,1:b":"{2:3}","x":[1,2]}'
+    assert loads_fastjson('{"k":{7:8},"s":"\\"{9:1}"}') == {"k": {"7": 8}, "s": '"{9:1}'}
+
+
+@pytest.mark.parametrize("name", WITH_OFFSETS)
+def test_offsets_against_the_queues(name):
+    code, rows, summary = offsets(store_root(name))
+    assert code == 0 and summary["flagged"] == 0
+    sizes = Counter((m["topic"], m["queueId"]) for m in manifest(name))
+    raw = loads_fastjson((store_root(name) / "config" / "consumerOffset.json").read_text())["offsetTable"]
+    want = {(k.split("@")[1], k.split("@")[0], int(q)): v for k, per in raw.items() for q, v in per.items()}
+    assert {(r["group"], r["topic"], r["queue_id"]): r["committed"] for r in rows} == want
+    for r in rows:
+        n = sizes[(r["topic"], r["queue_id"])]
+        assert (r["min_offset"], r["max_offset"], r["lag"], r["flags"]) == (0, n, n - r["committed"], ["ok"])
+        assert r["committed"] == n // 2  # the README: half of each queue's max offset
+
+
+def test_resets_and_bak_disagreement_are_flagged(tmp_path):
+    root = copy_store("rmq4-basic", tmp_path)
+    n = Counter((m["topic"], m["queueId"]) for m in manifest("rmq4-basic"))
+    os.remove(root / "consumequeue" / "TopicTest" / "0" / f"{0:020d}")  # queue now starts at 120
+    table = {
+        "offsetTable": {
+            "TopicTest@g1": {0: 50, 1: n[("TopicTest", 1)] + 5, 2: 7},
+            "ghost@g1": {0: 1},
+        }
+    }
+    text = json.dumps(table, indent="\t")  # json quotes the keys; write them bare like fastjson
+    text = text.replace('"0"', "0").replace('"1"', "1").replace('"2"', "2")
+    (root / "config" / "consumerOffset.json").write_text(text)
+    bak = {"offsetTable": {"TopicTest@g1": {0: 50, 1: 3}, "orders@g1": {3: 9}}}
+    (root / "config" / "consumerOffset.json.bak").write_text(json.dumps(bak))
+    code, rows, summary = offsets(root, "--group", "g1")
+    assert code == 1
+    got = {(r["topic"], r["queue_id"]): r["flags"] for r in rows}
+    assert got == {
+        ("TopicTest", 0): ["below_min"],
+        ("TopicTest", 1): ["bak_differs", "above_max"],
+        ("TopicTest", 2): ["not_in_bak"],
+        ("ghost", 0): ["not_in_bak", "no_queue"],
+        ("orders", 3): ["only_in_bak"],
+    }
+    by = {(r["topic"], r["queue_id"]): r for r in rows}
+    assert by[("TopicTest", 0)]["min_offset"] == 120 and by[("TopicTest", 1)]["bak"] == 3 and summary["flagged"] == 5
+    code, rows, _ = offsets(root, "--topic", "orders")
+    assert code == 1 and [r["queue_id"] for r in rows] == [3]
+
+
+def test_table_and_missing_file():
+    r = run_proc("offsets", "-s", store_root("rmq4-basic"))
+    assert r.returncode == 0 and "groupA" in r.stdout and "0 flagged" in r.stderr
+    r = run_proc("offsets", "-s", store_root("rmq4-flags"))
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "consumerOffset.json" in r.stderr
+    r = run_proc("offsets", "-s", store_root("rmq4-basic"), "--group", "nobody")
+    assert r.returncode == 1
+
+
+def test_unparseable_offsets_file_is_exit_2(tmp_path):
+    root = copy_store("rmq5-basic", tmp_path)
+    (root / "config" / "consumerOffset.json").write_text('{"offsetTable":{')
+    r = run_proc("offsets", "-s", root)
+    assert r.returncode == 2 and "bad_config" in r.stderr and "byte" in r.stderr

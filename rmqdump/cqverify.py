@@ -19,16 +19,18 @@ and Python objects are only made for the units that fail.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from rmqdump.commitlog import Batch, Blank, CommitLog
-from rmqdump.consumequeue import CQ_HOLE, UNIT_SIZE, ConsumeQueue, QueueUnits
+from rmqdump.consumequeue import CQ_HOLE, UNIT_SIZE, ConsumeQueue, QueueUnits, read_units
 from rmqdump.dispatch import DelayLevels, DispatchBatch, dispatch_of
 from rmqdump.problems import Problem
 from rmqdump.store import Store
+from schemas import constants as C
 
 # Unit problems (stable codes; the CommitLog scan adds its own codes).
 CQ_OFFSET_OUT_OF_RANGE = "cq_offset_out_of_range"
@@ -156,87 +158,71 @@ def _runs(mask_idx: np.ndarray) -> list[tuple[int, int]]:
     return [(int(mask_idx[s]), int(e - s)) for s, e in zip(starts, ends, strict=True)]
 
 
-def check_units(
-    units: QueueUnits | np.ndarray,
-    topic: str,
-    queue_id: int,
-    records: RecordTable,
-    extent: CommitLogExtent,
-    *,
-    first_index: int = 0,
-    last_valid_index: int | None = None,
-    prev_offset: int = -1,
-    seen_real: bool = False,
-    cq_file_of: Callable[[int], tuple[str, int]] | None = None,
-    check_tags: bool = True,
-) -> UnitCheck:
-    """Check one stretch of one queue's units against the CommitLog records.
+def _as_units(units: QueueUnits | np.ndarray, first_index: int) -> QueueUnits:
+    return units if isinstance(units, QueueUnits) else QueueUnits.from_array(units, first_index)
 
-    units: QueueUnits, or a structured array of schemas.ConsumeQueueUnit whose
-        first unit has queue offset `first_index`.
-    last_valid_index: queue offset of the queue's last valid unit (for telling
-        holes from the zero tail); default: the last valid unit of this stretch.
-    prev_offset / seen_real: carried from the previous stretch of the same queue.
-    cq_file_of(unit_index) -> (cq file path, byte offset in it), for reporting.
-    check_tags: False when tagsCode may be a ConsumeQueueExt address.
-    Returns a UnitCheck; pure: reads nothing but its arguments.
-    """
-    u = units if isinstance(units, QueueUnits) else QueueUnits.from_array(units, first_index)
-    n = len(u)
-    problems: list[tuple[int, str, str, int | None]] = []  # (unit position, code, detail, phys)
-    if n == 0:
-        return UnitCheck([], np.zeros(0, np.int64), 0, prev_offset, seen_real)
-    off, size, tags, idx = u.offset, u.size, u.tags_code, u.index
+
+def real_mask(u: QueueUnits, seen_real: bool) -> tuple[np.ndarray, np.ndarray, bool]:
+    """(valid non-filler units, leading filler units, seen_real after this stretch)."""
     valid = u.valid_mask()
     filler = u.filler_mask()
     if not seen_real:
         real_pos = np.flatnonzero(valid & ~filler)
-        first_real = int(real_pos[0]) if real_pos.size else n
+        first_real = int(real_pos[0]) if real_pos.size else len(u)
         filler[first_real:] = False
         seen_real = real_pos.size > 0
     else:
         filler[:] = False
-    valid &= ~filler
-    vpos = np.flatnonzero(valid)
-    last_valid = int(idx[vpos[-1]]) if last_valid_index is None and vpos.size else last_valid_index
-    if last_valid is None:
-        last_valid = -1
+    return valid & ~filler, filler, seen_real
 
-    # holes: invalid units before the last valid one (or garbage after it)
-    invalid = ~valid & ~filler
+
+Found = list[tuple[int, str, str, "int | None"]]  # (unit position, code, detail, phys offset)
+
+
+def _order_checks(u: QueueUnits, real: np.ndarray, filler: np.ndarray, last_valid: int, prev_offset: int) -> tuple[Found, int, int]:
+    """Holes, garbage after the end and non-monotonic offsets: (findings, units counted, last offset)."""
+    found: Found = []
+    off, size, tags, idx = u.offset, u.size, u.tags_code, u.index
+    invalid = ~real & ~filler
     zero = (off == 0) & (size == 0) & (tags == 0)
     inner = np.flatnonzero(invalid & (idx < last_valid))
     for p, length in _runs(inner):
         what = "zero" if zero[p : p + length].all() else "invalid (offset < 0 or size <= 0)"
-        problems.append((p, CQ_HOLE, f"{length} {what} unit{'s' if length > 1 else ''} followed by valid units: consumers skip or stall here", None))
+        found.append((p, CQ_HOLE, f"{length} {what} unit{'s' if length > 1 else ''} followed by valid units: consumers skip or stall here", None))
     tail_garbage = np.flatnonzero(invalid & (idx > last_valid) & ~zero)
     for p, length in _runs(tail_garbage):
-        problems.append((p, CQ_HOLE, f"{length} non-zero invalid unit{'s' if length > 1 else ''} after the queue's last valid unit", None))
-
-    # non-monotonic physical offsets among valid units
+        found.append((p, CQ_HOLE, f"{length} non-zero invalid unit{'s' if length > 1 else ''} after the queue's last valid unit", None))
+    vpos = np.flatnonzero(real)
     if vpos.size:
         vo = off[vpos]
         prevs = np.concatenate([[prev_offset], vo[:-1]])
         for k in np.flatnonzero(vo <= prevs).tolist():
-            problems.append((int(vpos[k]), CQ_NON_MONOTONIC, f"offset {int(vo[k])} is not above the previous unit's {int(prevs[k])}", int(vo[k])))
+            found.append((int(vpos[k]), CQ_NON_MONOTONIC, f"offset {int(vo[k])} is not above the previous unit's {int(prevs[k])}", int(vo[k])))
         prev_offset = int(vo[-1])
+    return found, int(vpos.size + inner.size + tail_garbage.size), prev_offset
 
-    # where each valid unit points
+
+def _pointer_checks(
+    u: QueueUnits, vpos: np.ndarray, topic: str, queue_id: int, records: RecordTable, extent: CommitLogExtent, check_tags: bool
+) -> tuple[Found, np.ndarray]:
+    """Where the units at positions `vpos` point: the CommitLog's range, a record start, its values."""
+    found: Found = []
+    off, size, tags, idx = u.offset, u.size, u.tags_code, u.index
     vo = off[vpos]
     dangling = vo >= extent.data_end
     inside = extent.inside(vo)
     out = ~dangling & ~inside
     for k in np.flatnonzero(dangling).tolist():
-        problems.append((int(vpos[k]), CQ_DANGLING, f"offset {int(vo[k])} is at or past the end of the CommitLog's data ({extent.data_end})", int(vo[k])))
+        found.append((int(vpos[k]), CQ_DANGLING, f"offset {int(vo[k])} is at or past the end of the CommitLog's data ({extent.data_end})", int(vo[k])))
     for k in np.flatnonzero(out).tolist():
-        problems.append((int(vpos[k]), CQ_OFFSET_OUT_OF_RANGE, f"offset {int(vo[k])} is in no CommitLog file", int(vo[k])))
+        found.append((int(vpos[k]), CQ_OFFSET_OUT_OF_RANGE, f"offset {int(vo[k])} is in no CommitLog file", int(vo[k])))
     cand = vpos[~dangling & inside]
     co = off[cand]
     r = np.searchsorted(records.phys, co)
     rc = np.clip(r, 0, max(len(records) - 1, 0))
     hit = (r < len(records)) & (records.phys[rc] == co) if len(records) else np.zeros(len(co), dtype=bool)
     for k in np.flatnonzero(~hit).tolist():
-        problems.append((int(cand[k]), CQ_NOT_MESSAGE_START, f"no valid record starts at offset {int(co[k])}", int(co[k])))
+        found.append((int(cand[k]), CQ_NOT_MESSAGE_START, f"no valid record starts at offset {int(co[k])}", int(co[k])))
     hp, hr = cand[hit], rc[hit]
     ho = off[hp]
     tid = records.topic_code(topic)
@@ -257,14 +243,103 @@ def check_units(
     for bad, code, detail in checks:
         for k in np.flatnonzero(bad).tolist():
             j, r_ = int(hp[k]), int(hr[k])
-            problems.append((j, code, detail(j, r_), int(ho[k])))
+            found.append((j, code, detail(j, r_), int(ho[k])))
     belongs = (records.topic_id[hr] == tid) & (records.queue_id[hr] == queue_id)
-    covered = hr[belongs].astype(np.int64)
+    return found, hr[belongs].astype(np.int64)
 
-    problems.sort(key=lambda t: (t[0], t[1]))
-    out_p = [_unit_problem(code, topic, queue_id, int(idx[p]), phys, detail, cq_file_of) for p, code, detail, phys in problems]
-    counted = int(valid.sum() + inner.size + tail_garbage.size)
-    return UnitCheck(out_p, covered, counted, prev_offset, seen_real)
+
+def _problems(found: Found, u: QueueUnits, topic: str, queue_id: int, cq_file_of) -> list[Problem]:
+    found.sort(key=lambda t: (t[0], t[1]))
+    return [_unit_problem(code, topic, queue_id, int(u.index[p]), phys, detail, cq_file_of) for p, code, detail, phys in found]
+
+
+def check_units(
+    units: QueueUnits | np.ndarray,
+    topic: str,
+    queue_id: int,
+    records: RecordTable,
+    extent: CommitLogExtent,
+    *,
+    first_index: int = 0,
+    last_valid_index: int | None = None,
+    prev_offset: int = -1,
+    seen_real: bool = False,
+    cq_file_of: Callable[[int], tuple[str, int]] | None = None,
+    check_tags: bool = True,
+) -> UnitCheck:
+    """Check one stretch of one queue's units against the CommitLog records.
+
+    units: QueueUnits, or a structured array of schemas.ConsumeQueueUnit whose
+        first unit has queue offset `first_index`.
+    records / extent: every record the stretch's units may point at, and the
+        CommitLog's file ranges and data end.
+    last_valid_index: queue offset of the queue's last valid unit (for telling
+        holes from the zero tail); default: the last valid unit of this stretch.
+    prev_offset / seen_real: carried from the previous stretch of the same queue.
+    cq_file_of(unit_index) -> (cq file path, byte offset in it), for reporting.
+    check_tags: False when tagsCode may be a ConsumeQueueExt address.
+    Returns a UnitCheck; pure: reads nothing but its arguments.
+    """
+    u = _as_units(units, first_index)
+    if len(u) == 0:
+        return UnitCheck([], np.zeros(0, np.int64), 0, prev_offset, seen_real)
+    real, filler, seen_real = real_mask(u, seen_real)
+    vpos = np.flatnonzero(real)
+    if last_valid_index is None:
+        last_valid_index = int(u.index[vpos[-1]]) if vpos.size else -1
+    found, counted, prev_offset = _order_checks(u, real, filler, last_valid_index, prev_offset)
+    more, covered = _pointer_checks(u, vpos, topic, queue_id, records, extent, check_tags)
+    return UnitCheck(_problems(found + more, u, topic, queue_id, cq_file_of), covered, counted, prev_offset, seen_real)
+
+
+def check_units_in_window(
+    units: QueueUnits | np.ndarray,
+    topic: str,
+    queue_id: int,
+    records: RecordTable,
+    extent: CommitLogExtent,
+    lo: int,
+    hi: int,
+    *,
+    first_index: int = 0,
+    seen_real: bool = False,
+    cq_file_of: Callable[[int], tuple[str, int]] | None = None,
+    check_tags: bool = True,
+) -> tuple[list[Problem], np.ndarray, bool]:
+    """Only the pointer checks, for the valid units with lo <= offset < hi (one window of records).
+
+    With the CommitLog cut into windows of records, each unit is joined in the
+    window that holds its offset, so memory stays bounded; the order checks
+    (holes, monotonic offsets) run once per queue with check_units' other half.
+    Returns (problems, covered record indices of this window, seen_real).
+    """
+    u = _as_units(units, first_index)
+    if len(u) == 0:
+        return [], np.zeros(0, np.int64), seen_real
+    real, _, seen_real = real_mask(u, seen_real)
+    vpos = np.flatnonzero(real & (u.offset >= lo) & (u.offset < hi))
+    found, covered = _pointer_checks(u, vpos, topic, queue_id, records, extent, check_tags)
+    return _problems(found, u, topic, queue_id, cq_file_of), covered, seen_real
+
+
+def check_order(
+    units: QueueUnits | np.ndarray,
+    topic: str,
+    queue_id: int,
+    *,
+    first_index: int = 0,
+    last_valid_index: int,
+    prev_offset: int = -1,
+    seen_real: bool = False,
+    cq_file_of: Callable[[int], tuple[str, int]] | None = None,
+) -> UnitCheck:
+    """Only the order checks of one stretch (holes, garbage, non-monotonic offsets); `covered` is empty."""
+    u = _as_units(units, first_index)
+    if len(u) == 0:
+        return UnitCheck([], np.zeros(0, np.int64), 0, prev_offset, seen_real)
+    real, filler, seen_real = real_mask(u, seen_real)
+    found, counted, prev_offset = _order_checks(u, real, filler, last_valid_index, prev_offset)
+    return UnitCheck(_problems(found, u, topic, queue_id, cq_file_of), np.zeros(0, np.int64), counted, prev_offset, seen_real)
 
 
 def _unit_problem(code, topic, queue_id, unit_index, phys, detail, cq_file_of) -> Problem:
@@ -344,15 +419,26 @@ def problem_dict(p: Problem) -> dict:
     return d
 
 
-def scan_records(cl: CommitLog, *, check_crc: bool = True, delays: DelayLevels | None = None, on_bytes=None) -> tuple[RecordTable, list[Problem]]:
-    """Scan the whole CommitLog once: the record table and the scan's own problems."""
-    problems: list[Problem] = []
-    dbs: list[DispatchBatch] = []
-    done = 0
+WINDOW_RECORDS = 2_000_000  # records joined at a time: about 100 MB of columns
+
+
+def record_windows(
+    cl: CommitLog, *, check_crc: bool = True, delays: DelayLevels | None = None, window_records: int = WINDOW_RECORDS, on_bytes=None
+) -> Iterator[tuple[RecordTable, list[Problem]]]:
+    """Scan the CommitLog once, in offset order, as record tables of about `window_records` records.
+
+    Each table comes with the scan problems found while reading it; the last
+    one may be empty. Consecutive tables cover consecutive offset ranges.
+    """
     delays = delays or DelayLevels.parse()
+    dbs: list[DispatchBatch] = []
+    problems: list[Problem] = []
+    held = 0
+    done = 0
     for b in cl.scan(check_crc=check_crc):
         if len(b):  # dispatch_of needs columns; an empty batch (e.g. an all-zero file) has none
             dbs.append(_compact(dispatch_of(b, delays)))
+            held += len(b)
         for i in sorted(b.record_problems):
             problems.extend(b.record_problems[i])
         problems.extend(e for e in b.events if not isinstance(e, Blank))
@@ -361,11 +447,23 @@ def scan_records(cl: CommitLog, *, check_crc: bool = True, delays: DelayLevels |
             if here > done:
                 on_bytes(here - done)
                 done = here
-    return RecordTable.from_dispatch(dbs), problems
+        if held >= window_records:
+            yield RecordTable.from_dispatch(dbs), problems
+            dbs, problems, held = [], [], 0
+    yield RecordTable.from_dispatch(dbs), problems
+
+
+def scan_records(cl: CommitLog, *, check_crc: bool = True, delays: DelayLevels | None = None, on_bytes=None) -> tuple[RecordTable, list[Problem]]:
+    """Scan the whole CommitLog into one record table (small stores, tests, other engines' drivers)."""
+    tables, problems = [], []
+    for t, ps in record_windows(cl, check_crc=check_crc, delays=delays, window_records=1 << 62, on_bytes=on_bytes):
+        tables.append(t)
+        problems.extend(ps)
+    return tables[0], problems
 
 
 def _batch_end(b: Batch) -> int:
-    return b.seg.base + (int(b.cols["_end"][-1]) if len(b) else 0) - 0
+    return b.seg.base + (int(b.cols["_end"][-1]) if len(b) else 0)
 
 
 def _compact(d: DispatchBatch) -> DispatchBatch:
@@ -383,6 +481,15 @@ def _cq_locator(q: ConsumeQueue) -> Callable[[int], tuple[str, int]]:
     return where
 
 
+@dataclass
+class _QueueState:
+    """Per queue, from the order pass: the offset range of each file's real units (to skip files per window)."""
+
+    q: ConsumeQueue
+    where: Callable
+    ranges: list[tuple[int, int, bool] | None]  # per file: (min, max) offset of its real units, a real unit came before the file
+
+
 def verify(
     store: Store,
     *,
@@ -392,8 +499,15 @@ def verify(
     delays: DelayLevels | None = None,
     summary: VerifySummary | None = None,
     on_bytes=None,
+    window_records: int = WINDOW_RECORDS,
 ) -> Iterator[Problem]:
-    """Every finding of `cq verify` on a store, in order: layout, CommitLog scan, units, missing units."""
+    """Every finding of `cq verify` on a store.
+
+    Order: layout problems; per queue the order checks (holes, monotonic
+    offsets); then per window of CommitLog records its scan problems, the
+    pointer checks of the units that point into it and the window's records
+    that have no unit. Memory is bounded by the window, not the store.
+    """
     s = summary if summary is not None else VerifySummary()
     queues = store.select_queues(topic, queue_id)
     s.queues = len(queues)
@@ -405,54 +519,85 @@ def verify(
 
     wanted = {(q.topic, q.queue_id) for q in queues}
     for p in store.problems:
-        if "topic" in p.extra and (p.extra.get("topic"), p.extra.get("queue_id")) not in wanted and p.extra.get("queue_id") is not None:
+        if "topic" in p.extra and p.extra.get("queue_id") is not None and (p.extra.get("topic"), p.extra.get("queue_id")) not in wanted:
             continue
         yield emit(p)
-    records, cl_problems = scan_records(store.commitlog, check_crc=check_crc, delays=delays, on_bytes=on_bytes)
-    s.messages = len(records)
-    for p in cl_problems:
-        yield emit(p)
-    extent = CommitLogExtent.of(store.commitlog, records.data_end)
-    check_tags = not any(u.kind == "consumequeue_ext" for u in store.unsupported)
-    covered = np.zeros(len(records), dtype=bool)
+
+    states: list[_QueueState] = []
     for q in queues:
         where = _cq_locator(q)
         last_valid = q.last_valid_index()
         prev, seen = -1, False
+        ranges: list[tuple[int, int] | None] = []
         for chunk in q.chunks():
-            res = check_units(
-                chunk,
-                q.topic,
-                q.queue_id,
-                records,
-                extent,
-                last_valid_index=last_valid,
-                prev_offset=prev,
-                seen_real=seen,
-                cq_file_of=where,
-                check_tags=check_tags,
-            )
+            seen_before = seen
+            res = check_order(chunk, q.topic, q.queue_id, last_valid_index=last_valid, prev_offset=prev, seen_real=seen, cq_file_of=where)
             prev, seen = res.last_offset, res.seen_real
             s.units += res.units
-            covered[res.covered] = True
+            real, _, _ = real_mask(chunk, seen_before)
+            ro = chunk.offset[real]
+            ranges.append((int(ro.min()), int(ro.max()), seen_before) if ro.size else None)
             for p in res.problems:
                 yield emit(p)
-    select = None
-    if topic is not None or queue_id is not None:
-        select = np.ones(len(records), dtype=bool)
-        if topic is not None:
-            select &= records.topic_id == records.topic_code(topic)
-        if queue_id is not None:
-            select &= records.queue_id == queue_id
+        states.append(_QueueState(q, where, ranges))
+
+    check_tags = not any(u.kind == "consumequeue_ext" for u in store.unsupported)
+    tcode = None
 
     def expected(t: str, qid: int, index: int) -> str | None:
         q = store.queue(t, qid)
         if q is not None:
             return q.expected_path(index)
-        fs = store.cq_file_size or 6_000_000
-        import os
-
+        fs = store.cq_file_size or C.DEFAULT_CQ_UNITS_PER_FILE * UNIT_SIZE
         return os.path.join(store.root, "consumequeue", t, str(qid), f"{index * UNIT_SIZE // fs * fs:020d}")
 
-    for p in missing_units(records, covered, select=select, cq_file_of=expected):
-        yield emit(p)
+    lo = -(1 << 63)
+    data_end = store.commitlog.min_offset
+    for records, cl_problems in record_windows(store.commitlog, check_crc=check_crc, delays=delays, window_records=window_records, on_bytes=on_bytes):
+        s.messages += len(records)
+        for p in cl_problems:
+            yield emit(p)
+        last = len(records) == 0  # record_windows ends with the remainder (empty when the store divides evenly)
+        hi = records.data_end if len(records) else data_end
+        data_end = max(data_end, hi)
+        if last:
+            hi = 1 << 63  # everything from here on is past the end of the data
+        extent = CommitLogExtent.of(store.commitlog, data_end if last else 1 << 63)
+        covered = np.zeros(len(records), dtype=bool)
+        for st in states:
+            for _f, rng, chunk in _chunks_in(st, lo, hi):
+                probs, cov, _ = check_units_in_window(
+                    chunk, st.q.topic, st.q.queue_id, records, extent, lo, hi, seen_real=rng[2], cq_file_of=st.where, check_tags=check_tags
+                )
+                covered[cov] = True
+                for p in probs:
+                    yield emit(p)
+        select = None
+        if topic is not None or queue_id is not None:
+            select = np.ones(len(records), dtype=bool)
+            if topic is not None:
+                tcode = records.topic_code(topic)
+                select &= records.topic_id == tcode
+            if queue_id is not None:
+                select &= records.queue_id == queue_id
+        for p in missing_units(records, covered, select=select, cq_file_of=expected):
+            yield emit(p)
+        lo = hi
+        if last:
+            break
+    else:  # the scan ended on a full window: units past its end are dangling
+        extent = CommitLogExtent.of(store.commitlog, data_end)
+        empty = RecordTable.from_dispatch([])
+        for st in states:
+            for _f, rng, chunk in _chunks_in(st, lo, 1 << 63):
+                probs, _, _ = check_units_in_window(chunk, st.q.topic, st.q.queue_id, empty, extent, lo, 1 << 63, seen_real=rng[2], cq_file_of=st.where)
+                for p in probs:
+                    yield emit(p)
+
+
+def _chunks_in(st: _QueueState, lo: int, hi: int):
+    """The files of a queue that have real units pointing into [lo, hi), read; earlier files only decide fillers."""
+    for f, rng in zip(st.q.files, st.ranges, strict=True):
+        if rng is None or rng[1] < lo or rng[0] >= hi:
+            continue
+        yield f, rng, QueueUnits.from_array(read_units(f), f.first_index)

@@ -10,7 +10,7 @@ from rich.table import Table
 from rmqdump import render
 from rmqdump.commands.options import ListFormat, store_option
 from rmqdump.cqseek import RecordReader, dump_units, seek
-from rmqdump.cqverify import VerifySummary, problem_dict, verify
+from rmqdump.cqverify import WINDOW_RECORDS, VerifySummary, problem_dict, verify
 from rmqdump.dispatch import DelayLevels
 from rmqdump.store import Store
 from rmqdump.timeutil import iso, parse_time
@@ -26,6 +26,7 @@ def verify_cmd(
     no_crc: bool = typer.Option(False, "--no-crc", help="Skip body/property CRC checks in the CommitLog scan (faster)."),
     delay_levels: str = typer.Option(C.DEFAULT_DELAY_LEVELS, "--delay-levels", help="The broker's messageDelayLevel (tagsCode of SCHEDULE_TOPIC_XXXX units)."),
     fmt: ListFormat = typer.Option(ListFormat.table, "--format", "-f", help="table or jsonl."),
+    window: int = typer.Option(WINDOW_RECORDS, "--window", min=1, help="CommitLog records joined at a time (bounds memory: about 50 bytes each)."),
 ):
     """Cross-check every unit against its record and every message against its unit.
 
@@ -44,7 +45,7 @@ def verify_cmd(
     rows: list[tuple] = []
     total = sum(f.size for f in st.commitlog.files)
     with render.progress(total, "verify") as advance:
-        for p in verify(st, topic=topic, queue_id=queue, check_crc=not no_crc, delays=delays, summary=summary, on_bytes=advance):
+        for p in verify(st, topic=topic, queue_id=queue, check_crc=not no_crc, delays=delays, summary=summary, on_bytes=advance, window_records=window):
             d = problem_dict(p)
             if fmt is ListFormat.jsonl:
                 render.jsonl(d)

@@ -59,8 +59,8 @@ def test_dump_table_and_filler(tmp_path):
     assert [x["filler"] for x in rows] == [True, True, False] and not rows[0]["valid"]
     r = run_proc("cq", "dump", "-s", store_root("rmq5-basic"), "--topic", "orders", "--queue", "0", "--limit", "3", "--resolve")
     assert r.returncode == 0 and r.stdout.count(" ok") >= 3
-    r = run_proc("cq", "dump", "-s", store_root("rmq5-basic"), "--topic", "nope", "--queue", "0")
-    assert r.returncode == 2 and "no_queue" in r.stderr
+    r = run("cq", "dump", "-s", store_root("rmq5-basic"), "--topic", "nope", "--queue", "0")
+    assert r.exit_code == 2 and "no_queue" in r.stderr
 
 
 def expected_seek(recs: list[dict], ts: int) -> int:
@@ -95,5 +95,5 @@ def test_seek_cli_iso_time_and_exit_codes():
     assert r.exit_code == 0 and d["queue_offset"] == expected_seek(recs, mid["storeTimestamp"]) and d["found"]
     r = run("cq", "seek", "-s", store_root("rmq4-basic"), "--topic", "orders", "--queue", "2", "--time", str(recs[-1]["storeTimestamp"] + 1))
     assert r.exit_code == 1 and "no message stored" in r.stdout
-    r = run_proc("cq", "seek", "-s", store_root("rmq4-basic"), "--topic", "orders", "--queue", "2", "--time", "yesterday")
-    assert r.returncode == 2 and "usage" in r.stderr
+    r = run("cq", "seek", "-s", store_root("rmq4-basic"), "--topic", "orders", "--queue", "2", "--time", "yesterday")
+    assert r.exit_code == 2 and "usage" in r.stderr

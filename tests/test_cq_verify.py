@@ -76,20 +76,20 @@ def test_table_output_and_exit_codes():
     r = run_proc("cq", "verify", "-s", store_root("rmq4-crash"))
     assert r.returncode == 1
     assert "cq_missing_unit" in r.stdout and "500 problems" in r.stderr
-    r = run_proc("cq", "verify", "-s", store_root("rmq4-basic"))
-    assert r.returncode == 0 and "0 problems" in r.stderr
+    r = run("cq", "verify", "-s", store_root("rmq4-basic"))
+    assert r.exit_code == 0 and "0 problems" in r.stderr
 
 
 def test_unusable_input_exits_2_with_one_line(tmp_path):
-    r = run_proc("cq", "verify", "-s", tmp_path / "nope")
-    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "not_found" in r.stderr
-    r = run_proc("cq", "verify", "-s", store_root("rmq4-basic") / "commitlog")
-    assert r.returncode == 2 and "not_a_store" in r.stderr and "Traceback" not in r.stderr
+    r = run("cq", "verify", "-s", tmp_path / "nope")
+    assert r.exit_code == 2 and r.stderr.count("\n") == 1 and "not_found" in r.stderr
+    r = run("cq", "verify", "-s", store_root("rmq4-basic") / "commitlog")
+    assert r.exit_code == 2 and "not_a_store" in r.stderr and "Traceback" not in r.stderr
     (tmp_path / "s" / "consumequeue").mkdir(parents=True)
-    r = run_proc("cq", "verify", "-s", tmp_path / "s")
-    assert r.returncode == 2 and "no_commitlog" in r.stderr
-    r = run_proc("cq", "verify", "-s", store_root("rmq4-basic"), "--delay-levels", "1x")
-    assert r.returncode == 2 and "usage" in r.stderr
+    r = run("cq", "verify", "-s", tmp_path / "s")
+    assert r.exit_code == 2 and "no_commitlog" in r.stderr
+    r = run("cq", "verify", "-s", store_root("rmq4-basic"), "--delay-levels", "1x")
+    assert r.exit_code == 2 and "usage" in r.stderr
 
 
 def test_delay_levels_decide_schedule_topic_tags_codes():

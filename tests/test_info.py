@@ -80,8 +80,8 @@ def test_info_on_the_crash_store_matches_crash_json():
 
 @pytest.mark.parametrize("name", STORES)
 def test_info_table(name):
-    r = run_proc("info", "-s", store_root(name))
-    assert r.returncode == 0, r.stderr
+    r = run_proc("info", "-s", store_root(name)) if name == "rmq4-crash" else run("info", "-s", store_root(name))
+    assert (r.returncode if name == "rmq4-crash" else r.exit_code) == 0, r.stderr
     assert "Recovery preview" in r.stdout and "ConsumeQueues" in r.stdout and "Index files" in r.stdout
     assert ("ABNORMAL" in r.stdout) == (name == "rmq4-crash")
 
@@ -118,5 +118,5 @@ def test_info_on_a_wrong_directory_is_one_line_exit_2(tmp_path):
     r = run_proc("info", "-s", store_root("rmq4-basic") / "commitlog")
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "not_a_store" in r.stderr and "give its parent" in r.stderr
     (tmp_path / "f").write_text("x")
-    r = run_proc("info", "-s", tmp_path / "f")
-    assert r.returncode == 2 and "not_a_store" in r.stderr
+    r = run("info", "-s", tmp_path / "f")
+    assert r.exit_code == 2 and "not_a_store" in r.stderr

@@ -75,14 +75,14 @@ def test_resets_and_bak_disagreement_are_flagged(tmp_path):
 def test_table_and_missing_file():
     r = run_proc("offsets", "-s", store_root("rmq4-basic"))
     assert r.returncode == 0 and "groupA" in r.stdout and "0 flagged" in r.stderr
-    r = run_proc("offsets", "-s", store_root("rmq4-flags"))
-    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "consumerOffset.json" in r.stderr
-    r = run_proc("offsets", "-s", store_root("rmq4-basic"), "--group", "nobody")
-    assert r.returncode == 1
+    r = run("offsets", "-s", store_root("rmq4-flags"))
+    assert r.exit_code == 2 and r.stderr.count("\n") == 1 and "consumerOffset.json" in r.stderr
+    r = run("offsets", "-s", store_root("rmq4-basic"), "--group", "nobody")
+    assert r.exit_code == 1
 
 
 def test_unparseable_offsets_file_is_exit_2(tmp_path):
     root = copy_store("rmq5-basic", tmp_path)
     (root / "config" / "consumerOffset.json").write_text('{"offsetTable":{')
-    r = run_proc("offsets", "-s", root)
-    assert r.returncode == 2 and "bad_config" in r.stderr and "byte" in r.stderr
+    r = run("offsets", "-s", root)
+    assert r.exit_code == 2 and "bad_config" in r.stderr and "byte" in r.stderr

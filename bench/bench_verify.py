@@ -69,14 +69,15 @@ def build_cq(root: str, units_per_file: int = 300_000) -> int:
     return n
 
 
-def run_verify(root: str, check_crc: bool) -> dict:
+def run_verify(root: str, check_crc: bool, window: int | None) -> dict:
     from rmqdump.cqverify import VerifySummary, verify
     from rmqdump.store import Store
 
     t0 = time.perf_counter()
     st = Store.open(root)
     s = VerifySummary()
-    problems = sum(1 for _ in verify(st, check_crc=check_crc, summary=s))
+    kw = {"window_records": window} if window else {}
+    problems = sum(1 for _ in verify(st, check_crc=check_crc, summary=s, **kw))
     dt = time.perf_counter() - t0
     cl_bytes = sum(f.size for f in st.commitlog.files)
     return {
@@ -87,6 +88,7 @@ def run_verify(root: str, check_crc: bool) -> dict:
         "messages": s.messages,
         "problems": problems,
         "check_crc": check_crc,
+        "window_records": window,
         "seconds": round(dt, 2),
         "units_per_s": round(s.units / dt),
         "messages_per_s": round(s.messages / dt),
@@ -99,10 +101,11 @@ def main() -> None:
     ap.add_argument("store")
     ap.add_argument("--build-cq", action="store_true", help="write the ConsumeQueues first if the store has none (bench-only)")
     ap.add_argument("--no-crc", action="store_true", help="verify without the body CRC check")
+    ap.add_argument("--window", type=int, default=None, help="records joined at a time (default: verify's)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child:
-        print(json.dumps(run_verify(a.store, not a.no_crc)))
+        print(json.dumps(run_verify(a.store, not a.no_crc, a.window)))
         return
     if not os.path.isdir(os.path.join(a.store, "consumequeue")):
         if not a.build_cq:
@@ -110,10 +113,11 @@ def main() -> None:
         t0 = time.perf_counter()
         n = build_cq(a.store)
         print(f"built {n} ConsumeQueue units in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
-    args = [sys.executable, __file__, a.store, "--child"] + (["--no-crc"] if a.no_crc else [])
+    args = [sys.executable, __file__, a.store, "--child"] + (["--no-crc"] if a.no_crc else []) + (["--window", str(a.window)] if a.window else [])
     out = subprocess.run(args, check=True, capture_output=True, text=True).stdout
     res = json.loads(out)
-    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")), platform.processor())
+    with open("/proc/cpuinfo") as f:
+        cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), platform.processor())
     res.update({"nproc": os.cpu_count(), "cpu": cpu, "python": platform.python_version()})
     print(json.dumps(res, indent=1))
 

@@ -75,7 +75,7 @@ def _table(info: StoreInfo) -> None:
         )
     o.print(f"[bold]ConsumeQueues[/bold] ({len(info.queues)} queues, file size {info.cq_file_size})")
     o.print(t)
-    t = Table("index file", "size", "begin (UTC)", "end (UTC)", "begin phys", "end phys", "slots used", "entries", box=None, header_style="bold")
+    t = Table("index file", "size", "begin (UTC)", "end (UTC)", "begin phys", "end phys", "slots used", "indexCount", box=None, header_style="bold")
     for f in info.index_files:
         h = f.header or {}
         t.add_row(

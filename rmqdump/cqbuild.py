@@ -152,8 +152,12 @@ class ConsumeQueueBuilder:
             return
         key = (topic_id.astype(np.int64) << 32) | (queue_id.astype(np.int64) & 0xFFFFFFFF)
         uniq, first, inv = np.unique(key, return_index=True, return_inverse=True)
-        order = np.argsort(inv, kind="stable")
-        bounds = np.searchsorted(inv[order], np.arange(len(uniq) + 1))
+        if len(uniq) <= 64:  # a few queues: one pass each beats a stable sort
+            members = [np.flatnonzero(inv == j) for j in range(len(uniq))]
+        else:
+            order = np.argsort(inv, kind="stable")
+            bounds = np.searchsorted(inv[order], np.arange(len(uniq) + 1))
+            members = [order[bounds[j] : bounds[j + 1]] for j in range(len(uniq))]
         for j in range(len(uniq)):
             i0 = int(first[j])
             topic, qid = topics[int(topic_id[i0])], int(queue_id[i0])
@@ -170,7 +174,7 @@ class ConsumeQueueBuilder:
                         )
                     )
                 continue
-            sel = order[bounds[j] : bounds[j + 1]]
+            sel = members[j]
             self._add_queue(topic, qid, queue_offset[sel], phys[sel], size[sel], tags_code[sel])
 
     def _add_queue(self, topic: str, qid: int, qo: np.ndarray, phys: np.ndarray, size: np.ndarray, tags: np.ndarray) -> None:

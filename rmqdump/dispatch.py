@@ -176,43 +176,34 @@ def dispatch(cl: CommitLog, delays: DelayLevels | None = None, *, check_crc: boo
 # --- Columnar dispatch: the same values as dispatch_of, without a Python loop per record ---
 #
 # Rebuild and verify need, per record, only numbers: tagsCode, and the Java
-# hashCode of every index key "topic#key". Here the properties of a whole
-# batch are parsed at once: they are joined into one buffer with a \x02
-# after each record (so a property never spans two records), separators are
-# found with numpy, and the hashCode of any byte range is read off one
-# prefix sum (hashCode is a polynomial in 31, and 31 is invertible mod 2**32).
-# Byte ranges that are not ASCII are decoded and hashed one by one, as the
-# broker does over UTF-16 (rare: tags like 订单创建).
+# hashCode of every index key "topic#key". Here a whole batch is parsed at
+# once. Each record's properties are copied into one row of a matrix (one
+# memcpy per record through an overlapping-window view of the mapped file;
+# longer ones are joined into a side buffer), separators are found with
+# numpy, and the hashCode of each wanted byte range (TAGS, UNIQ_KEY, each
+# KEYS token) is computed column by column (Horner) over a matrix of those
+# ranges. hashCode("topic#key") = hashCode("topic#") * 31**len(key) +
+# hashCode(key), so keys are never built as strings. Ranges that are not ASCII
+# are decoded and hashed one by one, as the broker does over UTF-16 (rare:
+# tags like 订单创建); topics are grouped by a fingerprint, each group checked
+# byte for byte.
 
-_P32 = np.uint32
-_INV31 = _P32(pow(31, -1, 1 << 32))
-_POW_CACHE: dict[str, np.ndarray] = {}
+_PAD = 256  # bytes before the first row: right-aligned windows may start before it
+_ROW = 128  # properties up to this long go into the matrix
+_HASH_WIDTHS = (16, 32, 64, 128, 256)
 _NAME_CODES = {name: int.from_bytes(name.encode().ljust(8, b"\0"), "big") for name in ("TAGS", "KEYS", "UNIQ_KEY", "DELAY")}
+_K1, _K2, _K3 = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xC2B2AE3D27D4EB4F), np.uint64(0x165667B19E3779F9)
 
 
-def _powers(n: int) -> tuple[np.ndarray, np.ndarray]:
-    """31**i and 31**-i mod 2**32 for i < n (cached, grown by doubling)."""
-    have = _POW_CACHE.get("p")
-    if have is None or len(have) < n:
-        size = max(n, 1 << 16, 2 * (0 if have is None else len(have)))
-        exps = np.arange(size, dtype=np.uint64)
-        _POW_CACHE["p"] = _pow_mod(31, exps)
-        _POW_CACHE["i"] = _pow_mod(int(_INV31), exps)
-    return _POW_CACHE["p"], _POW_CACHE["i"]
-
-
-def _pow_mod(base: int, exps: np.ndarray) -> np.ndarray:
-    """base**e mod 2**32 for every e, by square-and-multiply over the bits of e."""
-    out = np.ones(len(exps), dtype=np.uint32)
-    b = np.uint32(base)
-    e = exps.copy()
-    with np.errstate(over="ignore"):
-        while e.any():
-            odd = (e & 1).astype(bool)
-            out[odd] *= b
-            b = b * b
-            e >>= 1
+def _pow31(n: int) -> np.ndarray:
+    """31**i mod 2**32 for i < n (a running product wraps exactly like Java int arithmetic)."""
+    out = np.full(max(n, 1), 31, dtype=np.uint32)
+    out[0] = 1
+    np.cumprod(out, out=out)
     return out
+
+
+_POW31 = _pow31(1 << 16)
 
 
 @dataclass
@@ -245,35 +236,13 @@ class DispatchColumns:
         return (t == C.TRANSACTION_NOT) | (t == C.TRANSACTION_COMMIT)
 
 
-class _Hasher:
-    """hashCode of byte ranges of one buffer, through a prefix sum of c[i] * 31**(T-1-i)."""
+def _windows(buf: np.ndarray, width: int) -> np.ndarray:
+    """Every `width`-byte window of buf as one void array (stride 1): a gather is one memcpy per position."""
+    return np.ndarray((len(buf) - width + 1,), dtype=np.dtype((np.void, width)), buffer=buf, strides=(1,))
 
-    def __init__(self, arr: np.ndarray):
-        self.arr = arr
-        n = len(arr)
-        pw, ipw = _powers(n + 1)
-        self.ipw = ipw
-        self.n = n
-        with np.errstate(over="ignore"):
-            terms = arr.astype(np.uint32) * pw[:n][::-1]
-        self.q = np.zeros(n + 1, dtype=np.uint32)
-        np.cumsum(terms, dtype=np.uint32, out=self.q[1:])
-        nonascii = arr >= 0x80
-        self.na = None
-        if nonascii.any():
-            self.na = np.zeros(n + 1, dtype=np.int64)
-            np.cumsum(nonascii, out=self.na[1:])
 
-    def ascii(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        """Which ranges [a, b) hold only ASCII (their hash is then hash())."""
-        if self.na is None:
-            return np.ones(len(a), dtype=bool)
-        return self.na[b] == self.na[a]
-
-    def hash(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        """hashCode of [a, b) read as ASCII, uint32."""
-        with np.errstate(over="ignore"):
-            return (self.q[b] - self.q[a]) * self.ipw[self.n - b]
+def _gather_rows(buf: np.ndarray, pos: np.ndarray, width: int) -> np.ndarray:
+    return _windows(buf, width)[pos].view(np.uint8).reshape(len(pos), width)
 
 
 def _java_hash_bytes(raw: bytes, cache: dict[bytes, tuple[int, int]]) -> tuple[int, int]:
@@ -285,111 +254,260 @@ def _java_hash_bytes(raw: bytes, cache: dict[bytes, tuple[int, int]]) -> tuple[i
     return got
 
 
-def _last_per_record(rec: np.ndarray, sel: np.ndarray, n: int) -> np.ndarray:
-    """For each record, the last selected item (the broker keeps the last value of a repeated name), or -1."""
-    out = np.full(n, -1, dtype=np.int64)
-    if len(sel):
-        r = rec[sel]
-        last = np.ones(len(sel), dtype=bool)
-        last[:-1] = r[1:] != r[:-1]
-        out[r[last]] = sel[last]
-    return out
+_HIGH_BITS = np.uint64(0x8080808080808080)
+_MASKS: dict[int, np.ndarray] = {}
+
+
+def _lead_masks(w: int) -> np.ndarray:
+    """For each lead 0..w, the row of native uint64 words that zeroes the first `lead` bytes of a w-byte row."""
+    got = _MASKS.get(w)
+    if got is None:
+        keep = (np.arange(w)[None, :] >= np.arange(w + 1)[:, None]).astype(np.uint8) * np.uint8(0xFF)
+        got = _MASKS[w] = np.ascontiguousarray(keep).view(np.uint64)
+    return got
+
+
+def _horner(m: np.ndarray) -> np.ndarray:
+    """hashCode of each row of a uint8 matrix whose leading unused bytes are 0."""
+    cols = np.ascontiguousarray(m.T)
+    h = np.zeros(m.shape[0], dtype=np.uint32)
+    with np.errstate(over="ignore"):
+        for col in cols:
+            h *= np.uint32(31)
+            h += col
+    return h
+
+
+def _range_hashes(buf: np.ndarray, a: np.ndarray, b: np.ndarray, cache: dict) -> tuple[np.ndarray, np.ndarray]:
+    """(hashCode as uint32, UTF-16 length) of the byte ranges [a, b) of buf (buf has _PAD bytes before any range)."""
+    k = len(a)
+    h = np.zeros(k, dtype=np.uint32)
+    ln = (b - a).astype(np.int64)
+    slow = []
+    lo = 0
+    for w in _HASH_WIDTHS:
+        sel = np.flatnonzero((ln > lo) & (ln <= w))
+        lo = w
+        if not len(sel):
+            continue
+        m = _gather_rows(buf, b[sel] - w, w)
+        words = m.view(np.uint64)  # rows of w // 8 native words: masks work 8 bytes at a time
+        lead = w - ln[sel]
+        if (lead > 0).any():
+            words = words & _lead_masks(w)[lead]
+            m = words.view(np.uint8)
+        h[sel] = _horner(m)
+        nonascii = (words & _HIGH_BITS).any(axis=1)
+        if nonascii.any():
+            slow.extend(sel[nonascii].tolist())
+    if slow:
+        _decode_hashes(buf, a, b, np.array(slow, dtype=np.int64), h, ln, cache)
+    longer = np.flatnonzero(ln > _HASH_WIDTHS[-1])
+    for i in longer.tolist():
+        hv, lv = _java_hash_bytes(buf[a[i] : b[i]].tobytes(), cache)
+        h[i] = np.uint32(hv & 0xFFFFFFFF)
+        ln[i] = lv
+    return h, ln
+
+
+def _decode_hashes(buf, a, b, idx, h, ln, cache) -> None:
+    """Non-ASCII ranges: decoded and hashed once per distinct byte string (grouped by byte hash and length, checked byte for byte)."""
+    key = (h[idx].astype(np.uint64) << np.uint64(32)) | ln[idx].astype(np.uint64)
+    _, rep, inv = np.unique(key, return_index=True, return_inverse=True)
+    for g, r in enumerate(rep.tolist()):
+        i = int(idx[r])
+        members = idx[inv == g]
+        width = int(ln[i])
+        win = _windows(buf, width)
+        same = win[a[members]] == win[a[i]] if len(members) > 1 else np.ones(1, dtype=bool)
+        hv, lv = _java_hash_bytes(buf[a[i] : b[i]].tobytes(), cache)
+        ok = members[same]
+        h[ok] = np.uint32(hv & 0xFFFFFFFF)
+        ln[ok] = lv
+        for j in members[~same].tolist():
+            hv, lv = _java_hash_bytes(buf[a[j] : b[j]].tobytes(), cache)
+            h[j] = np.uint32(hv & 0xFFFFFFFF)
+            ln[j] = lv
+
+
+class _Props:
+    """Property items of some records, laid out in one buffer: record r is buf[start[r]:end[r]].
+
+    An item NAME\x01VALUE is found from its \x01: NAME is the bytes right
+    before it, and must begin at the record's start or right after a \x02
+    (so it is the item's first \x01, as the broker splits); VALUE runs to the
+    next \x02 or the record's end. Rows of a fixed `width` (start[r] =
+    start[0] + r * width) find their record by division, other layouts by
+    search. Bytes outside the records are never read as separators, and
+    buf has at least 8 bytes before the first record and after the last.
+    """
+
+    _CODES = {name: int.from_bytes(name.encode(), "big") for name in ("TAGS", "KEYS", "UNIQ_KEY", "DELAY")}
+
+    def __init__(self, buf: np.ndarray, start: np.ndarray, end: np.ndarray, width: int | None = None):
+        self.buf = buf
+        self.n = n = len(start)
+        self.start, self.end = start, end
+        body = buf[: len(buf) - 8]
+        hits = np.flatnonzero((body - np.uint8(1)) < np.uint8(2))  # \x01 and \x02
+        if width:
+            r = np.clip((hits - int(start[0])) // width, 0, n - 1)
+        else:
+            r = np.maximum(np.searchsorted(start, hits, side="right") - 1, 0)
+        keep = (hits >= start[r]) & (hits < end[r])
+        hits, r = hits[keep], r[keep]
+        kind = body[hits]
+        is1 = kind == 1
+        self.x2 = hits[kind == 2]
+        x1, r1 = hits[is1], r[is1]
+        word = _windows(buf, 8)[x1 - 8].view(">u8").astype(np.uint64)
+        w4 = word & np.uint64(0xFFFFFFFF)
+        codes = self._CODES
+        cand = (w4 == np.uint64(codes["TAGS"])) | (w4 == np.uint64(codes["KEYS"])) | (word == np.uint64(codes["UNIQ_KEY"]))
+        cand |= (word & np.uint64(0xFFFFFFFFFF)) == np.uint64(codes["DELAY"])
+        c = np.flatnonzero(cand)
+        self.x1, self.r1, self.word = x1[c], r1[c], word[c]
+
+    def find(self, name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(records, value starts, value ends) of the records that have this property (its last value)."""
+        length = len(name)
+        mask = np.uint64((1 << (8 * length)) - 1)
+        sel = np.flatnonzero((self.word & mask) == np.uint64(self._CODES[name]))
+        x1, r = self.x1[sel], self.r1[sel]
+        p = x1 - length  # where the name begins
+        st = self.start[r]
+        ok = (p == st) | ((p > st) & (self.buf[p - 1] == 2))
+        x1, r = x1[ok], r[ok]
+        if len(r) > 1:  # the last value of a repeated name wins
+            last = np.ones(len(r), dtype=bool)
+            last[:-1] = r[1:] != r[:-1]
+            x1, r = x1[last], r[last]
+        j = np.searchsorted(self.x2, x1)
+        nxt = self.x2[np.minimum(j, len(self.x2) - 1)] if len(self.x2) else self.end[r]
+        b = np.where((j < len(self.x2)) & (nxt < self.end[r]), nxt, self.end[r])
+        return r, x1 + 1, b
+
+
+def _matrix_props(data: np.ndarray, pp: np.ndarray, pl: np.ndarray) -> _Props:
+    """Properties of records up to _ROW bytes, one row each, copied straight from the mapped file.
+
+    A row is wider than its record (the rest is whatever followed in the
+    file, never read as a separator); dummy rows before and after give the
+    windows of the hashing and the name test room to read.
+    """
+    n = len(pp)
+    width = -(-(int(pl.max()) + 1) // 8) * 8
+    lead = -(-_PAD // width)
+    pos = np.concatenate([np.repeat(pp[:1], lead), pp, np.repeat(pp[-1:], 2)])
+    buf = _windows(data, width)[pos].view(np.uint8)
+    start = (lead + np.arange(n, dtype=np.int64)) * width
+    return _Props(buf, start, start + pl, width)
+
+
+def _joined_props(view, pp: np.ndarray, pl: np.ndarray) -> _Props:
+    """Properties of any length, joined one after the other."""
+    parts = [view[a : a + k] for a, k in zip(pp.tolist(), pl.tolist(), strict=True)]
+    raw = bytes(_PAD) + b"\x00".join(parts) + bytes(8 + 1)
+    buf = np.frombuffer(raw, dtype=np.uint8)
+    start = np.zeros(len(pp), dtype=np.int64)
+    if len(pp) > 1:
+        np.cumsum(pl[:-1] + 1, out=start[1:])
+    start += _PAD
+    return _Props(buf, start, start + pl)
+
+
+def _topic_ids(data: np.ndarray, view, tp: np.ndarray, tl: np.ndarray) -> tuple[np.ndarray, list[str]]:
+    """Topic id per record: grouped by a fingerprint of (first 8 bytes, last 8 bytes, length), each group checked whole."""
+    n = len(tp)
+    if n >= 64 and tl.max() <= 4096 and (tp >= 0).all() and int(tp.max()) + 8 <= len(data) and tl.min() > 0:
+        w8 = _windows(data, 8)
+        first = w8[tp].view(">u8").astype(np.uint64)
+        last = w8[np.maximum(tp + tl - 8, 0)].view(">u8").astype(np.uint64)
+        short = np.minimum(tl, 8).astype(np.uint64) * np.uint64(8)
+        with np.errstate(over="ignore"):
+            first = np.where(short < 64, (first >> (np.uint64(64) - short)), first)
+            last = np.where(short < 64, last & ((np.uint64(1) << short) - np.uint64(1)), last)
+            fp = first * _K1 + last * _K2 + tl.astype(np.uint64) * _K3
+        _, rep, inv = np.unique(fp, return_index=True, return_inverse=True)
+        ok = bool((tl == tl[rep][inv]).all())
+        for g in range(len(rep)) if ok else ():
+            width = int(tl[rep[g]])
+            if width <= 16:
+                continue  # first and last 8 bytes cover it
+            members = np.flatnonzero(inv == g)
+            win = _windows(data, width)
+            if not (win[tp[members]] == win[tp[rep[g]]]).all():
+                ok = False
+                break
+        if ok:
+            topics = [bytes(view[int(tp[r]) : int(tp[r]) + int(tl[r])]).decode("utf-8", errors="replace") for r in rep]
+            return inv.astype(np.int32), topics
+    table: dict[bytes, int] = {}
+    ids = np.fromiter((table.setdefault(bytes(view[a : a + k]), len(table)) for a, k in zip(tp.tolist(), tl.tolist(), strict=True)), dtype=np.int32, count=n)
+    return ids, [t.decode("utf-8", errors="replace") for t in table]
 
 
 def dispatch_columns(batch: Batch, delays: DelayLevels, *, keys: bool = True) -> DispatchColumns:
     """dispatch_of(batch) as columns (tests prove the two equal on every real record)."""
     c = batch.cols
     n = len(batch)
-    mm = batch.mf._mm
-    empty_i8 = np.zeros(0, dtype=np.int64)
     if n == 0:
         z = np.zeros(0, dtype=np.int64)
         return DispatchColumns(z, z.astype(np.int32), z.astype(np.int32), [], z, z, z, z, z, z.astype(np.int32), z.astype(np.int32))
-    tp, tl = c["topic_pos"].tolist(), c["topic_length"].tolist()
-    # topics: one dict lookup per record, on bytes (cheaper than any numpy gather of ~20-200 bytes)
-    table: dict[bytes, int] = {}
-    raw_topics = [mm[a : a + k] for a, k in zip(tp, tl, strict=True)]
-    topic_id = np.fromiter((table.setdefault(t, len(table)) for t in raw_topics), dtype=np.int32, count=n)
-    topics = [t.decode("utf-8", errors="replace") for t in table]
+    data, view = batch.mf.data, batch.mf.view
+    topic_id, topics = _topic_ids(data, view, c["topic_pos"], c["topic_length"])
+    pp = c["properties_pos"]
+    pl = np.maximum(c["properties_length"], 0)
+    small = (pl < _ROW) & (pp + _ROW <= len(data))
+    groups = []  # (record indices, _Props)
+    idx = np.flatnonzero(small)
+    if len(idx):
+        groups.append((idx, _matrix_props(data, pp[idx], pl[idx])))
+    idx = np.flatnonzero(~small)
+    if len(idx):
+        groups.append((idx, _joined_props(view, pp[idx], pl[idx])))
 
-    pp, pl = c["properties_pos"], c["properties_length"]
-    pl_clip = np.maximum(pl, 0)
-    parts = [mm[a : a + k] for a, k in zip(pp.tolist(), pl_clip.tolist(), strict=True)]
-    blob = b"\x02".join(parts) + b"\x02" + b"\0" * 8
-    arr = np.frombuffer(blob, dtype=np.uint8)
-    body_len = len(blob) - 8
-    rec_start = np.zeros(n, dtype=np.int64)
-    np.cumsum(pl_clip[:-1] + 1, out=rec_start[1:])
-
-    x2 = np.flatnonzero(arr[:body_len] == 2)  # item ends (every record ends with one)
-    x1 = np.flatnonzero(arr[:body_len] == 1)
-    item_start = np.empty(len(x2), dtype=np.int64)
-    item_start[0] = 0
-    item_start[1:] = x2[:-1] + 1
-    k = np.searchsorted(x1, item_start)
-    sep = x1[np.minimum(k, max(len(x1) - 1, 0))] if len(x1) else np.full(len(x2), body_len, dtype=np.int64)
-    has = (k < len(x1)) & (sep < x2)
-    name_len = sep - item_start
-    cand = np.flatnonzero(has & ((name_len == 4) | (name_len == 5) | (name_len == 8)))
-    windows = np.ndarray((len(arr) - 7,), dtype=np.dtype((np.void, 8)), buffer=arr, strides=(1,))
-    word = windows[item_start[cand]].view(">u8").astype(np.uint64)
-    nl = name_len[cand]
-    shift = ((8 - nl) * 8).astype(np.uint64)
-    word = (word >> shift) << shift
-    item_rec = np.searchsorted(rec_start, item_start[cand], side="right") - 1
-
-    def find(name: str, length: int) -> np.ndarray:
-        sel = np.flatnonzero((nl == length) & (word == np.uint64(_NAME_CODES[name])))
-        last = _last_per_record(item_rec, sel, n)
-        out = np.full(n, -1, dtype=np.int64)
-        ok = last >= 0
-        out[ok] = cand[last[ok]]
-        return out  # item index per record, -1 when absent
-
-    tags_item = find("TAGS", 4)
-    hasher = _Hasher(arr[:body_len])
     cache: dict[bytes, tuple[int, int]] = {}
-
-    def value_range(items: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        return sep[items] + 1, x2[items]
-
-    def hashes(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(hashCode uint32, UTF-16 length) of byte ranges, non-ASCII ones decoded."""
-        h = hasher.hash(a, b)
-        ln = (b - a).astype(np.int64)
-        for i in np.flatnonzero(~hasher.ascii(a, b)).tolist():
-            hv, lv = _java_hash_bytes(blob[a[i] : b[i]], cache)
-            h[i] = np.uint32(hv & 0xFFFFFFFF)
-            ln[i] = lv
-        return h, ln
-
     tags_code = np.zeros(n, dtype=np.int64)
-    with_tags = np.flatnonzero(tags_item >= 0)
-    if len(with_tags):
-        a, b = value_range(tags_item[with_tags])
-        nonempty = b > a
-        with_tags, a, b = with_tags[nonempty], a[nonempty], b[nonempty]
-        tags_code[with_tags] = hashes(a, b)[0].view(np.int32).astype(np.int64)
-
     sched = [i for i, t in enumerate(topics) if t == C.SCHEDULE_TOPIC]
-    if sched:
-        delay_item = find("DELAY", 5)
-        st = c["store_timestamp"]
-        for i in np.flatnonzero(np.isin(topic_id, sched) & (delay_item >= 0)).tolist():
-            a, b = value_range(delay_item[i : i + 1])
-            d = blob[int(a[0]) : int(b[0])].decode("utf-8", errors="replace")
-            try:
-                level = int(d)
-            except ValueError:
-                continue
-            if level > 0:
-                tags_code[i] = delays.deliver_time(level, int(st[i]))
-
+    st = c["store_timestamp"]
     sys_flag = c["sys_flag"]
+    indexed = (sys_flag & C.TRANSACTION_MASK) != C.TRANSACTION_ROLLBACK
+    key_parts = []  # (record, order within the record's keys, hash, UTF-16 length)
+    for recs, props in groups:
+        r, a, b = props.find("TAGS")
+        nonempty = b > a
+        r, a, b = r[nonempty], a[nonempty], b[nonempty]
+        if len(r):
+            tags_code[recs[r]] = _range_hashes(props.buf, a, b, cache)[0].view(np.int32).astype(np.int64)
+        if sched:
+            r, a, b = props.find("DELAY")
+            for j in np.flatnonzero(np.isin(topic_id[recs[r]], sched)).tolist():
+                d = props.buf[int(a[j]) : int(b[j])].tobytes().decode("utf-8", errors="replace")
+                try:
+                    level = int(d)
+                except ValueError:
+                    continue
+                if level > 0:
+                    i = int(recs[r[j]])
+                    tags_code[i] = delays.deliver_time(level, int(st[i]))
+        if keys:
+            key_parts.append(_key_ranges(props, recs, indexed[recs], cache))
+
     key_rec, key_hash = np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int32)
-    if keys:
-        key_rec, key_hash = _index_key_hashes(topics, topic_id, sys_flag, find("UNIQ_KEY", 8), find("KEYS", 4), value_range, hashes, arr, body_len, rec_start)
-    del empty_i8
+    if keys and key_parts:
+        rec = np.concatenate([k[0] for k in key_parts])
+        order = np.concatenate([k[1] for k in key_parts])
+        h = np.concatenate([k[2] for k in key_parts])
+        ln = np.concatenate([k[3] for k in key_parts])
+        if len(key_parts) > 1:
+            o = np.lexsort((order, rec))
+            rec, h, ln = rec[o], h[o], ln[o]
+        prefix = np.array([java_hash(t + C.INDEX_KEY_SEPARATOR) & 0xFFFFFFFF for t in topics], dtype=np.uint32)
+        pw = _POW31 if ln.max(initial=0) < len(_POW31) else _pow31(int(ln.max()) + 1)
+        with np.errstate(over="ignore"):
+            full = prefix[topic_id[rec]] * pw[ln] + h
+        key_rec, key_hash = rec.astype(np.int32), full.view(np.int32)
     return DispatchColumns(
         phys=batch.phys,
         size=c["total_size"].astype(np.int32),
@@ -398,54 +516,43 @@ def dispatch_columns(batch: Batch, delays: DelayLevels, *, keys: bool = True) ->
         queue_id=c["queue_id"],
         queue_offset=c["queue_offset"],
         sys_flag=sys_flag,
-        store_timestamp=c["store_timestamp"],
+        store_timestamp=st,
         tags_code=tags_code,
         key_rec=key_rec,
         key_hash=key_hash,
     )
 
 
-def _index_key_hashes(topics, topic_id, sys_flag, uniq_item, keys_item, value_range, hashes, arr, body_len, rec_start):
-    """(record, hashCode("topic#key")) of every index key, in put order: UNIQ_KEY first, then KEYS tokens."""
-    indexed = (sys_flag & C.TRANSACTION_MASK) != C.TRANSACTION_ROLLBACK
-    prefix = np.array([java_hash(t + C.INDEX_KEY_SEPARATOR) & 0xFFFFFFFF for t in topics], dtype=np.uint32)
-    pw, _ = _powers(1)
-    recs, starts, ends = [], [], []
-    u = np.flatnonzero((uniq_item >= 0) & indexed)
-    if len(u):
-        a, b = value_range(uniq_item[u])
-        recs.append(u)
-        starts.append(a)
-        ends.append(b)
-        order_u = 2 * rec_start[u] - 1  # before every token of the record
-    else:
-        order_u = np.zeros(0, dtype=np.int64)
-    kr = np.flatnonzero((keys_item >= 0) & indexed)
-    order_k = np.zeros(0, dtype=np.int64)
-    if len(kr):
-        a, b = value_range(keys_item[kr])
-        sp = np.flatnonzero(arr[:body_len] == 0x20)
-        which = np.searchsorted(a, sp, side="right") - 1
-        inner = (which >= 0) & (sp < b[np.maximum(which, 0)])
-        sp, which = sp[inner], which[inner]
-        t_start = np.sort(np.concatenate([a, sp + 1]))
-        t_end = np.sort(np.concatenate([sp, b]))
-        t_rec = kr[np.searchsorted(a, t_start, side="right") - 1]
-        nonempty = t_end > t_start
-        recs.append(t_rec[nonempty])
-        starts.append(t_start[nonempty])
-        ends.append(t_end[nonempty])
-        order_k = 2 * t_start[nonempty]
-    if not recs:
-        return np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int32)
-    rec = np.concatenate(recs)
-    a = np.concatenate(starts)
-    b = np.concatenate(ends)
-    order = np.argsort(np.concatenate([order_u, order_k]), kind="stable")
-    rec, a, b = rec[order], a[order], b[order]
-    h, ln = hashes(a, b)
-    if ln.max(initial=0) >= len(pw):
-        pw, _ = _powers(int(ln.max()) + 1)
-    with np.errstate(over="ignore"):
-        full = prefix[topic_id[rec]] * pw[ln] + h
-    return rec.astype(np.int32), full.view(np.int32)
+def _key_ranges(props: _Props, recs: np.ndarray, indexed: np.ndarray, cache: dict):
+    """(record, order, hash, UTF-16 length) of UNIQ_KEY and each non-empty KEYS token, in put order."""
+    n = props.n
+    ur, ua, ub = props.find("UNIQ_KEY")
+    keep = indexed[ur]
+    ur, ua, ub = ur[keep], ua[keep], ub[keep]
+    kr, a, b = props.find("KEYS")
+    keep = indexed[kr] & (b > a)
+    kr, a, b = kr[keep], a[keep], b[keep]
+    # spaces inside the KEYS values split them into tokens
+    sp = np.flatnonzero(props.buf == 0x20) if len(kr) else np.zeros(0, dtype=np.int64)
+    w = np.searchsorted(a, sp, side="right") - 1
+    sp = sp[(w >= 0) & (sp < b[np.maximum(w, 0)])]
+    t_start = np.sort(np.concatenate([a, sp + 1]), kind="stable")
+    t_end = np.sort(np.concatenate([sp, b]), kind="stable")
+    nonempty = t_end > t_start
+    t_start, t_end = t_start[nonempty], t_end[nonempty]
+    t_rec = kr[np.searchsorted(a, t_start, side="right") - 1]
+    # put order: a record's UNIQ_KEY, then its tokens; records in order
+    has_u = np.zeros(n, dtype=np.int64)
+    has_u[ur] = 1
+    ntok = np.bincount(t_rec, minlength=n)
+    first = np.zeros(n, dtype=np.int64)
+    np.cumsum((has_u + ntok)[:-1], out=first[1:])
+    total = int(has_u.sum() + ntok.sum())
+    pos_t = first[t_rec] + has_u[t_rec] + (np.arange(len(t_rec)) - (np.cumsum(ntok) - ntok)[t_rec])
+    ra = np.empty(total, dtype=np.int64)
+    rb = np.empty(total, dtype=np.int64)
+    rr = np.empty(total, dtype=np.int64)
+    ra[first[ur]], rb[first[ur]], rr[first[ur]] = ua, ub, ur
+    ra[pos_t], rb[pos_t], rr[pos_t] = t_start, t_end, t_rec
+    h, ln = _range_hashes(props.buf, ra, rb, cache)
+    return recs[rr], np.arange(total, dtype=np.int64), h, ln

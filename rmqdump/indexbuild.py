@@ -158,11 +158,19 @@ class IndexBuilder:
 
     # --- building ---
 
-    def add(self, phys: np.ndarray, store_ts: np.ndarray, key_rec: np.ndarray, key_hash: np.ndarray) -> None:
+    def add(
+        self,
+        phys: np.ndarray,
+        store_ts: np.ndarray,
+        key_rec: np.ndarray,
+        key_hash: np.ndarray,
+        chains: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+    ) -> None:
         """One batch of dispatched messages (every one, keyed or not) and their keys in put order.
 
         key_rec indexes the batch's messages (non-decreasing); key_hash is
-        Java hashCode("topic#key").
+        Java hashCode("topic#key"). `chains` = key_chains(key_hash, slots),
+        when a worker process computed it already.
         """
         n = len(phys)
         if n == 0:
@@ -170,12 +178,15 @@ class IndexBuilder:
         base = self._records_seen
         self._records_seen += n
         key_rec = np.asarray(key_rec, dtype=np.int64)
-        key_hash = np.asarray(key_hash)
         if self._skip_below is not None and len(key_rec):
             keep = phys[key_rec] >= self._skip_below
-            self.keys_skipped += int((~keep).sum())
-            key_rec, key_hash = key_rec[keep], key_hash[keep]
-        k0, K = 0, len(key_rec)
+            if not keep.all():
+                self.keys_skipped += int((~keep).sum())
+                key_rec, key_hash, chains = key_rec[keep], key_hash[keep], None
+        if chains is None:
+            chains = key_chains(key_hash, self.hash_slots)
+        K = len(key_rec)
+        k0 = 0
         while True:
             if self._pending or self._full:
                 if self._full:
@@ -192,21 +203,21 @@ class IndexBuilder:
                 return
             room = self.index_entries - self._cur.index_count
             k1 = min(K, k0 + room)
-            self._put(phys, store_ts, key_rec[k0:k1], key_hash[k0:k1])
+            self._put(phys, store_ts, key_rec, chains, k0, k1)
             self._pending_after_record = base + int(key_rec[k1 - 1])
             k0 = k1
             if not self._full and k0 >= K:
                 return
 
-    def _put(self, phys, store_ts, rec, khash) -> None:
+    def _put(self, phys, store_ts, key_rec, chains, k0: int, k1: int) -> None:
+        """Keys k0..k1 of the batch into the current file, which has room for them all."""
         f = self._cur
-        k = len(rec)
+        h, slot, lp = (a[k0:k1] for a in chains)
+        k = k1 - k0
         first = f.index_count
-        e = np.arange(first, first + k, dtype=np.int32)
-        h = index_hash_many(khash)
-        slot = (h % self.hash_slots).astype(np.int64)
+        rec = key_rec[k0:k1]
         p = phys[rec]
-        st = store_ts[rec].astype(np.int64)
+        st = store_ts[rec]
         # timeDiff against the header's beginTimestamp as it is at each put
         td = np.empty(k, dtype=np.int64)
         j = 0
@@ -220,22 +231,15 @@ class IndexBuilder:
                 td[j:] = 0
             else:
                 td[j:] = np.minimum(np.maximum(st[j:] - f.begin_timestamp, 0) // 1000, INT_MAX)
-        # chains: stable sort by slot; each entry follows the previous one of its slot
-        order = np.argsort(slot, kind="stable")
-        ss = slot[order]
-        es = e[order]
-        head = np.ones(k, dtype=bool)
-        head[1:] = ss[1:] != ss[:-1]
-        tail = np.ones(k, dtype=bool)
-        tail[:-1] = head[1:]
-        prev_sorted = np.empty(k, dtype=np.int32)
-        prev_sorted[1:] = es[:-1]
-        before = self._slot_table[ss[head]]
-        prev_sorted[head] = before
-        prev = np.empty(k, dtype=np.int32)
-        prev[order] = prev_sorted
-        f.hash_slot_count += int((before == 0).sum())
-        self._slot_table[ss[tail]] = es[tail]
+        # each entry follows the previous key of its slot in this file: inside these keys,
+        # or else whatever the slot holds (0 when the file is new since)
+        inside = lp >= k0
+        before = self._slot_table[slot]
+        prev = np.where(inside, lp - k0 + first, before).astype(np.int32)
+        f.hash_slot_count += int(np.count_nonzero(~inside & (before == 0)))
+        last = np.ones(k, dtype=bool)
+        last[lp[inside] - k0] = False
+        self._slot_table[slot[last]] = np.flatnonzero(last).astype(np.int32) + first
 
         rows = np.empty(k, dtype=_ENTRY)
         rows["key_hash"] = h
@@ -255,6 +259,22 @@ class IndexBuilder:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+
+
+def key_chains(key_hash: np.ndarray, hash_slots: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(index hash, slot, previous key of the same slot or -1) of keys in put order.
+
+    A stable sort by slot puts each key right after the previous key of its
+    slot; this part needs no file state, so worker processes compute it.
+    """
+    h = index_hash_many(np.asarray(key_hash))
+    slot = h % np.int32(hash_slots)
+    order = np.argsort(slot, kind="stable")
+    ss = slot[order]
+    same = ss[1:] == ss[:-1]
+    lp = np.full(len(h), -1, dtype=np.int64)
+    lp[order[1:][same]] = order[:-1][same]
+    return h, slot, lp
 
 
 def _time_diff(store_ts: int, begin: int) -> int:

@@ -34,7 +34,7 @@ from rmqdump import problems as P
 from rmqdump.commitlog import CommitLog, SegmentFile, scan_file
 from rmqdump.cqbuild import ConsumeQueueBuilder, QueueResult
 from rmqdump.dispatch import DelayLevels, dispatch_columns
-from rmqdump.indexbuild import IndexBuilder, IndexFileResult
+from rmqdump.indexbuild import IndexBuilder, IndexFileResult, key_chains
 from rmqdump.mapped import MappedFile
 from rmqdump.problems import InputError, Problem
 from rmqdump.settings import StoreSettings
@@ -51,7 +51,7 @@ VERIFY_FAILED = "rebuild_verify_failed"
 
 PARTS = ("consumequeue", "index")
 TMP_MARK = ".rmqdump-rebuild-"
-RANGE_BYTES = 32 << 20
+RANGE_BYTES = 128 << 20
 PARALLEL_MIN_BYTES = 64 << 20
 
 
@@ -222,6 +222,7 @@ class RangeResult:
     queued: np.ndarray
     key_rec: np.ndarray
     key_hash: np.ndarray
+    chains: tuple | None  # indexbuild.key_chains of the keys
     damaged: list
     last_ts: int | None
 
@@ -239,7 +240,8 @@ def plan_ranges(cl: CommitLog, range_bytes: int = RANGE_BYTES, to_offset: int | 
 
 def scan_range(task) -> RangeResult:
     """Worker: dispatch columns of the records starting in [start, end) of one CommitLog file."""
-    seg, start, end, delays, check_crc, want_keys, topics_wanted = task
+    seg, start, end, delays, check_crc, hash_slots, topics_wanted = task
+    want_keys = hash_slots is not None
     parts: list = []
     damaged: list = []
     table: dict[str, int] = {}
@@ -264,7 +266,10 @@ def scan_range(task) -> RangeResult:
                 keep_t = np.array([t in topics_wanted for t in d.topics], dtype=bool)
                 sel = keep_t[d.topic_id]
             parts.append((d, tid, sel))
-    return _merge(end - start, records, list(table), parts, damaged, last_ts)
+    r = _merge(end - start, records, list(table), parts, damaged, last_ts)
+    if want_keys:
+        r.chains = key_chains(r.key_hash, hash_slots)
+    return r
 
 
 def _merge(nbytes, records, topics, parts, damaged, last_ts) -> RangeResult:
@@ -302,7 +307,7 @@ def _merge(nbytes, records, topics, parts, damaged, last_ts) -> RangeResult:
         "key_hash": np.int32,
     }
     merged = {k: (np.concatenate(v) if v else np.zeros(0, dtype=empty[k])) for k, v in cols.items()}
-    return RangeResult(nbytes, records, topics, damaged=damaged, last_ts=last_ts, **merged)
+    return RangeResult(nbytes, records, topics, damaged=damaged, last_ts=last_ts, chains=None, **merged)
 
 
 def _results(tasks: list, workers: int):
@@ -359,7 +364,8 @@ def build_into(
     if want_index:
         os.makedirs(os.path.join(tmp, "index"))
         ixb = IndexBuilder(os.path.join(tmp, "index"), settings.hash_slots, settings.index_entries, after=options.index_after, sync=options.sync)
-    tasks = [(seg, a, b, delays, options.check_crc, want_index, options.topics) for seg, a, b in plan_ranges(cl, to_offset=options.to_offset)]
+    slots = settings.hash_slots if want_index else None
+    tasks = [(seg, a, b, delays, options.check_crc, slots, options.topics) for seg, a, b in plan_ranges(cl, to_offset=options.to_offset)]
     total = sum(b - a for _, a, b, *_ in tasks)
     workers = options.workers if options.workers else default_workers(total)
     report.workers = workers
@@ -379,7 +385,7 @@ def build_into(
                         cqb.add(r.topics, r.topic_id[q], r.queue_id[q], r.queue_offset[q], r.phys[q], r.size[q], r.tags_code[q])
                         last_queued_ts = int(r.store_ts[np.flatnonzero(q)[-1]])
                 if ixb is not None:
-                    ixb.add(r.phys, r.store_ts, r.key_rec, r.key_hash)
+                    ixb.add(r.phys, r.store_ts, r.key_rec, r.key_hash, r.chains)
                     report.index_keys += len(r.key_rec)
             if on_bytes is not None:
                 on_bytes(r.nbytes)

@@ -31,11 +31,13 @@ NAME_RE = re.compile(rf"^\d{{{C.COMMITLOG_NAME_DIGITS}}}$")
 MIN_RECORD_SIZE = message_header().sizeof() + 1 + 2  # empty body, topic and properties
 BATCH_RECORDS = 32768
 RELEASE_EVERY = 32 << 20
+RESYNC_WINDOW = 16 << 20
 
 _PREFIX = struct_format(RecordPrefix)
 _BLANK = struct_format(BlankMarker)
 _PARSER = ColumnarParser(MessageRecord)
 _MAGIC_BYTES = [m.to_bytes(4, "big") for m in C.MESSAGE_MAGICS]
+_NEEDLES = (*_MAGIC_BYTES, C.MAGIC_BLANK.to_bytes(4, "big"))  # resync candidates; the BLANK last
 _PHYS_FIELD_OFFSET = field_offset(message_header(), "phys_offset")
 _CRC_PREFIX = (C.PROPERTY_CRC32 + C.NAME_VALUE_SEPARATOR).encode()
 
@@ -376,36 +378,50 @@ def scan_file(
 
 
 def resync(seg: SegmentFile, mf: MappedFile, start: int) -> int | None:
-    """The first position >= start where a record can be proven to start, or a valid BLANK marker."""
+    """The first position >= start where a record can be proven to start, or a valid BLANK marker.
+
+    Searched window by window, giving the pages of each fruitless window back:
+    a long damaged or empty stretch costs one pass and bounded memory.
+    """
+    lo = start + 4  # where a magic can begin
+    while lo < mf.size:
+        hi = min(mf.size, lo + RESYNC_WINDOW)
+        p = _proof_in(seg, mf, lo, hi)
+        if p is not None:
+            return p
+        if hi < mf.size:
+            mf.release(lo, hi)
+        lo = hi
+    return None
+
+
+def _proof_in(seg: SegmentFile, mf: MappedFile, lo: int, hi: int) -> int | None:
+    """The first provable record start (or valid BLANK) whose magic begins in [lo, hi)."""
     view, size = mf.view, mf.size
-    cands = []
-    for mb in _MAGIC_BYTES:
-        cands.append(_find(mf, mb, start + 4))
-    blank = _find(mf, C.MAGIC_BLANK.to_bytes(4, "big"), start + 4)
+    stop = min(size, hi + 3)
+    cands = [_find(mf, nd, lo, stop) for nd in _NEEDLES]
     while True:
-        best = min((c for c in [*cands, blank] if c >= 0), default=-1)
+        best = min((c for c in cands if c >= 0), default=-1)
         if best < 0:
             return None
         p = best - 4
-        if blank == best:
+        if cands[-1] == best:
             total, _ = _BLANK.unpack_from(view, p)
             if total == size - p:
                 return p
-            blank = _find(mf, C.MAGIC_BLANK.to_bytes(4, "big"), best + 1)
-            continue
-        if p + _PHYS_FIELD_OFFSET + 8 <= size:
+        elif p + _PHYS_FIELD_OFFSET + 8 <= size:
             phys = int.from_bytes(view[p + _PHYS_FIELD_OFFSET : p + _PHYS_FIELD_OFFSET + 8], "big", signed=True)
             if phys == seg.base + p:
                 return p
         for j, c in enumerate(cands):
             if c == best:
-                cands[j] = _find(mf, _MAGIC_BYTES[j], best + 1)
+                cands[j] = _find(mf, _NEEDLES[j], best + 1, stop)
 
 
-def _find(mf: MappedFile, needle: bytes, start: int) -> int:
+def _find(mf: MappedFile, needle: bytes, start: int, stop: int) -> int:
     if mf.size == 0:
         return -1
-    return mf._mm.find(needle, start)
+    return mf._mm.find(needle, start, stop)
 
 
 def _first_nonzero(mf: MappedFile, start: int, stop: int) -> int | None:
@@ -429,24 +445,29 @@ def diagnose(seg: SegmentFile, mf: MappedFile, p: int) -> tuple[list, int | None
     total, magic = _PREFIX.unpack_from(mf.view, p)
     if magic == C.MAGIC_BLANK and total == size - p:
         return [Blank(path, p, base + p, total, "blank")], None
-    nxt = resync(seg, mf, p + 1)
+    first = p + 1
+    if total == 0 and magic == 0:
+        # The newest file's zero tail (most of a preallocated 1 GiB file): one
+        # releasing pass, and resync only past the zeros (a record's magic is
+        # nonzero, so none starts more than 4 bytes before the first nonzero byte).
+        nz = _first_nonzero(mf, p, size)
+        if nz is None:
+            return [Blank(path, p, base + p, size - p, "zeros")], None
+        first = max(first, nz - 4)
+    nxt = resync(seg, mf, first)
     stop = size if nxt is None else nxt
     skipped = stop - p
-    if total == 0 and magic == 0:
-        nz = _first_nonzero(mf, p, stop)
-        if nz is None:
-            if nxt is None:
-                return [Blank(path, p, base + p, size - p, "zeros")], None
-            return [
-                Problem(
-                    P.ZEROED_RANGE,
-                    path,
-                    p,
-                    f"{skipped} zero bytes where a record should start; next record at {nxt}",
-                    phys_offset=base + p,
-                    extra={"skipped": skipped},
-                )
-            ], nxt
+    if total == 0 and magic == 0 and nz >= stop:  # zeros all the way to the next record (zeros to the end returned above)
+        return [
+            Problem(
+                P.ZEROED_RANGE,
+                path,
+                p,
+                f"{skipped} zero bytes where a record should start; next record at {nxt}",
+                phys_offset=base + p,
+                extra={"skipped": skipped},
+            )
+        ], nxt
     if magic in C.MESSAGE_MAGICS:
         if total > size - p:
             code, what = P.RECORD_PAST_END, f"record of totalSize {total} runs {total - (size - p)} bytes past the end of the file"

@@ -384,14 +384,16 @@ def resync(seg: SegmentFile, mf: MappedFile, start: int) -> int | None:
     a long damaged or empty stretch costs one pass and bounded memory.
     """
     lo = start + 4  # where a magic can begin
+    window = 64 << 10  # small first: at a healthy spot the next record is near, and absent magics cost their whole window
     while lo < mf.size:
-        hi = min(mf.size, lo + RESYNC_WINDOW)
+        hi = min(mf.size, lo + window)
         p = _proof_in(seg, mf, lo, hi)
         if p is not None:
             return p
         if hi < mf.size:
             mf.release(lo, hi)
         lo = hi
+        window = min(window * 4, RESYNC_WINDOW)
     return None
 
 

@@ -269,8 +269,10 @@ def key_chains(key_hash: np.ndarray, hash_slots: int) -> tuple[np.ndarray, np.nd
     """
     h = index_hash_many(np.asarray(key_hash))
     slot = h % np.int32(hash_slots)
-    order = np.argsort(slot, kind="stable")
-    ss = slot[order]
+    # sorting (slot, position) pairs packed in one int64 is a stable sort by slot, several times faster
+    packed = np.sort((slot.astype(np.int64) << 32) | np.arange(len(h), dtype=np.int64))
+    ss = packed >> 32
+    order = packed & 0xFFFFFFFF
     same = ss[1:] == ss[:-1]
     lp = np.full(len(h), -1, dtype=np.int64)
     lp[order[1:][same]] = order[:-1][same]

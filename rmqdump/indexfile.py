@@ -35,7 +35,9 @@ NAME_RE = re.compile(r"^\d{17}$")  # creation time yyyyMMddHHmmssSSS
 # Layout inference: files up to this size have every candidate sizing scored;
 # larger ones only the broker's 1:4 ratio and the "file is full" sizing.
 FULL_SEARCH_MAX_BYTES = 64 << 20
-SAMPLE_ENTRIES = 512
+SAMPLE_ENTRIES = 64  # each sampled entry may fault in a whole page-cache folio
+# With a header that names no usable newest entry, small files have every sizing scored one by one.
+FALLBACK_MAX_CANDIDATES = 20_000
 # A candidate is accepted when this share of the sampled entries link up.
 MIN_SCORE = 0.5
 
@@ -93,14 +95,25 @@ def _flag_hint() -> str:
     return "pass --hash-slots (the broker's maxHashSlotNum) or --index-entries (maxIndexNum)"
 
 
-def _candidates(size: int) -> list[tuple[int, int]]:
-    """Every (slots, entries) with both >= 1 that fills `size` bytes exactly, fewest entries first."""
+def _candidates(size: int) -> np.ndarray:
+    """Every (slots, entries) with both >= 1 that fills `size` bytes exactly, fewest entries first (rows of an int64 array)."""
     body = size - HEADER_SIZE
     if body <= 0 or body % SLOT_SIZE:
-        return []
+        return np.zeros((0, 2), dtype=np.int64)
     words = body // SLOT_SIZE
     per_entry = ENTRY_SIZE // SLOT_SIZE
-    return [(words - per_entry * e, e) for e in range(1, (words - 1) // per_entry + 1)]
+    e = np.arange(1, (words - 1) // per_entry + 1, dtype=np.int64)
+    return np.stack([words - per_entry * e, e], axis=1)
+
+
+def _fits(size: int, slots: int | None = None, entries: int | None = None) -> tuple[int, int] | None:
+    """The sizing with the given slot or entry count that fills `size` exactly, if any."""
+    body = size - HEADER_SIZE
+    if slots is not None:
+        e, r = divmod(body - slots * SLOT_SIZE, ENTRY_SIZE)
+        return (slots, e) if slots >= 1 and e >= 1 and not r else None
+    s, r = divmod(body - entries * ENTRY_SIZE, SLOT_SIZE)
+    return (s, entries) if entries >= 1 and s >= 1 and not r else None
 
 
 def _score(mf: MappedFile, header: Header, slots: int, entries: int, sample: int | None) -> tuple[int, int]:
@@ -146,30 +159,35 @@ def infer_layout(mf: MappedFile, header: Header, hash_slots: int | None = None, 
             given = ", ".join(f"{k} {v}" for k, v in (("--hash-slots", hash_slots), ("--index-entries", index_entries)) if v is not None)
             raise IndexLayoutError(LAYOUT_SIZE, mf.path, f"{size} bytes does not fit {given} (a file is {HEADER_SIZE} + 4 x slots + 20 x entries bytes)")
         return Layout(s, e, "given")
-    cands = _candidates(size)
-    if not cands:
+    body = size - HEADER_SIZE
+    ratio = _fits(size, slots=body // (SLOT_SIZE + 4 * ENTRY_SIZE)) if body > 0 and body % (SLOT_SIZE + 4 * ENTRY_SIZE) == 0 else None
+    if body <= 0 or body % SLOT_SIZE or body < SLOT_SIZE + ENTRY_SIZE:
         raise IndexLayoutError(LAYOUT_SIZE, mf.path, f"{size} bytes is not {HEADER_SIZE} + 4 x slots + 20 x entries for any sizing")
-    if header.index_count <= 1 and not mf.data[HEADER_SIZE:].any():
+    if header.index_count <= 1 and not mf.data[HEADER_SIZE : HEADER_SIZE + (16 << 20)].any():
         # Nothing written: every sizing reads the same (empty) file.
-        ratio = [c for c in cands if c[1] == 4 * c[0]]
         if ratio:
-            return Layout(*ratio[0], "ratio")
+            return Layout(*ratio, "ratio")
         raise IndexLayoutError(LAYOUT_AMBIGUOUS, mf.path, f"the file holds no entries and {size} bytes fits several sizings: {_flag_hint()}")
     if size > FULL_SEARCH_MAX_BYTES:
-        tried = [
-            (c, src) for c in cands for src in ("ratio", "full") if (src == "ratio" and c[1] == 4 * c[0]) or (src == "full" and c[1] == header.index_count)
-        ]
-        for (s, e), src in tried:
-            good, seen = _score(mf, header, s, e, SAMPLE_ENTRIES)
+        # Too many sizings to try: the broker's default 1:4 ratio, then "the file is full".
+        full = _fits(size, entries=header.index_count) if header.index_count > 1 else None
+        for c, src in ((ratio, "ratio"), (full, "full")):
+            if c is None:
+                continue
+            good, seen = _score(mf, header, c[0], c[1], SAMPLE_ENTRIES)
+            mf.release(0, size)
             if seen and good >= MIN_SCORE * seen:
-                return Layout(s, e, src)
+                return Layout(c[0], c[1], src)
         raise IndexLayoutError(
             LAYOUT_UNKNOWN, mf.path, f"{size} bytes: neither the broker's 1:4 slots:entries ratio nor a full file fits the entries; {_flag_hint()}"
         )
-    quick = _newest_is_head(mf, header, cands)
+    cands = _candidates(size)
+    quick = _newest_is_head(mf, header, cands) if len(cands) else []
     scored = _score_all(mf, header, quick) if quick else []
     if not scored or scored[0][0] < MIN_SCORE * scored[0][1]:
-        scored = _score_all(mf, header, cands)  # the header may be damaged: try every sizing
+        if len(cands) > FALLBACK_MAX_CANDIDATES:
+            raise IndexLayoutError(LAYOUT_UNKNOWN, mf.path, f"the newest entry the header names is not the head of its slot under any sizing; {_flag_hint()}")
+        scored = _score_all(mf, header, [(int(a), int(b)) for a, b in cands])  # the header may be damaged: try every sizing
     if not scored or scored[0][0] < MIN_SCORE * scored[0][1]:
         raise IndexLayoutError(LAYOUT_UNKNOWN, mf.path, f"no sizing of {size} bytes makes the entries link into hash chains; {_flag_hint()}")
     best = scored[0]
@@ -180,10 +198,10 @@ def infer_layout(mf: MappedFile, header: Header, hash_slots: int | None = None, 
     return Layout(best[2], best[3], "ratio" if best[3] == 4 * best[2] else "search")
 
 
-def _newest_is_head(mf: MappedFile, header: Header, cands: list[tuple[int, int]]) -> list[tuple[int, int]]:
+def _newest_is_head(mf: MappedFile, header: Header, cands: np.ndarray) -> list[tuple[int, int]]:
     """Sizings under which the header's newest entry is the head of its own slot (one gather for all)."""
     n = header.index_count
-    c = np.array([x for x in cands if x[1] >= n and x[0] >= max(header.hash_slot_count, 1)], dtype=np.int64).reshape(-1, 2)
+    c = cands[(cands[:, 1] >= n) & (cands[:, 0] >= max(header.hash_slot_count, 1))]
     if n < 2 or not len(c):
         return []
     pos = HEADER_SIZE + c[:, 0] * SLOT_SIZE + (n - 1) * ENTRY_SIZE
@@ -297,6 +315,14 @@ class IndexFile:
             if nxt > cur:
                 return ChainWalk(slot, head, steps, "forward")
             cur = nxt
+
+    def release(self) -> None:
+        """Give back the pages a walk mapped in (they stay in the page cache).
+
+        A fault maps a whole page-cache folio, often hundreds of KiB, so many
+        lookups in one process would otherwise pile up resident memory.
+        """
+        self.mf.release(0, self.mf.size)
 
     def used_slots(self) -> np.ndarray:
         return np.flatnonzero(self.slots != 0)

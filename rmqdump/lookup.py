@@ -163,6 +163,7 @@ class Index:
                 if res.truncated:
                     break
                 res.walks.append(self._walk_file(f, topic, key, h, begin, end, max_messages, seen, res))
+                f.release()
         res.messages.sort(key=lambda m: m.phys_offset)
         return res
 

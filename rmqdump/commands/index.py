@@ -117,6 +117,8 @@ def lookup(
     if not list_index_files(str(store)):
         raise InputError("index_no_files", os.path.join(str(store), "index"), "no index files (a store root holds index/yyyyMMddHHmmssSSS files)")
     with Index(str(store), hash_slots, index_entries) as idx:
+        if not topics and not idx.topics:
+            raise InputError("no_topics", str(store), "the store names no topics (no consumequeue/ directories, no config/topics.json): pass --topic")
         if msg_id is not None:
             try:
                 r = resolve_id(idx, msg_id, topics or None, begin=b, end=e, max_messages=max_messages)

@@ -139,7 +139,7 @@ class ConsumeQueueBuilder:
         file_no, at = divmod(first_unit, self.units_per_file)
         fd = self._fd(q, file_no, create=create)
         if fd is not None:
-            os.pwrite(fd, units.tobytes(), at * C.CQ_UNIT_SIZE)
+            os.pwrite(fd, memoryview(units).cast("B"), at * C.CQ_UNIT_SIZE)
 
     # --- building ---
 
@@ -150,16 +150,25 @@ class ConsumeQueueBuilder:
         n = len(phys)
         if n == 0:
             return
-        key = (topic_id.astype(np.int64) << 32) | (queue_id.astype(np.int64) & 0xFFFFFFFF)
-        uniq, first, inv = np.unique(key, return_index=True, return_inverse=True)
-        if len(uniq) <= 64:  # a few queues: one pass each beats a stable sort
-            members = [np.flatnonzero(inv == j) for j in range(len(uniq))]
+        qmin, qmax = int(queue_id.min()), int(queue_id.max())
+        span = qmax - qmin + 1
+        if qmin >= 0 and span <= 4096 and len(topics) * span <= 1 << 20:
+            # small ids: a queue key per message, the queues present by counting, no sort
+            key = topic_id.astype(np.int64) * span + (queue_id - qmin)
+            uniq = np.flatnonzero(np.bincount(key))
+            first = None
         else:
-            order = np.argsort(inv, kind="stable")
-            bounds = np.searchsorted(inv[order], np.arange(len(uniq) + 1))
+            key = (topic_id.astype(np.int64) << 32) | (queue_id.astype(np.int64) & 0xFFFFFFFF)
+            uniq, first = np.unique(key, return_index=True)
+        if len(uniq) <= 64:  # a few queues: one pass each beats a sort
+            members = [np.flatnonzero(key == u) for u in uniq.tolist()]
+        else:
+            packed = np.sort((np.searchsorted(uniq, key).astype(np.int64) << 32) | np.arange(n, dtype=np.int64))
+            order = packed & 0xFFFFFFFF
+            bounds = np.searchsorted(packed >> 32, np.arange(len(uniq) + 1))
             members = [order[bounds[j] : bounds[j + 1]] for j in range(len(uniq))]
         for j in range(len(uniq)):
-            i0 = int(first[j])
+            i0 = int(members[j][0]) if first is None else int(first[j])
             topic, qid = topics[int(topic_id[i0])], int(queue_id[i0])
             if not safe_topic_dir(topic):
                 if topic not in self._unsafe:

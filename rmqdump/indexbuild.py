@@ -246,7 +246,7 @@ class IndexBuilder:
         rows["phys_offset"] = p
         rows["time_diff"] = td
         rows["prev_index"] = prev
-        os.pwrite(self._fd, rows.tobytes(), self._entries_at + first * C.INDEX_ENTRY_SIZE)
+        os.pwrite(self._fd, memoryview(rows).cast("B"), self._entries_at + first * C.INDEX_ENTRY_SIZE)
         f.index_count += k
         f.end_phy_offset = int(p[-1])
         f.end_timestamp = int(st[-1])

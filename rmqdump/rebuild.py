@@ -23,6 +23,8 @@ import contextlib
 import multiprocessing
 import os
 import shutil
+import signal
+import threading
 import time
 from collections import deque
 from collections.abc import Callable
@@ -193,6 +195,21 @@ def _publish(tmp: str, out: str) -> None:
     _fsync_dir(os.path.dirname(out))
 
 
+@contextlib.contextmanager
+def _signals_held():
+    """SIGINT/SIGTERM wait while the result is renamed into place; one that came meanwhile is then dropped (the work is done)."""
+    held = {signal.SIGINT, signal.SIGTERM}
+    main = threading.current_thread() is threading.main_thread()
+    if main:
+        signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    try:
+        yield
+    finally:
+        if main:
+            with contextlib.suppress(KeyboardInterrupt):  # pthread_sigmask runs the pending handlers itself
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, held)
+
+
 def _fsync_dir(path: str) -> None:
     with contextlib.suppress(OSError):
         fd = os.open(path, os.O_RDONLY)
@@ -317,7 +334,7 @@ def _results(tasks: list, workers: int):
             yield scan_range(t)
         return
     ctx = multiprocessing.get_context("fork")
-    pool = ctx.Pool(workers)
+    pool = ctx.Pool(workers, initializer=_worker_signals)
     try:
         pending: deque = deque()
         it = iter(tasks)
@@ -335,6 +352,12 @@ def _results(tasks: list, workers: int):
     finally:
         pool.terminate()
         pool.join()
+
+
+def _worker_signals() -> None:
+    """Workers leave Ctrl-C to the parent (which stops them) and end quietly on SIGTERM."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def default_workers(total_bytes: int) -> int:
@@ -527,8 +550,8 @@ def rebuild(
     os.makedirs(parent, exist_ok=True)
     _clean_stale(parent, base)
     tmp = os.path.join(parent, f".{base}{TMP_MARK}{os.getpid()}-{int(time.time() * 1000)}")
-    os.mkdir(tmp)
     try:
+        os.mkdir(tmp)
         build_into(tmp, cl, settings, options, report, on_bytes)
         report.seconds = time.perf_counter() - t0
         if options.verify:
@@ -537,7 +560,8 @@ def rebuild(
             report.verify_seconds = time.perf_counter() - t1
         if options.sync:
             _fsync_dir(tmp)
-        _publish(tmp, o)
+        with _signals_held():
+            _publish(tmp, o)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -20,7 +20,7 @@ tests/test_gen_store.py proves every record equal to MessageRecord.build.
 Content follows the broker benchmark figure the issues cite (about 1M messages
 per GiB): bodies of 200-1800 bytes (JSON-like text, UTF-8 prose, binary),
 1-2 KEYS and a UNIQ_KEY on every message (IPv4 form, 32 hex characters, as
-MessageClientIDSetter makes them), TAGS on most, a few topics x --queues
+MessageClientIDSetter makes them), TAGS on most, born hosts from 64 producers, a few topics x --queues
 queues with per-queue queueOffset sequences, strictly increasing store
 timestamps, properties in the order a 4.9 broker writes them. Where the next
 record does not fit (record + 8 > bytes left) the file ends with a BLANK
@@ -61,6 +61,7 @@ STORE_HOST = ("10.0.0.5", 10911)
 CLUSTER = "DefaultCluster"
 UNIQ_IP = bytes([192, 0, 2, 2])  # the fixtures' producer address (TEST-NET-1)
 BASE_TIME_MS = int(_dt.datetime(2026, 11, 2, tzinfo=_dt.timezone.utc).timestamp() * 1000)
+PRODUCERS = 64  # distinct born hosts (ip:port)
 CHUNK = 8192
 FLUSH_BYTES = 8 << 20
 
@@ -251,6 +252,9 @@ def _generate(writer: _Writer, summary: Summary, size, file_size, seed, topics, 
     uniq_fix = (UNIQ_IP + int(rng.integers(1, 1 << 15)).to_bytes(2, "big") + int(rng.integers(0, 1 << 31)).to_bytes(4, "big")).hex().upper()
     month = _dt.datetime.fromtimestamp(BASE_TIME_MS / 1000, _dt.timezone.utc).replace(day=1, hour=0, minute=0, second=0, microsecond=0)
     month_ms = int(month.timestamp() * 1000)
+    # Producer clients: each has one address and one connection (port) to the broker.
+    producer_ip = (192 << 24 | 168 << 16) + rng.integers(0, 1 << 16, PRODUCERS)
+    producer_port = rng.integers(32768, 61000, PRODUCERS)
     next_qoff = np.zeros((len(topics), queues), dtype=np.int64)
     seq = 0
     phys = 0  # physical offset of the next record
@@ -271,8 +275,9 @@ def _generate(writer: _Writer, summary: Summary, size, file_size, seed, topics, 
         order_no = rng.integers(100000, 1000000, n)
         user_no = rng.integers(1, 50000, n)
         born_lag = rng.integers(1, 50, n)
-        born_ip = (192 << 24 | 168 << 16) + rng.integers(0, 1 << 16, n)
-        born_port = rng.integers(32768, 61000, n)
+        producer = rng.integers(0, PRODUCERS, n)
+        born_ip = producer_ip[producer]
+        born_port = producer_port[producer]
         flag = np.where(rng.random(n) < 0.1, rng.integers(1, 1 << 16, n), 0)
         store_ts = BASE_TIME_MS + seq + np.arange(n, dtype=np.int64)  # strictly increasing
         born_ts = store_ts - born_lag

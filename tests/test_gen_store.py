@@ -149,6 +149,7 @@ def test_content_is_realistic(store):
     st = [r["storeTimestamp"] for r in recs]
     assert all(a < b for a, b in itertools.pairwise(st))
     assert len({r["uniqKey"] for r in recs}) == len(recs)
+    assert 1 < len({r["bornHost"] for r in recs}) <= gen.PRODUCERS and {r["storeHost"] for r in recs} == {"10.0.0.5:10911"}
     tagged = sum(r["tags"] is not None for r in recs) / len(recs)
     assert 0.7 < tagged < 0.97
 

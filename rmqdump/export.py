@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import dataclasses
 import json
 import os
 import shutil
@@ -28,7 +29,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 
 from rmqdump import arrowbatch
-from rmqdump.commitlog import SegmentFile, diagnose, resync, scan_file
+from rmqdump.commitlog import Batch, SegmentFile, diagnose, resync, scan_file
 from rmqdump.mapped import MappedFile
 from rmqdump.problems import InputError, Problem
 from rmqdump.splits import DEFAULT_SPLIT, Split, StoreRef, plan
@@ -104,6 +105,31 @@ def problem_order(d: dict) -> tuple:
     return (d.get("broker") or "", d.get("file") or "", -1 if d.get("file_offset") is None else d["file_offset"], d.get("code") or "")
 
 
+def scan_split(split: Split, note: Callable[[Problem], None]) -> Iterator[Batch]:
+    """The scan batches of one byte range; every problem the range owns goes to `note`, in scan order.
+
+    Besides what scan_file reports, a range reports damage that starts right where
+    its walk stopped past its end (after a record crossing into the next range):
+    the next range resyncs past such damage without a word.
+    """
+    seg = SegmentFile(split.path, split.base, split.size)
+    with MappedFile(split.path) as mf:
+        walked_to = None  # where the walk stopped after its last record, if no event stopped it
+        for b in scan_file(seg, mf, start=split.start, end=split.end, check_crc=split.check_crc):
+            for i in sorted(b.record_problems):
+                for p in b.record_problems[i]:
+                    note(p)
+            yield b
+            for e in b.events:
+                if isinstance(e, Problem):
+                    note(e)
+            walked_to = int(b.cols["_end"][-1]) if len(b) and not b.events else None
+        if walked_to is not None and split.end <= walked_to < mf.size and resync(seg, mf, split.end) != walked_to:
+            for e in diagnose(seg, mf, walked_to)[0]:
+                if isinstance(e, Problem):
+                    note(e)
+
+
 def split_batches(split: Split, result: SplitResult, *, with_body: bool = False, check_crc: bool = True) -> Iterator[pa.RecordBatch]:
     """The messages of one byte range as Arrow batches; problems and counts go into `result`."""
 
@@ -112,26 +138,10 @@ def split_batches(split: Split, result: SplitResult, *, with_body: bool = False,
         if len(result.problems) < MAX_PROBLEMS:
             result.problems.append(problem_dict(split.broker, p))
 
-    seg = SegmentFile(split.path, split.base, split.size)
-    with MappedFile(split.path) as mf:
-        walked_to = None  # where the walk stopped after its last record, if no event stopped it
-        for b in scan_file(seg, mf, start=split.start, end=split.end, check_crc=check_crc):
-            for i in sorted(b.record_problems):
-                for p in b.record_problems[i]:
-                    note(p)
-            for rb in arrowbatch.record_batches(b, split.broker, with_body=with_body):
-                result.messages += rb.num_rows
-                yield rb
-            for e in b.events:
-                if isinstance(e, Problem):
-                    note(e)
-            walked_to = int(b.cols["_end"][-1]) if len(b) and not b.events else None
-        if walked_to is not None and split.end <= walked_to < mf.size and resync(seg, mf, split.end) != walked_to:
-            # Damage right after a record that crosses into the next range: the next range
-            # resyncs past it without a word, so this range, whose walk reached it, reports it.
-            for e in diagnose(seg, mf, walked_to)[0]:
-                if isinstance(e, Problem):
-                    note(e)
+    for b in scan_split(dataclasses.replace(split, check_crc=check_crc), note):
+        for rb in arrowbatch.record_batches(b, split.broker, with_body=with_body):
+            result.messages += rb.num_rows
+            yield rb
     result.bytes += split.length
 
 

@@ -40,6 +40,7 @@ class Split:
     start: int
     end: int
     size: int  # of the whole file
+    check_crc: bool = True
 
     @property
     def length(self) -> int:

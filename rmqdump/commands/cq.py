@@ -27,6 +27,10 @@ def verify_cmd(
     delay_levels: str = typer.Option(C.DEFAULT_DELAY_LEVELS, "--delay-levels", help="The broker's messageDelayLevel (tagsCode of SCHEDULE_TOPIC_XXXX units)."),
     fmt: ListFormat = typer.Option(ListFormat.table, "--format", "-f", help="table or jsonl."),
     window: int = typer.Option(WINDOW_RECORDS, "--window", min=1, help="CommitLog records joined at a time (bounds memory: about 50 bytes each)."),
+    # --engine spark (issue 6, rmqdump.spark.verify): the same findings, computed by Spark
+    engine: str = typer.Option("local", "--engine", help="local, or spark (PySpark: the same findings, computed by Spark)."),
+    master: str = typer.Option("local[*]", "--master", help="spark engine: the Spark master URL (spark://host:7077, yarn, local[N])."),
+    spark_conf: list[str] = typer.Option([], "--spark-conf", help="spark engine: KEY=VALUE Spark setting; repeat it."),
 ):
     """Cross-check every unit against its record and every message against its unit.
 
@@ -45,7 +49,15 @@ def verify_cmd(
     rows: list[tuple] = []
     total = sum(f.size for f in st.commitlog.files)
     with render.progress(total, "verify") as advance:
-        for p in verify(st, topic=topic, queue_id=queue, check_crc=not no_crc, delays=delays, summary=summary, on_bytes=advance, window_records=window):
+        if engine == "spark":  # issue 6
+            from rmqdump.spark.verify import run_verify
+
+            found = run_verify(st, master, spark_conf, topic=topic, queue_id=queue, check_crc=not no_crc, delays=delays, summary=summary)
+        elif engine == "local":
+            found = verify(st, topic=topic, queue_id=queue, check_crc=not no_crc, delays=delays, summary=summary, on_bytes=advance, window_records=window)
+        else:
+            render.fail(f"usage: --engine must be local or spark, not {engine!r}", 2)
+        for p in found:
             d = problem_dict(p)
             if fmt is ListFormat.jsonl:
                 render.jsonl(d)

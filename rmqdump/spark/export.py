@@ -74,6 +74,20 @@ class _Pair(AccumulatorParam):
         return (a[0] + b[0], a[1] + b[1])
 
 
+def _write(writer, out: str, fmt: str, remote: bool, force: bool) -> None:
+    if remote:
+        writer = writer.mode("overwrite" if force else "errorifexists")
+        (writer.parquet(out) if fmt == "parquet" else writer.text(out))
+        return
+    tmp = temp_dir_for(out)
+    target = os.path.join(tmp, "dataset")
+    try:
+        (writer.parquet(target) if fmt == "parquet" else writer.text(target))
+        publish(target, out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def _has_scheme(path: str) -> bool:
     return "://" in path
 
@@ -106,17 +120,15 @@ def export_spark(
     ddl = arrowbatch.spark_ddl(with_body) if fmt == "parquet" else JSONL_DDL
     decoded = df.mapInArrow(_decoder(with_body, check_crc, fmt, problems, counts), ddl)
     writer = decoded.write.partitionBy("topic")
-    if remote:
-        writer = writer.mode("overwrite" if force else "errorifexists")
-        (writer.parquet(out) if fmt == "parquet" else writer.text(out))
-    else:
-        tmp = temp_dir_for(out)
-        target = os.path.join(tmp, "dataset")
-        try:
-            (writer.parquet(target) if fmt == "parquet" else writer.text(target))
-            publish(target, out)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+    conf_key = "spark.sql.maxConcurrentOutputFileWriters"  # one open file per topic, no sort of the rows by topic first
+    before = spark.conf.get(conf_key, None)
+    if before in (None, "0"):
+        spark.conf.set(conf_key, "128")
+    try:
+        _write(writer, out, fmt, remote, force)
+    finally:
+        if before in (None, "0"):
+            spark.conf.unset(conf_key) if before is None else spark.conf.set(conf_key, before)
     n, found = problems.value
     res.problem_count += n
     res.problems.extend(found[: max(0, MAX_PROBLEMS - len(res.problems))])

@@ -69,7 +69,7 @@ def build_cq(root: str, units_per_file: int = 300_000) -> int:
     return n
 
 
-def run_verify(root: str, check_crc: bool, window: int | None) -> dict:
+def run_verify(root: str, check_crc: bool, window: int | None, workers: int) -> dict:
     from rmqdump.cqverify import VerifySummary, verify
     from rmqdump.store import Store
 
@@ -77,6 +77,7 @@ def run_verify(root: str, check_crc: bool, window: int | None) -> dict:
     st = Store.open(root)
     s = VerifySummary()
     kw = {"window_records": window} if window else {}
+    kw["workers"] = workers
     problems = sum(1 for _ in verify(st, check_crc=check_crc, summary=s, **kw))
     dt = time.perf_counter() - t0
     cl_bytes = sum(f.size for f in st.commitlog.files)
@@ -89,10 +90,12 @@ def run_verify(root: str, check_crc: bool, window: int | None) -> dict:
         "problems": problems,
         "check_crc": check_crc,
         "window_records": window,
+        "workers": workers,
         "seconds": round(dt, 2),
         "units_per_s": round(s.units / dt),
         "messages_per_s": round(s.messages / dt),
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "peak_rss_worker_mb": round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, 1),
     }
 
 
@@ -125,10 +128,11 @@ def main() -> None:
     ap.add_argument("--no-crc", action="store_true", help="verify without the body CRC check")
     ap.add_argument("--window", type=int, default=None, help="records joined at a time (default: verify's)")
     ap.add_argument("--join-only", action="store_true", help="also time the unit checks alone (a second scan builds the record table)")
+    ap.add_argument("--workers", type=int, default=1, help="processes scanning CommitLog files (one file per task)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child:
-        print(json.dumps(run_verify(a.store, not a.no_crc, a.window)))
+        print(json.dumps(run_verify(a.store, not a.no_crc, a.window, a.workers)))
         return
     if not os.path.isdir(os.path.join(a.store, "consumequeue")):
         if not a.build_cq:
@@ -136,7 +140,12 @@ def main() -> None:
         t0 = time.perf_counter()
         n = build_cq(a.store)
         print(f"built {n} ConsumeQueue units in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
-    args = [sys.executable, __file__, a.store, "--child"] + (["--no-crc"] if a.no_crc else []) + (["--window", str(a.window)] if a.window else [])
+    args = (
+        [sys.executable, __file__, a.store, "--child"]
+        + (["--no-crc"] if a.no_crc else [])
+        + (["--window", str(a.window)] if a.window else [])
+        + ["--workers", str(a.workers)]
+    )
     out = subprocess.run(args, check=True, capture_output=True, text=True).stdout
     res = json.loads(out)
     with open("/proc/cpuinfo") as f:

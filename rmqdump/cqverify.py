@@ -19,15 +19,17 @@ and Python objects are only made for the units that fail.
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from rmqdump.commitlog import Batch, Blank, CommitLog
+from rmqdump.commitlog import Batch, Blank, CommitLog, SegmentFile, scan_file
 from rmqdump.consumequeue import CQ_HOLE, UNIT_SIZE, ConsumeQueue, QueueUnits, read_units
 from rmqdump.dispatch import DelayLevels, DispatchBatch, dispatch_of
+from rmqdump.mapped import MappedFile
 from rmqdump.problems import Problem
 from rmqdump.store import Store
 from schemas import constants as C
@@ -134,6 +136,20 @@ class RecordTableBuilder:
         c["store_timestamp"].append(d.store_timestamp.astype(np.int64))
         c["queued"].append(d.queued.astype(bool))
         self.n += len(d)
+
+    def part(self) -> tuple[dict[str, np.ndarray], list[str]]:
+        """The columns collected so far (unsorted) and the topics their ids index: to ship between processes."""
+        return {k: (np.concatenate(v) if v else np.zeros(0, _RT_DTYPES[k])) for k, v in self.cols.items()}, list(self.tmap)
+
+    def add_part(self, cols: dict[str, np.ndarray], topics: list[str]) -> None:
+        """Columns from another builder's part(), topic ids renumbered into this one's."""
+        n = len(cols["phys"])
+        if not n:
+            return
+        remap = np.array([self.tmap.setdefault(t, len(self.tmap)) for t in topics], dtype=np.int32)
+        for k, a in cols.items():
+            self.cols[k].append(remap[a] if k == "topic_id" else a)
+        self.n += n
 
     def build(self) -> RecordTable:
         arrays = {k: (np.concatenate(v) if v else np.zeros(0, _RT_DTYPES[k])) for k, v in self.cols.items()}
@@ -453,14 +469,25 @@ WINDOW_RECORDS = 1_000_000  # records joined at a time: about 41 MB of columns (
 
 
 def record_windows(
-    cl: CommitLog, *, check_crc: bool = True, delays: DelayLevels | None = None, window_records: int = WINDOW_RECORDS, on_bytes=None
+    cl: CommitLog,
+    *,
+    check_crc: bool = True,
+    delays: DelayLevels | None = None,
+    window_records: int = WINDOW_RECORDS,
+    on_bytes=None,
+    workers: int = 1,
 ) -> Iterator[tuple[RecordTable, list[Problem]]]:
     """Scan the CommitLog once, in offset order, as record tables of about `window_records` records.
 
     Each table comes with the scan problems found while reading it; the last
     one may be empty. Consecutive tables cover consecutive offset ranges.
+    With workers > 1 the files are scanned by that many processes, one file per
+    task (exactly the serial scan of each file), and a window holds whole files.
     """
     delays = delays or DelayLevels.parse()
+    if workers > 1 and len(cl.files) > 1:
+        yield from _parallel_windows(cl, check_crc, delays, window_records, workers, on_bytes)
+        return
     table = RecordTableBuilder()
     problems: list[Problem] = []
     done = 0
@@ -478,6 +505,49 @@ def record_windows(
         if table.n >= window_records:
             yield table.build(), problems
             table, problems = RecordTableBuilder(), []
+    yield table.build(), problems
+
+
+def _scan_file_task(args: tuple) -> tuple[dict[str, np.ndarray], list[str], list[Problem], int]:
+    """One CommitLog file in a worker process: its compact record columns and scan problems."""
+    path, base, size, check_crc, millis = args
+    seg = SegmentFile(path, base, size)
+    delays = DelayLevels(tuple(millis))
+    table = RecordTableBuilder()
+    problems: list[Problem] = []
+    with MappedFile(path) as mf:
+        for b in scan_file(seg, mf, start=0, check_crc=check_crc):
+            if len(b):
+                table.add(dispatch_of(b, delays))
+            for i in sorted(b.record_problems):
+                problems.extend(b.record_problems[i])
+            problems.extend(e for e in b.events if not isinstance(e, Blank))
+    cols, topics = table.part()
+    return cols, topics, problems, size
+
+
+def _parallel_windows(cl: CommitLog, check_crc: bool, delays: DelayLevels, window_records: int, workers: int, on_bytes):
+    import multiprocessing
+    from collections import deque
+    from concurrent.futures import ProcessPoolExecutor
+
+    tasks = iter([(f.path, f.base, f.size, check_crc, delays.millis) for f in cl.files])
+    table = RecordTableBuilder()
+    problems: list[Problem] = []
+    with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as ex:
+        pending = deque(ex.submit(_scan_file_task, t) for t in itertools.islice(tasks, workers + 1))
+        while pending:
+            cols, topics, probs, nbytes = pending.popleft().result()
+            nxt = next(tasks, None)
+            if nxt is not None:  # at most workers + 1 files in flight: memory stays bounded
+                pending.append(ex.submit(_scan_file_task, nxt))
+            table.add_part(cols, topics)
+            problems.extend(probs)
+            if on_bytes is not None:
+                on_bytes(nbytes)
+            if table.n >= window_records:
+                yield table.build(), problems
+                table, problems = RecordTableBuilder(), []
     yield table.build(), problems
 
 
@@ -523,6 +593,7 @@ def verify(
     summary: VerifySummary | None = None,
     on_bytes=None,
     window_records: int = WINDOW_RECORDS,
+    workers: int = 1,
 ) -> Iterator[Problem]:
     """Every finding of `cq verify` on a store.
 
@@ -576,7 +647,9 @@ def verify(
 
     lo = -(1 << 63)
     data_end = store.commitlog.min_offset
-    for records, cl_problems in record_windows(store.commitlog, check_crc=check_crc, delays=delays, window_records=window_records, on_bytes=on_bytes):
+    for records, cl_problems in record_windows(
+        store.commitlog, check_crc=check_crc, delays=delays, window_records=window_records, on_bytes=on_bytes, workers=workers
+    ):
         s.messages += len(records)
         for p in cl_problems:
             yield emit(p)

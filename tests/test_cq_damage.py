@@ -301,10 +301,10 @@ def test_windowed_join_gives_the_same_findings(store):
     path, pos = cl_file(store, last["wroteOffset"])
     os.truncate(path, pos + 50)
 
-    def findings(window: int) -> list[tuple]:
+    def findings(window: int, workers: int = 1) -> list[tuple]:
         got = [
             (p.code, p.extra.get("topic"), p.extra.get("queue_id"), p.extra.get("unit_index"), p.phys_offset, p.file_offset)
-            for p in verify_lib(Store.open(store), window_records=window)
+            for p in verify_lib(Store.open(store), window_records=window, workers=workers)
         ]
         return sorted(got, key=repr)
 
@@ -320,5 +320,7 @@ def test_windowed_join_gives_the_same_findings(store):
     }
     for w in (1, 97, 1000, len(M) - 1, len(M)):
         assert findings(w) == whole, w
+    assert findings(1 << 40, workers=2) == whole  # files scanned by two processes
+    assert findings(500, workers=2) == whole
     r = run("cq", "verify", "-s", store, "-f", "jsonl", "--window", "500")
     assert r.exit_code == 1 and jsonl(r.stdout)[-1]["problems"] == len(whole)

@@ -55,6 +55,12 @@ def test_crash_store_reports_exactly_the_undispatched_messages():
         assert p["cq_file"].endswith(f"{p['unit_index'] * 20 // 2400 * 2400:020d}")
 
 
+def test_parallel_scan_gives_the_same_lines():
+    _, serial, s1 = verify(store_root("rmq4-crash"))
+    _, parallel, s2 = verify(store_root("rmq4-crash"), "--workers", "2")
+    assert parallel == serial and s1 == s2
+
+
 def test_crash_store_after_broker_recovery_is_clean():
     code, probs, summary = verify(REAL / "rmq4-crash" / "recovered")
     assert code == 0 and probs == [] and summary["units"] == 2000

@@ -27,6 +27,7 @@ def verify_cmd(
     delay_levels: str = typer.Option(C.DEFAULT_DELAY_LEVELS, "--delay-levels", help="The broker's messageDelayLevel (tagsCode of SCHEDULE_TOPIC_XXXX units)."),
     fmt: ListFormat = typer.Option(ListFormat.table, "--format", "-f", help="table or jsonl."),
     window: int = typer.Option(WINDOW_RECORDS, "--window", min=1, help="CommitLog records joined at a time (bounds memory: about 50 bytes each)."),
+    workers: int = typer.Option(1, "--workers", "-j", min=1, help="Processes scanning CommitLog files in parallel (one file per task)."),
     # --engine spark (issue 6, rmqdump.spark.verify): the same findings, computed by Spark
     engine: str = typer.Option("local", "--engine", help="local, or spark (PySpark: the same findings, computed by Spark)."),
     master: str = typer.Option("local[*]", "--master", help="spark engine: the Spark master URL (spark://host:7077, yarn, local[N])."),
@@ -54,7 +55,9 @@ def verify_cmd(
 
             found = run_verify(st, master, spark_conf, topic=topic, queue_id=queue, check_crc=not no_crc, delays=delays, summary=summary)
         elif engine == "local":
-            found = verify(st, topic=topic, queue_id=queue, check_crc=not no_crc, delays=delays, summary=summary, on_bytes=advance, window_records=window)
+            found = verify(
+                st, topic=topic, queue_id=queue, check_crc=not no_crc, delays=delays, summary=summary, on_bytes=advance, window_records=window, workers=workers
+            )
         else:
             render.fail(f"usage: --engine must be local or spark, not {engine!r}", 2)
         for p in found:

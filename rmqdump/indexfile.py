@@ -259,6 +259,7 @@ class IndexFile:
             self.mf.close()
             raise
         s, e = self.layout.hash_slots, self.layout.index_entries
+        self._last: int | None = None
         self.slots = self.mf.data[HEADER_SIZE : HEADER_SIZE + s * SLOT_SIZE].view(SLOT_DTYPE)["entry"]
         self.entries = self.mf.data[self.layout.entries_offset : self.layout.entries_offset + e * ENTRY_SIZE].view(ENTRY_DTYPE)
 
@@ -315,6 +316,37 @@ class IndexFile:
             if nxt > cur:
                 return ChainWalk(slot, head, steps, "forward")
             cur = nxt
+
+    def last_written(self, chunk: int = 1 << 20) -> int:
+        """The last entry holding anything (0: none), looked for from the header's count outwards.
+
+        Verify trusts the data over the header: indexCount may be damaged.
+        """
+        if self._last is not None:
+            return self._last
+        e = self.entries
+        total = len(e)
+
+        def written(lo: int, hi: int) -> np.ndarray:
+            c = e[lo:hi]
+            return (c["key_hash"] != 0) | (c["phys_offset"] != 0) | (c["time_diff"] != 0) | (c["prev_index"] != 0)
+
+        n0 = min(max(self.header.index_count, 1), total)
+        last = 0
+        for lo in range(n0, total, chunk):  # written past the count?
+            w = np.flatnonzero(written(lo, min(total, lo + chunk)))
+            if len(w):
+                last = lo + int(w[-1])
+        hi = n0
+        while not last and hi > 1:
+            lo = max(1, hi - chunk)
+            w = np.flatnonzero(written(lo, hi))
+            if len(w):
+                last = lo + int(w[-1])
+            hi = lo
+        self.release()
+        self._last = last
+        return last
 
     def release(self) -> None:
         """Give back the pages a walk mapped in (they stay in the page cache).

@@ -53,6 +53,7 @@ NO_INDEX = "index_no_files"
 
 _PAIR = np.dtype([("phys", "<i8"), ("hash", "<i8")])
 MAX_LISTED = 5
+CHUNK = 1 << 20  # entries checked at a time
 
 
 @dataclass
@@ -86,19 +87,26 @@ def problem_dict(p: Problem) -> dict:
 
 @dataclass
 class Records:
-    """What the CommitLog holds, as sorted columns: record starts and the (phys, hash) of each index key."""
+    """What the CommitLog holds: record starts as sorted columns, and the (phys, hash) of every key it indexes.
+
+    Key names are not kept (a big CommitLog has millions): the few a report
+    needs are read back from their records.
+    """
 
     phys: np.ndarray
     size: np.ndarray
     store_ts: np.ndarray
     indexed: np.ndarray
-    topic: list[str]
-    key_pairs: np.ndarray  # _PAIR, one per index key the broker would write, in put order
-    key_names: list[str]
+    key_table: np.ndarray  # sorted unique _PAIR values
+    key_counts: np.ndarray  # how many entries the broker writes for each (a key can repeat in one message)
 
     @property
     def data_end(self) -> int:
         return int(self.phys[-1] + self.size[-1]) if len(self.phys) else 0
+
+    @property
+    def indexed_keys(self) -> int:
+        return int(self.key_counts.sum())
 
     def at(self, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(record index or -1, offset is a record start, offset lies inside a record)."""
@@ -112,11 +120,17 @@ class Records:
         inside = ok & (offsets < self.phys[ic] + self.size[ic])
         return np.where(ok, i, -1), start, inside
 
+    def lookup_pairs(self, q: np.ndarray) -> np.ndarray:
+        """Index of each (phys, hash) pair in key_table, or -1."""
+        if len(q) == 0 or len(self.key_table) == 0:
+            return np.full(len(q), -1, dtype=np.int64)
+        i = np.minimum(np.searchsorted(self.key_table, q), len(self.key_table) - 1)
+        return np.where(self.key_table[i] == q, i, -1)
+
 
 def scan_commitlog(cl: CommitLog, delays: DelayLevels | None = None) -> tuple[Records, list[Problem]]:
     delays = delays or DelayLevels.parse()
-    phys, size, ts, indexed, topics, names = [], [], [], [], [], []
-    pairs_p: list[np.ndarray] = []
+    phys, size, ts, indexed, pairs = [], [], [], [], []
     problems: list[Problem] = []
     for b in cl.scan(check_crc=False):
         for i in sorted(b.record_problems):
@@ -129,15 +143,24 @@ def scan_commitlog(cl: CommitLog, delays: DelayLevels | None = None) -> tuple[Re
         size.append(d.size.astype(np.int64))
         ts.append(np.asarray(d.store_timestamp, dtype=np.int64))
         indexed.append(d.indexed)
-        topics.extend(d.topic)
         rec, keys = d.index_keys()
-        names.extend(keys)
-        pairs_p.append(d.phys[rec].astype(np.int64) if len(rec) else np.zeros(0, np.int64))
+        if len(rec):
+            kp = np.zeros(len(rec), dtype=_PAIR)
+            kp["phys"] = d.phys[rec]
+            kp["hash"] = index_hash_many(java_hash_many(keys))
+            pairs.append(kp)
     cat = lambda xs, dt: np.concatenate(xs) if xs else np.zeros(0, dt)  # noqa: E731
-    kp = np.zeros(len(names), dtype=_PAIR)
-    kp["phys"] = cat(pairs_p, np.int64)
-    kp["hash"] = index_hash_many(java_hash_many(names)).astype(np.int64) if names else np.zeros(0, np.int64)
-    return Records(cat(phys, np.int64), cat(size, np.int64), cat(ts, np.int64), cat(indexed, bool), topics, kp, names), problems
+    table, counts = np.unique(cat(pairs, _PAIR), return_counts=True)
+    return Records(cat(phys, np.int64), cat(size, np.int64), cat(ts, np.int64), cat(indexed, bool), table, counts), problems
+
+
+def index_keys_of(cl: CommitLog, phys: int) -> list[tuple[str, int]]:
+    """(topic#key, index hash) of the record at phys, as the broker indexes them (none for a ROLLBACK)."""
+    m = cl.read_at(phys, check_crc=False)
+    if isinstance(m, Problem) or m.transaction == "rollback":
+        return []
+    names = ([f"{m.topic}#{m.uniq_key}"] if m.uniq_key is not None else []) + [f"{m.topic}#{k}" for k in m.keys]
+    return list(zip(names, index_hash_many(java_hash_many(names)).tolist(), strict=True)) if names else []
 
 
 def _problem(code: str, f: IndexFile, detail: str, *, entry: int | None = None, slot: int | None = None, phys: int | None = None) -> Problem:
@@ -176,189 +199,213 @@ def _open_files(paths: list[str], hash_slots, index_entries) -> tuple[list[Index
     return [files[p] for p in paths if p in files], problems
 
 
-@dataclass
-class _FileEntries:
-    """Written entries of one file, as native arrays (entry k at position k)."""
-
-    f: IndexFile
-    last: int  # last written entry number (0: none)
-    kh: np.ndarray
-    phys: np.ndarray
-    diff: np.ndarray
-    prev: np.ndarray
-
-
-def _load(f: IndexFile) -> _FileEntries:
-    e = f.entries
-    written = (e["key_hash"] != 0) | (e["phys_offset"] != 0) | (e["time_diff"] != 0) | (e["prev_index"] != 0)
-    nz = np.flatnonzero(written)
-    last = int(nz[-1]) if len(nz) else 0
-    sl = e[: last + 1]
-    return _FileEntries(
-        f, last, sl["key_hash"].astype(np.int64), sl["phys_offset"].astype(np.int64), sl["time_diff"].astype(np.int64), sl["prev_index"].astype(np.int64)
-    )
-
-
 def _listed(xs: list, n: int = MAX_LISTED) -> str:
     s = ", ".join(map(str, xs[:n]))
     return s + (f" and {len(xs) - n} more" if len(xs) > n else "")
 
 
-def check_file(fe: _FileEntries, rec: Records, key_table: np.ndarray, prev_file: IndexFile | None) -> Iterator[Problem]:
-    """Findings inside one index file, and its entries against the CommitLog."""
-    f, last = fe.f, fe.last
+def _last_written(f: IndexFile) -> int:
+    return f.last_written()
+
+
+@dataclass
+class _FileState:
+    """Per-entry facts of one file kept across chunks (small types: a full file has 20,000,000 entries)."""
+
+    last: int
+    prev: np.ndarray  # int32
+    live: np.ndarray  # bool
+    good_link: np.ndarray  # bool: a link that goes back and stays in the slot
+
+
+def check_file(f: IndexFile, rec: Records, ca: np.ndarray, prev_file: IndexFile | None) -> Iterator[Problem]:
+    """Findings inside one index file, and its entries against the CommitLog; counts each entry's key pair into `ca`."""
     hd, slots_n = f.header, f.layout.hash_slots
+    last = _last_written(f)
     n = last + 1  # entries 0..last; the header should say indexCount == n
-    if f.entries.size and bool(
-        np.any(f.entries[0:1]["key_hash"] != 0) or np.any(f.entries[0:1]["phys_offset"] != 0) or np.any(f.entries[0:1]["prev_index"] != 0)
-    ):
+    e0 = f.entries[0:1]
+    if len(e0) and bool(e0["key_hash"][0] != 0 or e0["phys_offset"][0] != 0 or e0["prev_index"][0] != 0):
         yield _problem(ENTRY0_WRITTEN, f, "entry 0 is never written by the broker, but holds data", entry=0)
     if hd.index_count != max(n, 1):
         if hd.index_count < 1 or hd.index_count > f.layout.index_entries:
-            yield _problem(
-                HEADER_COUNT, f, f"header indexCount {hd.index_count} is outside 1..{f.layout.index_entries}; entries are written up to {last}", entry=None
-            )
+            yield _problem(HEADER_COUNT, f, f"header indexCount {hd.index_count} is outside 1..{f.layout.index_entries}; entries are written up to {last}")
         elif hd.index_count < n:
             yield _problem(HEADER_COUNT, f, f"entries {hd.index_count}..{last} are written past the header's indexCount {hd.index_count}", entry=hd.index_count)
         else:
             yield _problem(HEADER_COUNT, f, f"header indexCount {hd.index_count} counts entries {n}..{hd.index_count - 1}, which are empty", entry=n)
-    kh, phys, diff, prev = fe.kh, fe.phys, fe.diff, fe.prev
-    idx = np.arange(n, dtype=np.int64)
-    body = idx >= 1
-    empty = body & (kh == 0) & (phys == 0) & (diff == 0) & (prev == 0)
-    for k in np.flatnonzero(empty).tolist():
-        yield _problem(ENTRY_EMPTY, f, f"entry {k} is inside the written range (1..{last}) but empty", entry=k)
-    live = body & ~empty
-    for k in np.flatnonzero(live & (kh < 0)).tolist():
-        yield _problem(ENTRY_BAD_HASH, f, f"keyHash {int(kh[k])} is negative (the broker stores abs(hashCode))", entry=k, phys=int(phys[k]))
-    for k in np.flatnonzero(live & (diff < 0)).tolist():
-        yield _problem(ENTRY_BAD_TIME, f, f"timeDiff {int(diff[k])} is negative", entry=k, phys=int(phys[k]))
-    slot = np.where(kh >= 0, kh, 0) % slots_n
+    st = _FileState(last, np.zeros(n, dtype=np.int32), np.zeros(n, dtype=bool), np.zeros(n, dtype=bool))
+    all_hash = f.entries["key_hash"]
+    for lo in range(1, n, CHUNK):
+        yield from _check_chunk(f, rec, ca, st, lo, min(n, lo + CHUNK), all_hash, slots_n)
+        f.release()
+    yield from _check_slots(f, st, all_hash, slots_n)
+    yield from _check_header_ends(f, rec, st, prev_file)
+    f.release()
+
+
+def _slot_of(kh: np.ndarray, slots_n: int) -> np.ndarray:
+    return np.where(kh >= 0, kh, 0) % slots_n
+
+
+def _check_chunk(f: IndexFile, rec: Records, ca: np.ndarray, st: _FileState, lo: int, hi: int, all_hash, slots_n: int) -> Iterator[Problem]:
+    hd, last = f.header, st.last
+    c = f.entries[lo:hi]
+    kh = c["key_hash"].astype(np.int64)
+    phys = c["phys_offset"].astype(np.int64)
+    diff = c["time_diff"].astype(np.int64)
+    prev = c["prev_index"].astype(np.int64)
+    idx = np.arange(lo, hi, dtype=np.int64)
+    empty = (kh == 0) & (phys == 0) & (diff == 0) & (prev == 0)
+    live = ~empty
+    st.live[lo:hi] = live
+    st.prev[lo:hi] = np.clip(prev, -1, 2**31 - 1)
+    for j in np.flatnonzero(empty).tolist():
+        yield _problem(ENTRY_EMPTY, f, f"entry {lo + j} is inside the written range (1..{last}) but empty", entry=lo + j)
+    for j in np.flatnonzero(live & (kh < 0)).tolist():
+        yield _problem(ENTRY_BAD_HASH, f, f"keyHash {int(kh[j])} is negative (the broker stores abs(hashCode))", entry=lo + j, phys=int(phys[j]))
+    for j in np.flatnonzero(live & (diff < 0)).tolist():
+        yield _problem(ENTRY_BAD_TIME, f, f"timeDiff {int(diff[j])} is negative", entry=lo + j, phys=int(phys[j]))
+    slot = _slot_of(kh, slots_n)
     back_ok = (prev >= 0) & (prev < idx)
-    for k in np.flatnonzero(live & ~back_ok).tolist():
+    for j in np.flatnonzero(live & ~back_ok).tolist():
         yield _problem(
-            CHAIN_NOT_BACKWARDS, f, f"prevIndex {int(prev[k])} does not point back to an older entry (chains run newest to oldest)", entry=k, phys=int(phys[k])
+            CHAIN_NOT_BACKWARDS,
+            f,
+            f"prevIndex {int(prev[j])} does not point back to an older entry (chains run newest to oldest)",
+            entry=lo + j,
+            phys=int(phys[j]),
         )
     linked = live & back_ok & (prev > 0)
-    pv = np.where(linked, prev, 0)
-    same_slot = slot[pv] == slot
-    broken = linked & ~(same_slot & (kh[pv] >= 0))
-    for k in np.flatnonzero(broken).tolist():
-        p = int(prev[k])
+    pv = prev[linked]
+    prev_hash = all_hash[pv].astype(np.int64)  # older entries, possibly in earlier chunks: read from the map
+    ok_prev = (prev_hash >= 0) & (_slot_of(prev_hash, slots_n) == slot[linked])
+    broken = np.zeros(len(kh), dtype=bool)
+    broken[np.flatnonzero(linked)[~ok_prev]] = True
+    st.good_link[lo:hi] = linked & ~broken
+    for j in np.flatnonzero(broken).tolist():
+        p = int(prev[j])
         yield _problem(
             CHAIN_BROKEN,
             f,
-            f"prevIndex {p} is an entry of slot {int(slot[p])}, not of this entry's slot {int(slot[k])}: the chain is broken here",
-            entry=k,
-            slot=int(slot[k]),
-            phys=int(phys[k]),
+            f"prevIndex {p} is an entry of slot {int(_slot_of(np.array([int(all_hash[p])]), slots_n)[0])}, not of this entry's slot {int(slot[j])}: the chain is broken here",
+            entry=lo + j,
+            slot=int(slot[j]),
+            phys=int(phys[j]),
         )
-    # Slots.
-    heads_all = f.slots.astype(np.int64)
+    # Against the CommitLog.
+    lj = np.flatnonzero(live)
+    ri, start, inside = rec.at(phys[lj])
+    for t in np.flatnonzero(~start).tolist():
+        j, p = int(lj[t]), int(phys[lj[t]])
+        if inside[t]:
+            what = f"points into the middle of the record at {int(rec.phys[ri[t]])} (size {int(rec.size[ri[t]])})"
+        elif p >= rec.data_end:
+            what = f"points past the end of the CommitLog's data ({rec.data_end})"
+        else:
+            what = "points at no record"
+        yield _problem(ENTRY_NOT_RECORD, f, f"entry {lo + j} (phyOffset {p}) {what}", entry=lo + j, phys=p)
+    sj, sri = lj[start], ri[start]
+    q = np.zeros(len(sj), dtype=_PAIR)
+    q["phys"], q["hash"] = phys[sj], kh[sj]
+    u = rec.lookup_pairs(q)
+    np.add.at(ca, u[u >= 0], 1)
+    for t in np.flatnonzero(u < 0).tolist():
+        j, r = int(sj[t]), int(sri[t])
+        why = "the record is a ROLLBACK, which the broker never indexes" if not rec.indexed[r] else f"no index key of the record hashes to {int(kh[j])}"
+        yield _problem(ENTRY_KEY_MISMATCH, f, f"entry {lo + j} (phyOffset {int(phys[j])}): {why}", entry=lo + j, phys=int(phys[j]))
+    # timeDiff: Java's (ts - begin) / 1000 clamped to [0, Integer.MAX_VALUE]; 0 while begin was unset.
+    # Entry 1 counts from the previous file's end (written before the header's begin is set): skipped.
+    ts = rec.store_ts[sri]
+    want = np.minimum(np.where(ts >= hd.begin_timestamp, (ts - hd.begin_timestamp) // 1000, 0), 2**31 - 1)
+    if hd.begin_timestamp <= 0:
+        want = np.zeros_like(want)
+    for t in np.flatnonzero((want != diff[sj]) & (sj + lo != 1)).tolist():
+        j = int(sj[t])
+        yield _problem(
+            TIME_DIFF_MISMATCH,
+            f,
+            f"entry {lo + j}: timeDiff {int(diff[j])} s, but the record was stored {int(ts[t])} = header begin {hd.begin_timestamp} + {int(want[t])} s",
+            entry=lo + j,
+            phys=int(phys[j]),
+        )
+
+
+def _check_slots(f: IndexFile, st: _FileState, all_hash, slots_n: int) -> Iterator[Problem]:
+    hd, last, n = f.header, st.last, st.last + 1
+    heads_all = f.slots
     used = np.flatnonzero(heads_all != 0)
-    heads = heads_all[used]
+    heads = heads_all[used].astype(np.int64)
     past = (heads < 1) | (heads > last)
     for s_, h_ in zip(used[past].tolist(), heads[past].tolist(), strict=True):
         yield _problem(
             SLOT_PAST_COUNT, f, f"slot {s_} points at entry {h_}, outside the written entries 1..{last} (indexCount {hd.index_count})", slot=s_, entry=h_
         )
     vu, vh = used[~past], heads[~past]
-    wrong = (slot[vh] != vu) | empty[vh]
-    for s_, h_ in zip(vu[wrong].tolist(), vh[wrong].tolist(), strict=True):
-        yield _problem(SLOT_WRONG_HASH, f, f"slot {s_} points at entry {h_}, whose keyHash {int(kh[h_])} belongs to slot {int(slot[h_])}", slot=s_, entry=h_)
+    head_slot = _slot_of(all_hash[vh].astype(np.int64), slots_n)
+    wrong = (head_slot != vu) | ~st.live[vh]
+    for s_, h_, hs in zip(vu[wrong].tolist(), vh[wrong].tolist(), head_slot[wrong].tolist(), strict=True):
+        yield _problem(SLOT_WRONG_HASH, f, f"slot {s_} points at entry {h_}, whose keyHash {int(all_hash[h_])} belongs to slot {hs}", slot=s_, entry=h_)
     if len(used) != hd.hash_slot_count:
         yield _problem(HEADER_SLOT_COUNT, f, f"header hashSlotCount {hd.hash_slot_count}, but {len(used)} slots are in use")
-    # Reachability: follow valid heads and valid links only.
+    # Reachability: from the valid heads along valid links only.
     reach = np.zeros(n, dtype=bool)
     frontier = vh[~wrong]
-    good_link = linked & ~broken
     while len(frontier):
         frontier = frontier[~reach[frontier]]
         reach[frontier] = True
-        frontier = prev[frontier[good_link[frontier]]]
-    orphan = live & ~reach
+        frontier = st.prev[frontier[st.good_link[frontier]]].astype(np.int64)
+    orphan = st.live & ~reach
+    orphan[0] = False
     # Report where a cut chain starts, not every older entry hanging from it.
     hanging = np.zeros(n, dtype=bool)
-    hanging[prev[orphan & good_link]] = True
+    hanging[st.prev[orphan & st.good_link]] = True
     for k in np.flatnonzero(orphan & ~hanging).tolist():
+        kh = int(all_hash[k])
         yield _problem(
             UNREACHABLE,
             f,
             f"entry {k} and the older entries of its chain are reachable from no slot: lookups cannot find them",
             entry=k,
-            slot=int(slot[k]),
-            phys=int(phys[k]),
+            slot=kh % slots_n if kh >= 0 else None,
+            phys=int(f.entries[k]["phys_offset"]),
         )
-    # Entries against the CommitLog.
-    lk = np.flatnonzero(live)
-    if len(lk) == 0:
-        if n <= 1 and prev_file is not None and (hd.begin_phy_offset, hd.end_phy_offset) != (prev_file.header.end_phy_offset, prev_file.header.end_phy_offset):
+
+
+def _check_header_ends(f: IndexFile, rec: Records, st: _FileState, prev_file: IndexFile | None) -> Iterator[Problem]:
+    """begin values are entry 1's, end values the last entry's (an empty file keeps the previous file's end)."""
+    hd, last = f.header, st.last
+    if last < 1:
+        if prev_file is not None and (hd.begin_phy_offset, hd.end_phy_offset) != (prev_file.header.end_phy_offset, prev_file.header.end_phy_offset):
             yield _problem(
                 HEADER_BEGIN,
                 f,
                 f"empty file: begin/end offsets {hd.begin_phy_offset}/{hd.end_phy_offset} are not the previous file's end {prev_file.header.end_phy_offset}",
             )
         return
-    ri, start, inside = rec.at(phys[lk])
-    for j in np.flatnonzero(~start).tolist():
-        k, p = int(lk[j]), int(phys[lk[j]])
-        if inside[j]:
-            what = f"points into the middle of the record at {int(rec.phys[ri[j]])} (size {int(rec.size[ri[j]])})"
-        elif p >= rec.data_end:
-            what = f"points past the end of the CommitLog's data ({rec.data_end})"
-        else:
-            what = "points at no record"
-        yield _problem(ENTRY_NOT_RECORD, f, f"entry {k} (phyOffset {p}) {what}", entry=k, phys=p)
-    sk = lk[start]
-    sri = ri[start]
-    q = np.zeros(len(sk), dtype=_PAIR)
-    q["phys"], q["hash"] = phys[sk], kh[sk]
-    has_key = _isin_pairs(q, key_table)
-    for j in np.flatnonzero(~has_key).tolist():
-        k, r = int(sk[j]), int(sri[j])
-        if not rec.indexed[r]:
-            why = "the record is a ROLLBACK, which the broker never indexes"
-        else:
-            why = f"no index key of the record (topic {rec.topic[r]}) hashes to {int(kh[k])}"
-        yield _problem(ENTRY_KEY_MISMATCH, f, f"entry {k} (phyOffset {int(phys[k])}): {why}", entry=k, phys=int(phys[k]))
-    # timeDiff: seconds since the header's begin (entry 1 counts from the previous file's end: skipped).
-    ts = rec.store_ts[sri]
-    # Java's (ts - begin) / 1000, then clamped to [0, Integer.MAX_VALUE]; 0 while begin was unset.
-    want = np.minimum(np.where(ts >= hd.begin_timestamp, (ts - hd.begin_timestamp) // 1000, 0), 2**31 - 1)
-    if hd.begin_timestamp <= 0:
-        want = np.zeros_like(want)
-    bad_t = (want != diff[sk]) & (sk != 1)
-    for j in np.flatnonzero(bad_t).tolist():
-        k = int(sk[j])
+    first, final = f.step(1), f.step(last)
+    ri, start, _ = rec.at(np.array([first.phys_offset, final.phys_offset], dtype=np.int64))
+    if st.live[1] and hd.begin_phy_offset != first.phys_offset:
+        yield _problem(HEADER_BEGIN, f, f"header beginPhyOffset {hd.begin_phy_offset}, entry 1 points at {first.phys_offset}", entry=1, phys=first.phys_offset)
+    elif st.live[1] and start[0] and hd.begin_timestamp != int(rec.store_ts[ri[0]]):
         yield _problem(
-            TIME_DIFF_MISMATCH,
+            HEADER_BEGIN,
             f,
-            f"entry {k}: timeDiff {int(diff[k])} s, but the record was stored {int(ts[j])} = header begin {hd.begin_timestamp} + {int(want[j])} s",
-            entry=k,
-            phys=int(phys[k]),
+            f"header beginTimestamp {hd.begin_timestamp}, entry 1's record was stored {int(rec.store_ts[ri[0]])}",
+            entry=1,
+            phys=first.phys_offset,
         )
-    # Header against entry 1 and the last entry.
-    first_ok = start[0] and lk[0] == 1
-    if lk[0] == 1 and hd.begin_phy_offset != int(phys[1]):
-        yield _problem(HEADER_BEGIN, f, f"header beginPhyOffset {hd.begin_phy_offset}, entry 1 points at {int(phys[1])}", entry=1, phys=int(phys[1]))
-    elif first_ok and hd.begin_timestamp != int(ts[0]):
-        yield _problem(HEADER_BEGIN, f, f"header beginTimestamp {hd.begin_timestamp}, entry 1's record was stored {int(ts[0])}", entry=1, phys=int(phys[1]))
-    if hd.end_phy_offset != int(phys[last]):
+    if hd.end_phy_offset != final.phys_offset:
         yield _problem(
-            HEADER_END, f, f"header endPhyOffset {hd.end_phy_offset}, the last entry {last} points at {int(phys[last])}", entry=last, phys=int(phys[last])
+            HEADER_END, f, f"header endPhyOffset {hd.end_phy_offset}, the last entry {last} points at {final.phys_offset}", entry=last, phys=final.phys_offset
         )
-    elif start[-1] and lk[-1] == last and hd.end_timestamp != int(ts[-1]):
+    elif start[1] and hd.end_timestamp != int(rec.store_ts[ri[1]]):
         yield _problem(
-            HEADER_END, f, f"header endTimestamp {hd.end_timestamp}, the last entry's record was stored {int(ts[-1])}", entry=last, phys=int(phys[last])
+            HEADER_END,
+            f,
+            f"header endTimestamp {hd.end_timestamp}, the last entry's record was stored {int(rec.store_ts[ri[1]])}",
+            entry=last,
+            phys=final.phys_offset,
         )
-
-
-def _isin_pairs(q: np.ndarray, table: np.ndarray) -> np.ndarray:
-    """Membership of (phys, hash) pairs in a sorted unique pair table."""
-    if len(q) == 0 or len(table) == 0:
-        return np.zeros(len(q), dtype=bool)
-    i = np.minimum(np.searchsorted(table, q), len(table) - 1)
-    return table[i] == q
 
 
 def verify(
@@ -378,8 +425,7 @@ def verify(
         return p
 
     store = str(store)
-    paths = list_index_files(store)
-    files, probs = _open_files(paths, hash_slots, index_entries)
+    files, probs = _open_files(list_index_files(store), hash_slots, index_entries)
     try:
         s.index_files = len(files)
         for p in probs:
@@ -388,25 +434,22 @@ def verify(
         cl = CommitLog.open(cl_dir) if os.path.isdir(cl_dir) else CommitLog([], [], None)
         rec, cl_probs = scan_commitlog(cl, delays)
         s.messages = len(rec.phys)
-        s.indexed_keys = len(rec.key_pairs)
+        s.indexed_keys = rec.indexed_keys
         for p in cl.problems + cl_probs:
             yield emit(p)
         if not files:
-            if len(rec.key_pairs):
+            if s.indexed_keys:
                 yield emit(
-                    Problem(NO_INDEX, os.path.join(store, "index"), None, f"no index files, but {len(rec.key_pairs)} keys of the CommitLog should be indexed")
+                    Problem(NO_INDEX, os.path.join(store, "index"), None, f"no index files, but {s.indexed_keys} keys of the CommitLog should be indexed")
                 )
             return
-        key_table = np.unique(rec.key_pairs)
-        loaded = []
+        ca = np.zeros(len(rec.key_table), dtype=np.int64)
         prev_f = None
         for f in files:
-            fe = _load(f)
-            loaded.append(fe)
-            s.entries += fe.last
-            for p in check_file(fe, rec, key_table, prev_f):
+            for p in check_file(f, rec, ca, prev_f):
                 yield emit(p)
-            if prev_f is not None and fe.last >= 1 and f.header.begin_phy_offset < prev_f.header.end_phy_offset:
+            s.entries += _last_written(f)
+            if prev_f is not None and f.count > 1 and f.header.begin_phy_offset < prev_f.header.end_phy_offset:
                 yield emit(
                     _problem(
                         FILE_ORDER,
@@ -416,72 +459,70 @@ def verify(
                     )
                 )
             prev_f = f
-        yield from map(emit, _cross_check(loaded, rec, os.path.exists(os.path.join(store, "abort"))))
+        yield from map(emit, _duplicates(files, rec, ca))
+        yield from map(emit, _missing(files, rec, ca, cl, os.path.exists(os.path.join(store, "abort"))))
     finally:
         for f in files:
             f.close()
 
 
-def _cross_check(loaded: list[_FileEntries], rec: Records, abort: bool) -> Iterator[Problem]:
-    """Expected (phys, hash) pairs against the entries of all files, counting multiplicity."""
-    act_parts, file_no, entry_no = [], [], []
-    for i, fe in enumerate(loaded):
-        k = np.arange(1, fe.last + 1, dtype=np.int64)
-        live = (fe.kh[1:] != 0) | (fe.phys[1:] != 0)
-        k = k[live]
-        a = np.zeros(len(k), dtype=_PAIR)
-        a["phys"], a["hash"] = fe.phys[k], fe.kh[k]
-        act_parts.append(a)
-        file_no.append(np.full(len(k), i))
-        entry_no.append(k)
-    act = np.concatenate(act_parts) if act_parts else np.zeros(0, _PAIR)
-    act_file = np.concatenate(file_no) if file_no else np.zeros(0, np.int64)
-    act_entry = np.concatenate(entry_no) if entry_no else np.zeros(0, np.int64)
-    exp = rec.key_pairs
-    if len(exp) + len(act) == 0:
+def _duplicates(files: list[IndexFile], rec: Records, ca: np.ndarray) -> Iterator[Problem]:
+    """Pairs with more entries than the CommitLog has keys: the later entries are extra.
+
+    Not damage: the message at a file's endPhyOffset indexed again at the start
+    of the next file after an abnormal recovery (the builder only skips offsets
+    below endPhyOffset).
+    """
+    extra_u = ca > rec.key_counts
+    if not extra_u.any():
         return
-    uniq, inv = np.unique(np.concatenate([exp, act]), return_inverse=True)
-    inv = inv.reshape(-1)
-    ce = np.bincount(inv[: len(exp)], minlength=len(uniq))
-    ca = np.bincount(inv[len(exp) :], minlength=len(uniq))
-    # Extra entries of a pair the record does have: duplicates. The later ones are the extras.
-    ends = [fe.f.header.end_phy_offset for fe in loaded]
-    extra_u = (ca > ce) & (ce > 0)
-    if extra_u.any():
-        ai = inv[len(exp) :]
-        rows = np.flatnonzero(extra_u[ai])
-        seen: dict[int, int] = {}
-        for r in rows.tolist():
-            u = int(ai[r])
-            seen[u] = seen.get(u, 0) + 1
-            if seen[u] <= ce[u]:
-                continue
-            fi, k = int(act_file[r]), int(act_entry[r])
-            p = int(act["phys"][r])
-            if fi > 0 and p == ends[fi - 1]:
-                continue  # re-indexed after an abnormal recovery: the builder skips only offsets below endPhyOffset
-            f = loaded[fi].f
-            yield _problem(
-                DUPLICATE, f, f"entry {k} repeats the key hash {int(act['hash'][r])} of the message at {p}, which the broker indexes once", entry=k, phys=p
-            )
-    # Missing: grouped per message.
-    miss_u = ce > ca
-    if not miss_u.any():
+    seen = np.zeros(len(ca), dtype=np.int64)
+    for fi, f in enumerate(files):
+        n = _last_written(f) + 1
+        for lo in range(1, n, CHUNK):
+            c = f.entries[lo : min(n, lo + CHUNK)]
+            q = np.zeros(len(c), dtype=_PAIR)
+            q["phys"], q["hash"] = c["phys_offset"], c["key_hash"]
+            u = rec.lookup_pairs(q)
+            for j in np.flatnonzero((u >= 0) & extra_u[np.maximum(u, 0)]).tolist():
+                x = int(u[j])
+                seen[x] += 1
+                if seen[x] <= rec.key_counts[x]:
+                    continue
+                p = int(q["phys"][j])
+                if fi > 0 and p == files[fi - 1].header.end_phy_offset:
+                    continue
+                yield _problem(
+                    DUPLICATE,
+                    f,
+                    f"entry {lo + j} repeats the key hash {int(q['hash'][j])} of the message at {p}, which the broker indexes once",
+                    entry=lo + j,
+                    phys=p,
+                )
+            f.release()
+
+
+def _missing(files: list[IndexFile], rec: Records, ca: np.ndarray, cl: CommitLog, abort: bool) -> Iterator[Problem]:
+    """Keys the broker would have indexed and no entry holds, one problem per message; then where the index stops short."""
+    owed = rec.key_counts - ca
+    miss = np.flatnonzero(owed > 0)
+    if not len(miss):
         return
-    ei = inv[: len(exp)]
-    owed = (ce - ca).astype(np.int64)
-    by_phys: dict[int, list[str]] = {}
-    for r in np.flatnonzero(miss_u[ei]).tolist():
-        u = int(ei[r])
-        if owed[u] <= 0:
-            continue
-        owed[u] -= 1
-        by_phys.setdefault(int(exp["phys"][r]), []).append(rec.key_names[r])
-    spans = [(fe.f, fe.f.header.begin_phy_offset, fe.f.header.end_phy_offset) for fe in loaded if fe.last >= 1]
+    by_phys: dict[int, dict[int, int]] = {}
+    for u in miss.tolist():
+        p, h = int(rec.key_table["phys"][u]), int(rec.key_table["hash"][u])
+        by_phys.setdefault(p, {})[h] = int(owed[u])
+    spans = [(f, f.header.begin_phy_offset, f.header.end_phy_offset) for f in files if f.count > 1]
     newest_end = max((e for _, _, e in spans), default=-1)
-    gaps: dict[tuple[str, str], list[int]] = {}
+    gaps: dict[str, list[int]] = {}
+    index_dir = os.path.dirname(files[0].path)
     for p in sorted(by_phys):
-        keys = by_phys[p]
+        want = dict(by_phys[p])
+        keys = []
+        for name, h in index_keys_of(cl, p):
+            if want.get(h, 0) > 0:
+                want[h] -= 1
+                keys.append(name)
         owner = next((f for f, b, e in spans if b <= p <= e), None)
         if owner is not None:
             where = f"inside the range of {owner.name}"
@@ -491,19 +532,18 @@ def _cross_check(loaded: list[_FileEntries], rec: Records, abort: bool) -> Itera
             nxt = next((f for f, b, _ in spans if b > p), None)
             where = f"in no index file's range (before {nxt.name})" if nxt else "in no index file's range"
             if nxt is not None:
-                gaps.setdefault((nxt.path, nxt.name), []).append(p)
-        f0 = owner
+                gaps.setdefault(nxt.path, []).append(p)
         yield Problem(
             MISSING,
-            f0.path if f0 else os.path.dirname(loaded[0].f.path),
+            owner.path if owner else index_dir,
             None,
             f"message at {p}: {len(keys)} key(s) not in the index: {_listed(keys)}; {where}",
             phys_offset=p,
-            extra={"index_file": f0.name if f0 else None, "entry": None, "slot": None, "keys": keys},
+            extra={"index_file": owner.name if owner else None, "entry": None, "slot": None, "keys": keys},
         )
     behind = [p for p in by_phys if p > newest_end]
-    if behind:
-        newest = next(fe for fe in reversed(loaded) if fe.last >= 1)
+    if behind and spans:
+        newest = next(f for f, _, _ in reversed(spans))
         why = (
             "the broker did not shut down cleanly (abort file present): the index lags the CommitLog and a restart rebuilds it"
             if abort
@@ -511,13 +551,13 @@ def _cross_check(loaded: list[_FileEntries], rec: Records, abort: bool) -> Itera
         )
         yield _problem(
             BEHIND,
-            newest.f,
+            newest,
             f"{len(behind)} messages with keys after this file's end ({newest_end}), from {min(behind)} to {max(behind)}, are in no index file; {why}",
-            entry=newest.last,
+            entry=newest.count - 1,
             phys=min(behind),
         )
-    for (path, _name), ps in gaps.items():
-        f = next(fe.f for fe in loaded if fe.f.path == path)
+    for path, ps in gaps.items():
+        f = next(x for x in files if x.path == path)
         yield _problem(
             FILE_GAP,
             f,

@@ -94,6 +94,8 @@ def _table(info: StoreInfo) -> None:
         o.print("[bold]Config files[/bold]")
         for c in info.configs:
             o.print(f"  {Path(c.path).name} ({c.size} bytes){'' if c.error is None else ' [red]' + c.error + '[/red]'}")
+    if info.other_files:
+        o.print(f"other files: {', '.join(Path(p).name for p in info.other_files)}")
     for u in info.unsupported:
         o.print(f"[yellow]not decoded[/yellow]: {u.kind} at {u.path}: {u.detail}")
     for n in info.notes:

@@ -216,7 +216,16 @@ class Store:
     # helpers -------------------------------------------------------------------------------
 
     def checkpoint(self) -> Checkpoint | None:
-        return read_checkpoint(self.checkpoint_path) if self.checkpoint_path else None
+        """The checkpoint, or None when it is missing or too short to read (recorded in `problems` once)."""
+        if not self.checkpoint_path:
+            return None
+        try:
+            return read_checkpoint(self.checkpoint_path)
+        except InputError as e:
+            p = Problem(e.code, e.path, e.offset, e.detail + " (the broker would read zeros: recovery scans from the first file)")
+            if p not in self.problems:
+                self.problems.append(p)
+            return None
 
     def queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:
         return self.queues.get((topic, queue_id))

@@ -126,6 +126,7 @@ def queue_info(q, reader: RecordReader) -> QueueInfo:
 
 
 def store_info(store: Store, *, with_recovery: bool = True, check_crc: bool = True) -> StoreInfo:
+    checkpoint = store.checkpoint()  # a damaged one is recorded in store.problems
     cl = store.commitlog
     cli = CommitLogInfo(
         files=len(cl.files),
@@ -149,7 +150,7 @@ def store_info(store: Store, *, with_recovery: bool = True, check_crc: bool = Tr
         queues=queues,
         cq_file_size=store.cq_file_size,
         index_files=store.index_files,
-        checkpoint=store.checkpoint(),
+        checkpoint=checkpoint,
         abort=store.abort,
         lock=store.lock,
         configs=configs,

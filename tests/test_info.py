@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from collections import defaultdict
 
 import pytest
@@ -120,3 +121,16 @@ def test_info_on_a_wrong_directory_is_one_line_exit_2(tmp_path):
     (tmp_path / "f").write_text("x")
     r = run("info", "-s", tmp_path / "f")
     assert r.exit_code == 2 and "not_a_store" in r.stderr
+
+
+def test_short_checkpoint_is_a_problem_not_a_crash(tmp_path):
+    from conftest import copy_store
+
+    root = copy_store("rmq4-crash", tmp_path)
+    os.truncate(root / "checkpoint", 10)
+    code, rows = info_rows(root)
+    assert code == 1
+    probs = [r for r in rows if r["kind"] == "problem"]
+    assert [(p["code"], p["file_offset"]) for p in probs] == [("checkpoint_short", 10)]
+    rec = next(r for r in rows if r["kind"] == "recovery")
+    assert rec["scan_from"] == 0 and rec["min_timestamp"] is None

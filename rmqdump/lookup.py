@@ -12,7 +12,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from dataclasses import dataclass, field
+from collections import OrderedDict
+from dataclasses import dataclass, field, replace
 
 from rmqdump.commitlog import CommitLog
 from rmqdump.indexfile import IndexFile, key_hash, open_all
@@ -21,6 +22,7 @@ from rmqdump.msgid import OffsetMsgId, UniqKey, id_bytes
 from rmqdump.problems import Problem
 
 SECOND = 1000
+RECORD_CACHE = 4096
 
 
 def store_topics(store: str) -> list[str]:
@@ -132,6 +134,7 @@ class Index:
             CommitLog.open(os.path.join(self.store, "commitlog")) if os.path.isdir(os.path.join(self.store, "commitlog")) else CommitLog([], [], None)
         )
         self._topics: list[str] | None = None
+        self._records: OrderedDict[int, Message | Problem] = OrderedDict()
 
     @property
     def topics(self) -> list[str]:
@@ -197,7 +200,7 @@ class Index:
             if st.phys_offset in seen:
                 fw.candidates.append(Candidate(f.name, st.entry, st.phys_offset, st.time, "duplicate", "message already found through another entry"))
                 continue
-            m = self.commitlog.read_at(st.phys_offset)
+            m = self.read_record(st.phys_offset)
             if isinstance(m, Problem):
                 fw.candidates.append(Candidate(f.name, st.entry, st.phys_offset, st.time, "unreadable", m.line()))
                 res.unreadable.append(m)
@@ -228,6 +231,18 @@ class Index:
             res.messages.append(m)
             fw.candidates.append(Candidate(f.name, st.entry, st.phys_offset, st.time, "match", "", m.store_timestamp))
         return fw
+
+    def read_record(self, phys: int) -> Message | Problem:
+        """The record at phys; the last few thousand are kept, as one message is found under each of its keys."""
+        m = self._records.get(phys)
+        if m is None:
+            m = self.commitlog.read_at(phys)
+            self._records[phys] = m
+            if len(self._records) > RECORD_CACHE:
+                self._records.popitem(last=False)
+        else:
+            self._records.move_to_end(phys)
+        return replace(m, extra=dict(m.extra)) if isinstance(m, Message) else m
 
     def read_offset_id(self, text: str) -> Message | None:
         """The record an offset msgId names, if a record starts there and carries that msgId."""

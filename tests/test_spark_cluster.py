@@ -152,3 +152,17 @@ def test_export_on_standalone_cluster(cluster, executor_python, tmp_path):
     local = export_local(resolve_stores(stores), str(tmp_path / "local"), with_body=True)
     assert summary["messages"] == local.messages
     assert read_dataset(out) == read_dataset(tmp_path / "local")
+
+
+def test_cq_verify_on_standalone_cluster(cluster, executor_python, tmp_path):
+    url, _ = cluster
+    store = str(REAL / "rmq4-crash" / "store")
+    spark_args = [a for a in _spark_args(url, executor_python) if a not in ("--driver-memory", "1g")]
+    r = run_proc("cq", "verify", "-s", store, "-f", "jsonl", *spark_args, cwd=str(tmp_path), timeout=600)
+    local = run_proc("cq", "verify", "-s", store, "-f", "jsonl", cwd=str(tmp_path))
+    assert r.returncode == local.returncode == 1, r.stderr[-3000:]
+    got = [json.loads(x) for x in r.stdout.splitlines()]
+    want = [json.loads(x) for x in local.stdout.splitlines()]
+    key = lambda d: json.dumps(d, sort_keys=True)  # noqa: E731
+    assert sorted(got, key=key) == sorted(want, key=key)
+    assert got[-1] == want[-1] and got[-1]["problems"] == 500

@@ -196,3 +196,10 @@ def test_dump_matches_the_manifest():
     assert total == _indexed_key_count(store)
     t = run("index", "dump", list_index_files(store_root(store))[0], "--limit", 3, "--no-slots")
     assert t.exit_code == 0 and "begin_phy_offset" in t.stdout and "prev_index" in t.stdout
+
+
+def test_not_a_store(tmp_path):
+    r = run("index", "verify", "-s", tmp_path)
+    assert r.exit_code == 2 and "no_commitlog" in r.stderr
+    r = run("index", "verify", "-s", tmp_path / "nope")
+    assert r.exit_code == 2 and "not_found" in r.stderr

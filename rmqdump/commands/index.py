@@ -105,7 +105,7 @@ def lookup(
     really equal KEY (the index stores only a hash). Exit 0 found, 1 not
     found, 2 bad input.
 
-    Example:  rmqdump index lookup order-376146 --store fixtures/real/rmq4-basic/store --topic orders
+    Example:  rmqdump index lookup k1_0 --store fixtures/real/rmq4-basic/store --topic orders --explain
     """
     if (key is None) == (msg_id is None):
         render.fail("usage: give either KEY or --id ID", 2)
@@ -184,6 +184,9 @@ def verify_cmd(
     """
     if not os.path.isdir(str(store)):
         raise InputError("not_found", str(store), "no such store directory")
+    cl_dir = os.path.join(str(store), "commitlog")
+    if not (os.path.isdir(cl_dir) and any(n.isdigit() for n in os.listdir(cl_dir))):
+        raise InputError("no_commitlog", cl_dir, "no CommitLog files: the index is checked against them (is this a store root?)")
     s = IndexVerifySummary()
     rows = []
     for p in verify(str(store), hash_slots=hash_slots, index_entries=index_entries, summary=s):

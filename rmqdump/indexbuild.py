@@ -170,7 +170,7 @@ class IndexBuilder:
 
         key_rec indexes the batch's messages (non-decreasing); key_hash is
         Java hashCode("topic#key"). `chains` = key_chains(key_hash, slots),
-        when a worker process computed it already.
+        when a worker process computed it already (key_hash is then unused).
         """
         n = len(phys)
         if n == 0:
@@ -182,7 +182,9 @@ class IndexBuilder:
             keep = phys[key_rec] >= self._skip_below
             if not keep.all():
                 self.keys_skipped += int((~keep).sum())
-                key_rec, key_hash, chains = key_rec[keep], key_hash[keep], None
+                key_rec = key_rec[keep]
+                key_hash = key_hash[keep] if chains is None else chains[0][keep]  # index hash: same slot, same chain
+                chains = None
         if chains is None:
             chains = key_chains(key_hash, self.hash_slots)
         K = len(key_rec)

@@ -285,7 +285,9 @@ def scan_range(task) -> RangeResult:
             parts.append((d, tid, sel))
     r = _merge(end - start, records, list(table), parts, damaged, last_ts)
     if want_keys:
-        r.chains = key_chains(r.key_hash, hash_slots)
+        h, slot, lp = key_chains(r.key_hash, hash_slots)
+        r.chains = (h, slot, lp.astype(np.int32))  # small to send back; key_hash is in h (abs)
+        r.key_hash = np.zeros(0, dtype=np.int32)
     return r
 
 
@@ -305,10 +307,10 @@ def _merge(nbytes, records, topics, parts, damaged, last_ts) -> RangeResult:
         cols["store_ts"].append(st)
         cols["tags_code"].append(tags)
         cols["queue_offset"].append(qo)
-        cols["queue_id"].append(qid)
+        cols["queue_id"].append(qid.astype(np.int32))
         cols["topic_id"].append(tid)
         cols["queued"].append(queued)
-        cols["key_rec"].append(kr + base)
+        cols["key_rec"].append((kr + base).astype(np.int32))
         cols["key_hash"].append(kh)
         base += len(phys)
     empty = {
@@ -317,10 +319,10 @@ def _merge(nbytes, records, topics, parts, damaged, last_ts) -> RangeResult:
         "store_ts": np.int64,
         "tags_code": np.int64,
         "queue_offset": np.int64,
-        "queue_id": np.int64,
+        "queue_id": np.int32,
         "topic_id": np.int32,
         "queued": bool,
-        "key_rec": np.int64,
+        "key_rec": np.int32,
         "key_hash": np.int32,
     }
     merged = {k: (np.concatenate(v) if v else np.zeros(0, dtype=empty[k])) for k, v in cols.items()}

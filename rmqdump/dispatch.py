@@ -192,6 +192,7 @@ _PAD = 256  # bytes before the first row: right-aligned windows may start before
 _ROW = 128  # properties up to this long go into the matrix
 _HASH_WIDTHS = (16, 32, 64, 128, 256)
 _NAME_CODES = {name: int.from_bytes(name.encode().ljust(8, b"\0"), "big") for name in ("TAGS", "KEYS", "UNIQ_KEY", "DELAY")}
+_PACK_MAX_RECORDS = 1 << 15  # records of a batch whose keys are put in order by one packed int64 sort
 _K1, _K2, _K3 = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xC2B2AE3D27D4EB4F), np.uint64(0x165667B19E3779F9)
 
 
@@ -351,10 +352,14 @@ class _Props:
         body = buf[: len(buf) - 8]
         hits = np.flatnonzero((body - np.uint8(1)) < np.uint8(2))  # \x01 and \x02
         if width:
-            r = np.clip((hits - int(start[0])) // width, 0, n - 1)
+            q = hits - int(start[0])
+            r = q // width
+            keep = (q >= 0) & (r < n)
+            hits, q, r = hits[keep], q[keep], r[keep]
+            keep = q - r * width < (end[r] - start[r])
         else:
             r = np.maximum(np.searchsorted(start, hits, side="right") - 1, 0)
-        keep = (hits >= start[r]) & (hits < end[r])
+            keep = (hits >= start[r]) & (hits < end[r])
         hits, r = hits[keep], r[keep]
         kind = body[hits]
         is1 = kind == 1
@@ -541,18 +546,18 @@ def _key_ranges(props: _Props, recs: np.ndarray, indexed: np.ndarray, cache: dic
     nonempty = t_end > t_start
     t_start, t_end = t_start[nonempty], t_end[nonempty]
     t_rec = kr[np.searchsorted(a, t_start, side="right") - 1]
-    # put order: a record's UNIQ_KEY, then its tokens; records in order
-    has_u = np.zeros(n, dtype=np.int64)
-    has_u[ur] = 1
-    ntok = np.bincount(t_rec, minlength=n)
-    first = np.zeros(n, dtype=np.int64)
-    np.cumsum((has_u + ntok)[:-1], out=first[1:])
-    total = int(has_u.sum() + ntok.sum())
-    pos_t = first[t_rec] + has_u[t_rec] + (np.arange(len(t_rec)) - (np.cumsum(ntok) - ntok)[t_rec])
-    ra = np.empty(total, dtype=np.int64)
-    rb = np.empty(total, dtype=np.int64)
-    rr = np.empty(total, dtype=np.int64)
-    ra[first[ur]], rb[first[ur]], rr[first[ur]] = ua, ub, ur
-    ra[pos_t], rb[pos_t], rr[pos_t] = t_start, t_end, t_rec
+    # put order: a record's UNIQ_KEY, then its tokens in place order; records in order
+    rr = np.concatenate([ur, t_rec])
+    place = np.concatenate([np.zeros(len(ur), dtype=np.int64), t_start - props.start[t_rec] + 1])  # UNIQ_KEY first
+    total = len(rr)
+    if n <= _PACK_MAX_RECORDS and total < 1 << 32 and (total == 0 or int(place.max()) < 1 << 16):
+        # (record, place, position) packed in one int64: a plain sort, no indirection
+        packed = np.sort((rr.astype(np.int64) << 48) | (place << 32) | np.arange(total, dtype=np.int64))
+        order = packed & 0xFFFFFFFF
+    else:
+        order = np.lexsort((place, rr))
+    ra = np.concatenate([ua, t_start])[order]
+    rb = np.concatenate([ub, t_end])[order]
+    rr = rr[order]
     h, ln = _range_hashes(props.buf, ra, rb, cache)
     return recs[rr], np.arange(total, dtype=np.int64), h, ln

@@ -214,6 +214,36 @@ def test_dispatch_columns_equal_dispatch_of(name):
     assert n == len(manifest(name))
 
 
+@pytest.mark.parametrize("name", ["rmq4-flags", "rmq53-v2"])
+def test_dispatch_columns_fallback_paths_agree(name, monkeypatch):
+    """The paths taken only for huge batches or fingerprint collisions give the same values."""
+    import rmqdump.dispatch as D
+
+    cl = CommitLog.open(str(store_root(name) / "commitlog"))
+    delays = DelayLevels.parse()
+    slow_paths = {
+        "_PACK_MAX_RECORDS": 0,  # keys put in order by lexsort
+        "_K1": np.uint64(0),  # every topic fingerprint collides: per-record topic ids
+        "_K2": np.uint64(0),
+        "_K3": np.uint64(0),
+        "_ROW": 8,  # nearly every record's properties through the joined buffer
+    }
+    n = 0
+    for b in cl.scan(check_crc=False):
+        if not len(b):
+            continue
+        f = dispatch_columns(b, delays)
+        with monkeypatch.context() as m:
+            for k, v in slow_paths.items():
+                m.setattr(D, k, v)
+            s = dispatch_columns(b, delays)
+        assert [s.topics[i] for i in s.topic_id.tolist()] == [f.topics[i] for i in f.topic_id.tolist()]
+        assert np.array_equal(s.tags_code, f.tags_code)
+        assert np.array_equal(s.key_rec, f.key_rec) and np.array_equal(s.key_hash, f.key_hash)
+        n += len(b)
+    assert n == len(manifest(name))
+
+
 @pytest.mark.parametrize("name", STORES)
 def test_settings_inferred_from_the_store_files(name):
     st = resolve(str(store_root(name)))

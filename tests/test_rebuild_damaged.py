@@ -243,3 +243,59 @@ def test_output_rules_and_untouched_source(tmp_path):
     assert snapshot(store_root(name)) == real_before
     assert not any(TMP_MARK in str(p) for p in tmp_path.rglob("*"))
     assert not (REAL / name / "store" / "rebuilt").exists()
+
+
+def test_commitlog_head_deleted_gives_pre_blank_fillers(tmp_path):
+    """Queues that no longer start at offset 0 begin with fillPreBlank units, the rest as the broker wrote them."""
+    name = "rmq4-basic"
+    src = copy_store(name, tmp_path)
+    files = sorted((src / "commitlog").iterdir())
+    for p in files[:5]:
+        p.unlink()
+    first_phys = int(files[5].name)
+    code, rows, err = rebuild_ok(src, tmp_path / "out", *flags(name), "--no-verify")
+    assert code == 0, err
+    units = SETTINGS[name]["cq_units"]
+    m = [x for x in manifest(name) if x["wroteOffset"] >= first_phys]
+    ours, theirs = tree(tmp_path / "out", "consumequeue"), tree(store_root(name), "consumequeue")
+    queues = {q["topic"] + "/" + str(q["queue_id"]): q for q in rows if q["kind"] == "queue"}
+    for key, q in queues.items():
+        topic, qid = key.rsplit("/", 1)
+        first = min(x["logicsOffset"] for x in m if x["topic"] == topic and x["queueId"] == int(qid))
+        assert q["first_offset"] == first and q["pre_blank"] == first % units
+        base = first // units * units
+        rel = f"{topic}/{qid}/{base * 20:020d}"
+        a = np.frombuffer(ours[rel], dtype=UNIT)
+        b = np.frombuffer(theirs[rel], dtype=UNIT)
+        fill = a[: first - base]
+        assert (fill["commit_log_offset"] == 0).all() and (fill["size"] == C.CQ_FILLER_SIZE).all() and (fill["tags_code"] == 0).all()
+        assert np.array_equal(a[first - base :], b[first - base :])
+        for r in theirs:  # later files of the queue: the broker's bytes; earlier ones: not written
+            if r.startswith(f"{topic}/{qid}/"):
+                assert (r in ours) == (int(r.rsplit("/", 1)[1]) >= base * 20)
+                if int(r.rsplit("/", 1)[1]) > base * 20:
+                    assert ours[r] == theirs[r]
+
+
+def test_body_bit_flip_is_reported_with_check_crc_and_changes_nothing(tmp_path):
+    name = "rmq5-basic"
+    src = copy_store(name, tmp_path)
+    m = manifest(name)[500]
+    assert m["body_len"] > 0
+    size = SETTINGS[name]["commitlog"]
+    seg = src / "commitlog" / f"{m['wroteOffset'] // size * size:020d}"
+    with open(seg, "r+b") as f:  # the body ends right before the topic length byte, topic and properties
+        at = m["wroteOffset"] % size + m["wroteBytes"] - 2 - m["propertiesStringUtf8Len"] - len(m["topic"]) - 1 - 1
+        f.seek(at)
+        byte = f.read(1)
+        f.seek(at)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    code, rows, err = rebuild_ok(src, tmp_path / "a", *flags(name), "--check-crc")
+    assert code == 1, err
+    probs = [r for r in rows if r["kind"] == "problem"]
+    assert [p["code"] for p in probs] == ["body_crc_mismatch"] and probs[0]["phys_offset"] == m["wroteOffset"]
+    code, _, err = rebuild_ok(src, tmp_path / "b", *flags(name))
+    assert code == 0, err
+    for out in (tmp_path / "a", tmp_path / "b"):
+        assert tree(out, "consumequeue") == tree(store_root(name), "consumequeue")
+        assert index_bytes(out) == index_bytes(store_root(name))

@@ -193,19 +193,27 @@ def store_facts(commitlog: str) -> dict:
     return {"messages": n, "record_bytes": data, "files": len(cl.files), "file_bytes": sum(f.size for f in cl.files), "problems": len(cl.problems)}
 
 
-def render_section(facts: dict, mach: dict, rows: list[dict], args_line: str, loads: list[float]) -> str:
+def render_section(facts: dict, mach: dict, rows: list[dict], args_line: str, loads: list[float], store: str) -> str:
     mb = facts["record_bytes"] / 1e6
+    fsize = facts["file_bytes"] // max(1, facts["files"])
+    made = (
+        f"store made by `python bench/gen_store.py bench/data/gen-1m {' '.join(GEN_ARGS)}`"
+        if Path(store).resolve() == DEFAULT_STORE.resolve()
+        else f"store {store}"
+    )
+    busy = " (other work was running on the machine)" if max(loads) > 1.0 else ""
     lines = [
         SECTION,
         "",
-        f"Command: `{args_line}` (store made by `python bench/gen_store.py bench/data/gen-1m {' '.join(GEN_ARGS)}`).",
-        f"Store: {facts['messages']:,} messages, {facts['record_bytes']:,} bytes of records ({mb:,.0f} MB) in {facts['files']} CommitLog files of 1 GiB "
-        f"({facts['file_bytes']:,} bytes); bodies 200-1,800 bytes, 1-2 KEYS + UNIQ_KEY each, TAGS on 85%.",
+        f"Command: `{args_line}` ({made}).",
+        f"Store: {facts['messages']:,} messages, {facts['record_bytes']:,} bytes of records ({mb:,.0f} MB) in {facts['files']} CommitLog files of "
+        f"{fsize:,} bytes; bodies 200-1,800 bytes, 1-2 KEYS + UNIQ_KEY each, TAGS on 85%.",
         f"Machine: {mach['nproc']} cores, {mach['cpu']}, {mach['mem_gib']} GiB RAM, Linux {mach['kernel']}, Python {mach['python']}, numpy {mach['numpy']}; "
         f"commit {mach['commit']}; {mach['date']}.",
         f"Warm page cache; each mode in its own process, best of {rows[0]['repeats']} runs; 1-minute load average when the runs started: "
-        f"{min(loads):.2f}-{max(loads):.2f} (other work was running on the machine).",
+        f"{min(loads):.2f}-{max(loads):.2f}{busy}.",
         "MB = 10^6 bytes of CommitLog records. Peak RSS = the process's maximum resident set (os.wait4), including the mapped pages it touched.",
+        "Times are the scan loop's own (interpreter start-up excluded), except `cli`: the whole process, start-up and imports included.",
         "",
         "| mode | what | messages/s | MB/s | time (s) | peak RSS (MB) |",
         "|---|---|---:|---:|---:|---:|",
@@ -289,7 +297,7 @@ def main(argv: list[str] | None = None) -> int:
         best["repeats"] = a.repeat
         rows.append(best)
     argv_line = "python bench/bench_commitlog.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    section = render_section(facts, mach, rows, argv_line.strip(), loads)
+    section = render_section(facts, mach, rows, argv_line.strip(), loads, str(store))
     print(section)
     if a.write_results:
         write_section(Path(a.results), section)

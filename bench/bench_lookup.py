@@ -3,6 +3,8 @@
     python bench/gen_store.py bench/data/lookup-1g --size 1GiB --seed 7     # the CommitLog
     python bench/bench_lookup.py build bench/data/lookup-1g                   # two full-size index files
     python bench/bench_lookup.py run bench/data/lookup-1g --keys 1000         # p50/p99, peak RSS
+    python bench/bench_lookup.py build-real bench/data/lookup-1g bench/data/lookup-1g-real
+    /usr/bin/time -v rmqdump index verify -s bench/data/lookup-1g-real -f jsonl   # verify on a big index
 
 `build` indexes every key of the CommitLog the way IndexService does (topic#UNIQ_KEY,
 topic#each key, in put order) and fills the rest of the files' 20,000,000 entries
@@ -154,6 +156,19 @@ def build(store: str, sample: int, seed: int) -> None:
     print(f"built in {time.time() - t0:.1f} s", flush=True)
 
 
+def build_real_only(store: str, out: str) -> None:
+    """A second store sharing STORE's CommitLog (symlinked) whose one full-size index file holds exactly
+    the CommitLog's keys, as a broker would have written them: the input for timing `index verify`."""
+    phys, ts, kh, _names = collect_keys(store)
+    os.makedirs(os.path.join(out, "index"), exist_ok=True)
+    link = os.path.join(out, "commitlog")
+    if not os.path.exists(link):
+        os.symlink(os.path.abspath(os.path.join(store, "commitlog")), link)
+    t = time.time()
+    write_index_file(os.path.join(out, "index", "20261122030000000"), phys, ts, kh, len(phys) + 1)
+    print(f"{len(phys)} entries written in {time.time() - t:.1f} s", flush=True)
+
+
 def _pct(xs: list[float], q: float) -> float:
     return float(np.percentile(np.array(xs) * 1000, q))
 
@@ -227,6 +242,9 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("store")
     b.add_argument("--sample", type=int, default=1000, help="keys to save for `run`")
     b.add_argument("--seed", type=int, default=1)
+    br = sub.add_parser("build-real", help="a store sharing STORE's CommitLog whose index holds exactly its keys (for index verify)")
+    br.add_argument("store")
+    br.add_argument("out")
     r = sub.add_parser("run", help="time lookups")
     r.add_argument("store")
     r.add_argument("--keys", type=int, default=1000)
@@ -234,6 +252,8 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     if a.cmd == "build":
         build(a.store, a.sample, a.seed)
+    elif a.cmd == "build-real":
+        build_real_only(a.store, a.out)
     else:
         print(json.dumps(run(a.store, a.keys, a.cli), indent=1))
     return 0

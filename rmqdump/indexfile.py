@@ -337,6 +337,7 @@ class IndexFile:
             w = np.flatnonzero(written(lo, min(total, lo + chunk)))
             if len(w):
                 last = lo + int(w[-1])
+            self.release()
         hi = n0
         while not last and hi > 1:
             lo = max(1, hi - chunk)

@@ -150,8 +150,23 @@ def scan_commitlog(cl: CommitLog, delays: DelayLevels | None = None) -> tuple[Re
             kp["hash"] = index_hash_many(java_hash_many(keys))
             pairs.append(kp)
     cat = lambda xs, dt: np.concatenate(xs) if xs else np.zeros(0, dt)  # noqa: E731
-    table, counts = np.unique(cat(pairs, _PAIR), return_counts=True)
+    table, counts = _unique_pairs(cat(pairs, _PAIR))
     return Records(cat(phys, np.int64), cat(size, np.int64), cat(ts, np.int64), cat(indexed, bool), table, counts), problems
+
+
+def _unique_pairs(pairs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """np.unique(pairs, return_counts=True), sorting two int64 columns instead of the structured values (far less memory)."""
+    if len(pairs) == 0:
+        return pairs, np.zeros(0, dtype=np.int64)
+    order = np.lexsort((pairs["hash"], pairs["phys"]))
+    p, h = pairs["phys"][order], pairs["hash"][order]
+    del order
+    new = np.ones(len(p), dtype=bool)
+    new[1:] = (p[1:] != p[:-1]) | (h[1:] != h[:-1])
+    starts = np.flatnonzero(new)
+    table = np.zeros(len(starts), dtype=_PAIR)
+    table["phys"], table["hash"] = p[starts], h[starts]
+    return table, np.diff(np.append(starts, len(p)))
 
 
 def index_keys_of(cl: CommitLog, phys: int) -> list[tuple[str, int]]:

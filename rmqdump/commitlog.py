@@ -350,6 +350,14 @@ def _record_problems(seg: SegmentFile, cols, crc_ok, prop_crc) -> dict[int, list
     return out
 
 
+def _empty_columns(data: np.ndarray) -> dict[str, np.ndarray]:
+    """The columns of a batch without records, so consumers need no special case."""
+    none = np.zeros(0, dtype=np.int64)
+    cols, _ = _PARSER.parse(data, none, none)
+    cols["_pos"] = none
+    return cols
+
+
 def _select(cols: dict[str, np.ndarray], k: int) -> dict[str, np.ndarray]:
     return {name: a[:k] for name, a in cols.items()}
 
@@ -398,7 +406,7 @@ def scan_file(
             batch = Batch(seg, mf, cols, crc_ok, prop_crc, [], _record_problems(seg, cols, crc_ok, prop_crc))
             p = stop_at if stop_at is not None else p
         else:
-            batch = Batch(seg, mf, {}, None, None, [], {})
+            batch = Batch(seg, mf, _empty_columns(data), None, None, [], {})
         if p >= end and stop_at is None:
             yield batch
             break

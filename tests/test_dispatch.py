@@ -6,8 +6,8 @@ import os
 
 import numpy as np
 import pytest
-
 from conftest import STORES, manifest, store_root
+
 from rmqdump.commitlog import CommitLog
 from rmqdump.dispatch import DelayLevels, dispatch
 from rmqdump.fastpath import numpy_dtype

@@ -83,7 +83,8 @@ class RebuildReport:
     queues: list[QueueResult] = field(default_factory=list)
     index_files: list[IndexFileResult] = field(default_factory=list)
     index_keys: int = 0
-    damaged: list[Problem] = field(default_factory=list)  # CommitLog regions skipped, bad records
+    damaged: list[Problem] = field(default_factory=list)  # CommitLog regions skipped, layout problems
+    flagged: list[Problem] = field(default_factory=list)  # records kept and dispatched, with a problem (CRC, phys field)
     problems: list[Problem] = field(default_factory=list)  # what the builders met
     checkpoint: dict = field(default_factory=dict)
     verify: dict | None = None
@@ -97,7 +98,7 @@ class RebuildReport:
 
     @property
     def ok(self) -> bool:
-        return not self.damaged and not self.problems and (self.verify is None or self.verify.get("ok", False))
+        return not self.damaged and not self.flagged and not self.problems and (self.verify is None or self.verify.get("ok", False))
 
     def summary(self) -> dict:
         cq_units = sum(q.units for q in self.queues)
@@ -119,6 +120,7 @@ class RebuildReport:
             "index_files": len(self.index_files),
             "index_entries": sum(f.entries for f in self.index_files),
             "damaged_regions": len(self.damaged),
+            "flagged_records": len(self.flagged),
             "skipped_bytes": self.skipped_bytes,
             "problems": len(self.problems),
             "checkpoint": self.checkpoint,
@@ -241,6 +243,7 @@ class RangeResult:
     key_hash: np.ndarray
     chains: tuple | None  # indexbuild.key_chains of the keys
     damaged: list
+    flagged: list
     last_ts: int | None
 
 
@@ -261,6 +264,7 @@ def scan_range(task) -> RangeResult:
     want_keys = hash_slots is not None
     parts: list = []
     damaged: list = []
+    flagged: list = []
     table: dict[str, int] = {}
     records = 0
     last_ts = None
@@ -270,7 +274,7 @@ def scan_range(task) -> RangeResult:
                 if isinstance(ev, Problem):
                     damaged.append(ev)
             for i in sorted(b.record_problems):
-                damaged.extend(b.record_problems[i])
+                flagged.extend(b.record_problems[i])
             if not len(b):
                 continue
             d = dispatch_columns(b, delays, keys=want_keys)
@@ -284,6 +288,7 @@ def scan_range(task) -> RangeResult:
                 sel = keep_t[d.topic_id]
             parts.append((d, tid, sel))
     r = _merge(end - start, records, list(table), parts, damaged, last_ts)
+    r.flagged = flagged
     if want_keys:
         h, slot, lp = key_chains(r.key_hash, hash_slots)
         r.chains = (h, slot, lp.astype(np.int32))  # small to send back; key_hash is in h (abs)
@@ -326,7 +331,7 @@ def _merge(nbytes, records, topics, parts, damaged, last_ts) -> RangeResult:
         "key_hash": np.int32,
     }
     merged = {k: (np.concatenate(v) if v else np.zeros(0, dtype=empty[k])) for k, v in cols.items()}
-    return RangeResult(nbytes, records, topics, damaged=damaged, last_ts=last_ts, chains=None, **merged)
+    return RangeResult(nbytes, records, topics, damaged=damaged, flagged=[], last_ts=last_ts, chains=None, **merged)
 
 
 def _results(tasks: list, workers: int):
@@ -399,6 +404,7 @@ def build_into(
         for r in _results(tasks, workers):
             report.records += r.records
             report.damaged.extend(r.damaged)
+            report.flagged.extend(r.flagged)
             if r.last_ts is not None:
                 last_ts = r.last_ts
             n = len(r.phys)

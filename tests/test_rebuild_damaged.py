@@ -294,6 +294,7 @@ def test_body_bit_flip_is_reported_with_check_crc_and_changes_nothing(tmp_path):
     assert code == 1, err
     probs = [r for r in rows if r["kind"] == "problem"]
     assert [p["code"] for p in probs] == ["body_crc_mismatch"] and probs[0]["phys_offset"] == m["wroteOffset"]
+    assert rows[-1]["flagged_records"] == 1 and rows[-1]["damaged_regions"] == 0 and rows[-1]["records"] == len(manifest(name))
     code, _, err = rebuild_ok(src, tmp_path / "b", *flags(name))
     assert code == 0, err
     for out in (tmp_path / "a", tmp_path / "b"):

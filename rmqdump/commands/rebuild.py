@@ -55,6 +55,10 @@ def _print_table(rep, s: dict) -> None:
         p(f"damaged CommitLog regions skipped: {len(rep.damaged)} ({s['skipped_bytes']} bytes)")
         for d in rep.damaged:
             p(f"  {d.line()}")
+    if rep.flagged:
+        p(f"records with problems, still dispatched (the broker does too): {len(rep.flagged)}")
+        for d in rep.flagged:
+            p(f"  {d.line()}")
     for pr in rep.problems:
         p(f"problem: {pr.line()}")
     v = s["verify"]
@@ -90,6 +94,10 @@ def rebuild_cmd(
     no_verify: bool = typer.Option(False, "--no-verify", help="Skip the cq verify / index verify pass over the result."),
     no_sync: bool = typer.Option(False, "--no-sync", help="Do not fsync the new files before renaming them into place."),
     fmt: ListFormat = typer.Option(ListFormat.table, "--format", "-f", help="table, or jsonl (problem lines, queue and index_file lines, a summary)."),
+    # --engine spark (issue 6, rmqdump.spark.rebuild): the same bytes, built by Spark
+    engine: str = typer.Option("local", "--engine", help="local, or spark (PySpark; OUTDIR on a filesystem the executors share)."),
+    master: str = typer.Option("local[*]", "--master", help="spark engine: the Spark master URL (spark://host:7077, yarn, local[N])."),
+    spark_conf: list[str] = typer.Option([], "--spark-conf", help="spark engine: KEY=VALUE Spark setting; repeat it."),
 ):
     """Rebuild ConsumeQueues, IndexFiles and checkpoint from the CommitLog into OUTDIR, byte-identical to the broker's.
 
@@ -127,14 +135,21 @@ def rebuild_cmd(
     old = signal.signal(signal.SIGTERM, _on_term)
     try:
         with render.progress(total, "rebuild") as advance:
-            rep = rebuild(str(store), str(out), settings, options, on_bytes=advance)
+            if engine == "spark":  # issue 6
+                from rmqdump.spark.rebuild import run_rebuild
+
+                rep = run_rebuild(str(store), str(out), settings, options, master, spark_conf)
+            elif engine == "local":
+                rep = rebuild(str(store), str(out), settings, options, on_bytes=advance)
+            else:
+                render.fail(f"usage: --engine must be local or spark, not {engine!r}", 2)
     except KeyboardInterrupt:
         render.fail(f"interrupted: {out}: nothing was written (the temporary directory was removed)", 2)
     finally:
         signal.signal(signal.SIGTERM, old)
     s = rep.summary()
     if fmt is ListFormat.jsonl:
-        for d in rep.damaged:
+        for d in rep.damaged + rep.flagged:
             render.jsonl(d.to_dict())
         for pr in rep.problems:
             render.jsonl(pr.to_dict())

@@ -203,3 +203,25 @@ def test_not_a_store(tmp_path):
     assert r.exit_code == 2 and "no_commitlog" in r.stderr
     r = run("index", "verify", "-s", tmp_path / "nope")
     assert r.exit_code == 2 and "not_found" in r.stderr
+
+
+def test_wrong_time_diff_and_slot_into_another_chain(tmp_path):
+    root = copy_store("rmq5-basic", tmp_path)
+    path = list_index_files(root)[0]
+    with IndexFile(path) as f:
+        k = f.count // 2
+        diff = f.step(k).time_diff
+        at_diff = f.entry_offset(k) + field_offset(IndexEntry, "time_diff")
+        slot = int(f.used_slots()[3])
+        head = int(f.slots[slot])
+        stranger = next(q for q in range(f.count - 1, 0, -1) if f.slot_of(f.step(q).key_hash) != slot)
+        at_slot = f.slot_offset(slot)
+    _put(path, at_diff, diff + 3600)
+    _put(path, at_slot, stranger)
+    problems, _ = _verify(root)
+    assert _codes(problems) == {"index_time_diff_mismatch": 1, "index_slot_wrong_hash": 1, "index_entry_unreachable": 1}
+    t = next(p for p in problems if p["code"] == "index_time_diff_mismatch")
+    assert (t["entry"], t["file_offset"]) == (k, at_diff - field_offset(IndexEntry, "time_diff"))
+    w = next(p for p in problems if p["code"] == "index_slot_wrong_hash")
+    assert (w["slot"], w["entry"], w["file_offset"]) == (slot, stranger, at_slot)
+    assert next(p for p in problems if p["code"] == "index_entry_unreachable")["entry"] == head

@@ -6,6 +6,8 @@ import calendar
 
 import pytest
 from conftest import HEALTHY, STORES, jsonl, manifest, run, store_root
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rmqdump.msgid import LONG_HEX, SHORT_HEX, MsgIdError, OffsetMsgId, UniqKey
 
@@ -96,3 +98,19 @@ def test_unknown_id_is_not_found_but_decoded():
     assert r.exit_code == 1
     head = jsonl(r.stdout)[0]
     assert head["type"] == "uniq_key" and head["ip"] == "192.0.2.99" and head["found"] == 0 and head["time_anchor"] == "now_utc"
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.binary(min_size=4, max_size=4) | st.binary(min_size=16, max_size=16),
+    st.integers(0, 65535),
+    st.integers(-(2**31), 2**31 - 1),
+    st.integers(0, 2**32 - 1),
+    st.integers(0, 65535),
+)
+def test_uniq_key_fields_round_trip(ip, pid, clh, millis, counter):
+    k = UniqKey.decode(_uniq(ip, pid, clh, millis, counter))
+    assert (k.pid, k.class_loader_hash, k.month_millis, k.counter) == (pid, clh, millis, counter)
+    assert len(k.text) == (SHORT_HEX if len(ip) == 4 else LONG_HEX)
+    o = OffsetMsgId.decode(k.text)  # the same bytes read as an offset id: IP, port, offset
+    assert o.phys_offset == int.from_bytes(bytes.fromhex(k.text)[-8:], "big", signed=True)

@@ -300,3 +300,21 @@ def test_body_bit_flip_is_reported_with_check_crc_and_changes_nothing(tmp_path):
     for out in (tmp_path / "a", tmp_path / "b"):
         assert tree(out, "consumequeue") == tree(store_root(name), "consumequeue")
         assert index_bytes(out) == index_bytes(store_root(name))
+
+
+def test_reading_commands_leave_the_source_untouched(tmp_path):
+    """Bytes and modification times of every source file, before and after the commands an operator runs around a rebuild."""
+    src = copy_store("rmq4-crash", tmp_path)
+    before = snapshot(src)
+    for args in (
+        ("commitlog", src / "commitlog", "-f", "jsonl"),
+        ("info", "-s", src),
+        ("cq", "verify", "-s", src, "-f", "jsonl"),
+        ("index", "verify", "-s", src, "-f", "jsonl"),
+        ("rebuild", src, "--out", tmp_path / "out", "--no-sync"),
+        ("rebuild", src, "--out", tmp_path / "out", "--force", "--only", "index"),
+    ):
+        r = run(*args)
+        assert r.exit_code in (0, 1), (args, r.stderr)
+    assert snapshot(src) == before
+    assert (src / "abort").exists()  # a crashed store stays a crashed store

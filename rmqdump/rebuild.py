@@ -53,7 +53,7 @@ VERIFY_FAILED = "rebuild_verify_failed"
 
 PARTS = ("consumequeue", "index")
 TMP_MARK = ".rmqdump-rebuild-"
-RANGE_BYTES = 128 << 20
+RANGE_BYTES = 64 << 20
 PARALLEL_MIN_BYTES = 64 << 20
 
 

@@ -31,6 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
+from construct import ConstructError
 
 from rmqdump import problems as P
 from rmqdump.commitlog import CommitLog, SegmentFile, scan_file
@@ -49,7 +50,6 @@ OUT_NOT_EMPTY = "output_exists"
 OUT_NOT_DIR = "output_not_directory"
 NOT_A_STORE = "not_a_store"
 NO_COMMITLOG = "no_commitlog"
-VERIFY_FAILED = "rebuild_verify_failed"
 
 PARTS = ("consumequeue", "index")
 TMP_MARK = ".rmqdump-rebuild-"
@@ -442,7 +442,7 @@ def write_checkpoint(tmp: str, report: RebuildReport, last_ts: int | None, last_
     """
     kept = {"master_flushed_offset": 0, "confirm_phy_offset": 0}
     src = os.path.join(report.store, "checkpoint")
-    with contextlib.suppress(OSError, ValueError, Exception):
+    with contextlib.suppress(OSError, ValueError, ConstructError):  # unreadable: the values stay 0
         with open(src, "rb") as f:
             raw = f.read(C.CHECKPOINT_SIZE)
         if len(raw) == C.CHECKPOINT_SIZE:

@@ -10,8 +10,10 @@ from functools import cache
 import pytest
 from conftest import REAL, SETTINGS, STORES, copy_store, jsonl, manifest, run, store_root
 
-from rmqdump.indexfile import IndexFile, list_index_files
+from rmqdump.fastpath import field_offset
+from rmqdump.indexfile import IndexFile, key_hash, list_index_files
 from rmqdump.lookup import Index, store_topics
+from schemas import IndexEntry
 
 ROLLBACK = 0xC
 
@@ -193,3 +195,26 @@ def test_store_topics_tolerates_bad_config(tmp_path):
     (root / "config" / "topics.json").write_text("{not json")
     shutil.rmtree(root / "consumequeue" / "orders")
     assert "orders" not in store_topics(root) and "TopicTest" in store_topics(root)
+
+
+def test_damaged_chain_cannot_loop_the_walk(tmp_path):
+    """A prevIndex pointing at itself or forward ends the walk (the broker would spin until maxNum)."""
+    store = "rmq4-basic"
+    topic, key, ms = _multi_key(store)
+    root = copy_store(store, tmp_path)
+    path = list_index_files(root)[-1]
+    with IndexFile(path) as f:
+        w = f.walk(key_hash(topic, key))
+        head = w.head
+    with open(path, "r+b") as fh:
+        fh.seek(f.entry_offset(head) + field_offset(IndexEntry, "prev_index"))
+        fh.write(head.to_bytes(4, "big"))
+    with Index(root) as idx:
+        res = idx.lookup(key, [topic])
+        walk = next(x for x in res.walks if x.index_file == path.rsplit("/", 1)[1])
+        assert walk.stop == "loop" and walk.steps == 1
+        # Everything in the other files is still found.
+        assert {m.phys_offset for m in res.messages} <= {m["wroteOffset"] for m in ms}
+    r = run("index", "verify", "-s", root, "-f", "jsonl")
+    bad = [p for p in jsonl(r.stdout) if p["kind"] == "problem" and p["code"] == "index_chain_not_backwards"]
+    assert r.exit_code == 1 and [p["entry"] for p in bad] == [head]

@@ -190,7 +190,7 @@ def dispatch(cl: CommitLog, delays: DelayLevels | None = None, *, check_crc: boo
 
 _PAD = 256  # bytes before the first row: right-aligned windows may start before it
 _ROW = 128  # properties up to this long go into the matrix
-_HASH_WIDTHS = (16, 32, 64, 128, 256)
+_HASH_WIDTHS = (8, 16, 24, 32, 48, 64, 128, 256)
 _NAME_CODES = {name: int.from_bytes(name.encode().ljust(8, b"\0"), "big") for name in ("TAGS", "KEYS", "UNIQ_KEY", "DELAY")}
 _PACK_MAX_RECORDS = 1 << 15  # records of a batch whose keys are put in order by one packed int64 sort
 _K1, _K2, _K3 = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xC2B2AE3D27D4EB4F), np.uint64(0x165667B19E3779F9)

@@ -225,3 +225,16 @@ def test_wrong_time_diff_and_slot_into_another_chain(tmp_path):
     w = next(p for p in problems if p["code"] == "index_slot_wrong_hash")
     assert (w["slot"], w["entry"], w["file_offset"]) == (slot, stranger, at_slot)
     assert next(p for p in problems if p["code"] == "index_entry_unreachable")["entry"] == head
+
+
+def test_truncated_index_file_is_reported_and_the_rest_checked(tmp_path):
+    root = copy_store("rmq4-basic", tmp_path)
+    files = list_index_files(root)
+    with open(files[-1], "r+b") as fh:
+        fh.truncate(30_001)
+    problems, summary = _verify(root)
+    size = [p for p in problems if p["code"] == "index_file_size"]
+    assert len(size) == 1 and size[0]["index_file"] == files[-1].rsplit("/", 1)[1]
+    assert summary["index_files"] == len(files) - 1
+    # Its keys are now missing from the index: after the last readable file's end.
+    assert {p["code"] for p in problems} == {"index_file_size", "index_missing_entry", "index_behind"}

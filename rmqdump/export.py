@@ -105,8 +105,9 @@ def problem_order(d: dict) -> tuple:
     return (d.get("broker") or "", d.get("file") or "", -1 if d.get("file_offset") is None else d["file_offset"], d.get("code") or "")
 
 
-def scan_split(split: Split, note: Callable[[Problem], None]) -> Iterator[Batch]:
-    """The scan batches of one byte range; every problem the range owns goes to `note`, in scan order.
+def scan_split(split: Split, note: Callable[[Problem], None], flag: Callable[[Problem], None] | None = None) -> Iterator[Batch]:
+    """The scan batches of one byte range; every problem the range owns goes to `note`, in scan order
+    (or, for problems of records that were still decoded (CRC, phys field), to `flag` when given).
 
     Besides what scan_file reports, a range reports damage that starts right where
     its walk stopped past its end (after a record crossing into the next range):
@@ -118,7 +119,7 @@ def scan_split(split: Split, note: Callable[[Problem], None]) -> Iterator[Batch]
         for b in scan_file(seg, mf, start=split.start, end=split.end, check_crc=split.check_crc):
             for i in sorted(b.record_problems):
                 for p in b.record_problems[i]:
-                    note(p)
+                    (flag or note)(p)
             yield b
             for e in b.events:
                 if isinstance(e, Problem):

@@ -90,13 +90,15 @@ def test_spark_damaged_store_same_rows_and_problems(spark, tmp_path):
 def test_cli_engine_spark(spark, tmp_path):
     """The command joins the running session (and leaves it running)."""
     out = tmp_path / "o"
-    r = run("export", "-s", REAL / "rmq5-basic" / "store", "-o", out, "--engine", "spark")
+    with pytest.warns(UserWarning, match="already running"):
+        r = run("export", "-s", REAL / "rmq5-basic" / "store", "-o", out, "--engine", "spark")
     assert r.exit_code == 0, r.stderr
     summary = json.loads(r.stdout)
     assert summary["engine"] == "spark" and summary["messages"] == len(manifest("rmq5-basic"))
     check_against_manifest("rmq5-basic", read_dataset(out))
     assert not spark.sparkContext._jsc.sc().isStopped()
-    r = run("export", "-s", REAL / "rmq5-basic" / "store", "-o", out, "--engine", "spark")
+    with pytest.warns(UserWarning, match="already running"):
+        r = run("export", "-s", REAL / "rmq5-basic" / "store", "-o", out, "--engine", "spark")
     assert r.exit_code == 2 and "output_exists" in r.stderr
 
 
@@ -179,6 +181,7 @@ def _rebuild_both(spark, root, tmp_path, **opts):
     assert sa == sb
     assert sorted(p.to_dict()["code"] for p in a.problems) == sorted(p.to_dict()["code"] for p in b.problems)
     assert [p.to_dict() for p in a.damaged] == [p.to_dict() for p in b.damaged]
+    assert [p.to_dict() for p in a.flagged] == [p.to_dict() for p in b.flagged]
     return a, ta
 
 
@@ -223,5 +226,10 @@ def test_spark_rebuild_damaged_store(spark, tmp_path):
     root = copy_store("rmq4-basic", tmp_path)
     cl = sorted((root / "commitlog").iterdir())[3]
     _patch(cl, 70000, b"\x5a" * 5000)
-    rep, _ = _rebuild_both(spark, root, tmp_path / "out")
+    m = next(m for m in sorted(manifest("rmq4-basic"), key=lambda m: m["wroteOffset"]) if m["wroteOffset"] > 5 * 131072 and m["body_len"] > 10)
+    f = root / "commitlog" / f"{m['wroteOffset'] // 131072 * 131072:020d}"
+    body_end = m["wroteOffset"] % 131072 + m["wroteBytes"] - 2 - len(m["propertiesString"].encode()) - len(m["topic"]) - 1
+    _patch(f, body_end - 1, b"\x00" if f.read_bytes()[body_end - 1] else b"\x01")  # the body's last byte: a CRC mismatch
+    rep, _ = _rebuild_both(spark, root, tmp_path / "out", check_crc=True)
     assert rep.damaged and rep.skipped_bytes > 0
+    assert [p.code for p in rep.flagged] == ["body_crc_mismatch"]

@@ -78,9 +78,10 @@ def _records_fn(splits: list[Split], delays: DelayLevels, check_crc: bool, topic
         for batch in batches:
             for no in batch.column("split_no").to_pylist():
                 found: list[Problem] = []
+                flagged: list[Problem] = []
                 scanned, last_ts, rec_base, key_base = 0, None, 0, 0
                 split = splits[no]
-                for b in scan_split(Split(**{**split.__dict__, "check_crc": check_crc}), found.append):
+                for b in scan_split(Split(**{**split.__dict__, "check_crc": check_crc}), found.append, flagged.append):
                     if not len(b):
                         continue
                     d = dispatch_columns(b, delays, keys=True)
@@ -129,15 +130,16 @@ def _records_fn(splits: list[Split], delays: DelayLevels, check_crc: bool, topic
                     scanned=pa.array([scanned], pa.int64()),
                     last_ts=pa.array([last_ts], pa.int64()),
                 )
-                if found:
-                    n = len(found)
-                    yield rows(
-                        no,
-                        kind=pa.array(["p"] * n, pa.string()),
-                        split_no=pa.array([no] * n, pa.int32()),
-                        rec=pa.array(list(range(n)), pa.int64()),
-                        problem=pa.array([problem_json(p) for p in found], pa.string()),
-                    )
+                for kind, probs in (("p", found), ("f", flagged)):
+                    if probs:
+                        n = len(probs)
+                        yield rows(
+                            no,
+                            kind=pa.array([kind] * n, pa.string()),
+                            split_no=pa.array([no] * n, pa.int32()),
+                            rec=pa.array(list(range(n)), pa.int64()),
+                            problem=pa.array([problem_json(p) for p in probs], pa.string()),
+                        )
 
     return decode
 
@@ -232,8 +234,8 @@ def build_into_spark(spark, tmp: str, cl: CommitLog, settings: StoreSettings, op
     try:
         small = decoded.filter(F.col("kind") != "r").select("kind", "split_no", "rec", "key0", "scanned", "last_ts", "problem").collect()
         stats = {r["split_no"]: r for r in small if r["kind"] == "s"}
-        for r in sorted((r for r in small if r["kind"] == "p"), key=lambda r: (r["split_no"], r["rec"])):
-            report.damaged.append(problem_from_json(r["problem"]))
+        for r in sorted((r for r in small if r["kind"] in ("p", "f")), key=lambda r: (r["split_no"], r["rec"])):
+            (report.damaged if r["kind"] == "p" else report.flagged).append(problem_from_json(r["problem"]))
         rec_base, key_base, nrec, nkey, last_ts = {}, {}, 0, 0, None
         for no in range(len(splits)):
             s = stats[no]

@@ -214,8 +214,14 @@ class IndexBuilder:
     def _put(self, phys, store_ts, key_rec, chains, k0: int, k1: int) -> None:
         """Keys k0..k1 of the batch into the current file, which has room for them all."""
         f = self._cur
-        h, slot, lp = (a[k0:k1] for a in chains)
+        h, slot, lp = (a[k0:k1] for a in chains[:3])
         k = k1 - k0
+        if len(chains) > 3:  # these keys in slot order, from the batch's slot order
+            o = chains[3]
+            if k0 or k1 < len(o):
+                o = o[(o >= k0) & (o < k1)] - k0
+        else:
+            o = np.sort((slot.astype(np.int64) << 32) | np.arange(k, dtype=np.int64)) & 0xFFFFFFFF
         first = f.index_count
         rec = key_rec[k0:k1]
         p = phys[rec]
@@ -235,13 +241,17 @@ class IndexBuilder:
                 td[j:] = np.minimum(np.maximum(st[j:] - f.begin_timestamp, 0) // 1000, INT_MAX)
         # each entry follows the previous key of its slot in this file: inside these keys,
         # or else whatever the slot holds (0 when the file is new since)
+        # (the 20 MB slot table is read and written in slot order: address order, not random)
         inside = lp >= k0
-        before = self._slot_table[slot]
+        s_sorted = slot[o]
+        before = np.empty(k, dtype=np.int32)
+        before[o] = self._slot_table[s_sorted]
         prev = np.where(inside, lp - k0 + first, before).astype(np.int32)
         f.hash_slot_count += int(np.count_nonzero(~inside & (before == 0)))
         last = np.ones(k, dtype=bool)
         last[lp[inside] - k0] = False
-        self._slot_table[slot[last]] = np.flatnonzero(last).astype(np.int32) + first
+        tail = last[o]
+        self._slot_table[s_sorted[tail]] = o[tail].astype(np.int32) + first
 
         rows = np.empty(k, dtype=_ENTRY)
         rows["key_hash"] = h
@@ -263,11 +273,12 @@ class IndexBuilder:
             self._fd = None
 
 
-def key_chains(key_hash: np.ndarray, hash_slots: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(index hash, slot, previous key of the same slot or -1) of keys in put order.
+def key_chains(key_hash: np.ndarray, hash_slots: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(index hash, slot, previous key of the same slot or -1, keys in slot order) of keys in put order.
 
     A stable sort by slot puts each key right after the previous key of its
-    slot; this part needs no file state, so worker processes compute it.
+    slot; this part needs no file state, so worker processes compute it. The
+    slot order also lets the builder touch its slot table in address order.
     """
     h = index_hash_many(np.asarray(key_hash))
     slot = h % np.int32(hash_slots)
@@ -278,7 +289,7 @@ def key_chains(key_hash: np.ndarray, hash_slots: int) -> tuple[np.ndarray, np.nd
     same = ss[1:] == ss[:-1]
     lp = np.full(len(h), -1, dtype=np.int64)
     lp[order[1:][same]] = order[:-1][same]
-    return h, slot, lp
+    return h, slot, lp, order.astype(np.int32)
 
 
 def _time_diff(store_ts: int, begin: int) -> int:

@@ -290,8 +290,8 @@ def scan_range(task) -> RangeResult:
     r = _merge(end - start, records, list(table), parts, damaged, last_ts)
     r.flagged = flagged
     if want_keys:
-        h, slot, lp = key_chains(r.key_hash, hash_slots)
-        r.chains = (h, slot, lp.astype(np.int32))  # small to send back; key_hash is in h (abs)
+        h, slot, lp, order = key_chains(r.key_hash, hash_slots)
+        r.chains = (h, slot, lp.astype(np.int32), order)  # small to send back; key_hash is in h (abs)
         r.key_hash = np.zeros(0, dtype=np.int32)
     return r
 

@@ -434,7 +434,7 @@ def _topic_ids(data: np.ndarray, view, tp: np.ndarray, tl: np.ndarray) -> tuple[
             last = np.where(short < 64, last & ((np.uint64(1) << short) - np.uint64(1)), last)
             fp = first * _K1 + last * _K2 + tl.astype(np.uint64) * _K3
         _, rep, inv = np.unique(fp, return_index=True, return_inverse=True)
-        ok = bool((tl == tl[rep][inv]).all())
+        ok = bool((tl == tl[rep][inv]).all() and (first == first[rep][inv]).all() and (last == last[rep][inv]).all())
         for g in range(len(rep)) if ok else ():
             width = int(tl[rep[g]])
             if width <= 16:

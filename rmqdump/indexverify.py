@@ -54,6 +54,7 @@ NO_INDEX = "index_no_files"
 _PAIR = np.dtype([("phys", "<i8"), ("hash", "<i8")])
 MAX_LISTED = 5
 CHUNK = 1 << 20  # entries checked at a time
+WINDOW = 256 << 20  # CommitLog bytes whose records and keys are held at a time
 
 
 @dataclass
@@ -120,6 +121,13 @@ class Records:
         inside = ok & (offsets < self.phys[ic] + self.size[ic])
         return np.where(ok, i, -1), start, inside
 
+    def with_record_before(self, rec: tuple[int, int, int] | None) -> Records:
+        """The same records with one more in front (phys, size, store time), for offsets that fall inside it."""
+        if rec is None:
+            return self
+        p, n, t = rec
+        return Records(np.r_[p, self.phys], np.r_[n, self.size], np.r_[t, self.store_ts], np.r_[False, self.indexed], self.key_table, self.key_counts)
+
     def lookup_pairs(self, q: np.ndarray) -> np.ndarray:
         """Index of each (phys, hash) pair in key_table, or -1."""
         if len(q) == 0 or len(self.key_table) == 0:
@@ -128,11 +136,14 @@ class Records:
         return np.where(self.key_table[i] == q, i, -1)
 
 
-def scan_commitlog(cl: CommitLog, delays: DelayLevels | None = None) -> tuple[Records, list[Problem]]:
+def scan_commitlog(
+    cl: CommitLog, delays: DelayLevels | None = None, from_offset: int | None = None, to_offset: int | None = None
+) -> tuple[Records, list[Problem]]:
+    """The records starting in [from_offset, to_offset) and the keys they index, with the scan's problems."""
     delays = delays or DelayLevels.parse()
     phys, size, ts, indexed, pairs = [], [], [], [], []
     problems: list[Problem] = []
-    for b in cl.scan(check_crc=False):
+    for b in cl.scan(check_crc=False, from_offset=from_offset, to_offset=to_offset):
         for i in sorted(b.record_problems):
             problems.extend(b.record_problems[i])
         problems.extend(e for e in b.events if not isinstance(e, Blank))
@@ -219,51 +230,68 @@ def _listed(xs: list, n: int = MAX_LISTED) -> str:
     return s + (f" and {len(xs) - n} more" if len(xs) > n else "")
 
 
-def _last_written(f: IndexFile) -> int:
-    return f.last_written()
-
-
 @dataclass
 class _FileState:
-    """Per-entry facts of one file kept across chunks (small types: a full file has 20,000,000 entries)."""
+    """Per-entry facts of one file kept between passes (small types: a full file has 20,000,000 entries)."""
 
     last: int
     prev: np.ndarray  # int32
     live: np.ndarray  # bool
     good_link: np.ndarray  # bool: a link that goes back and stays in the slot
+    chunks: list[tuple[int, int, int, int]] = field(default_factory=list)  # (lo, hi, min phys, max phys) of live entries
+    first_live: bool = False
+
+    def drop_arrays(self) -> None:
+        """Keep only what the CommitLog pass needs: a few numbers per chunk, not bytes per entry."""
+        self.first_live = bool(self.live[1]) if len(self.live) > 1 else False
+        self.prev = self.live = self.good_link = np.zeros(0, dtype=bool)
 
 
-def check_file(f: IndexFile, rec: Records, ca: np.ndarray, prev_file: IndexFile | None) -> Iterator[Problem]:
-    """Findings inside one index file, and its entries against the CommitLog; counts each entry's key pair into `ca`."""
+def check_file(f: IndexFile, prev_file: IndexFile | None, extent: tuple[int, int]) -> tuple[_FileState, list[Problem]]:
+    """Findings inside one index file (header, entries, slots, chains); the CommitLog comes later, window by window."""
+    out: list[Problem] = []
     hd, slots_n = f.header, f.layout.hash_slots
-    last = _last_written(f)
+    last = f.last_written()
     n = last + 1  # entries 0..last; the header should say indexCount == n
     e0 = f.entries[0:1]
     if len(e0) and bool(e0["key_hash"][0] != 0 or e0["phys_offset"][0] != 0 or e0["prev_index"][0] != 0):
-        yield _problem(ENTRY0_WRITTEN, f, "entry 0 is never written by the broker, but holds data", entry=0)
+        out.append(_problem(ENTRY0_WRITTEN, f, "entry 0 is never written by the broker, but holds data", entry=0))
     if hd.index_count != max(n, 1):
         if hd.index_count < 1 or hd.index_count > f.layout.index_entries:
-            yield _problem(HEADER_COUNT, f, f"header indexCount {hd.index_count} is outside 1..{f.layout.index_entries}; entries are written up to {last}")
+            out.append(
+                _problem(HEADER_COUNT, f, f"header indexCount {hd.index_count} is outside 1..{f.layout.index_entries}; entries are written up to {last}")
+            )
         elif hd.index_count < n:
-            yield _problem(HEADER_COUNT, f, f"entries {hd.index_count}..{last} are written past the header's indexCount {hd.index_count}", entry=hd.index_count)
+            out.append(
+                _problem(HEADER_COUNT, f, f"entries {hd.index_count}..{last} are written past the header's indexCount {hd.index_count}", entry=hd.index_count)
+            )
         else:
-            yield _problem(HEADER_COUNT, f, f"header indexCount {hd.index_count} counts entries {n}..{hd.index_count - 1}, which are empty", entry=n)
+            out.append(_problem(HEADER_COUNT, f, f"header indexCount {hd.index_count} counts entries {n}..{hd.index_count - 1}, which are empty", entry=n))
     st = _FileState(last, np.zeros(n, dtype=np.int32), np.zeros(n, dtype=bool), np.zeros(n, dtype=bool))
     all_hash = f.entries["key_hash"]
     for lo in range(1, n, CHUNK):
-        yield from _check_chunk(f, rec, ca, st, lo, min(n, lo + CHUNK), all_hash, slots_n)
+        out.extend(_check_chunk(f, st, lo, min(n, lo + CHUNK), all_hash, slots_n, extent))
         f.release()
-    yield from _check_slots(f, st, all_hash, slots_n)
-    yield from _check_header_ends(f, rec, st, prev_file)
+    out.extend(_check_slots(f, st, all_hash, slots_n))
+    st.drop_arrays()
+    if last < 1 and prev_file is not None and (hd.begin_phy_offset, hd.end_phy_offset) != (prev_file.header.end_phy_offset, prev_file.header.end_phy_offset):
+        out.append(
+            _problem(
+                HEADER_BEGIN,
+                f,
+                f"empty file: begin/end offsets {hd.begin_phy_offset}/{hd.end_phy_offset} are not the previous file's end {prev_file.header.end_phy_offset}",
+            )
+        )
     f.release()
+    return st, out
 
 
 def _slot_of(kh: np.ndarray, slots_n: int) -> np.ndarray:
     return np.where(kh >= 0, kh, 0) % slots_n
 
 
-def _check_chunk(f: IndexFile, rec: Records, ca: np.ndarray, st: _FileState, lo: int, hi: int, all_hash, slots_n: int) -> Iterator[Problem]:
-    hd, last = f.header, st.last
+def _check_chunk(f: IndexFile, st: _FileState, lo: int, hi: int, all_hash, slots_n: int, extent: tuple[int, int]) -> Iterator[Problem]:
+    last = st.last
     c = f.entries[lo:hi]
     kh = c["key_hash"].astype(np.int64)
     phys = c["phys_offset"].astype(np.int64)
@@ -274,12 +302,18 @@ def _check_chunk(f: IndexFile, rec: Records, ca: np.ndarray, st: _FileState, lo:
     live = ~empty
     st.live[lo:hi] = live
     st.prev[lo:hi] = np.clip(prev, -1, 2**31 - 1)
+    if live.any():
+        st.chunks.append((lo, hi, int(phys[live].min()), int(phys[live].max())))
     for j in np.flatnonzero(empty).tolist():
         yield _problem(ENTRY_EMPTY, f, f"entry {lo + j} is inside the written range (1..{last}) but empty", entry=lo + j)
     for j in np.flatnonzero(live & (kh < 0)).tolist():
         yield _problem(ENTRY_BAD_HASH, f, f"keyHash {int(kh[j])} is negative (the broker stores abs(hashCode))", entry=lo + j, phys=int(phys[j]))
     for j in np.flatnonzero(live & (diff < 0)).tolist():
         yield _problem(ENTRY_BAD_TIME, f, f"timeDiff {int(diff[j])} is negative", entry=lo + j, phys=int(phys[j]))
+    for j in np.flatnonzero(live & ((phys < extent[0]) | (phys >= extent[1]))).tolist():
+        p = int(phys[j])
+        where = "past the end of the CommitLog" if p >= extent[1] else "before the CommitLog's first file"
+        yield _problem(ENTRY_NOT_RECORD, f, f"entry {lo + j} (phyOffset {p}) points {where} ({extent[0]}..{extent[1]})", entry=lo + j, phys=p)
     slot = _slot_of(kh, slots_n)
     back_ok = (prev >= 0) & (prev < idx)
     for j in np.flatnonzero(live & ~back_ok).tolist():
@@ -291,8 +325,7 @@ def _check_chunk(f: IndexFile, rec: Records, ca: np.ndarray, st: _FileState, lo:
             phys=int(phys[j]),
         )
     linked = live & back_ok & (prev > 0)
-    pv = prev[linked]
-    prev_hash = all_hash[pv].astype(np.int64)  # older entries, possibly in earlier chunks: read from the map
+    prev_hash = all_hash[prev[linked]].astype(np.int64)  # older entries, possibly in earlier chunks: read from the map
     ok_prev = (prev_hash >= 0) & (_slot_of(prev_hash, slots_n) == slot[linked])
     broken = np.zeros(len(kh), dtype=bool)
     broken[np.flatnonzero(linked)[~ok_prev]] = True
@@ -307,42 +340,62 @@ def _check_chunk(f: IndexFile, rec: Records, ca: np.ndarray, st: _FileState, lo:
             slot=int(slot[j]),
             phys=int(phys[j]),
         )
-    # Against the CommitLog.
-    lj = np.flatnonzero(live)
-    ri, start, inside = rec.at(phys[lj])
-    for t in np.flatnonzero(~start).tolist():
-        j, p = int(lj[t]), int(phys[lj[t]])
-        if inside[t]:
-            what = f"points into the middle of the record at {int(rec.phys[ri[t]])} (size {int(rec.size[ri[t]])})"
-        elif p >= rec.data_end:
-            what = f"points past the end of the CommitLog's data ({rec.data_end})"
-        else:
-            what = "points at no record"
-        yield _problem(ENTRY_NOT_RECORD, f, f"entry {lo + j} (phyOffset {p}) {what}", entry=lo + j, phys=p)
-    sj, sri = lj[start], ri[start]
-    q = np.zeros(len(sj), dtype=_PAIR)
-    q["phys"], q["hash"] = phys[sj], kh[sj]
-    u = rec.lookup_pairs(q)
-    np.add.at(ca, u[u >= 0], 1)
-    for t in np.flatnonzero(u < 0).tolist():
-        j, r = int(sj[t]), int(sri[t])
-        why = "the record is a ROLLBACK, which the broker never indexes" if not rec.indexed[r] else f"no index key of the record hashes to {int(kh[j])}"
-        yield _problem(ENTRY_KEY_MISMATCH, f, f"entry {lo + j} (phyOffset {int(phys[j])}): {why}", entry=lo + j, phys=int(phys[j]))
-    # timeDiff: Java's (ts - begin) / 1000 clamped to [0, Integer.MAX_VALUE]; 0 while begin was unset.
-    # Entry 1 counts from the previous file's end (written before the header's begin is set): skipped.
-    ts = rec.store_ts[sri]
-    want = np.minimum(np.where(ts >= hd.begin_timestamp, (ts - hd.begin_timestamp) // 1000, 0), 2**31 - 1)
-    if hd.begin_timestamp <= 0:
-        want = np.zeros_like(want)
-    for t in np.flatnonzero((want != diff[sj]) & (sj + lo != 1)).tolist():
-        j = int(sj[t])
-        yield _problem(
-            TIME_DIFF_MISMATCH,
-            f,
-            f"entry {lo + j}: timeDiff {int(diff[j])} s, but the record was stored {int(ts[t])} = header begin {hd.begin_timestamp} + {int(want[t])} s",
-            entry=lo + j,
-            phys=int(phys[j]),
-        )
+
+
+def _window_entries(f: IndexFile, st: _FileState, a: int, b: int) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
+    """(entry numbers, key hashes, phys) of the live entries pointing into [a, b), chunk by chunk (entries run in CommitLog order)."""
+    for lo, hi, pmin, pmax in st.chunks:
+        if pmax < a or pmin >= b:
+            continue
+        c = f.entries[lo:hi]
+        phys = c["phys_offset"].astype(np.int64)
+        live = (c["key_hash"] != 0) | (phys != 0) | (c["time_diff"] != 0) | (c["prev_index"] != 0)
+        sel = np.flatnonzero(live & (phys >= a) & (phys < b))
+        if len(sel):
+            yield lo + sel, c["key_hash"][sel].astype(np.int64), phys[sel]
+        f.release()
+
+
+def _check_records(f: IndexFile, st: _FileState, rec: Records, ca: np.ndarray, a: int, b: int) -> Iterator[Problem]:
+    """The entries pointing into one CommitLog window against its records; counts each entry's key pair into `ca`."""
+    hd = f.header
+    for k, kh, phys in _window_entries(f, st, a, b):
+        ri, start, inside = rec.at(phys)
+        for t in np.flatnonzero(~start).tolist():
+            p = int(phys[t])
+            if inside[t]:
+                what = f"points into the middle of the record at {int(rec.phys[ri[t]])} (size {int(rec.size[ri[t]])})"
+            elif p >= rec.data_end:
+                what = f"points past the end of the CommitLog's data ({rec.data_end})"
+            else:
+                what = "points at no record"
+            yield _problem(ENTRY_NOT_RECORD, f, f"entry {int(k[t])} (phyOffset {p}) {what}", entry=int(k[t]), phys=p)
+        sk, sri, skh, sp = k[start], ri[start], kh[start], phys[start]
+        q = np.zeros(len(sk), dtype=_PAIR)
+        q["phys"], q["hash"] = sp, skh
+        u = rec.lookup_pairs(q)
+        np.add.at(ca, u[u >= 0], 1)
+        for t in np.flatnonzero(u < 0).tolist():
+            why = (
+                "the record is a ROLLBACK, which the broker never indexes" if not rec.indexed[sri[t]] else f"no index key of the record hashes to {int(skh[t])}"
+            )
+            yield _problem(ENTRY_KEY_MISMATCH, f, f"entry {int(sk[t])} (phyOffset {int(sp[t])}): {why}", entry=int(sk[t]), phys=int(sp[t]))
+        # timeDiff: Java's (ts - begin) / 1000 clamped to [0, Integer.MAX_VALUE]; 0 while begin was unset.
+        # Entry 1 counts from the previous file's end (written before the header's begin is set): skipped.
+        diff = f.entries["time_diff"][sk].astype(np.int64)
+        ts = rec.store_ts[sri]
+        want = np.minimum(np.where(ts >= hd.begin_timestamp, (ts - hd.begin_timestamp) // 1000, 0), 2**31 - 1)
+        if hd.begin_timestamp <= 0:
+            want = np.zeros_like(want)
+        for t in np.flatnonzero((want != diff) & (sk != 1)).tolist():
+            yield _problem(
+                TIME_DIFF_MISMATCH,
+                f,
+                f"entry {int(sk[t])}: timeDiff {int(diff[t])} s, but the record was stored {int(ts[t])} = header begin {hd.begin_timestamp} + {int(want[t])} s",
+                entry=int(sk[t]),
+                phys=int(sp[t]),
+            )
+        f.release()
 
 
 def _check_slots(f: IndexFile, st: _FileState, all_hash, slots_n: int) -> Iterator[Problem]:
@@ -386,41 +439,41 @@ def _check_slots(f: IndexFile, st: _FileState, all_hash, slots_n: int) -> Iterat
         )
 
 
-def _check_header_ends(f: IndexFile, rec: Records, st: _FileState, prev_file: IndexFile | None) -> Iterator[Problem]:
-    """begin values are entry 1's, end values the last entry's (an empty file keeps the previous file's end)."""
+def _check_header_ends(f: IndexFile, st: _FileState, cl: CommitLog) -> Iterator[Problem]:
+    """begin values are entry 1's, end values the last entry's."""
     hd, last = f.header, st.last
     if last < 1:
-        if prev_file is not None and (hd.begin_phy_offset, hd.end_phy_offset) != (prev_file.header.end_phy_offset, prev_file.header.end_phy_offset):
-            yield _problem(
-                HEADER_BEGIN,
-                f,
-                f"empty file: begin/end offsets {hd.begin_phy_offset}/{hd.end_phy_offset} are not the previous file's end {prev_file.header.end_phy_offset}",
-            )
         return
     first, final = f.step(1), f.step(last)
-    ri, start, _ = rec.at(np.array([first.phys_offset, final.phys_offset], dtype=np.int64))
-    if st.live[1] and hd.begin_phy_offset != first.phys_offset:
+
+    def stored(phys: int) -> int | None:
+        m = cl.read_at(phys, check_crc=False) if cl.file_for(phys) is not None else None
+        return None if m is None or isinstance(m, Problem) else m.store_timestamp
+
+    if st.first_live and hd.begin_phy_offset != first.phys_offset:
         yield _problem(HEADER_BEGIN, f, f"header beginPhyOffset {hd.begin_phy_offset}, entry 1 points at {first.phys_offset}", entry=1, phys=first.phys_offset)
-    elif st.live[1] and start[0] and hd.begin_timestamp != int(rec.store_ts[ri[0]]):
-        yield _problem(
-            HEADER_BEGIN,
-            f,
-            f"header beginTimestamp {hd.begin_timestamp}, entry 1's record was stored {int(rec.store_ts[ri[0]])}",
-            entry=1,
-            phys=first.phys_offset,
-        )
+    elif st.first_live and (t := stored(first.phys_offset)) is not None and hd.begin_timestamp != t:
+        yield _problem(HEADER_BEGIN, f, f"header beginTimestamp {hd.begin_timestamp}, entry 1's record was stored {t}", entry=1, phys=first.phys_offset)
     if hd.end_phy_offset != final.phys_offset:
         yield _problem(
             HEADER_END, f, f"header endPhyOffset {hd.end_phy_offset}, the last entry {last} points at {final.phys_offset}", entry=last, phys=final.phys_offset
         )
-    elif start[1] and hd.end_timestamp != int(rec.store_ts[ri[1]]):
-        yield _problem(
-            HEADER_END,
-            f,
-            f"header endTimestamp {hd.end_timestamp}, the last entry's record was stored {int(rec.store_ts[ri[1]])}",
-            entry=last,
-            phys=final.phys_offset,
-        )
+    elif (t := stored(final.phys_offset)) is not None and hd.end_timestamp != t:
+        yield _problem(HEADER_END, f, f"header endTimestamp {hd.end_timestamp}, the last entry's record was stored {t}", entry=last, phys=final.phys_offset)
+
+
+@dataclass
+class _Shortfall:
+    """Missing keys summed over the windows, for the closing index_behind / index_file_gap findings."""
+
+    behind: list[int] = field(default_factory=lambda: [0, -1, -1])  # count, first, last
+    gaps: dict[str, list[int]] = field(default_factory=dict)  # index file path -> [count, first, last]
+
+
+def _note(acc: list[int], p: int) -> None:
+    acc[0] += 1
+    acc[1] = p if acc[1] < 0 else min(acc[1], p)
+    acc[2] = max(acc[2], p)
 
 
 def verify(
@@ -431,7 +484,13 @@ def verify(
     delays: DelayLevels | None = None,
     summary: IndexVerifySummary | None = None,
 ) -> Iterator[Problem]:
-    """Every finding of `index verify` on a store root, file by file, then the CommitLog's keys missing from the index."""
+    """Every finding of `index verify` on a store root.
+
+    First each index file on its own; then the CommitLog one file at a time:
+    its records against the entries pointing into it, and its keys the index
+    lacks. Memory is bounded by one CommitLog file's keys plus a few bytes per
+    index entry, whatever the store's size.
+    """
     s = summary if summary is not None else IndexVerifySummary()
 
     def emit(p: Problem) -> Problem:
@@ -447,24 +506,19 @@ def verify(
             yield emit(p)
         cl_dir = os.path.join(store, "commitlog")
         cl = CommitLog.open(cl_dir) if os.path.isdir(cl_dir) else CommitLog([], [], None)
-        rec, cl_probs = scan_commitlog(cl, delays)
-        s.messages = len(rec.phys)
-        s.indexed_keys = rec.indexed_keys
-        for p in cl.problems + cl_probs:
+        for p in cl.problems:
             yield emit(p)
-        if not files:
-            if s.indexed_keys:
-                yield emit(
-                    Problem(NO_INDEX, os.path.join(store, "index"), None, f"no index files, but {s.indexed_keys} keys of the CommitLog should be indexed")
-                )
-            return
-        ca = np.zeros(len(rec.key_table), dtype=np.int64)
+        extent = (cl.files[0].base, cl.files[-1].base + cl.files[-1].size) if cl.files else (0, 0)
+        states: list[_FileState] = []
         prev_f = None
         for f in files:
-            for p in check_file(f, rec, ca, prev_f):
+            st, found = check_file(f, prev_f, extent)
+            states.append(st)
+            s.entries += st.last
+            for p in found:
                 yield emit(p)
-            s.entries += _last_written(f)
-            if prev_f is not None and f.count > 1 and f.header.begin_phy_offset < prev_f.header.end_phy_offset:
+            yield from map(emit, _check_header_ends(f, st, cl))
+            if prev_f is not None and st.last >= 1 and f.header.begin_phy_offset < prev_f.header.end_phy_offset:
                 yield emit(
                     _problem(
                         FILE_ORDER,
@@ -474,14 +528,38 @@ def verify(
                     )
                 )
             prev_f = f
-        yield from map(emit, _duplicates(files, rec, ca))
-        yield from map(emit, _missing(files, rec, ca, cl, os.path.exists(os.path.join(store, "abort"))))
+        spans = [(f, f.header.begin_phy_offset, f.header.end_phy_offset) for f, st in zip(files, states, strict=True) if st.last >= 1]
+        short = _Shortfall()
+        carry = None  # the previous window's last record: an entry may point into its middle
+        for seg in cl.files:
+            for a in range(seg.base, seg.base + seg.size, WINDOW):
+                b = min(a + WINDOW, seg.base + seg.size)
+                rec, cl_probs = scan_commitlog(cl, delays, a, b)
+                s.messages += len(rec.phys)
+                s.indexed_keys += rec.indexed_keys
+                for p in cl_probs:
+                    yield emit(p)
+                ca = np.zeros(len(rec.key_table), dtype=np.int64)
+                ctx = rec.with_record_before(carry) if a > seg.base else rec
+                for f, st in zip(files, states, strict=True):
+                    yield from map(emit, _check_records(f, st, ctx, ca, a, b))
+                yield from map(emit, _duplicates(files, states, rec, ca, a, b))
+                yield from map(emit, _missing(spans, rec, ca, cl, short))
+                if len(rec.phys):
+                    carry = (int(rec.phys[-1]), int(rec.size[-1]), int(rec.store_ts[-1]))
+        if not files:
+            if s.indexed_keys:
+                yield emit(
+                    Problem(NO_INDEX, os.path.join(store, "index"), None, f"no index files, but {s.indexed_keys} keys of the CommitLog should be indexed")
+                )
+            return
+        yield from map(emit, _shortfall(files, spans, short, os.path.exists(os.path.join(store, "abort"))))
     finally:
         for f in files:
             f.close()
 
 
-def _duplicates(files: list[IndexFile], rec: Records, ca: np.ndarray) -> Iterator[Problem]:
+def _duplicates(files: list[IndexFile], states: list[_FileState], rec: Records, ca: np.ndarray, a: int, b: int) -> Iterator[Problem]:
     """Pairs with more entries than the CommitLog has keys: the later entries are extra.
 
     Not damage: the message at a file's endPhyOffset indexed again at the start
@@ -492,33 +570,30 @@ def _duplicates(files: list[IndexFile], rec: Records, ca: np.ndarray) -> Iterato
     if not extra_u.any():
         return
     seen = np.zeros(len(ca), dtype=np.int64)
-    for fi, f in enumerate(files):
-        n = _last_written(f) + 1
-        for lo in range(1, n, CHUNK):
-            c = f.entries[lo : min(n, lo + CHUNK)]
-            q = np.zeros(len(c), dtype=_PAIR)
-            q["phys"], q["hash"] = c["phys_offset"], c["key_hash"]
+    for fi, (f, st) in enumerate(zip(files, states, strict=True)):
+        for k, kh, phys in _window_entries(f, st, a, b):
+            q = np.zeros(len(k), dtype=_PAIR)
+            q["phys"], q["hash"] = phys, kh
             u = rec.lookup_pairs(q)
             for j in np.flatnonzero((u >= 0) & extra_u[np.maximum(u, 0)]).tolist():
                 x = int(u[j])
                 seen[x] += 1
                 if seen[x] <= rec.key_counts[x]:
                     continue
-                p = int(q["phys"][j])
+                p = int(phys[j])
                 if fi > 0 and p == files[fi - 1].header.end_phy_offset:
                     continue
                 yield _problem(
                     DUPLICATE,
                     f,
-                    f"entry {lo + j} repeats the key hash {int(q['hash'][j])} of the message at {p}, which the broker indexes once",
-                    entry=lo + j,
+                    f"entry {int(k[j])} repeats the key hash {int(kh[j])} of the message at {p}, which the broker indexes once",
+                    entry=int(k[j]),
                     phys=p,
                 )
-            f.release()
 
 
-def _missing(files: list[IndexFile], rec: Records, ca: np.ndarray, cl: CommitLog, abort: bool) -> Iterator[Problem]:
-    """Keys the broker would have indexed and no entry holds, one problem per message; then where the index stops short."""
+def _missing(spans: list, rec: Records, ca: np.ndarray, cl: CommitLog, short: _Shortfall) -> Iterator[Problem]:
+    """Keys the broker would have indexed and no entry holds: one problem per message."""
     owed = rec.key_counts - ca
     miss = np.flatnonzero(owed > 0)
     if not len(miss):
@@ -527,10 +602,7 @@ def _missing(files: list[IndexFile], rec: Records, ca: np.ndarray, cl: CommitLog
     for u in miss.tolist():
         p, h = int(rec.key_table["phys"][u]), int(rec.key_table["hash"][u])
         by_phys.setdefault(p, {})[h] = int(owed[u])
-    spans = [(f, f.header.begin_phy_offset, f.header.end_phy_offset) for f in files if f.count > 1]
     newest_end = max((e for _, _, e in spans), default=-1)
-    gaps: dict[str, list[int]] = {}
-    index_dir = os.path.dirname(files[0].path)
     for p in sorted(by_phys):
         want = dict(by_phys[p])
         keys = []
@@ -543,22 +615,27 @@ def _missing(files: list[IndexFile], rec: Records, ca: np.ndarray, cl: CommitLog
             where = f"inside the range of {owner.name}"
         elif p > newest_end:
             where = f"after the newest index file's end ({newest_end}): the index was not built this far (dispatch lag or crash)"
+            _note(short.behind, p)
         else:
             nxt = next((f for f, b, _ in spans if b > p), None)
             where = f"in no index file's range (before {nxt.name})" if nxt else "in no index file's range"
             if nxt is not None:
-                gaps.setdefault(nxt.path, []).append(p)
+                _note(short.gaps.setdefault(nxt.path, [0, -1, -1]), p)
         yield Problem(
             MISSING,
-            owner.path if owner else index_dir,
+            owner.path if owner else os.path.join(os.path.dirname(os.path.dirname(cl.files[0].path)), "index"),
             None,
             f"message at {p}: {len(keys)} key(s) not in the index: {_listed(keys)}; {where}",
             phys_offset=p,
             extra={"index_file": owner.name if owner else None, "entry": None, "slot": None, "keys": keys},
         )
-    behind = [p for p in by_phys if p > newest_end]
-    if behind and spans:
-        newest = next(f for f, _, _ in reversed(spans))
+
+
+def _shortfall(files: list[IndexFile], spans: list, short: _Shortfall, abort: bool) -> Iterator[Problem]:
+    """Where the index stops short: after its newest file (lag or a lost file), or between two files."""
+    count, first, last = short.behind
+    if count and spans:
+        newest, _, newest_end = spans[-1]
         why = (
             "the broker did not shut down cleanly (abort file present): the index lags the CommitLog and a restart rebuilds it"
             if abort
@@ -567,16 +644,16 @@ def _missing(files: list[IndexFile], rec: Records, ca: np.ndarray, cl: CommitLog
         yield _problem(
             BEHIND,
             newest,
-            f"{len(behind)} messages with keys after this file's end ({newest_end}), from {min(behind)} to {max(behind)}, are in no index file; {why}",
-            entry=newest.count - 1,
-            phys=min(behind),
+            f"{count} messages with keys after this file's end ({newest_end}), from {first} to {last}, are in no index file; {why}",
+            entry=newest.last_written(),
+            phys=first,
         )
-    for path, ps in gaps.items():
+    for path, (n, first, last) in short.gaps.items():
         f = next(x for x in files if x.path == path)
         yield _problem(
             FILE_GAP,
             f,
-            f"{len(ps)} messages with keys between phyOffset {ps[0]} and {ps[-1]} lie before this file's first entry and in no other file: an index file is missing",
+            f"{n} messages with keys between phyOffset {first} and {last} lie before this file's first entry and in no other file: an index file is missing",
             entry=1,
-            phys=ps[0],
+            phys=first,
         )

@@ -8,6 +8,7 @@ import os
 import pytest
 from conftest import HEALTHY, REAL, copy_store, jsonl, manifest, run, store_root
 
+from rmqdump import indexverify as iv
 from rmqdump.fastpath import field_offset
 from rmqdump.indexfile import IndexFile, list_index_files
 from rmqdump.indexverify import IndexVerifySummary, verify
@@ -238,3 +239,24 @@ def test_truncated_index_file_is_reported_and_the_rest_checked(tmp_path):
     assert summary["index_files"] == len(files) - 1
     # Its keys are now missing from the index: after the last readable file's end.
     assert {p["code"] for p in problems} == {"index_file_size", "index_missing_entry", "index_behind"}
+
+
+@pytest.mark.parametrize("store", ["rmq53-v2", "rmq4-crash"])
+def test_small_commitlog_windows_give_the_same_findings(store, monkeypatch, tmp_path):
+    """Verify holds one window of CommitLog records at a time; cutting it finer must change nothing."""
+    root = copy_store(store, tmp_path)
+    path = list_index_files(root)[0]
+    with IndexFile(path) as f:
+        k = 301
+        phys = f.step(k).phys_offset
+        at = f.entry_offset(k) + field_offset(IndexEntry, "phys_offset")
+    _put(path, at, phys + 3, 8)
+
+    def run_verify():
+        s = IndexVerifySummary()
+        return sorted((p.code, p.extra.get("entry"), p.phys_offset, p.detail) for p in iv.verify(root, summary=s)), s.to_dict()
+
+    whole = run_verify()
+    monkeypatch.setattr(iv, "WINDOW", 4096)
+    assert run_verify() == whole
+    assert ("index_entry_not_record", k, phys + 3) in {x[:3] for x in whole[0]}

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from rmqdump.commitlog import Batch
 from rmqdump.message import decode_properties, flag_names, format_host, split_keys
@@ -112,6 +113,19 @@ def _binary(view: memoryview, pos: np.ndarray, length: np.ndarray, typ=pa.binary
     return pa.Array.from_buffers(typ, len(pos), [None, pa.py_buffer(offsets), pa.py_buffer(data)])
 
 
+def _format_hosts(raws: list[tuple[bytes, int]]) -> pa.Array:
+    """format_host over distinct (address, port) pairs: IPv4 vectorized, IPv6 by format_host itself."""
+    n = len(raws)
+    v4 = np.array([len(a) == 4 for a, _ in raws], dtype=bool)
+    if n == 0 or not v4.all():
+        return pa.array([format_host(a, p) for a, p in raws], pa.string())
+    octets = np.frombuffer(b"".join(a for a, _ in raws), dtype=np.uint8).reshape(n, 4)
+    ports = pa.array(np.array([p for _, p in raws], dtype=np.int64)).cast(pa.string())
+    parts = [pa.array(octets[:, k]).cast(pa.string()) for k in range(4)]
+    addr = pc.binary_join_element_wise(*parts, ".")
+    return pc.binary_join_element_wise(addr, ports, ":")
+
+
 def _hosts(data: np.ndarray, pos: np.ndarray, v6: np.ndarray) -> tuple[pa.Array, np.ndarray, np.ndarray]:
     """(formatted host per row, index of each row's distinct address, the distinct raw addresses+ports)."""
     n = len(pos)
@@ -127,7 +141,7 @@ def _hosts(data: np.ndarray, pos: np.ndarray, v6: np.ndarray) -> tuple[pa.Array,
     for u in uniq.tolist():
         alen = 16 if u[0] else 4
         raws.append((u[1 : 1 + alen], int.from_bytes(u[1 + alen : 5 + alen], "big", signed=True)))
-    text = pa.array([format_host(a, p) for a, p in raws], pa.string())
+    text = _format_hosts(raws)
     return text.take(pa.array(inverse.reshape(n))), inverse.reshape(n), raws
 
 
@@ -150,8 +164,8 @@ def _msg_ids(phys: np.ndarray, inverse: np.ndarray, raws: list) -> pa.Array:
     )
 
 
-def _properties(view: memoryview, pos: np.ndarray, length: np.ndarray):
-    """properties map, tags, keys, uniq_key: decoded by the one properties parser."""
+def _properties_py(view: memoryview, pos: np.ndarray, length: np.ndarray):
+    """properties map, tags, keys, uniq_key: decoded by the one properties parser, record by record."""
     n = len(pos)
     names: list[str] = []
     values: list[str] = []
@@ -175,6 +189,50 @@ def _properties(view: memoryview, pos: np.ndarray, length: np.ndarray):
     pmap = pa.MapArray.from_arrays(pa.array(offs), pa.array(names, pa.string()), pa.array(values, pa.string()))
     keys = pa.ListArray.from_arrays(pa.array(key_offs), pa.array(key_items, pa.string()))
     return pmap, pa.array(tags, pa.string()), keys, pa.array(uniq, pa.string())
+
+
+def _offsets(rows: np.ndarray, n: int) -> pa.Array:
+    offs = np.zeros(n + 1, dtype=np.int32)
+    np.cumsum(np.bincount(rows, minlength=n), out=offs[1:])
+    return pa.array(offs)
+
+
+def _pick(names: pa.Array, values: pa.Array, rows: np.ndarray, n: int, name: str) -> pa.Array:
+    """The value of one property per row (null where absent); names are unique within a row."""
+    hit = np.flatnonzero(pc.equal(names, name).to_numpy(zero_copy_only=False))
+    idx = np.full(n, -1, dtype=np.int64)
+    idx[rows[hit]] = hit
+    return values.take(pa.array(idx, mask=idx < 0))
+
+
+def _properties(view: memoryview, pos: np.ndarray, length: np.ndarray):
+    """The same values as _properties_py, with Arrow string kernels over the whole chunk.
+
+    Chunks the kernels cannot take exactly as decode_properties does (invalid
+    UTF-8, a name twice in one record: the last value wins) go record by record.
+    """
+    n = len(pos)
+    try:
+        text = _binary(view, pos, length).cast(pa.string())
+    except pa.ArrowInvalid:
+        return _properties_py(view, pos, length)
+    items = pc.split_pattern(text, C.PROPERTY_SEPARATOR)
+    parent = pc.list_parent_indices(items).to_numpy()
+    pairs = pc.split_pattern(pc.list_flatten(items), C.NAME_VALUE_SEPARATOR, max_splits=1)
+    ok = pc.equal(pc.list_value_length(pairs), 2)  # empty items and items without a separator are dropped
+    pairs = pairs.filter(ok)
+    rows = parent[ok.to_numpy(zero_copy_only=False)]
+    names, values = pc.list_element(pairs, 0), pc.list_element(pairs, 1)
+    if len(names) and pa.table({"r": rows, "n": names}).group_by(["r", "n"]).aggregate([]).num_rows != len(names):
+        return _properties_py(view, pos, length)
+    pmap = pa.MapArray.from_arrays(_offsets(rows, n), names, values)
+    keys_text = _pick(names, values, rows, n, C.PROPERTY_KEYS)
+    tokens = pc.split_pattern(keys_text, C.KEY_SEPARATOR)
+    tparent = pc.list_parent_indices(tokens).to_numpy()
+    flat = pc.list_flatten(tokens)
+    nonempty = pc.not_equal(flat, "")
+    keys = pa.ListArray.from_arrays(_offsets(tparent[nonempty.to_numpy(zero_copy_only=False)], n), flat.filter(nonempty))
+    return pmap, _pick(names, values, rows, n, C.PROPERTY_TAGS), keys, _pick(names, values, rows, n, C.PROPERTY_UNIQ_KEY)
 
 
 def _topics(view: memoryview, pos: np.ndarray, length: np.ndarray) -> pa.Array:

@@ -20,13 +20,16 @@ import tempfile
 import time
 import urllib.parse
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from multiprocessing import get_context
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.dataset as ds
+import pyarrow.parquet as pq
 
 from rmqdump import arrowbatch
 from rmqdump.commitlog import Batch, SegmentFile, diagnose, resync, scan_file
@@ -37,6 +40,8 @@ from rmqdump.splits import DEFAULT_SPLIT, Split, StoreRef, plan
 FORMATS = ("parquet", "jsonl")
 ROWS_PER_GROUP = 65536
 ROWS_PER_GROUP_WITH_BODY = 8192  # bodies are up to 4 MiB: keep a row group's buffer small
+BUFFER_BYTES = 96 << 20  # rows waiting for their row group, all topics together
+MAX_OPEN_FILES = 128
 GROUP_BYTES = 64 << 20  # a task's least work when ranges are small
 MAX_PROBLEMS = 1000  # problems kept for the report; all are counted
 
@@ -189,25 +194,78 @@ def _group_batches(group: list[Split], result: SplitResult, with_body: bool, che
         yield from split_batches(split, result, with_body=with_body, check_crc=check_crc)
 
 
+class TopicParquetWriter:
+    """Part files of one task, one per topic directory, row groups of `rows` rows.
+
+    Rows wait per topic until a row group is full, and the largest waiting
+    group is written early when everything waiting passes BUFFER_BYTES, so
+    memory is bounded whatever the number of topics. At most MAX_OPEN_FILES
+    files are open; a topic whose file was closed continues in a new part.
+    """
+
+    def __init__(self, root: str, index: int, schema: pa.Schema, rows: int):
+        self.root, self.index, self.rows = root, index, rows
+        self.schema = schema.remove(schema.get_field_index("topic"))
+        self.writers: OrderedDict[str, pq.ParquetWriter] = OrderedDict()
+        self.parts: dict[str, int] = {}
+        self.waiting: dict[str, list[pa.RecordBatch]] = {}
+        self.waiting_rows: dict[str, int] = {}
+        self.waiting_bytes = 0
+
+    def write(self, rb: pa.RecordBatch) -> None:
+        topic = rb.column("topic").dictionary_encode()
+        codes = topic.indices.to_numpy(zero_copy_only=False)
+        rest = rb.drop_columns(["topic"])
+        order = np.argsort(codes, kind="stable")
+        bounds = np.searchsorted(codes[order], np.arange(len(topic.dictionary) + 1))
+        for k, t in enumerate(topic.dictionary.to_pylist()):
+            part = rest.take(pa.array(order[bounds[k] : bounds[k + 1]])) if len(topic.dictionary) > 1 else rest
+            self.waiting.setdefault(t, []).append(part)
+            self.waiting_rows[t] = self.waiting_rows.get(t, 0) + part.num_rows
+            self.waiting_bytes += part.nbytes
+            if self.waiting_rows[t] >= self.rows:
+                self._flush(t)
+        while self.waiting_bytes > BUFFER_BYTES and self.waiting:
+            self._flush(max(self.waiting_rows, key=self.waiting_rows.get))
+
+    def _flush(self, t: str) -> None:
+        batches = self.waiting.pop(t)
+        self.waiting_rows.pop(t)
+        self.waiting_bytes -= sum(b.nbytes for b in batches)
+        w = self.writers.get(t)
+        if w is None:
+            if len(self.writers) >= MAX_OPEN_FILES:
+                self.writers.popitem(last=False)[1].close()
+            d = os.path.join(self.root, partition_dir(t))
+            os.makedirs(d, exist_ok=True)
+            n = self.parts[t] = self.parts.get(t, -1) + 1
+            w = self.writers[t] = pq.ParquetWriter(os.path.join(d, f"part-{self.index:05d}-{n}.parquet"), self.schema, compression="snappy")
+        else:
+            self.writers.move_to_end(t)
+        w.write_table(pa.Table.from_batches(batches, self.schema), row_group_size=self.rows)
+
+    def close(self) -> None:
+        for t in list(self.waiting):
+            self._flush(t)
+        while self.writers:
+            self.writers.popitem(last=False)[1].close()
+
+    def __enter__(self) -> TopicParquetWriter:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
 def write_split(index: int, group: list[Split], tmp: str, fmt: str, with_body: bool, check_crc: bool) -> SplitResult:
     """Decode a task's ranges and write its part files under `tmp` (runs in a worker process)."""
     result = SplitResult()
     sch = arrowbatch.schema(with_body)
     batches = _group_batches(group, result, with_body, check_crc)
     if fmt == "parquet":
-        rows = ROWS_PER_GROUP_WITH_BODY if with_body else ROWS_PER_GROUP
-        ds.write_dataset(
-            pa.RecordBatchReader.from_batches(sch, batches),
-            tmp,
-            format="parquet",
-            partitioning=topic_partitioning(),
-            basename_template=f"part-{index:05d}-{{i}}.parquet",
-            existing_data_behavior="overwrite_or_ignore",
-            max_rows_per_group=rows,
-            min_rows_per_group=min(rows, 4096),
-            max_partitions=1 << 20,
-            max_open_files=256,
-        )
+        with TopicParquetWriter(tmp, index, sch, ROWS_PER_GROUP_WITH_BODY if with_body else ROWS_PER_GROUP) as w:
+            for rb in batches:
+                w.write(rb)
     else:
         files: dict[str, object] = {}
         with contextlib.ExitStack() as stack:

@@ -211,3 +211,43 @@ def test_damaged_store_exports_what_survives(tmp_path):
         assert json.loads(r.stdout)["problems"] >= 2
         found.append(sorted(r.stderr.splitlines()))
     assert found[0] == found[1]  # a range boundary neither hides nor repeats a problem
+
+
+def _props_both(raws: list[bytes]):
+    import numpy as np
+
+    buf = b"".join(raws)
+    length = np.array([len(r) for r in raws], dtype=np.int64)
+    pos = np.concatenate([[0], np.cumsum(length)[:-1]]).astype(np.int64)
+    fast = [a.to_pylist() for a in arrowbatch._properties(memoryview(buf), pos, length)]
+    slow = [a.to_pylist() for a in arrowbatch._properties_py(memoryview(buf), pos, length)]
+    return fast, slow
+
+
+@pytest.mark.parametrize(
+    "raws",
+    [
+        [b"KEYS\x01a  b \x02TAGS\x01t\x02", b"", b"\x02\x02noseparator\x02\x01empty name\x02UNIQ_KEY\x01u\x01with\x01ones\x02"],
+        [b"TAGS\x01first\x02TAGS\x01last\x02KEYS\x01k\x02", b"KEYS\x01x"],  # a name twice: the last value wins
+        ["TAGS\x01订单\x02".encode() + b"\xff\xfe\x02KEYS\x01k\x02", b"A\x01b"],  # not UTF-8
+    ],
+)
+def test_vectorized_properties_decode_like_decode_properties(raws):
+    from rmqdump.message import decode_properties, split_keys
+
+    fast, slow = _props_both(raws)
+    assert fast == slow
+    for i, raw in enumerate(raws):
+        props, _ = decode_properties(raw)
+        assert dict(slow[0][i]) == props
+        assert slow[1][i] == props.get("TAGS") and slow[3][i] == props.get("UNIQ_KEY") and slow[2][i] == split_keys(props.get("KEYS"))
+
+
+def test_vectorized_properties_on_every_real_record():
+    for name in STORES:
+        for b in CommitLog.open(str(store_root(name) / "commitlog")).scan():
+            if len(b):
+                c = b.cols
+                fast = [a.to_pylist() for a in arrowbatch._properties(b.mf.view, c["properties_pos"], c["properties_length"])]
+                slow = [a.to_pylist() for a in arrowbatch._properties_py(b.mf.view, c["properties_pos"], c["properties_length"])]
+                assert fast == slow

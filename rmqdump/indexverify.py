@@ -55,6 +55,7 @@ _PAIR = np.dtype([("phys", "<i8"), ("hash", "<i8")])
 MAX_LISTED = 5
 CHUNK = 1 << 20  # entries checked at a time
 WINDOW = 256 << 20  # CommitLog bytes whose records and keys are held at a time
+GATHER_SPAN = 1 << 20  # entries (20 MiB of the file) read before their pages are given back
 
 
 @dataclass
@@ -325,7 +326,7 @@ def _check_chunk(f: IndexFile, st: _FileState, lo: int, hi: int, all_hash, slots
             phys=int(phys[j]),
         )
     linked = live & back_ok & (prev > 0)
-    prev_hash = all_hash[prev[linked]].astype(np.int64)  # older entries, possibly in earlier chunks: read from the map
+    prev_hash = _key_hashes(f, all_hash, prev[linked])  # older entries, possibly in earlier chunks: read from the map
     ok_prev = (prev_hash >= 0) & (_slot_of(prev_hash, slots_n) == slot[linked])
     broken = np.zeros(len(kh), dtype=bool)
     broken[np.flatnonzero(linked)[~ok_prev]] = True
@@ -401,20 +402,22 @@ def _check_records(f: IndexFile, st: _FileState, rec: Records, ca: np.ndarray, a
 def _check_slots(f: IndexFile, st: _FileState, all_hash, slots_n: int) -> Iterator[Problem]:
     hd, last, n = f.header, st.last, st.last + 1
     heads_all = f.slots
-    used = np.flatnonzero(heads_all != 0)
-    heads = heads_all[used].astype(np.int64)
+    used = np.flatnonzero(heads_all != 0).astype(np.int32)
+    heads = heads_all[used].astype(np.int32)
     past = (heads < 1) | (heads > last)
     for s_, h_ in zip(used[past].tolist(), heads[past].tolist(), strict=True):
         yield _problem(
             SLOT_PAST_COUNT, f, f"slot {s_} points at entry {h_}, outside the written entries 1..{last} (indexCount {hd.index_count})", slot=s_, entry=h_
         )
     vu, vh = used[~past], heads[~past]
-    head_slot = _slot_of(all_hash[vh].astype(np.int64), slots_n)
+    n_used = len(used)
+    del used, heads
+    head_slot = _hashes_at(f, all_hash, vh, slots_n)
     wrong = (head_slot != vu) | ~st.live[vh]
     for s_, h_, hs in zip(vu[wrong].tolist(), vh[wrong].tolist(), head_slot[wrong].tolist(), strict=True):
         yield _problem(SLOT_WRONG_HASH, f, f"slot {s_} points at entry {h_}, whose keyHash {int(all_hash[h_])} belongs to slot {hs}", slot=s_, entry=h_)
-    if len(used) != hd.hash_slot_count:
-        yield _problem(HEADER_SLOT_COUNT, f, f"header hashSlotCount {hd.hash_slot_count}, but {len(used)} slots are in use")
+    if n_used != hd.hash_slot_count:
+        yield _problem(HEADER_SLOT_COUNT, f, f"header hashSlotCount {hd.hash_slot_count}, but {n_used} slots are in use")
     # Reachability: from the valid heads along valid links only.
     reach = np.zeros(n, dtype=bool)
     frontier = vh[~wrong]
@@ -437,6 +440,31 @@ def _check_slots(f: IndexFile, st: _FileState, all_hash, slots_n: int) -> Iterat
             slot=kh % slots_n if kh >= 0 else None,
             phys=int(f.entries[k]["phys_offset"]),
         )
+
+
+def _hashes_at(f: IndexFile, all_hash, entries: np.ndarray, slots_n: int) -> np.ndarray:
+    """The slot of each given entry."""
+    return _slot_of(_key_hashes(f, all_hash, entries), slots_n).astype(np.int32)
+
+
+def _key_hashes(f: IndexFile, all_hash, entries: np.ndarray) -> np.ndarray:
+    """keyHash of each given entry, read in file order one stretch at a time, each stretch's pages given back.
+
+    Random reads over a mapped file fault whole page-cache folios in; unsorted,
+    a million of them would make the whole file resident.
+    """
+    out = np.zeros(len(entries), dtype=np.int64)
+    if not len(entries):
+        return out
+    order = np.argsort(entries, kind="stable")
+    se = entries[order]
+    bounds = np.searchsorted(se, np.arange(int(se[0]), int(se[-1]) + GATHER_SPAN, GATHER_SPAN), side="left")
+    bounds = np.unique(np.r_[bounds, len(se)])
+    for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
+        if hi > lo:
+            out[order[lo:hi]] = all_hash[se[lo:hi]]
+            f.release()
+    return out
 
 
 def _check_header_ends(f: IndexFile, st: _FileState, cl: CommitLog) -> Iterator[Problem]:

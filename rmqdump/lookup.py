@@ -23,6 +23,7 @@ from rmqdump.problems import Problem
 
 SECOND = 1000
 RECORD_CACHE = 4096
+RELEASE_EVERY_TOPICS = 16
 
 
 def store_topics(store: str) -> list[str]:
@@ -159,14 +160,16 @@ class Index:
         topics = list(topics) if topics else self.topics
         res = LookupResult(key, [], [], [])
         seen: set[int] = set()
-        for topic in topics:
+        for i, topic in enumerate(topics):
             h = key_hash(topic, key)
             res.keys.append({"topic": topic, "index_key": f"{topic}#{key}", "hash": h})
             for f in reversed(self.files):  # newest first, like IndexService.queryOffset
                 if res.truncated:
                     break
                 res.walks.append(self._walk_file(f, topic, key, h, begin, end, max_messages, seen, res))
-                f.release()
+            if i % RELEASE_EVERY_TOPICS == RELEASE_EVERY_TOPICS - 1 or i == len(topics) - 1:
+                for f in self.files:  # give back the walked pages (0.5 ms a file), not after every walk
+                    f.release()
         res.messages.sort(key=lambda m: m.phys_offset)
         return res
 

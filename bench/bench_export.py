@@ -73,12 +73,13 @@ def main() -> None:
     runs = [("local, 1 worker", ["--workers", "1"]), ("local, 2 workers", ["--workers", "2"])]
     if not a.skip_spark:
         runs.append(("spark local[2]", ["--engine", "spark", "--master", "local[2]"]))
+        runs.append(("spark local[2], --spark-writer arrow", ["--engine", "spark", "--master", "local[2]", "--spark-writer", "arrow"]))
     print(f"store {a.store}; split size {a.split_size}; body {'yes' if a.with_body else 'no'}")
     print("| engine | messages | CommitLog MB | export s | MB/s | Spark start-up s | command wall s | peak RSS MB (process tree) |")
     print("|---|---|---|---|---|---|---|---|")
     try:
         for label, extra in runs:
-            out = os.path.join(base, label.replace(" ", "_").replace(",", "").replace("[", "").replace("]", ""))
+            out = os.path.join(base, "".join(ch if ch.isalnum() else "_" for ch in label))
             summary, wall, peak = run([*exe, "-o", out, *extra])
             mb = summary["bytes"] / 1e6
             startup = summary.get("spark_startup_seconds")

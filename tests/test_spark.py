@@ -57,6 +57,10 @@ def test_spark_tiny_splits_same_rows(spark, fleet, spark_rows, tmp_path):
     tiny = read_dataset(tmp_path / "tiny")
     assert len({(r["broker"], r["phys_offset"]) for r in tiny}) == len(tiny)
     assert tiny == spark_rows
+    # the same with the tasks writing their part files themselves (--spark-writer arrow)
+    res = export_spark(spark, fleet, str(tmp_path / "arrow"), with_body=True, split_size=4096, writer="arrow")
+    assert res.messages == len(tiny) and res.problem_count == 0
+    assert read_dataset(tmp_path / "arrow") == spark_rows
 
 
 def test_spark_jsonl_equals_local_jsonl(spark, tmp_path):
@@ -65,7 +69,8 @@ def test_spark_jsonl_equals_local_jsonl(spark, tmp_path):
     stores = [StoreRef("rmq53-v2", str(REAL / "rmq53-v2" / "store")), StoreRef("rmq4-flags", str(REAL / "rmq4-flags" / "store"))]
     export_spark(spark, stores, str(tmp_path / "s"), fmt="jsonl", with_body=True, split_size=16384)
     export_local(stores, str(tmp_path / "l"), fmt="jsonl", with_body=True)
-    assert read_jsonl(tmp_path / "s") == read_jsonl(tmp_path / "l")
+    export_spark(spark, stores, str(tmp_path / "a"), fmt="jsonl", with_body=True, split_size=16384, writer="arrow")
+    assert read_jsonl(tmp_path / "s") == read_jsonl(tmp_path / "l") == read_jsonl(tmp_path / "a")
     lines = lambda d: sorted(line for f in d.rglob("part-*") for line in f.read_text(encoding="utf-8").splitlines())  # noqa: E731
     assert lines(tmp_path / "s") == lines(tmp_path / "l")
     assert {p.name for p in (tmp_path / "s").iterdir() if p.is_dir()} == {p.name for p in (tmp_path / "l").iterdir() if p.is_dir()}
@@ -82,8 +87,10 @@ def test_spark_damaged_store_same_rows_and_problems(spark, tmp_path):
     stores = [StoreRef("rmq4-basic", str(root))]
     local = export_local(stores, str(tmp_path / "l"))
     sp = export_spark(spark, stores, str(tmp_path / "s"), split_size=8192)
+    ar = export_spark(spark, stores, str(tmp_path / "a"), split_size=8192, writer="arrow")
     assert local.problem_count > 0
-    assert sp.problems == local.problems and sp.problem_count == local.problem_count
+    assert sp.problems == local.problems == ar.problems and sp.problem_count == local.problem_count == ar.problem_count
+    assert read_dataset(tmp_path / "a") == read_dataset(tmp_path / "l")
     assert read_dataset(tmp_path / "s") == read_dataset(tmp_path / "l") == reader_rows("rmq4-basic", root)
 
 

@@ -47,6 +47,9 @@ def export(
     spark_conf: list[str] = typer.Option([], "--spark-conf", help="spark engine: KEY=VALUE Spark setting; repeat it."),
     driver_memory: str = typer.Option("4g", "--driver-memory", help="spark engine: driver JVM memory."),
     ship: str = typer.Option("auto", "--ship", help="spark engine: auto (zip the package to executors unless local), zip, or none (installed on every node)."),
+    spark_writer: str = typer.Option(
+        "spark", "--spark-writer", help="spark engine: spark (Spark's Parquet writer, any output URI) or arrow (tasks write with pyarrow; shared path, faster)."
+    ),
     split_size: str = typer.Option("256M", "--split-size", help="Bytes of CommitLog per task (128M-512M suits big stores)."),
     force: bool = typer.Option(False, "--force", help="Replace --out if it exists."),
     no_crc: bool = typer.Option(False, "--no-crc", help="Skip the body and property CRC checks (crc_ok and prop_crc_ok are then null)."),
@@ -65,6 +68,8 @@ def export(
         render.fail(f"usage: --split-size: {e}", 2)
     stores = resolve_stores(store)
     crc = not no_crc
+    if spark_writer not in ("spark", "arrow"):
+        render.fail(f"usage: --spark-writer must be spark or arrow, not {spark_writer!r}", 2)
     if engine is Engine.local:
         with render.progress(_total_bytes(stores), "export") as advance:
             res = export_local(stores, out, fmt=fmt.value, with_body=with_body, workers=workers, split_size=split, force=force, check_crc=crc, on_bytes=advance)
@@ -75,7 +80,7 @@ def export(
         t0 = time.perf_counter()
         with session(master, spark_conf, driver_memory=driver_memory, ship=ship) as spark:
             startup = time.perf_counter() - t0
-            res = export_spark(spark, stores, out, fmt=fmt.value, with_body=with_body, split_size=split, force=force, check_crc=crc)
+            res = export_spark(spark, stores, out, fmt=fmt.value, with_body=with_body, split_size=split, force=force, check_crc=crc, writer=spark_writer)
         res.startup_seconds = startup
     for p in res.problems:
         render.err.print(f"{p['broker']}: {p['code']}: {p['file']}@{p['file_offset']}: {p['detail']}", markup=False, highlight=False)

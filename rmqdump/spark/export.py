@@ -11,6 +11,7 @@ accumulators.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import shutil
@@ -20,12 +21,26 @@ import pyarrow as pa
 from pyspark.accumulators import AccumulatorParam
 
 from rmqdump import arrowbatch
-from rmqdump.export import MAX_PROBLEMS, ExportResult, SplitResult, check_output, jsonl_lines, problem_dict, problem_order, publish, split_batches, temp_dir_for
+from rmqdump.export import (
+    MAX_PROBLEMS,
+    ExportResult,
+    SplitResult,
+    check_output,
+    jsonl_lines,
+    problem_dict,
+    problem_order,
+    publish,
+    split_batches,
+    temp_dir_for,
+    write_split,
+)
+from rmqdump.problems import InputError
 from rmqdump.splits import DEFAULT_SPLIT, Split, StoreRef, plan
 
 SPLIT_DDL = "broker string, path string, base bigint, start bigint, end bigint, size bigint"
 JSONL_DDL = "topic string, value string"
 TARGET_PARTITION_BYTES = DEFAULT_SPLIT
+REMOTE_ARROW = "spark_writer_needs_shared_path"
 
 
 class ProblemsParam(AccumulatorParam):
@@ -66,6 +81,28 @@ def _decoder(with_body: bool, check_crc: bool, fmt: str, problems, counts):
     return decode
 
 
+WRITTEN_DDL = "split_no int, messages bigint, bytes bigint, problem_count bigint, problems string"
+WRITERS = ("spark", "arrow")
+
+
+def _writer_tasks(splits: list[Split], target: str, fmt: str, with_body: bool, check_crc: bool):
+    """writer="arrow": each task writes its ranges' part files itself, with the local engine's writer."""
+
+    def write(batches):
+        for batch in batches:
+            for row in batch.to_pylist():
+                no = row["split_no"]
+                r = write_split(no, [splits[no]], target, fmt, with_body, check_crc)
+                yield pa.RecordBatch.from_pylist(
+                    [{"split_no": no, "messages": r.messages, "bytes": r.bytes, "problem_count": r.problem_count, "problems": json.dumps(r.problems)}],
+                    schema=pa.schema(
+                        [("split_no", pa.int32()), ("messages", pa.int64()), ("bytes", pa.int64()), ("problem_count", pa.int64()), ("problems", pa.string())]
+                    ),
+                )
+
+    return write
+
+
 class _Pair(AccumulatorParam):
     def zero(self, value):
         return (0, 0)
@@ -88,6 +125,24 @@ def _write(writer, out: str, fmt: str, remote: bool, force: bool) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def _export_arrow(spark, splits: list[Split], out: str, fmt: str, with_body: bool, check_crc: bool, partitions: int | None, res: ExportResult) -> None:
+    sc = spark.sparkContext
+    rows = [(i,) for i in range(len(splits))]
+    if partitions is None:
+        total = sum(s.length for s in splits)
+        partitions = max(2 * sc.defaultParallelism, math.ceil(total / TARGET_PARTITION_BYTES))
+    df = spark.createDataFrame(sc.parallelize(rows, max(1, min(len(rows), partitions))), "split_no int")
+    tmp = temp_dir_for(out)
+    try:
+        done = df.mapInArrow(_writer_tasks(splits, tmp, fmt, with_body, check_crc), WRITTEN_DDL).collect()
+        publish(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    for r in sorted(done, key=lambda r: r["split_no"]):
+        res.add(SplitResult(r["messages"], r["bytes"], json.loads(r["problems"]), r["problem_count"]))
+
+
 def _has_scheme(path: str) -> bool:
     return "://" in path
 
@@ -103,6 +158,7 @@ def export_spark(
     force: bool = False,
     check_crc: bool = True,
     partitions: int | None = None,
+    writer: str = "spark",
 ) -> ExportResult:
     """Write the dataset with Spark; a local `out` is written beside itself and renamed into place."""
     remote = _has_scheme(out)
@@ -114,6 +170,15 @@ def export_spark(
     for broker, p in layout:
         res.add(SplitResult(problems=[problem_dict(broker, p)], problem_count=1))
     sc = spark.sparkContext
+    if writer not in WRITERS:
+        raise ValueError(f"writer must be one of {WRITERS}")
+    if writer == "arrow":
+        if remote:
+            raise InputError(REMOTE_ARROW, out, "--spark-writer arrow writes with pyarrow to a shared path; use --spark-writer spark for a URI")
+        _export_arrow(spark, splits, out, fmt, with_body, check_crc, partitions, res)
+        res.problems.sort(key=problem_order)
+        res.seconds = time.perf_counter() - t0
+        return res
     problems = sc.accumulator((0, []), ProblemsParam())
     counts = sc.accumulator((0, 0), _Pair())
     df = splits_frame(spark, splits, partitions)

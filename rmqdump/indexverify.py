@@ -511,8 +511,9 @@ def verify(
     index_entries: int | None = None,
     delays: DelayLevels | None = None,
     summary: IndexVerifySummary | None = None,
+    on_bytes=None,
 ) -> Iterator[Problem]:
-    """Every finding of `index verify` on a store root.
+    """Every finding of `index verify` on a store root (`on_bytes(n)` is told of each CommitLog stretch done).
 
     First each index file on its own; then the CommitLog one file at a time:
     its records against the entries pointing into it, and its keys the index
@@ -575,6 +576,8 @@ def verify(
                 yield from map(emit, _missing(spans, rec, ca, cl, short))
                 if len(rec.phys):
                     carry = (int(rec.phys[-1]), int(rec.size[-1]), int(rec.store_ts[-1]))
+                if on_bytes is not None:
+                    on_bytes(b - a)
         if not files:
             if s.indexed_keys:
                 yield emit(

@@ -189,15 +189,17 @@ def verify_cmd(
         raise InputError("no_commitlog", cl_dir, "no CommitLog files: the index is checked against them (is this a store root?)")
     s = IndexVerifySummary()
     rows = []
-    for p in verify(str(store), hash_slots=hash_slots, index_entries=index_entries, summary=s):
-        d = problem_dict(p)
-        if fmt is ListFormat.jsonl:
-            render.jsonl(d)
-        else:
-            rows.append(d)
-            if len(rows) >= 500:
-                _problem_table(rows)
-                rows = []
+    total = sum(os.path.getsize(os.path.join(cl_dir, n)) for n in os.listdir(cl_dir) if n.isdigit())
+    with render.progress(total, "index verify") as advance:
+        for p in verify(str(store), hash_slots=hash_slots, index_entries=index_entries, summary=s, on_bytes=advance):
+            d = problem_dict(p)
+            if fmt is ListFormat.jsonl:
+                render.jsonl(d)
+            else:
+                rows.append(d)
+                if len(rows) >= 500:
+                    _problem_table(rows)
+                    rows = []
     if fmt is ListFormat.jsonl:
         render.jsonl(s.to_dict())
     else:

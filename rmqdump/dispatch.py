@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from rmqdump.commitlog import Batch, CommitLog
-from rmqdump.javahash import java_hash, java_hash_many
+from rmqdump.javahash import java_hash
 from schemas import constants as C
 
 _UNITS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
@@ -97,70 +97,39 @@ class DispatchBatch:
         return np.array(rec, dtype=np.int64), keys
 
 
-def _props_fields(raw: str) -> tuple[str | None, str | None, str | None, str | None]:
-    tags = keys = uniq = delay = None
-    for item in raw.split(C.PROPERTY_SEPARATOR):
-        name, sep, value = item.partition(C.NAME_VALUE_SEPARATOR)
-        if not sep:
-            continue
-        if name == "TAGS":
-            tags = value
-        elif name == "KEYS":
-            keys = value
-        elif name == "UNIQ_KEY":
-            uniq = value
-        elif name == "DELAY":
-            delay = value
-    return tags, keys, uniq, delay
-
-
 def dispatch_of(batch: Batch, delays: DelayLevels) -> DispatchBatch:
-    c = batch.cols
+    """The dispatch values of a batch: the columns of dispatch_columns, plus KEYS and UNIQ_KEY as strings.
+
+    Only the property values that become strings are decoded one by one
+    (tests prove the values equal a plain per-record parse on every real record).
+    """
     n = len(batch)
-    view = batch.mf.view
-    topic_cache: dict[bytes, str] = {}
-    topics: list[str] = []
-    tags_l: list[str] = []
-    has_tags = np.zeros(n, dtype=bool)
-    keys_l: list[list[str]] = []
-    uniq_l: list[str | None] = []
-    delay_at: list[tuple[int, str]] = []
-    tp, tl = c["topic_pos"].tolist(), c["topic_length"].tolist()
-    pp, pl = c["properties_pos"].tolist(), c["properties_length"].tolist()
-    for i in range(n):
-        tb = bytes(view[tp[i] : tp[i] + tl[i]])
-        t = topic_cache.get(tb)
-        if t is None:
-            t = topic_cache[tb] = tb.decode("utf-8", errors="replace")
-        topics.append(t)
-        tags, keys, uniq, delay = _props_fields(bytes(view[pp[i] : pp[i] + pl[i]]).decode("utf-8", errors="replace")) if pl[i] > 0 else (None, None, None, None)
-        if tags:
-            has_tags[i] = True
-            tags_l.append(tags)
-        keys_l.append([k for k in keys.split(C.KEY_SEPARATOR) if k] if keys else [])
-        uniq_l.append(uniq)
-        if delay is not None and t == C.SCHEDULE_TOPIC:
-            delay_at.append((i, delay))
-    tags_code = np.zeros(n, dtype=np.int64)
-    if tags_l:
-        tags_code[has_tags] = java_hash_many(tags_l).astype(np.int64)
-    st = c["store_timestamp"]
-    for i, d in delay_at:
-        try:
-            level = int(d)
-        except ValueError:
-            continue
-        if level > 0:
-            tags_code[i] = delays.deliver_time(level, int(st[i]))
+    cols, groups = _columns(batch, delays, keys=False)
+    if n == 0:
+        z = np.zeros(0, dtype=np.int64)
+        return DispatchBatch(z, z.astype(np.int32), [], z, z, z, z, z, [], [])
+    keys_l: list[list[str]] = [[] for _ in range(n)]
+    uniq_l: list[str | None] = [None] * n
+    for recs, props in groups:
+        raw = props.buf.tobytes()
+        r, a, b = props.find("UNIQ_KEY")
+        for i, x, y in zip(recs[r].tolist(), a.tolist(), b.tolist(), strict=True):
+            uniq_l[i] = raw[x:y].decode("utf-8", errors="replace")
+        r, a, b = props.find("KEYS")
+        for i, x, y in zip(recs[r].tolist(), a.tolist(), b.tolist(), strict=True):
+            if y > x:
+                keys_l[i] = [k for k in raw[x:y].decode("utf-8", errors="replace").split(C.KEY_SEPARATOR) if k]
+    table = np.empty(len(cols.topics), dtype=object)
+    table[:] = cols.topics
     return DispatchBatch(
-        phys=batch.phys,
-        size=c["total_size"].astype(np.int32),
-        topic=topics,
-        queue_id=c["queue_id"],
-        queue_offset=c["queue_offset"],
-        sys_flag=c["sys_flag"],
-        store_timestamp=st,
-        tags_code=tags_code,
+        phys=cols.phys,
+        size=cols.size,
+        topic=table[cols.topic_id].tolist(),
+        queue_id=cols.queue_id,
+        queue_offset=cols.queue_offset,
+        sys_flag=cols.sys_flag,
+        store_timestamp=cols.store_timestamp,
+        tags_code=cols.tags_code,
         keys=keys_l,
         uniq_key=uniq_l,
     )
@@ -454,11 +423,16 @@ def _topic_ids(data: np.ndarray, view, tp: np.ndarray, tl: np.ndarray) -> tuple[
 
 def dispatch_columns(batch: Batch, delays: DelayLevels, *, keys: bool = True) -> DispatchColumns:
     """dispatch_of(batch) as columns (tests prove the two equal on every real record)."""
+    return _columns(batch, delays, keys)[0]
+
+
+def _columns(batch: Batch, delays: DelayLevels, keys: bool) -> tuple[DispatchColumns, list]:
+    """The columns, and the parsed properties of each group of records (for dispatch_of's strings)."""
     c = batch.cols
     n = len(batch)
     if n == 0:
         z = np.zeros(0, dtype=np.int64)
-        return DispatchColumns(z, z.astype(np.int32), z.astype(np.int32), [], z, z, z, z, z, z.astype(np.int32), z.astype(np.int32))
+        return DispatchColumns(z, z.astype(np.int32), z.astype(np.int32), [], z, z, z, z, z, z.astype(np.int32), z.astype(np.int32)), []
     data, view = batch.mf.data, batch.mf.view
     topic_id, topics = _topic_ids(data, view, c["topic_pos"], c["topic_length"])
     pp = c["properties_pos"]
@@ -513,7 +487,7 @@ def dispatch_columns(batch: Batch, delays: DelayLevels, *, keys: bool = True) ->
         with np.errstate(over="ignore"):
             full = prefix[topic_id[rec]] * pw[ln] + h
         key_rec, key_hash = rec.astype(np.int32), full.view(np.int32)
-    return DispatchColumns(
+    cols = DispatchColumns(
         phys=batch.phys,
         size=c["total_size"].astype(np.int32),
         topic_id=topic_id,
@@ -526,6 +500,7 @@ def dispatch_columns(batch: Batch, delays: DelayLevels, *, keys: bool = True) ->
         key_rec=key_rec,
         key_hash=key_hash,
     )
+    return cols, groups
 
 
 def _key_ranges(props: _Props, recs: np.ndarray, indexed: np.ndarray, cache: dict):

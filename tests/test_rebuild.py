@@ -195,21 +195,54 @@ def test_rebuild_is_verified_and_checkpoint_written(name, rebuilt):
     assert summary["records"] == len(m) and summary["index_entries"] == sum(len(index_keys(x)) for x in m)
 
 
+def reference_dispatch(batch, delays):
+    """A plain per-record parse of the properties (how rmqdump.dispatch first did it): the oracle for the columnar one."""
+    c = batch.cols
+    view = batch.mf.view
+    topics, keys, uniqs = [], [], []
+    codes = np.zeros(len(batch), dtype=np.int64)
+    for i in range(len(batch)):
+        tp, tl = int(c["topic_pos"][i]), int(c["topic_length"][i])
+        t = bytes(view[tp : tp + tl]).decode("utf-8", errors="replace")
+        pp, pl = int(c["properties_pos"][i]), int(c["properties_length"][i])
+        props = {}
+        if pl > 0:
+            for item in bytes(view[pp : pp + pl]).decode("utf-8", errors="replace").split("\x02"):
+                name, sep, value = item.partition("\x01")
+                if sep and name in ("TAGS", "KEYS", "UNIQ_KEY", "DELAY"):
+                    props[name] = value
+        topics.append(t)
+        if props.get("TAGS"):
+            codes[i] = java_hash(props["TAGS"])
+        if t == "SCHEDULE_TOPIC_XXXX" and "DELAY" in props:
+            try:
+                level = int(props["DELAY"])
+            except ValueError:
+                level = 0
+            if level > 0:
+                codes[i] = delays.deliver_time(level, int(c["store_timestamp"][i]))
+        keys.append([k for k in props["KEYS"].split(" ") if k] if props.get("KEYS") else [])
+        uniqs.append(props.get("UNIQ_KEY"))
+    return topics, codes, keys, uniqs
+
+
 @pytest.mark.parametrize("name", STORES)
-def test_dispatch_columns_equal_dispatch_of(name):
-    """The columnar dispatch the rebuild uses gives dispatch_of's tagsCode and index keys on every real record."""
+def test_dispatch_equals_a_plain_parse(name):
+    """dispatch_of and dispatch_columns (what the rebuild uses) give a plain parse's tagsCode, keys and topics on every real record."""
     cl = CommitLog.open(str(store_root(name) / "commitlog"))
     delays = DelayLevels.parse()
     n = 0
     for b in cl.scan(check_crc=False):
         if not len(b):
             continue
+        topics, codes, keys, uniqs = reference_dispatch(b, delays)
         d, c = dispatch_of(b, delays), dispatch_columns(b, delays)
-        assert np.array_equal(d.tags_code, c.tags_code)
-        assert [c.topics[i] for i in c.topic_id.tolist()] == d.topic
-        rec, keys = d.index_keys()
+        assert d.topic == topics and d.keys == keys and d.uniq_key == uniqs
+        assert np.array_equal(d.tags_code, codes) and np.array_equal(c.tags_code, codes)
+        assert [c.topics[i] for i in c.topic_id.tolist()] == topics
+        rec, idx_keys = d.index_keys()
         assert np.array_equal(rec, c.key_rec)
-        assert c.key_hash.tolist() == [java_hash(k) for k in keys]
+        assert c.key_hash.tolist() == [java_hash(k) for k in idx_keys]
         n += len(b)
     assert n == len(manifest(name))
 

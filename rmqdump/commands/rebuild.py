@@ -14,6 +14,8 @@ from rmqdump.rebuild import PARTS, RebuildOptions, check_paths, rebuild
 from rmqdump.settings import resolve
 from rmqdump.timeutil import iso
 
+TABLE_ROWS = 50  # queues / index files listed in the table output
+
 
 class Part(str, Enum):
     consumequeue = "consumequeue"
@@ -39,16 +41,20 @@ def _print_table(rep, s: dict) -> None:
     p(f"records: {s['records']} scanned, {s['messages']} taken, {s['workers']} worker(s), {s['seconds']} s ({s['messages_per_second']} messages/s)")
     if "consumequeue" in s["built"]:
         p(f"consumequeue: {s['queues']} queues, {s['cq_files']} files, {s['cq_units']} units, {s['cq_filler_units']} filler units")
-        for q in rep.queues:
+        for q in rep.queues[:TABLE_ROWS]:
             extra = f", starts at {q.first_offset} ({q.pre_blank} filler units)" if q.first_offset > 0 else ""
             p(f"  {q.topic}/{q.queue_id}: {q.units} units in {len(q.files)} files, next offset {q.next_offset}{extra}")
+        if len(rep.queues) > TABLE_ROWS:
+            p(f"  ... {len(rep.queues) - TABLE_ROWS} more queues (-f jsonl lists every one)")
     if "index" in s["built"]:
         p(f"index: {s['index_files']} files, {s['index_entries']} entries")
-        for f in rep.index_files:
+        for f in rep.index_files[:TABLE_ROWS]:
             p(
                 f"  {f.name}: {f.entries} entries, {f.hash_slot_count} slots used, "
                 f"phy {f.begin_phy_offset}..{f.end_phy_offset}, {iso(f.begin_timestamp) if f.begin_timestamp else '-'}..{iso(f.end_timestamp) if f.end_timestamp else '-'}"
             )
+    if len(rep.index_files) > TABLE_ROWS:
+        p(f"  ... {len(rep.index_files) - TABLE_ROWS} more index files (-f jsonl lists every one)")
     cp = s["checkpoint"]
     p(f"checkpoint: physic {cp['physic_msg_timestamp']}, logics {cp['logics_msg_timestamp']}, index {cp['index_msg_timestamp']}")
     if rep.damaged:

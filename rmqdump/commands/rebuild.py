@@ -59,12 +59,16 @@ def _print_table(rep, s: dict) -> None:
     p(f"checkpoint: physic {cp['physic_msg_timestamp']}, logics {cp['logics_msg_timestamp']}, index {cp['index_msg_timestamp']}")
     if rep.damaged:
         p(f"damaged CommitLog regions skipped: {len(rep.damaged)} ({s['skipped_bytes']} bytes)")
-        for d in rep.damaged:
+        for d in rep.damaged[:TABLE_ROWS]:
             p(f"  {d.line()}")
+        if len(rep.damaged) > TABLE_ROWS:
+            p(f"  ... {len(rep.damaged) - TABLE_ROWS} more (-f jsonl lists every one)")
     if rep.flagged:
         p(f"records with problems, still dispatched (the broker does too): {len(rep.flagged)}")
-        for d in rep.flagged:
+        for d in rep.flagged[:TABLE_ROWS]:
             p(f"  {d.line()}")
+        if len(rep.flagged) > TABLE_ROWS:
+            p(f"  ... {len(rep.flagged) - TABLE_ROWS} more (-f jsonl lists every one)")
     for pr in rep.problems:
         p(f"problem: {pr.line()}")
     v = s["verify"]

@@ -65,6 +65,7 @@ class QueueResult:
     duplicates: int = 0
     files: list[str] = field(default_factory=list)
     first_gap: tuple[int, int, int] | None = None  # (from offset, to offset, phys of the unit after)
+    gap_ranges: list[tuple[int, int]] = field(default_factory=list)  # [from, to) queue offsets filled with fillers
     first_dup: tuple[int, int] | None = None  # (queue offset, phys)
 
     @property
@@ -88,8 +89,9 @@ class QueueResult:
 class ConsumeQueueBuilder:
     """Feed `add()` the queued messages of each batch in CommitLog order; `finish()` closes the files."""
 
-    def __init__(self, out_dir: str, units_per_file: int, *, sync: bool = True):
+    def __init__(self, out_dir: str, units_per_file: int, *, sync: bool = True, display_dir: str | None = None):
         self.out_dir = out_dir
+        self.display_dir = display_dir or out_dir  # where the files will be, for problem reports
         self.units_per_file = units_per_file
         self.file_size = units_per_file * C.CQ_UNIT_SIZE
         self.sync = sync
@@ -102,8 +104,14 @@ class ConsumeQueueBuilder:
 
     # --- files ---
 
+    def _name(self, q: QueueResult, file_no: int) -> str:
+        return os.path.join(q.topic, str(q.queue_id), f"{file_no * self.file_size:020d}")
+
     def _path(self, q: QueueResult, file_no: int) -> str:
-        return os.path.join(self.out_dir, q.topic, str(q.queue_id), f"{file_no * self.file_size:020d}")
+        return os.path.join(self.out_dir, self._name(q, file_no))
+
+    def _shown(self, q: QueueResult, file_no: int) -> str:
+        return os.path.join(self.display_dir, self._name(q, file_no))
 
     def _fd(self, q: QueueResult, file_no: int, *, create: bool) -> int | None:
         path = self._path(q, file_no)
@@ -176,7 +184,7 @@ class ConsumeQueueBuilder:
                     self.problems.append(
                         Problem(
                             CQ_UNSAFE_TOPIC,
-                            self.out_dir,
+                            self.display_dir,
                             None,
                             f"topic {topic!r} cannot be a directory name: its messages get no ConsumeQueue",
                             phys_offset=int(phys[i0]),
@@ -197,7 +205,7 @@ class ConsumeQueueBuilder:
             self.problems.append(
                 Problem(
                     CQ_BAD_QUEUE_OFFSET,
-                    self._path(q, 0),
+                    self._shown(q, 0),
                     None,
                     f"{int(bad.sum())} messages of {topic}/{qid} have a negative queueOffset (first {int(qo[i])}): no unit",
                     phys_offset=int(phys[i]),
@@ -236,6 +244,7 @@ class ConsumeQueueBuilder:
             idx = np.flatnonzero(hole)
             q.gaps += len(idx)
             q.gap_units += int((qo[idx] - expected[idx]).sum())
+            q.gap_ranges.extend(zip(expected[idx].tolist(), qo[idx].tolist(), strict=True))
             if q.first_gap is None:
                 q.first_gap = (int(expected[idx[0]]), int(qo[idx[0]]), int(phys[idx[0]]))
         file_no = qo // U
@@ -276,7 +285,7 @@ class ConsumeQueueBuilder:
                 self.problems.append(
                     Problem(
                         CQ_QUEUE_OFFSET_GAP,
-                        self._path(q, a // self.units_per_file),
+                        self._shown(q, a // self.units_per_file),
                         a % self.units_per_file * C.CQ_UNIT_SIZE,
                         f"{q.topic}/{q.queue_id}: {q.gap_units} queue offsets have no message in the CommitLog ({q.gaps} holes, first {a}..{b - 1}); filled with filler units",
                         phys_offset=phys,
@@ -288,7 +297,7 @@ class ConsumeQueueBuilder:
                 self.problems.append(
                     Problem(
                         CQ_DUPLICATE_QUEUE_OFFSET,
-                        self._path(q, max(off, 0) // self.units_per_file),
+                        self._shown(q, max(off, 0) // self.units_per_file),
                         None,
                         f"{q.topic}/{q.queue_id}: {q.duplicates} messages repeat a queueOffset already used (first {off}); the first message keeps the unit",
                         phys_offset=phys,

@@ -390,7 +390,9 @@ def build_into(
     ixb = None
     if want_cq:
         os.makedirs(os.path.join(tmp, "consumequeue"))
-        cqb = ConsumeQueueBuilder(os.path.join(tmp, "consumequeue"), settings.cq_units_per_file, sync=options.sync)
+        cqb = ConsumeQueueBuilder(
+            os.path.join(tmp, "consumequeue"), settings.cq_units_per_file, sync=options.sync, display_dir=os.path.join(report.out, "consumequeue")
+        )
     if want_index:
         os.makedirs(os.path.join(tmp, "index"))
         ixb = IndexBuilder(os.path.join(tmp, "index"), settings.hash_slots, settings.index_entries, after=options.index_after, sync=options.sync)
@@ -465,7 +467,7 @@ def write_checkpoint(tmp: str, report: RebuildReport, last_ts: int | None, last_
     return values
 
 
-def verify_output(tmp: str, store: str, settings: StoreSettings, options: RebuildOptions) -> dict:
+def verify_output(tmp: str, store: str, settings: StoreSettings, options: RebuildOptions, queues: list[QueueResult] | None = None) -> dict:
     """Run the `cq verify` and `index verify` analyses on the new files with the source CommitLog.
 
     A link tmp/commitlog -> the source commitlog/ (read-only use) lets them
@@ -476,7 +478,8 @@ def verify_output(tmp: str, store: str, settings: StoreSettings, options: Rebuil
     out: dict = {"ok": True}
     jobs = []
     if "consumequeue" in options.only:
-        jobs.append(("consumequeue", _run_cq_verify, (tmp, settings, options)))
+        holes = {(q.topic, q.queue_id): q.gap_ranges for q in queues or () if q.gap_ranges}
+        jobs.append(("consumequeue", _run_cq_verify, (tmp, settings, options, holes)))
     if "index" in options.only and not options.topics:
         jobs.append(("index", _run_index_verify, (tmp, settings)))
     try:
@@ -537,7 +540,8 @@ _COMMITLOG_CODES = (
 )
 
 
-def _run_cq_verify(tmp: str, settings: StoreSettings, options: RebuildOptions) -> dict:
+def _run_cq_verify(tmp: str, settings: StoreSettings, options: RebuildOptions, holes: dict | None = None) -> dict:
+    """cq verify's findings by code; those at the filler units this rebuild put in holes are counted apart (expected)."""
     from rmqdump import cqverify
     from rmqdump.store import Store
 
@@ -545,10 +549,16 @@ def _run_cq_verify(tmp: str, settings: StoreSettings, options: RebuildOptions) -
     store = Store.open(tmp)
     topics = sorted(options.topics) if options.topics else [None]
     codes: dict[str, int] = {}
+    at_fillers: dict[str, int] = {}
+    holes = holes or {}
     for t in topics:
         for p in cqverify.verify(store, topic=t, check_crc=False, delays=settings.delays, summary=summary):
-            codes[p.code] = codes.get(p.code, 0) + 1
-    return {"queues": summary.queues, "units": summary.units, "problems": sum(codes.values()), "codes": codes}
+            ranges = holes.get((p.extra.get("topic"), p.extra.get("queue_id")), ())
+            i = p.extra.get("unit_index")
+            expected = i is not None and any(a <= i < b for a, b in ranges)
+            bucket = at_fillers if expected else codes
+            bucket[p.code] = bucket.get(p.code, 0) + 1
+    return {"queues": summary.queues, "units": summary.units, "problems": sum(codes.values()), "codes": codes, "at_filler_units": at_fillers}
 
 
 def _run_index_verify(tmp: str, settings: StoreSettings) -> dict:
@@ -589,7 +599,7 @@ def rebuild(
         report.seconds = time.perf_counter() - t0
         if options.verify:
             t1 = time.perf_counter()
-            report.verify = verify_output(tmp, s, settings, options)
+            report.verify = verify_output(tmp, s, settings, options, report.queues)
             report.verify_seconds = time.perf_counter() - t1
         if options.sync:
             _fsync_dir(tmp)

@@ -133,6 +133,7 @@ def test_damaged_commitlog_region_is_skipped_and_listed(tmp_path):
     assert probs[0]["skipped"] == lost["wroteBytes"]
     summary = rows[-1]
     assert summary["damaged_regions"] == 1 and summary["skipped_bytes"] == lost["wroteBytes"]
+    assert summary["verify"]["ok"] is True  # the verifiers find nothing but the damage and the filler put in its place
     assert summary["records"] == len(m) - 1
     # every other unit is the broker's; the lost message's unit is a filler, reported as a hole
     ours, theirs = tree(tmp_path / "out", "consumequeue"), tree(store_root(name), "consumequeue")
@@ -150,6 +151,7 @@ def test_damaged_commitlog_region_is_skipped_and_listed(tmp_path):
     assert np.array_equal(np.delete(a, i), np.delete(b, i))
     gap = [r for r in probs if r["code"] == "cq_queue_offset_gap"]
     assert len(gap) == 1 and gap[0]["topic"] == lost["topic"] and gap[0]["units"] == 1
+    assert gap[0]["file"] == str(tmp_path / "out" / "consumequeue" / qfile) and gap[0]["file_offset"] == i * 20
     n_keys = (lost["uniqKey"] is not None) + len([k for k in lost["keys"] or [] if k])
     assert summary["index_entries"] == sum((x["uniqKey"] is not None) + len([k for k in x["keys"] or [] if k]) for x in m) - n_keys
 

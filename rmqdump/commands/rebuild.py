@@ -79,7 +79,9 @@ def _print_table(rep, s: dict) -> None:
             r = v.get(part)
             if r is not None:
                 codes = ", ".join(f"{c}={n}" for c, n in sorted(r["codes"].items())) or "none"
-                p(f"verify {part}: {'ok' if r['ok'] else 'FAILED'} (problems: {codes})")
+                fill = ", ".join(f"{c}={n}" for c, n in sorted(r.get("at_filler_units", {}).items()))
+                fill = f"; at the filler units put in holes, as expected: {fill}" if fill else ""
+                p(f"verify {part}: {'ok' if r['ok'] else 'FAILED'} (problems: {codes}{fill})")
 
 
 def rebuild_cmd(

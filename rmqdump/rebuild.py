@@ -478,7 +478,7 @@ def verify_output(tmp: str, store: str, settings: StoreSettings, options: Rebuil
     out: dict = {"ok": True}
     jobs = []
     if "consumequeue" in options.only:
-        holes = {(q.topic, q.queue_id): q.gap_ranges for q in queues or () if q.gap_ranges}
+        holes = {(q.topic, q.queue_id): q.gap_ranges for q in queues if q.gap_ranges} if queues is not None else filler_holes(tmp)
         jobs.append(("consumequeue", _run_cq_verify, (tmp, settings, options, holes)))
     if "index" in options.only and not options.topics:
         jobs.append(("index", _run_index_verify, (tmp, settings)))
@@ -538,6 +538,42 @@ _COMMITLOG_CODES = (
     P.CL_GAP,
     P.CL_OVERLAP,
 )
+
+
+def filler_holes(root: str) -> dict[tuple[str, int], list[tuple[int, int]]]:
+    """[from, to) runs of filler units after each queue's first real unit, read back from root/consumequeue."""
+    from rmqdump.cqbuild import UNIT
+
+    out: dict[tuple[str, int], list[tuple[int, int]]] = {}
+    base = os.path.join(root, "consumequeue")
+    if not os.path.isdir(base):
+        return out
+    for topic in sorted(os.listdir(base)):
+        for qid in sorted(os.listdir(os.path.join(base, topic))):
+            qdir = os.path.join(base, topic, qid)
+            if not qid.lstrip("-").isdigit() or not os.path.isdir(qdir):
+                continue
+            seen_real = False
+            runs: list[tuple[int, int]] = []
+            for name in sorted(os.listdir(qdir), key=lambda n: int(n) if n.isdigit() else -1):
+                if not name.isdigit():
+                    continue
+                units = np.fromfile(os.path.join(qdir, name), dtype=UNIT)
+                first = int(name) // C.CQ_UNIT_SIZE
+                filler = (units["size"] == C.CQ_FILLER_SIZE) & (units["commit_log_offset"] == 0) & (units["tags_code"] == 0)
+                real = np.flatnonzero(~filler & (units["size"] > 0))
+                if not seen_real:
+                    if not len(real):
+                        continue
+                    filler[: real[0]] = False
+                    seen_real = True
+                idx = np.flatnonzero(filler)
+                if len(idx):
+                    for run in np.split(idx, np.flatnonzero(np.diff(idx) > 1) + 1):
+                        runs.append((first + int(run[0]), first + int(run[-1]) + 1))
+            if runs:
+                out[(topic, int(qid))] = runs
+    return out
 
 
 def _run_cq_verify(tmp: str, settings: StoreSettings, options: RebuildOptions, holes: dict | None = None) -> dict:

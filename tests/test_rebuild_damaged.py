@@ -16,7 +16,7 @@ import pytest
 from conftest import REAL, SETTINGS, copy_store, jsonl, manifest, run, store_root
 
 from rmqdump.fastpath import numpy_dtype
-from rmqdump.rebuild import TMP_MARK
+from rmqdump.rebuild import TMP_MARK, filler_holes
 from rmqdump.settings import resolve
 from schemas import ConsumeQueueUnit
 from schemas import constants as C
@@ -152,6 +152,8 @@ def test_damaged_commitlog_region_is_skipped_and_listed(tmp_path):
     gap = [r for r in probs if r["code"] == "cq_queue_offset_gap"]
     assert len(gap) == 1 and gap[0]["topic"] == lost["topic"] and gap[0]["units"] == 1
     assert gap[0]["file"] == str(tmp_path / "out" / "consumequeue" / qfile) and gap[0]["file_offset"] == i * 20
+    # the holes read back from the files are the builder's (verify uses them when only the files are at hand)
+    assert filler_holes(str(tmp_path / "out")) == {(lost["topic"], lost["queueId"]): [(lost["logicsOffset"], lost["logicsOffset"] + 1)]}
     n_keys = (lost["uniqKey"] is not None) + len([k for k in lost["keys"] or [] if k])
     assert summary["index_entries"] == sum((x["uniqKey"] is not None) + len([k for k in x["keys"] or [] if k]) for x in m) - n_keys
 

@@ -144,10 +144,10 @@ def _records_fn(splits: list[Split], delays: DelayLevels, check_crc: bool, topic
     return decode
 
 
-def _cq_fn(out_dir: str, units_per_file: int, sync: bool):
+def _cq_fn(out_dir: str, units_per_file: int, sync: bool, display_dir: str):
     def build(key, table):  # no annotations: pyspark infers the UDF kind from them
         t = table.sort_by("phys")
-        cqb = ConsumeQueueBuilder(out_dir, units_per_file, sync=sync)
+        cqb = ConsumeQueueBuilder(out_dir, units_per_file, sync=sync, display_dir=display_dir)
         cqb.add(
             [key[0].as_py()],
             np.zeros(t.num_rows, dtype=np.int32),
@@ -259,10 +259,12 @@ def build_into_spark(spark, tmp: str, cl: CommitLog, settings: StoreSettings, op
             out = (
                 queued.repartition(nq, "topic", "queue_id")
                 .groupBy("topic", "queue_id")
-                .applyInArrow(_cq_fn(os.path.join(tmp, "consumequeue"), settings.cq_units_per_file, options.sync), RESULT_DDL)
+                .applyInArrow(
+                    _cq_fn(os.path.join(tmp, "consumequeue"), settings.cq_units_per_file, options.sync, os.path.join(report.out, "consumequeue")), RESULT_DDL
+                )
                 .collect()
             )
-            report.queues = sorted((QueueResult(**json.loads(r["payload"])) for r in out if r["kind"] == "q"), key=lambda q: (q.topic, q.queue_id))
+            report.queues = sorted((_queue_result(json.loads(r["payload"])) for r in out if r["kind"] == "q"), key=lambda q: (q.topic, q.queue_id))
             report.problems.extend(
                 _dedupe_unsafe([problem_from_json(r["payload"]) for r in sorted((r for r in out if r["kind"] == "p"), key=lambda r: r["seq"])])
             )
@@ -274,6 +276,19 @@ def build_into_spark(spark, tmp: str, cl: CommitLog, settings: StoreSettings, op
     finally:
         decoded.unpersist()
     report.checkpoint = R.write_checkpoint(tmp, report, last_ts, last_queued_ts, options.sync)
+
+
+def _queue_result(d: dict) -> QueueResult:
+    """A QueueResult back from JSON: pairs were tuples."""
+    for k, v in d.items():
+        if isinstance(v, list) and k != "files":
+            d[k] = [tuple(x) if isinstance(x, list) else x for x in v]
+        elif isinstance(v, list):
+            d[k] = v
+    for k in ("first_gap", "first_dup"):
+        if isinstance(d.get(k), list):
+            d[k] = tuple(d[k])
+    return QueueResult(**d)
 
 
 def _dedupe_unsafe(problems: list[Problem]) -> list[Problem]:
@@ -382,7 +397,7 @@ def rebuild_spark(
         report.seconds = time.perf_counter() - t0
         if options.verify:
             t1 = time.perf_counter()
-            report.verify = R.verify_output(tmp, s, settings, options)
+            report.verify = R.verify_output(tmp, s, settings, options, report.queues)
             report.verify_seconds = time.perf_counter() - t1
         if options.sync:
             R._fsync_dir(tmp)

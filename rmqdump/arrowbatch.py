@@ -22,7 +22,7 @@ from rmqdump.commitlog import Batch
 from rmqdump.message import decode_properties, flag_names, format_host, split_keys
 from schemas import constants as C
 
-MAX_CHUNK_BYTES = 64 << 20  # record bytes per Arrow batch: bounds memory whatever the messages
+MAX_CHUNK_BYTES = 32 << 20  # record bytes per Arrow batch: bounds memory whatever the messages
 
 FIELDS = [
     ("kind", pa.string()),

@@ -40,7 +40,7 @@ from rmqdump.splits import DEFAULT_SPLIT, Split, StoreRef, plan
 FORMATS = ("parquet", "jsonl")
 ROWS_PER_GROUP = 65536
 ROWS_PER_GROUP_WITH_BODY = 8192  # bodies are up to 4 MiB: keep a row group's buffer small
-BUFFER_BYTES = 96 << 20  # rows waiting for their row group, all topics together
+BUFFER_BYTES = 48 << 20  # rows waiting for their row group, all topics together
 MAX_OPEN_FILES = 128
 GROUP_BYTES = 64 << 20  # a task's least work when ranges are small
 MAX_PROBLEMS = 1000  # problems kept for the report; all are counted

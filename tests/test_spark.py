@@ -244,3 +244,20 @@ def test_spark_rebuild_damaged_store(spark, tmp_path):
     rep, _ = _rebuild_both(spark, root, tmp_path / "out", check_crc=True)
     assert rep.damaged and rep.skipped_bytes > 0
     assert [p.code for p in rep.flagged] == ["body_crc_mismatch"]
+
+
+def test_cli_cq_verify_and_rebuild_engine_spark(spark, tmp_path):
+    """`cq verify --engine spark` and `rebuild --engine spark` as commands (joining the running session)."""
+    store = REAL / "rmq4-crash" / "store"
+    local = run("cq", "verify", "-s", store, "-f", "jsonl")
+    with pytest.warns(UserWarning, match="already running"):
+        sp = run("cq", "verify", "-s", store, "-f", "jsonl", "--engine", "spark")
+    assert sp.exit_code == local.exit_code == 1
+    key = lambda line: json.dumps(json.loads(line), sort_keys=True)  # noqa: E731
+    assert sorted(map(key, sp.stdout.splitlines())) == sorted(map(key, local.stdout.splitlines()))
+    r1 = run("rebuild", store, "--out", tmp_path / "l", "--no-sync", "-f", "jsonl")
+    with pytest.warns(UserWarning, match="already running"):
+        r2 = run("rebuild", store, "--out", tmp_path / "s", "--no-sync", "-f", "jsonl", "--engine", "spark")
+    assert r1.exit_code == r2.exit_code == 0, r2.stderr
+    assert _tree(tmp_path / "l") == _tree(tmp_path / "s")
+    assert not spark.sparkContext._jsc.sc().isStopped()

@@ -408,6 +408,10 @@ def scan_file(
         else:
             batch = Batch(seg, mf, _empty_columns(data), None, None, [], {})
         if p >= end and stop_at is None:
+            if p < size and resync(seg, mf, end) != p:
+                # The last record crossed into the next range and is followed by something the
+                # next range's resync will skip without a word: this range owns that report.
+                batch.events.extend(diagnose(seg, mf, p)[0])
             yield batch
             break
         if stop_at is None and len(starts) == batch_records:

@@ -32,7 +32,7 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from rmqdump import arrowbatch
-from rmqdump.commitlog import Batch, SegmentFile, diagnose, resync, scan_file
+from rmqdump.commitlog import Batch, SegmentFile, scan_file
 from rmqdump.mapped import MappedFile
 from rmqdump.problems import InputError, Problem
 from rmqdump.splits import DEFAULT_SPLIT, Split, StoreRef, plan
@@ -113,25 +113,15 @@ def problem_order(d: dict) -> tuple:
 def scan_split(split: Split, note: Callable[[Problem], None], flag: Callable[[Problem], None] | None = None) -> Iterator[Batch]:
     """The scan batches of one byte range; every problem the range owns goes to `note`, in scan order
     (or, for problems of records that were still decoded (CRC, phys field), to `flag` when given).
-
-    Besides what scan_file reports, a range reports damage that starts right where
-    its walk stopped past its end (after a record crossing into the next range):
-    the next range resyncs past such damage without a word.
     """
     seg = SegmentFile(split.path, split.base, split.size)
     with MappedFile(split.path) as mf:
-        walked_to = None  # where the walk stopped after its last record, if no event stopped it
         for b in scan_file(seg, mf, start=split.start, end=split.end, check_crc=split.check_crc):
             for i in sorted(b.record_problems):
                 for p in b.record_problems[i]:
                     (flag or note)(p)
             yield b
             for e in b.events:
-                if isinstance(e, Problem):
-                    note(e)
-            walked_to = int(b.cols["_end"][-1]) if len(b) and not b.events else None
-        if walked_to is not None and split.end <= walked_to < mf.size and resync(seg, mf, split.end) != walked_to:
-            for e in diagnose(seg, mf, walked_to)[0]:
                 if isinstance(e, Problem):
                     note(e)
 

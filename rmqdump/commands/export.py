@@ -9,7 +9,6 @@ from enum import Enum
 import typer
 
 from rmqdump import render
-from rmqdump.export import export_local
 from rmqdump.splits import DEFAULT_SPLIT, resolve_stores
 
 
@@ -71,6 +70,8 @@ def export(
     if spark_writer not in ("spark", "arrow"):
         render.fail(f"usage: --spark-writer must be spark or arrow, not {spark_writer!r}", 2)
     if engine is Engine.local:
+        from rmqdump.export import export_local  # pyarrow.dataset: imported only when exporting
+
         with render.progress(_total_bytes(stores), "export") as advance:
             res = export_local(stores, out, fmt=fmt.value, with_body=with_body, workers=workers, split_size=split, force=force, check_crc=crc, on_bytes=advance)
     else:

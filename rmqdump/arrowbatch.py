@@ -19,8 +19,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from rmqdump.commitlog import Batch
+from rmqdump.fastpath import field_struct, numpy_dtype, struct_format
 from rmqdump.message import decode_properties, flag_names, format_host, split_keys
+from schemas import HostV4, HostV6, OffsetMsgIdV4
 from schemas import constants as C
+
+_HOSTS = {False: struct_format(HostV4), True: struct_format(HostV6)}
+_PORT = field_struct(OffsetMsgIdV4, "port")[1]
+_MSGID_PHYS = numpy_dtype(OffsetMsgIdV4.subcons[-1])
 
 MAX_CHUNK_BYTES = 32 << 20  # record bytes per Arrow batch: bounds memory whatever the messages
 
@@ -140,7 +146,7 @@ def _hosts(data: np.ndarray, pos: np.ndarray, v6: np.ndarray) -> tuple[pa.Array,
     raws = []
     for u in uniq.tolist():
         alen = 16 if u[0] else 4
-        raws.append((u[1 : 1 + alen], int.from_bytes(u[1 + alen : 5 + alen], "big", signed=True)))
+        raws.append(_HOSTS[alen == 16].unpack(u[1 : 5 + alen]))
     text = _format_hosts(raws)
     return text.take(pa.array(inverse.reshape(n))), inverse.reshape(n), raws
 
@@ -148,14 +154,14 @@ def _hosts(data: np.ndarray, pos: np.ndarray, v6: np.ndarray) -> tuple[pa.Array,
 def _msg_ids(phys: np.ndarray, inverse: np.ndarray, raws: list) -> pa.Array:
     """Offset message ids: store address, port, physical offset, uppercase hex."""
     n = len(phys)
-    prefix = [a + p.to_bytes(4, "big", signed=True) for a, p in raws]
+    prefix = [a + _PORT.pack(p) for a, p in raws]
     lens = np.array([len(x) for x in prefix], dtype=np.int64)[inverse] + 8
     if n and (lens == lens[0]).all():
         width = int(lens[0])
         pre = np.frombuffer(b"".join(prefix), dtype=np.uint8).reshape(len(prefix), width - 8)
         raw = np.empty((n, width), dtype=np.uint8)
         raw[:, : width - 8] = pre[inverse]
-        raw[:, width - 8 :] = phys.astype(">i8").view(np.uint8).reshape(n, 8)
+        raw[:, width - 8 :] = phys.astype(_MSGID_PHYS).view(np.uint8).reshape(n, 8)
         text = raw.tobytes().hex().upper().encode()
         offsets = np.arange(n + 1, dtype=np.int32) * (2 * width)
         return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(text)])

@@ -20,11 +20,11 @@ import numpy as np
 from construct import ConstructError
 
 from rmqdump import problems as P
-from rmqdump.fastpath import ColumnarParser, field_offset, gather, struct_format
+from rmqdump.fastpath import ColumnarParser, field_struct, gather, numpy_dtype, struct_format
 from rmqdump.mapped import MappedFile
 from rmqdump.message import Message, decode_properties, format_host, java_crc32, offset_msg_id, parse_crc_digits
 from rmqdump.problems import InputError, Problem
-from schemas import BlankMarker, MessageRecord, RecordPrefix, message_header
+from schemas import BlankMarker, HostV4, HostV6, MessageRecord, RecordPrefix, message_header
 from schemas import constants as C
 
 NAME_RE = re.compile(rf"^\d{{{C.COMMITLOG_NAME_DIGITS}}}$")
@@ -44,9 +44,12 @@ _HOST_TEXT_MAX = 1 << 16
 _PREFIX = struct_format(RecordPrefix)
 _BLANK = struct_format(BlankMarker)
 _PARSER = ColumnarParser(MessageRecord)
-_MAGIC_BYTES = [m.to_bytes(4, "big") for m in C.MESSAGE_MAGICS]
-_NEEDLES = (*_MAGIC_BYTES, C.MAGIC_BLANK.to_bytes(4, "big"))  # resync candidates; the BLANK last
-_PHYS_FIELD_OFFSET = field_offset(message_header(), "phys_offset")
+_MAGIC = field_struct(RecordPrefix, "magic")[1]
+_MAGIC_BYTES = [_MAGIC.pack(m) for m in C.MESSAGE_MAGICS]
+_NEEDLES = (*_MAGIC_BYTES, _MAGIC.pack(C.MAGIC_BLANK))  # resync candidates; the BLANK last
+_PHYS_FIELD_OFFSET, _PHYS = field_struct(message_header(), "phys_offset")
+_TOTAL_SIZE = numpy_dtype(RecordPrefix.subcons[0])
+_HOSTS = {False: struct_format(HostV4), True: struct_format(HostV6)}
 _CRC_PREFIX = (C.PROPERTY_CRC32 + C.NAME_VALUE_SEPARATOR).encode()
 
 
@@ -222,8 +225,7 @@ class Batch:
         c = self.cols
         pos = int(c[name + "_pos"][i])
         n = 16 if c[name + "_then"][i] else 4
-        raw = self.raw(pos, n + 4)
-        return raw[:n], int.from_bytes(raw[n:], "big", signed=True)
+        return _HOSTS[n == 16].unpack(self.raw(pos, n + 4))
 
     def _row(self, i: int) -> dict:
         """Record i's column values as Python scalars.
@@ -246,7 +248,7 @@ class Batch:
         n = 16 if v6 else 4
         raw = self.raw(pos, n + 4)
         text = _HOST_TEXT.get(raw)
-        port = int.from_bytes(raw[n:], "big", signed=True)
+        port = _HOSTS[v6].unpack(raw)[1]
         if text is None:
             if len(_HOST_TEXT) >= _HOST_TEXT_MAX:
                 _HOST_TEXT.clear()
@@ -394,7 +396,7 @@ def scan_file(
         stop_at = None
         if starts:
             s = np.array(starts, dtype=np.int64)
-            totals = gather(data, s, np.dtype(">i4")).astype(np.int64)
+            totals = gather(data, s, _TOTAL_SIZE).astype(np.int64)
             cols, ok = _PARSER.parse(data, s, s + totals)
             cols["_pos"] = s
             bad = np.flatnonzero(~ok)
@@ -461,8 +463,8 @@ def _proof_in(seg: SegmentFile, mf: MappedFile, lo: int, hi: int) -> int | None:
             total, _ = _BLANK.unpack_from(view, p)
             if total == size - p:
                 return p
-        elif p + _PHYS_FIELD_OFFSET + 8 <= size:
-            phys = int.from_bytes(view[p + _PHYS_FIELD_OFFSET : p + _PHYS_FIELD_OFFSET + 8], "big", signed=True)
+        elif p + _PHYS_FIELD_OFFSET + _PHYS.size <= size:
+            (phys,) = _PHYS.unpack_from(view, p + _PHYS_FIELD_OFFSET)
             if phys == seg.base + p:
                 return p
         for j, c in enumerate(cands):

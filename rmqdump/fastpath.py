@@ -37,10 +37,26 @@ def numpy_dtype(con) -> np.dtype:
 
 
 def struct_format(con) -> _struct.Struct:
-    """A `struct.Struct` for a Struct made only of FormatFields (for per-record hot loops)."""
-    fmts = [sc.subcon.fmtstr for sc in con.subcons]
-    order = fmts[0][0]
-    return _struct.Struct(order + "".join(f[1:] for f in fmts))
+    """A `struct.Struct` for a Struct of FormatFields and fixed Bytes (for per-record hot loops)."""
+    order, parts = None, []
+    for sc in con.subcons:
+        inner = sc.subcon
+        if isinstance(inner, FormatField):
+            order = order or inner.fmtstr[0]
+            parts.append(inner.fmtstr[1:])
+        elif isinstance(inner, Bytes) and isinstance(inner.length, int):
+            parts.append(f"{inner.length}s")
+        else:
+            raise TypeError(f"field {sc.name}: {inner!r} has no struct format")
+    return _struct.Struct((order or ">") + "".join(parts))
+
+
+def field_struct(con: Struct, name: str) -> tuple[int, _struct.Struct]:
+    """(offset, struct) to read one fixed-size field of a Struct straight from a buffer."""
+    for sc in con.subcons:
+        if sc.name == name:
+            return field_offset(con, name), struct_format(Struct(sc))
+    raise KeyError(name)
 
 
 def field_offset(con: Struct, name: str) -> int:

@@ -37,8 +37,10 @@ import numpy as np
 
 from rmqdump.fastpath import numpy_dtype
 from rmqdump.javahash import index_hash_many
-from schemas import IndexEntry, IndexHeader
+from schemas import IndexEntry, IndexHeader, IndexSlot
 from schemas import constants as C
+
+_SLOT = numpy_dtype(IndexSlot.subcons[0])  # the big-endian slot value
 
 INT_MAX = (1 << 31) - 1
 _ENTRY = numpy_dtype(IndexEntry)
@@ -144,7 +146,7 @@ class IndexBuilder:
             return
         f, fd = self._cur, self._fd
         if f.index_count > 1:  # an empty file's slots are the zeros ftruncate left
-            os.pwrite(fd, self._slot_table.astype(">i4").tobytes(), C.INDEX_HEADER_SIZE)
+            os.pwrite(fd, self._slot_table.astype(_SLOT).tobytes(), C.INDEX_HEADER_SIZE)
         os.pwrite(fd, f.header_bytes(), 0)
         if self.sync:
             os.fsync(fd)

@@ -24,6 +24,8 @@ from rmqdump.problems import InputError
 from schemas import IndexEntry, IndexHeader, IndexSlot
 from schemas import constants as C
 
+_KEY_HASH = numpy_dtype(IndexEntry.subcons[0])
+
 HEADER_SIZE = IndexHeader.sizeof()
 SLOT_DTYPE = numpy_dtype(IndexSlot)
 ENTRY_DTYPE = numpy_dtype(IndexEntry)
@@ -141,7 +143,7 @@ def _score(mf: MappedFile, header: Header, slots: int, entries: int, sample: int
     ok &= (head >= idx) & (head < entries)
     has_prev = ok & (prev > 0)
     pv = prev[has_prev]
-    prev_hash = mf.data[start + pv[:, None] * ENTRY_SIZE + np.arange(4)].view(">i4").reshape(len(pv)).astype(np.int64)
+    prev_hash = mf.data[start + pv[:, None] * ENTRY_SIZE + np.arange(4)].view(_KEY_HASH).reshape(len(pv)).astype(np.int64)
     linked = np.ones(len(pv), dtype=bool)
     linked &= (prev_hash >= 0) & (np.where(prev_hash >= 0, prev_hash, 0) % slots == slot_no[has_prev])
     ok[np.flatnonzero(has_prev)[~linked]] = False

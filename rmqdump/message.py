@@ -11,6 +11,8 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
+from rmqdump.fastpath import struct_format
+from schemas import OffsetMsgIdV4, OffsetMsgIdV6
 from schemas import constants as C
 
 
@@ -58,9 +60,13 @@ def format_host(address: bytes, port: int) -> str:
     return f"{format_address(address)}:{port}"
 
 
+_MSGID_V4, _MSGID_V6 = struct_format(OffsetMsgIdV4), struct_format(OffsetMsgIdV6)
+
+
 def offset_msg_id(store_address: bytes, store_port: int, phys_offset: int) -> str:
     """The offset message id: store IP, port, physical offset, uppercase hex."""
-    return (store_address + store_port.to_bytes(4, "big", signed=True) + phys_offset.to_bytes(8, "big", signed=True)).hex().upper()
+    layout = _MSGID_V6 if len(store_address) == 16 else _MSGID_V4
+    return layout.pack(store_address, store_port, phys_offset).hex().upper()
 
 
 def transaction_name(sys_flag: int) -> str:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from rmqdump.message import format_address
+from schemas import OffsetMsgIdV4, OffsetMsgIdV6, UniqKeyV4, UniqKeyV6
 
 SHORT_HEX = 32  # IPv4 forms
 LONG_HEX = 56  # IPv6 forms
@@ -55,10 +56,8 @@ class OffsetMsgId:
     @classmethod
     def decode(cls, text: str) -> OffsetMsgId:
         b = id_bytes(text)
-        n = len(b) - 12
-        return cls(
-            text.strip().upper(), format_address(b[:n]), int.from_bytes(b[n : n + 4], "big", signed=True), int.from_bytes(b[n + 4 :], "big", signed=True)
-        )
+        f = (OffsetMsgIdV6 if len(b) == OffsetMsgIdV6.sizeof() else OffsetMsgIdV4).parse(b)
+        return cls(text.strip().upper(), format_address(f.address), f.port, f.phys_offset)
 
     @property
     def store_host(self) -> str:
@@ -94,15 +93,8 @@ class UniqKey:
     @classmethod
     def decode(cls, text: str) -> UniqKey:
         b = id_bytes(text)
-        n = len(b) - 12
-        return cls(
-            text.strip().upper(),
-            format_address(b[:n]),
-            int.from_bytes(b[n : n + 2], "big"),
-            int.from_bytes(b[n + 2 : n + 6], "big", signed=True),
-            int.from_bytes(b[n + 6 : n + 10], "big"),
-            int.from_bytes(b[n + 10 :], "big"),
-        )
+        f = (UniqKeyV6 if len(b) == UniqKeyV6.sizeof() else UniqKeyV4).parse(b)
+        return cls(text.strip().upper(), format_address(f.address), f.pid, f.class_loader_hash, f.month_millis, f.counter)
 
     def time_near(self, anchor_ms: int) -> dict:
         """When the id was made, anchored on a time known to be close (the record's bornTimestamp).

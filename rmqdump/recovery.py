@@ -31,7 +31,7 @@ from rmqdump import problems as P
 from rmqdump.checkpoint import Checkpoint
 from rmqdump.commitlog import Blank, SegmentFile, scan_file
 from rmqdump.consumequeue import ConsumeQueue, QueueUnits, read_units
-from rmqdump.fastpath import field_offset
+from rmqdump.fastpath import field_offset, field_struct
 from rmqdump.mapped import MappedFile
 from rmqdump.problems import Problem
 from rmqdump.store import Store
@@ -43,8 +43,9 @@ NORMAL_FROM_CQ = "from_cq"  # 5.3.2+
 
 _H4 = message_header()
 _H6 = message_header(born_v6=True)
-_MAGIC_AT = field_offset(_H4, "magic")
-_SYSFLAG_AT = field_offset(_H4, "sys_flag")
+_MAGIC_AT, _MAGIC = field_struct(_H4, "magic")
+_SYSFLAG_AT, _SYSFLAG = field_struct(_H4, "sys_flag")
+_STORE_TS = field_struct(_H4, "store_timestamp")[1]
 _STORE_TS_AT = {False: field_offset(_H4, "store_timestamp"), True: field_offset(_H6, "store_timestamp")}
 _STOP_RECORD_CODES = {P.BODY_CRC_MISMATCH, P.PROP_CRC_MISMATCH}
 
@@ -95,14 +96,14 @@ def first_store_timestamp(seg: SegmentFile, *, allow_v2: bool = True) -> int | N
         head = f.read(need)
     if len(head) < _STORE_TS_AT[False] + 8:
         return None
-    magic = int.from_bytes(head[_MAGIC_AT : _MAGIC_AT + 4], "big")
+    (magic,) = _MAGIC.unpack_from(head, _MAGIC_AT)
     if magic != C.MAGIC_V1 and not (allow_v2 and magic == C.MAGIC_V2):
         return None
-    sys_flag = int.from_bytes(head[_SYSFLAG_AT : _SYSFLAG_AT + 4], "big", signed=True)
+    (sys_flag,) = _SYSFLAG.unpack_from(head, _SYSFLAG_AT)
     at = _STORE_TS_AT[bool(sys_flag & C.FLAG_BORNHOST_V6)]
     if len(head) < at + 8:
         return None
-    return int.from_bytes(head[at : at + 8], "big", signed=True)
+    return _STORE_TS.unpack_from(head, at)[0]
 
 
 def _queue_max_phys(q: ConsumeQueue) -> int:

@@ -19,8 +19,10 @@ import numpy as np
 from rmqdump.dispatch import DelayLevels
 from rmqdump.fastpath import numpy_dtype
 from rmqdump.problems import InputError
-from schemas import IndexEntry, IndexHeader
+from schemas import IndexEntry, IndexHeader, IndexSlot
 from schemas import constants as C
+
+_SLOT = numpy_dtype(IndexSlot.subcons[0])
 
 SETTINGS_AMBIGUOUS = "settings_ambiguous"
 BAD_BROKER_CONF = "bad_broker_conf"
@@ -169,7 +171,7 @@ def _index_sizing_fits(path: str, slots: int, entries: int, header) -> bool:
         return True
     with open(path, "rb") as f:
         f.seek(C.INDEX_HEADER_SIZE)
-        slot_vals = np.frombuffer(f.read(slots * C.INDEX_SLOT_SIZE), dtype=">i4")
+        slot_vals = np.frombuffer(f.read(slots * C.INDEX_SLOT_SIZE), dtype=_SLOT)
         f.seek(C.INDEX_HEADER_SIZE + slots * C.INDEX_SLOT_SIZE)
         ents = np.frombuffer(f.read(count * C.INDEX_ENTRY_SIZE), dtype=_ENTRY)
     if len(slot_vals) != slots or len(ents) != count:

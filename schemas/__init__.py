@@ -4,6 +4,7 @@ from schemas.checkpoint import Checkpoint
 from schemas.commitlog import BlankMarker, HostV4, HostV6, MessageRecord, RecordPrefix, message_header
 from schemas.consumequeue import BatchConsumeQueueUnit, ConsumeQueueUnit
 from schemas.indexfile import IndexEntry, IndexHeader, IndexSlot, index_file
+from schemas.msgid import OffsetMsgIdV4, OffsetMsgIdV6, UniqKeyV4, UniqKeyV6, offset_msg_id, uniq_key
 
 __all__ = [
     "BatchConsumeQueueUnit",
@@ -16,7 +17,13 @@ __all__ = [
     "IndexHeader",
     "IndexSlot",
     "MessageRecord",
+    "OffsetMsgIdV4",
+    "OffsetMsgIdV6",
     "RecordPrefix",
+    "UniqKeyV4",
+    "UniqKeyV6",
     "index_file",
     "message_header",
+    "offset_msg_id",
+    "uniq_key",
 ]

@@ -23,8 +23,11 @@ out = Console(highlight=False, soft_wrap=True, width=_width)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
+_ENCODE = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode  # built once, not per line
+
+
 def jsonl(obj: dict[str, Any]) -> None:
-    sys.stdout.write(json.dumps(obj, ensure_ascii=False, separators=(",", ":")) + "\n")
+    sys.stdout.write(_ENCODE(obj) + "\n")
 
 
 def encode_body(body: bytes, how: str) -> str:

@@ -44,6 +44,22 @@ def copy_store(name: str, dest: Path) -> Path:
     return out
 
 
+def patch(path: Path, pos: int, data: bytes) -> None:
+    """Overwrite bytes of a (copied) store file in place."""
+    with open(path, "r+b") as f:
+        f.seek(pos)
+        f.write(data)
+
+
+def flip(path: Path, pos: int, mask: int = 0x01) -> None:
+    """Flip the bits of `mask` in one byte of a (copied) store file."""
+    with open(path, "r+b") as f:
+        f.seek(pos)
+        b = f.read(1)[0]
+        f.seek(pos)
+        f.write(bytes([b ^ mask]))
+
+
 def run(*args: str):
     """Run the CLI in-process; returns click's Result (exit_code, stdout, stderr)."""
     from rmqdump.cli import app

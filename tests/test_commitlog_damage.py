@@ -12,7 +12,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import jsonl, manifest, run, run_proc, store_root
+from conftest import flip, jsonl, manifest, patch, run, run_proc, store_root
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -40,18 +40,8 @@ def _locate(name: str, seq: int) -> tuple[str, int, dict]:
     return f"{base:020d}", m["wroteOffset"] - base, m
 
 
-def _patch(path: Path, offset: int, data: bytes) -> None:
-    with open(path, "r+b") as f:
-        f.seek(offset)
-        f.write(data)
-
-
 def _flip(path: Path, offset: int, bit: int = 0) -> None:
-    with open(path, "r+b") as f:
-        f.seek(offset)
-        b = f.read(1)[0]
-        f.seek(offset)
-        f.write(bytes([b ^ (1 << bit)]))
+    flip(path, offset, 1 << bit)
 
 
 def _dump(cl_dir: Path):
@@ -87,7 +77,7 @@ def test_header_damage_resyncs(tmp_path, field, code):
 def test_overwritten_magic(tmp_path):
     cl = _copy("rmq4-basic", tmp_path)
     fname, off, _m = _locate("rmq4-basic", SEQ)
-    _patch(cl / fname, off + 4, b"\xde\xad\xbe\xef")
+    patch(cl / fname, off + 4, b"\xde\xad\xbe\xef")
     rc, msgs, probs = _dump(cl)
     assert rc == 1 and [(p["code"], p["file_offset"]) for p in probs] == [("bad_magic", off)]
     assert "0xDEADBEEF" in probs[0]["detail"]
@@ -123,7 +113,7 @@ def test_property_separator_damage_reported(tmp_path):
     fname, off, m = _locate("rmq4-basic", SEQ)
     props_at = off + m["wroteBytes"] - m["propertiesStringUtf8Len"]
     sep = m["propertiesString"].encode().index(b"\x01")
-    _patch(cl / fname, props_at + sep, b"\xff")
+    patch(cl / fname, props_at + sep, b"\xff")
     rc, _msgs, probs = _dump(cl)
     assert rc == 1
     assert [(p["code"], p["file_offset"], p["phys_offset"]) for p in probs] == [("bad_properties", props_at, m["wroteOffset"])]
@@ -145,7 +135,7 @@ def test_zeroed_range(tmp_path):
     nxt = manifest("rmq4-basic")[SEQ + 1]
     assert nxt["wroteOffset"] == m["wroteOffset"] + m["wroteBytes"], "consecutive records"
     length = m["wroteBytes"] + nxt["wroteBytes"]
-    _patch(cl / fname, off, b"\0" * length)
+    patch(cl / fname, off, b"\0" * length)
     rc, msgs, probs = _dump(cl)
     assert rc == 1
     assert [(p["code"], p["file_offset"], p["skipped"]) for p in probs] == [("zeroed_range", off, length)]
@@ -170,7 +160,7 @@ def test_garbage_in_zero_tail(tmp_path):
     cl = _copy("rmq4-basic", tmp_path)
     last = sorted(cl.iterdir())[-1]
     end = max(x["wroteOffset"] + x["wroteBytes"] for x in manifest("rmq4-basic")) - int(last.name)
-    _patch(last, end, random.Random(7).randbytes(300))
+    patch(last, end, random.Random(7).randbytes(300))
     rc, msgs, probs = _dump(cl)
     assert rc == 1
     assert [(p["code"], p["file_offset"]) for p in probs] == [("trailing_garbage", end)]
@@ -245,7 +235,7 @@ def test_random_damage_never_loses_undamaged_records(tmp_path_factory, damages, 
             _flip(cl / fname, off, rnd.randrange(8))
             length = 1
         if data is not None:
-            _patch(cl / fname, off, data)
+            patch(cl / fname, off, data)
         touched.append((phys, phys + length))
     msgs, probs = _scan_all(cl)
     intact = [m["wroteOffset"] for m in manifest("rmq4-flags") if not any(a < m["wroteOffset"] + m["wroteBytes"] and m["wroteOffset"] < b for a, b in touched)]
@@ -288,7 +278,7 @@ def test_byte_ranges_report_exactly_what_one_scan_reports(tmp_path_factory, dama
     for phys, length, how in damages:
         off = phys % 65536
         length = min(length, 65536 - off)
-        _patch(cl / f"{phys // 65536 * 65536:020d}", off, b"\0" * length if how == "zero" else rnd.randbytes(length))
+        patch(cl / f"{phys // 65536 * 65536:020d}", off, b"\0" * length if how == "zero" else rnd.randbytes(length))
     whole = _ranged(cl, 1 << 30)
     assert _ranged(cl, step) == whole
 
@@ -307,7 +297,7 @@ def test_zero_stretches_are_skipped_exactly(tmp_path):
         assert resync(seg, mf, 0) is None and resync(seg, mf, 5000) is None
     fname, off, m = _locate("rmq4-crash", 300)
     nxt = manifest("rmq4-crash")[301]
-    _patch(cl / fname, off, b"\0" * m["wroteBytes"])
+    patch(cl / fname, off, b"\0" * m["wroteBytes"])
     seg = next(s for s in CommitLog.open(cl).files if s.name == fname)
     with MappedFile(cl / fname) as mf:
         lead = next(i for i, b in enumerate(nxt["wroteBytes"].to_bytes(4, "big")) if b)  # totalSize's zero high bytes

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 import pytest
-from conftest import SETTINGS, copy_store, jsonl, manifest, run
+from conftest import SETTINGS, copy_store, flip, jsonl, manifest, patch, run
 
 from rmqdump.fastpath import field_offset
 from schemas import message_header
@@ -41,18 +41,6 @@ def cl_file(root: Path, phys: int) -> tuple[Path, int]:
     return root / "commitlog" / f"{base:020d}", phys - base
 
 
-def patch(path: Path, pos: int, data: bytes) -> None:
-    with open(path, "r+b") as f:
-        f.seek(pos)
-        f.write(data)
-
-
-def flip(path: Path, pos: int, mask: int = 0x01) -> None:
-    with open(path, "r+b") as f:
-        f.seek(pos)
-        b = f.read(1)[0]
-        f.seek(pos)
-        f.write(bytes([b ^ mask]))
 
 
 def verify(root: Path, *args):

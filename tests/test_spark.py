@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
-from conftest import REAL, SETTINGS, STORES, copy_store, manifest, run
+from conftest import REAL, SETTINGS, STORES, copy_store, manifest, patch, run
 from test_export import check_against_manifest, read_dataset, read_jsonl, reader_rows
 
 from rmqdump.export import export_local
@@ -136,10 +136,6 @@ def test_spark_verify_equals_local_on_real_stores(spark, name):
         assert found == []
 
 
-def _patch(path, pos, data: bytes) -> None:
-    with open(path, "r+b") as f:
-        f.seek(pos)
-        f.write(data)
 
 
 def test_spark_verify_equals_local_on_damaged_store(spark, tmp_path):
@@ -148,15 +144,15 @@ def test_spark_verify_equals_local_on_damaged_store(spark, tmp_path):
     queues = sorted((p for p in cq.glob("*/*") if len(list(p.iterdir())) > 1), key=str)
     q0, q1, q2 = queues[0], queues[1], queues[2]
     f0 = sorted(q0.iterdir())[0]
-    _patch(f0, 5 * 20 + 7, b"\x13")  # a unit's offset no longer a record start
-    _patch(f0, 9 * 20 + 8, (77).to_bytes(4, "big"))  # a unit's size
-    _patch(f0, 30 * 20, bytes(20))  # a hole
+    patch(f0, 5 * 20 + 7, b"\x13")  # a unit's offset no longer a record start
+    patch(f0, 9 * 20 + 8, (77).to_bytes(4, "big"))  # a unit's size
+    patch(f0, 30 * 20, bytes(20))  # a hole
     with open(sorted(q1.iterdir())[0], "rb") as fh:
         foreign = fh.read(20)
-    _patch(sorted(q2.iterdir())[0], 3 * 20, foreign)  # a unit pointing at another queue's record
+    patch(sorted(q2.iterdir())[0], 3 * 20, foreign)  # a unit pointing at another queue's record
     os.remove(sorted(q1.iterdir())[1])  # a missing CQ file in the middle of a queue
     cl = sorted((root / "commitlog").iterdir())[5]
-    _patch(cl, 50000, b"\xee" * 3000)  # torn CommitLog bytes
+    patch(cl, 50000, b"\xee" * 3000)  # torn CommitLog bytes
     found, _ = _verify_both(spark, root)
     codes = {p["code"] for p in found}
     assert {"cq_not_message_start", "cq_size_mismatch", "cq_hole", "cq_missing_unit"} <= codes
@@ -236,11 +232,11 @@ def test_spark_rebuild_topics_and_full_last_index_file(spark, tmp_path):
 def test_spark_rebuild_damaged_store(spark, tmp_path):
     root = copy_store("rmq4-basic", tmp_path)
     cl = sorted((root / "commitlog").iterdir())[3]
-    _patch(cl, 70000, b"\x5a" * 5000)
+    patch(cl, 70000, b"\x5a" * 5000)
     m = next(m for m in sorted(manifest("rmq4-basic"), key=lambda m: m["wroteOffset"]) if m["wroteOffset"] > 5 * 131072 and m["body_len"] > 10)
     f = root / "commitlog" / f"{m['wroteOffset'] // 131072 * 131072:020d}"
     body_end = m["wroteOffset"] % 131072 + m["wroteBytes"] - 2 - len(m["propertiesString"].encode()) - len(m["topic"]) - 1
-    _patch(f, body_end - 1, b"\x00" if f.read_bytes()[body_end - 1] else b"\x01")  # the body's last byte: a CRC mismatch
+    patch(f, body_end - 1, b"\x00" if f.read_bytes()[body_end - 1] else b"\x01")  # the body's last byte: a CRC mismatch
     rep, _ = _rebuild_both(spark, root, tmp_path / "out", check_crc=True)
     assert rep.damaged and rep.skipped_bytes > 0
     assert [p.code for p in rep.flagged] == ["body_crc_mismatch"]

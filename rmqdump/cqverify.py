@@ -28,7 +28,7 @@ import numpy as np
 
 from rmqdump.commitlog import Batch, Blank, CommitLog, SegmentFile, scan_file
 from rmqdump.consumequeue import CQ_HOLE, UNIT_SIZE, ConsumeQueue, QueueUnits, read_units
-from rmqdump.dispatch import DelayLevels, DispatchBatch, dispatch_of
+from rmqdump.dispatch import DelayLevels, DispatchBatch, DispatchColumns, dispatch_columns
 from rmqdump.mapped import MappedFile
 from rmqdump.problems import Problem
 from rmqdump.store import Store
@@ -124,12 +124,20 @@ class RecordTableBuilder:
         return np.fromiter((tmap.setdefault(t, len(tmap)) for t in topics), dtype=np.int32, count=len(topics))
 
     def add(self, d: DispatchBatch) -> None:
-        if not len(d):
-            return
+        if len(d):
+            self._append(d, self._topic_ids(d.topic))
+
+    def add_columns(self, d: DispatchColumns) -> None:
+        """The same as add(), from the columnar dispatch (no per-record strings: the fast path)."""
+        if len(d):
+            remap = np.array([self.tmap.setdefault(t, len(self.tmap)) for t in d.topics], dtype=np.int32)
+            self._append(d, remap[d.topic_id])
+
+    def _append(self, d: DispatchBatch | DispatchColumns, topic_ids: np.ndarray) -> None:
         c = self.cols
         c["phys"].append(d.phys.astype(np.int64))
         c["size"].append(d.size.astype(np.int32))
-        c["topic_id"].append(self._topic_ids(d.topic))
+        c["topic_id"].append(topic_ids.astype(np.int32, copy=False))
         c["queue_id"].append(d.queue_id.astype(np.int32))
         c["queue_offset"].append(d.queue_offset.astype(np.int64))
         c["tags_code"].append(d.tags_code.astype(np.int64))
@@ -492,8 +500,7 @@ def record_windows(
     problems: list[Problem] = []
     done = 0
     for b in cl.scan(check_crc=check_crc):
-        if len(b):  # dispatch_of needs columns; an empty batch (e.g. an all-zero file) has none
-            table.add(dispatch_of(b, delays))
+        table.add_columns(dispatch_columns(b, delays, keys=False))
         for i in sorted(b.record_problems):
             problems.extend(b.record_problems[i])
         problems.extend(e for e in b.events if not isinstance(e, Blank))
@@ -517,8 +524,7 @@ def _scan_file_task(args: tuple) -> tuple[dict[str, np.ndarray], list[str], list
     problems: list[Problem] = []
     with MappedFile(path) as mf:
         for b in scan_file(seg, mf, start=0, check_crc=check_crc):
-            if len(b):
-                table.add(dispatch_of(b, delays))
+            table.add_columns(dispatch_columns(b, delays, keys=False))
             for i in sorted(b.record_problems):
                 problems.extend(b.record_problems[i])
             problems.extend(e for e in b.events if not isinstance(e, Blank))

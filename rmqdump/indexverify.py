@@ -22,10 +22,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from rmqdump.commitlog import Blank, CommitLog
-from rmqdump.dispatch import DelayLevels, dispatch_of
+from rmqdump.dispatch import DelayLevels, dispatch_columns
 from rmqdump.indexfile import LAYOUT_SIZE, IndexFile, IndexLayoutError, Layout, list_index_files
 from rmqdump.javahash import index_hash_many, java_hash_many
 from rmqdump.problems import Problem
+from schemas import constants as C
 
 HEADER_COUNT = "index_header_count"
 HEADER_SLOT_COUNT = "index_header_slot_count"
@@ -150,16 +151,15 @@ def scan_commitlog(
         problems.extend(e for e in b.events if not isinstance(e, Blank))
         if not len(b):
             continue
-        d = dispatch_of(b, delays)
+        d = dispatch_columns(b, delays, keys=True)
         phys.append(d.phys.astype(np.int64))
         size.append(d.size.astype(np.int64))
         ts.append(np.asarray(d.store_timestamp, dtype=np.int64))
-        indexed.append(d.indexed)
-        rec, keys = d.index_keys()
-        if len(rec):
-            kp = np.zeros(len(rec), dtype=_PAIR)
-            kp["phys"] = d.phys[rec]
-            kp["hash"] = index_hash_many(java_hash_many(keys))
+        indexed.append((d.sys_flag & C.TRANSACTION_MASK) != C.TRANSACTION_ROLLBACK)
+        if len(d.key_rec):
+            kp = np.zeros(len(d.key_rec), dtype=_PAIR)
+            kp["phys"] = d.phys[d.key_rec]
+            kp["hash"] = index_hash_many(d.key_hash)
             pairs.append(kp)
     cat = lambda xs, dt: np.concatenate(xs) if xs else np.zeros(0, dt)  # noqa: E731
     table, counts = _unique_pairs(cat(pairs, _PAIR))

@@ -72,7 +72,20 @@ _register()
 
 
 def main() -> None:
+    """The console script: like app(), but usage errors are one line too."""
     try:
-        app()
+        rv = app(standalone_mode=False)
+    except typer.Abort:
+        fail("aborted", 130)
+    except typer.TyperException as e:  # click's usage errors, as typer ships them
+        ctx = getattr(e, "ctx", None)
+        if type(e).__name__ == "NoArgsIsHelpError":
+            e.show()
+            raise SystemExit(getattr(e, "exit_code", 2)) from None
+        where = f"{ctx.command_path}: " if ctx is not None else ""
+        hint = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
+        message = e.format_message() if hasattr(e, "format_message") else str(e)
+        fail(f"usage: {where}{' '.join(message.split())}{hint}", getattr(e, "exit_code", 2))
     except BrokenPipeError:
         raise SystemExit(0) from None
+    raise SystemExit(rv if isinstance(rv, int) else 0)

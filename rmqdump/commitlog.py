@@ -26,9 +26,10 @@ from rmqdump.message import Message, decode_properties, format_host, java_crc32,
 from rmqdump.problems import InputError, Problem
 from schemas import BlankMarker, HostV4, HostV6, MessageRecord, RecordPrefix, message_header
 from schemas import constants as C
+from schemas.commitlog import PropertiesLength, TopicLengthV1
 
 NAME_RE = re.compile(rf"^\d{{{C.COMMITLOG_NAME_DIGITS}}}$")
-MIN_RECORD_SIZE = message_header().sizeof() + 1 + 2  # empty body, topic and properties
+MIN_RECORD_SIZE = message_header().sizeof() + TopicLengthV1.sizeof() + PropertiesLength.sizeof()  # empty body, topic and properties
 BATCH_RECORDS = 32768
 RELEASE_EVERY = 32 << 20
 RESYNC_WINDOW = 16 << 20

@@ -8,7 +8,7 @@ import typer
 from rich.table import Table
 
 from rmqdump import render
-from rmqdump.commands.options import ListFormat, store_option
+from rmqdump.commands.options import Engine, ListFormat, engine_option, master_option, spark_conf_option, store_option
 from rmqdump.cqseek import RecordReader, dump_units, seek
 from rmqdump.cqverify import WINDOW_RECORDS, VerifySummary, problem_dict, verify
 from rmqdump.dispatch import DelayLevels
@@ -28,10 +28,9 @@ def verify_cmd(
     fmt: ListFormat = typer.Option(ListFormat.table, "--format", "-f", help="table or jsonl."),
     window: int = typer.Option(WINDOW_RECORDS, "--window", min=1, help="CommitLog records joined at a time (bounds memory: about 50 bytes each)."),
     workers: int = typer.Option(1, "--workers", "-j", min=1, help="Processes scanning CommitLog files in parallel (one file per task)."),
-    # --engine spark (issue 6, rmqdump.spark.verify): the same findings, computed by Spark
-    engine: str = typer.Option("local", "--engine", help="local, or spark (PySpark: the same findings, computed by Spark)."),
-    master: str = typer.Option("local[*]", "--master", help="spark engine: the Spark master URL (spark://host:7077, yarn, local[N])."),
-    spark_conf: list[str] = typer.Option([], "--spark-conf", help="spark engine: KEY=VALUE Spark setting; repeat it."),
+    engine: Engine = engine_option("the same findings, computed by Spark"),
+    master: str = master_option(),
+    spark_conf: list[str] = spark_conf_option(),
 ):
     """Cross-check every unit against its record and every message against its unit.
 
@@ -50,16 +49,14 @@ def verify_cmd(
     rows: list[tuple] = []
     total = sum(f.size for f in st.commitlog.files)
     with render.progress(total, "verify") as advance:
-        if engine == "spark":  # issue 6
+        if engine is Engine.spark:
             from rmqdump.spark.verify import run_verify
 
             found = run_verify(st, master, spark_conf, topic=topic, queue_id=queue, check_crc=not no_crc, delays=delays, summary=summary)
-        elif engine == "local":
+        else:
             found = verify(
                 st, topic=topic, queue_id=queue, check_crc=not no_crc, delays=delays, summary=summary, on_bytes=advance, window_records=window, workers=workers
             )
-        else:
-            render.fail(f"usage: --engine must be local or spark, not {engine!r}", 2)
         for p in found:
             d = problem_dict(p)
             if fmt is ListFormat.jsonl:

@@ -9,17 +9,13 @@ from enum import Enum
 import typer
 
 from rmqdump import render
+from rmqdump.commands.options import Engine, engine_option, master_option, spark_conf_option
 from rmqdump.splits import DEFAULT_SPLIT, resolve_stores
 
 
 class ExportFormat(str, Enum):
     parquet = "parquet"
     jsonl = "jsonl"
-
-
-class Engine(str, Enum):
-    local = "local"
-    spark = "spark"
 
 
 _SIZE = re.compile(r"^\s*(\d+)\s*([kmg]?)i?b?\s*$", re.IGNORECASE)
@@ -40,10 +36,10 @@ def export(
     out: str = typer.Option(..., "--out", "-o", help="The dataset directory to create (a Spark output URI such as s3a://... with --engine spark)."),
     fmt: ExportFormat = typer.Option(ExportFormat.parquet, "--format", "-f", help="parquet, or jsonl (one JSON object per line)."),
     with_body: bool = typer.Option(False, "--with-body", help="Add the stored body bytes (binary; base64 in jsonl)."),
-    engine: Engine = typer.Option(Engine.local, "--engine", help="local (this machine, --workers processes) or spark."),
-    workers: int = typer.Option(1, "--workers", "-w", min=1, help="local engine: processes decoding byte ranges in parallel."),
-    master: str = typer.Option("local[*]", "--master", help="spark engine: the Spark master URL (spark://host:7077, yarn, k8s://..., local[N])."),
-    spark_conf: list[str] = typer.Option([], "--spark-conf", help="spark engine: KEY=VALUE Spark setting; repeat it."),
+    engine: Engine = engine_option("the same rows, decoded by Spark tasks"),
+    workers: int = typer.Option(1, "--workers", "-j", min=1, help="local engine: processes decoding byte ranges in parallel."),
+    master: str = master_option(),
+    spark_conf: list[str] = spark_conf_option(),
     driver_memory: str = typer.Option("4g", "--driver-memory", help="spark engine: driver JVM memory."),
     ship: str = typer.Option("auto", "--ship", help="spark engine: auto (zip the package to executors unless local), zip, or none (installed on every node)."),
     spark_writer: str = typer.Option(

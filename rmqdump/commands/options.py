@@ -28,3 +28,20 @@ class BodyMode(str, Enum):
 
 def store_option() -> Path:
     return typer.Option(Path("."), "--store", "-s", help="Store root directory (holds commitlog/, consumequeue/, index/).", show_default=True)
+
+
+class Engine(str, Enum):
+    local = "local"
+    spark = "spark"
+
+
+def engine_option(what: str) -> Engine:
+    return typer.Option(Engine.local, "--engine", help=f"local (this machine), or spark (PySpark: {what}).")
+
+
+def master_option() -> str:
+    return typer.Option("local[*]", "--master", help="spark engine: the Spark master URL (spark://host:7077, yarn, k8s://..., local[N]).")
+
+
+def spark_conf_option() -> list[str]:
+    return typer.Option([], "--spark-conf", help="spark engine: KEY=VALUE Spark setting; repeat it.")

@@ -9,7 +9,7 @@ from pathlib import Path
 import typer
 
 from rmqdump import render
-from rmqdump.commands.options import ListFormat
+from rmqdump.commands.options import Engine, ListFormat, engine_option, master_option, spark_conf_option
 from rmqdump.rebuild import PARTS, RebuildOptions, check_paths, rebuild
 from rmqdump.settings import resolve
 from rmqdump.timeutil import iso
@@ -99,17 +99,16 @@ def rebuild_cmd(
     broker_conf: Path = typer.Option(
         None, "--broker-conf", help="A broker.conf to take mappedFileSizeConsumeQueue, maxHashSlotNum, maxIndexNum, messageDelayLevel from."
     ),
-    workers: int = typer.Option(None, "--workers", min=1, help="Processes scanning the CommitLog (default: every core for a CommitLog over 64 MiB)."),
+    workers: int = typer.Option(None, "--workers", "-j", min=1, help="Processes scanning the CommitLog (default: every core for a CommitLog over 64 MiB)."),
     check_crc: bool = typer.Option(
         False, "--check-crc", help="Also check body CRCs and report mismatches (slower; such records are still dispatched, as the broker does)."
     ),
     no_verify: bool = typer.Option(False, "--no-verify", help="Skip the cq verify / index verify pass over the result."),
     no_sync: bool = typer.Option(False, "--no-sync", help="Do not fsync the new files before renaming them into place."),
     fmt: ListFormat = typer.Option(ListFormat.table, "--format", "-f", help="table, or jsonl (problem lines, queue and index_file lines, a summary)."),
-    # --engine spark (issue 6, rmqdump.spark.rebuild): the same bytes, built by Spark
-    engine: str = typer.Option("local", "--engine", help="local, or spark (PySpark; OUTDIR on a filesystem the executors share)."),
-    master: str = typer.Option("local[*]", "--master", help="spark engine: the Spark master URL (spark://host:7077, yarn, local[N])."),
-    spark_conf: list[str] = typer.Option([], "--spark-conf", help="spark engine: KEY=VALUE Spark setting; repeat it."),
+    engine: Engine = engine_option("the same bytes, built by Spark; OUTDIR on a filesystem the executors share"),
+    master: str = master_option(),
+    spark_conf: list[str] = spark_conf_option(),
 ):
     """Rebuild ConsumeQueues, IndexFiles and checkpoint from the CommitLog into OUTDIR, byte-identical to the broker's.
 
@@ -147,14 +146,12 @@ def rebuild_cmd(
     old = signal.signal(signal.SIGTERM, _on_term)
     try:
         with render.progress(total, "rebuild") as advance:
-            if engine == "spark":  # issue 6
+            if engine is Engine.spark:
                 from rmqdump.spark.rebuild import run_rebuild
 
                 rep = run_rebuild(str(store), str(out), settings, options, master, spark_conf)
-            elif engine == "local":
-                rep = rebuild(str(store), str(out), settings, options, on_bytes=advance)
             else:
-                render.fail(f"usage: --engine must be local or spark, not {engine!r}", 2)
+                rep = rebuild(str(store), str(out), settings, options, on_bytes=advance)
     except KeyboardInterrupt:
         render.fail(f"interrupted: {out}: nothing was written (the temporary directory was removed)", 2)
     finally:

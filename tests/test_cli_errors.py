@@ -1,0 +1,33 @@
+"""Bad invocations and bad input end in one line on stderr and exit 2, for every command, never a traceback."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import run_proc, store_root
+
+STORE = str(store_root("rmq4-basic"))
+
+CASES = [
+    ["commitlog"],
+    ["nosuch"],
+    ["commitlog", STORE, "--format", "xml"],
+    ["cq", "verify", "-s", STORE, "--engine", "foo"],
+    ["cq", "verify", "-s", "/nonexistent"],
+    ["cq", "seek", "-s", STORE, "--topic", "orders", "--queue", "0", "--time", "yesterday"],
+    ["info", "-s", "/tmp"],
+    ["offsets", "-s", "/nonexistent"],
+    ["index", "lookup", "k", "-s", "/tmp"],
+    ["index", "dump", STORE + "/checkpoint"],
+    ["msgid", "XYZ"],
+    ["rebuild", STORE, "--out", STORE + "/out"],
+    ["export", "-s", "/nonexistent", "-o", "/tmp/never-written"],
+]
+
+
+@pytest.mark.parametrize("args", CASES, ids=[" ".join(a[:2]) + f"#{i}" for i, a in enumerate(CASES)])
+def test_one_line_exit_2(args):
+    r = run_proc(*args)
+    assert r.returncode == 2, (args, r.stdout, r.stderr)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("rmqdump: "), r.stderr
+    assert "Traceback" not in r.stderr + r.stdout

@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from rmqdump.commitlog import Batch
-from rmqdump.fastpath import field_struct, numpy_dtype, struct_format
+from rmqdump.fastpath import field_struct, gather, numpy_dtype, struct_format
 from rmqdump.message import decode_properties, flag_names, format_host, split_keys
 from schemas import HostV4, HostV6, OffsetMsgIdV4
 from schemas import constants as C
@@ -111,12 +111,50 @@ def _chunks(total_size: np.ndarray, max_bytes: int) -> list[tuple[int, int]]:
     return out
 
 
+_INLINE = 12  # an Arrow binary view holds strings up to 12 bytes inline, longer ones as (prefix, buffer, offset)
+
+
 def _binary(view: memoryview, pos: np.ndarray, length: np.ndarray, typ=pa.binary()) -> pa.Array:
-    """Byte strings cut out of the mapped file, as one Arrow array (one copy)."""
-    data = b"".join([view[p : p + n] for p, n in zip(pos.tolist(), length.tolist(), strict=True)])
-    offsets = np.zeros(len(pos) + 1, dtype=np.int32)
-    np.cumsum(length, out=offsets[1:])
-    return pa.Array.from_buffers(typ, len(pos), [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+    """Byte strings cut out of the mapped file, as one Arrow array (one copy).
+
+    The strings are first described as Arrow binary views into the mapped
+    region (numpy builds the 16-byte views, no Python step per string); the
+    cast to `typ` is then the one copy.
+    """
+    n = len(pos)
+    if n == 0:
+        return pa.array([], typ)
+    base = int(pos.min())
+    end = int((pos.astype(np.int64) + length).max())
+    if end - base >= 1 << 31:
+        data = b"".join([view[p : p + k] for p, k in zip(pos.tolist(), length.tolist(), strict=True)])
+        offsets = np.zeros(n + 1, dtype=np.int32)
+        np.cumsum(length, out=offsets[1:])
+        return pa.Array.from_buffers(typ, n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+    region = np.frombuffer(view, dtype=np.uint8)[base:end]
+    rel = pos.astype(np.int64) - base
+    length = length.astype(np.int32)
+    views = np.zeros((n, 4), dtype=np.int32)  # length, prefix, buffer index (0), offset
+    views[:, 0] = length
+    big = np.flatnonzero(length > _INLINE)
+    if big.size:
+        views[big, 1] = gather(region, rel[big], np.dtype(np.int32))
+        views[big, 3] = rel[big]
+    small = np.flatnonzero(length <= _INLINE)
+    if small.size:
+        k = np.arange(_INLINE)
+        inline = region[np.minimum(rel[small, None] + k, len(region) - 1)] if len(region) else np.zeros((small.size, _INLINE), np.uint8)
+        inline[k[None, :] >= length[small, None]] = 0
+        views.view(np.uint8).reshape(n, 16)[small, 4:] = inline
+    vtype = pa.string_view() if typ == pa.string() else pa.binary_view()
+    return pa.Array.from_buffers(vtype, n, [None, pa.py_buffer(views), pa.py_buffer(region)]).cast(typ)
+
+
+def _format_v4(octets: np.ndarray, ports: np.ndarray) -> pa.Array:
+    """format_host of IPv4 addresses (rows of 4 octets) and ports, with Arrow string kernels."""
+    parts = [pa.array(octets[:, k]).cast(pa.string()) for k in range(4)]
+    addr = pc.binary_join_element_wise(*parts, ".")
+    return pc.binary_join_element_wise(addr, pa.array(ports.astype(np.int64)).cast(pa.string()), ":")
 
 
 def _format_hosts(raws: list[tuple[bytes, int]]) -> pa.Array:
@@ -126,15 +164,23 @@ def _format_hosts(raws: list[tuple[bytes, int]]) -> pa.Array:
     if n == 0 or not v4.all():
         return pa.array([format_host(a, p) for a, p in raws], pa.string())
     octets = np.frombuffer(b"".join(a for a, _ in raws), dtype=np.uint8).reshape(n, 4)
-    ports = pa.array(np.array([p for _, p in raws], dtype=np.int64)).cast(pa.string())
-    parts = [pa.array(octets[:, k]).cast(pa.string()) for k in range(4)]
-    addr = pc.binary_join_element_wise(*parts, ".")
-    return pc.binary_join_element_wise(addr, ports, ":")
+    return _format_v4(octets, np.array([p for _, p in raws], dtype=np.int64))
 
 
-def _hosts(data: np.ndarray, pos: np.ndarray, v6: np.ndarray) -> tuple[pa.Array, np.ndarray, np.ndarray]:
-    """(formatted host per row, index of each row's distinct address, the distinct raw addresses+ports)."""
+def _hosts(data: np.ndarray, pos: np.ndarray, v6: np.ndarray, *, want_raws: bool = True) -> tuple[pa.Array, np.ndarray, list]:
+    """(formatted host per row, index of each row's distinct address, the distinct raw addresses+ports
+    (empty unless `want_raws`))."""
     n = len(pos)
+    if n and not v6.any():
+        # IPv4 address + port are 8 bytes: one integer key per row, so the distinct search is an integer sort
+        # and the distinct hosts are formatted from their bytes without a Python step each.
+        uniq, inverse = np.unique(gather(data, pos, np.dtype("<u8")), return_inverse=True)
+        inverse = inverse.reshape(n)
+        raw = uniq.view(np.uint8).reshape(len(uniq), 8)
+        text = _format_v4(raw[:, :4], raw[:, 4:].copy().view(">i4").reshape(len(uniq)))
+        b = raw.tobytes()
+        raws = [_HOSTS[False].unpack_from(b, 8 * i) for i in range(len(uniq))] if want_raws else []
+        return text.take(pa.array(inverse)), inverse, raws
     key = np.zeros((n, 21), dtype=np.uint8)
     i4, i6 = np.flatnonzero(~v6), np.flatnonzero(v6)
     if i4.size:
@@ -211,6 +257,14 @@ def _pick(names: pa.Array, values: pa.Array, rows: np.ndarray, n: int, name: str
     return values.take(pa.array(idx, mask=idx < 0))
 
 
+def _name_twice(names: pa.Array, rows: np.ndarray) -> bool:
+    """Whether some record holds one property name twice (an integer sort over (row, name code))."""
+    coded = names.dictionary_encode()
+    key = rows.astype(np.int64) * len(coded.dictionary) + coded.indices.to_numpy(zero_copy_only=False)
+    key.sort()
+    return bool((key[1:] == key[:-1]).any())
+
+
 def _properties(view: memoryview, pos: np.ndarray, length: np.ndarray):
     """The same values as _properties_py, with Arrow string kernels over the whole chunk.
 
@@ -229,7 +283,7 @@ def _properties(view: memoryview, pos: np.ndarray, length: np.ndarray):
     pairs = pairs.filter(ok)
     rows = parent[ok.to_numpy(zero_copy_only=False)]
     names, values = pc.list_element(pairs, 0), pc.list_element(pairs, 1)
-    if len(names) and pa.table({"r": rows, "n": names}).group_by(["r", "n"]).aggregate([]).num_rows != len(names):
+    if len(names) and _name_twice(names, rows):
         return _properties_py(view, pos, length)
     pmap = pa.MapArray.from_arrays(_offsets(rows, n), names, values)
     keys_text = _pick(names, values, rows, n, C.PROPERTY_KEYS)
@@ -276,7 +330,7 @@ def record_batches(b: Batch, broker: str, *, with_body: bool = False, max_bytes:
         n = hi - lo
         data, view = b.mf.data, b.mf.view
         phys = c["_pos"].astype(np.int64) + b.seg.base
-        born, _, _ = _hosts(data, c["born_host_pos"], c["born_host_then"].astype(bool))
+        born, _, _ = _hosts(data, c["born_host_pos"], c["born_host_then"].astype(bool), want_raws=False)
         store, inv, raws = _hosts(data, c["store_host_pos"], c["store_host_then"].astype(bool))
         pmap, tags, keys, uniq = _properties(view, c["properties_pos"], c["properties_length"])
         arrays = {

@@ -44,6 +44,23 @@ BUFFER_BYTES = 48 << 20  # rows waiting for their row group, all topics together
 MAX_OPEN_FILES = 128
 GROUP_BYTES = 64 << 20  # a task's least work when ranges are small
 MAX_PROBLEMS = 1000  # problems kept for the report; all are counted
+# Parquet columns with few distinct values per row group, the only ones dictionary-encoded: building a
+# dictionary for near-unique columns (offsets, ids, timestamps) costs write time and makes files bigger.
+DICTIONARY_COLUMNS = (
+    "kind",
+    "file",
+    "broker",
+    "magic_version",
+    "queue_id",
+    "sys_flag",
+    "sys_flag_names.list.element",
+    "transaction",
+    "store_host",
+    "reconsume_times",
+    "prepared_transaction_offset",
+    "properties.key_value.key",
+    "tags",
+)
 
 # Stable codes of this module.
 OUTPUT_EXISTS = "output_exists"
@@ -196,6 +213,7 @@ class TopicParquetWriter:
     def __init__(self, root: str, index: int, schema: pa.Schema, rows: int):
         self.root, self.index, self.rows = root, index, rows
         self.schema = schema.remove(schema.get_field_index("topic"))
+        self.dictionary = [c for c in DICTIONARY_COLUMNS if c.split(".")[0] in self.schema.names]
         self.writers: OrderedDict[str, pq.ParquetWriter] = OrderedDict()
         self.parts: dict[str, int] = {}
         self.waiting: dict[str, list[pa.RecordBatch]] = {}
@@ -229,7 +247,9 @@ class TopicParquetWriter:
             d = os.path.join(self.root, partition_dir(t))
             os.makedirs(d, exist_ok=True)
             n = self.parts[t] = self.parts.get(t, -1) + 1
-            w = self.writers[t] = pq.ParquetWriter(os.path.join(d, f"part-{self.index:05d}-{n}.parquet"), self.schema, compression="snappy")
+            w = self.writers[t] = pq.ParquetWriter(
+                os.path.join(d, f"part-{self.index:05d}-{n}.parquet"), self.schema, compression="snappy", use_dictionary=self.dictionary
+            )
         else:
             self.writers.move_to_end(t)
         w.write_table(pa.Table.from_batches(batches, self.schema), row_group_size=self.rows)

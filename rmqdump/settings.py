@@ -19,6 +19,7 @@ import numpy as np
 from rmqdump.dispatch import DelayLevels
 from rmqdump.fastpath import numpy_dtype
 from rmqdump.problems import InputError
+from rmqdump.store import Store
 from schemas import IndexEntry, IndexHeader, IndexSlot
 from schemas import constants as C
 
@@ -107,24 +108,12 @@ def _conf_int(conf: dict[str, str], name: str, path: str) -> int | None:
 
 
 def _cq_files(store: str) -> list[tuple[str, int, int]]:
-    """(path, name offset, size) of every ConsumeQueue file under store/consumequeue."""
-    root = os.path.join(store, "consumequeue")
-    out = []
-    if not os.path.isdir(root):
-        return out
-    for topic in sorted(os.listdir(root)):
-        tdir = os.path.join(root, topic)
-        if not os.path.isdir(tdir):
-            continue
-        for qid in sorted(os.listdir(tdir)):
-            qdir = os.path.join(tdir, qid)
-            if not os.path.isdir(qdir):
-                continue
-            for name in sorted(os.listdir(qdir)):
-                p = os.path.join(qdir, name)
-                if _NAME_RE.match(name) and os.path.isfile(p):
-                    out.append((p, int(name), os.path.getsize(p)))
-    return out
+    """(path, name offset, size) of every ConsumeQueue file, as the store model discovers them."""
+    try:
+        st = Store.open(store)
+    except InputError:
+        return []
+    return [(f.path, f.base, f.size) for q in st.select_queues() for f in q.files]
 
 
 def infer_cq_units(store: str) -> tuple[int | None, str]:

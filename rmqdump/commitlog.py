@@ -154,9 +154,8 @@ class CommitLog:
                 continue
             start = max(0, (from_offset or 0) - seg.base)
             end = seg.size if to_offset is None else min(seg.size, to_offset - seg.base)
-            with MappedFile(seg.path) as mf:
-                if self.file_size and mf.size > self.file_size:
-                    mf.size = self.file_size  # bytes past the configured size are reported as a layout problem
+            # bytes past the configured size are not data: they are reported as a layout problem
+            with MappedFile(seg.path, limit=self.file_size) as mf:
                 yield from scan_file(seg, mf, start=start, end=end, check_crc=check_crc)
 
     def read_at(self, phys_offset: int, *, check_crc: bool = True, with_body: bool = False) -> Message | Problem:

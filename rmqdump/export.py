@@ -324,6 +324,15 @@ def publish(tmp: str, out: str) -> None:
             os.remove(old)
 
 
+def start_export(stores: list[StoreRef], out: str, fmt: str, engine: str, split_size: int) -> tuple[list[Split], ExportResult]:
+    """The byte ranges to decode, and a result that already holds the stores' layout problems (both engines)."""
+    splits, layout = plan(stores, split_size)
+    res = ExportResult(out, fmt, engine, len(stores), len({s.path for s in splits}), len(splits))
+    for broker, p in layout:
+        res.add(SplitResult(problems=[problem_dict(broker, p)], problem_count=1))
+    return splits, res
+
+
 def export_local(
     stores: list[StoreRef],
     out: str,
@@ -340,10 +349,7 @@ def export_local(
         raise ValueError(f"format must be one of {FORMATS}")
     out = check_output(out, stores, force)
     t0 = time.perf_counter()
-    splits, layout = plan(stores, split_size)
-    res = ExportResult(out, fmt, "local", len(stores), len({s.path for s in splits}), len(splits))
-    for broker, p in layout:
-        res.add(SplitResult(problems=[problem_dict(broker, p)], problem_count=1))
+    splits, res = start_export(stores, out, fmt, "local", split_size)
     tmp = temp_dir_for(out)
     try:
         groups = group_splits(splits, workers)

@@ -21,7 +21,8 @@ _PAGE = mmap.ALLOCATIONGRANULARITY
 class MappedFile:
     """One file mapped read-only; `data` is a numpy uint8 view, `view` a memoryview."""
 
-    def __init__(self, path: str):
+    def __init__(self, path: str, limit: int | None = None):
+        """`limit`: treat the file as this long (the configured CommitLog file size); bytes past it are not data."""
         self.path = str(path)
         try:
             fd = os.open(self.path, os.O_RDONLY)
@@ -34,6 +35,8 @@ class MappedFile:
             raise InputError("unreadable", self.path, e.strerror or str(e)) from None
         finally:
             os.close(fd)
+        if limit is not None:
+            self.size = min(self.size, limit)
         if self._mm is not None:
             self.view = memoryview(self._mm)
             self.data = np.frombuffer(self._mm, dtype=np.uint8)

@@ -253,9 +253,7 @@ def _ranged(cl_dir: Path, step: int):
     msgs, events = [], []
     cl = CommitLog.open(cl_dir)
     for seg in cl.files:
-        with MappedFile(seg.path) as mf:
-            if cl.file_size and mf.size > cl.file_size:
-                mf.size = cl.file_size
+        with MappedFile(seg.path, limit=cl.file_size) as mf:
             for start in range(0, mf.size, step):
                 for b in scan_file(seg, mf, start=start, end=min(start + step, mf.size)):
                     msgs += b.phys.tolist()

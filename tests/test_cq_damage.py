@@ -41,8 +41,6 @@ def cl_file(root: Path, phys: int) -> tuple[Path, int]:
     return root / "commitlog" / f"{base:020d}", phys - base
 
 
-
-
 def verify(root: Path, *args):
     r = run("cq", "verify", "-s", root, "-f", "jsonl", *args)
     rows = jsonl(r.stdout)

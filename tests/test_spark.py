@@ -136,8 +136,6 @@ def test_spark_verify_equals_local_on_real_stores(spark, name):
         assert found == []
 
 
-
-
 def test_spark_verify_equals_local_on_damaged_store(spark, tmp_path):
     root = copy_store("rmq4-basic", tmp_path)
     cq = root / "consumequeue"

@@ -22,6 +22,14 @@ class Part(str, Enum):
     index = "index"
 
 
+def _first_rows(p, lines: list[str]) -> None:
+    """The first TABLE_ROWS lines, indented, then how many more JSON Lines would show."""
+    for line in lines[:TABLE_ROWS]:
+        p(f"  {line}")
+    if len(lines) > TABLE_ROWS:
+        p(f"  ... {len(lines) - TABLE_ROWS} more (-f jsonl lists every one)")
+
+
 def _on_term(signum, frame):
     raise KeyboardInterrupt
 
@@ -59,16 +67,10 @@ def _print_table(rep, s: dict) -> None:
     p(f"checkpoint: physic {cp['physic_msg_timestamp']}, logics {cp['logics_msg_timestamp']}, index {cp['index_msg_timestamp']}")
     if rep.damaged:
         p(f"damaged CommitLog regions skipped: {len(rep.damaged)} ({s['skipped_bytes']} bytes)")
-        for d in rep.damaged[:TABLE_ROWS]:
-            p(f"  {d.line()}")
-        if len(rep.damaged) > TABLE_ROWS:
-            p(f"  ... {len(rep.damaged) - TABLE_ROWS} more (-f jsonl lists every one)")
+        _first_rows(p, [d.line() for d in rep.damaged])
     if rep.flagged:
         p(f"records with problems, still dispatched (the broker does too): {len(rep.flagged)}")
-        for d in rep.flagged[:TABLE_ROWS]:
-            p(f"  {d.line()}")
-        if len(rep.flagged) > TABLE_ROWS:
-            p(f"  ... {len(rep.flagged) - TABLE_ROWS} more (-f jsonl lists every one)")
+        _first_rows(p, [d.line() for d in rep.flagged])
     for pr in rep.problems:
         p(f"problem: {pr.line()}")
     v = s["verify"]

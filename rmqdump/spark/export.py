@@ -27,15 +27,15 @@ from rmqdump.export import (
     SplitResult,
     check_output,
     jsonl_lines,
-    problem_dict,
     problem_order,
     publish,
     split_batches,
+    start_export,
     temp_dir_for,
     write_split,
 )
 from rmqdump.problems import InputError
-from rmqdump.splits import DEFAULT_SPLIT, Split, StoreRef, plan
+from rmqdump.splits import DEFAULT_SPLIT, Split, StoreRef
 
 SPLIT_DDL = "broker string, path string, base bigint, start bigint, end bigint, size bigint"
 JSONL_DDL = "topic string, value string"
@@ -165,10 +165,7 @@ def export_spark(
     if not remote:
         out = check_output(out, stores, force)
     t0 = time.perf_counter()
-    splits, layout = plan(stores, split_size)
-    res = ExportResult(out, fmt, "spark", len(stores), len({s.path for s in splits}), len(splits))
-    for broker, p in layout:
-        res.add(SplitResult(problems=[problem_dict(broker, p)], problem_count=1))
+    splits, res = start_export(stores, out, fmt, "spark", split_size)
     sc = spark.sparkContext
     if writer not in WRITERS:
         raise ValueError(f"writer must be one of {WRITERS}")

@@ -11,10 +11,10 @@ first; each mode runs --repeat times and the fastest run is kept.
 Modes:
   count      CommitLog.scan(check_crc=False), counting records
   crc        CommitLog.scan(check_crc=True): body CRC of every record checked
-  props      rmqdump.dispatch.dispatch: header columns + properties decoded per
+  props      rmqdump.scan.dispatch.dispatch: header columns + properties decoded per
              record (topic, TAGS -> tagsCode, KEYS, UNIQ_KEY): the header-and-
              properties scan the target (>= 500k messages/s) is about
-  columns    rmqdump.dispatch.dispatch_columns: the same values as columns
+  columns    rmqdump.scan.dispatch.dispatch_columns: the same values as columns
              (topic ids, tagsCode, index-key hashes), what rebuild/verify use
   message    Batch.message(i) for every record: the full Message object, no output
   cli        `rmqdump commitlog DIR -f jsonl > /dev/null` (subprocess, wall clock)
@@ -46,7 +46,7 @@ SECTION = "## commitlog"
 
 
 def _child(mode: str, commitlog: str, sample: int) -> dict:
-    from rmqdump.commitlog import CommitLog, scan_file
+    from rmqdump.readers.commitlog import CommitLog, scan_file
 
     cl = CommitLog.open(commitlog)
     n = 0
@@ -62,7 +62,7 @@ def _child(mode: str, commitlog: str, sample: int) -> dict:
             bad += len(b.record_problems)
         extra["records_with_problems"] = bad
     elif mode == "props":
-        from rmqdump.dispatch import dispatch
+        from rmqdump.scan.dispatch import dispatch
 
         keys = tagged = 0
         for _, d in dispatch(cl):
@@ -71,7 +71,7 @@ def _child(mode: str, commitlog: str, sample: int) -> dict:
             tagged += int((d.tags_code != 0).sum())
         extra.update(keys=keys, tagged=tagged)
     elif mode == "columns":
-        from rmqdump.dispatch import DelayLevels, dispatch_columns
+        from rmqdump.scan.dispatch import DelayLevels, dispatch_columns
 
         delays = DelayLevels.parse()
         keys = tagged = 0
@@ -87,7 +87,7 @@ def _child(mode: str, commitlog: str, sample: int) -> dict:
                 b.message(i)
             n += len(b)
     elif mode == "construct":
-        from rmqdump.mapped import MappedFile
+        from rmqdump.readers.mapped import MappedFile
         from schemas import MessageRecord
 
         seg = cl.files[0]
@@ -182,7 +182,7 @@ def machine() -> dict:
 
 
 def store_facts(commitlog: str) -> dict:
-    from rmqdump.commitlog import CommitLog
+    from rmqdump.readers.commitlog import CommitLog
 
     cl = CommitLog.open(commitlog)
     n = data = 0
@@ -221,8 +221,8 @@ def render_section(facts: dict, mach: dict, rows: list[dict], args_line: str, lo
     what = {
         "count": "`CommitLog.scan(check_crc=False)`, count records",
         "crc": "`CommitLog.scan(check_crc=True)` (body CRC of every record)",
-        "props": "header + properties: `rmqdump.dispatch.dispatch` (Python strings per record: topic, TAGS->tagsCode, KEYS, UNIQ_KEY)",
-        "columns": "header + properties: `rmqdump.dispatch.dispatch_columns` (columnar: topic ids, tagsCode, index-key hashes)",
+        "props": "header + properties: `rmqdump.scan.dispatch.dispatch` (Python strings per record: topic, TAGS->tagsCode, KEYS, UNIQ_KEY)",
+        "columns": "header + properties: `rmqdump.scan.dispatch.dispatch_columns` (columnar: topic ids, tagsCode, index-key hashes)",
         "message": "`Batch.message(i)` for every record (full Message objects, no output)",
         "cli": "`rmqdump commitlog DIR -f jsonl > /dev/null` (whole process, wall clock)",
         "construct": "`MessageRecord.parse` per record (construct), sample",

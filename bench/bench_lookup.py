@@ -33,11 +33,11 @@ from datetime import datetime, timezone
 
 import numpy as np
 
-from rmqdump.commitlog import CommitLog
-from rmqdump.dispatch import dispatch
-from rmqdump.indexfile import ENTRY_DTYPE, SLOT_DTYPE
-from rmqdump.javahash import index_hash_many, java_hash_many
-from rmqdump.lookup import Index
+from rmqdump.common.javahash import index_hash_many, java_hash_many
+from rmqdump.query.lookup import Index
+from rmqdump.readers.commitlog import CommitLog
+from rmqdump.readers.indexfile import ENTRY_DTYPE, SLOT_DTYPE
+from rmqdump.scan.dispatch import dispatch
 from schemas import IndexHeader
 
 # The CLI as an operator runs it, reporting its own peak RSS on the last stderr line (ru_maxrss of

@@ -25,9 +25,9 @@ import sys
 import tempfile
 import time
 
-from rmqdump.commitlog import CommitLog
-from rmqdump.rebuild import RebuildOptions, rebuild
-from rmqdump.settings import resolve
+from rmqdump.build.rebuild import RebuildOptions, rebuild
+from rmqdump.build.settings import resolve
+from rmqdump.readers.commitlog import CommitLog
 from schemas import constants as C
 
 

@@ -4,7 +4,7 @@
 
 STORE is a store root. A generated store (bench/gen_store.py) has only a
 CommitLog; with --build-cq this script first writes its ConsumeQueues from the
-dispatch values of rmqdump.dispatch (what the broker's CommitLogDispatcher
+dispatch values of rmqdump.scan.dispatch (what the broker's CommitLogDispatcher
 gives the ConsumeQueue: offset, size, tagsCode at index = queueOffset),
 default broker sizing (300,000 units per file). That writer is bench-only
 code: rmqdump itself never writes into a store.
@@ -27,9 +27,9 @@ import numpy as np
 
 
 def build_cq(root: str, units_per_file: int = 300_000) -> int:
-    from rmqdump.commitlog import CommitLog
-    from rmqdump.consumequeue import UNIT_DTYPE
-    from rmqdump.dispatch import DelayLevels, dispatch_of
+    from rmqdump.readers.commitlog import CommitLog
+    from rmqdump.readers.consumequeue import UNIT_DTYPE
+    from rmqdump.scan.dispatch import DelayLevels, dispatch_of
 
     cl = CommitLog.open(os.path.join(root, "commitlog"))
     delays = DelayLevels.parse()
@@ -70,8 +70,8 @@ def build_cq(root: str, units_per_file: int = 300_000) -> int:
 
 
 def run_verify(root: str, check_crc: bool, window: int | None, workers: int) -> dict:
-    from rmqdump.cqverify import VerifySummary, verify
-    from rmqdump.store import Store
+    from rmqdump.checks.cqverify import VerifySummary, verify
+    from rmqdump.readers.store import Store
 
     t0 = time.perf_counter()
     st = Store.open(root)
@@ -101,8 +101,8 @@ def run_verify(root: str, check_crc: bool, window: int | None, workers: int) -> 
 
 def run_join_only(root: str) -> dict:
     """The vectorized unit checks alone, on a record table already built: what verify adds to the scan."""
-    from rmqdump.cqverify import CommitLogExtent, check_units, scan_records
-    from rmqdump.store import Store
+    from rmqdump.checks.cqverify import CommitLogExtent, check_units, scan_records
+    from rmqdump.readers.store import Store
 
     st = Store.open(root)
     t0 = time.perf_counter()

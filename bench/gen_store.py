@@ -12,7 +12,7 @@ body_sha256 ...), so the same comparisons work on both.
 Why not a broker: a real broker needs a JVM and minutes per GiB; this writes
 the same byte layout, and the layout comes from the construct schemas only:
 the fixed head of each record is a numpy structured array whose dtype is
-derived from `schemas.message_header()` (rmqdump.fastpath.numpy_dtype), and
+derived from `schemas.message_header()` (rmqdump.readers.fastpath.numpy_dtype), and
 the variable tail (body, topic, properties and their length fields) follows
 the order and widths of `schemas.MessageRecord` resolved for V1/IPv4 records.
 tests/test_gen_store.py proves every record equal to MessageRecord.build.
@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from construct import Bytes, Container, IfThenElse
 
-from rmqdump.fastpath import numpy_dtype
+from rmqdump.readers.fastpath import numpy_dtype
 from schemas import BlankMarker, MessageRecord, message_header
 from schemas import constants as C
 
@@ -369,7 +369,7 @@ def _generate(writer: _Writer, summary: Summary, size, file_size, seed, topics, 
 
 def _manifest_lines(man, seq, n, hdr, bodies, props, topics, tix, qid, store_ip) -> None:
     """Ground truth with the field names of fixtures/real/*/manifest.jsonl."""
-    from rmqdump.message import decode_properties, format_host, offset_msg_id, split_keys
+    from rmqdump.readers.message import decode_properties, format_host, offset_msg_id, split_keys
 
     for i in range(n):
         h = hdr[i]

@@ -1,3 +1,3 @@
-from rmqdump.cli import main
+from rmqdump.cli.app import main
 
 main()

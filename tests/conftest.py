@@ -62,7 +62,7 @@ def flip(path: Path, pos: int, mask: int = 0x01) -> None:
 
 def run(*args: str):
     """Run the CLI in-process; returns click's Result (exit_code, stdout, stderr)."""
-    from rmqdump.cli import app
+    from rmqdump.cli.app import app
 
     return CliRunner().invoke(app, [str(a) for a in args], catch_exceptions=False)
 

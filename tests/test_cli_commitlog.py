@@ -40,7 +40,7 @@ def test_offset_range_resyncs_from_any_byte():
 
 def test_iso_time_filter():
     man = manifest("rmq4-basic")
-    from rmqdump.timeutil import iso
+    from rmqdump.common.timeutil import iso
 
     t = man[1500]["storeTimestamp"]
     assert len(_msgs("--since", iso(t))) == sum(x["storeTimestamp"] >= t for x in man)

@@ -16,11 +16,11 @@ from conftest import flip, jsonl, manifest, patch, run, run_proc, store_root
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rmqdump.commitlog import CommitLog
-from rmqdump.fastpath import field_offset
-from rmqdump.listing import Filter, list_commitlog
-from rmqdump.message import Message
-from rmqdump.problems import Problem
+from rmqdump.common.problems import Problem
+from rmqdump.query.listing import Filter, list_commitlog
+from rmqdump.readers.commitlog import CommitLog
+from rmqdump.readers.fastpath import field_offset
+from rmqdump.readers.message import Message
 from schemas import message_header
 
 HDR = message_header()
@@ -247,8 +247,8 @@ def test_random_damage_never_loses_undamaged_records(tmp_path_factory, damages, 
 
 def _ranged(cl_dir: Path, step: int):
     """Scan every file in byte ranges of `step`, as the parallel engines do."""
-    from rmqdump.commitlog import scan_file
-    from rmqdump.mapped import MappedFile
+    from rmqdump.readers.commitlog import scan_file
+    from rmqdump.readers.mapped import MappedFile
 
     msgs, events = [], []
     cl = CommitLog.open(cl_dir)
@@ -283,8 +283,8 @@ def test_byte_ranges_report_exactly_what_one_scan_reports(tmp_path_factory, dama
 
 def test_zero_stretches_are_skipped_exactly(tmp_path):
     """resync jumps a zero stretch in one read and still finds the first record after it."""
-    from rmqdump.commitlog import _first_nonzero, resync
-    from rmqdump.mapped import MappedFile
+    from rmqdump.readers.commitlog import _first_nonzero, resync
+    from rmqdump.readers.mapped import MappedFile
 
     cl = _copy("rmq4-crash", tmp_path)
     files = sorted(cl.iterdir())

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from conftest import SETTINGS, copy_store, flip, jsonl, manifest, patch, run
 
-from rmqdump.fastpath import field_offset
+from rmqdump.readers.fastpath import field_offset
 from schemas import message_header
 
 NAME = "rmq4-basic"
@@ -269,8 +269,8 @@ def test_filler_units_are_padding_not_damage(store):
 
 def test_windowed_join_gives_the_same_findings(store):
     """Memory is bounded by joining a window of records at a time; the findings must not depend on it."""
-    from rmqdump.cqverify import verify as verify_lib
-    from rmqdump.store import Store
+    from rmqdump.checks.cqverify import verify as verify_lib
+    from rmqdump.readers.store import Store
 
     # several kinds of damage at once
     a_path, a_pos = unit_loc(store, "orders", 0, 10)

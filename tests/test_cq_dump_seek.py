@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from conftest import HEALTHY, SETTINGS, copy_store, jsonl, manifest, run, run_proc, store_root
 
-from rmqdump.cqseek import seek
-from rmqdump.store import Store
-from rmqdump.timeutil import iso
+from rmqdump.common.timeutil import iso
+from rmqdump.query.cqseek import seek
+from rmqdump.readers.store import Store
 
 
 def queue_recs(name: str, topic: str, q: int) -> list[dict]:

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from conftest import HEALTHY, REAL, copy_store, jsonl, manifest, run, run_proc, store_root
 
-from rmqdump.consumequeue import read_units
-from rmqdump.cqverify import PROBLEM_KEYS, CommitLogExtent, check_units, missing_units, scan_records
-from rmqdump.store import Store
+from rmqdump.checks.cqverify import PROBLEM_KEYS, CommitLogExtent, check_units, missing_units, scan_records
+from rmqdump.readers.consumequeue import read_units
+from rmqdump.readers.store import Store
 
 ISSUE_KEYS = {"kind", "code", "topic", "queue_id", "cq_file", "unit_index", "phys_offset", "detail"}
 

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from conftest import STORES, manifest, store_root
 
-from rmqdump.commitlog import CommitLog
-from rmqdump.dispatch import DelayLevels, dispatch
-from rmqdump.fastpath import numpy_dtype
+from rmqdump.readers.commitlog import CommitLog
+from rmqdump.readers.fastpath import numpy_dtype
+from rmqdump.scan.dispatch import DelayLevels, dispatch
 from schemas import ConsumeQueueUnit
 
 UNIT = numpy_dtype(ConsumeQueueUnit)

@@ -11,10 +11,10 @@ import pyarrow.dataset as ds
 import pytest
 from conftest import REAL, STORES, copy_store, manifest, run, store_root
 
-from rmqdump import arrowbatch
-from rmqdump.commitlog import CommitLog
-from rmqdump.export import export_local, topic_partitioning
-from rmqdump.splits import StoreRef, default_name, plan, resolve_stores
+from rmqdump.export import arrowbatch
+from rmqdump.export.dataset import export_local, topic_partitioning
+from rmqdump.readers.commitlog import CommitLog
+from rmqdump.scan.splits import StoreRef, default_name, plan, resolve_stores
 
 CRC_PROP = "__CRC32#"
 
@@ -233,7 +233,7 @@ def _props_both(raws: list[bytes]):
     ],
 )
 def test_vectorized_properties_decode_like_decode_properties(raws):
-    from rmqdump.message import decode_properties, split_keys
+    from rmqdump.readers.message import decode_properties, split_keys
 
     fast, slow = _props_both(raws)
     assert fast == slow

@@ -7,8 +7,8 @@ import pytest
 from conftest import STORES, store_root
 from construct import Struct
 
-from rmqdump.commitlog import CommitLog
-from rmqdump.fastpath import ColumnarParser, field_offset, numpy_dtype, struct_format
+from rmqdump.readers.commitlog import CommitLog
+from rmqdump.readers.fastpath import ColumnarParser, field_offset, numpy_dtype, struct_format
 from schemas import ConsumeQueueUnit, IndexEntry, MessageRecord, RecordPrefix, message_header
 
 

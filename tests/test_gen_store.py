@@ -20,8 +20,8 @@ import pytest
 from conftest import ROOT, jsonl, run
 from construct import Container
 
-from rmqdump.commitlog import Blank, CommitLog
-from rmqdump.message import format_host
+from rmqdump.readers.commitlog import Blank, CommitLog
+from rmqdump.readers.message import format_host
 from schemas import BlankMarker, MessageRecord
 from schemas import constants as C
 

@@ -10,9 +10,9 @@ from functools import cache
 import pytest
 from conftest import REAL, SETTINGS, STORES, copy_store, jsonl, manifest, run, store_root
 
-from rmqdump.fastpath import field_offset
-from rmqdump.indexfile import IndexFile, key_hash, list_index_files
-from rmqdump.lookup import Index, store_topics
+from rmqdump.query.lookup import Index, store_topics
+from rmqdump.readers.fastpath import field_offset
+from rmqdump.readers.indexfile import IndexFile, key_hash, list_index_files
 from schemas import IndexEntry
 
 ROLLBACK = 0xC

@@ -8,10 +8,10 @@ import os
 import pytest
 from conftest import HEALTHY, REAL, copy_store, jsonl, manifest, run, store_root
 
-from rmqdump import indexverify as iv
-from rmqdump.fastpath import field_offset
-from rmqdump.indexfile import IndexFile, list_index_files
-from rmqdump.indexverify import IndexVerifySummary, verify
+from rmqdump.checks import indexverify as iv
+from rmqdump.checks.indexverify import IndexVerifySummary, verify
+from rmqdump.readers.fastpath import field_offset
+from rmqdump.readers.indexfile import IndexFile, list_index_files
 from schemas import IndexEntry, IndexHeader
 
 ROLLBACK = 0xC

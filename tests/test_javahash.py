@@ -7,7 +7,7 @@ from conftest import HEALTHY, manifest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rmqdump.javahash import INT_MIN, index_hash, index_hash_many, java_hash, java_hash_many
+from rmqdump.common.javahash import INT_MIN, index_hash, index_hash_many, java_hash, java_hash_many
 
 
 def reference_hash(s: str) -> int:

@@ -9,7 +9,7 @@ from conftest import HEALTHY, STORES, jsonl, manifest, run, store_root
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rmqdump.msgid import LONG_HEX, SHORT_HEX, MsgIdError, OffsetMsgId, UniqKey
+from rmqdump.readers.msgid import LONG_HEX, SHORT_HEX, MsgIdError, OffsetMsgId, UniqKey
 
 
 @pytest.mark.parametrize("store", STORES)

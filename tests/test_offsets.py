@@ -9,7 +9,7 @@ from collections import Counter
 import pytest
 from conftest import copy_store, jsonl, manifest, run, run_proc, store_root
 
-from rmqdump.configfiles import loads_fastjson, quote_integer_keys
+from rmqdump.readers.configfiles import loads_fastjson, quote_integer_keys
 
 WITH_OFFSETS = ["rmq4-basic", "rmq5-basic", "rmq53-v2"]
 

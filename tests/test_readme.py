@@ -25,7 +25,7 @@ def test_every_command_has_help_with_an_example():
     assert top.returncode == 0
     import typer.main
 
-    from rmqdump.cli import app
+    from rmqdump.cli.app import app
 
     group = typer.main.get_command(app)
     names = []

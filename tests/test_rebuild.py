@@ -19,13 +19,13 @@ import numpy as np
 import pytest
 from conftest import REAL, SETTINGS, STORES, jsonl, manifest, run, store_root
 
-from rmqdump.commitlog import CommitLog
-from rmqdump.dispatch import DelayLevels, dispatch_columns, dispatch_of
-from rmqdump.fastpath import numpy_dtype
-from rmqdump.indexbuild import index_file_name
-from rmqdump.javahash import java_hash
-from rmqdump.rebuild import RebuildOptions, rebuild
-from rmqdump.settings import resolve
+from rmqdump.build.indexbuild import index_file_name
+from rmqdump.build.rebuild import RebuildOptions, rebuild
+from rmqdump.build.settings import resolve
+from rmqdump.common.javahash import java_hash
+from rmqdump.readers.commitlog import CommitLog
+from rmqdump.readers.fastpath import numpy_dtype
+from rmqdump.scan.dispatch import DelayLevels, dispatch_columns, dispatch_of
 from schemas import Checkpoint, IndexEntry, IndexHeader
 
 HEADER = numpy_dtype(IndexHeader)
@@ -196,7 +196,7 @@ def test_rebuild_is_verified_and_checkpoint_written(name, rebuilt):
 
 
 def reference_dispatch(batch, delays):
-    """A plain per-record parse of the properties (how rmqdump.dispatch first did it): the oracle for the columnar one."""
+    """A plain per-record parse of the properties (how rmqdump.scan.dispatch first did it): the oracle for the columnar one."""
     c = batch.cols
     view = batch.mf.view
     topics, keys, uniqs = [], [], []
@@ -250,7 +250,7 @@ def test_dispatch_equals_a_plain_parse(name):
 @pytest.mark.parametrize("name", ["rmq4-flags", "rmq53-v2"])
 def test_dispatch_columns_fallback_paths_agree(name, monkeypatch):
     """The paths taken only for huge batches or fingerprint collisions give the same values."""
-    import rmqdump.dispatch as D
+    import rmqdump.scan.dispatch as D
 
     cl = CommitLog.open(str(store_root(name) / "commitlog"))
     delays = DelayLevels.parse()

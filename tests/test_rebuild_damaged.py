@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 from conftest import REAL, SETTINGS, copy_store, jsonl, manifest, run, store_root
 
-from rmqdump.fastpath import numpy_dtype
-from rmqdump.rebuild import TMP_MARK, filler_holes
-from rmqdump.settings import resolve
+from rmqdump.build.rebuild import TMP_MARK, filler_holes
+from rmqdump.build.settings import resolve
+from rmqdump.readers.fastpath import numpy_dtype
 from schemas import ConsumeQueueUnit
 from schemas import constants as C
 

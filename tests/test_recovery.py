@@ -8,9 +8,9 @@ import os
 import pytest
 from conftest import HEALTHY, REAL, SETTINGS, copy_store, jsonl, manifest, run, store_root
 
-from rmqdump.fastpath import field_offset
-from rmqdump.recovery import NORMAL_FROM_CQ, preview
-from rmqdump.store import Store
+from rmqdump.checks.recovery import NORMAL_FROM_CQ, preview
+from rmqdump.readers.fastpath import field_offset
+from rmqdump.readers.store import Store
 from schemas import message_header
 
 RECOVERED = json.loads((REAL / "rmq4-crash" / "recovered.json").read_text())

@@ -10,15 +10,15 @@ import pytest
 from conftest import REAL, SETTINGS, STORES, copy_store, manifest, patch, run
 from test_export import check_against_manifest, read_dataset, read_jsonl, reader_rows
 
-from rmqdump.export import export_local
-from rmqdump.splits import StoreRef, resolve_stores
+from rmqdump.export.dataset import export_local
+from rmqdump.scan.splits import StoreRef, resolve_stores
 
 pytest.importorskip("pyspark")
 
 
 @pytest.fixture(scope="module")
 def spark():
-    from rmqdump.spark.session import build_session
+    from rmqdump.engines.spark.session import build_session
 
     s = build_session("local[2]", ["spark.sql.shuffle.partitions=4"], driver_memory="1g")
     yield s
@@ -32,7 +32,7 @@ def fleet():
 
 @pytest.fixture(scope="module")
 def spark_rows(spark, fleet, tmp_path_factory):
-    from rmqdump.spark.export import export_spark
+    from rmqdump.engines.spark.export import export_spark
 
     out = tmp_path_factory.mktemp("spark") / "fleet"
     res = export_spark(spark, fleet, str(out), with_body=True)
@@ -50,7 +50,7 @@ def test_spark_parquet_equals_manifest(spark_rows, name):
 
 def test_spark_tiny_splits_same_rows(spark, fleet, spark_rows, tmp_path):
     """Ranges of 4 KiB over every real store: every record once, none lost, none twice."""
-    from rmqdump.spark.export import export_spark
+    from rmqdump.engines.spark.export import export_spark
 
     res = export_spark(spark, fleet, str(tmp_path / "tiny"), with_body=True, split_size=4096)
     assert res.splits > 1000
@@ -64,7 +64,7 @@ def test_spark_tiny_splits_same_rows(spark, fleet, spark_rows, tmp_path):
 
 
 def test_spark_jsonl_equals_local_jsonl(spark, tmp_path):
-    from rmqdump.spark.export import export_spark
+    from rmqdump.engines.spark.export import export_spark
 
     stores = [StoreRef("rmq53-v2", str(REAL / "rmq53-v2" / "store")), StoreRef("rmq4-flags", str(REAL / "rmq4-flags" / "store"))]
     export_spark(spark, stores, str(tmp_path / "s"), fmt="jsonl", with_body=True, split_size=16384)
@@ -77,7 +77,7 @@ def test_spark_jsonl_equals_local_jsonl(spark, tmp_path):
 
 
 def test_spark_damaged_store_same_rows_and_problems(spark, tmp_path):
-    from rmqdump.spark.export import export_spark
+    from rmqdump.engines.spark.export import export_spark
 
     root = copy_store("rmq4-basic", tmp_path)
     f = root / "commitlog" / f"{131072:020d}"
@@ -113,9 +113,9 @@ def test_cli_engine_spark(spark, tmp_path):
 
 
 def _verify_both(spark, root, **kw):
-    from rmqdump.cqverify import VerifySummary, problem_dict, verify
-    from rmqdump.spark.verify import verify_spark
-    from rmqdump.store import Store
+    from rmqdump.checks.cqverify import VerifySummary, problem_dict, verify
+    from rmqdump.engines.spark.verify import verify_spark
+    from rmqdump.readers.store import Store
 
     s1, s2 = VerifySummary(), VerifySummary()
     local = [problem_dict(p) for p in verify(Store.open(root), summary=s1, **kw)]
@@ -167,9 +167,9 @@ def _tree(d: Path) -> dict[str, bytes]:
 
 
 def _rebuild_both(spark, root, tmp_path, **opts):
-    from rmqdump.rebuild import RebuildOptions, rebuild
-    from rmqdump.settings import resolve
-    from rmqdump.spark.rebuild import rebuild_spark
+    from rmqdump.build.rebuild import RebuildOptions, rebuild
+    from rmqdump.build.settings import resolve
+    from rmqdump.engines.spark.rebuild import rebuild_spark
 
     settings = resolve(str(root), **{k: opts.pop(k) for k in ("index_entries", "hash_slots") if k in opts})
     a = rebuild(str(root), str(tmp_path / "local"), settings, RebuildOptions(sync=False, **opts))
@@ -201,8 +201,8 @@ def test_spark_rebuild_same_bytes(spark, name, tmp_path):
 def test_spark_rebuild_topics_and_full_last_index_file(spark, tmp_path):
     """--topic, and maxIndexNum chosen so the keys fill a file exactly before a message without keys:
     the broker then makes an empty successor file. Also a topic set with no keys at all (one empty file)."""
-    from rmqdump.rebuild import RebuildOptions, rebuild
-    from rmqdump.settings import resolve
+    from rmqdump.build.rebuild import RebuildOptions, rebuild
+    from rmqdump.build.settings import resolve
 
     name = "rmq4-flags"
     root = REAL / name / "store"

@@ -19,8 +19,8 @@ import pytest
 from conftest import REAL, run_proc
 from test_export import read_dataset
 
-from rmqdump.export import export_local
-from rmqdump.splits import resolve_stores
+from rmqdump.export.dataset import export_local
+from rmqdump.scan.splits import resolve_stores
 
 pyspark = pytest.importorskip("pyspark")
 

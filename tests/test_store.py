@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 from conftest import HEALTHY, REAL, SETTINGS, STORES, copy_store, manifest, store_root
 
-from rmqdump.checkpoint import read_checkpoint
-from rmqdump.consumequeue import UNIT_DTYPE, ConsumeQueue, read_units
-from rmqdump.fastpath import numpy_dtype
-from rmqdump.problems import InputError
-from rmqdump.store import Store
+from rmqdump.common.problems import InputError
+from rmqdump.readers.checkpoint import read_checkpoint
+from rmqdump.readers.consumequeue import UNIT_DTYPE, ConsumeQueue, read_units
+from rmqdump.readers.fastpath import numpy_dtype
+from rmqdump.readers.store import Store
 from schemas import ConsumeQueueUnit
 
 CRASH = json.loads((REAL / "rmq4-crash" / "crash.json").read_text())

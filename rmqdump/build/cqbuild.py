@@ -1,0 +1,312 @@
+"""ConsumeQueue files built from dispatch columns, byte for byte as the broker writes them.
+
+The broker appends one 20-byte unit per dispatched message of transaction
+type none or commit (ConsumeQueue.putMessagePositionInfo); the unit's index is
+the message's queueOffset, and files of N units are named by their byte
+offset. Here each batch is grouped by queue with one stable sort and each
+queue's units go to their files in slices (os.pwrite at unit * 20), so any
+number of queues costs no more memory than one batch.
+
+Kept from the broker: a queue whose first unit is not at offset 0 gets
+filler units (0, Integer.MAX_VALUE, 0) from the start of that unit's file
+(fillPreBlank); a unit whose queueOffset is not above the last one written
+is not written again (the broker's "build consume queue repeatedly" skip).
+Not the broker's: when queueOffsets jump (the messages between were in a
+damaged CommitLog region), units still go to index = queueOffset and the hole
+is filled with filler units, in the files that exist, and reported; the broker
+would append at the next index instead and log "[BUG]".
+"""
+
+from __future__ import annotations
+
+import os
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from rmqdump.common.problems import Problem
+from rmqdump.readers.fastpath import numpy_dtype
+from schemas import ConsumeQueueUnit
+from schemas import constants as C
+
+UNIT = numpy_dtype(ConsumeQueueUnit)
+
+# stable problem codes
+CQ_QUEUE_OFFSET_GAP = "cq_queue_offset_gap"
+CQ_DUPLICATE_QUEUE_OFFSET = "cq_duplicate_queue_offset"
+CQ_BAD_QUEUE_OFFSET = "cq_bad_queue_offset"
+CQ_UNSAFE_TOPIC = "cq_unsafe_topic_name"
+
+MAX_OPEN_FILES = 128
+
+
+def filler_units(n: int) -> np.ndarray:
+    u = np.zeros(n, dtype=UNIT)
+    u["size"] = C.CQ_FILLER_SIZE
+    return u
+
+
+def safe_topic_dir(topic: str) -> bool:
+    """A topic name usable as one directory name (the broker only allows [%|a-zA-Z0-9_-])."""
+    return bool(topic) and topic not in (".", "..") and "/" not in topic and "\0" not in topic and "\\" not in topic
+
+
+@dataclass
+class QueueResult:
+    topic: str
+    queue_id: int
+    first_offset: int = -1  # queueOffset of the first unit
+    next_offset: int = 0  # one past the last unit
+    units: int = 0
+    pre_blank: int = 0  # fillPreBlank units before the first unit
+    gap_units: int = 0  # filler units written into holes
+    gaps: int = 0
+    duplicates: int = 0
+    files: list[str] = field(default_factory=list)
+    first_gap: tuple[int, int, int] | None = None  # (from offset, to offset, phys of the unit after)
+    gap_ranges: list[tuple[int, int]] = field(default_factory=list)  # [from, to) queue offsets filled with fillers
+    first_dup: tuple[int, int] | None = None  # (queue offset, phys)
+
+    @property
+    def dir(self) -> str:
+        return os.path.join(self.topic, str(self.queue_id))
+
+    def to_dict(self) -> dict:
+        return {
+            "topic": self.topic,
+            "queue_id": self.queue_id,
+            "first_offset": self.first_offset,
+            "next_offset": self.next_offset,
+            "units": self.units,
+            "pre_blank": self.pre_blank,
+            "gap_units": self.gap_units,
+            "duplicates": self.duplicates,
+            "files": len(self.files),
+        }
+
+
+class ConsumeQueueBuilder:
+    """Feed `add()` the queued messages of each batch in CommitLog order; `finish()` closes the files."""
+
+    def __init__(self, out_dir: str, units_per_file: int, *, sync: bool = True, display_dir: str | None = None):
+        self.out_dir = out_dir
+        self.display_dir = display_dir or out_dir  # where the files will be, for problem reports
+        self.units_per_file = units_per_file
+        self.file_size = units_per_file * C.CQ_UNIT_SIZE
+        self.sync = sync
+        self.queues: dict[tuple[str, int], QueueResult] = {}
+        self.problems: list[Problem] = []
+        self._unsafe: set[str] = set()
+        self._fds: OrderedDict[str, int] = OrderedDict()
+        self._created: set[str] = set()
+        self._last: dict[tuple[str, int], int] = {}  # last unit index written per queue
+
+    # --- files ---
+
+    def _name(self, q: QueueResult, file_no: int) -> str:
+        return os.path.join(q.topic, str(q.queue_id), f"{file_no * self.file_size:020d}")
+
+    def _path(self, q: QueueResult, file_no: int) -> str:
+        return os.path.join(self.out_dir, self._name(q, file_no))
+
+    def _shown(self, q: QueueResult, file_no: int) -> str:
+        return os.path.join(self.display_dir, self._name(q, file_no))
+
+    def _fd(self, q: QueueResult, file_no: int, *, create: bool) -> int | None:
+        path = self._path(q, file_no)
+        fd = self._fds.get(path)
+        if fd is not None:
+            self._fds.move_to_end(path)
+            return fd
+        if path not in self._created:
+            if not create:
+                return None
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            os.ftruncate(fd, self.file_size)
+            self._created.add(path)
+            q.files.append(os.path.basename(path))
+        else:
+            fd = os.open(path, os.O_WRONLY)
+        self._fds[path] = fd
+        while len(self._fds) > MAX_OPEN_FILES:
+            _, old = self._fds.popitem(last=False)
+            self._close_fd(old)
+        return fd
+
+    def _close_fd(self, fd: int) -> None:
+        if self.sync:
+            os.fsync(fd)
+        os.close(fd)
+
+    def _write(self, q: QueueResult, first_unit: int, units: np.ndarray, *, create: bool = True) -> None:
+        """Write units at unit index first_unit (all inside one file)."""
+        if len(units) == 0:
+            return
+        file_no, at = divmod(first_unit, self.units_per_file)
+        fd = self._fd(q, file_no, create=create)
+        if fd is not None:
+            os.pwrite(fd, memoryview(units).cast("B"), at * C.CQ_UNIT_SIZE)
+
+    # --- building ---
+
+    def add(
+        self, topics: list[str], topic_id: np.ndarray, queue_id: np.ndarray, queue_offset: np.ndarray, phys: np.ndarray, size: np.ndarray, tags_code: np.ndarray
+    ) -> None:
+        """Messages that get a unit, in CommitLog order; topic_id indexes `topics`."""
+        n = len(phys)
+        if n == 0:
+            return
+        qmin, qmax = int(queue_id.min()), int(queue_id.max())
+        span = qmax - qmin + 1
+        if qmin >= 0 and span <= 4096 and len(topics) * span <= 1 << 20:
+            # small ids: a queue key per message, the queues present by counting, no sort
+            key = topic_id.astype(np.int64) * span + (queue_id - qmin)
+            uniq = np.flatnonzero(np.bincount(key))
+            first = None
+        else:
+            key = (topic_id.astype(np.int64) << 32) | (queue_id.astype(np.int64) & 0xFFFFFFFF)
+            uniq, first = np.unique(key, return_index=True)
+        if len(uniq) <= 64:  # a few queues: one pass each beats a sort
+            members = [np.flatnonzero(key == u) for u in uniq.tolist()]
+        else:
+            packed = np.sort((np.searchsorted(uniq, key).astype(np.int64) << 32) | np.arange(n, dtype=np.int64))
+            order = packed & 0xFFFFFFFF
+            bounds = np.searchsorted(packed >> 32, np.arange(len(uniq) + 1))
+            members = [order[bounds[j] : bounds[j + 1]] for j in range(len(uniq))]
+        for j in range(len(uniq)):
+            i0 = int(members[j][0]) if first is None else int(first[j])
+            topic, qid = topics[int(topic_id[i0])], int(queue_id[i0])
+            if not safe_topic_dir(topic):
+                if topic not in self._unsafe:
+                    self._unsafe.add(topic)
+                    self.problems.append(
+                        Problem(
+                            CQ_UNSAFE_TOPIC,
+                            self.display_dir,
+                            None,
+                            f"topic {topic!r} cannot be a directory name: its messages get no ConsumeQueue",
+                            phys_offset=int(phys[i0]),
+                        )
+                    )
+                continue
+            sel = members[j]
+            self._add_queue(topic, qid, queue_offset[sel], phys[sel], size[sel], tags_code[sel])
+
+    def _add_queue(self, topic: str, qid: int, qo: np.ndarray, phys: np.ndarray, size: np.ndarray, tags: np.ndarray) -> None:
+        q = self.queues.get((topic, qid))
+        if q is None:
+            q = self.queues[(topic, qid)] = QueueResult(topic, qid)
+        last = self._last.get((topic, qid), -1)
+        bad = qo < 0
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            self.problems.append(
+                Problem(
+                    CQ_BAD_QUEUE_OFFSET,
+                    self._shown(q, 0),
+                    None,
+                    f"{int(bad.sum())} messages of {topic}/{qid} have a negative queueOffset (first {int(qo[i])}): no unit",
+                    phys_offset=int(phys[i]),
+                )
+            )
+        prior = np.empty(len(qo), dtype=np.int64)
+        prior[0] = last
+        if len(qo) > 1:
+            np.maximum.accumulate(qo[:-1], out=prior[1:])
+            np.maximum(prior[1:], last, out=prior[1:])
+        keep = qo > prior
+        dup = ~keep & ~bad
+        if dup.any():
+            i = int(np.flatnonzero(dup)[0])
+            q.duplicates += int(dup.sum())
+            if q.first_dup is None:
+                q.first_dup = (int(qo[i]), int(phys[i]))
+        if not keep.all():
+            qo, phys, size, tags = qo[keep], phys[keep], size[keep], tags[keep]
+        if len(qo) == 0:
+            return
+        U = self.units_per_file
+        units = np.empty(len(qo), dtype=UNIT)
+        units["commit_log_offset"] = phys
+        units["size"] = size
+        units["tags_code"] = tags
+        # holes between consecutive units of this batch (and the last unit before it)
+        expected = np.empty(len(qo), dtype=np.int64)
+        expected[0] = last + 1
+        expected[1:] = qo[:-1] + 1
+        hole = qo > expected
+        if last < 0:
+            hole[0] = False
+            q.first_offset = int(qo[0])
+        if hole.any():
+            idx = np.flatnonzero(hole)
+            q.gaps += len(idx)
+            q.gap_units += int((qo[idx] - expected[idx]).sum())
+            q.gap_ranges.extend(zip(expected[idx].tolist(), qo[idx].tolist(), strict=True))
+            if q.first_gap is None:
+                q.first_gap = (int(expected[idx[0]]), int(qo[idx[0]]), int(phys[idx[0]]))
+        file_no = qo // U
+        cuts = np.flatnonzero(np.diff(file_no)) + 1
+        starts = np.concatenate([[0], cuts])
+        ends = np.concatenate([cuts, [len(qo)]])
+        prev = last
+        for s, e in zip(starts.tolist(), ends.tolist(), strict=True):
+            lo, hi = int(qo[s]), int(qo[e - 1])
+            fs = lo - lo % U
+            if prev >= 0 and prev // U < lo // U and (prev + 1) % U:
+                # a hole that starts in an earlier file: fill that file to its end
+                self._write(q, prev + 1, filler_units(U - (prev + 1) % U), create=False)
+            head_from = fs if prev < fs else prev + 1
+            if head_from < lo:
+                if prev < 0:
+                    q.pre_blank += lo - head_from  # fillPreBlank
+                self._write(q, head_from, filler_units(lo - head_from))
+            span = qo[s:e]
+            if hi - lo + 1 == e - s:
+                self._write(q, lo, units[s:e])
+            else:
+                block = filler_units(hi - lo + 1)
+                block[span - lo] = units[s:e]
+                self._write(q, lo, block)
+            prev = hi
+        self._last[(topic, qid)] = prev
+        q.units += len(qo)
+        q.next_offset = prev + 1
+
+    def finish(self) -> list[QueueResult]:
+        while self._fds:
+            _, fd = self._fds.popitem(last=False)
+            self._close_fd(fd)
+        for q in self.queues.values():
+            if q.gaps:
+                a, b, phys = q.first_gap
+                self.problems.append(
+                    Problem(
+                        CQ_QUEUE_OFFSET_GAP,
+                        self._shown(q, a // self.units_per_file),
+                        a % self.units_per_file * C.CQ_UNIT_SIZE,
+                        f"{q.topic}/{q.queue_id}: {q.gap_units} queue offsets have no message in the CommitLog ({q.gaps} holes, first {a}..{b - 1}); filled with filler units",
+                        phys_offset=phys,
+                        extra={"topic": q.topic, "queue_id": q.queue_id, "units": q.gap_units},
+                    )
+                )
+            if q.duplicates:
+                off, phys = q.first_dup
+                self.problems.append(
+                    Problem(
+                        CQ_DUPLICATE_QUEUE_OFFSET,
+                        self._shown(q, max(off, 0) // self.units_per_file),
+                        None,
+                        f"{q.topic}/{q.queue_id}: {q.duplicates} messages repeat a queueOffset already used (first {off}); the first message keeps the unit",
+                        phys_offset=phys,
+                        extra={"topic": q.topic, "queue_id": q.queue_id, "messages": q.duplicates},
+                    )
+                )
+        return sorted(self.queues.values(), key=lambda q: (q.topic, q.queue_id))
+
+    def abort(self) -> None:
+        while self._fds:
+            _, fd = self._fds.popitem(last=False)
+            os.close(fd)

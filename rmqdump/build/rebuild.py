@@ -1,0 +1,647 @@
+"""Rebuild a store's ConsumeQueues, IndexFiles and checkpoint from its CommitLog, offline.
+
+The broker's only cure for damaged queues or index is to rebuild them in
+place on start-up, on the live copy. This writes them into a new directory
+instead, so that OUTDIR plus the original commitlog/ is a store a broker can
+start on, and never writes into the source.
+
+Speed: the CommitLog is cut into byte ranges (the scan resyncs at a range's
+start, so ranges can be read independently) and worker processes turn each
+range into dispatch columns (rmqdump.scan.dispatch.dispatch_columns); this process
+takes the ranges back in CommitLog order and feeds the ConsumeQueue and
+IndexFile builders, which write as they go.
+
+Safety: everything is written under a hidden temporary directory next to
+OUTDIR and renamed into place at the end, so an interrupted rebuild leaves
+OUTDIR absent (or as it was), never half-written. The result is then checked
+with the `cq verify` and `index verify` analyses.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import os
+import shutil
+import signal
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+from construct import ConstructError
+
+from rmqdump.build.cqbuild import ConsumeQueueBuilder, QueueResult
+from rmqdump.build.indexbuild import IndexBuilder, IndexFileResult, key_chains
+from rmqdump.build.settings import StoreSettings
+from rmqdump.common import problems as P
+from rmqdump.common.problems import InputError, Problem
+from rmqdump.readers.commitlog import CommitLog, SegmentFile, scan_file
+from rmqdump.readers.mapped import MappedFile
+from rmqdump.scan.dispatch import DelayLevels, dispatch_columns
+from schemas import Checkpoint as CheckpointLayout
+from schemas import constants as C
+
+OUT_INSIDE_STORE = "output_inside_store"
+STORE_INSIDE_OUT = "store_inside_output"
+OUT_NOT_EMPTY = "output_exists"
+OUT_NOT_DIR = "output_not_directory"
+NOT_A_STORE = "not_a_store"
+NO_COMMITLOG = "no_commitlog"
+
+PARTS = ("consumequeue", "index")
+TMP_MARK = ".rmqdump-rebuild-"
+RANGE_BYTES = 64 << 20
+PARALLEL_MIN_BYTES = 64 << 20
+
+
+@dataclass
+class RebuildOptions:
+    only: tuple[str, ...] = PARTS
+    topics: frozenset[str] | None = None
+    check_crc: bool = False
+    workers: int | None = None  # None: both cores for a big CommitLog, 1 for a small one
+    force: bool = False
+    verify: bool = True
+    sync: bool = True
+    index_after: tuple[int, int] | None = None  # see IndexBuilder.after (library use)
+    to_offset: int | None = None  # stop before this physical offset (library use)
+
+
+@dataclass
+class RebuildReport:
+    store: str
+    out: str
+    settings: StoreSettings
+    options: RebuildOptions
+    commitlog_files: int = 0
+    commitlog_bytes: int = 0
+    records: int = 0  # records scanned
+    messages: int = 0  # records taken (after --topic)
+    queues: list[QueueResult] = field(default_factory=list)
+    index_files: list[IndexFileResult] = field(default_factory=list)
+    index_keys: int = 0
+    damaged: list[Problem] = field(default_factory=list)  # CommitLog regions skipped, layout problems
+    flagged: list[Problem] = field(default_factory=list)  # records kept and dispatched, with a problem (CRC, phys field)
+    problems: list[Problem] = field(default_factory=list)  # what the builders met
+    checkpoint: dict = field(default_factory=dict)
+    verify: dict | None = None
+    workers: int = 1
+    seconds: float = 0.0  # scan and write
+    verify_seconds: float = 0.0
+
+    @property
+    def skipped_bytes(self) -> int:
+        return sum(int(p.extra.get("skipped", 0)) for p in self.damaged)
+
+    @property
+    def ok(self) -> bool:
+        return not self.damaged and not self.flagged and not self.problems and (self.verify is None or self.verify.get("ok", False))
+
+    def summary(self) -> dict:
+        cq_units = sum(q.units for q in self.queues)
+        return {
+            "kind": "summary",
+            "store": self.store,
+            "out": self.out,
+            "settings": self.settings.to_dict(),
+            "built": list(self.options.only),
+            "topics": sorted(self.options.topics) if self.options.topics else None,
+            "commitlog_files": self.commitlog_files,
+            "commitlog_bytes": self.commitlog_bytes,
+            "records": self.records,
+            "messages": self.messages,
+            "queues": len(self.queues),
+            "cq_files": sum(len(q.files) for q in self.queues),
+            "cq_units": cq_units,
+            "cq_filler_units": sum(q.pre_blank + q.gap_units for q in self.queues),
+            "index_files": len(self.index_files),
+            "index_entries": sum(f.entries for f in self.index_files),
+            "damaged_regions": len(self.damaged),
+            "flagged_records": len(self.flagged),
+            "skipped_bytes": self.skipped_bytes,
+            "problems": len(self.problems),
+            "checkpoint": self.checkpoint,
+            "verify": self.verify,
+            "workers": self.workers,
+            "seconds": round(self.seconds, 3),
+            "verify_seconds": round(self.verify_seconds, 3),
+            "messages_per_second": round(self.records / self.seconds) if self.seconds > 0 else None,
+        }
+
+
+# --- where to write ---
+
+
+def _real(p: str) -> str:
+    return os.path.realpath(os.path.abspath(p))
+
+
+def _inside(child: str, parent: str) -> bool:
+    return child == parent or child.startswith(parent.rstrip(os.sep) + os.sep)
+
+
+def check_paths(store: str, out: str, force: bool) -> tuple[str, str]:
+    """The store and output as absolute paths; InputError when writing there is not safe."""
+    s, o = _real(store), _real(out)
+    if not os.path.isdir(s):
+        raise InputError(NOT_A_STORE, store, "not a directory")
+    if not os.path.isdir(os.path.join(s, "commitlog")):
+        raise InputError(NO_COMMITLOG, os.path.join(store, "commitlog"), "a store root holds commitlog/: nothing to rebuild from")
+    if _inside(o, s):
+        raise InputError(OUT_INSIDE_STORE, out, f"is inside the store {store}: the source is never written; choose a directory outside it")
+    if _inside(s, o):
+        raise InputError(STORE_INSIDE_OUT, out, f"contains the store {store}: it would be replaced")
+    if os.path.lexists(o):
+        if not os.path.isdir(o) or os.path.islink(o):
+            raise InputError(OUT_NOT_DIR, out, "exists and is not a directory")
+        if os.listdir(o) and not force:
+            raise InputError(OUT_NOT_EMPTY, out, "exists and is not empty; pass --force to replace it")
+    return s, o
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _clean_stale(parent: str, base: str) -> None:
+    """Temporary directories left by a rebuild that was killed."""
+    prefix = f".{base}{TMP_MARK}"
+    with contextlib.suppress(OSError):
+        for name in os.listdir(parent):
+            if name.startswith(prefix):
+                pid = name[len(prefix) :].split("-")[0]
+                if pid.isdigit() and not _pid_alive(int(pid)):
+                    shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
+
+
+def _publish(tmp: str, out: str) -> None:
+    """Put the finished tree in place: rename over an absent or empty OUTDIR, or move a replaced one aside first."""
+    if os.path.isdir(out) and os.listdir(out):
+        old = f"{tmp}.old"
+        os.rename(out, old)
+        os.rename(tmp, out)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        if os.path.isdir(out):
+            os.rmdir(out)
+        os.rename(tmp, out)
+    _fsync_dir(os.path.dirname(out))
+
+
+@contextlib.contextmanager
+def _signals_held():
+    """SIGINT/SIGTERM wait while the result is renamed into place; one that came meanwhile is then dropped (the work is done)."""
+    held = {signal.SIGINT, signal.SIGTERM}
+    main = threading.current_thread() is threading.main_thread()
+    if main:
+        signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    try:
+        yield
+    finally:
+        if main:
+            with contextlib.suppress(KeyboardInterrupt):  # pthread_sigmask runs the pending handlers itself
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, held)
+
+
+def _fsync_dir(path: str) -> None:
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+# --- the scan, in ranges ---
+
+
+@dataclass
+class RangeResult:
+    """Dispatch columns of the records of one byte range, reduced to what the builders take."""
+
+    nbytes: int
+    records: int
+    topics: list[str]
+    phys: np.ndarray
+    size: np.ndarray
+    store_ts: np.ndarray
+    tags_code: np.ndarray
+    queue_offset: np.ndarray
+    queue_id: np.ndarray
+    topic_id: np.ndarray
+    queued: np.ndarray
+    key_rec: np.ndarray
+    key_hash: np.ndarray
+    chains: tuple | None  # indexbuild.key_chains of the keys
+    damaged: list
+    flagged: list
+    last_ts: int | None
+
+
+def plan_ranges(cl: CommitLog, range_bytes: int = RANGE_BYTES, to_offset: int | None = None) -> list[tuple[SegmentFile, int, int]]:
+    out = []
+    for seg in cl.files:
+        end = seg.size if to_offset is None else min(seg.size, to_offset - seg.base)
+        if end <= 0:
+            continue
+        for a in range(0, end, range_bytes):
+            out.append((seg, a, min(end, a + range_bytes)))
+    return out
+
+
+def scan_range(task) -> RangeResult:
+    """Worker: dispatch columns of the records starting in [start, end) of one CommitLog file."""
+    seg, start, end, delays, check_crc, hash_slots, topics_wanted = task
+    want_keys = hash_slots is not None
+    parts: list = []
+    damaged: list = []
+    flagged: list = []
+    table: dict[str, int] = {}
+    records = 0
+    last_ts = None
+    with MappedFile(seg.path) as mf:
+        for b in scan_file(seg, mf, start=start, end=end, check_crc=check_crc):
+            for ev in b.events:
+                if isinstance(ev, Problem):
+                    damaged.append(ev)
+            for i in sorted(b.record_problems):
+                flagged.extend(b.record_problems[i])
+            if not len(b):
+                continue
+            d = dispatch_columns(b, delays, keys=want_keys)
+            records += len(d)
+            last_ts = int(d.store_timestamp[-1])
+            remap = np.array([table.setdefault(t, len(table)) for t in d.topics], dtype=np.int32)
+            tid = remap[d.topic_id]
+            sel = None
+            if topics_wanted is not None:
+                keep_t = np.array([t in topics_wanted for t in d.topics], dtype=bool)
+                sel = keep_t[d.topic_id]
+            parts.append((d, tid, sel))
+    r = _merge(end - start, records, list(table), parts, damaged, last_ts)
+    r.flagged = flagged
+    if want_keys:
+        h, slot, lp, order = key_chains(r.key_hash, hash_slots)
+        r.chains = (h, slot, lp.astype(np.int32), order)  # small to send back; key_hash is in h (abs)
+        r.key_hash = np.zeros(0, dtype=np.int32)
+    return r
+
+
+def _merge(nbytes, records, topics, parts, damaged, last_ts) -> RangeResult:
+    cols = {k: [] for k in ("phys", "size", "store_ts", "tags_code", "queue_offset", "queue_id", "topic_id", "queued", "key_rec", "key_hash")}
+    base = 0
+    for d, tid, sel in parts:
+        kr, kh = d.key_rec.astype(np.int64), d.key_hash
+        phys, size, st, tags, qo, qid, queued = d.phys, d.size, d.store_timestamp, d.tags_code, d.queue_offset, d.queue_id, d.queued
+        if sel is not None:
+            newpos = np.cumsum(sel) - 1
+            ksel = sel[kr]
+            kr, kh = newpos[kr[ksel]], kh[ksel]
+            phys, size, st, tags, qo, qid, tid, queued = (a[sel] for a in (phys, size, st, tags, qo, qid, tid, queued))
+        cols["phys"].append(phys)
+        cols["size"].append(size)
+        cols["store_ts"].append(st)
+        cols["tags_code"].append(tags)
+        cols["queue_offset"].append(qo)
+        cols["queue_id"].append(qid.astype(np.int32))
+        cols["topic_id"].append(tid)
+        cols["queued"].append(queued)
+        cols["key_rec"].append((kr + base).astype(np.int32))
+        cols["key_hash"].append(kh)
+        base += len(phys)
+    empty = {
+        "phys": np.int64,
+        "size": np.int32,
+        "store_ts": np.int64,
+        "tags_code": np.int64,
+        "queue_offset": np.int64,
+        "queue_id": np.int32,
+        "topic_id": np.int32,
+        "queued": bool,
+        "key_rec": np.int32,
+        "key_hash": np.int32,
+    }
+    merged = {k: (np.concatenate(v) if v else np.zeros(0, dtype=empty[k])) for k, v in cols.items()}
+    return RangeResult(nbytes, records, topics, damaged=damaged, flagged=[], last_ts=last_ts, chains=None, **merged)
+
+
+def _results(tasks: list, workers: int):
+    """RangeResults in task order; with workers > 1 from a process pool, a bounded window ahead."""
+    if workers <= 1:
+        for t in tasks:
+            yield scan_range(t)
+        return
+    ctx = multiprocessing.get_context("fork")
+    pool = ctx.Pool(workers, initializer=_worker_signals)
+    try:
+        pending: deque = deque()
+        it = iter(tasks)
+        for t in it:
+            pending.append(pool.apply_async(scan_range, (t,)))
+            if len(pending) >= 2 * workers:
+                break
+        while pending:
+            r = pending.popleft().get()
+            nxt = next(it, None)
+            if nxt is not None:
+                pending.append(pool.apply_async(scan_range, (nxt,)))
+            yield r
+        pool.close()
+    finally:
+        pool.terminate()
+        pool.join()
+
+
+def _worker_signals() -> None:
+    """Workers leave Ctrl-C to the parent (which stops them) and end quietly on SIGTERM."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def default_workers(total_bytes: int) -> int:
+    return min(2, os.cpu_count() or 1) if total_bytes >= PARALLEL_MIN_BYTES else 1
+
+
+# --- the rebuild ---
+
+
+def build_into(
+    tmp: str,
+    cl: CommitLog,
+    settings: StoreSettings,
+    options: RebuildOptions,
+    report: RebuildReport,
+    on_bytes: Callable[[int], None] | None = None,
+) -> None:
+    """Write consumequeue/, index/ and checkpoint under `tmp` from the CommitLog."""
+    delays: DelayLevels = settings.delays
+    want_cq = "consumequeue" in options.only
+    want_index = "index" in options.only
+    cqb = None
+    ixb = None
+    if want_cq:
+        os.makedirs(os.path.join(tmp, "consumequeue"))
+        cqb = ConsumeQueueBuilder(
+            os.path.join(tmp, "consumequeue"), settings.cq_units_per_file, sync=options.sync, display_dir=os.path.join(report.out, "consumequeue")
+        )
+    if want_index:
+        os.makedirs(os.path.join(tmp, "index"))
+        ixb = IndexBuilder(os.path.join(tmp, "index"), settings.hash_slots, settings.index_entries, after=options.index_after, sync=options.sync)
+    slots = settings.hash_slots if want_index else None
+    tasks = [(seg, a, b, delays, options.check_crc, slots, options.topics) for seg, a, b in plan_ranges(cl, to_offset=options.to_offset)]
+    total = sum(b - a for _, a, b, *_ in tasks)
+    workers = options.workers if options.workers else default_workers(total)
+    report.workers = workers
+    last_ts = last_queued_ts = None
+    try:
+        for r in _results(tasks, workers):
+            report.records += r.records
+            report.damaged.extend(r.damaged)
+            report.flagged.extend(r.flagged)
+            if r.last_ts is not None:
+                last_ts = r.last_ts
+            n = len(r.phys)
+            report.messages += n
+            if n:
+                if cqb is not None:
+                    q = r.queued
+                    if q.any():
+                        cqb.add(r.topics, r.topic_id[q], r.queue_id[q], r.queue_offset[q], r.phys[q], r.size[q], r.tags_code[q])
+                        last_queued_ts = int(r.store_ts[np.flatnonzero(q)[-1]])
+                if ixb is not None:
+                    ixb.add(r.phys, r.store_ts, r.key_rec, r.key_hash, r.chains)
+                    report.index_keys += len(r.key_rec)
+            if on_bytes is not None:
+                on_bytes(r.nbytes)
+        if cqb is not None:
+            report.queues = cqb.finish()
+            report.problems.extend(cqb.problems)
+        if ixb is not None:
+            report.index_files = ixb.finish()
+    except BaseException:
+        if cqb is not None:
+            cqb.abort()
+        if ixb is not None:
+            ixb.abort()
+        raise
+    report.checkpoint = write_checkpoint(tmp, report, last_ts, last_queued_ts, options.sync)
+
+
+def write_checkpoint(tmp: str, report: RebuildReport, last_ts: int | None, last_queued_ts: int | None, sync: bool) -> dict:
+    """physic = the last record's store time, logics = the last queued one's, index = the last index file's end.
+
+    masterFlushedOffset and confirmPhyOffset describe the CommitLog, which is
+    unchanged: they are kept from the source checkpoint when it can be read.
+    """
+    kept = {"master_flushed_offset": 0, "confirm_phy_offset": 0}
+    src = os.path.join(report.store, "checkpoint")
+    with contextlib.suppress(OSError, ValueError, ConstructError):  # unreadable: the values stay 0
+        with open(src, "rb") as f:
+            raw = f.read(C.CHECKPOINT_SIZE)
+        if len(raw) == C.CHECKPOINT_SIZE:
+            old = CheckpointLayout.parse(raw)
+            kept = {k: int(old[k]) for k in kept}
+    values = {
+        "physic_msg_timestamp": last_ts or 0,
+        "logics_msg_timestamp": last_queued_ts or 0,
+        "index_msg_timestamp": report.index_files[-1].end_timestamp if report.index_files else 0,
+        **kept,
+    }
+    reserved = CheckpointLayout.sizeof() - 8 * len(values)
+    data = CheckpointLayout.build({**values, "reserved": bytes(reserved)})
+    path = os.path.join(tmp, "checkpoint")
+    with open(path, "wb") as f:
+        f.write(data)
+        if sync:
+            f.flush()
+            os.fsync(f.fileno())
+    return values
+
+
+def verify_output(tmp: str, store: str, settings: StoreSettings, options: RebuildOptions, queues: list[QueueResult] | None = None) -> dict:
+    """Run the `cq verify` and `index verify` analyses on the new files with the source CommitLog.
+
+    A link tmp/commitlog -> the source commitlog/ (read-only use) lets them
+    see the rebuilt store as a broker would; it is removed before publishing.
+    """
+    link = os.path.join(tmp, "commitlog")
+    os.symlink(os.path.join(store, "commitlog"), link)
+    out: dict = {"ok": True}
+    jobs = []
+    if "consumequeue" in options.only:
+        holes = {(q.topic, q.queue_id): q.gap_ranges for q in queues if q.gap_ranges} if queues is not None else filler_holes(tmp)
+        jobs.append(("consumequeue", _run_cq_verify, (tmp, settings, options, holes)))
+    if "index" in options.only and not options.topics:
+        jobs.append(("index", _run_index_verify, (tmp, settings)))
+    try:
+        if options.workers == 1 or len(jobs) < 2 or (options.workers is None and report_small(store)):
+            for part, fn, args in jobs:
+                out[part] = fn(*args)
+        else:
+            # each analysis in its own process, side by side: their memory goes when they end
+            ctx = multiprocessing.get_context("fork")
+            pool = ctx.Pool(len(jobs), initializer=_worker_signals, maxtasksperchild=1)
+            try:
+                pending = [(part, pool.apply_async(fn, args)) for part, fn, args in jobs]
+                for part, res in pending:
+                    out[part] = res.get()
+                pool.close()
+            finally:
+                pool.terminate()
+                pool.join()
+    finally:
+        os.unlink(link)
+    commitlog_codes = set(_COMMITLOG_CODES)
+    for part in ("consumequeue", "index"):
+        res = out.get(part)
+        if res is None:
+            continue
+        bad = {c: n for c, n in res["codes"].items() if c not in commitlog_codes}
+        res["ok"] = not bad
+        out["ok"] = out["ok"] and res["ok"]
+    return out
+
+
+def report_small(store: str) -> bool:
+    """A CommitLog small enough that forking verifiers costs more than it saves."""
+    cl_dir = os.path.join(store, "commitlog")
+    try:
+        return sum(e.stat().st_size for e in os.scandir(cl_dir) if e.is_file()) < PARALLEL_MIN_BYTES
+    except OSError:
+        return True
+
+
+_COMMITLOG_CODES = (
+    P.BAD_MAGIC,
+    P.BAD_TOTAL_SIZE,
+    P.RECORD_PAST_END,
+    P.SIZE_MISMATCH,
+    P.PHYS_OFFSET_MISMATCH,
+    P.BODY_CRC_MISMATCH,
+    P.PROP_CRC_MISMATCH,
+    P.BAD_PROPERTIES,
+    P.BAD_BLANK,
+    P.ZEROED_RANGE,
+    P.TRUNCATED_TAIL,
+    P.TRAILING_GARBAGE,
+    P.CL_BAD_FILE_NAME,
+    P.CL_FILE_SIZE,
+    P.CL_GAP,
+    P.CL_OVERLAP,
+)
+
+
+def filler_holes(root: str) -> dict[tuple[str, int], list[tuple[int, int]]]:
+    """[from, to) runs of filler units after each queue's first real unit, read back from root/consumequeue."""
+    from rmqdump.build.cqbuild import UNIT
+
+    out: dict[tuple[str, int], list[tuple[int, int]]] = {}
+    base = os.path.join(root, "consumequeue")
+    if not os.path.isdir(base):
+        return out
+    for topic in sorted(os.listdir(base)):
+        for qid in sorted(os.listdir(os.path.join(base, topic))):
+            qdir = os.path.join(base, topic, qid)
+            if not qid.lstrip("-").isdigit() or not os.path.isdir(qdir):
+                continue
+            seen_real = False
+            runs: list[tuple[int, int]] = []
+            for name in sorted(os.listdir(qdir), key=lambda n: int(n) if n.isdigit() else -1):
+                if not name.isdigit():
+                    continue
+                units = np.fromfile(os.path.join(qdir, name), dtype=UNIT)
+                first = int(name) // C.CQ_UNIT_SIZE
+                filler = (units["size"] == C.CQ_FILLER_SIZE) & (units["commit_log_offset"] == 0) & (units["tags_code"] == 0)
+                real = np.flatnonzero(~filler & (units["size"] > 0))
+                if not seen_real:
+                    if not len(real):
+                        continue
+                    filler[: real[0]] = False
+                    seen_real = True
+                idx = np.flatnonzero(filler)
+                if len(idx):
+                    for run in np.split(idx, np.flatnonzero(np.diff(idx) > 1) + 1):
+                        runs.append((first + int(run[0]), first + int(run[-1]) + 1))
+            if runs:
+                out[(topic, int(qid))] = runs
+    return out
+
+
+def _run_cq_verify(tmp: str, settings: StoreSettings, options: RebuildOptions, holes: dict | None = None) -> dict:
+    """cq verify's findings by code; those at the filler units this rebuild put in holes are counted apart (expected)."""
+    from rmqdump.checks import cqverify
+    from rmqdump.readers.store import Store
+
+    summary = cqverify.VerifySummary()
+    store = Store.open(tmp)
+    topics = sorted(options.topics) if options.topics else [None]
+    codes: dict[str, int] = {}
+    at_fillers: dict[str, int] = {}
+    holes = holes or {}
+    for t in topics:
+        for p in cqverify.verify(store, topic=t, check_crc=False, delays=settings.delays, summary=summary):
+            ranges = holes.get((p.extra.get("topic"), p.extra.get("queue_id")), ())
+            i = p.extra.get("unit_index")
+            expected = i is not None and any(a <= i < b for a, b in ranges)
+            bucket = at_fillers if expected else codes
+            bucket[p.code] = bucket.get(p.code, 0) + 1
+    return {"queues": summary.queues, "units": summary.units, "problems": sum(codes.values()), "codes": codes, "at_filler_units": at_fillers}
+
+
+def _run_index_verify(tmp: str, settings: StoreSettings) -> dict:
+    from rmqdump.checks import indexverify
+
+    summary = indexverify.IndexVerifySummary()
+    codes: dict[str, int] = {}
+    for p in indexverify.verify(tmp, hash_slots=settings.hash_slots, index_entries=settings.index_entries, delays=settings.delays, summary=summary):
+        codes[p.code] = codes.get(p.code, 0) + 1
+    return {"files": summary.index_files, "entries": summary.entries, "problems": sum(codes.values()), "codes": codes}
+
+
+def rebuild(
+    store: str,
+    out: str,
+    settings: StoreSettings,
+    options: RebuildOptions | None = None,
+    on_bytes: Callable[[int], None] | None = None,
+) -> RebuildReport:
+    """Rebuild into OUTDIR; returns what was built, what was skipped, and the verification."""
+    options = options or RebuildOptions()
+    t0 = time.perf_counter()
+    s, o = check_paths(store, out, options.force)
+    cl = CommitLog.open(os.path.join(s, "commitlog"))
+    if not cl.files:
+        raise InputError(NO_COMMITLOG, os.path.join(store, "commitlog"), "no CommitLog files: nothing to rebuild from")
+    report = RebuildReport(store=s, out=o, settings=settings, options=options)
+    report.commitlog_files = len(cl.files)
+    report.commitlog_bytes = sum(f.size for f in cl.files)
+    report.damaged.extend(cl.problems)
+    parent, base = os.path.dirname(o), os.path.basename(o)
+    os.makedirs(parent, exist_ok=True)
+    _clean_stale(parent, base)
+    tmp = os.path.join(parent, f".{base}{TMP_MARK}{os.getpid()}-{int(time.time() * 1000)}")
+    try:
+        os.mkdir(tmp)
+        build_into(tmp, cl, settings, options, report, on_bytes)
+        report.seconds = time.perf_counter() - t0
+        if options.verify:
+            t1 = time.perf_counter()
+            report.verify = verify_output(tmp, s, settings, options, report.queues)
+            report.verify_seconds = time.perf_counter() - t1
+        if options.sync:
+            _fsync_dir(tmp)
+        with _signals_held():
+            _publish(tmp, o)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return report

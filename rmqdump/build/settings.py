@@ -1,0 +1,299 @@
+"""Store sizing a rebuild needs: units per ConsumeQueue file, index slots and entries, delay levels.
+
+The sizes are not written anywhere in a store; a broker takes them from its
+config. A rebuild that guesses them wrong writes files the broker rejects or
+misreads, so each value comes from, in order: a command-line flag, a
+broker.conf, the store's own files when they agree on one answer, else the
+broker default when the store has no such files at all. When the files are
+there but do not settle the value, the caller is told which flag to pass.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from rmqdump.common.problems import InputError
+from rmqdump.readers.fastpath import numpy_dtype
+from rmqdump.readers.store import Store
+from rmqdump.scan.dispatch import DelayLevels
+from schemas import IndexEntry, IndexHeader, IndexSlot
+from schemas import constants as C
+
+_SLOT = numpy_dtype(IndexSlot.subcons[0])
+
+SETTINGS_AMBIGUOUS = "settings_ambiguous"
+BAD_BROKER_CONF = "bad_broker_conf"
+
+_NAME_RE = re.compile(r"^\d{20}$")
+_INDEX_NAME_RE = re.compile(r"^\d{17}$")
+_HEADER = numpy_dtype(IndexHeader)
+_ENTRY = numpy_dtype(IndexEntry)
+
+
+@dataclass(frozen=True)
+class StoreSettings:
+    cq_units_per_file: int
+    hash_slots: int
+    index_entries: int
+    delay_spec: str
+    source: dict[str, str] = field(default_factory=dict)  # setting -> where it came from
+
+    @property
+    def delays(self) -> DelayLevels:
+        return DelayLevels.parse(self.delay_spec)
+
+    @property
+    def cq_file_size(self) -> int:
+        return self.cq_units_per_file * C.CQ_UNIT_SIZE
+
+    @property
+    def index_file_size(self) -> int:
+        return index_file_size(self.hash_slots, self.index_entries)
+
+    def to_dict(self) -> dict:
+        return {
+            "cq_units_per_file": self.cq_units_per_file,
+            "hash_slots": self.hash_slots,
+            "index_entries": self.index_entries,
+            "delay_levels": self.delay_spec,
+            "source": dict(self.source),
+        }
+
+
+def index_file_size(hash_slots: int, index_entries: int) -> int:
+    return C.INDEX_HEADER_SIZE + hash_slots * C.INDEX_SLOT_SIZE + index_entries * C.INDEX_ENTRY_SIZE
+
+
+def read_properties(path: str) -> dict[str, str]:
+    """A Java .properties file (broker.conf): `key=value` or `key: value`, # and ! comments, \\ continuations."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            text = f.read()
+    except OSError as e:
+        raise InputError("unreadable", path, e.strerror or str(e)) from None
+    out: dict[str, str] = {}
+    logical = ""
+    for raw in text.splitlines():
+        line = raw.lstrip()
+        if not logical and (not line or line[0] in "#!"):
+            continue
+        if line.endswith("\\") and not line.endswith("\\\\"):
+            logical += line[:-1]
+            continue
+        logical += line
+        m = re.match(r"([^=:\s]+)\s*[=:\s]\s*(.*)$", logical)
+        if m:
+            out[m.group(1)] = m.group(2).strip()
+        elif logical.strip():
+            out[logical.strip()] = ""
+        logical = ""
+    return out
+
+
+def _conf_int(conf: dict[str, str], name: str, path: str) -> int | None:
+    v = conf.get(name)
+    if v is None or v == "":
+        return None
+    try:
+        n = int(v)
+    except ValueError:
+        raise InputError(BAD_BROKER_CONF, path, f"{name}={v!r} is not an integer") from None
+    if n <= 0:
+        raise InputError(BAD_BROKER_CONF, path, f"{name}={n} must be positive")
+    return n
+
+
+def _cq_files(store: str) -> list[tuple[str, int, int]]:
+    """(path, name offset, size) of every ConsumeQueue file, as the store model discovers them."""
+    try:
+        st = Store.open(store)
+    except InputError:
+        return []
+    return [(f.path, f.base, f.size) for q in st.select_queues() for f in q.files]
+
+
+def infer_cq_units(store: str) -> tuple[int | None, str]:
+    """Units per file from the existing ConsumeQueue files: one common size, names multiples of it."""
+    files = _cq_files(store)
+    if not files:
+        return None, "no ConsumeQueue files to infer from"
+    sizes: dict[int, int] = {}
+    for _, _, s in files:
+        sizes[s] = sizes.get(s, 0) + 1
+    if len(sizes) > 1:
+        listing = ", ".join(f"{s} bytes ({n} files)" for s, n in sorted(sizes.items()))
+        return None, f"ConsumeQueue files disagree on their size: {listing}"
+    (size,) = sizes
+    if size <= 0 or size % C.CQ_UNIT_SIZE:
+        return None, f"ConsumeQueue files are {size} bytes, not a whole number of {C.CQ_UNIT_SIZE}-byte units"
+    odd = [p for p, off, _ in files if off % size]
+    if odd:
+        return None, f"{odd[0]} is named by an offset that is not a multiple of the file size {size}"
+    return size // C.CQ_UNIT_SIZE, f"inferred from {len(files)} ConsumeQueue files of {size} bytes"
+
+
+def _index_files(store: str) -> list[str]:
+    root = os.path.join(store, "index")
+    if not os.path.isdir(root):
+        return []
+    return [os.path.join(root, n) for n in sorted(os.listdir(root)) if _INDEX_NAME_RE.match(n) and os.path.isfile(os.path.join(root, n))]
+
+
+def _read_header(path: str) -> np.void | None:
+    with open(path, "rb") as f:
+        raw = f.read(_HEADER.itemsize)
+    if len(raw) < _HEADER.itemsize:
+        return None
+    return np.frombuffer(raw, dtype=_HEADER)[0]
+
+
+def _index_sizing_fits(path: str, slots: int, entries: int, header) -> bool:
+    """Do the file's slots and entries hold together under this sizing? (slot -> entry whose hash maps back to it)."""
+    count = int(header["index_count"])
+    if not (1 <= count <= entries) or int(header["hash_slot_count"]) > slots:
+        return False
+    if count == 1:
+        return True
+    with open(path, "rb") as f:
+        f.seek(C.INDEX_HEADER_SIZE)
+        slot_vals = np.frombuffer(f.read(slots * C.INDEX_SLOT_SIZE), dtype=_SLOT)
+        f.seek(C.INDEX_HEADER_SIZE + slots * C.INDEX_SLOT_SIZE)
+        ents = np.frombuffer(f.read(count * C.INDEX_ENTRY_SIZE), dtype=_ENTRY)
+    if len(slot_vals) != slots or len(ents) != count:
+        return False
+    used = np.flatnonzero(slot_vals)
+    if len(used) != int(header["hash_slot_count"]):
+        return False
+    vals = slot_vals[used].astype(np.int64)
+    if (vals < 1).any() or (vals >= count).any():
+        return False
+    h = ents["key_hash"][vals].astype(np.int64)
+    return bool((h >= 0).all() and (h % slots == used).all() and int(ents["phys_offset"][1]) == int(header["begin_phy_offset"]))
+
+
+def infer_index_sizing(store: str) -> tuple[tuple[int, int] | None, str]:
+    """(hash slots, index entries) from the existing index files.
+
+    Every file but the newest was full when the broker started the next one,
+    so its indexCount is maxIndexNum; the file size then gives maxHashSlotNum.
+    A lone file only fits the broker defaults, checked against its own slots.
+    """
+    files = _index_files(store)
+    if not files:
+        return None, "no index files to infer from"
+    sizes = {os.path.getsize(p) for p in files}
+    if len(sizes) > 1:
+        return None, f"index files disagree on their size: {sorted(sizes)} bytes"
+    (size,) = sizes
+    headers = [_read_header(p) for p in files]
+    if any(h is None for h in headers):
+        return None, "an index file is shorter than its header"
+    full = {int(h["index_count"]) for h in headers[:-1]}
+    if len(full) == 1:
+        entries = full.pop()
+        rest = size - C.INDEX_HEADER_SIZE - entries * C.INDEX_ENTRY_SIZE
+        if entries > 1 and rest > 0 and rest % C.INDEX_SLOT_SIZE == 0:
+            slots = rest // C.INDEX_SLOT_SIZE
+            if _index_sizing_fits(files[0], slots, entries, headers[0]):
+                return (slots, entries), f"inferred from {len(files)} index files of {size} bytes (full files hold {entries - 1} entries)"
+        return None, f"index files of {size} bytes with indexCount {entries} do not fit any slot count"
+    if len(full) > 1:
+        return None, f"older index files disagree on indexCount: {sorted(full)}"
+    if size == index_file_size(C.DEFAULT_HASH_SLOTS, C.DEFAULT_INDEX_ENTRIES) and _index_sizing_fits(
+        files[0], C.DEFAULT_HASH_SLOTS, C.DEFAULT_INDEX_ENTRIES, headers[0]
+    ):
+        return (C.DEFAULT_HASH_SLOTS, C.DEFAULT_INDEX_ENTRIES), f"inferred from the one index file ({size} bytes, the default sizing)"
+    return None, f"one index file of {size} bytes: its size alone does not give the slot and entry counts"
+
+
+def resolve(
+    store: str,
+    *,
+    cq_units: int | None = None,
+    hash_slots: int | None = None,
+    index_entries: int | None = None,
+    delay_levels: str | None = None,
+    broker_conf: str | None = None,
+) -> StoreSettings:
+    """The sizing to rebuild with; InputError(settings_ambiguous) names the flag to pass when it cannot tell."""
+    source: dict[str, str] = {}
+    conf: dict[str, str] = {}
+    if broker_conf:
+        conf = read_properties(broker_conf)
+
+    if cq_units is not None:
+        source["cq_units_per_file"] = "--cq-units-per-file"
+    else:
+        b = _conf_int(conf, "mappedFileSizeConsumeQueue", broker_conf or "")
+        if b is not None:
+            cq_units = -(-b // C.CQ_UNIT_SIZE)  # the broker rounds the byte size up to whole units
+            source["cq_units_per_file"] = f"{broker_conf}: mappedFileSizeConsumeQueue={b}"
+        else:
+            cq_units, why = infer_cq_units(store)
+            if cq_units is not None:
+                source["cq_units_per_file"] = why
+            elif not _cq_files(store):
+                cq_units = C.DEFAULT_CQ_UNITS_PER_FILE
+                source["cq_units_per_file"] = "broker default (the store has no ConsumeQueue files)"
+            else:
+                raise InputError(SETTINGS_AMBIGUOUS, os.path.join(store, "consumequeue"), f"{why}; pass --cq-units-per-file (or --broker-conf)")
+
+    hs_conf = _conf_int(conf, "maxHashSlotNum", broker_conf or "")
+    ie_conf = _conf_int(conf, "maxIndexNum", broker_conf or "")
+    if hash_slots is None and hs_conf is not None:
+        hash_slots = hs_conf
+        source["hash_slots"] = f"{broker_conf}: maxHashSlotNum"
+    elif hash_slots is not None:
+        source["hash_slots"] = "--hash-slots"
+    if index_entries is None and ie_conf is not None:
+        index_entries = ie_conf
+        source["index_entries"] = f"{broker_conf}: maxIndexNum"
+    elif index_entries is not None:
+        source["index_entries"] = "--index-entries"
+    if hash_slots is None or index_entries is None:
+        inferred, why = infer_index_sizing(store)
+        if inferred is not None and (hash_slots is None or hash_slots == inferred[0]) and (index_entries is None or index_entries == inferred[1]):
+            for name in ("hash_slots", "index_entries"):
+                if name not in source:
+                    source[name] = why
+            hash_slots, index_entries = inferred
+        elif not _index_files(store):
+            if hash_slots is None:
+                hash_slots = C.DEFAULT_HASH_SLOTS
+                source["hash_slots"] = "broker default (the store has no index files)"
+            if index_entries is None:
+                index_entries = C.DEFAULT_INDEX_ENTRIES
+                source["index_entries"] = "broker default (the store has no index files)"
+        else:
+            missing = " and ".join(f for f, v in (("--hash-slots", hash_slots), ("--index-entries", index_entries)) if v is None)
+            if inferred is not None:
+                why = f"{why}, which does not match the value given"
+            raise InputError(SETTINGS_AMBIGUOUS, os.path.join(store, "index"), f"{why}; pass {missing} (or --broker-conf)")
+
+    if delay_levels is not None:
+        source["delay_levels"] = "--delay-levels"
+    elif conf.get("messageDelayLevel"):
+        delay_levels = conf["messageDelayLevel"]
+        source["delay_levels"] = f"{broker_conf}: messageDelayLevel"
+    else:
+        delay_levels = C.DEFAULT_DELAY_LEVELS
+        source["delay_levels"] = "broker default"
+    try:
+        DelayLevels.parse(delay_levels)
+    except ValueError as e:
+        raise InputError(
+            BAD_BROKER_CONF if source["delay_levels"] != "--delay-levels" else "bad_delay_levels", broker_conf or "--delay-levels", str(e)
+        ) from None
+
+    for name, v in (("cq_units_per_file", cq_units), ("hash_slots", hash_slots), ("index_entries", index_entries)):
+        if v <= 0:
+            raise InputError("bad_setting", name, f"{v} must be positive")
+    if index_entries < 2:
+        raise InputError("bad_setting", "index_entries", "an index file needs at least 2 entries (entry 0 is never written)")
+    if index_file_size(hash_slots, index_entries) > (1 << 31) - 1:
+        raise InputError("bad_setting", "index", "an index file of these sizes is over 2 GiB, which the broker cannot map")
+    return StoreSettings(cq_units, hash_slots, index_entries, delay_levels, source)

@@ -1,0 +1,705 @@
+"""`cq verify`: ConsumeQueue units against CommitLog records, both ways.
+
+The core is two pure functions over numpy arrays, so another engine (Spark,
+a rebuild's self-check) can run them per queue:
+
+* ``check_units(units, topic, queue_id, records, extent, ...)`` checks one
+  stretch of one queue's units against the records and returns the problems
+  and the records the units legitimately point at;
+* ``missing_units(records, covered, ...)`` lists the records that should have
+  a unit and were not covered by any.
+
+``records`` is a :class:`RecordTable` (sorted physical offsets and the header
+and dispatch values of every CommitLog record, from rmqdump.scan.dispatch) and
+``extent`` a :class:`CommitLogExtent` (which byte ranges the CommitLog files
+cover and where its valid data ends). The join is one np.searchsorted of the
+unit offsets into the record offsets; every comparison is a vector operation,
+and Python objects are only made for the units that fail.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from rmqdump.common.problems import Problem
+from rmqdump.readers.commitlog import Batch, Blank, CommitLog, SegmentFile, scan_file
+from rmqdump.readers.consumequeue import CQ_HOLE, UNIT_SIZE, ConsumeQueue, QueueUnits, read_units
+from rmqdump.readers.mapped import MappedFile
+from rmqdump.readers.store import Store
+from rmqdump.scan.dispatch import DelayLevels, DispatchBatch, DispatchColumns, dispatch_columns
+from schemas import constants as C
+
+# Unit problems (stable codes; the CommitLog scan adds its own codes).
+CQ_OFFSET_OUT_OF_RANGE = "cq_offset_out_of_range"
+CQ_NOT_MESSAGE_START = "cq_not_message_start"
+CQ_SIZE_MISMATCH = "cq_size_mismatch"
+CQ_TOPIC_MISMATCH = "cq_topic_mismatch"
+CQ_QUEUE_MISMATCH = "cq_queue_mismatch"
+CQ_QUEUE_OFFSET_MISMATCH = "cq_queue_offset_mismatch"
+CQ_TAGS_CODE_MISMATCH = "cq_tags_code_mismatch"
+CQ_HOLE = CQ_HOLE
+CQ_DANGLING = "cq_dangling"
+CQ_NON_MONOTONIC = "cq_non_monotonic"
+CQ_MISSING_UNIT = "cq_missing_unit"
+
+EXT_ADDRESS_MAX = -(1 << 31) - 1  # ConsumeQueueExt: tagsCode <= Integer.MIN_VALUE - 1 is an address
+
+PROBLEM_KEYS = ("code", "topic", "queue_id", "cq_file", "unit_index", "phys_offset", "detail")
+
+
+@dataclass
+class RecordTable:
+    """Every CommitLog record as columns, sorted by physical offset.
+
+    `topic_id` indexes `topics`; `queued` marks transaction type none/commit
+    (the records that must have a ConsumeQueue unit).
+    """
+
+    phys: np.ndarray  # int64
+    size: np.ndarray  # int32 totalSize
+    topic_id: np.ndarray  # int32
+    queue_id: np.ndarray  # int32
+    queue_offset: np.ndarray  # int64
+    tags_code: np.ndarray  # int64
+    store_timestamp: np.ndarray  # int64
+    queued: np.ndarray  # bool
+    topics: list[str]
+
+    def __len__(self) -> int:
+        return len(self.phys)
+
+    def topic_code(self, topic: str) -> int:
+        try:
+            return self.topics.index(topic)
+        except ValueError:
+            return -1
+
+    @property
+    def data_end(self) -> int:
+        """End of the last record (0 when there is none)."""
+        return int((self.phys + self.size).max()) if len(self) else 0
+
+    @classmethod
+    def from_dispatch(cls, batches: Iterable[DispatchBatch]) -> RecordTable:
+        b = RecordTableBuilder()
+        for d in batches:
+            b.add(d)
+        return b.build()
+
+
+_RT_DTYPES = {
+    "phys": np.int64,
+    "size": np.int32,
+    "topic_id": np.int32,
+    "queue_id": np.int32,
+    "queue_offset": np.int64,
+    "tags_code": np.int64,
+    "store_timestamp": np.int64,
+    "queued": bool,
+}
+
+
+class RecordTableBuilder:
+    """Collects dispatch batches as compact columns (about 41 bytes a record), keeping nothing else of them."""
+
+    def __init__(self):
+        self.tmap: dict[str, int] = {}
+        self.cols: dict[str, list[np.ndarray]] = {k: [] for k in _RT_DTYPES}
+        self.n = 0
+
+    def _topic_ids(self, topics: list[str]) -> np.ndarray:
+        distinct = set(topics)
+        if len(distinct) <= 64:  # few topics: one vector comparison each
+            arr = np.array(topics, dtype=object)
+            ids = np.empty(len(topics), dtype=np.int32)
+            for t in distinct:
+                ids[arr == t] = self.tmap.setdefault(t, len(self.tmap))
+            return ids
+        tmap = self.tmap
+        return np.fromiter((tmap.setdefault(t, len(tmap)) for t in topics), dtype=np.int32, count=len(topics))
+
+    def add(self, d: DispatchBatch) -> None:
+        if len(d):
+            self._append(d, self._topic_ids(d.topic))
+
+    def add_columns(self, d: DispatchColumns) -> None:
+        """The same as add(), from the columnar dispatch (no per-record strings: the fast path)."""
+        if len(d):
+            remap = np.array([self.tmap.setdefault(t, len(self.tmap)) for t in d.topics], dtype=np.int32)
+            self._append(d, remap[d.topic_id])
+
+    def _append(self, d: DispatchBatch | DispatchColumns, topic_ids: np.ndarray) -> None:
+        c = self.cols
+        c["phys"].append(d.phys.astype(np.int64))
+        c["size"].append(d.size.astype(np.int32))
+        c["topic_id"].append(topic_ids.astype(np.int32, copy=False))
+        c["queue_id"].append(d.queue_id.astype(np.int32))
+        c["queue_offset"].append(d.queue_offset.astype(np.int64))
+        c["tags_code"].append(d.tags_code.astype(np.int64))
+        c["store_timestamp"].append(d.store_timestamp.astype(np.int64))
+        c["queued"].append(d.queued.astype(bool))
+        self.n += len(d)
+
+    def part(self) -> tuple[dict[str, np.ndarray], list[str]]:
+        """The columns collected so far (unsorted) and the topics their ids index: to ship between processes."""
+        return {k: (np.concatenate(v) if v else np.zeros(0, _RT_DTYPES[k])) for k, v in self.cols.items()}, list(self.tmap)
+
+    def add_part(self, cols: dict[str, np.ndarray], topics: list[str]) -> None:
+        """Columns from another builder's part(), topic ids renumbered into this one's."""
+        n = len(cols["phys"])
+        if not n:
+            return
+        remap = np.array([self.tmap.setdefault(t, len(self.tmap)) for t in topics], dtype=np.int32)
+        for k, a in cols.items():
+            self.cols[k].append(remap[a] if k == "topic_id" else a)
+        self.n += n
+
+    def build(self) -> RecordTable:
+        arrays = {k: (np.concatenate(v) if v else np.zeros(0, _RT_DTYPES[k])) for k, v in self.cols.items()}
+        self.cols = {k: [] for k in _RT_DTYPES}
+        order = np.argsort(arrays["phys"], kind="stable")
+        if len(order) and not np.all(order[1:] > order[:-1]):
+            arrays = {k: a[order] for k, a in arrays.items()}
+        return RecordTable(**arrays, topics=list(self.tmap))
+
+
+@dataclass(frozen=True)
+class CommitLogExtent:
+    """Which physical offsets the CommitLog files hold, and where its records end."""
+
+    starts: np.ndarray  # int64, sorted file start offsets
+    ends: np.ndarray  # int64, start + size
+    data_end: int
+
+    @classmethod
+    def of(cls, cl: CommitLog, data_end: int) -> CommitLogExtent:
+        s = np.array([f.base for f in cl.files], dtype=np.int64)
+        e = np.array([f.base + f.size for f in cl.files], dtype=np.int64)
+        return cls(s, e, data_end)
+
+    def inside(self, offsets: np.ndarray) -> np.ndarray:
+        if not len(self.starts):
+            return np.zeros(len(offsets), dtype=bool)
+        i = np.searchsorted(self.starts, offsets, side="right") - 1
+        ok = i >= 0
+        ic = np.clip(i, 0, None)
+        return ok & (offsets < self.ends[ic])
+
+
+@dataclass
+class UnitCheck:
+    """What check_units found in one stretch of one queue."""
+
+    problems: list[Problem]
+    covered: np.ndarray  # record indices the stretch's units correctly point at
+    units: int  # units checked (fillers and the zero tail excluded)
+    last_offset: int  # commitLogOffset of the stretch's last valid unit (carry to the next stretch)
+    seen_real: bool  # a non-filler unit has been seen (fillers only pad the queue's start)
+
+
+def _runs(mask_idx: np.ndarray) -> list[tuple[int, int]]:
+    """Consecutive runs in a sorted array of positions: (first, length)."""
+    if not len(mask_idx):
+        return []
+    breaks = np.flatnonzero(np.diff(mask_idx) != 1) + 1
+    starts = np.concatenate([[0], breaks])
+    ends = np.concatenate([breaks, [len(mask_idx)]])
+    return [(int(mask_idx[s]), int(e - s)) for s, e in zip(starts, ends, strict=True)]
+
+
+def _as_units(units: QueueUnits | np.ndarray, first_index: int) -> QueueUnits:
+    return units if isinstance(units, QueueUnits) else QueueUnits.from_array(units, first_index)
+
+
+def real_mask(u: QueueUnits, seen_real: bool) -> tuple[np.ndarray, np.ndarray, bool]:
+    """(valid non-filler units, leading filler units, seen_real after this stretch)."""
+    valid = u.valid_mask()
+    filler = u.filler_mask()
+    if not seen_real:
+        real_pos = np.flatnonzero(valid & ~filler)
+        first_real = int(real_pos[0]) if real_pos.size else len(u)
+        filler[first_real:] = False
+        seen_real = real_pos.size > 0
+    else:
+        filler[:] = False
+    return valid & ~filler, filler, seen_real
+
+
+Found = list[tuple[int, str, str, "int | None"]]  # (unit position, code, detail, phys offset)
+
+
+def _order_checks(u: QueueUnits, real: np.ndarray, filler: np.ndarray, last_valid: int, prev_offset: int) -> tuple[Found, int, int]:
+    """Holes, garbage after the end and non-monotonic offsets: (findings, units counted, last offset)."""
+    found: Found = []
+    off, size, tags, idx = u.offset, u.size, u.tags_code, u.index
+    invalid = ~real & ~filler
+    zero = (off == 0) & (size == 0) & (tags == 0)
+    inner = np.flatnonzero(invalid & (idx < last_valid))
+    for p, length in _runs(inner):
+        what = "zero" if zero[p : p + length].all() else "invalid (offset < 0 or size <= 0)"
+        found.append((p, CQ_HOLE, f"{length} {what} unit{'s' if length > 1 else ''} followed by valid units: consumers skip or stall here", None))
+    tail_garbage = np.flatnonzero(invalid & (idx > last_valid) & ~zero)
+    for p, length in _runs(tail_garbage):
+        found.append((p, CQ_HOLE, f"{length} non-zero invalid unit{'s' if length > 1 else ''} after the queue's last valid unit", None))
+    vpos = np.flatnonzero(real)
+    if vpos.size:
+        vo = off[vpos]
+        prevs = np.concatenate([[prev_offset], vo[:-1]])
+        for k in np.flatnonzero(vo <= prevs).tolist():
+            found.append((int(vpos[k]), CQ_NON_MONOTONIC, f"offset {int(vo[k])} is not above the previous unit's {int(prevs[k])}", int(vo[k])))
+        prev_offset = int(vo[-1])
+    return found, int(vpos.size + inner.size + tail_garbage.size), prev_offset
+
+
+def _pointer_checks(
+    u: QueueUnits, vpos: np.ndarray, topic: str, queue_id: int, records: RecordTable, extent: CommitLogExtent, check_tags: bool
+) -> tuple[Found, np.ndarray]:
+    """Where the units at positions `vpos` point: the CommitLog's range, a record start, its values."""
+    found: Found = []
+    off, size, tags, idx = u.offset, u.size, u.tags_code, u.index
+    vo = off[vpos]
+    dangling = vo >= extent.data_end
+    inside = extent.inside(vo)
+    out = ~dangling & ~inside
+    for k in np.flatnonzero(dangling).tolist():
+        found.append((int(vpos[k]), CQ_DANGLING, f"offset {int(vo[k])} is at or past the end of the CommitLog's data ({extent.data_end})", int(vo[k])))
+    for k in np.flatnonzero(out).tolist():
+        found.append((int(vpos[k]), CQ_OFFSET_OUT_OF_RANGE, f"offset {int(vo[k])} is in no CommitLog file", int(vo[k])))
+    cand = vpos[~dangling & inside]
+    co = off[cand]
+    r = np.searchsorted(records.phys, co)
+    rc = np.clip(r, 0, max(len(records) - 1, 0))
+    hit = (r < len(records)) & (records.phys[rc] == co) if len(records) else np.zeros(len(co), dtype=bool)
+    for k in np.flatnonzero(~hit).tolist():
+        found.append((int(cand[k]), CQ_NOT_MESSAGE_START, f"no valid record starts at offset {int(co[k])}", int(co[k])))
+    hp, hr = cand[hit], rc[hit]
+    ho = off[hp]
+    tid = records.topic_code(topic)
+    checks = [
+        (size[hp] != records.size[hr], CQ_SIZE_MISMATCH, lambda j, r_: f"unit size {int(size[j])}, record totalSize {int(records.size[r_])}"),
+        (records.topic_id[hr] != tid, CQ_TOPIC_MISMATCH, lambda j, r_: f"record is in topic {records.topics[int(records.topic_id[r_])]!r}, not {topic!r}"),
+        (records.queue_id[hr] != queue_id, CQ_QUEUE_MISMATCH, lambda j, r_: f"record is in queue {int(records.queue_id[r_])}, not {queue_id}"),
+        (
+            records.queue_offset[hr] != idx[hp],
+            CQ_QUEUE_OFFSET_MISMATCH,
+            lambda j, r_: f"record's queueOffset is {int(records.queue_offset[r_])}, unit index {int(idx[j])}",
+        ),
+    ]
+    if check_tags:
+        checks.append(
+            (tags[hp] != records.tags_code[hr], CQ_TAGS_CODE_MISMATCH, lambda j, r_: f"unit tagsCode {int(tags[j])}, record's is {int(records.tags_code[r_])}")
+        )
+    for bad, code, detail in checks:
+        for k in np.flatnonzero(bad).tolist():
+            j, r_ = int(hp[k]), int(hr[k])
+            found.append((j, code, detail(j, r_), int(ho[k])))
+    belongs = (records.topic_id[hr] == tid) & (records.queue_id[hr] == queue_id)
+    return found, hr[belongs].astype(np.int64)
+
+
+def _problems(found: Found, u: QueueUnits, topic: str, queue_id: int, cq_file_of) -> list[Problem]:
+    found.sort(key=lambda t: (t[0], t[1]))
+    return [_unit_problem(code, topic, queue_id, int(u.index[p]), phys, detail, cq_file_of) for p, code, detail, phys in found]
+
+
+def check_units(
+    units: QueueUnits | np.ndarray,
+    topic: str,
+    queue_id: int,
+    records: RecordTable,
+    extent: CommitLogExtent,
+    *,
+    first_index: int = 0,
+    last_valid_index: int | None = None,
+    prev_offset: int = -1,
+    seen_real: bool = False,
+    cq_file_of: Callable[[int], tuple[str, int]] | None = None,
+    check_tags: bool = True,
+) -> UnitCheck:
+    """Check one stretch of one queue's units against the CommitLog records.
+
+    units: QueueUnits, or a structured array of schemas.ConsumeQueueUnit whose
+        first unit has queue offset `first_index`.
+    records / extent: every record the stretch's units may point at, and the
+        CommitLog's file ranges and data end.
+    last_valid_index: queue offset of the queue's last valid unit (for telling
+        holes from the zero tail); default: the last valid unit of this stretch.
+    prev_offset / seen_real: carried from the previous stretch of the same queue.
+    cq_file_of(unit_index) -> (cq file path, byte offset in it), for reporting.
+    check_tags: False when tagsCode may be a ConsumeQueueExt address.
+    Returns a UnitCheck; pure: reads nothing but its arguments.
+    """
+    u = _as_units(units, first_index)
+    if len(u) == 0:
+        return UnitCheck([], np.zeros(0, np.int64), 0, prev_offset, seen_real)
+    real, filler, seen_real = real_mask(u, seen_real)
+    vpos = np.flatnonzero(real)
+    if last_valid_index is None:
+        last_valid_index = int(u.index[vpos[-1]]) if vpos.size else -1
+    found, counted, prev_offset = _order_checks(u, real, filler, last_valid_index, prev_offset)
+    more, covered = _pointer_checks(u, vpos, topic, queue_id, records, extent, check_tags)
+    return UnitCheck(_problems(found + more, u, topic, queue_id, cq_file_of), covered, counted, prev_offset, seen_real)
+
+
+def check_units_in_window(
+    units: QueueUnits | np.ndarray,
+    topic: str,
+    queue_id: int,
+    records: RecordTable,
+    extent: CommitLogExtent,
+    lo: int,
+    hi: int,
+    *,
+    first_index: int = 0,
+    seen_real: bool = False,
+    cq_file_of: Callable[[int], tuple[str, int]] | None = None,
+    check_tags: bool = True,
+) -> tuple[list[Problem], np.ndarray, bool]:
+    """Only the pointer checks, for the valid units with lo <= offset < hi (one window of records).
+
+    With the CommitLog cut into windows of records, each unit is joined in the
+    window that holds its offset, so memory stays bounded; the order checks
+    (holes, monotonic offsets) run once per queue with check_units' other half.
+    Returns (problems, covered record indices of this window, seen_real).
+    """
+    u = _as_units(units, first_index)
+    if len(u) == 0:
+        return [], np.zeros(0, np.int64), seen_real
+    real, _, seen_real = real_mask(u, seen_real)
+    vpos = np.flatnonzero(real & (u.offset >= lo) & (u.offset < hi))
+    found, covered = _pointer_checks(u, vpos, topic, queue_id, records, extent, check_tags)
+    return _problems(found, u, topic, queue_id, cq_file_of), covered, seen_real
+
+
+def check_order(
+    units: QueueUnits | np.ndarray,
+    topic: str,
+    queue_id: int,
+    *,
+    first_index: int = 0,
+    last_valid_index: int,
+    prev_offset: int = -1,
+    seen_real: bool = False,
+    cq_file_of: Callable[[int], tuple[str, int]] | None = None,
+) -> UnitCheck:
+    """Only the order checks of one stretch (holes, garbage, non-monotonic offsets); `covered` is empty."""
+    u = _as_units(units, first_index)
+    if len(u) == 0:
+        return UnitCheck([], np.zeros(0, np.int64), 0, prev_offset, seen_real)
+    real, filler, seen_real = real_mask(u, seen_real)
+    found, counted, prev_offset = _order_checks(u, real, filler, last_valid_index, prev_offset)
+    return UnitCheck(_problems(found, u, topic, queue_id, cq_file_of), np.zeros(0, np.int64), counted, prev_offset, seen_real)
+
+
+def _unit_problem(code, topic, queue_id, unit_index, phys, detail, cq_file_of) -> Problem:
+    path, pos = cq_file_of(unit_index) if cq_file_of else ("", None)
+    return Problem(code, path, pos, detail, phys_offset=phys, extra={"topic": topic, "queue_id": queue_id, "cq_file": path or None, "unit_index": unit_index})
+
+
+def missing_units(
+    records: RecordTable,
+    covered: np.ndarray,
+    *,
+    select: np.ndarray | None = None,
+    cq_file_of: Callable[[str, int, int], str | None] | None = None,
+) -> list[Problem]:
+    """Records that must have a unit (transaction type none/commit) and are not in `covered`.
+
+    covered: bool mask over records, or an array of record indices.
+    select: optional bool mask of the records to consider (e.g. the queues verified).
+    cq_file_of(topic, queue_id, unit_index) -> the CQ file that should hold the unit.
+    """
+    if covered.dtype != bool:
+        mask = np.zeros(len(records), dtype=bool)
+        mask[covered] = True
+        covered = mask
+    need = records.queued & ~covered
+    if select is not None:
+        need &= select
+    out = []
+    for i in np.flatnonzero(need).tolist():
+        t = records.topics[int(records.topic_id[i])]
+        q = int(records.queue_id[i])
+        qo = int(records.queue_offset[i])
+        path = cq_file_of(t, q, qo) if cq_file_of else None
+        out.append(
+            Problem(
+                CQ_MISSING_UNIT,
+                path or "",
+                None,
+                f"record at {int(records.phys[i])} (queueOffset {qo}) has no ConsumeQueue unit",
+                phys_offset=int(records.phys[i]),
+                extra={"topic": t, "queue_id": q, "cq_file": path, "unit_index": qo},
+            )
+        )
+    return out
+
+
+# the driver ---------------------------------------------------------------------------------
+
+
+@dataclass
+class VerifySummary:
+    queues: int = 0
+    units: int = 0
+    messages: int = 0
+    problems: int = 0
+    codes: dict[str, int] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return {"kind": "summary", "queues": self.queues, "units": self.units, "messages": self.messages, "problems": self.problems}
+
+
+def problem_dict(p: Problem) -> dict:
+    """The JSON Lines shape of a verify finding: every key present, CommitLog problems included."""
+    d = {
+        "kind": "problem",
+        "code": p.code,
+        "topic": None,
+        "queue_id": None,
+        "cq_file": None,
+        "unit_index": None,
+        "phys_offset": p.phys_offset,
+        "detail": p.detail,
+    }
+    d.update(p.extra)
+    d["file"] = p.file
+    d["file_offset"] = p.file_offset
+    return d
+
+
+WINDOW_RECORDS = 1_000_000  # records joined at a time: about 41 MB of columns (twice that while a window is built)
+
+
+def record_windows(
+    cl: CommitLog,
+    *,
+    check_crc: bool = True,
+    delays: DelayLevels | None = None,
+    window_records: int = WINDOW_RECORDS,
+    on_bytes=None,
+    workers: int = 1,
+) -> Iterator[tuple[RecordTable, list[Problem]]]:
+    """Scan the CommitLog once, in offset order, as record tables of about `window_records` records.
+
+    Each table comes with the scan problems found while reading it; the last
+    one may be empty. Consecutive tables cover consecutive offset ranges.
+    With workers > 1 the files are scanned by that many processes, one file per
+    task (exactly the serial scan of each file), and a window holds whole files.
+    """
+    delays = delays or DelayLevels.parse()
+    if workers > 1 and len(cl.files) > 1:
+        yield from _parallel_windows(cl, check_crc, delays, window_records, workers, on_bytes)
+        return
+    table = RecordTableBuilder()
+    problems: list[Problem] = []
+    done = 0
+    for b in cl.scan(check_crc=check_crc):
+        table.add_columns(dispatch_columns(b, delays, keys=False))
+        for i in sorted(b.record_problems):
+            problems.extend(b.record_problems[i])
+        problems.extend(e for e in b.events if not isinstance(e, Blank))
+        if on_bytes is not None:
+            here = _batch_end(b)
+            if here > done:
+                on_bytes(here - done)
+                done = here
+        if table.n >= window_records:
+            yield table.build(), problems
+            table, problems = RecordTableBuilder(), []
+    yield table.build(), problems
+
+
+def _scan_file_task(args: tuple) -> tuple[dict[str, np.ndarray], list[str], list[Problem], int]:
+    """One CommitLog file in a worker process: its compact record columns and scan problems."""
+    path, base, size, check_crc, millis = args
+    seg = SegmentFile(path, base, size)
+    delays = DelayLevels(tuple(millis))
+    table = RecordTableBuilder()
+    problems: list[Problem] = []
+    with MappedFile(path) as mf:
+        for b in scan_file(seg, mf, start=0, check_crc=check_crc):
+            table.add_columns(dispatch_columns(b, delays, keys=False))
+            for i in sorted(b.record_problems):
+                problems.extend(b.record_problems[i])
+            problems.extend(e for e in b.events if not isinstance(e, Blank))
+    cols, topics = table.part()
+    return cols, topics, problems, size
+
+
+def _parallel_windows(cl: CommitLog, check_crc: bool, delays: DelayLevels, window_records: int, workers: int, on_bytes):
+    import multiprocessing
+    from collections import deque
+    from concurrent.futures import ProcessPoolExecutor
+
+    tasks = iter([(f.path, f.base, f.size, check_crc, delays.millis) for f in cl.files])
+    table = RecordTableBuilder()
+    problems: list[Problem] = []
+    with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as ex:
+        pending = deque(ex.submit(_scan_file_task, t) for t in itertools.islice(tasks, workers + 1))
+        while pending:
+            cols, topics, probs, nbytes = pending.popleft().result()
+            nxt = next(tasks, None)
+            if nxt is not None:  # at most workers + 1 files in flight: memory stays bounded
+                pending.append(ex.submit(_scan_file_task, nxt))
+            table.add_part(cols, topics)
+            problems.extend(probs)
+            if on_bytes is not None:
+                on_bytes(nbytes)
+            if table.n >= window_records:
+                yield table.build(), problems
+                table, problems = RecordTableBuilder(), []
+    yield table.build(), problems
+
+
+def scan_records(cl: CommitLog, *, check_crc: bool = True, delays: DelayLevels | None = None, on_bytes=None) -> tuple[RecordTable, list[Problem]]:
+    """Scan the whole CommitLog into one record table (small stores, tests, other engines' drivers)."""
+    tables, problems = [], []
+    for t, ps in record_windows(cl, check_crc=check_crc, delays=delays, window_records=1 << 62, on_bytes=on_bytes):
+        tables.append(t)
+        problems.extend(ps)
+    return tables[0], problems
+
+
+def _batch_end(b: Batch) -> int:
+    return b.seg.base + (int(b.cols["_end"][-1]) if len(b) else 0)
+
+
+def _cq_locator(q: ConsumeQueue) -> Callable[[int], tuple[str, int]]:
+    def where(index: int) -> tuple[str, int]:
+        f = q.file_for_index(index)
+        if f is None:
+            return q.expected_path(index), None
+        return f.path, index * UNIT_SIZE - f.base
+
+    return where
+
+
+@dataclass
+class _QueueState:
+    """Per queue, from the order pass: the offset range of each file's real units (to skip files per window)."""
+
+    q: ConsumeQueue
+    where: Callable
+    ranges: list[tuple[int, int, bool] | None]  # per file: (min, max) offset of its real units, a real unit came before the file
+
+
+def verify(
+    store: Store,
+    *,
+    topic: str | None = None,
+    queue_id: int | None = None,
+    check_crc: bool = True,
+    delays: DelayLevels | None = None,
+    summary: VerifySummary | None = None,
+    on_bytes=None,
+    window_records: int = WINDOW_RECORDS,
+    workers: int = 1,
+) -> Iterator[Problem]:
+    """Every finding of `cq verify` on a store.
+
+    Order: layout problems; per queue the order checks (holes, monotonic
+    offsets); then per window of CommitLog records its scan problems, the
+    pointer checks of the units that point into it and the window's records
+    that have no unit. Memory is bounded by the window, not the store.
+    """
+    s = summary if summary is not None else VerifySummary()
+    queues = store.select_queues(topic, queue_id)
+    s.queues = len(queues)
+
+    def emit(p: Problem) -> Problem:
+        s.problems += 1
+        s.codes[p.code] = s.codes.get(p.code, 0) + 1
+        return p
+
+    wanted = {(q.topic, q.queue_id) for q in queues}
+    for p in store.problems:
+        if "topic" in p.extra and p.extra.get("queue_id") is not None and (p.extra.get("topic"), p.extra.get("queue_id")) not in wanted:
+            continue
+        yield emit(p)
+
+    states: list[_QueueState] = []
+    for q in queues:
+        where = _cq_locator(q)
+        last_valid = q.last_valid_index()
+        prev, seen = -1, False
+        ranges: list[tuple[int, int] | None] = []
+        for chunk in q.chunks():
+            seen_before = seen
+            res = check_order(chunk, q.topic, q.queue_id, last_valid_index=last_valid, prev_offset=prev, seen_real=seen, cq_file_of=where)
+            prev, seen = res.last_offset, res.seen_real
+            s.units += res.units
+            real, _, _ = real_mask(chunk, seen_before)
+            ro = chunk.offset[real]
+            ranges.append((int(ro.min()), int(ro.max()), seen_before) if ro.size else None)
+            for p in res.problems:
+                yield emit(p)
+        states.append(_QueueState(q, where, ranges))
+
+    check_tags = not any(u.kind == "consumequeue_ext" for u in store.unsupported)
+    tcode = None
+
+    def expected(t: str, qid: int, index: int) -> str | None:
+        q = store.queue(t, qid)
+        if q is not None:
+            return q.expected_path(index)
+        fs = store.cq_file_size or C.DEFAULT_CQ_UNITS_PER_FILE * UNIT_SIZE
+        return os.path.join(store.root, "consumequeue", t, str(qid), f"{index * UNIT_SIZE // fs * fs:020d}")
+
+    lo = -(1 << 63)
+    data_end = store.commitlog.min_offset
+    for records, cl_problems in record_windows(
+        store.commitlog, check_crc=check_crc, delays=delays, window_records=window_records, on_bytes=on_bytes, workers=workers
+    ):
+        s.messages += len(records)
+        for p in cl_problems:
+            yield emit(p)
+        last = len(records) == 0  # record_windows ends with the remainder (empty when the store divides evenly)
+        hi = records.data_end if len(records) else data_end
+        data_end = max(data_end, hi)
+        if last:
+            hi = 1 << 63  # everything from here on is past the end of the data
+        extent = CommitLogExtent.of(store.commitlog, data_end if last else 1 << 63)
+        covered = np.zeros(len(records), dtype=bool)
+        for st in states:
+            for _f, rng, chunk in _chunks_in(st, lo, hi):
+                probs, cov, _ = check_units_in_window(
+                    chunk, st.q.topic, st.q.queue_id, records, extent, lo, hi, seen_real=rng[2], cq_file_of=st.where, check_tags=check_tags
+                )
+                covered[cov] = True
+                for p in probs:
+                    yield emit(p)
+        select = None
+        if topic is not None or queue_id is not None:
+            select = np.ones(len(records), dtype=bool)
+            if topic is not None:
+                tcode = records.topic_code(topic)
+                select &= records.topic_id == tcode
+            if queue_id is not None:
+                select &= records.queue_id == queue_id
+        for p in missing_units(records, covered, select=select, cq_file_of=expected):
+            yield emit(p)
+        lo = hi
+        if last:
+            break
+    else:  # the scan ended on a full window: units past its end are dangling
+        extent = CommitLogExtent.of(store.commitlog, data_end)
+        empty = RecordTable.from_dispatch([])
+        for st in states:
+            for _f, rng, chunk in _chunks_in(st, lo, 1 << 63):
+                probs, _, _ = check_units_in_window(chunk, st.q.topic, st.q.queue_id, empty, extent, lo, 1 << 63, seen_real=rng[2], cq_file_of=st.where)
+                for p in probs:
+                    yield emit(p)
+
+
+def _chunks_in(st: _QueueState, lo: int, hi: int):
+    """The files of a queue that have real units pointing into [lo, hi), read; earlier files only decide fillers."""
+    for f, rng in zip(st.q.files, st.ranges, strict=True):
+        if rng is None or rng[1] < lo or rng[0] >= hi:
+            continue
+        yield f, rng, QueueUnits.from_array(read_units(f), f.first_index)

@@ -1,0 +1,281 @@
+"""What the broker would do with this store on its next start, without starting it.
+
+Follows DefaultMessageStore.load/recover and CommitLog.recoverNormally /
+recoverAbnormally (4.9.x to 5.3.x):
+
+* `abort` present -> abnormal recovery. The scan starts at the newest CommitLog
+  file whose first record has a V1/V2 magic and a storeTimestamp no later than
+  the checkpoint's min(physicMsgTimestamp, logicsMsgTimestamp) - 3 s (the
+  first file if none qualifies), and every record from there is dispatched
+  again into the ConsumeQueues (existing units are skipped) and the index.
+* otherwise normal recovery from the third-last file (5.3.2+: from the newest
+  file starting at or below the ConsumeQueues' max physical offset), and the
+  re-dispatch starts at the ConsumeQueues' max physical offset.
+* either way the walk stops at the first record that fails the broker's own
+  check (magic, body CRC with checkCRCOnRecover, totalSize against the fields)
+  or at a zero tail; BLANK goes to the next file. That is the new end: the
+  truncation is logical (the bytes stay), files starting after it are deleted.
+* after an abnormal exit, index files whose endTimestamp is later than the
+  checkpoint's indexMsgTimestamp are deleted on load; the index is rebuilt
+  only for offsets at or above the kept last file's endPhyOffset.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from rmqdump.common import problems as P
+from rmqdump.common.problems import Problem
+from rmqdump.readers.checkpoint import Checkpoint
+from rmqdump.readers.commitlog import Blank, SegmentFile, scan_file
+from rmqdump.readers.consumequeue import ConsumeQueue, QueueUnits, read_units
+from rmqdump.readers.fastpath import field_offset, field_struct
+from rmqdump.readers.mapped import MappedFile
+from rmqdump.readers.store import Store
+from schemas import constants as C
+from schemas import message_header
+
+NORMAL_THIRD_LAST = "third_last"  # 4.x .. 5.3.1
+NORMAL_FROM_CQ = "from_cq"  # 5.3.2+
+
+_H4 = message_header()
+_H6 = message_header(born_v6=True)
+_MAGIC_AT, _MAGIC = field_struct(_H4, "magic")
+_SYSFLAG_AT, _SYSFLAG = field_struct(_H4, "sys_flag")
+_STORE_TS = field_struct(_H4, "store_timestamp")[1]
+_STORE_TS_AT = {False: field_offset(_H4, "store_timestamp"), True: field_offset(_H6, "store_timestamp")}
+_STOP_RECORD_CODES = {P.BODY_CRC_MISMATCH, P.PROP_CRC_MISMATCH}
+
+
+@dataclass
+class RecoveryPreview:
+    abnormal: bool
+    scan_from: int
+    scan_from_file: str | None
+    valid_end: int
+    stop: str  # why the walk ended
+    truncated_bytes: int
+    truncated_messages: int
+    redispatch_from: int
+    index_redispatch_from: int
+    index_files_dropped: list[str]
+    commitlog_files_dropped: list[str]
+    records_walked: int
+    min_timestamp: int | None
+    cq_max_phys_offset: int
+    load_errors: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {
+            "kind": "recovery",
+            "abnormal": self.abnormal,
+            "scan_from": self.scan_from,
+            "valid_end": self.valid_end,
+            "truncated_bytes": self.truncated_bytes,
+            "truncated_messages": self.truncated_messages,
+            "redispatch_from": self.redispatch_from,
+            "index_files_dropped": self.index_files_dropped,
+            "scan_from_file": self.scan_from_file,
+            "stop": self.stop,
+            "index_redispatch_from": self.index_redispatch_from,
+            "commitlog_files_dropped": self.commitlog_files_dropped,
+            "records_walked": self.records_walked,
+            "min_timestamp": self.min_timestamp,
+            "cq_max_phys_offset": self.cq_max_phys_offset,
+            "load_errors": self.load_errors,
+        }
+
+
+def first_store_timestamp(seg: SegmentFile, *, allow_v2: bool = True) -> int | None:
+    """storeTimestamp of a file's first record, as isMappedFileMatchedRecover reads it (None: no message magic)."""
+    need = _STORE_TS_AT[True] + 8
+    with open(seg.path, "rb") as f:
+        head = f.read(need)
+    if len(head) < _STORE_TS_AT[False] + 8:
+        return None
+    (magic,) = _MAGIC.unpack_from(head, _MAGIC_AT)
+    if magic != C.MAGIC_V1 and not (allow_v2 and magic == C.MAGIC_V2):
+        return None
+    (sys_flag,) = _SYSFLAG.unpack_from(head, _SYSFLAG_AT)
+    at = _STORE_TS_AT[bool(sys_flag & C.FLAG_BORNHOST_V6)]
+    if len(head) < at + 8:
+        return None
+    return _STORE_TS.unpack_from(head, at)[0]
+
+
+def _queue_max_phys(q: ConsumeQueue) -> int:
+    """ConsumeQueue.recover: from the third-last file, units while offset >= 0 and size > 0; max offset + size."""
+    files = q.files[max(0, len(q.files) - 3) :]
+    best = -1
+    for f in files:
+        u = QueueUnits.from_array(read_units(f), f.first_index)
+        v = u.valid_mask()
+        bad = np.flatnonzero(~v)
+        k = int(bad[0]) if bad.size else len(u)
+        if k:
+            best = int(u.offset[k - 1]) + int(u.size[k - 1])
+        if k < (q.file_size or f.size) // 20 or bad.size:
+            break
+    return best
+
+
+def _queue_max_below(q: ConsumeQueue, end: int) -> int:
+    """truncateDirtyLogicFiles: the queue's max offset + size once units at or past `end` are cut."""
+    files = q.files[max(0, len(q.files) - 3) :]
+    best = -1
+    for f in files:
+        u = QueueUnits.from_array(read_units(f), f.first_index)
+        v = u.valid_mask()
+        bad = np.flatnonzero(~v | (u.offset >= end))
+        k = int(bad[0]) if bad.size else len(u)
+        if k:
+            best = int(u.offset[k - 1]) + int(u.size[k - 1])
+        if bad.size:
+            break
+    return best
+
+
+def _walk(files: list[SegmentFile], start: int, *, check_crc: bool, allow_v2: bool) -> tuple[int, str, int]:
+    """The broker's recovery walk from file index `start`: (valid end, why it stopped, records walked)."""
+    records = 0
+    idx = start
+    seg = files[idx]
+    end = seg.base
+    while True:
+        with MappedFile(seg.path) as mf:
+            stop: str | None = None
+            next_file = False
+            for b in scan_file(seg, mf, start=0, check_crc=check_crc):
+                n = len(b)
+                cut = n
+                if n:
+                    if not allow_v2:
+                        v2 = np.flatnonzero(b.cols["magic"] == C.MAGIC_V2)
+                        if v2.size:
+                            cut = int(v2[0])
+                            stop = f"V2 magic at {seg.base + int(b.cols['_pos'][cut])}: this broker version does not know it"
+                    bad = sorted(i for i, ps in b.record_problems.items() if i < cut and any(p.code in _STOP_RECORD_CODES for p in ps))
+                    if bad:
+                        cut = bad[0]
+                        code = next(p.code for p in b.record_problems[cut] if p.code in _STOP_RECORD_CODES)
+                        stop = f"{code} at {seg.base + int(b.cols['_pos'][cut])}"
+                    records += cut
+                    if cut:
+                        end = seg.base + int(b.cols["_end"][cut - 1])
+                    if cut < n:
+                        break
+                for e in b.events:
+                    if (isinstance(e, Blank) and e.marker == "blank") or (isinstance(e, Problem) and e.code == P.BAD_BLANK):
+                        next_file = True
+                    elif isinstance(e, Blank):
+                        stop = f"zero tail at {e.phys_offset} ({e.file})"
+                    else:
+                        stop = f"{e.code} at {e.phys_offset} ({e.file}@{e.file_offset})"
+                    break
+                if stop or next_file:
+                    break
+            if stop is None and not next_file:
+                stop = f"end of {seg.path} without an end-of-file marker"
+        if stop is not None:
+            return end, stop, records
+        idx += 1
+        if idx >= len(files):
+            return end, "BLANK marker of the last file", records
+        seg = files[idx]
+        end = seg.base
+
+
+def _data_end_after(files: list[SegmentFile], from_offset: int) -> tuple[int, int]:
+    """(end of the last non-zero data, records) at or after `from_offset`, by the damage-tolerant scan."""
+    last = from_offset
+    count = 0
+    for seg in files:
+        if seg.base + seg.size <= from_offset:
+            continue
+        start = max(0, from_offset - seg.base)
+        with MappedFile(seg.path) as mf:
+            for b in scan_file(seg, mf, start=start, check_crc=False):
+                if len(b):
+                    count += len(b)
+                    last = max(last, seg.base + int(b.cols["_end"][-1]))
+                for e in b.events:
+                    if isinstance(e, Problem) and e.phys_offset is not None:
+                        last = max(last, e.phys_offset + int(e.extra.get("skipped", 0) or 0))
+    return last, count
+
+
+def preview(
+    store: Store,
+    *,
+    check_crc: bool = True,
+    allow_v2: bool = True,
+    message_index_safe: bool = False,
+    normal_start: str = NORMAL_THIRD_LAST,
+) -> RecoveryPreview:
+    """The recovery the broker would run on this store (see the module docstring)."""
+    cl = store.commitlog
+    files = cl.files
+    abnormal = store.abort
+    ckpt: Checkpoint | None = store.checkpoint()
+    load_errors = [p.line() for p in cl.problems if p.code == P.CL_FILE_SIZE]
+    queues = list(store.queues.values())
+    cq_max = max((_queue_max_phys(q) for q in queues), default=-1)
+    min_ts = None
+    if ckpt is not None:
+        min_ts = ckpt.min_timestamp_index if message_index_safe else ckpt.min_timestamp
+    if not files:
+        return RecoveryPreview(abnormal, 0, None, 0, "no CommitLog files", 0, 0, 0, 0, [], [], 0, min_ts, cq_max, load_errors)
+
+    if abnormal:
+        bound = min_ts if min_ts is not None else 0
+        start = 0
+        for i in range(len(files) - 1, -1, -1):
+            ts = first_store_timestamp(files[i], allow_v2=allow_v2)
+            if ts is not None and ts != 0 and ts <= bound:
+                start = i
+                break
+    elif normal_start == NORMAL_FROM_CQ:
+        start = 0
+        for i in range(len(files) - 1, 0, -1):
+            if files[i].base <= cq_max:
+                start = i
+                break
+    else:
+        start = max(0, len(files) - 3)
+    valid_end, stop, walked = _walk(files, start, check_crc=check_crc, allow_v2=allow_v2)
+    data_end, after = _data_end_after(files, valid_end)
+
+    if abnormal:
+        redispatch = files[start].base
+    else:
+        cq_after = max((_queue_max_below(q, valid_end) for q in queues), default=-1) if cq_max >= valid_end else cq_max
+        redispatch = max(cl.min_offset, cq_after, 0)
+
+    dropped_index: list[str] = []
+    kept = list(store.index_files)
+    if abnormal:
+        limit = ckpt.index_msg_timestamp if ckpt is not None else 0
+        dropped = [f for f in kept if f.header is not None and f.header["end_timestamp"] > limit]
+        dropped_index = [f.name for f in dropped]
+        kept = [f for f in kept if f not in dropped]
+    last_kept_end = kept[-1].header["end_phy_offset"] if kept and kept[-1].header else 0
+    return RecoveryPreview(
+        abnormal=abnormal,
+        scan_from=files[start].base,
+        scan_from_file=os.path.basename(files[start].path),
+        valid_end=valid_end,
+        stop=stop,
+        truncated_bytes=max(0, data_end - valid_end),
+        truncated_messages=after,
+        redispatch_from=redispatch,
+        index_redispatch_from=max(redispatch, last_kept_end),
+        index_files_dropped=dropped_index,
+        commitlog_files_dropped=[os.path.basename(f.path) for f in files if f.base > valid_end],
+        records_walked=walked,
+        min_timestamp=min_ts,
+        cq_max_phys_offset=cq_max,
+        load_errors=load_errors,
+    )

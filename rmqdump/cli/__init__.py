@@ -1,0 +1,1 @@
+"""The `rmqdump` command line: typer commands rendering results with rich, JSON Lines or CSV."""

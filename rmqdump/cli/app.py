@@ -1,0 +1,91 @@
+"""The `rmqdump` command line: parse options, call the library, render.
+
+Exit codes: 0 clean, 1 problems found (or nothing found by a lookup),
+2 usage error or unreadable input. Errors are one line on stderr; set
+RMQDUMP_TRACEBACK=1 to see the Python traceback of an internal error.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+
+import typer
+
+from rmqdump import __version__
+from rmqdump.cli.render import fail
+from rmqdump.common.problems import InputError
+
+app = typer.Typer(
+    name="rmqdump",
+    help="Offline forensics for Apache RocketMQ broker stores: decode, verify, look up, rebuild. The store is only read.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode="rich",
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+def guarded(fn):
+    """Turn library errors into one line and exit 2; keep tracebacks for RMQDUMP_TRACEBACK=1."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except InputError as e:
+            fail(e.line(), 2)
+        except BrokenPipeError:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            raise SystemExit(0) from None
+        except (typer.Exit, typer.Abort, SystemExit, KeyboardInterrupt):
+            raise
+        except Exception as e:
+            if os.environ.get("RMQDUMP_TRACEBACK"):
+                raise
+            fail(f"internal_error: {type(e).__name__}: {e} (RMQDUMP_TRACEBACK=1 shows where)", 2)
+
+    return wrapper
+
+
+def _version(value: bool):
+    if value:
+        print(f"rmqdump {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version and exit.")):
+    """Offline forensics for Apache RocketMQ broker stores."""
+
+
+def _register() -> None:
+    from rmqdump.cli.commands import register
+
+    register(app, guarded)
+
+
+_register()
+
+
+def main() -> None:
+    """The console script: like app(), but usage errors are one line too."""
+    try:
+        rv = app(standalone_mode=False)
+    except typer.Abort:
+        fail("aborted", 130)
+    except typer.TyperException as e:  # click's usage errors, as typer ships them
+        ctx = getattr(e, "ctx", None)
+        if type(e).__name__ == "NoArgsIsHelpError":
+            e.show()
+            raise SystemExit(getattr(e, "exit_code", 2)) from None
+        where = f"{ctx.command_path}: " if ctx is not None else ""
+        hint = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
+        message = e.format_message() if hasattr(e, "format_message") else str(e)
+        fail(f"usage: {where}{' '.join(message.split())}{hint}", getattr(e, "exit_code", 2))
+    except BrokenPipeError:
+        raise SystemExit(0) from None
+    raise SystemExit(rv if isinstance(rv, int) else 0)

@@ -1,0 +1,12 @@
+"""One module per command (group); each exposes `register(app, guarded)`."""
+
+from __future__ import annotations
+
+import importlib
+
+MODULES = ["commitlog", "export", "info", "cq", "offsets", "index", "msgid", "rebuild"]
+
+
+def register(app, guarded) -> None:
+    for name in MODULES:
+        importlib.import_module(f"rmqdump.cli.commands.{name}").register(app, guarded)

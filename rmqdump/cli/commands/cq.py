@@ -1,0 +1,203 @@
+"""`rmqdump cq verify|dump|seek`: the ConsumeQueues against the CommitLog."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from rmqdump.checks.cqverify import WINDOW_RECORDS, VerifySummary, problem_dict, verify
+from rmqdump.cli import render
+from rmqdump.cli.commands.options import Engine, ListFormat, engine_option, master_option, spark_conf_option, store_option
+from rmqdump.common.timeutil import iso, parse_time
+from rmqdump.query.cqseek import RecordReader, dump_units, seek
+from rmqdump.readers.store import Store
+from rmqdump.scan.dispatch import DelayLevels
+from schemas import constants as C
+
+cq_app = typer.Typer(help="ConsumeQueues: verify against the CommitLog, dump units, find an offset by time.", no_args_is_help=True)
+
+
+def verify_cmd(
+    store: Path = store_option(),
+    topic: str = typer.Option(None, "--topic", help="Only this topic."),
+    queue: int = typer.Option(None, "--queue", help="Only this queue id."),
+    no_crc: bool = typer.Option(False, "--no-crc", help="Skip body/property CRC checks in the CommitLog scan (faster)."),
+    delay_levels: str = typer.Option(C.DEFAULT_DELAY_LEVELS, "--delay-levels", help="The broker's messageDelayLevel (tagsCode of SCHEDULE_TOPIC_XXXX units)."),
+    fmt: ListFormat = typer.Option(ListFormat.table, "--format", "-f", help="table or jsonl."),
+    window: int = typer.Option(WINDOW_RECORDS, "--window", min=1, help="CommitLog records joined at a time (bounds memory: about 50 bytes each)."),
+    workers: int = typer.Option(1, "--workers", "-j", min=1, help="Processes scanning CommitLog files in parallel (one file per task)."),
+    engine: Engine = engine_option("the same findings, computed by Spark"),
+    master: str = master_option(),
+    spark_conf: list[str] = spark_conf_option(),
+):
+    """Cross-check every unit against its record and every message against its unit.
+
+    Exit 0 clean, 1 problems found, 2 unusable input.
+
+    Example:  rmqdump cq verify -s store --format jsonl
+    """
+    try:
+        delays = DelayLevels.parse(delay_levels)
+    except ValueError as e:
+        render.fail(f"usage: {e}", 2)
+    st = Store.open(store)
+    if not st.commitlog.files:
+        render.fail(f"no_commitlog: {st.root}: no CommitLog files in commitlog/", 2)
+    summary = VerifySummary()
+    rows: list[tuple] = []
+    total = sum(f.size for f in st.commitlog.files)
+    with render.progress(total, "verify") as advance:
+        if engine is Engine.spark:
+            from rmqdump.engines.spark.verify import run_verify
+
+            found = run_verify(st, master, spark_conf, topic=topic, queue_id=queue, check_crc=not no_crc, delays=delays, summary=summary)
+        else:
+            found = verify(
+                st, topic=topic, queue_id=queue, check_crc=not no_crc, delays=delays, summary=summary, on_bytes=advance, window_records=window, workers=workers
+            )
+        for p in found:
+            d = problem_dict(p)
+            if fmt is ListFormat.jsonl:
+                render.jsonl(d)
+            else:
+                rows.append(
+                    (
+                        d["code"],
+                        d["topic"] or "",
+                        "" if d["queue_id"] is None else str(d["queue_id"]),
+                        "" if d["unit_index"] is None else str(d["unit_index"]),
+                        "" if d["phys_offset"] is None else str(d["phys_offset"]),
+                        st.rel(d["cq_file"] or d["file"] or ""),
+                        d["detail"],
+                    )
+                )
+                if len(rows) >= 500:
+                    _flush(rows)
+    if fmt is ListFormat.jsonl:
+        render.jsonl(summary.to_dict())
+    else:
+        _flush(rows)
+        codes = ", ".join(f"{k} {v}" for k, v in sorted(summary.codes.items()))
+        render.err.print(
+            f"{summary.queues} queues, {summary.units} units, {summary.messages} messages: {summary.problems} problems{' (' + codes + ')' if codes else ''}",
+            highlight=False,
+        )
+    raise typer.Exit(1 if summary.problems else 0)
+
+
+def _flush(rows: list[tuple]) -> None:
+    if not rows:
+        return
+    t = Table(box=None, header_style="bold")
+    t.add_column("code", no_wrap=True, min_width=max(len(r[0]) for r in rows))
+    for name in ("topic", "queue", "unit", "phys"):
+        t.add_column(name, overflow="fold")
+    t.add_column("file", overflow="fold")
+    t.add_column("detail", overflow="fold")
+    for r in rows:
+        t.add_row(*r)
+    render.out.print(t)
+    rows.clear()
+
+
+def _queue(st: Store, topic: str, queue: int):
+    q = st.queue(topic, queue)
+    if q is None:
+        render.fail(f"no_queue: {st.root}/consumequeue/{topic}/{queue}: no such queue", 2)
+    return q
+
+
+def dump_cmd(
+    store: Path = store_option(),
+    topic: str = typer.Option(..., "--topic", help="Topic of the queue."),
+    queue: int = typer.Option(..., "--queue", help="Queue id."),
+    start: int = typer.Option(None, "--from", min=0, help="First queue offset to show."),
+    limit: int = typer.Option(None, "--limit", min=1, help="Show at most this many units."),
+    resolve: bool = typer.Option(False, "--resolve", help="Read each unit's record and show it next to the unit."),
+    fmt: ListFormat = typer.Option(ListFormat.table, "--format", "-f", help="table or jsonl."),
+):
+    """The units of one queue, decoded (offset, size, tagsCode), optionally with their records.
+
+    Example:  rmqdump cq dump -s store --topic orders --queue 1 --from 100 --limit 5 --resolve
+    """
+    st = Store.open(store)
+    q = _queue(st, topic, queue)
+    n = 0
+    with RecordReader(st.commitlog) as reader:
+        rows = dump_units(q, start=start, limit=limit, reader=reader if resolve else None)
+        if fmt is ListFormat.jsonl:
+            for r in rows:
+                render.jsonl(r)
+                n += 1
+        else:
+            cols = ["unit", "phys_offset", "size", "tags_code", "file@offset"]
+            if resolve:
+                cols += ["stored (UTC)", "rec q/qoffset", "tags", "keys", "check"]
+            t = Table(*cols, box=None, header_style="bold")
+            for r in rows:
+                n += 1
+                cells = [str(r["unit_index"]), str(r["phys_offset"]), str(r["size"]), str(r["tags_code"]), f"{Path(r['cq_file']).name}@{r['file_offset']}"]
+                if r["filler"]:
+                    cells[1] = "[dim]filler[/dim]"
+                elif not r["valid"]:
+                    cells[1] = f"[yellow]{r['phys_offset']} (invalid)[/yellow]"
+                if resolve:
+                    rec = r.get("record")
+                    if rec is None:
+                        cells += ["", "", "", "", ""]
+                    elif not rec["ok"]:
+                        cells += ["", "", "", "", f"[red]{rec['code']}[/red]"]
+                    else:
+                        good = rec["total_size"] == r["size"] and rec["topic"] == topic and rec["queue_id"] == queue and rec["queue_offset"] == r["unit_index"]
+                        cells += [
+                            iso(rec["store_timestamp"]),
+                            f"{rec['queue_id']}/{rec['queue_offset']}",
+                            rec["tags"] or "",
+                            " ".join(rec["keys"]),
+                            "ok" if good else "[red]MISMATCH[/red]",
+                        ]
+                t.add_row(*cells)
+            render.out.print(t)
+    raise typer.Exit(0 if n else 1)
+
+
+def seek_cmd(
+    store: Path = store_option(),
+    topic: str = typer.Option(..., "--topic", help="Topic of the queue."),
+    queue: int = typer.Option(..., "--queue", help="Queue id."),
+    time: str = typer.Option(..., "--time", help="Epoch milliseconds or ISO 8601 (UTC when no zone is given)."),
+    fmt: ListFormat = typer.Option(ListFormat.table, "--format", "-f", help="table or jsonl."),
+):
+    """The queue offset of the first message stored at or after a time (binary search, like getOffsetInQueueByTime).
+
+    Exit 0 when such a message exists, 1 when every message is older (the answer is then the queue's max offset).
+
+    Example:  rmqdump cq seek -s store --topic orders --queue 1 --time 2026-11-21T23:55:52Z
+    """
+    try:
+        ts = parse_time(time)
+    except ValueError as e:
+        render.fail(f"usage: {e}", 2)
+    st = Store.open(store)
+    q = _queue(st, topic, queue)
+    r = seek(q, st.commitlog, ts)
+    d = r.to_dict()
+    if fmt is ListFormat.jsonl:
+        render.jsonl(d)
+    elif d["found"]:
+        render.out.print(
+            f"{topic}/{queue}: queue offset {r.queue_offset} (stored {iso(r.store_timestamp)}, CommitLog offset {r.phys_offset}); "
+            f"queue holds {r.min_offset}..{r.max_offset - 1}; {r.probes} records read"
+        )
+    else:
+        render.out.print(f"{topic}/{queue}: no message stored at or after {iso(ts)}; queue offset {r.queue_offset} is the end (max offset)")
+    raise typer.Exit(0 if d["found"] else 1)
+
+
+def register(app, guarded) -> None:
+    cq_app.command("verify")(guarded(verify_cmd))
+    cq_app.command("dump")(guarded(dump_cmd))
+    cq_app.command("seek")(guarded(seek_cmd))
+    app.add_typer(cq_app, name="cq")

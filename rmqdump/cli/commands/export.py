@@ -1,0 +1,98 @@
+"""`rmqdump export`: every message of one or more stores as a Parquet (or JSON Lines) dataset."""
+
+from __future__ import annotations
+
+import re
+import time
+from enum import Enum
+
+import typer
+
+from rmqdump.cli import render
+from rmqdump.cli.commands.options import Engine, engine_option, master_option, spark_conf_option
+from rmqdump.scan.splits import DEFAULT_SPLIT, resolve_stores
+
+
+class ExportFormat(str, Enum):
+    parquet = "parquet"
+    jsonl = "jsonl"
+
+
+_SIZE = re.compile(r"^\s*(\d+)\s*([kmg]?)i?b?\s*$", re.IGNORECASE)
+
+
+def parse_size(text: str) -> int:
+    """Bytes from `268435456`, `256M`, `256MiB`, `1G`."""
+    m = _SIZE.match(text)
+    if not m or int(m.group(1)) <= 0:
+        raise ValueError(f"not a size: {text!r} (e.g. 256M)")
+    return int(m.group(1)) << {"": 0, "k": 10, "m": 20, "g": 30}[m.group(2).lower()]
+
+
+def export(
+    store: list[str] = typer.Option(
+        ..., "--store", "-s", help="A store root (holds commitlog/); repeat it, or give a glob, for a fleet. NAME=DIR sets the broker name."
+    ),
+    out: str = typer.Option(..., "--out", "-o", help="The dataset directory to create (a Spark output URI such as s3a://... with --engine spark)."),
+    fmt: ExportFormat = typer.Option(ExportFormat.parquet, "--format", "-f", help="parquet, or jsonl (one JSON object per line)."),
+    with_body: bool = typer.Option(False, "--with-body", help="Add the stored body bytes (binary; base64 in jsonl)."),
+    engine: Engine = engine_option("the same rows, decoded by Spark tasks"),
+    workers: int = typer.Option(1, "--workers", "-j", min=1, help="local engine: processes decoding byte ranges in parallel."),
+    master: str = master_option(),
+    spark_conf: list[str] = spark_conf_option(),
+    driver_memory: str = typer.Option("4g", "--driver-memory", help="spark engine: driver JVM memory."),
+    ship: str = typer.Option("auto", "--ship", help="spark engine: auto (zip the package to executors unless local), zip, or none (installed on every node)."),
+    spark_writer: str = typer.Option(
+        "spark", "--spark-writer", help="spark engine: spark (Spark's Parquet writer, any output URI) or arrow (tasks write with pyarrow; shared path, faster)."
+    ),
+    split_size: str = typer.Option("256M", "--split-size", help="Bytes of CommitLog per task (128M-512M suits big stores)."),
+    force: bool = typer.Option(False, "--force", help="Replace --out if it exists."),
+    no_crc: bool = typer.Option(False, "--no-crc", help="Skip the body and property CRC checks (crc_ok and prop_crc_ok are then null)."),
+):
+    """Export every message as a row: the `commitlog -f jsonl` message fields plus `broker`, partitioned by topic.
+
+    Parquet types: properties map<string,string>, keys list<string>, body binary. The broker name is the
+    store directory's name (its parent's for a directory called `store`), or NAME in NAME=DIR.
+    Problems found on the way go to stderr; exit 1 if there were any.
+
+    Example:  rmqdump export -s brokers/a/store -s brokers/b/store -o /data/msgs --workers 2
+    """
+    try:
+        split = parse_size(split_size) if split_size else DEFAULT_SPLIT
+    except ValueError as e:
+        render.fail(f"usage: --split-size: {e}", 2)
+    stores = resolve_stores(store)
+    crc = not no_crc
+    if spark_writer not in ("spark", "arrow"):
+        render.fail(f"usage: --spark-writer must be spark or arrow, not {spark_writer!r}", 2)
+    if engine is Engine.local:
+        from rmqdump.export.dataset import export_local  # pyarrow.dataset: imported only when exporting
+
+        with render.progress(_total_bytes(stores), "export") as advance:
+            res = export_local(stores, out, fmt=fmt.value, with_body=with_body, workers=workers, split_size=split, force=force, check_crc=crc, on_bytes=advance)
+    else:
+        from rmqdump.engines.spark.export import export_spark
+        from rmqdump.engines.spark.session import session
+
+        t0 = time.perf_counter()
+        with session(master, spark_conf, driver_memory=driver_memory, ship=ship) as spark:
+            startup = time.perf_counter() - t0
+            res = export_spark(spark, stores, out, fmt=fmt.value, with_body=with_body, split_size=split, force=force, check_crc=crc, writer=spark_writer)
+        res.startup_seconds = startup
+    for p in res.problems:
+        render.err.print(f"{p['broker']}: {p['code']}: {p['file']}@{p['file_offset']}: {p['detail']}", markup=False, highlight=False)
+    if res.problem_count > len(res.problems):
+        render.err.print(f"... and {res.problem_count - len(res.problems)} more problems", markup=False)
+    render.jsonl(res.to_dict())
+    raise typer.Exit(1 if res.problem_count else 0)
+
+
+def _total_bytes(stores) -> int:
+    from rmqdump.scan.splits import plan
+
+    splits, _ = plan(stores)
+    return sum(s.length for s in splits)
+
+
+def register(app, guarded) -> None:
+    app.command("export")(guarded(export))

@@ -1,0 +1,419 @@
+"""`rmqdump rebuild --engine spark`: the same ConsumeQueue and IndexFile bytes as the local rebuild, built by Spark.
+
+1. mapInArrow over the CommitLog's byte ranges: each record's dispatch values
+   and index key hashes (rmqdump.scan.dispatch.dispatch_columns, as the local
+   rebuild), numbered within its range; the result is persisted.
+2. ConsumeQueues: the queued records grouped by (topic, queue); each group is
+   written by one task with the local engine's ConsumeQueueBuilder (a queue's
+   files depend on that queue's messages only).
+3. IndexFiles: the keys numbered globally (range counts summed on the driver)
+   and cut into file segments of maxIndexNum - 1 keys, which is where the
+   broker starts a new file; each segment is written by one task with the
+   local engine's IndexBuilder, started with the previous file's end values
+   (`after`) and fed from the record that makes the file, as the broker does.
+   The driver then names the files in order (a name one millisecond after the
+   previous one when two would collide, like the sequential builder).
+4. The checkpoint, the self-check (cq verify / index verify on the new files)
+   and the publishing are the local rebuild's own functions.
+The output directory must be on a filesystem the executors share with the driver.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+from rmqdump.build import rebuild as R
+from rmqdump.build.cqbuild import CQ_UNSAFE_TOPIC, ConsumeQueueBuilder, QueueResult
+from rmqdump.build.indexbuild import IndexBuilder, IndexFileResult, index_file_name
+from rmqdump.build.settings import StoreSettings
+from rmqdump.common.problems import InputError, Problem
+from rmqdump.engines.spark.verify import problem_from_json, problem_json
+from rmqdump.export.dataset import scan_split
+from rmqdump.readers.commitlog import CommitLog
+from rmqdump.scan.dispatch import DelayLevels, dispatch_columns
+from rmqdump.scan.splits import DEFAULT_SPLIT, Split, file_splits
+
+SPARK_UNSUPPORTED = "spark_unsupported"
+
+RECORDS_DDL = (
+    "kind string, split_no int, rec bigint, key0 bigint, phys bigint, size int, store_ts bigint, tags_code bigint, queue_offset bigint, "
+    "queue_id int, topic string, queued boolean, key_hashes array<int>, scanned bigint, last_ts bigint, problem string"
+)
+RESULT_DDL = "kind string, seq bigint, payload string"
+
+
+def _records_fn(splits: list[Split], delays: DelayLevels, check_crc: bool, topics_wanted: frozenset[str] | None):
+    fields = [
+        ("kind", pa.string()),
+        ("split_no", pa.int32()),
+        ("rec", pa.int64()),
+        ("key0", pa.int64()),
+        ("phys", pa.int64()),
+        ("size", pa.int32()),
+        ("store_ts", pa.int64()),
+        ("tags_code", pa.int64()),
+        ("queue_offset", pa.int64()),
+        ("queue_id", pa.int32()),
+        ("topic", pa.string()),
+        ("queued", pa.bool_()),
+        ("key_hashes", pa.list_(pa.int32())),
+        ("scanned", pa.int64()),
+        ("last_ts", pa.int64()),
+        ("problem", pa.string()),
+    ]
+    schema = pa.schema(fields)
+
+    def rows(no: int, **cols) -> pa.RecordBatch:
+        n = len(next(iter(cols.values())))
+        return pa.RecordBatch.from_arrays([cols[f] if f in cols else pa.nulls(n, t) for f, t in fields], schema=schema)
+
+    def decode(batches):
+        for batch in batches:
+            for no in batch.column("split_no").to_pylist():
+                found: list[Problem] = []
+                flagged: list[Problem] = []
+                scanned, last_ts, rec_base, key_base = 0, None, 0, 0
+                split = splits[no]
+                for b in scan_split(Split(**{**split.__dict__, "check_crc": check_crc}), found.append, flagged.append):
+                    if not len(b):
+                        continue
+                    d = dispatch_columns(b, delays, keys=True)
+                    n = len(d)
+                    scanned += n
+                    last_ts = int(d.store_timestamp[-1])
+                    sel = np.ones(n, dtype=bool)
+                    if topics_wanted is not None:
+                        keep_t = np.array([t in topics_wanted for t in d.topics], dtype=bool)
+                        sel = keep_t[d.topic_id]
+                    kr = np.asarray(d.key_rec, dtype=np.int64)
+                    ksel = sel[kr] if len(kr) else np.zeros(0, dtype=bool)
+                    counts = np.bincount(kr[ksel], minlength=n)[sel] if len(kr) else np.zeros(int(sel.sum()), dtype=np.int64)
+                    idx = np.flatnonzero(sel)
+                    m = len(idx)
+                    if m == 0:
+                        continue
+                    offs = np.zeros(m + 1, dtype=np.int32)
+                    np.cumsum(counts, out=offs[1:])
+                    hashes = pa.ListArray.from_arrays(pa.array(offs), pa.array(np.asarray(d.key_hash)[ksel].astype(np.int32)))
+                    topic_names = pa.array(d.topics, pa.string()).take(pa.array(d.topic_id[idx].astype(np.int32)))
+                    yield rows(
+                        no,
+                        kind=pa.array(["r"] * m, pa.string()),
+                        split_no=pa.array(np.full(m, no, dtype=np.int32)),
+                        rec=pa.array(np.arange(rec_base, rec_base + m, dtype=np.int64)),
+                        key0=pa.array(key_base + offs[:-1].astype(np.int64)),
+                        phys=pa.array(d.phys[idx].astype(np.int64)),
+                        size=pa.array(d.size[idx].astype(np.int32)),
+                        store_ts=pa.array(d.store_timestamp[idx].astype(np.int64)),
+                        tags_code=pa.array(d.tags_code[idx].astype(np.int64)),
+                        queue_offset=pa.array(d.queue_offset[idx].astype(np.int64)),
+                        queue_id=pa.array(d.queue_id[idx].astype(np.int32)),
+                        topic=topic_names,
+                        queued=pa.array(d.queued[idx].astype(bool)),
+                        key_hashes=hashes,
+                    )
+                    rec_base += m
+                    key_base += int(offs[-1])
+                yield rows(
+                    no,
+                    kind=pa.array(["s"], pa.string()),
+                    split_no=pa.array([no], pa.int32()),
+                    rec=pa.array([rec_base], pa.int64()),
+                    key0=pa.array([key_base], pa.int64()),
+                    scanned=pa.array([scanned], pa.int64()),
+                    last_ts=pa.array([last_ts], pa.int64()),
+                )
+                for kind, probs in (("p", found), ("f", flagged)):
+                    if probs:
+                        n = len(probs)
+                        yield rows(
+                            no,
+                            kind=pa.array([kind] * n, pa.string()),
+                            split_no=pa.array([no] * n, pa.int32()),
+                            rec=pa.array(list(range(n)), pa.int64()),
+                            problem=pa.array([problem_json(p) for p in probs], pa.string()),
+                        )
+
+    return decode
+
+
+def _cq_fn(out_dir: str, units_per_file: int, sync: bool, display_dir: str):
+    def build(key, table):  # no annotations: pyspark infers the UDF kind from them
+        t = table.sort_by("phys")
+        cqb = ConsumeQueueBuilder(out_dir, units_per_file, sync=sync, display_dir=display_dir)
+        cqb.add(
+            [key[0].as_py()],
+            np.zeros(t.num_rows, dtype=np.int32),
+            t.column("queue_id").to_numpy().astype(np.int64),
+            t.column("queue_offset").to_numpy(),
+            t.column("phys").to_numpy(),
+            t.column("size").to_numpy(),
+            t.column("tags_code").to_numpy(),
+        )
+        queues = cqb.finish()
+        payload = [("q", 0, json.dumps(q.__dict__)) for q in queues] + [("p", int(p.phys_offset or 0), problem_json(p)) for p in cqb.problems]
+        return pa.table(
+            {"kind": [x[0] for x in payload], "seq": [x[1] for x in payload], "payload": [x[2] for x in payload]},
+            schema=pa.schema([("kind", pa.string()), ("seq", pa.int64()), ("payload", pa.string())]),
+        )
+
+    return build
+
+
+@dataclass(frozen=True)
+class _Segment:
+    """One IndexFile: its keys [g0, g1), the record that makes it, the previous file's end values."""
+
+    no: int
+    g0: int
+    g1: int
+    trigger: tuple[int, int, int]  # (global record number, phys, store time)
+    after: tuple[int, int] | None  # (endTimestamp, endPhyOffset) of the previous file
+
+
+def _build_segment(
+    seg: _Segment, out_dir: str, settings: StoreSettings, sync: bool, rec: np.ndarray, phys: np.ndarray, ts: np.ndarray, hashes: np.ndarray
+) -> dict:
+    """Write one index file into out_dir/.seg-N/ from its keys (in put order) and their records."""
+    d = os.path.join(out_dir, f".seg-{seg.no:06d}")
+    os.makedirs(d, exist_ok=True)
+    t_rec, t_phys, t_ts = seg.trigger
+    recs, first = np.unique(np.concatenate([[t_rec], rec]), return_index=True)
+    all_phys = np.concatenate([[t_phys], phys])[first]
+    all_ts = np.concatenate([[t_ts], ts])[first]
+    key_rec = np.searchsorted(recs, rec)
+    ixb = IndexBuilder(d, settings.hash_slots, settings.index_entries, after=seg.after, sync=sync)
+    ixb.add(all_phys, all_ts, key_rec, hashes)
+    files = ixb.finish()
+    assert len(files) == 1, f"segment {seg.no} made {len(files)} index files"
+    return {"no": seg.no, **{k: v for k, v in files[0].__dict__.items()}}
+
+
+def _index_fn(segments: dict[int, _Segment], out_dir: str, settings: StoreSettings, sync: bool):
+    def build(key, table):  # no annotations: pyspark infers the UDF kind from them
+        t = table.sort_by("g")
+        seg = segments[key[0].as_py()]
+        res = _build_segment(
+            seg,
+            out_dir,
+            settings,
+            sync,
+            t.column("grec").to_numpy(),
+            t.column("phys").to_numpy(),
+            t.column("store_ts").to_numpy(),
+            t.column("h").to_numpy().astype(np.int32),
+        )
+        return pa.table(
+            {"kind": ["i"], "seq": [seg.no], "payload": [json.dumps(res)]},
+            schema=pa.schema([("kind", pa.string()), ("seq", pa.int64()), ("payload", pa.string())]),
+        )
+
+    return build
+
+
+def build_into_spark(spark, tmp: str, cl: CommitLog, settings: StoreSettings, options: R.RebuildOptions, report: R.RebuildReport, split_size: int) -> None:
+    """consumequeue/, index/ and checkpoint under `tmp`, like rebuild.build_into."""
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    if options.index_after is not None or options.to_offset is not None:
+        raise InputError(SPARK_UNSUPPORTED, report.store, "index_after/to_offset are local-engine library options")
+    want_cq, want_index = "consumequeue" in options.only, "index" in options.only
+    sc = spark.sparkContext
+    splits = [sp for f in cl.files for sp in file_splits("", f.path, f.base, f.size, split_size)]
+    nparts = max(1, min(len(splits), max(2 * sc.defaultParallelism, sum(s.length for s in splits) // DEFAULT_SPLIT + 1)))
+    split_df = spark.createDataFrame(sc.parallelize([(i,) for i in range(len(splits))], nparts), "split_no int")
+    decoded = split_df.mapInArrow(_records_fn(splits, settings.delays, options.check_crc, options.topics), RECORDS_DDL).persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        small = decoded.filter(F.col("kind") != "r").select("kind", "split_no", "rec", "key0", "scanned", "last_ts", "problem").collect()
+        stats = {r["split_no"]: r for r in small if r["kind"] == "s"}
+        for r in sorted((r for r in small if r["kind"] in ("p", "f")), key=lambda r: (r["split_no"], r["rec"])):
+            (report.damaged if r["kind"] == "p" else report.flagged).append(problem_from_json(r["problem"]))
+        rec_base, key_base, nrec, nkey, last_ts = {}, {}, 0, 0, None
+        for no in range(len(splits)):
+            s = stats[no]
+            rec_base[no], key_base[no] = nrec, nkey
+            nrec += s["rec"]
+            nkey += s["key0"]
+            report.records += s["scanned"]
+            if s["last_ts"] is not None:
+                last_ts = s["last_ts"]
+        report.messages = nrec
+        records = decoded.filter(F.col("kind") == "r")
+        bases = spark.createDataFrame([(no, rec_base[no], key_base[no]) for no in range(len(splits))], "split_no int, rec_base bigint, key_base bigint")
+        records = records.join(F.broadcast(bases), "split_no").withColumn("grec", F.col("rec") + F.col("rec_base"))
+        last_queued_ts = None
+        if want_cq:
+            os.makedirs(os.path.join(tmp, "consumequeue"))
+            queued = records.filter(F.col("queued")).select("topic", "queue_id", "queue_offset", "phys", "size", "tags_code", "store_ts")
+            if queued.limit(1).count():
+                last_queued_ts = queued.orderBy(F.col("phys").desc()).select("store_ts").first()[0]
+            nq = max(1, 4 * sc.defaultParallelism)
+            out = (
+                queued.repartition(nq, "topic", "queue_id")
+                .groupBy("topic", "queue_id")
+                .applyInArrow(
+                    _cq_fn(os.path.join(tmp, "consumequeue"), settings.cq_units_per_file, options.sync, os.path.join(report.out, "consumequeue")), RESULT_DDL
+                )
+                .collect()
+            )
+            report.queues = sorted((_queue_result(json.loads(r["payload"])) for r in out if r["kind"] == "q"), key=lambda q: (q.topic, q.queue_id))
+            report.problems.extend(
+                _dedupe_unsafe([problem_from_json(r["payload"]) for r in sorted((r for r in out if r["kind"] == "p"), key=lambda r: r["seq"])])
+            )
+        if want_index:
+            index_dir = os.path.join(tmp, "index")
+            os.makedirs(index_dir)
+            report.index_files = _build_index(spark, records, nrec, nkey, index_dir, settings, options.sync)
+            report.index_keys = nkey
+    finally:
+        decoded.unpersist()
+    report.checkpoint = R.write_checkpoint(tmp, report, last_ts, last_queued_ts, options.sync)
+
+
+def _queue_result(d: dict) -> QueueResult:
+    """A QueueResult back from JSON: pairs were tuples."""
+    for k, v in d.items():
+        if isinstance(v, list) and k != "files":
+            d[k] = [tuple(x) if isinstance(x, list) else x for x in v]
+        elif isinstance(v, list):
+            d[k] = v
+    for k in ("first_gap", "first_dup"):
+        if isinstance(d.get(k), list):
+            d[k] = tuple(d[k])
+    return QueueResult(**d)
+
+
+def _dedupe_unsafe(problems: list[Problem]) -> list[Problem]:
+    """A topic that cannot be a directory is reported once (first message), as by one builder."""
+    out, seen = [], set()
+    for p in sorted(problems, key=lambda p: p.phys_offset or 0):
+        if p.code == CQ_UNSAFE_TOPIC:
+            if p.detail in seen:
+                continue
+            seen.add(p.detail)
+        out.append(p)
+    return out
+
+
+def _build_index(spark, records, nrec: int, nkey: int, index_dir: str, settings: StoreSettings, sync: bool) -> list[IndexFileResult]:
+    from pyspark.sql import functions as F
+
+    per_file = settings.index_entries - 1  # indexCount starts at 1; a file is full at maxIndexNum
+    if nrec == 0:
+        return []
+    keys = records.select("grec", "phys", "store_ts", (F.col("key0") + F.col("key_base")).alias("kbase"), F.posexplode("key_hashes").alias("pos", "h")).select(
+        "grec", "phys", "store_ts", "h", (F.col("kbase") + F.col("pos")).alias("g")
+    )
+    nseg = -(-nkey // per_file) if nkey else 0
+    # the keys around each file boundary, and the records that may make a file
+    edges = sorted({g for j in range(1, nseg + 1) for g in (j * per_file - 1, j * per_file) if 0 <= g < nkey})
+    at = {r["g"]: r for r in keys.filter(F.col("g").isin(edges)).select("g", "grec", "phys", "store_ts").collect()} if edges else {}
+    want_recs = {0} | {at[j * per_file - 1]["grec"] + 1 for j in range(1, nseg + 1) if j * per_file - 1 in at}
+    recs = {
+        r["grec"]: (r["grec"], r["phys"], r["store_ts"])
+        for r in records.filter(F.col("grec").isin(sorted(want_recs))).select("grec", "phys", "store_ts").collect()
+    }
+    segments: dict[int, _Segment] = {}
+    j = 0
+    while True:
+        g0, g1 = j * per_file, min(nkey, (j + 1) * per_file)
+        if j == 0:
+            trigger, after = recs[0], None
+        else:
+            last = at[g0 - 1]
+            after = (last["store_ts"], last["phys"])
+            nxt = at.get(g0)
+            if nxt is not None and nxt["grec"] == last["grec"]:
+                trigger = (nxt["grec"], nxt["phys"], nxt["store_ts"])  # the same message still has keys
+            elif last["grec"] + 1 < nrec:
+                trigger = recs[last["grec"] + 1]  # the next message, with or without keys
+            else:
+                break  # the last file filled with the last message: no successor
+        segments[j] = _Segment(j, g0, g1, trigger, after)
+        if g1 >= nkey and (g1 - g0 < per_file or nkey == 0):
+            break
+        j += 1
+    results: dict[int, dict] = {}
+    with_keys = [s for s in segments.values() if s.g1 > s.g0]
+    if with_keys:
+        segs = {s.no: s for s in with_keys}
+        keyed = keys.withColumn("seg", F.expr(f"g div {per_file}"))
+        nparts = max(1, min(len(segs), 4 * spark.sparkContext.defaultParallelism))
+        out = keyed.repartition(nparts, "seg").groupBy("seg").applyInArrow(_index_fn(segs, index_dir, settings, sync), RESULT_DDL).collect()
+        for r in out:
+            d = json.loads(r["payload"])
+            results[d["no"]] = d
+    for s in segments.values():
+        if s.g1 == s.g0:  # a file the broker makes and leaves empty
+            e = np.zeros(0, dtype=np.int64)
+            results[s.no] = _build_segment(s, index_dir, settings, sync, e, e, e, np.zeros(0, dtype=np.int32))
+    files: list[IndexFileResult] = []
+    last_ms = -1
+    for no in sorted(results):
+        d = results[no]
+        src = d["path"]
+        trig_ms = segments[no].trigger[2]
+        ms = max(int(trig_ms), last_ms + 1)
+        last_ms = ms
+        name = index_file_name(ms)
+        dst = os.path.join(index_dir, name)
+        os.rename(src, dst)
+        os.rmdir(os.path.dirname(src))
+        fields = {k: v for k, v in d.items() if k not in ("no", "name", "path")}
+        files.append(IndexFileResult(name, dst, **fields))
+    return files
+
+
+def rebuild_spark(
+    spark, store: str, out: str, settings: StoreSettings, options: R.RebuildOptions | None = None, *, split_size: int = DEFAULT_SPLIT
+) -> R.RebuildReport:
+    """rebuild.rebuild with the scan and the builders run by Spark; same checks, same publishing."""
+    options = options or R.RebuildOptions()
+    t0 = time.perf_counter()
+    s, o = R.check_paths(store, out, options.force)
+    cl = CommitLog.open(os.path.join(s, "commitlog"))
+    if not cl.files:
+        raise InputError(R.NO_COMMITLOG, os.path.join(store, "commitlog"), "no CommitLog files: nothing to rebuild from")
+    report = R.RebuildReport(store=s, out=o, settings=settings, options=options)
+    report.commitlog_files = len(cl.files)
+    report.commitlog_bytes = sum(f.size for f in cl.files)
+    report.damaged.extend(cl.problems)
+    report.workers = spark.sparkContext.defaultParallelism
+    parent, base = os.path.dirname(o), os.path.basename(o)
+    os.makedirs(parent, exist_ok=True)
+    R._clean_stale(parent, base)
+    tmp = os.path.join(parent, f".{base}{R.TMP_MARK}{os.getpid()}-{int(time.time() * 1000)}")
+    try:
+        os.mkdir(tmp)
+        build_into_spark(spark, tmp, cl, settings, options, report, split_size)
+        report.seconds = time.perf_counter() - t0
+        if options.verify:
+            t1 = time.perf_counter()
+            report.verify = R.verify_output(tmp, s, settings, options, report.queues)
+            report.verify_seconds = time.perf_counter() - t1
+        if options.sync:
+            R._fsync_dir(tmp)
+        with R._signals_held():
+            R._publish(tmp, o)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return report
+
+
+def run_rebuild(
+    store: str, out: str, settings: StoreSettings, options: R.RebuildOptions | None = None, master: str = "local[*]", conf: list[str] | None = None
+):
+    """For `rmqdump rebuild --engine spark`: a session for the command, the rebuild, the session stopped."""
+    from rmqdump.engines.spark.session import session
+
+    with session(master, conf) as spark:
+        return rebuild_spark(spark, store, out, settings, options)

@@ -1,0 +1,313 @@
+"""`rmqdump cq verify --engine spark`: the same findings as rmqdump.checks.cqverify.verify, computed by Spark.
+
+1. The CommitLog's byte ranges are decoded by mapInArrow into record headers
+   with their dispatch values (rmqdump.scan.dispatch.dispatch_of, the local
+   engine's own), plus the scan's problems as rows; the result is persisted.
+2. Every selected queue's valid unit offsets are read by tasks (one row per
+   queue in, offsets out) and joined to the records on the physical offset.
+3. Per (topic, queue) group, the records its units hit and the records that
+   belong to it are rebuilt into a RecordTable, and the local engine's pure
+   functions run on it: cqverify.check_units over the queue's files, chunk by
+   chunk with the same carry, then cqverify.missing_units. No check is
+   written here; only where rows go.
+The driver puts the findings back into the local engine's order.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from rmqdump.checks.cqverify import CommitLogExtent, RecordTable, VerifySummary, _cq_locator, check_units, missing_units
+from rmqdump.common.problems import Problem
+from rmqdump.export.dataset import scan_split
+from rmqdump.readers.consumequeue import UNIT_SIZE, ConsumeQueue
+from rmqdump.readers.store import Store
+from rmqdump.scan.dispatch import DelayLevels, DispatchBatch, dispatch_of
+from rmqdump.scan.splits import DEFAULT_SPLIT, Split, file_splits
+from schemas import constants as C
+
+RECORDS_DDL = (
+    "kind string, phys bigint, size int, topic string, queue_id int, queue_offset bigint, tags_code bigint, "
+    "store_timestamp bigint, queued boolean, split_no int, seq int, problem string"
+)
+UNITS_DDL = "u_topic string, u_queue int, offset bigint"
+FINDINGS_DDL = "section int, a bigint, b bigint, seq int, problem string, units bigint"
+_REC_COLS = ["phys", "size", "topic", "queue_id", "queue_offset", "tags_code", "store_timestamp", "queued"]
+
+
+def problem_json(p: Problem) -> str:
+    return json.dumps({"code": p.code, "file": p.file, "file_offset": p.file_offset, "detail": p.detail, "phys_offset": p.phys_offset, "extra": p.extra})
+
+
+def problem_from_json(s: str) -> Problem:
+    d = json.loads(s)
+    return Problem(d["code"], d["file"], d["file_offset"], d["detail"], phys_offset=d["phys_offset"], extra=d["extra"])
+
+
+def _records_fn(splits: list[Split], delays: DelayLevels, check_crc: bool):
+    schema = pa.schema(
+        [
+            ("kind", pa.string()),
+            ("phys", pa.int64()),
+            ("size", pa.int32()),
+            ("topic", pa.string()),
+            ("queue_id", pa.int32()),
+            ("queue_offset", pa.int64()),
+            ("tags_code", pa.int64()),
+            ("store_timestamp", pa.int64()),
+            ("queued", pa.bool_()),
+            ("split_no", pa.int32()),
+            ("seq", pa.int32()),
+            ("problem", pa.string()),
+        ]
+    )
+
+    def records(d: DispatchBatch) -> pa.RecordBatch:
+        n = len(d)
+        return pa.RecordBatch.from_arrays(
+            [
+                pa.array(["r"] * n, pa.string()),
+                pa.array(d.phys.astype(np.int64)),
+                pa.array(d.size.astype(np.int32)),
+                pa.array(d.topic, pa.string()),
+                pa.array(np.asarray(d.queue_id).astype(np.int32)),
+                pa.array(np.asarray(d.queue_offset).astype(np.int64)),
+                pa.array(d.tags_code.astype(np.int64)),
+                pa.array(np.asarray(d.store_timestamp).astype(np.int64)),
+                pa.array(d.queued.astype(bool)),
+                pa.nulls(n, pa.int32()),
+                pa.nulls(n, pa.int32()),
+                pa.nulls(n, pa.string()),
+            ],
+            schema=schema,
+        )
+
+    def problems(no: int, found: list[Problem]) -> pa.RecordBatch:
+        n = len(found)
+        return pa.RecordBatch.from_arrays(
+            [
+                pa.array(["p"] * n, pa.string()),
+                *[pa.nulls(n, f.type) for f in list(schema)[1:9]],
+                pa.array([no] * n, pa.int32()),
+                pa.array(list(range(n)), pa.int32()),
+                pa.array([problem_json(p) for p in found], pa.string()),
+            ],
+            schema=schema,
+        )
+
+    def decode(batches):
+        for batch in batches:
+            for no in batch.column("split_no").to_pylist():
+                split = splits[no]
+                found: list[Problem] = []
+                for b in scan_split(Split(**{**split.__dict__, "check_crc": check_crc}), found.append):
+                    if len(b):
+                        yield records(dispatch_of(b, delays))
+                if found:
+                    yield problems(no, found)
+
+    return decode
+
+
+def _units_fn(queues: dict[tuple[str, int], str], file_size: int | None):
+    def read(batches):
+        for batch in batches:
+            for t, q in zip(batch.column("topic").to_pylist(), batch.column("queue_id").to_pylist(), strict=True):
+                cq = ConsumeQueue.open(queues[(t, q)], t, q, file_size)
+                for chunk in cq.chunks():
+                    off = chunk.offset[chunk.valid_mask()]
+                    if len(off):
+                        n = len(off)
+                        yield pa.RecordBatch.from_arrays(
+                            [pa.array([t] * n, pa.string()), pa.array([q] * n, pa.int32()), pa.array(off.astype(np.int64))],
+                            names=["u_topic", "u_queue", "offset"],
+                        )
+
+    return read
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What every group task needs to know about the store (small, shipped in the closure)."""
+
+    root: str
+    queues: dict[tuple[str, int], str]  # selected queue -> its directory
+    order: dict[tuple[str, int], int]  # selected queue -> its position in the local engine's loop
+    file_size: int | None
+    extent: CommitLogExtent
+    check_tags: bool
+    select_topic: str | None
+    select_queue: int | None
+
+
+def _expected_path(plan: _Plan, t: str, qid: int, index: int, cq: ConsumeQueue | None) -> str:
+    if cq is not None:
+        return cq.expected_path(index)
+    fs = plan.file_size or C.DEFAULT_CQ_UNITS_PER_FILE * UNIT_SIZE
+    return os.path.join(plan.root, "consumequeue", t, str(qid), f"{index * UNIT_SIZE // fs * fs:020d}")
+
+
+def _group_fn(plan: _Plan):
+    out_schema = pa.schema(
+        [("section", pa.int32()), ("a", pa.int64()), ("b", pa.int64()), ("seq", pa.int32()), ("problem", pa.string()), ("units", pa.int64())]
+    )
+
+    def check(key, table):  # no annotations: pyspark infers the UDF kind from them
+        t, qid = key[0].as_py(), key[1].as_py()
+        recs = table.filter(pc.is_valid(table.column("phys")))
+        cols = {c: recs.column(c).to_numpy(zero_copy_only=False) for c in _REC_COLS}
+        phys, first = np.unique(cols["phys"].astype(np.int64), return_index=True)
+        topics_all = recs.column("topic").to_pylist()
+        tmap: dict[str, int] = {}
+        topic_id = np.array([tmap.setdefault(topics_all[i], len(tmap)) for i in first.tolist()], dtype=np.int32)
+        records = RecordTable(
+            phys=phys,
+            size=cols["size"][first].astype(np.int32),
+            topic_id=topic_id,
+            queue_id=cols["queue_id"][first].astype(np.int32),
+            queue_offset=cols["queue_offset"][first].astype(np.int64),
+            tags_code=cols["tags_code"][first].astype(np.int64),
+            store_timestamp=cols["store_timestamp"][first].astype(np.int64),
+            queued=cols["queued"][first].astype(bool),
+            topics=list(tmap),
+        )
+        rows: list[tuple] = []
+        covered = np.zeros(len(records), dtype=bool)
+        units = 0
+        cq = None
+        if (t, qid) in plan.queues:
+            cq = ConsumeQueue.open(plan.queues[(t, qid)], t, qid, plan.file_size)
+            where = _cq_locator(cq)
+            last_valid = cq.last_valid_index()
+            prev, seen = -1, False
+            for chunk in cq.chunks():
+                res = check_units(
+                    chunk,
+                    t,
+                    qid,
+                    records,
+                    plan.extent,
+                    last_valid_index=last_valid,
+                    prev_offset=prev,
+                    seen_real=seen,
+                    cq_file_of=where,
+                    check_tags=plan.check_tags,
+                )
+                prev, seen = res.last_offset, res.seen_real
+                units += res.units
+                covered[res.covered] = True
+                for p in res.problems:
+                    rows.append((0, plan.order[(t, qid)], 0, len(rows), problem_json(p)))
+        mine = (records.topic_id == records.topic_code(t)) & (records.queue_id == qid)
+        selected = (plan.select_topic is None or t == plan.select_topic) and (plan.select_queue is None or qid == plan.select_queue)
+        if selected:
+            for p in missing_units(records, covered, select=mine, cq_file_of=lambda tt, qq, ix: _expected_path(plan, tt, qq, ix, cq)):
+                rows.append((1, p.phys_offset, 0, 0, problem_json(p)))
+        n = len(rows)
+        return pa.Table.from_arrays(
+            [
+                pa.array([r[0] for r in rows] + [2], pa.int32()),
+                pa.array([r[1] for r in rows] + [0], pa.int64()),
+                pa.array([r[2] for r in rows] + [0], pa.int64()),
+                pa.array([r[3] for r in rows] + [0], pa.int32()),
+                pa.array([r[4] for r in rows] + [None], pa.string()),
+                pa.array([None] * n + [units], pa.int64()),
+            ],
+            schema=out_schema,
+        )
+
+    return check
+
+
+def verify_spark(
+    spark,
+    store: Store,
+    *,
+    topic: str | None = None,
+    queue_id: int | None = None,
+    check_crc: bool = True,
+    delays: DelayLevels | None = None,
+    summary: VerifySummary | None = None,
+    split_size: int = DEFAULT_SPLIT,
+) -> list[Problem]:
+    """Every finding of `cq verify`, in the local engine's order (rmqdump.checks.cqverify.verify)."""
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    s = summary if summary is not None else VerifySummary()
+    delays = delays or DelayLevels.parse()
+    queues = store.select_queues(topic, queue_id)
+    s.queues = len(queues)
+    out: list[Problem] = []
+    wanted = {(q.topic, q.queue_id) for q in queues}
+    for p in store.problems:
+        if "topic" in p.extra and (p.extra.get("topic"), p.extra.get("queue_id")) not in wanted and p.extra.get("queue_id") is not None:
+            continue
+        out.append(p)
+
+    splits = [sp for f in store.commitlog.files for sp in file_splits("", f.path, f.base, f.size, split_size)]
+    sc = spark.sparkContext
+    nparts = max(1, min(len(splits), max(2 * sc.defaultParallelism, sum(sp.length for sp in splits) // DEFAULT_SPLIT + 1)))
+    split_df = spark.createDataFrame(sc.parallelize([(i,) for i in range(len(splits))], nparts), "split_no int")
+    rec_all = split_df.mapInArrow(_records_fn(splits, delays, check_crc), RECORDS_DDL).persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        cl_problems = rec_all.filter(F.col("kind") == "p").select("split_no", "seq", "problem").collect()
+        records = rec_all.filter(F.col("kind") == "r")
+        stats = records.agg(F.count(F.lit(1)).alias("n"), F.max(F.col("phys") + F.col("size")).alias("end")).collect()[0]
+        s.messages = int(stats["n"])
+        data_end = int(stats["end"] or 0)
+        for r in sorted(cl_problems, key=lambda r: (r["split_no"], r["seq"])):
+            out.append(problem_from_json(r["problem"]))
+
+        plan = _Plan(
+            root=store.root,
+            queues={(q.topic, q.queue_id): q.path for q in queues},
+            order={(q.topic, q.queue_id): i for i, q in enumerate(queues)},
+            file_size=store.cq_file_size,
+            extent=CommitLogExtent.of(store.commitlog, data_end),
+            check_tags=not any(u.kind == "consumequeue_ext" for u in store.unsupported),
+            select_topic=topic,
+            select_queue=queue_id,
+        )
+        qrows = [(q.topic, q.queue_id) for q in queues]
+        queue_df = spark.createDataFrame(sc.parallelize(qrows, max(1, min(len(qrows), 2 * sc.defaultParallelism))), "topic string, queue_id int")
+        units = queue_df.mapInArrow(_units_fn(plan.queues, plan.file_size), UNITS_DDL)
+        rec = records.select(*_REC_COLS)
+        hit = units.join(rec, units["offset"] == rec["phys"], "inner").select(F.col("u_topic").alias("k_topic"), F.col("u_queue").alias("k_queue"), *_REC_COLS)
+        own = rec
+        if topic is not None:
+            own = own.filter(F.col("topic") == topic)
+        if queue_id is not None:
+            own = own.filter(F.col("queue_id") == queue_id)
+        own = own.select(F.col("topic").alias("k_topic"), F.col("queue_id").alias("k_queue"), *_REC_COLS)
+        marks = queue_df.select(
+            F.col("topic").alias("k_topic"), F.col("queue_id").alias("k_queue"), *[F.lit(None).cast(rec.schema[c].dataType).alias(c) for c in _REC_COLS]
+        )
+        nq = max(1, min(len(qrows) + 1, 4 * sc.defaultParallelism))
+        grouped = hit.unionByName(own).unionByName(marks).repartition(nq, "k_topic", "k_queue").groupBy("k_topic", "k_queue")
+        findings = grouped.applyInArrow(_group_fn(plan), FINDINGS_DDL).collect()
+    finally:
+        rec_all.unpersist()
+    unit_rows = sorted((r for r in findings if r["section"] == 0), key=lambda r: (r["a"], r["seq"]))
+    missing = sorted((r for r in findings if r["section"] == 1), key=lambda r: r["a"])
+    s.units = sum(r["units"] for r in findings if r["section"] == 2)
+    out.extend(problem_from_json(r["problem"]) for r in unit_rows)
+    out.extend(problem_from_json(r["problem"]) for r in missing)
+    s.problems = len(out)
+    for p in out:
+        s.codes[p.code] = s.codes.get(p.code, 0) + 1
+    return out
+
+
+def run_verify(store: Store, master: str = "local[*]", conf: list[str] | None = None, *, summary: VerifySummary | None = None, **kw) -> list[Problem]:
+    """For `rmqdump cq verify --engine spark`: a session for the command, the findings, the session stopped."""
+    from rmqdump.engines.spark.session import session
+
+    with session(master, conf) as spark:
+        return verify_spark(spark, store, summary=summary, **kw)

@@ -1,0 +1,360 @@
+"""A scanned CommitLog batch as Arrow record batches: the rows `rmqdump export` writes.
+
+The columns and values are those of Message.to_dict() (the JSON Lines message
+object) plus `broker`, so a Parquet row, a JSON Lines export line and
+`rmqdump commitlog -f jsonl` agree. The same function feeds the local engine
+and Spark's mapInArrow, so both engines decode with one decoder.
+
+Header integers come straight from the batch's numpy columns; hosts and
+message ids are formatted once per distinct address; only the properties
+string needs a Python step per record.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from rmqdump.readers.commitlog import Batch
+from rmqdump.readers.fastpath import field_struct, gather, numpy_dtype, struct_format
+from rmqdump.readers.message import decode_properties, flag_names, format_host, split_keys
+from schemas import HostV4, HostV6, OffsetMsgIdV4
+from schemas import constants as C
+
+_HOSTS = {False: struct_format(HostV4), True: struct_format(HostV6)}
+_PORT = field_struct(OffsetMsgIdV4, "port")[1]
+_MSGID_PHYS = numpy_dtype(OffsetMsgIdV4.subcons[-1])
+
+MAX_CHUNK_BYTES = 32 << 20  # record bytes per Arrow batch: bounds memory whatever the messages
+
+FIELDS = [
+    ("kind", pa.string()),
+    ("file", pa.string()),
+    ("phys_offset", pa.int64()),
+    ("total_size", pa.int32()),
+    ("magic_version", pa.int32()),
+    ("body_crc", pa.int32()),
+    ("crc_ok", pa.bool_()),
+    ("prop_crc_ok", pa.bool_()),
+    ("queue_id", pa.int32()),
+    ("flag", pa.int32()),
+    ("queue_offset", pa.int64()),
+    ("sys_flag", pa.int32()),
+    ("sys_flag_names", pa.list_(pa.string())),
+    ("transaction", pa.string()),
+    ("born_timestamp", pa.int64()),
+    ("born_host", pa.string()),
+    ("store_timestamp", pa.int64()),
+    ("store_host", pa.string()),
+    ("reconsume_times", pa.int32()),
+    ("prepared_transaction_offset", pa.int64()),
+    ("body_length", pa.int32()),
+    ("topic", pa.string()),
+    ("properties", pa.map_(pa.string(), pa.string())),
+    ("tags", pa.string()),
+    ("keys", pa.list_(pa.string())),
+    ("uniq_key", pa.string()),
+    ("msg_id", pa.string()),
+    ("broker", pa.string()),
+]
+BODY_FIELD = ("body", pa.binary())
+
+_INT_COLUMNS = {
+    "total_size": "total_size",
+    "body_crc": "body_crc",
+    "queue_id": "queue_id",
+    "flag": "flag",
+    "queue_offset": "queue_offset",
+    "sys_flag": "sys_flag",
+    "born_timestamp": "born_timestamp",
+    "store_timestamp": "store_timestamp",
+    "reconsume_times": "reconsume_times",
+    "prepared_transaction_offset": "prepared_transaction_offset",
+    "body_length": "body_length",
+}
+_TRANSACTIONS = pa.array([C.TRANSACTION_NAMES.get(i, "") for i in range(C.TRANSACTION_MASK + 1)], pa.string())
+
+
+def schema(with_body: bool = False) -> pa.Schema:
+    return pa.schema(FIELDS + ([BODY_FIELD] if with_body else []))
+
+
+def spark_ddl(with_body: bool = False) -> str:
+    """The Spark schema string of the same columns (mapInArrow checks types exactly)."""
+    names = {
+        pa.string(): "string",
+        pa.int64(): "bigint",
+        pa.int32(): "int",
+        pa.bool_(): "boolean",
+        pa.binary(): "binary",
+        pa.map_(pa.string(), pa.string()): "map<string,string>",
+        pa.list_(pa.string()): "array<string>",
+    }
+    return ", ".join(f"{f.name} {names[f.type]}" for f in schema(with_body))
+
+
+def _chunks(total_size: np.ndarray, max_bytes: int) -> list[tuple[int, int]]:
+    n = len(total_size)
+    if n == 0:
+        return []
+    csum = np.cumsum(total_size.astype(np.int64))
+    out, lo, done = [], 0, 0
+    while lo < n:
+        hi = int(np.searchsorted(csum, done + max_bytes, side="right"))
+        hi = max(hi, lo + 1)
+        out.append((lo, hi))
+        done = int(csum[hi - 1])
+        lo = hi
+    return out
+
+
+_INLINE = 12  # an Arrow binary view holds strings up to 12 bytes inline, longer ones as (prefix, buffer, offset)
+
+
+def _binary(view: memoryview, pos: np.ndarray, length: np.ndarray, typ=pa.binary()) -> pa.Array:
+    """Byte strings cut out of the mapped file, as one Arrow array (one copy).
+
+    The strings are first described as Arrow binary views into the mapped
+    region (numpy builds the 16-byte views, no Python step per string); the
+    cast to `typ` is then the one copy.
+    """
+    n = len(pos)
+    if n == 0:
+        return pa.array([], typ)
+    base = int(pos.min())
+    end = int((pos.astype(np.int64) + length).max())
+    if end - base >= 1 << 31:
+        data = b"".join([view[p : p + k] for p, k in zip(pos.tolist(), length.tolist(), strict=True)])
+        offsets = np.zeros(n + 1, dtype=np.int32)
+        np.cumsum(length, out=offsets[1:])
+        return pa.Array.from_buffers(typ, n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+    region = np.frombuffer(view, dtype=np.uint8)[base:end]
+    rel = pos.astype(np.int64) - base
+    length = length.astype(np.int32)
+    views = np.zeros((n, 4), dtype=np.int32)  # length, prefix, buffer index (0), offset
+    views[:, 0] = length
+    big = np.flatnonzero(length > _INLINE)
+    if big.size:
+        views[big, 1] = gather(region, rel[big], np.dtype(np.int32))
+        views[big, 3] = rel[big]
+    small = np.flatnonzero(length <= _INLINE)
+    if small.size:
+        k = np.arange(_INLINE)
+        inline = region[np.minimum(rel[small, None] + k, len(region) - 1)] if len(region) else np.zeros((small.size, _INLINE), np.uint8)
+        inline[k[None, :] >= length[small, None]] = 0
+        views.view(np.uint8).reshape(n, 16)[small, 4:] = inline
+    vtype = pa.string_view() if typ == pa.string() else pa.binary_view()
+    return pa.Array.from_buffers(vtype, n, [None, pa.py_buffer(views), pa.py_buffer(region)]).cast(typ)
+
+
+def _format_v4(octets: np.ndarray, ports: np.ndarray) -> pa.Array:
+    """format_host of IPv4 addresses (rows of 4 octets) and ports, with Arrow string kernels."""
+    parts = [pa.array(octets[:, k]).cast(pa.string()) for k in range(4)]
+    addr = pc.binary_join_element_wise(*parts, ".")
+    return pc.binary_join_element_wise(addr, pa.array(ports.astype(np.int64)).cast(pa.string()), ":")
+
+
+def _format_hosts(raws: list[tuple[bytes, int]]) -> pa.Array:
+    """format_host over distinct (address, port) pairs: IPv4 vectorized, IPv6 by format_host itself."""
+    n = len(raws)
+    v4 = np.array([len(a) == 4 for a, _ in raws], dtype=bool)
+    if n == 0 or not v4.all():
+        return pa.array([format_host(a, p) for a, p in raws], pa.string())
+    octets = np.frombuffer(b"".join(a for a, _ in raws), dtype=np.uint8).reshape(n, 4)
+    return _format_v4(octets, np.array([p for _, p in raws], dtype=np.int64))
+
+
+def _hosts(data: np.ndarray, pos: np.ndarray, v6: np.ndarray, *, want_raws: bool = True) -> tuple[pa.Array, np.ndarray, list]:
+    """(formatted host per row, index of each row's distinct address, the distinct raw addresses+ports
+    (empty unless `want_raws`))."""
+    n = len(pos)
+    if n and not v6.any():
+        # IPv4 address + port are 8 bytes: one integer key per row, so the distinct search is an integer sort
+        # and the distinct hosts are formatted from their bytes without a Python step each.
+        uniq, inverse = np.unique(gather(data, pos, np.dtype("<u8")), return_inverse=True)
+        inverse = inverse.reshape(n)
+        raw = uniq.view(np.uint8).reshape(len(uniq), 8)
+        text = _format_v4(raw[:, :4], raw[:, 4:].copy().view(">i4").reshape(len(uniq)))
+        b = raw.tobytes()
+        raws = [_HOSTS[False].unpack_from(b, 8 * i) for i in range(len(uniq))] if want_raws else []
+        return text.take(pa.array(inverse)), inverse, raws
+    key = np.zeros((n, 21), dtype=np.uint8)
+    i4, i6 = np.flatnonzero(~v6), np.flatnonzero(v6)
+    if i4.size:
+        key[i4, 1:9] = data[pos[i4, None] + np.arange(8)]
+    if i6.size:
+        key[i6, 0] = 1
+        key[i6, 1:21] = data[pos[i6, None] + np.arange(20)]
+    uniq, inverse = np.unique(key.view(np.dtype((np.void, 21))).reshape(n), return_inverse=True)
+    raws = []
+    for u in uniq.tolist():
+        alen = 16 if u[0] else 4
+        raws.append(_HOSTS[alen == 16].unpack(u[1 : 5 + alen]))
+    text = _format_hosts(raws)
+    return text.take(pa.array(inverse.reshape(n))), inverse.reshape(n), raws
+
+
+def _msg_ids(phys: np.ndarray, inverse: np.ndarray, raws: list) -> pa.Array:
+    """Offset message ids: store address, port, physical offset, uppercase hex."""
+    n = len(phys)
+    prefix = [a + _PORT.pack(p) for a, p in raws]
+    lens = np.array([len(x) for x in prefix], dtype=np.int64)[inverse] + 8
+    if n and (lens == lens[0]).all():
+        width = int(lens[0])
+        pre = np.frombuffer(b"".join(prefix), dtype=np.uint8).reshape(len(prefix), width - 8)
+        raw = np.empty((n, width), dtype=np.uint8)
+        raw[:, : width - 8] = pre[inverse]
+        raw[:, width - 8 :] = phys.astype(_MSGID_PHYS).view(np.uint8).reshape(n, 8)
+        text = raw.tobytes().hex().upper().encode()
+        offsets = np.arange(n + 1, dtype=np.int32) * (2 * width)
+        return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(text)])
+    return pa.array(
+        [(prefix[k] + int(ph).to_bytes(8, "big", signed=True)).hex().upper() for k, ph in zip(inverse.tolist(), phys.tolist(), strict=True)], pa.string()
+    )
+
+
+def _properties_py(view: memoryview, pos: np.ndarray, length: np.ndarray):
+    """properties map, tags, keys, uniq_key: decoded by the one properties parser, record by record."""
+    n = len(pos)
+    names: list[str] = []
+    values: list[str] = []
+    offs = np.zeros(n + 1, dtype=np.int32)
+    tags: list[str | None] = [None] * n
+    uniq: list[str | None] = [None] * n
+    key_items: list[str] = []
+    key_offs = np.zeros(n + 1, dtype=np.int32)
+    tag_name, key_name, uniq_name = C.PROPERTY_TAGS, C.PROPERTY_KEYS, C.PROPERTY_UNIQ_KEY
+    for i, (p, ln) in enumerate(zip(pos.tolist(), length.tolist(), strict=True)):
+        props, _ = decode_properties(bytes(view[p : p + ln]))
+        names.extend(props)
+        values.extend(props.values())
+        offs[i + 1] = len(names)
+        tags[i] = props.get(tag_name)
+        uniq[i] = props.get(uniq_name)
+        k = props.get(key_name)
+        if k:
+            key_items.extend(split_keys(k))
+        key_offs[i + 1] = len(key_items)
+    pmap = pa.MapArray.from_arrays(pa.array(offs), pa.array(names, pa.string()), pa.array(values, pa.string()))
+    keys = pa.ListArray.from_arrays(pa.array(key_offs), pa.array(key_items, pa.string()))
+    return pmap, pa.array(tags, pa.string()), keys, pa.array(uniq, pa.string())
+
+
+def _offsets(rows: np.ndarray, n: int) -> pa.Array:
+    offs = np.zeros(n + 1, dtype=np.int32)
+    np.cumsum(np.bincount(rows, minlength=n), out=offs[1:])
+    return pa.array(offs)
+
+
+def _pick(names: pa.Array, values: pa.Array, rows: np.ndarray, n: int, name: str) -> pa.Array:
+    """The value of one property per row (null where absent); names are unique within a row."""
+    hit = np.flatnonzero(pc.equal(names, name).to_numpy(zero_copy_only=False))
+    idx = np.full(n, -1, dtype=np.int64)
+    idx[rows[hit]] = hit
+    return values.take(pa.array(idx, mask=idx < 0))
+
+
+def _name_twice(names: pa.Array, rows: np.ndarray) -> bool:
+    """Whether some record holds one property name twice (an integer sort over (row, name code))."""
+    coded = names.dictionary_encode()
+    key = rows.astype(np.int64) * len(coded.dictionary) + coded.indices.to_numpy(zero_copy_only=False)
+    key.sort()
+    return bool((key[1:] == key[:-1]).any())
+
+
+def _properties(view: memoryview, pos: np.ndarray, length: np.ndarray):
+    """The same values as _properties_py, with Arrow string kernels over the whole chunk.
+
+    Chunks the kernels cannot take exactly as decode_properties does (invalid
+    UTF-8, a name twice in one record: the last value wins) go record by record.
+    """
+    n = len(pos)
+    try:
+        text = _binary(view, pos, length).cast(pa.string())
+    except pa.ArrowInvalid:
+        return _properties_py(view, pos, length)
+    items = pc.split_pattern(text, C.PROPERTY_SEPARATOR)
+    parent = pc.list_parent_indices(items).to_numpy()
+    pairs = pc.split_pattern(pc.list_flatten(items), C.NAME_VALUE_SEPARATOR, max_splits=1)
+    ok = pc.equal(pc.list_value_length(pairs), 2)  # empty items and items without a separator are dropped
+    pairs = pairs.filter(ok)
+    rows = parent[ok.to_numpy(zero_copy_only=False)]
+    names, values = pc.list_element(pairs, 0), pc.list_element(pairs, 1)
+    if len(names) and _name_twice(names, rows):
+        return _properties_py(view, pos, length)
+    pmap = pa.MapArray.from_arrays(_offsets(rows, n), names, values)
+    keys_text = _pick(names, values, rows, n, C.PROPERTY_KEYS)
+    tokens = pc.split_pattern(keys_text, C.KEY_SEPARATOR)
+    tparent = pc.list_parent_indices(tokens).to_numpy()
+    flat = pc.list_flatten(tokens)
+    nonempty = pc.not_equal(flat, "")
+    keys = pa.ListArray.from_arrays(_offsets(tparent[nonempty.to_numpy(zero_copy_only=False)], n), flat.filter(nonempty))
+    return pmap, _pick(names, values, rows, n, C.PROPERTY_TAGS), keys, _pick(names, values, rows, n, C.PROPERTY_UNIQ_KEY)
+
+
+def _topics(view: memoryview, pos: np.ndarray, length: np.ndarray) -> pa.Array:
+    raw = _binary(view, pos, length)
+    try:
+        return raw.cast(pa.string())
+    except pa.ArrowInvalid:
+        return pa.array([None if x is None else x.decode("utf-8", errors="replace") for x in raw.to_pylist()], pa.string())
+
+
+def _flag_names(sys_flag: np.ndarray) -> pa.Array:
+    uniq, inverse = np.unique(sys_flag, return_inverse=True)
+    names = pa.array([flag_names(int(f)) for f in uniq.tolist()], pa.list_(pa.string()))
+    return names.take(pa.array(inverse.reshape(len(sys_flag))))
+
+
+def _constant(value: str, n: int) -> pa.Array:
+    return pa.array([value], pa.string()).take(pa.array(np.zeros(n, dtype=np.int32)))
+
+
+def _sliced(b: Batch, lo: int, hi: int):
+    cols = {k: v[lo:hi] for k, v in b.cols.items()}
+    crc = None if b.crc_ok is None else b.crc_ok[lo:hi]
+    pcrc = None if b.prop_crc is None else b.prop_crc[lo:hi]
+    return cols, crc, pcrc
+
+
+def record_batches(b: Batch, broker: str, *, with_body: bool = False, max_bytes: int = MAX_CHUNK_BYTES) -> Iterator[pa.RecordBatch]:
+    """The batch's records as Arrow record batches of at most about `max_bytes` of records each."""
+    if not len(b):
+        return
+    sch = schema(with_body)
+    for lo, hi in _chunks(b.cols["total_size"], max_bytes):
+        c, crc_ok, prop_crc = _sliced(b, lo, hi)
+        n = hi - lo
+        data, view = b.mf.data, b.mf.view
+        phys = c["_pos"].astype(np.int64) + b.seg.base
+        born, _, _ = _hosts(data, c["born_host_pos"], c["born_host_then"].astype(bool), want_raws=False)
+        store, inv, raws = _hosts(data, c["store_host_pos"], c["store_host_then"].astype(bool))
+        pmap, tags, keys, uniq = _properties(view, c["properties_pos"], c["properties_length"])
+        arrays = {
+            "kind": _constant("message", n),
+            "file": _constant(b.seg.path, n),
+            "phys_offset": pa.array(phys, pa.int64()),
+            "magic_version": pa.array(np.where(c["magic"] == C.MAGIC_V2, 2, 1).astype(np.int32)),
+            "crc_ok": pa.nulls(n, pa.bool_()) if crc_ok is None else pa.array(crc_ok, pa.bool_()),
+            "prop_crc_ok": pa.nulls(n, pa.bool_()) if prop_crc is None else pa.array(prop_crc == 1, pa.bool_(), mask=prop_crc < 0),
+            "sys_flag_names": _flag_names(c["sys_flag"]),
+            "transaction": _TRANSACTIONS.take(pa.array((c["sys_flag"] & C.TRANSACTION_MASK).astype(np.int32))),
+            "born_host": born,
+            "store_host": store,
+            "topic": _topics(view, c["topic_pos"], c["topic_length"]),
+            "properties": pmap,
+            "tags": tags,
+            "keys": keys,
+            "uniq_key": uniq,
+            "msg_id": _msg_ids(phys, inv, raws),
+            "broker": _constant(broker, n),
+        }
+        for name, src in _INT_COLUMNS.items():
+            typ = sch.field(name).type
+            arrays[name] = pa.array(c[src].astype(typ.to_pandas_dtype()), typ)
+        if with_body:
+            arrays["body"] = _binary(view, c["body_pos"], c["body_length"])
+        yield pa.RecordBatch.from_arrays([arrays[f.name] for f in sch], schema=sch)

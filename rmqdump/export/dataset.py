@@ -1,0 +1,376 @@
+"""Every message of one or more stores as a dataset: the local engine of `rmqdump export`.
+
+Work is cut into byte ranges (rmqdump.scan.splits); each range is decoded by
+scan_file and turned into Arrow by rmqdump.export.arrowbatch, the same two steps the
+Spark engine runs inside mapInArrow, so the engines differ only in who runs
+the ranges. `--workers N` runs ranges in N processes; each range writes its
+own part files, so workers never share a file. The dataset is written into a
+temporary directory beside the target and renamed into place when complete.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import dataclasses
+import json
+import os
+import shutil
+import tempfile
+import time
+import urllib.parse
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from multiprocessing import get_context
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+
+from rmqdump.common.problems import InputError, Problem
+from rmqdump.export import arrowbatch
+from rmqdump.readers.commitlog import Batch, SegmentFile, scan_file
+from rmqdump.readers.mapped import MappedFile
+from rmqdump.scan.splits import DEFAULT_SPLIT, Split, StoreRef, plan
+
+FORMATS = ("parquet", "jsonl")
+ROWS_PER_GROUP = 65536
+ROWS_PER_GROUP_WITH_BODY = 8192  # bodies are up to 4 MiB: keep a row group's buffer small
+BUFFER_BYTES = 48 << 20  # rows waiting for their row group, all topics together
+MAX_OPEN_FILES = 128
+GROUP_BYTES = 64 << 20  # a task's least work when ranges are small
+MAX_PROBLEMS = 1000  # problems kept for the report; all are counted
+# Parquet columns with few distinct values per row group, the only ones dictionary-encoded: building a
+# dictionary for near-unique columns (offsets, ids, timestamps) costs write time and makes files bigger.
+DICTIONARY_COLUMNS = (
+    "kind",
+    "file",
+    "broker",
+    "magic_version",
+    "queue_id",
+    "sys_flag",
+    "sys_flag_names.list.element",
+    "transaction",
+    "store_host",
+    "reconsume_times",
+    "prepared_transaction_offset",
+    "properties.key_value.key",
+    "tags",
+)
+
+# Stable codes of this module.
+OUTPUT_EXISTS = "output_exists"
+OUTPUT_IN_STORE = "output_in_store"
+
+
+@dataclass
+class SplitResult:
+    messages: int = 0
+    bytes: int = 0
+    problems: list[dict] = field(default_factory=list)
+    problem_count: int = 0
+
+
+@dataclass
+class ExportResult:
+    out: str
+    format: str
+    engine: str
+    stores: int
+    files: int
+    splits: int
+    messages: int = 0
+    bytes: int = 0
+    problems: list[dict] = field(default_factory=list)
+    problem_count: int = 0
+    seconds: float = 0.0
+    startup_seconds: float | None = None
+
+    def add(self, r: SplitResult) -> None:
+        self.messages += r.messages
+        self.bytes += r.bytes
+        self.problem_count += r.problem_count
+        room = MAX_PROBLEMS - len(self.problems)
+        if room > 0:
+            self.problems.extend(r.problems[:room])
+
+    def to_dict(self) -> dict:
+        d = {
+            "kind": "export",
+            "out": self.out,
+            "format": self.format,
+            "engine": self.engine,
+            "stores": self.stores,
+            "files": self.files,
+            "splits": self.splits,
+            "messages": self.messages,
+            "bytes": self.bytes,
+            "problems": self.problem_count,
+            "seconds": round(self.seconds, 3),
+        }
+        if self.startup_seconds is not None:
+            d["spark_startup_seconds"] = round(self.startup_seconds, 3)
+        return d
+
+
+def problem_dict(broker: str, p: Problem) -> dict:
+    d = p.to_dict()
+    d["broker"] = broker
+    return d
+
+
+def problem_order(d: dict) -> tuple:
+    return (d.get("broker") or "", d.get("file") or "", -1 if d.get("file_offset") is None else d["file_offset"], d.get("code") or "")
+
+
+def scan_split(split: Split, note: Callable[[Problem], None], flag: Callable[[Problem], None] | None = None) -> Iterator[Batch]:
+    """The scan batches of one byte range; every problem the range owns goes to `note`, in scan order
+    (or, for problems of records that were still decoded (CRC, phys field), to `flag` when given).
+    """
+    seg = SegmentFile(split.path, split.base, split.size)
+    with MappedFile(split.path) as mf:
+        for b in scan_file(seg, mf, start=split.start, end=split.end, check_crc=split.check_crc):
+            for i in sorted(b.record_problems):
+                for p in b.record_problems[i]:
+                    (flag or note)(p)
+            yield b
+            for e in b.events:
+                if isinstance(e, Problem):
+                    note(e)
+
+
+def split_batches(split: Split, result: SplitResult, *, with_body: bool = False, check_crc: bool = True) -> Iterator[pa.RecordBatch]:
+    """The messages of one byte range as Arrow batches; problems and counts go into `result`."""
+
+    def note(p: Problem) -> None:
+        result.problem_count += 1
+        if len(result.problems) < MAX_PROBLEMS:
+            result.problems.append(problem_dict(split.broker, p))
+
+    for b in scan_split(dataclasses.replace(split, check_crc=check_crc), note):
+        for rb in arrowbatch.record_batches(b, split.broker, with_body=with_body):
+            result.messages += rb.num_rows
+            yield rb
+    result.bytes += split.length
+
+
+def jsonl_lines(rb: pa.RecordBatch) -> list[str]:
+    """A record batch as JSON Lines, each line the `rmqdump commitlog -f jsonl` object plus broker (and body)."""
+    rows = rb.to_pylist()
+    out = []
+    for r in rows:
+        r["properties"] = dict(r["properties"])
+        if "body" in r:
+            r["body"] = base64.b64encode(r["body"]).decode()
+            r["body_encoding"] = "base64"
+        out.append(json.dumps(r, ensure_ascii=False, separators=(",", ":")))
+    return out
+
+
+def partition_dir(topic: str) -> str:
+    """The hive-style directory of a topic (`topic=` + percent-encoded name), as Spark and pyarrow read it."""
+    return "topic=" + urllib.parse.quote(topic, safe="")
+
+
+def topic_partitioning() -> ds.Partitioning:
+    return ds.partitioning(pa.schema([("topic", pa.string())]), flavor="hive")
+
+
+def group_splits(splits: list[Split], workers: int, min_bytes: int = GROUP_BYTES) -> list[list[Split]]:
+    """Consecutive ranges into tasks of at least `min_bytes` (or a share of the work), so that
+    small ranges do not each pay for their own part files; big ranges stay one per task."""
+    total = sum(s.length for s in splits)
+    target = max(1, min(min_bytes, total // (4 * max(1, workers))))
+    groups: list[list[Split]] = []
+    size = 0
+    for s in splits:
+        if not groups or size >= target:
+            groups.append([])
+            size = 0
+        groups[-1].append(s)
+        size += s.length
+    return groups
+
+
+def _group_batches(group: list[Split], result: SplitResult, with_body: bool, check_crc: bool) -> Iterator[pa.RecordBatch]:
+    for split in group:
+        yield from split_batches(split, result, with_body=with_body, check_crc=check_crc)
+
+
+class TopicParquetWriter:
+    """Part files of one task, one per topic directory, row groups of `rows` rows.
+
+    Rows wait per topic until a row group is full, and the largest waiting
+    group is written early when everything waiting passes BUFFER_BYTES, so
+    memory is bounded whatever the number of topics. At most MAX_OPEN_FILES
+    files are open; a topic whose file was closed continues in a new part.
+    """
+
+    def __init__(self, root: str, index: int, schema: pa.Schema, rows: int):
+        self.root, self.index, self.rows = root, index, rows
+        self.schema = schema.remove(schema.get_field_index("topic"))
+        self.dictionary = [c for c in DICTIONARY_COLUMNS if c.split(".")[0] in self.schema.names]
+        self.writers: OrderedDict[str, pq.ParquetWriter] = OrderedDict()
+        self.parts: dict[str, int] = {}
+        self.waiting: dict[str, list[pa.RecordBatch]] = {}
+        self.waiting_rows: dict[str, int] = {}
+        self.waiting_bytes = 0
+
+    def write(self, rb: pa.RecordBatch) -> None:
+        topic = rb.column("topic").dictionary_encode()
+        codes = topic.indices.to_numpy(zero_copy_only=False)
+        rest = rb.drop_columns(["topic"])
+        order = np.argsort(codes, kind="stable")
+        bounds = np.searchsorted(codes[order], np.arange(len(topic.dictionary) + 1))
+        for k, t in enumerate(topic.dictionary.to_pylist()):
+            part = rest.take(pa.array(order[bounds[k] : bounds[k + 1]])) if len(topic.dictionary) > 1 else rest
+            self.waiting.setdefault(t, []).append(part)
+            self.waiting_rows[t] = self.waiting_rows.get(t, 0) + part.num_rows
+            self.waiting_bytes += part.nbytes
+            if self.waiting_rows[t] >= self.rows:
+                self._flush(t)
+        while self.waiting_bytes > BUFFER_BYTES and self.waiting:
+            self._flush(max(self.waiting_rows, key=self.waiting_rows.get))
+
+    def _flush(self, t: str) -> None:
+        batches = self.waiting.pop(t)
+        self.waiting_rows.pop(t)
+        self.waiting_bytes -= sum(b.nbytes for b in batches)
+        w = self.writers.get(t)
+        if w is None:
+            if len(self.writers) >= MAX_OPEN_FILES:
+                self.writers.popitem(last=False)[1].close()
+            d = os.path.join(self.root, partition_dir(t))
+            os.makedirs(d, exist_ok=True)
+            n = self.parts[t] = self.parts.get(t, -1) + 1
+            w = self.writers[t] = pq.ParquetWriter(
+                os.path.join(d, f"part-{self.index:05d}-{n}.parquet"), self.schema, compression="snappy", use_dictionary=self.dictionary
+            )
+        else:
+            self.writers.move_to_end(t)
+        w.write_table(pa.Table.from_batches(batches, self.schema), row_group_size=self.rows)
+
+    def close(self) -> None:
+        for t in list(self.waiting):
+            self._flush(t)
+        while self.writers:
+            self.writers.popitem(last=False)[1].close()
+
+    def __enter__(self) -> TopicParquetWriter:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def write_split(index: int, group: list[Split], tmp: str, fmt: str, with_body: bool, check_crc: bool) -> SplitResult:
+    """Decode a task's ranges and write its part files under `tmp` (runs in a worker process)."""
+    result = SplitResult()
+    sch = arrowbatch.schema(with_body)
+    batches = _group_batches(group, result, with_body, check_crc)
+    if fmt == "parquet":
+        with TopicParquetWriter(tmp, index, sch, ROWS_PER_GROUP_WITH_BODY if with_body else ROWS_PER_GROUP) as w:
+            for rb in batches:
+                w.write(rb)
+    else:
+        files: dict[str, object] = {}
+        with contextlib.ExitStack() as stack:
+            for rb in batches:
+                topics = rb.column("topic").to_pylist()
+                for t, line in zip(topics, jsonl_lines(rb), strict=True):
+                    f = files.get(t)
+                    if f is None:
+                        d = os.path.join(tmp, partition_dir(t))
+                        os.makedirs(d, exist_ok=True)
+                        f = files[t] = stack.enter_context(open(os.path.join(d, f"part-{index:05d}.jsonl"), "w", encoding="utf-8"))
+                    f.write(line + "\n")
+    return result
+
+
+def check_output(out: str, stores: list[StoreRef], force: bool) -> str:
+    """The absolute output path, after refusing to overwrite or to write inside a store."""
+    out = os.path.abspath(out)
+    for s in stores:
+        root = os.path.realpath(s.root)
+        real = os.path.realpath(out)
+        if real == root or real.startswith(root + os.sep):
+            raise InputError(OUTPUT_IN_STORE, out, f"inside the store {s.root}: the store is evidence, write elsewhere")
+    if os.path.lexists(out) and not force:
+        raise InputError(OUTPUT_EXISTS, out, "already exists; --force replaces it")
+    return out
+
+
+def temp_dir_for(out: str) -> str:
+    parent = os.path.dirname(out)
+    os.makedirs(parent, exist_ok=True)
+    return tempfile.mkdtemp(prefix=f".{os.path.basename(out)}.tmp-", dir=parent)
+
+
+def publish(tmp: str, out: str) -> None:
+    """Move the finished dataset into place; an old one (only with --force) is removed after."""
+    old = None
+    if os.path.lexists(out):
+        old = f"{out}.old-{uuid.uuid4().hex[:8]}"
+        os.rename(out, old)
+    os.rename(tmp, out)
+    if old is not None:
+        if os.path.isdir(old) and not os.path.islink(old):
+            shutil.rmtree(old)
+        else:
+            os.remove(old)
+
+
+def start_export(stores: list[StoreRef], out: str, fmt: str, engine: str, split_size: int) -> tuple[list[Split], ExportResult]:
+    """The byte ranges to decode, and a result that already holds the stores' layout problems (both engines)."""
+    splits, layout = plan(stores, split_size)
+    res = ExportResult(out, fmt, engine, len(stores), len({s.path for s in splits}), len(splits))
+    for broker, p in layout:
+        res.add(SplitResult(problems=[problem_dict(broker, p)], problem_count=1))
+    return splits, res
+
+
+def export_local(
+    stores: list[StoreRef],
+    out: str,
+    *,
+    fmt: str = "parquet",
+    with_body: bool = False,
+    workers: int = 1,
+    split_size: int = DEFAULT_SPLIT,
+    force: bool = False,
+    check_crc: bool = True,
+    on_bytes: Callable[[int], None] | None = None,
+) -> ExportResult:
+    if fmt not in FORMATS:
+        raise ValueError(f"format must be one of {FORMATS}")
+    out = check_output(out, stores, force)
+    t0 = time.perf_counter()
+    splits, res = start_export(stores, out, fmt, "local", split_size)
+    tmp = temp_dir_for(out)
+    try:
+        groups = group_splits(splits, workers)
+        sizes = [sum(s.length for s in g) for g in groups]
+        order = sorted(range(len(groups)), key=lambda i: -sizes[i])
+        if workers <= 1 or len(groups) <= 1:
+            for i in order:
+                res.add(write_split(i, groups[i], tmp, fmt, with_body, check_crc))
+                if on_bytes:
+                    on_bytes(sizes[i])
+        else:
+            with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as pool:
+                futs = {pool.submit(write_split, i, groups[i], tmp, fmt, with_body, check_crc): i for i in order}
+                for fut in as_completed(futs):
+                    res.add(fut.result())
+                    if on_bytes:
+                        on_bytes(sizes[futs[fut]])
+        publish(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    res.problems.sort(key=problem_order)
+    res.seconds = time.perf_counter() - t0
+    return res

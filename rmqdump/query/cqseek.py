@@ -1,0 +1,178 @@
+"""Reading one queue the way a consumer does: its units, their records, a time lookup.
+
+`seek` answers "where was this queue at 3 am?": the queue offset of the first
+message stored at or after a time, by binary search over the units with one
+record read per probe, as ConsumeQueue.getOffsetInQueueByTime does with
+BoundaryType.LOWER (5.x; 4.x returned the nearer neighbour instead).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from rmqdump.common.problems import InputError, Problem
+from rmqdump.readers.commitlog import CommitLog, read_record
+from rmqdump.readers.consumequeue import UNIT_SIZE, ConsumeQueue, QueueUnits
+from rmqdump.readers.mapped import MappedFile
+from rmqdump.readers.message import Message
+
+SEEK_UNREADABLE = "seek_record_unreadable"
+
+
+class RecordReader:
+    """Reads single records at physical offsets, keeping each CommitLog file mapped once."""
+
+    def __init__(self, cl: CommitLog, *, check_crc: bool = False):
+        self.cl = cl
+        self.check_crc = check_crc
+        self._open: dict[str, MappedFile] = {}
+
+    def read(self, phys: int) -> Message | Problem:
+        seg = self.cl.file_for(phys)
+        if seg is None:
+            return Problem("cq_offset_out_of_range", "", None, f"offset {phys} is in no CommitLog file", phys_offset=phys)
+        mf = self._open.get(seg.path)
+        if mf is None:
+            mf = self._open[seg.path] = MappedFile(seg.path)
+        return read_record(seg, mf, phys - seg.base, check_crc=self.check_crc)
+
+    def close(self) -> None:
+        for mf in self._open.values():
+            mf.close()
+        self._open.clear()
+
+    def __enter__(self) -> RecordReader:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def record_summary(m: Message | Problem) -> dict:
+    if isinstance(m, Problem):
+        return {"ok": False, "code": m.code, "detail": m.detail}
+    return {
+        "ok": True,
+        "total_size": m.total_size,
+        "topic": m.topic,
+        "queue_id": m.queue_id,
+        "queue_offset": m.queue_offset,
+        "store_timestamp": m.store_timestamp,
+        "tags": m.tags,
+        "keys": m.keys,
+        "uniq_key": m.uniq_key,
+        "msg_id": m.msg_id,
+        "transaction": m.transaction,
+    }
+
+
+def dump_units(q: ConsumeQueue, *, start: int | None = None, limit: int | None = None, reader: RecordReader | None = None) -> Iterator[dict]:
+    """The units of one queue from queue offset `start`, as rows; with a reader, each unit's record next to it."""
+    n = 0
+    seen_real = False
+    for f in q.files:
+        if start is not None and f.base + f.size <= start * UNIT_SIZE:
+            # a skipped file still decides whether fillers are over
+            seen_real = seen_real or bool((QueueUnits.from_array(_units(f), f.first_index).valid_mask()).any())
+            continue
+        u = QueueUnits.from_array(_units(f), f.first_index)
+        filler = u.filler_mask()
+        valid = u.valid_mask()
+        for k in range(len(u)):
+            is_filler = bool(filler[k]) and not seen_real
+            if valid[k] and not filler[k]:
+                seen_real = True
+            idx = int(u.index[k])
+            if start is not None and idx < start:
+                continue
+            row = {
+                "kind": "unit",
+                "topic": q.topic,
+                "queue_id": q.queue_id,
+                "unit_index": idx,
+                "cq_file": f.path,
+                "file_offset": idx * UNIT_SIZE - f.base,
+                "phys_offset": int(u.offset[k]),
+                "size": int(u.size[k]),
+                "tags_code": int(u.tags_code[k]),
+                "filler": is_filler,
+                "valid": bool(valid[k]) and not is_filler,
+            }
+            if reader is not None and row["valid"]:
+                row["record"] = record_summary(reader.read(row["phys_offset"]))
+            yield row
+            n += 1
+            if limit is not None and n >= limit:
+                return
+
+
+def _units(f) -> np.ndarray:
+    from rmqdump.readers.consumequeue import read_units
+
+    return read_units(f)
+
+
+@dataclass
+class SeekResult:
+    topic: str
+    queue_id: int
+    timestamp: int
+    queue_offset: int  # first unit stored at or after `timestamp`; max_offset when none is
+    min_offset: int
+    max_offset: int
+    phys_offset: int | None  # of that unit's record
+    store_timestamp: int | None
+    probes: int
+
+    def to_dict(self) -> dict:
+        return {
+            "kind": "seek",
+            "topic": self.topic,
+            "queue_id": self.queue_id,
+            "timestamp": self.timestamp,
+            "queue_offset": self.queue_offset,
+            "min_offset": self.min_offset,
+            "max_offset": self.max_offset,
+            "phys_offset": self.phys_offset,
+            "store_timestamp": self.store_timestamp,
+            "found": self.queue_offset < self.max_offset,
+            "probes": self.probes,
+        }
+
+
+def seek(q: ConsumeQueue, cl: CommitLog, timestamp: int) -> SeekResult:
+    """Binary search the queue's units for the first message stored at or after `timestamp` (ms)."""
+    lo, hi = q.bounds()
+    probes = 0
+    cache: dict[int, tuple[int, int]] = {}
+
+    with RecordReader(cl) as reader:
+
+        def time_at(index: int) -> tuple[int, int]:
+            nonlocal probes
+            if index in cache:
+                return cache[index]
+            unit = q.unit_at(index)
+            if unit is None:
+                raise InputError(SEEK_UNREADABLE, q.expected_path(index), f"unit {index} is in no file", offset=None)
+            m = reader.read(unit[0])
+            probes += 1
+            if isinstance(m, Problem):
+                raise InputError(SEEK_UNREADABLE, m.file or q.path, f"unit {index} points at {unit[0]}: {m.code}: {m.detail}", offset=m.file_offset)
+            cache[index] = (m.store_timestamp, unit[0])
+            return cache[index]
+
+        a, b = lo, hi  # answer in [a, b]
+        while a < b:
+            mid = (a + b) // 2
+            if time_at(mid)[0] >= timestamp:
+                b = mid
+            else:
+                a = mid + 1
+        if a < hi:
+            ts, phys = time_at(a)
+            return SeekResult(q.topic, q.queue_id, timestamp, a, lo, hi, phys, ts, probes)
+        return SeekResult(q.topic, q.queue_id, timestamp, a, lo, hi, None, None, probes)

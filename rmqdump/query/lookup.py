@@ -1,0 +1,293 @@
+"""Find messages by key or UNIQ_KEY through the index, as the broker's queryMessage does, and explain the walk.
+
+The index only stores a 31-bit hash of topic#key, and slots are shared by
+many hashes, so every candidate is read from the CommitLog and kept only when
+its own topic and KEYS or UNIQ_KEY really say KEY. Only the slot and the
+entries of its chain are touched: a lookup costs a few page reads however
+large the index files are.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from collections import OrderedDict
+from dataclasses import dataclass, field, replace
+
+from rmqdump.common.problems import Problem
+from rmqdump.readers.commitlog import CommitLog
+from rmqdump.readers.indexfile import IndexFile, key_hash, open_all
+from rmqdump.readers.message import Message
+from rmqdump.readers.msgid import OffsetMsgId, UniqKey, id_bytes
+
+SECOND = 1000
+RECORD_CACHE = 4096
+RELEASE_EVERY_TOPICS = 16
+
+
+def store_topics(store: str) -> list[str]:
+    """Topics the store knows: consumequeue/ directory names and config/topics.json (read leniently)."""
+    found: set[str] = set()
+    cq = os.path.join(str(store), "consumequeue")
+    if os.path.isdir(cq):
+        with contextlib.suppress(OSError):
+            found.update(n for n in os.listdir(cq) if os.path.isdir(os.path.join(cq, n)))
+    for name in ("topics.json", "topics.json.bak"):
+        found.update(_topics_json(os.path.join(str(store), "config", name)))
+    return sorted(found)
+
+
+def _topics_json(path: str) -> set[str]:
+    """Keys of topicConfigTable; fastjson output is plain JSON here, anything else is ignored."""
+    try:
+        with open(path, "rb") as f:
+            doc = json.loads(f.read().decode("utf-8", errors="replace"))
+    except (OSError, ValueError):
+        return set()
+    table = doc.get("topicConfigTable") if isinstance(doc, dict) else None
+    return {k for k in table if isinstance(k, str)} if isinstance(table, dict) else set()
+
+
+@dataclass
+class Candidate:
+    """One chain entry whose hash equals the key's, and what its record turned out to be."""
+
+    index_file: str
+    entry: int
+    phys_offset: int
+    index_time: int
+    verdict: str  # "match", "collision" (same hash, other key), "outside_window", "unreadable", "duplicate"
+    detail: str = ""
+    store_timestamp: int | None = None  # of the record, when it was read
+
+    @property
+    def time_delta_ms(self) -> int | None:
+        """Record store time minus the entry's index time: 0..999 normally, more on a file's entry 1."""
+        return None if self.store_timestamp is None else self.store_timestamp - self.index_time
+
+    def to_dict(self) -> dict:
+        d = dict(self.__dict__)
+        d["time_delta_ms"] = self.time_delta_ms
+        return d
+
+
+@dataclass
+class FileWalk:
+    """The walk of one index file for one topic#key."""
+
+    index_file: str
+    topic: str
+    slot: int
+    head: int
+    steps: int
+    stop: str
+    skipped: str = ""  # why the file was not walked (time window)
+    other_hashes: int = 0  # entries of the same slot under another hash
+    candidates: list[Candidate] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {
+            "kind": "explain",
+            "index_file": self.index_file,
+            "topic": self.topic,
+            "slot": self.slot,
+            "head": self.head,
+            "steps": self.steps,
+            "stop": self.stop,
+            "skipped": self.skipped or None,
+            "other_hashes": self.other_hashes,
+            "candidates": [c.to_dict() for c in self.candidates],
+        }
+
+
+@dataclass
+class LookupResult:
+    key: str
+    keys: list[dict]  # {"topic", "index_key", "hash"} per topic tried
+    messages: list[Message]
+    walks: list[FileWalk]
+    collisions: int = 0  # same hash, record has another key or topic
+    outside_window: int = 0
+    unreadable: list[Problem] = field(default_factory=list)
+    truncated: bool = False  # --max reached
+
+    @property
+    def found(self) -> bool:
+        return bool(self.messages)
+
+
+def _matches(m: Message, topic: str, key: str) -> bool:
+    return m.topic == topic and (m.uniq_key == key or key in m.keys)
+
+
+def _in_window(ts: int, begin: int | None, end: int | None) -> bool:
+    return (begin is None or ts >= begin) and (end is None or ts <= end)
+
+
+class Index:
+    """The index files and CommitLog of one store, opened once for many lookups."""
+
+    def __init__(self, store: str, hash_slots: int | None = None, index_entries: int | None = None, files: list[IndexFile] | None = None):
+        self.store = str(store)
+        self.files = files if files is not None else open_all(self.store, hash_slots, index_entries)
+        self.commitlog = (
+            CommitLog.open(os.path.join(self.store, "commitlog")) if os.path.isdir(os.path.join(self.store, "commitlog")) else CommitLog([], [], None)
+        )
+        self._topics: list[str] | None = None
+        self._records: OrderedDict[int, Message | Problem] = OrderedDict()
+
+    @property
+    def topics(self) -> list[str]:
+        if self._topics is None:
+            self._topics = store_topics(self.store)
+        return self._topics
+
+    def close(self) -> None:
+        for f in self.files:
+            f.close()
+
+    def __enter__(self) -> Index:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def lookup(
+        self, key: str, topics: list[str] | None = None, *, begin: int | None = None, end: int | None = None, max_messages: int | None = None
+    ) -> LookupResult:
+        """Messages whose KEYS or UNIQ_KEY is `key`, in the given topics (default: every topic the store knows)."""
+        topics = list(topics) if topics else self.topics
+        res = LookupResult(key, [], [], [])
+        seen: set[int] = set()
+        for i, topic in enumerate(topics):
+            h = key_hash(topic, key)
+            res.keys.append({"topic": topic, "index_key": f"{topic}#{key}", "hash": h})
+            for f in reversed(self.files):  # newest first, like IndexService.queryOffset
+                if res.truncated:
+                    break
+                res.walks.append(self._walk_file(f, topic, key, h, begin, end, max_messages, seen, res))
+            if i % RELEASE_EVERY_TOPICS == RELEASE_EVERY_TOPICS - 1 or i == len(topics) - 1:
+                for f in self.files:  # give back the walked pages (0.5 ms a file), not after every walk
+                    f.release()
+        res.messages.sort(key=lambda m: m.phys_offset)
+        return res
+
+    def _walk_file(self, f: IndexFile, topic, key, h, begin, end, max_messages, seen: set[int], res: LookupResult) -> FileWalk:
+        hd = f.header
+        if f.count <= 1:
+            return FileWalk(f.name, topic, f.slot_of(h), 0, 0, "empty", skipped="no entries")
+        # Entry 1's timeDiff may count from the previous file's end (it is written before
+        # the header's begin is set), so the file's own range is taken from the header only.
+        if (end is not None and hd.begin_timestamp > end) or (begin is not None and hd.end_timestamp < begin):
+            return FileWalk(f.name, topic, f.slot_of(h), 0, 0, "skipped", skipped="header time range outside the window")
+        w = f.walk(h)
+        fw = FileWalk(f.name, topic, w.slot, w.head, len(w.steps), w.stop)
+        for st in w.steps:
+            if st.key_hash != h:
+                fw.other_hashes += 1
+                continue
+            if max_messages is not None and len(res.messages) >= max_messages:
+                res.truncated = True
+                break
+            # The entry's time is the record's store time rounded down to the second
+            # (entry 1 of a file may read later): only read records that may be inside.
+            if begin is not None and st.entry != 1 and st.time + SECOND <= begin:
+                fw.candidates.append(Candidate(f.name, st.entry, st.phys_offset, st.time, "outside_window", "index time before --begin"))
+                res.outside_window += 1
+                continue
+            if end is not None and st.time > end and st.entry != 1:
+                fw.candidates.append(Candidate(f.name, st.entry, st.phys_offset, st.time, "outside_window", "index time after --end"))
+                res.outside_window += 1
+                continue
+            if st.phys_offset in seen:
+                fw.candidates.append(Candidate(f.name, st.entry, st.phys_offset, st.time, "duplicate", "message already found through another entry"))
+                continue
+            m = self.read_record(st.phys_offset)
+            if isinstance(m, Problem):
+                fw.candidates.append(Candidate(f.name, st.entry, st.phys_offset, st.time, "unreadable", m.line()))
+                res.unreadable.append(m)
+                continue
+            if not _matches(m, topic, key):
+                fw.candidates.append(
+                    Candidate(
+                        f.name,
+                        st.entry,
+                        st.phys_offset,
+                        st.time,
+                        "collision",
+                        f"record is {m.topic}#{' '.join([*m.keys, m.uniq_key or ''])}",
+                        m.store_timestamp,
+                    )
+                )
+                res.collisions += 1
+                continue
+            if not _in_window(m.store_timestamp, begin, end):
+                fw.candidates.append(
+                    Candidate(f.name, st.entry, st.phys_offset, st.time, "outside_window", "record stored outside the window", m.store_timestamp)
+                )
+                res.outside_window += 1
+                continue
+            seen.add(st.phys_offset)
+            m.extra["index_file"] = f.name
+            m.extra["index_entry"] = st.entry
+            res.messages.append(m)
+            fw.candidates.append(Candidate(f.name, st.entry, st.phys_offset, st.time, "match", "", m.store_timestamp))
+        return fw
+
+    def read_record(self, phys: int) -> Message | Problem:
+        """The record at phys; the last few thousand are kept, as one message is found under each of its keys."""
+        m = self._records.get(phys)
+        if m is None:
+            m = self.commitlog.read_at(phys)
+            self._records[phys] = m
+            if len(self._records) > RECORD_CACHE:
+                self._records.popitem(last=False)
+        else:
+            self._records.move_to_end(phys)
+        return replace(m, extra=dict(m.extra)) if isinstance(m, Message) else m
+
+    def read_offset_id(self, text: str) -> Message | None:
+        """The record an offset msgId names, if a record starts there and carries that msgId."""
+        oid = OffsetMsgId.decode(text)
+        if oid.phys_offset < 0 or self.commitlog.file_for(oid.phys_offset) is None:
+            return None
+        m = self.commitlog.read_at(oid.phys_offset)
+        if isinstance(m, Message) and m.msg_id == oid.text:
+            return m
+        return None
+
+
+@dataclass
+class IdResult:
+    """What a msgId or UNIQ_KEY turned out to be, and the messages it names."""
+
+    text: str
+    kind: str  # "offset" or "uniq_key"
+    offset_id: OffsetMsgId
+    uniq_key: UniqKey
+    messages: list[Message]
+    lookup: LookupResult | None = None
+
+    def decoded(self, now_ms: int) -> dict:
+        d = {"kind": "msgid", "id": self.text, "type": self.kind}
+        if self.kind == "offset":
+            d.update(self.offset_id.to_dict())
+        else:
+            d.update(self.uniq_key.to_dict())
+            d.update(self.uniq_key.time_near(self.messages[0].born_timestamp) if self.messages else self.uniq_key.time_assumed_utc(now_ms))
+            d["time_anchor"] = "born_timestamp" if self.messages else "now_utc"
+        d["found"] = len(self.messages)
+        return d
+
+
+def resolve_id(index: Index, text: str, topics: list[str] | None = None, **kw) -> IdResult:
+    """An offset msgId read directly, else a UNIQ_KEY looked up through the index. Raises MsgIdError on bad text."""
+    id_bytes(text)
+    text = text.strip().upper()
+    oid, uk = OffsetMsgId.decode(text), UniqKey.decode(text)
+    m = index.read_offset_id(text)
+    if m is not None and (not topics or m.topic in topics):
+        return IdResult(text, "offset", oid, uk, [m])
+    res = index.lookup(text, topics, **kw)
+    return IdResult(text, "uniq_key", oid, uk, res.messages, res)

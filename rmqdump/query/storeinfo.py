@@ -1,0 +1,162 @@
+"""`rmqdump info`: the one screen an operator reads first.
+
+Cheap by design: the ConsumeQueues give the per-queue counts and offsets, two
+record reads per queue give its time range, headers give the index picture,
+and only the newest CommitLog file with data is scanned to find where the data
+ends. The recovery preview is the one part that walks records (from where the
+broker would start).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from rmqdump.checks.recovery import RecoveryPreview, preview
+from rmqdump.common.problems import Problem
+from rmqdump.query.cqseek import RecordReader
+from rmqdump.readers.checkpoint import Checkpoint
+from rmqdump.readers.commitlog import scan_file
+from rmqdump.readers.configfiles import ConfigFile, read_config
+from rmqdump.readers.mapped import MappedFile
+from rmqdump.readers.message import Message
+from rmqdump.readers.store import IndexFileInfo, Store, Unsupported
+
+
+@dataclass
+class QueueInfo:
+    topic: str
+    queue_id: int
+    files: int
+    bytes: int
+    min_offset: int
+    max_offset: int
+    units: int
+    first_store_timestamp: int | None
+    last_store_timestamp: int | None
+    last_phys_offset: int | None
+
+    def to_dict(self) -> dict:
+        return {
+            "kind": "queue",
+            "topic": self.topic,
+            "queue_id": self.queue_id,
+            "files": self.files,
+            "bytes": self.bytes,
+            "min_offset": self.min_offset,
+            "max_offset": self.max_offset,
+            "units": self.units,
+            "first_store_timestamp": self.first_store_timestamp,
+            "last_store_timestamp": self.last_store_timestamp,
+            "last_phys_offset": self.last_phys_offset,
+        }
+
+
+@dataclass
+class CommitLogInfo:
+    files: int
+    file_size: int | None
+    bytes: int
+    min_offset: int
+    files_end: int
+    data_end: int
+
+    def to_dict(self) -> dict:
+        return {
+            "kind": "commitlog",
+            "files": self.files,
+            "file_size": self.file_size,
+            "bytes": self.bytes,
+            "min_offset": self.min_offset,
+            "files_end": self.files_end,
+            "data_end": self.data_end,
+        }
+
+
+@dataclass
+class StoreInfo:
+    root: str
+    commitlog: CommitLogInfo
+    queues: list[QueueInfo]
+    cq_file_size: int | None
+    index_files: list[IndexFileInfo]
+    checkpoint: Checkpoint | None
+    abort: bool
+    lock: bool
+    configs: list[ConfigFile]
+    other_files: list[str]
+    unsupported: list[Unsupported]
+    problems: list[Problem]
+    recovery: RecoveryPreview | None
+    notes: list[str] = field(default_factory=list)
+
+
+def data_end(store: Store) -> int:
+    """End of the last record in the newest CommitLog file that holds any (by scanning that one file)."""
+    for seg in reversed(store.commitlog.files):
+        with MappedFile(seg.path) as mf:
+            if seg.size == 0 or not mf.data[: min(seg.size, 8)].any():
+                continue
+            end = None
+            for b in scan_file(seg, mf, start=0, check_crc=False):
+                if len(b):
+                    end = seg.base + int(b.cols["_end"][-1])
+            if end is not None:
+                return end
+    return store.commitlog.min_offset
+
+
+def queue_info(q, reader: RecordReader) -> QueueInfo:
+    lo, hi = q.bounds()
+    first = last = last_phys = None
+    if hi > lo:
+        for idx, slot in ((lo, "first"), (hi - 1, "last")):
+            unit = q.unit_at(idx)
+            if unit is None:
+                continue
+            m = reader.read(unit[0])
+            if isinstance(m, Message):
+                if slot == "first":
+                    first = m.store_timestamp
+                else:
+                    last = m.store_timestamp
+            if slot == "last":
+                last_phys = unit[0]
+    return QueueInfo(q.topic, q.queue_id, len(q.files), sum(f.size for f in q.files), lo, hi, hi - lo, first, last, last_phys)
+
+
+def store_info(store: Store, *, with_recovery: bool = True, check_crc: bool = True) -> StoreInfo:
+    checkpoint = store.checkpoint()  # a damaged one is recorded in store.problems
+    cl = store.commitlog
+    cli = CommitLogInfo(
+        files=len(cl.files),
+        file_size=cl.file_size,
+        bytes=sum(f.size for f in cl.files),
+        min_offset=cl.min_offset,
+        files_end=(cl.files[-1].base + cl.files[-1].size) if cl.files else 0,
+        data_end=data_end(store) if cl.files else 0,
+    )
+    with RecordReader(cl) as reader:
+        queues = [queue_info(q, reader) for q in store.select_queues()]
+    configs = [read_config(p) for p in store.configs]
+    notes = []
+    if store.abort:
+        notes.append("abort file present: the broker did not shut down cleanly (abnormal recovery on restart)")
+    if os.path.exists(os.path.join(store.root, "abort.bak")):
+        notes.append("abort.bak present: left by a 5.x clean shutdown")
+    return StoreInfo(
+        root=store.root,
+        commitlog=cli,
+        queues=queues,
+        cq_file_size=store.cq_file_size,
+        index_files=store.index_files,
+        checkpoint=checkpoint,
+        abort=store.abort,
+        lock=store.lock,
+        configs=configs,
+        other_files=store.other_files,
+        unsupported=store.unsupported,
+        problems=store.problems,
+        recovery=preview(store, check_crc=check_crc) if with_recovery else None,
+        notes=notes,
+    )

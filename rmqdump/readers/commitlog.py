@@ -1,0 +1,609 @@
+"""The CommitLog: its files, and a damage-tolerant scan of their records.
+
+The scan walks totalSize from record to record in Python (one struct unpack
+per record), then decodes and validates each batch of record starts at once
+with the schema-derived columnar parser. A record that does not hold together
+stops the batch; it is diagnosed, reported with a stable code, and the walk
+resyncs at the next record it can prove: a message magic at a position whose
+physicalOffset field equals the file's base offset plus that position.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+from construct import ConstructError
+
+from rmqdump.common import problems as P
+from rmqdump.common.problems import InputError, Problem
+from rmqdump.readers.fastpath import ColumnarParser, field_struct, gather, numpy_dtype, struct_format
+from rmqdump.readers.mapped import MappedFile
+from rmqdump.readers.message import Message, decode_properties, format_host, java_crc32, offset_msg_id, parse_crc_digits
+from schemas import BlankMarker, HostV4, HostV6, MessageRecord, RecordPrefix, message_header
+from schemas import constants as C
+from schemas.commitlog import PropertiesLength, TopicLengthV1
+
+NAME_RE = re.compile(rf"^\d{{{C.COMMITLOG_NAME_DIGITS}}}$")
+MIN_RECORD_SIZE = message_header().sizeof() + TopicLengthV1.sizeof() + PropertiesLength.sizeof()  # empty body, topic and properties
+BATCH_RECORDS = 32768
+RELEASE_EVERY = 32 << 20
+RESYNC_WINDOW = 16 << 20
+LISTS_AFTER = 16  # Batch.message: records served from numpy scalars before the columns become lists
+_ROW_COLUMNS = (
+    "_pos", "total_size", "magic", "body_crc", "queue_id", "flag", "queue_offset", "sys_flag", "born_timestamp", "store_timestamp",
+    "reconsume_times", "prepared_transaction_offset", "body_length", "body_pos", "topic_pos", "topic_length", "properties_pos",
+    "properties_length", "born_host_pos", "born_host_then", "store_host_pos", "store_host_then",
+)  # fmt: skip
+_HOST_TEXT: dict[bytes, str] = {}  # raw address+port -> "ip:port"; hosts repeat across records
+_HOST_TEXT_MAX = 1 << 16
+
+_PREFIX = struct_format(RecordPrefix)
+_BLANK = struct_format(BlankMarker)
+_PARSER = ColumnarParser(MessageRecord)
+_MAGIC = field_struct(RecordPrefix, "magic")[1]
+_MAGIC_BYTES = [_MAGIC.pack(m) for m in C.MESSAGE_MAGICS]
+_NEEDLES = (*_MAGIC_BYTES, _MAGIC.pack(C.MAGIC_BLANK))  # resync candidates; the BLANK last
+_PHYS_FIELD_OFFSET, _PHYS = field_struct(message_header(), "phys_offset")
+_TOTAL_SIZE = numpy_dtype(RecordPrefix.subcons[0])
+_HOSTS = {False: struct_format(HostV4), True: struct_format(HostV6)}
+_CRC_PREFIX = (C.PROPERTY_CRC32 + C.NAME_VALUE_SEPARATOR).encode()
+
+
+@dataclass(frozen=True)
+class SegmentFile:
+    """One CommitLog file: its name is its 20-digit start offset."""
+
+    path: str
+    base: int
+    size: int
+
+    @property
+    def name(self) -> str:
+        return os.path.basename(self.path)
+
+
+@dataclass
+class Blank:
+    """The end of a file's data: the BLANK marker, or the zero tail of the newest file."""
+
+    file: str
+    file_offset: int
+    phys_offset: int
+    length: int
+    marker: str  # "blank" or "zeros"
+
+    def to_dict(self) -> dict:
+        return {"kind": "blank", "file": self.file, "phys_offset": self.phys_offset, "length": self.length, "marker": self.marker}
+
+
+class CommitLog:
+    """The files of a CommitLog, in offset order, with what is wrong with their layout."""
+
+    def __init__(self, files: list[SegmentFile], problems: list[Problem], file_size: int | None):
+        self.files = files
+        self.problems = problems
+        self.file_size = file_size
+
+    @classmethod
+    def open(cls, paths: list[str] | str) -> CommitLog:
+        """From a `commitlog/` directory or a list of CommitLog files."""
+        if isinstance(paths, (str, os.PathLike)):
+            paths = [paths]
+        probs: list[Problem] = []
+        found: list[SegmentFile] = []
+        for p in map(str, paths):
+            if os.path.isdir(p) and os.path.isdir(os.path.join(p, "commitlog")):
+                p = os.path.join(p, "commitlog")  # a store root was given
+            if os.path.isdir(p):
+                try:
+                    names = sorted(os.listdir(p))
+                except OSError as e:
+                    raise InputError("unreadable", p, e.strerror or str(e)) from None
+                for n in names:
+                    full = os.path.join(p, n)
+                    if not os.path.isfile(full):
+                        continue
+                    if not NAME_RE.match(n):
+                        probs.append(Problem(P.CL_BAD_FILE_NAME, full, None, "not a 20-digit offset name: ignored"))
+                        continue
+                    found.append(SegmentFile(full, int(n), os.path.getsize(full)))
+            elif os.path.isfile(p):
+                n = os.path.basename(p)
+                if not NAME_RE.match(n):
+                    raise InputError("commitlog_bad_file_name", p, "a CommitLog file is named by its 20-digit start offset")
+                found.append(SegmentFile(p, int(n), os.path.getsize(p)))
+            elif not os.path.exists(p):
+                raise InputError("not_found", p, "no such file or directory")
+            else:
+                raise InputError("unreadable", p, "not a regular file or directory")
+        found.sort(key=lambda f: f.base)
+        file_size = _common_size(found)
+        for i, f in enumerate(found):
+            if file_size and f.size != file_size:
+                probs.append(Problem(P.CL_FILE_SIZE, f.path, f.size, f"file is {f.size} bytes, the others {file_size}", phys_offset=f.base + f.size))
+            if i:
+                prev = found[i - 1]
+                expect = prev.base + (file_size or prev.size)
+                if f.base > expect:
+                    probs.append(Problem(P.CL_GAP, f.path, 0, f"gap: offsets {expect}..{f.base} are in no file", phys_offset=expect))
+                elif f.base < expect:
+                    probs.append(Problem(P.CL_OVERLAP, f.path, 0, f"starts at {f.base}, inside the previous file (ends at {expect})", phys_offset=f.base))
+        return cls(found, probs, file_size)
+
+    @property
+    def min_offset(self) -> int:
+        return self.files[0].base if self.files else 0
+
+    def file_for(self, phys_offset: int) -> SegmentFile | None:
+        for f in self.files:
+            if f.base <= phys_offset < f.base + f.size:
+                return f
+        return None
+
+    def scan(self, *, from_offset: int | None = None, to_offset: int | None = None, check_crc: bool = True) -> Iterator[Batch]:
+        """Batches of records in offset order, from `from_offset` (a record start or any byte) to `to_offset`."""
+        for seg in self.files:
+            if to_offset is not None and seg.base >= to_offset:
+                break
+            if from_offset is not None and seg.base + seg.size <= from_offset:
+                continue
+            start = max(0, (from_offset or 0) - seg.base)
+            end = seg.size if to_offset is None else min(seg.size, to_offset - seg.base)
+            # bytes past the configured size are not data: they are reported as a layout problem
+            with MappedFile(seg.path, limit=self.file_size) as mf:
+                yield from scan_file(seg, mf, start=start, end=end, check_crc=check_crc)
+
+    def read_at(self, phys_offset: int, *, check_crc: bool = True, with_body: bool = False) -> Message | Problem:
+        """The record starting exactly at a physical offset, or the problem found there."""
+        seg = self.file_for(phys_offset)
+        if seg is None:
+            return Problem("offset_out_of_range", "", None, f"offset {phys_offset} is in no CommitLog file", phys_offset=phys_offset)
+        with MappedFile(seg.path) as mf:
+            return read_record(seg, mf, phys_offset - seg.base, check_crc=check_crc, with_body=with_body)
+
+
+def _common_size(files: list[SegmentFile]) -> int | None:
+    """The configured file size: the usual step between file names, else the usual file size."""
+    if not files:
+        return None
+    counts: dict[int, int] = {}
+    for a, b in itertools.pairwise(files):
+        if b.base > a.base:
+            counts[b.base - a.base] = counts.get(b.base - a.base, 0) + 1
+    if not counts:
+        for f in files:
+            counts[f.size] = counts.get(f.size, 0) + 1
+    return max(counts, key=lambda s: (counts[s], -s))
+
+
+@dataclass
+class Batch:
+    """Records of one stretch of one file, as columns, then what ended the stretch.
+
+    `events` (Blank or Problem) come after every record of the batch;
+    `record_problems` maps a record's index to the problems found in it.
+    """
+
+    seg: SegmentFile
+    mf: MappedFile
+    cols: dict[str, np.ndarray]
+    crc_ok: np.ndarray | None
+    prop_crc: np.ndarray | None  # 1 ok, 0 mismatch, -1 absent
+    events: list = field(default_factory=list)
+    record_problems: dict[int, list[Problem]] = field(default_factory=dict)
+    _lists: tuple | None = field(default=None, init=False, repr=False, compare=False)
+    _served: int = field(default=0, init=False, repr=False, compare=False)
+
+    def __len__(self) -> int:
+        return len(self.cols["_pos"]) if self.cols else 0
+
+    @property
+    def phys(self) -> np.ndarray:
+        return self.cols["_pos"] + self.seg.base
+
+    def raw(self, pos: int, length: int) -> bytes:
+        return bytes(self.mf.view[pos : pos + length])
+
+    def topic(self, i: int) -> str:
+        c = self.cols
+        return self.raw(int(c["topic_pos"][i]), int(c["topic_length"][i])).decode("utf-8", errors="replace")
+
+    def properties_bytes(self, i: int) -> bytes:
+        c = self.cols
+        return self.raw(int(c["properties_pos"][i]), int(c["properties_length"][i]))
+
+    def body(self, i: int) -> bytes:
+        c = self.cols
+        return self.raw(int(c["body_pos"][i]), int(c["body_length"][i]))
+
+    def _host(self, name: str, i: int) -> tuple[bytes, int]:
+        c = self.cols
+        pos = int(c[name + "_pos"][i])
+        n = 16 if c[name + "_then"][i] else 4
+        return _HOSTS[n == 16].unpack(self.raw(pos, n + 4))
+
+    def _row(self, i: int) -> dict:
+        """Record i's column values as Python scalars.
+
+        Indexing numpy columns costs ~0.2 us per value; once a batch has
+        served a few records its columns are turned into lists (one pass)
+        and read from those.
+        """
+        cols = self.cols
+        cached = self._lists
+        if cached is None or cached[0] is not cols:
+            self._served += 1
+            if self._served <= LISTS_AFTER:
+                return {k: cols[k][i].item() for k in _ROW_COLUMNS}
+            cached = self._lists = (cols, {k: cols[k].tolist() for k in _ROW_COLUMNS})
+        lists = cached[1]
+        return {k: lists[k][i] for k in _ROW_COLUMNS}
+
+    def _host_at(self, pos: int, v6: bool) -> tuple[bytes, int, str]:
+        n = 16 if v6 else 4
+        raw = self.raw(pos, n + 4)
+        text = _HOST_TEXT.get(raw)
+        port = _HOSTS[v6].unpack(raw)[1]
+        if text is None:
+            if len(_HOST_TEXT) >= _HOST_TEXT_MAX:
+                _HOST_TEXT.clear()
+            text = _HOST_TEXT[raw] = format_host(raw[:n], port)
+        return raw[:n], port, text
+
+    def message(self, i: int, *, with_body: bool = False) -> Message:
+        r = self._row(i)
+        props, ok = decode_properties(self.raw(r["properties_pos"], r["properties_length"]))
+        store_addr, store_port, store_text = self._host_at(r["store_host_pos"], r["store_host_then"])
+        phys = self.seg.base + r["_pos"]
+        prop_crc = None if self.prop_crc is None or self.prop_crc[i] < 0 else bool(self.prop_crc[i])
+        return Message(
+            file=self.seg.path,
+            phys_offset=phys,
+            total_size=r["total_size"],
+            magic=r["magic"],
+            body_crc=r["body_crc"],
+            crc_ok=None if self.crc_ok is None else bool(self.crc_ok[i]),
+            prop_crc_ok=prop_crc,
+            queue_id=r["queue_id"],
+            flag=r["flag"],
+            queue_offset=r["queue_offset"],
+            sys_flag=r["sys_flag"],
+            born_timestamp=r["born_timestamp"],
+            born_host=self._host_at(r["born_host_pos"], r["born_host_then"])[2],
+            store_timestamp=r["store_timestamp"],
+            store_host=store_text,
+            reconsume_times=r["reconsume_times"],
+            prepared_transaction_offset=r["prepared_transaction_offset"],
+            body_length=r["body_length"],
+            topic=self.raw(r["topic_pos"], r["topic_length"]).decode("utf-8", errors="replace"),
+            properties=props,
+            msg_id=offset_msg_id(store_addr, store_port, phys),
+            body=self.raw(r["body_pos"], r["body_length"]) if with_body else None,
+            properties_ok=ok,
+        )
+
+    def messages(self, *, with_body: bool = False) -> Iterator[Message]:
+        for i in range(len(self)):
+            yield self.message(i, with_body=with_body)
+
+
+def _check_crcs(mf: MappedFile, cols: dict[str, np.ndarray], check_crc: bool):
+    """Body CRC per record; property CRC where the record ends with __CRC32#."""
+    n = len(cols["_pos"])
+    if not check_crc or n == 0:
+        return None, None
+    view = mf.view
+    bp, bl, bc = cols["body_pos"].tolist(), cols["body_length"].tolist(), cols["body_crc"].tolist()
+    crc_ok = np.fromiter((java_crc32(view[p : p + n_]) == c for p, n_, c in zip(bp, bl, bc, strict=False)), dtype=bool, count=n)
+    ends = cols["_end"]
+    tail_start = ends - C.CRC_PROPERTY_LENGTH
+    has = cols["properties_length"] >= C.CRC_PROPERTY_LENGTH
+    prop_crc = np.full(n, -1, dtype=np.int8)
+    if has.any():
+        dt = np.dtype((np.void, len(_CRC_PREFIX)))
+        heads = gather(mf.data, tail_start, dt)
+        has &= heads == np.void(_CRC_PREFIX)
+        for i in np.flatnonzero(has).tolist():
+            t = int(tail_start[i])
+            want = parse_crc_digits(bytes(view[t + len(_CRC_PREFIX) : t + len(_CRC_PREFIX) + C.CRC_DIGITS]))
+            start = int(cols["_pos"][i])
+            prop_crc[i] = 1 if want is not None and java_crc32(view[start:t]) == want else 0
+    return crc_ok, prop_crc
+
+
+def _record_problems(seg: SegmentFile, cols, crc_ok, prop_crc) -> dict[int, list[Problem]]:
+    out: dict[int, list[Problem]] = {}
+    pos = cols["_pos"]
+    bad_phys = np.flatnonzero(cols["phys_offset"] != pos + seg.base)
+    for i in bad_phys.tolist():
+        p = int(pos[i])
+        out.setdefault(i, []).append(
+            Problem(
+                P.PHYS_OFFSET_MISMATCH,
+                seg.path,
+                p,
+                f"physicalOffset field says {int(cols['phys_offset'][i])}, record is at {seg.base + p}",
+                phys_offset=seg.base + p,
+            )
+        )
+    if crc_ok is not None:
+        for i in np.flatnonzero(~crc_ok).tolist():
+            p = int(pos[i])
+            out.setdefault(i, []).append(
+                Problem(
+                    P.BODY_CRC_MISMATCH,
+                    seg.path,
+                    int(cols["body_pos"][i]),
+                    f"body CRC of the record at {p} does not match bodyCRC {int(cols['body_crc'][i])}",
+                    phys_offset=seg.base + p,
+                )
+            )
+    if prop_crc is not None:
+        for i in np.flatnonzero(prop_crc == 0).tolist():
+            p = int(pos[i])
+            out.setdefault(i, []).append(
+                Problem(P.PROP_CRC_MISMATCH, seg.path, p, "__CRC32# property does not match the record's bytes", phys_offset=seg.base + p)
+            )
+    return out
+
+
+def _empty_columns(data: np.ndarray) -> dict[str, np.ndarray]:
+    """The columns of a batch without records, so consumers need no special case."""
+    none = np.zeros(0, dtype=np.int64)
+    cols, _ = _PARSER.parse(data, none, none)
+    cols["_pos"] = none
+    return cols
+
+
+def _select(cols: dict[str, np.ndarray], k: int) -> dict[str, np.ndarray]:
+    return {name: a[:k] for name, a in cols.items()}
+
+
+def scan_file(
+    seg: SegmentFile, mf: MappedFile, *, start: int = 0, end: int | None = None, check_crc: bool = True, batch_records: int = BATCH_RECORDS
+) -> Iterator[Batch]:
+    """Records that start in [start, end) of one file; past `end` only to finish the last one.
+
+    A start other than 0 is resynced by the proof rule, so byte ranges of one
+    file can be scanned independently and together give each record once.
+    """
+    size = mf.size
+    end = size if end is None else min(end, size)
+    pos = start if start == 0 else resync(seg, mf, start)
+    unpack = _PREFIX.unpack_from
+    view, data = mf.view, mf.data
+    magics, least = C.MESSAGE_MAGICS, MIN_RECORD_SIZE  # locals: this loop runs once per record
+    walk_stop = min(end, size - 7)  # p < end and p + 8 <= size
+    released = 0
+    while pos is not None and pos < end:
+        starts: list[int] = []
+        append = starts.append
+        p = pos
+        k = 0
+        while p < walk_stop and k < batch_records:
+            total, magic = unpack(view, p)
+            if magic in magics and least <= total <= size - p:
+                append(p)
+                p += total
+                k += 1
+            else:
+                break
+        stop_at = None
+        if starts:
+            s = np.array(starts, dtype=np.int64)
+            totals = gather(data, s, _TOTAL_SIZE).astype(np.int64)
+            cols, ok = _PARSER.parse(data, s, s + totals)
+            cols["_pos"] = s
+            bad = np.flatnonzero(~ok)
+            if bad.size:
+                k = int(bad[0])
+                cols = _select(cols, k)
+                stop_at = starts[k]
+            crc_ok, prop_crc = _check_crcs(mf, cols, check_crc)
+            batch = Batch(seg, mf, cols, crc_ok, prop_crc, [], _record_problems(seg, cols, crc_ok, prop_crc))
+            p = stop_at if stop_at is not None else p
+        else:
+            batch = Batch(seg, mf, _empty_columns(data), None, None, [], {})
+        if p >= end and stop_at is None:
+            if p < size and resync(seg, mf, end) != p:
+                # The last record crossed into the next range and is followed by something the
+                # next range's resync will skip without a word: this range owns that report.
+                batch.events.extend(diagnose(seg, mf, p)[0])
+            yield batch
+            break
+        if stop_at is None and len(starts) == batch_records:
+            yield batch
+            pos = p
+        else:
+            events, nxt = diagnose(seg, mf, p)
+            batch.events.extend(events)
+            yield batch
+            pos = nxt
+        if pos is not None and pos - released >= RELEASE_EVERY:
+            mf.release(released, pos)
+            released = pos
+
+
+def resync(seg: SegmentFile, mf: MappedFile, start: int) -> int | None:
+    """The first position >= start where a record can be proven to start, or a valid BLANK marker.
+
+    Searched window by window, giving the pages of each fruitless window back:
+    a long damaged or empty stretch costs one pass and bounded memory.
+    """
+    lo = start + 4  # where a magic can begin
+    if start + 8 <= mf.size and not any(mf.view[start : start + 8]):
+        # A zero stretch (the unwritten tail of a preallocated file, or a zeroed range): skip it
+        # in one read; a magic's first byte is never zero, so no record's magic lies before it.
+        q = _first_nonzero(mf, start, mf.size)
+        if q is None:
+            return None
+        lo = max(lo, q)
+    window = 64 << 10  # small first: at a healthy spot the next record is near, and absent magics cost their whole window
+    while lo < mf.size:
+        hi = min(mf.size, lo + window)
+        p = _proof_in(seg, mf, lo, hi)
+        if p is not None:
+            return p
+        if hi < mf.size:
+            mf.release(lo, hi)
+        lo = hi
+        window = min(window * 4, RESYNC_WINDOW)
+    return None
+
+
+def _proof_in(seg: SegmentFile, mf: MappedFile, lo: int, hi: int) -> int | None:
+    """The first provable record start (or valid BLANK) whose magic begins in [lo, hi)."""
+    view, size = mf.view, mf.size
+    stop = min(size, hi + 3)
+    cands = [_find(mf, nd, lo, stop) for nd in _NEEDLES]
+    while True:
+        best = min((c for c in cands if c >= 0), default=-1)
+        if best < 0:
+            return None
+        p = best - 4
+        if cands[-1] == best:
+            total, _ = _BLANK.unpack_from(view, p)
+            if total == size - p:
+                return p
+        elif p + _PHYS_FIELD_OFFSET + _PHYS.size <= size:
+            (phys,) = _PHYS.unpack_from(view, p + _PHYS_FIELD_OFFSET)
+            if phys == seg.base + p:
+                return p
+        for j, c in enumerate(cands):
+            if c == best:
+                cands[j] = _find(mf, _NEEDLES[j], best + 1, stop)
+
+
+def _find(mf: MappedFile, needle: bytes, start: int, stop: int) -> int:
+    if mf.size == 0:
+        return -1
+    return mf._mm.find(needle, start, stop)
+
+
+_ZERO_CHUNK = bytes(4 << 20)
+_ZERO_TAILS: dict[tuple, int] = {}  # file identity -> offset from which it is all zeros
+
+
+def _first_nonzero(mf: MappedFile, start: int, stop: int) -> int | None:
+    """The first non-zero byte in [start, stop), or None.
+
+    Read with pread, not through the map: a preallocated 1 GiB file is mostly
+    zeros, and touching them through the map costs a page fault per 4 KiB
+    (and resident memory); a read from the page cache compared with memcmp
+    is several times faster and keeps nothing.
+    """
+    step = len(_ZERO_CHUNK)
+    stop = min(stop, mf.size)
+    fd = os.open(mf.path, os.O_RDONLY)
+    try:
+        st = os.fstat(fd)
+        key = (mf.path, st.st_ino, st.st_size, st.st_mtime_ns)
+        tail = _ZERO_TAILS.get(key)
+        if tail is not None and start >= tail and stop == mf.size:
+            return None
+        pos = start
+        while pos < stop:
+            chunk = os.pread(fd, min(step, stop - pos), pos)
+            if not chunk:
+                break
+            if chunk != (_ZERO_CHUNK if len(chunk) == step else bytes(len(chunk))):
+                return pos + len(chunk) - len(chunk.lstrip(b"\0"))
+            pos += len(chunk)
+        if stop == mf.size:  # remembered: the other byte ranges of this file need not read it again
+            _ZERO_TAILS[key] = min(start, tail if tail is not None else start)
+        return None
+    finally:
+        os.close(fd)
+
+
+def diagnose(seg: SegmentFile, mf: MappedFile, p: int) -> tuple[list, int | None]:
+    """What is at a position the walk could not take, and where the scan goes on."""
+    size, path, base = mf.size, seg.path, seg.base
+    if p + 8 > size:
+        if _first_nonzero(mf, p, size) is None:
+            return [Blank(path, p, base + p, size - p, "zeros")], None
+        return [Problem(P.TRUNCATED_TAIL, path, p, f"{size - p} bytes at the end of the file are too short for a record", phys_offset=base + p)], None
+    total, magic = _PREFIX.unpack_from(mf.view, p)
+    if magic == C.MAGIC_BLANK and total == size - p:
+        return [Blank(path, p, base + p, total, "blank")], None
+    first = p + 1
+    if total == 0 and magic == 0:
+        # The newest file's zero tail (most of a preallocated 1 GiB file): one
+        # releasing pass, and resync only past the zeros (a record's magic is
+        # nonzero, so none starts more than 4 bytes before the first nonzero byte).
+        nz = _first_nonzero(mf, p, size)
+        if nz is None:
+            return [Blank(path, p, base + p, size - p, "zeros")], None
+        first = max(first, nz - 4)
+    nxt = resync(seg, mf, first)
+    stop = size if nxt is None else nxt
+    skipped = stop - p
+    if total == 0 and magic == 0 and nz >= stop:  # zeros all the way to the next record (zeros to the end returned above)
+        return [
+            Problem(
+                P.ZEROED_RANGE,
+                path,
+                p,
+                f"{skipped} zero bytes where a record should start; next record at {nxt}",
+                phys_offset=base + p,
+                extra={"skipped": skipped},
+            )
+        ], nxt
+    if magic in C.MESSAGE_MAGICS:
+        if total > size - p:
+            code, what = P.RECORD_PAST_END, f"record of totalSize {total} runs {total - (size - p)} bytes past the end of the file"
+        elif total < MIN_RECORD_SIZE:
+            code, what = P.BAD_TOTAL_SIZE, f"totalSize {total} is smaller than any record"
+        else:
+            code, what = P.SIZE_MISMATCH, _size_detail(mf, p, total)
+    elif magic == C.MAGIC_BLANK:
+        code, what = P.BAD_BLANK, f"BLANK marker says {total} bytes left, the file has {size - p}"
+    elif total == 0 and magic == 0:
+        code, what = P.ZEROED_RANGE, "zero bytes followed by data that is not a record"
+    else:
+        code, what = P.BAD_MAGIC, f"magic 0x{magic & 0xFFFFFFFF:08X} is not a message or BLANK code"
+    if nxt is None:
+        if code in (P.BAD_MAGIC, P.ZEROED_RANGE) and p > 0:
+            code = P.TRAILING_GARBAGE
+        where = f"skipped {skipped} bytes to the end of the file"
+    else:
+        where = f"skipped {skipped} bytes to the next record at {nxt}"
+    return [Problem(code, path, p, f"{what}; {where}", phys_offset=base + p, extra={"skipped": skipped})], nxt
+
+
+def _size_detail(mf: MappedFile, p: int, total: int) -> str:
+    try:
+        rec = MessageRecord.parse(bytes(mf.view[p : p + total]))
+    except (ConstructError, ValueError) as e:
+        return f"fields of the record overrun its totalSize {total} ({type(e).__name__})"
+    built = len(MessageRecord.build(rec))
+    return f"totalSize {total} but the fields add up to {built}"
+
+
+def read_record(seg: SegmentFile, mf: MappedFile, p: int, *, check_crc: bool = True, with_body: bool = False) -> Message | Problem:
+    """Decode the single record at file offset p, or say what is wrong there."""
+    if p < 0 or p + 8 > mf.size:
+        return Problem(P.RECORD_PAST_END, seg.path, p, "offset is past the end of the file", phys_offset=seg.base + p)
+    total, magic = _PREFIX.unpack_from(mf.view, p)
+    if (magic in C.MESSAGE_MAGICS) and MIN_RECORD_SIZE <= total <= mf.size - p:
+        s = np.array([p], dtype=np.int64)
+        cols, ok = _PARSER.parse(mf.data, s, s + total)
+        cols["_pos"] = s
+        if ok[0]:
+            crc_ok, prop_crc = _check_crcs(mf, cols, check_crc)
+            return Batch(seg, mf, cols, crc_ok, prop_crc).message(0, with_body=with_body)
+    events, _ = _diagnose_single(seg, mf, p)
+    return events
+
+
+def _diagnose_single(seg: SegmentFile, mf: MappedFile, p: int):
+    events, nxt = diagnose(seg, mf, p)
+    ev = events[0]
+    if isinstance(ev, Blank):
+        return Problem("not_a_message", seg.path, p, f"a {ev.marker} end-of-file marker is at this offset", phys_offset=seg.base + p), nxt
+    return ev, nxt

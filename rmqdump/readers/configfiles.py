@@ -1,0 +1,111 @@
+"""The broker's config/*.json files, as fastjson writes them.
+
+fastjson serialises a Map<Integer, Long> with bare integer keys
+(`{0:123,1:136}`), which is not JSON. The reader quotes such keys outside
+string literals, then parses normally. Each file has a `.bak` twin that the
+broker writes first (ConfigManager.persist), so the two may disagree after a crash.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from rmqdump.common.problems import InputError
+
+CONFIG_DIR = "config"
+
+
+def quote_integer_keys(text: str) -> str:
+    """Quote bare integer object keys (`{0:1}` -> `{"0":1}`), leaving string contents alone."""
+    out: list[str] = []
+    i, n = 0, len(text)
+    in_str = False
+    expect_key = False
+    while i < n:
+        ch = text[i]
+        if in_str:
+            out.append(ch)
+            if ch == "\\" and i + 1 < n:
+                out.append(text[i + 1])
+                i += 2
+                continue
+            if ch == '"':
+                in_str = False
+            i += 1
+            continue
+        if ch == '"':
+            in_str = True
+            expect_key = False
+            out.append(ch)
+            i += 1
+            continue
+        if ch in "{,":
+            expect_key = True
+            out.append(ch)
+            i += 1
+            continue
+        if expect_key and (ch.isdigit() or ch == "-"):
+            j = i + 1
+            while j < n and text[j].isdigit():
+                j += 1
+            k = j
+            while k < n and text[k] in " \t\r\n":
+                k += 1
+            if k < n and text[k] == ":":
+                out.append('"' + text[i:j] + '"')
+                i = j
+                expect_key = False
+                continue
+        if not ch.isspace():
+            expect_key = False
+        out.append(ch)
+        i += 1
+    return "".join(out)
+
+
+def loads_fastjson(text: str) -> Any:
+    return json.loads(quote_integer_keys(text))
+
+
+@dataclass
+class ConfigFile:
+    """One config file as found: its parsed content, or why it could not be parsed."""
+
+    path: str
+    size: int
+    data: Any = None
+    error: str | None = None
+
+    def to_dict(self) -> dict:
+        return {"path": self.path, "size": self.size, "ok": self.error is None, "error": self.error}
+
+
+def read_config(path: str) -> ConfigFile:
+    """Parse one config file; a parse failure is kept on the result, not raised."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except OSError as e:
+        raise InputError("unreadable", path, e.strerror or str(e)) from None
+    cf = ConfigFile(path, len(raw))
+    if not raw.strip():
+        cf.error = "empty file"
+        return cf
+    try:
+        cf.data = loads_fastjson(raw.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        cf.error = f"not UTF-8 at byte {e.start}"
+    except json.JSONDecodeError as e:
+        cf.error = f"not JSON: {e.msg} at byte {e.pos}"
+    return cf
+
+
+def config_files(root: str) -> list[str]:
+    """Paths of the files in `config/` (json and their .bak), sorted."""
+    d = os.path.join(root, CONFIG_DIR)
+    if not os.path.isdir(d):
+        return []
+    return sorted(os.path.join(d, n) for n in os.listdir(d) if os.path.isfile(os.path.join(d, n)))

@@ -1,0 +1,260 @@
+"""A ConsumeQueue: the files of one topic/queue directory, read as unit arrays.
+
+File names are the byte offset of their first unit in the queue (20 digits),
+so unit index = (file name + position) / 20 = the message's queue offset. The
+unit layout comes from schemas.ConsumeQueueUnit; arrays are converted to native
+int64/int32 columns so checks can run on them directly (and on other engines).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from rmqdump.common.problems import Problem
+from rmqdump.readers.fastpath import numpy_dtype
+from rmqdump.readers.mapped import MappedFile
+from schemas import ConsumeQueueUnit
+from schemas import constants as C
+
+UNIT_DTYPE = numpy_dtype(ConsumeQueueUnit)
+UNIT_SIZE = UNIT_DTYPE.itemsize
+NAME_RE = re.compile(r"^\d{20}$")
+
+# Layout problems of a queue directory (stable codes).
+CQ_BAD_FILE_NAME = "cq_bad_file_name"
+CQ_FILE_SIZE = "cq_file_size"
+CQ_HOLE = "cq_hole"
+
+
+@dataclass(frozen=True)
+class CQFile:
+    path: str
+    base: int  # byte offset in the queue, from the name
+    size: int
+
+    @property
+    def first_index(self) -> int:
+        return self.base // UNIT_SIZE
+
+    @property
+    def units(self) -> int:
+        return self.size // UNIT_SIZE
+
+    @property
+    def name(self) -> str:
+        return os.path.basename(self.path)
+
+
+@dataclass
+class QueueUnits:
+    """Units of a stretch of one queue as native columns; `index` is each unit's queue offset."""
+
+    index: np.ndarray  # int64
+    offset: np.ndarray  # int64 commitLogOffset
+    size: np.ndarray  # int32
+    tags_code: np.ndarray  # int64
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    @classmethod
+    def empty(cls) -> QueueUnits:
+        return cls(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int32), np.zeros(0, np.int64))
+
+    @classmethod
+    def from_array(cls, arr: np.ndarray, first_index: int) -> QueueUnits:
+        """From a structured array of schemas.ConsumeQueueUnit (any byte order)."""
+        return cls(
+            np.arange(first_index, first_index + len(arr), dtype=np.int64),
+            arr["commit_log_offset"].astype(np.int64),
+            arr["size"].astype(np.int32),
+            arr["tags_code"].astype(np.int64),
+        )
+
+    @classmethod
+    def concat(cls, parts: list[QueueUnits]) -> QueueUnits:
+        if not parts:
+            return cls.empty()
+        return cls(*(np.concatenate([getattr(p, f) for p in parts]) for f in ("index", "offset", "size", "tags_code")))
+
+    def valid_mask(self) -> np.ndarray:
+        """What the broker's recovery accepts as a unit: offset >= 0 and size > 0."""
+        return (self.offset >= 0) & (self.size > 0)
+
+    def filler_mask(self) -> np.ndarray:
+        return (self.offset == 0) & (self.size == C.CQ_FILLER_SIZE) & (self.tags_code == 0)
+
+
+def read_units(f: CQFile) -> np.ndarray:
+    """The whole units of one file as a structured (big-endian) array; a partial tail unit is left out."""
+    n = f.size // UNIT_SIZE
+    if n == 0:
+        return np.zeros(0, dtype=UNIT_DTYPE)
+    with MappedFile(f.path) as mf:
+        return mf.data[: n * UNIT_SIZE].view(UNIT_DTYPE).copy()
+
+
+@dataclass
+class ConsumeQueue:
+    """One consumequeue/TOPIC/QUEUE_ID directory: its files in order and their layout problems."""
+
+    topic: str
+    queue_id: int
+    path: str
+    files: list[CQFile]
+    file_size: int | None
+    problems: list[Problem] = field(default_factory=list)
+
+    @classmethod
+    def open(cls, path: str, topic: str, queue_id: int, file_size: int | None = None) -> ConsumeQueue:
+        """Read a queue directory; `file_size` is the store's CQ file size (mappedFileSizeConsumeQueue) when known."""
+        files: list[CQFile] = []
+        probs: list[Problem] = []
+        extra = {"topic": topic, "queue_id": queue_id}
+        try:
+            names = sorted(os.listdir(path))
+        except OSError as e:
+            probs.append(Problem("unreadable", path, None, e.strerror or str(e), extra={**extra, "cq_file": path, "unit_index": None}))
+            names = []
+        for n in names:
+            full = os.path.join(path, n)
+            if not os.path.isfile(full):
+                continue
+            if not NAME_RE.match(n):
+                probs.append(Problem(CQ_BAD_FILE_NAME, full, None, "not a 20-digit offset name: ignored", extra={**extra, "cq_file": full, "unit_index": None}))
+                continue
+            files.append(CQFile(full, int(n), os.path.getsize(full)))
+        files.sort(key=lambda f: f.base)
+        if file_size is None:
+            file_size = common_file_size([f.size for f in files])
+        q = cls(topic, queue_id, path, files, file_size, probs)
+        q._check_layout()
+        return q
+
+    def _extra(self, cq_file: str | None, unit_index: int | None) -> dict:
+        return {"topic": self.topic, "queue_id": self.queue_id, "cq_file": cq_file, "unit_index": unit_index}
+
+    def _check_layout(self) -> None:
+        fs = self.file_size
+        for i, f in enumerate(self.files):
+            if f.size % UNIT_SIZE:
+                cut = f.size - f.size % UNIT_SIZE
+                self.problems.append(
+                    Problem(
+                        CQ_FILE_SIZE,
+                        f.path,
+                        cut,
+                        f"file is {f.size} bytes, not a whole number of {UNIT_SIZE}-byte units: {f.size % UNIT_SIZE} bytes of a cut unit at its end",
+                        extra=self._extra(f.path, f.first_index + cut // UNIT_SIZE),
+                    )
+                )
+            elif fs and f.size != fs:
+                self.problems.append(
+                    Problem(
+                        CQ_FILE_SIZE,
+                        f.path,
+                        f.size,
+                        f"file is {f.size} bytes, the queue's files are {fs} (the broker refuses to load it)",
+                        extra=self._extra(f.path, f.first_index + f.size // UNIT_SIZE),
+                    )
+                )
+            if f.base % UNIT_SIZE or (fs and f.base % fs):
+                self.problems.append(
+                    Problem(
+                        CQ_BAD_FILE_NAME,
+                        f.path,
+                        None,
+                        f"name {f.base} is not a multiple of the file size {fs or UNIT_SIZE}",
+                        extra=self._extra(f.path, f.first_index),
+                    )
+                )
+            if i and fs:
+                prev = self.files[i - 1]
+                expect = prev.base + fs
+                if f.base > expect:
+                    missing = [f"{b:020d}" for b in range(expect, f.base, fs)][:5]
+                    self.problems.append(
+                        Problem(
+                            CQ_HOLE,
+                            os.path.join(self.path, missing[0]),
+                            None,
+                            f"no file for units {expect // UNIT_SIZE}..{f.base // UNIT_SIZE - 1} (missing {', '.join(missing)}{' ...' if f.base - expect > 5 * fs else ''})",
+                            extra=self._extra(os.path.join(self.path, missing[0]), expect // UNIT_SIZE),
+                        )
+                    )
+
+    def file_for_index(self, index: int) -> CQFile | None:
+        """The file that holds (or would hold) unit `index`."""
+        b = index * UNIT_SIZE
+        for f in self.files:
+            if f.base <= b < f.base + max(f.size, self.file_size or 0):
+                return f
+        return None
+
+    def expected_path(self, index: int) -> str:
+        """Where unit `index` belongs, whether or not that file exists."""
+        f = self.file_for_index(index)
+        if f is not None:
+            return f.path
+        fs = self.file_size or C.DEFAULT_CQ_UNITS_PER_FILE * UNIT_SIZE
+        return os.path.join(self.path, f"{index * UNIT_SIZE // fs * fs:020d}")
+
+    def chunks(self) -> Iterator[QueueUnits]:
+        """The units file by file (bounded memory for long queues)."""
+        for f in self.files:
+            yield QueueUnits.from_array(read_units(f), f.first_index)
+
+    def units(self) -> QueueUnits:
+        """Every unit of the queue, files concatenated (indices jump over missing files)."""
+        return QueueUnits.concat(list(self.chunks()))
+
+    def last_valid_index(self) -> int:
+        """Index of the queue's last unit with offset >= 0 and size > 0 (-1 if none), reading files from the end."""
+        for f in reversed(self.files):
+            u = QueueUnits.from_array(read_units(f), f.first_index)
+            v = np.flatnonzero(u.valid_mask())
+            if v.size:
+                return int(u.index[v[-1]])
+        return -1
+
+    def bounds(self) -> tuple[int, int]:
+        """(min offset, max offset) as the broker reports them: first real unit, last valid unit + 1."""
+        last = self.last_valid_index()
+        if last < 0:
+            return (self.files[0].first_index if self.files else 0, self.files[0].first_index if self.files else 0)
+        for f in self.files:
+            u = QueueUnits.from_array(read_units(f), f.first_index)
+            real = np.flatnonzero(u.valid_mask() & ~u.filler_mask())
+            if real.size:
+                return int(u.index[real[0]]), last + 1
+        return last + 1, last + 1
+
+    def unit_at(self, index: int) -> tuple[int, int, int] | None:
+        """(commitLogOffset, size, tagsCode) of one unit, or None if no file holds it."""
+        f = self.file_for_index(index)
+        if f is None:
+            return None
+        pos = index * UNIT_SIZE - f.base
+        if pos + UNIT_SIZE > f.size:
+            return None
+        with open(f.path, "rb") as fh:
+            fh.seek(pos)
+            raw = fh.read(UNIT_SIZE)
+        rec = np.frombuffer(raw, dtype=UNIT_DTYPE)[0]
+        return int(rec["commit_log_offset"]), int(rec["size"]), int(rec["tags_code"])
+
+
+def common_file_size(sizes: list[int]) -> int | None:
+    """The size most files share (the last file is ignored when there are others: it may be short)."""
+    if not sizes:
+        return None
+    pool = sizes[:-1] if len(sizes) > 1 else sizes
+    counts: dict[int, int] = {}
+    for s in pool:
+        counts[s] = counts.get(s, 0) + 1
+    return max(counts, key=lambda s: (counts[s], s))

@@ -1,0 +1,68 @@
+"""Read-only memory maps of store files.
+
+The store is evidence: files are opened O_RDONLY and mapped ACCESS_READ.
+Long scans give pages back with MADV_DONTNEED as they go, so resident memory
+stays bounded however large the file is (the pages stay in the page cache).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import mmap
+import os
+
+import numpy as np
+
+from rmqdump.common.problems import InputError
+
+_PAGE = mmap.ALLOCATIONGRANULARITY
+
+
+class MappedFile:
+    """One file mapped read-only; `data` is a numpy uint8 view, `view` a memoryview."""
+
+    def __init__(self, path: str, limit: int | None = None):
+        """`limit`: treat the file as this long (the configured CommitLog file size); bytes past it are not data."""
+        self.path = str(path)
+        try:
+            fd = os.open(self.path, os.O_RDONLY)
+        except OSError as e:
+            raise InputError("unreadable", self.path, e.strerror or str(e)) from None
+        try:
+            self.size = os.fstat(fd).st_size
+            self._mm = mmap.mmap(fd, self.size, access=mmap.ACCESS_READ) if self.size else None
+        except OSError as e:
+            raise InputError("unreadable", self.path, e.strerror or str(e)) from None
+        finally:
+            os.close(fd)
+        if limit is not None:
+            self.size = min(self.size, limit)
+        if self._mm is not None:
+            self.view = memoryview(self._mm)
+            self.data = np.frombuffer(self._mm, dtype=np.uint8)
+        else:
+            self.view = memoryview(b"")
+            self.data = np.zeros(0, dtype=np.uint8)
+
+    def release(self, start: int, end: int) -> None:
+        """Drop the resident pages of [start, end) from this process (page-aligned inward)."""
+        if self._mm is None:
+            return
+        lo = -(-start // _PAGE) * _PAGE
+        hi = min(end, self.size) // _PAGE * _PAGE
+        if hi > lo:
+            self._mm.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
+
+    def close(self) -> None:
+        if self._mm is not None:
+            self.view.release()
+            self.data = None
+            with contextlib.suppress(BufferError):  # a caller still holds a view; freed with it
+                self._mm.close()
+            self._mm = None
+
+    def __enter__(self) -> MappedFile:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

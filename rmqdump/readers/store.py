@@ -1,0 +1,248 @@
+"""A broker store root, opened read-only: what is there, and what we cannot decode.
+
+Everything else in rmqdump works on one part (a CommitLog, one queue, one
+index file); the Store finds the parts under a root the way the broker's
+StorePathConfigHelper lays them out, and names the variants rmqdump does not
+decode (batch/ext/RocksDB ConsumeQueues, timer files, DLedger) so nothing is
+misread as the plain format.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from rmqdump.common.problems import InputError, Problem
+from rmqdump.readers.checkpoint import Checkpoint, read_checkpoint
+from rmqdump.readers.commitlog import CommitLog
+from rmqdump.readers.configfiles import config_files
+from rmqdump.readers.consumequeue import ConsumeQueue, common_file_size
+from rmqdump.readers.fastpath import numpy_dtype
+from schemas import IndexHeader
+
+COMMITLOG_DIR = "commitlog"
+CONSUMEQUEUE_DIR = "consumequeue"
+INDEX_DIR = "index"
+
+# Store layout problems and unsupported parts (stable codes).
+CQ_BAD_DIR = "cq_bad_dir"
+INDEX_SHORT = "index_file_short"
+UNSUPPORTED = "unsupported"
+
+_INDEX_HEADER = numpy_dtype(IndexHeader)
+
+
+@dataclass(frozen=True)
+class IndexFileInfo:
+    """One index/ file and its 40-byte header (None when the file is shorter than that)."""
+
+    path: str
+    size: int
+    header: dict | None
+
+    @property
+    def name(self) -> str:
+        return os.path.basename(self.path)
+
+    def to_dict(self) -> dict:
+        return {"file": self.name, "path": self.path, "size": self.size, **(self.header or {})}
+
+
+@dataclass(frozen=True)
+class Unsupported:
+    """A part of the store rmqdump recognises but does not decode."""
+
+    kind: str  # batch_consumequeue, consumequeue_ext, rocksdb, timer, dledger
+    path: str
+    detail: str
+
+    def to_dict(self) -> dict:
+        return {"kind": "unsupported", "what": self.kind, "path": self.path, "detail": self.detail}
+
+
+def read_index_header(path: str) -> IndexFileInfo:
+    size = os.path.getsize(path)
+    if size < _INDEX_HEADER.itemsize:
+        return IndexFileInfo(path, size, None)
+    with open(path, "rb") as f:
+        raw = f.read(_INDEX_HEADER.itemsize)
+    rec = np.frombuffer(raw, dtype=_INDEX_HEADER)[0]
+    return IndexFileInfo(path, size, {name: int(rec[name]) for name in _INDEX_HEADER.names})
+
+
+@dataclass
+class Store:
+    root: str
+    commitlog: CommitLog
+    queues: dict[tuple[str, int], ConsumeQueue]
+    cq_file_size: int | None
+    index_files: list[IndexFileInfo]
+    checkpoint_path: str | None
+    abort: bool
+    lock: bool
+    configs: list[str]
+    other_files: list[str]
+    unsupported: list[Unsupported] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+
+    @classmethod
+    def open(cls, root: str | os.PathLike) -> Store:
+        """Discover a store root; InputError when it is not a directory or holds no store at all."""
+        root = str(root)
+        if not os.path.exists(root):
+            raise InputError("not_found", root, "no such directory")
+        if not os.path.isdir(root):
+            raise InputError("not_a_store", root, "not a directory (give the store root, which holds commitlog/ and consumequeue/)")
+        try:
+            entries = sorted(os.listdir(root))
+        except OSError as e:
+            raise InputError("unreadable", root, e.strerror or str(e)) from None
+        known = {COMMITLOG_DIR, CONSUMEQUEUE_DIR, INDEX_DIR, "checkpoint", "abort", "lock", "config"}
+        if not known & set(entries):
+            hint = " (this looks like a commitlog/ directory: give its parent)" if any(e.isdigit() and len(e) == 20 for e in entries) else ""
+            raise InputError("not_a_store", root, f"no commitlog/, consumequeue/, index/ or checkpoint here{hint}")
+        cl_dir = os.path.join(root, COMMITLOG_DIR)
+        cl = CommitLog.open(cl_dir) if os.path.isdir(cl_dir) else CommitLog([], [], None)
+        st = cls(
+            root=root,
+            commitlog=cl,
+            queues={},
+            cq_file_size=None,
+            index_files=[],
+            checkpoint_path=os.path.join(root, "checkpoint") if os.path.isfile(os.path.join(root, "checkpoint")) else None,
+            abort=os.path.exists(os.path.join(root, "abort")),
+            lock=os.path.exists(os.path.join(root, "lock")),
+            configs=config_files(root),
+            other_files=[],
+        )
+        st.problems.extend(cl.problems)
+        st._find_queues()
+        st._find_index()
+        st._find_unsupported(entries)
+        st.other_files = [os.path.join(root, e) for e in entries if e not in known and os.path.isfile(os.path.join(root, e))]
+        return st
+
+    # discovery -----------------------------------------------------------------------------
+
+    def _find_queues(self) -> None:
+        cq_root = os.path.join(self.root, CONSUMEQUEUE_DIR)
+        if not os.path.isdir(cq_root):
+            return
+        dirs: list[tuple[str, int, str]] = []
+        for topic in sorted(os.listdir(cq_root)):
+            tdir = os.path.join(cq_root, topic)
+            if not os.path.isdir(tdir):
+                continue
+            for q in sorted(os.listdir(tdir)):
+                qdir = os.path.join(tdir, q)
+                if not os.path.isdir(qdir):
+                    continue
+                if not (q.isdigit() or (q.startswith("-") and q[1:].isdigit())):
+                    self.problems.append(
+                        Problem(
+                            CQ_BAD_DIR,
+                            qdir,
+                            None,
+                            "queue directory name is not a queue id: ignored",
+                            extra={"topic": topic, "queue_id": None, "cq_file": qdir, "unit_index": None},
+                        )
+                    )
+                    continue
+                dirs.append((topic, int(q), qdir))
+        sizes = []
+        for _, _, qdir in dirs:
+            names = sorted(os.listdir(qdir))
+            sizes.extend(os.path.getsize(os.path.join(qdir, n)) for n in names[:-1] if os.path.isfile(os.path.join(qdir, n)))
+        if not sizes:  # every queue has one file: take the size most of them have
+            for _, _, qdir in dirs:
+                sizes.extend(os.path.getsize(os.path.join(qdir, n)) for n in os.listdir(qdir) if os.path.isfile(os.path.join(qdir, n)))
+        self.cq_file_size = common_file_size(sizes + sizes[-1:]) if sizes else None
+        for topic, qid, qdir in dirs:
+            q = ConsumeQueue.open(qdir, topic, qid, self.cq_file_size)
+            self.queues[(topic, qid)] = q
+            self.problems.extend(q.problems)
+
+    def _find_index(self) -> None:
+        d = os.path.join(self.root, INDEX_DIR)
+        if not os.path.isdir(d):
+            return
+        for n in sorted(os.listdir(d)):  # the broker loads them in name order
+            p = os.path.join(d, n)
+            if not os.path.isfile(p):
+                continue
+            info = read_index_header(p)
+            if info.header is None:
+                self.problems.append(Problem(INDEX_SHORT, p, info.size, f"{info.size} bytes: shorter than the 40-byte index header"))
+            self.index_files.append(info)
+
+    def _find_unsupported(self, entries: list[str]) -> None:
+        def add(kind: str, path: str, detail: str) -> None:
+            self.unsupported.append(Unsupported(kind, path, detail))
+
+        root = self.root
+        if "batchconsumequeue" in entries:
+            add("batch_consumequeue", os.path.join(root, "batchconsumequeue"), "Batch ConsumeQueue (46-byte units): not decoded")
+        if "consumequeue_ext" in entries:
+            add(
+                "consumequeue_ext",
+                os.path.join(root, "consumequeue_ext"),
+                "ConsumeQueueExt: tagsCode values at or below Integer.MIN_VALUE - 1 are ext addresses, not checked",
+            )
+        for name in ("timerwheel", "timerlog", "timercheck", "timermetrics"):
+            if name in entries:
+                add("timer", os.path.join(root, name), "5.x timer message store: not decoded")
+        for name in ("timercheck", "timermetrics"):
+            if os.path.exists(os.path.join(root, "config", name)):
+                add("timer", os.path.join(root, "config", name), "5.x timer message store: not decoded")
+        for e in entries:
+            p = os.path.join(root, e)
+            if e.startswith("dledger") and os.path.isdir(p):
+                add("dledger", p, "DLedger CommitLog (entries wrap the messages): not decoded")
+        cl_dir = os.path.join(root, COMMITLOG_DIR)
+        if os.path.isdir(cl_dir):
+            for e in sorted(os.listdir(cl_dir)):
+                if os.path.isdir(os.path.join(cl_dir, e)) and e.startswith("dledger"):
+                    add("dledger", os.path.join(cl_dir, e), "DLedger CommitLog (entries wrap the messages): not decoded")
+        for e in entries:
+            p = os.path.join(root, e)
+            if not os.path.isdir(p):
+                continue
+            for d in [p, *[os.path.join(p, s) for s in sorted(os.listdir(p)) if os.path.isdir(os.path.join(p, s))][:50]]:
+                if _is_rocksdb(d):
+                    add("rocksdb", d, "RocksDB store (5.2+ RocksDB ConsumeQueue or config): not decoded")
+
+    # helpers -------------------------------------------------------------------------------
+
+    def checkpoint(self) -> Checkpoint | None:
+        """The checkpoint, or None when it is missing or too short to read (recorded in `problems` once)."""
+        if not self.checkpoint_path:
+            return None
+        try:
+            return read_checkpoint(self.checkpoint_path)
+        except InputError as e:
+            p = Problem(e.code, e.path, e.offset, e.detail + " (the broker would read zeros: recovery scans from the first file)")
+            if p not in self.problems:
+                self.problems.append(p)
+            return None
+
+    def queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:
+        return self.queues.get((topic, queue_id))
+
+    def select_queues(self, topic: str | None = None, queue_id: int | None = None) -> list[ConsumeQueue]:
+        return [q for (t, i), q in sorted(self.queues.items()) if (topic is None or t == topic) and (queue_id is None or i == queue_id)]
+
+    def rel(self, path: str) -> str:
+        try:
+            return os.path.relpath(path, self.root)
+        except ValueError:
+            return path
+
+
+def _is_rocksdb(d: str) -> bool:
+    try:
+        names = os.listdir(d)
+    except OSError:
+        return False
+    return "CURRENT" in names and any(n.startswith("MANIFEST-") for n in names)

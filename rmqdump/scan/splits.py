@@ -1,0 +1,105 @@
+"""Byte ranges over the CommitLog files of one or more stores: the unit of parallel work.
+
+A range owns the records that start inside it (scan_file resyncs at its start
+by the proof rule and reads past its end to finish its last record), so the
+ranges of a file can be decoded independently, by processes or Spark tasks,
+and together give every record exactly once.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+from dataclasses import dataclass
+
+from rmqdump.common.problems import InputError, Problem
+from rmqdump.readers.commitlog import CommitLog
+
+MiB = 1 << 20
+DEFAULT_SPLIT = 256 * MiB
+MIN_SPLIT, MAX_SPLIT = 128 * MiB, 512 * MiB  # the range a user may pick; tests go smaller through the library
+
+
+@dataclass(frozen=True)
+class StoreRef:
+    """A store root and the broker name its rows carry."""
+
+    name: str
+    root: str
+
+    @property
+    def commitlog(self) -> str:
+        return os.path.join(self.root, "commitlog")
+
+
+@dataclass(frozen=True)
+class Split:
+    broker: str
+    path: str
+    base: int
+    start: int
+    end: int
+    size: int  # of the whole file
+    check_crc: bool = True
+
+    @property
+    def length(self) -> int:
+        return self.end - self.start
+
+
+def default_name(root: str) -> str:
+    """The directory's name; RocketMQ's default root is `~/store`, so then its parent's name."""
+    root = os.path.abspath(root)
+    name = os.path.basename(root)
+    if name == "store":
+        name = os.path.basename(os.path.dirname(root)) or name
+    return name
+
+
+def resolve_stores(values: list[str]) -> list[StoreRef]:
+    """`DIR`, `NAME=DIR` or a glob of store roots, as given to `--store`."""
+    refs: list[StoreRef] = []
+    for v in values:
+        v = str(v)
+        name = None
+        if "=" in v and not os.path.exists(v):
+            name, v = v.split("=", 1)
+        roots = [v]
+        if not os.path.exists(v) and glob.has_magic(v):
+            roots = sorted(glob.glob(v))
+            if not roots:
+                raise InputError("not_found", v, "no store matches this pattern")
+            if name is not None and len(roots) > 1:
+                raise InputError("usage", v, "NAME=PATTERN matches several stores; give each its own name")
+        for r in roots:
+            if not os.path.isdir(r):
+                raise InputError("not_found", r, "no such store directory")
+            if not os.path.isdir(os.path.join(r, "commitlog")):
+                raise InputError("not_a_store", r, "no commitlog/ directory in this store root")
+            refs.append(StoreRef(name or default_name(r), os.path.abspath(r)))
+    seen: dict[str, str] = {}
+    for ref in refs:
+        if ref.name in seen:
+            raise InputError("duplicate_broker", ref.root, f"broker name {ref.name!r} is also {seen[ref.name]}; name them with NAME=DIR")
+        seen[ref.name] = ref.root
+    return refs
+
+
+def file_splits(broker: str, path: str, base: int, size: int, split_size: int) -> list[Split]:
+    if size <= 0:
+        return []
+    return [Split(broker, path, base, s, min(s + split_size, size), size) for s in range(0, size, split_size)]
+
+
+def plan(stores: list[StoreRef], split_size: int = DEFAULT_SPLIT) -> tuple[list[Split], list[tuple[str, Problem]]]:
+    """Every byte range of every CommitLog file, and the (broker, layout problem) pairs found on the way."""
+    if split_size <= 0:
+        raise ValueError("split size must be positive")
+    splits: list[Split] = []
+    problems: list[tuple[str, Problem]] = []
+    for ref in stores:
+        cl = CommitLog.open(ref.commitlog)
+        problems.extend((ref.name, p) for p in cl.problems)
+        for f in cl.files:
+            splits.extend(file_splits(ref.name, f.path, f.base, f.size, split_size))
+    return splits, problems

@@ -15,6 +15,12 @@ recoverAbnormally (4.9.x to 5.3.x):
   check (magic, body CRC with checkCRCOnRecover, totalSize against the fields)
   or at a zero tail; BLANK goes to the next file. That is the new end: the
   truncation is logical (the bytes stay), files starting after it are deleted.
+* what the restart drops: every record the broker had appended at or past
+  the new end, found by following each record header's totalSize (a torn
+  record's header still says where the next record went) and, where no
+  header is left, by the scan's proof rule; the dropped bytes end at the last
+  declared record end (capped at its file's end) or the last non-zero byte,
+  never in the zero tail of a preallocated file.
 * after an abnormal exit, index files whose endTimestamp is later than the
   checkpoint's indexMsgTimestamp are deleted on load; the index is rebuilt
   only for offsets at or above the kept last file's endPhyOffset.
@@ -26,17 +32,20 @@ import os
 from dataclasses import dataclass, field
 
 import numpy as np
+from construct import Struct
 
 from rmqdump.common import problems as P
 from rmqdump.common.problems import Problem
 from rmqdump.readers.checkpoint import Checkpoint
-from rmqdump.readers.commitlog import Blank, SegmentFile, scan_file
+from rmqdump.readers.commitlog import MIN_RECORD_SIZE, Blank, SegmentFile, _first_nonzero, read_record, resync, scan_file
 from rmqdump.readers.consumequeue import ConsumeQueue, QueueUnits, read_units
-from rmqdump.readers.fastpath import field_offset, field_struct
+from rmqdump.readers.fastpath import field_offset, field_struct, struct_format
 from rmqdump.readers.mapped import MappedFile
+from rmqdump.readers.message import Message, decode_properties, split_keys
 from rmqdump.readers.store import Store
+from schemas import RecordPrefix, message_header
 from schemas import constants as C
-from schemas import message_header
+from schemas.commitlog import PropertiesLength, TopicLengthV1, TopicLengthV2
 
 NORMAL_THIRD_LAST = "third_last"  # 4.x .. 5.3.1
 NORMAL_FROM_CQ = "from_cq"  # 5.3.2+
@@ -48,6 +57,44 @@ _SYSFLAG_AT, _SYSFLAG = field_struct(_H4, "sys_flag")
 _STORE_TS = field_struct(_H4, "store_timestamp")[1]
 _STORE_TS_AT = {False: field_offset(_H4, "store_timestamp"), True: field_offset(_H6, "store_timestamp")}
 _STOP_RECORD_CODES = {P.BODY_CRC_MISMATCH, P.PROP_CRC_MISMATCH}
+_PREFIX = struct_format(RecordPrefix)
+_PHYS_AT, _PHYS = field_struct(_H4, "phys_offset")
+_TOPIC_LEN = {C.MAGIC_V1: struct_format(Struct("n" / TopicLengthV1)), C.MAGIC_V2: struct_format(Struct("n" / TopicLengthV2))}
+_PROPS_LEN = struct_format(Struct("n" / PropertiesLength))
+DROPPED_LISTED = 10_000  # records described one by one; past that they are only counted
+_CHUNK = 4 << 20
+
+
+@dataclass
+class DroppedRecord:
+    """One record a restart drops, with what of it still decodes (None where it does not)."""
+
+    phys_offset: int
+    file: str
+    file_offset: int
+    total_size: int  # as its header declares
+    state: str  # "torn" (its bytes do not hold together), "intact", or the CRC code that fails it
+    topic: str | None = None
+    queue_id: int | None = None
+    queue_offset: int | None = None
+    store_timestamp: int | None = None
+    keys: list[str] | None = None
+    uniq_key: str | None = None
+
+    def to_dict(self) -> dict:
+        return {
+            "phys_offset": self.phys_offset,
+            "file": self.file,
+            "file_offset": self.file_offset,
+            "total_size": self.total_size,
+            "state": self.state,
+            "topic": self.topic,
+            "queue_id": self.queue_id,
+            "queue_offset": self.queue_offset,
+            "store_timestamp": self.store_timestamp,
+            "keys": self.keys,
+            "uniq_key": self.uniq_key,
+        }
 
 
 @dataclass
@@ -59,6 +106,7 @@ class RecoveryPreview:
     stop: str  # why the walk ended
     truncated_bytes: int
     truncated_messages: int
+    dropped: list[DroppedRecord]
     redispatch_from: int
     index_redispatch_from: int
     index_files_dropped: list[str]
@@ -76,6 +124,7 @@ class RecoveryPreview:
             "valid_end": self.valid_end,
             "truncated_bytes": self.truncated_bytes,
             "truncated_messages": self.truncated_messages,
+            "dropped": [d.to_dict() for d in self.dropped],
             "redispatch_from": self.redispatch_from,
             "index_files_dropped": self.index_files_dropped,
             "scan_from_file": self.scan_from_file,
@@ -188,23 +237,106 @@ def _walk(files: list[SegmentFile], start: int, *, check_crc: bool, allow_v2: bo
         end = seg.base
 
 
-def _data_end_after(files: list[SegmentFile], from_offset: int) -> tuple[int, int]:
-    """(end of the last non-zero data, records) at or after `from_offset`, by the damage-tolerant scan."""
-    last = from_offset
-    count = 0
+def _last_nonzero(mf: MappedFile, start: int, stop: int) -> int:
+    """The position after the last non-zero byte of [start, stop) (start when all zeros), read backwards by pread."""
+    stop = min(stop, mf.size)
+    if start >= stop or _first_nonzero(mf, start, stop) is None:
+        return start
+    fd = os.open(mf.path, os.O_RDONLY)
+    try:
+        hi = stop
+        while hi > start:
+            lo = max(start, hi - _CHUNK)
+            chunk = os.pread(fd, hi - lo, lo)
+            kept = len(chunk.rstrip(b"\0"))
+            if kept:
+                return lo + kept
+            hi = lo
+        return start
+    finally:
+        os.close(fd)
+
+
+def _describe(seg: SegmentFile, mf: MappedFile, p: int, total: int) -> DroppedRecord:
+    """What a dropped record still says: all of it when it decodes, else each field that lies before its zero tail."""
+    d = DroppedRecord(seg.base + p, seg.path, p, total, "torn")
+    if p + total <= mf.size:
+        m = read_record(seg, mf, p, check_crc=True)
+        if isinstance(m, Message):
+            d.state = P.BODY_CRC_MISMATCH if m.crc_ok is False else P.PROP_CRC_MISMATCH if m.prop_crc_ok is False else "intact"
+            d.topic, d.queue_id, d.queue_offset, d.store_timestamp = m.topic, m.queue_id, m.queue_offset, m.store_timestamp
+            d.keys, d.uniq_key = split_keys(m.properties.get(C.PROPERTY_KEYS)), m.properties.get(C.PROPERTY_UNIQ_KEY)
+            return d
+    end = min(p + total, mf.size)
+    z = _last_nonzero(mf, p, end)  # bytes from z on are zeros: the part of the record the OS never wrote (or zeros)
+    view = mf.view
+    if p + _SYSFLAG_AT + 4 > z:
+        return d
+    (sys_flag,) = _SYSFLAG.unpack_from(view, p + _SYSFLAG_AT)
+    hdr = message_header(born_v6=bool(sys_flag & C.FLAG_BORNHOST_V6), store_v6=bool(sys_flag & C.FLAG_STOREHOST_V6))
+    at = p + hdr.sizeof()
+    # the header was written when its physicalOffset is the record's own position and it ends before the zeros
+    if at > z or _PHYS.unpack_from(view, p + _PHYS_AT)[0] != seg.base + p:
+        return d
+    h = hdr.parse(bytes(view[p:at]))
+    d.queue_id, d.queue_offset, d.store_timestamp = h.queue_id, h.queue_offset, h.store_timestamp
+    tl = _TOPIC_LEN.get(h.magic)
+    at += max(h.body_length, 0)
+    if tl is None or at + tl.size > z:
+        return d
+    (n,) = tl.unpack_from(view, at)
+    at += tl.size
+    if n == 0 or at + n > z:
+        return d
+    try:
+        d.topic = bytes(view[at : at + n]).decode("utf-8")
+    except UnicodeDecodeError:
+        return d
+    at += n
+    if at + _PROPS_LEN.size > z:
+        return d
+    (n,) = _PROPS_LEN.unpack_from(view, at)
+    at += _PROPS_LEN.size
+    if n > 0 and at + n <= z:
+        props, _ = decode_properties(bytes(view[at : at + n]))
+        d.keys, d.uniq_key = split_keys(props.get(C.PROPERTY_KEYS)), props.get(C.PROPERTY_UNIQ_KEY)
+    return d
+
+
+def _appended_after(files: list[SegmentFile], valid_end: int) -> tuple[int, int, list[DroppedRecord]]:
+    """(end of the appended data, records, their descriptions) at or past the broker's new end.
+
+    Record to record by each header's totalSize, as the broker appended them;
+    where no header is left, on to the next record the proof rule finds,
+    counting the bytes up to the last non-zero one.
+    """
+    end, count, dropped = valid_end, 0, []
     for seg in files:
-        if seg.base + seg.size <= from_offset:
+        if seg.base + seg.size <= valid_end:
             continue
-        start = max(0, from_offset - seg.base)
         with MappedFile(seg.path) as mf:
-            for b in scan_file(seg, mf, start=start, check_crc=False):
-                if len(b):
-                    count += len(b)
-                    last = max(last, seg.base + int(b.cols["_end"][-1]))
-                for e in b.events:
-                    if isinstance(e, Problem) and e.phys_offset is not None:
-                        last = max(last, e.phys_offset + int(e.extra.get("skipped", 0) or 0))
-    return last, count
+            size, view = mf.size, mf.view
+            p: int | None = max(0, valid_end - seg.base)
+            while p is not None and p < size:
+                if p + 8 <= size:
+                    total, magic = _PREFIX.unpack_from(view, p)
+                    if magic in C.MESSAGE_MAGICS and total >= MIN_RECORD_SIZE:
+                        count += 1
+                        if len(dropped) < DROPPED_LISTED:
+                            dropped.append(_describe(seg, mf, p, total))
+                        p += total
+                        end = max(end, seg.base + min(p, size))
+                        continue
+                    if magic == C.MAGIC_BLANK and total == size - p:
+                        break
+                if _first_nonzero(mf, p, size) is None:
+                    break  # zeros to the end of the file: nothing was appended there
+                nxt = resync(seg, mf, p + 1) if p + 8 <= size else None
+                z = _last_nonzero(mf, p, size if nxt is None else nxt)
+                if z > p:
+                    end = max(end, seg.base + z)
+                p = nxt
+    return end, count, dropped
 
 
 def preview(
@@ -227,7 +359,7 @@ def preview(
     if ckpt is not None:
         min_ts = ckpt.min_timestamp_index if message_index_safe else ckpt.min_timestamp
     if not files:
-        return RecoveryPreview(abnormal, 0, None, 0, "no CommitLog files", 0, 0, 0, 0, [], [], 0, min_ts, cq_max, load_errors)
+        return RecoveryPreview(abnormal, 0, None, 0, "no CommitLog files", 0, 0, [], 0, 0, [], [], 0, min_ts, cq_max, load_errors)
 
     if abnormal:
         bound = min_ts if min_ts is not None else 0
@@ -246,7 +378,7 @@ def preview(
     else:
         start = max(0, len(files) - 3)
     valid_end, stop, walked = _walk(files, start, check_crc=check_crc, allow_v2=allow_v2)
-    data_end, after = _data_end_after(files, valid_end)
+    data_end, after, lost = _appended_after(files, valid_end)
 
     if abnormal:
         redispatch = files[start].base
@@ -270,6 +402,7 @@ def preview(
         stop=stop,
         truncated_bytes=max(0, data_end - valid_end),
         truncated_messages=after,
+        dropped=lost,
         redispatch_from=redispatch,
         index_redispatch_from=max(redispatch, last_kept_end),
         index_files_dropped=dropped_index,

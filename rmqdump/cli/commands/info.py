@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
+from rmqdump.checks.recovery import DROPPED_LISTED, DroppedRecord
 from rmqdump.cli import render
 from rmqdump.cli.commands.options import ListFormat, store_option
 from rmqdump.common.timeutil import iso
@@ -41,6 +42,23 @@ def _jsonl(info: StoreInfo) -> None:
         render.jsonl(p.to_dict())
     if info.recovery is not None:
         render.jsonl(info.recovery.to_dict())
+
+
+DROPPED_SHOWN = 20
+
+
+def _dropped_line(d: DroppedRecord) -> str:
+    """One lost record as the operator re-sends it: where, what it was, and what of it is unreadable."""
+
+    def val(v) -> str:
+        return "?" if v is None else str(v)
+
+    keys = "?" if d.keys is None else (" ".join(d.keys) or "-")
+    return (
+        f"{d.state} record at {d.phys_offset} ({d.total_size} bytes): topic {val(d.topic)}, queue {val(d.queue_id)}, "
+        f"queue offset {val(d.queue_offset)}, stored {iso(d.store_timestamp) if d.store_timestamp is not None else '?'}, "
+        f"keys {keys}, UNIQ_KEY {val(d.uniq_key)}"
+    )
 
 
 def _table(info: StoreInfo) -> None:
@@ -109,6 +127,10 @@ def _table(info: StoreInfo) -> None:
         o.print(
             f"  dropped on restart: {r.truncated_bytes} bytes, {r.truncated_messages} messages after {r.valid_end} (logical truncation; the bytes stay on disk)"
         )
+        for d in r.dropped[:DROPPED_SHOWN]:
+            o.print(f"    {_dropped_line(d)}", markup=False, highlight=False)
+        if r.truncated_messages > min(len(r.dropped), DROPPED_SHOWN):
+            o.print(f"    ... {r.truncated_messages - min(len(r.dropped), DROPPED_SHOWN)} more (every one, up to {DROPPED_LISTED}, in -f jsonl)")
         if r.commitlog_files_dropped:
             o.print(f"  CommitLog files deleted: {', '.join(r.commitlog_files_dropped)}")
         o.print(f"  re-dispatch into ConsumeQueues from {r.redispatch_from}; index rebuilt from {r.index_redispatch_from}")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -395,6 +396,141 @@ def test_index_layout_unknown(tmp_path):
     assert given.exit_code == 1 and "index_layout_unknown" not in given.stderr
 
 
+# --- reading one record where a unit, an index entry or a seek points ----------------------------------
+
+
+@produces("not_a_message", "cq_offset_out_of_range")
+def test_units_pointing_at_a_blank_marker_and_past_the_commitlog(tmp_path):
+    """Two ConsumeQueue units re-pointed: one at a file's BLANK marker, one past the last CommitLog file."""
+    store = "rmq4-basic"
+    root = copy_store(store, tmp_path)
+    _, base = _seg(store, root, 0)
+    recs = _file_records(store, base)
+    blank = recs[-1]["wroteOffset"] + recs[-1]["wroteBytes"]
+    cq = root / "consumequeue" / "orders" / "1" / f"{0:020d}"
+    patch(cq, 0, blank.to_bytes(8, "big"))
+    patch(cq, 20, (10**9).to_bytes(8, "big"))
+    res = run("cq", "dump", "-s", root, "--topic", "orders", "--queue", 1, "--limit", 2, "--resolve", "-f", "jsonl")
+    units = [x for x in jsonl(res.stdout) if x["kind"] == "unit"]
+    assert [(u["unit_index"], u["cq_file"], u["file_offset"], u["phys_offset"], u["record"]["code"]) for u in units] == [
+        (0, str(cq), 0, blank, "not_a_message"),
+        (1, str(cq), 20, 10**9, "cq_offset_out_of_range"),
+    ]
+
+
+@produces("offset_out_of_range")
+def test_index_entry_past_the_commitlog(tmp_path):
+    """The entry that indexes orders#k1_0 re-pointed past the CommitLog: the lookup names that entry and why it is unreadable."""
+    store = "rmq4-basic"
+    root = copy_store(store, tmp_path)
+    want = next(x for x in manifest(store) if x["topic"] == "orders" and "k1_0" in x["keys"])
+    hit = None
+    for path in list_index_files(root):
+        with IndexFile(path) as f:
+            for k in range(1, f.count):
+                if f.step(k).phys_offset == want["wroteOffset"] and f.step(k).key_hash == abs(_java_hash("orders#k1_0")):
+                    hit = (path, k, f.entry_offset(k))
+    path, k, at = hit
+    _put(path, at + field_offset(IndexEntry, "phys_offset"), 10**9, 8)
+    res = run("index", "lookup", "k1_0", "-s", root, "--topic", "orders", "--explain", "-f", "jsonl")
+    assert res.exit_code == 1
+    cands = [c for x in jsonl(res.stdout) if x["kind"] == "explain" for c in x["candidates"]]
+    assert [(c["index_file"], c["entry"], c["phys_offset"], c["verdict"], c["detail"].split(":")[0]) for c in cands] == [
+        (os.path.basename(path), k, 10**9, "unreadable", "offset_out_of_range")
+    ]
+
+
+def _java_hash(s: str) -> int:
+    h = 0
+    for ch in s.encode("utf-16-be").decode("utf-16-be"):
+        h = (31 * h + ord(ch)) & 0xFFFFFFFF
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+@produces("seek_record_unreadable")
+def test_seek_through_a_zeroed_commitlog(tmp_path):
+    """Every CommitLog file zeroed: the first record the seek reads is named, at its file and byte offset, with exit 2."""
+    store = "rmq4-basic"
+    root = copy_store(store, tmp_path)
+    for p in (root / "commitlog").iterdir():
+        patch(p, 0, bytes(p.stat().st_size))
+    res = run("cq", "seek", "-s", root, "--topic", "orders", "--queue", 1, "--time", "2026-11-21T23:55:52.5Z")
+    assert res.exit_code == 2
+    (line,) = res.stderr.strip().splitlines()
+    m = re.match(r"rmqdump: seek_record_unreadable: (\S+)@(\d+): unit (\d+) points at (\d+): ", line)
+    assert m, line
+    file, off, unit, phys = m.group(1), int(m.group(2)), int(m.group(3)), int(m.group(4))
+    rec = next(x for x in manifest(store) if (x["topic"], x["queueId"], x["logicsOffset"]) == ("orders", 1, unit))
+    path, base = _seg(store, root, rec["wroteOffset"])
+    assert (file, off, phys) == (str(path), rec["wroteOffset"] - base, rec["wroteOffset"])
+
+
+# --- store layout and settings -------------------------------------------------------------------------
+
+
+@produces("index_file_short")
+def test_index_file_short(tmp_path):
+    root = copy_store("rmq4-basic", tmp_path)
+    path = list_index_files(root)[-1]
+    os.truncate(path, 20)
+    res = run("info", "-s", root, "-f", "jsonl", "--no-recovery")
+    assert res.exit_code == 1
+    assert [_where(p) for p in _problems(res)] == [("index_file_short", path, 20, None)]
+
+
+@produces("no_topics")
+def test_no_topics(tmp_path):
+    """consumequeue/ and config/topics.json lost: a lookup cannot tell which topics to hash the key with."""
+    root = copy_store("rmq4-basic", tmp_path)
+    shutil.rmtree(root / "consumequeue")
+    os.unlink(root / "config" / "topics.json")
+    res = run("index", "lookup", "k1_0", "-s", root)
+    assert res.exit_code == 2
+    assert res.stderr.strip().splitlines() == [
+        f"rmqdump: no_topics: {root}: the store names no topics (no consumequeue/ directories, no config/topics.json): pass --topic"
+    ]
+    assert run("index", "lookup", "k1_0", "-s", root, "--topic", "orders").exit_code == 0
+
+
+@produces("unreadable")
+def test_unreadable_input(tmp_path):
+    fifo = tmp_path / "00000000000000000000"
+    os.mkfifo(fifo)
+    res = run("commitlog", fifo)
+    assert res.exit_code == 2
+    assert res.stderr.strip().splitlines() == [f"rmqdump: unreadable: {fifo}: not a regular file or directory"]
+
+
+@produces("bad_broker_conf", "bad_setting")
+@pytest.mark.parametrize(
+    ("conf", "code", "where"),
+    [
+        ("maxHashSlotNum=many\n", "bad_broker_conf", "broker.conf"),
+        ("maxIndexNum=-5\n", "bad_broker_conf", "broker.conf"),
+        ("maxIndexNum=1\n", "bad_setting", "index_entries"),
+        ("maxHashSlotNum=5000000\nmaxIndexNum=200000000\n", "bad_setting", "index"),
+        ("messageDelayLevel=1s 5x\n", "bad_broker_conf", "broker.conf"),
+    ],
+)
+def test_bad_broker_conf_and_settings(tmp_path, conf, code, where):
+    cfg = tmp_path / "broker.conf"
+    cfg.write_text(conf)
+    root = copy_store("rmq4-basic", tmp_path)
+    shutil.rmtree(root / "index")  # no index files to infer the index sizing from: the conf's values are taken
+    out = tmp_path / "out"
+    res = run("rebuild", root, "--out", out, "--broker-conf", cfg)
+    assert res.exit_code == 2 and not out.exists()
+    (line,) = res.stderr.strip().splitlines()
+    assert line.startswith(f"rmqdump: {code}: {cfg if where == 'broker.conf' else where}: ")
+
+
+@produces("bad_delay_levels")
+def test_bad_delay_levels(tmp_path):
+    res = run("rebuild", ROOT / "fixtures" / "real" / "rmq4-basic" / "store", "--out", tmp_path / "out", "--delay-levels", "1s 5x")
+    assert res.exit_code == 2
+    assert res.stderr.strip().splitlines()[0].startswith("rmqdump: bad_delay_levels: --delay-levels: ")
+
+
 # --- the list is complete --------------------------------------------------------------------------------
 
 _CODE = re.compile(r"^[a-z0-9]+(?:_[a-z0-9]+)+$")
@@ -411,18 +547,19 @@ def _readme_codes() -> set[str]:
 
 
 def _declared_codes() -> set[str]:
-    """Problem codes the code declares: the constants of the problem modules and the checks/builders."""
-    import rmqdump.build.cqbuild as cqb
-    import rmqdump.build.rebuild as rb
-    import rmqdump.checks.cqverify as cqv
-    import rmqdump.checks.indexverify as iv
-    import rmqdump.common.problems as pr
-    import rmqdump.readers.consumequeue as cq
-    import rmqdump.readers.indexfile as ixf
+    """Codes the code declares: `NAME = "code"` constants and the literal first argument of Problem(...) / InputError(...).
 
+    The Spark engine's own codes (rmqdump/engines) are left to its tests; recovery's normal-start modes are not codes.
+    """
     out: set[str] = set()
-    for mod in (pr, cqv, iv, cq, cqb, rb, ixf):
-        out.update(v for k, v in vars(mod).items() if k.isupper() and isinstance(v, str) and _CODE.match(v) and v not in ("index",))
+    for path in (ROOT / "rmqdump").rglob("*.py"):
+        if "engines" in path.parts:
+            continue
+        text = path.read_text(encoding="utf-8")
+        for name, value in re.findall(r'^([A-Z][A-Z0-9_]*) = "([a-z0-9_]+)"', text, flags=re.M):
+            if _CODE.match(value) and not name.startswith("NORMAL_"):
+                out.add(value)
+        out.update(c for c in re.findall(r'(?:Problem|InputError)\(\s*"([a-z0-9_]+)"', text) if _CODE.match(c))
     return out
 
 

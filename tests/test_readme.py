@@ -1,9 +1,18 @@
-"""The README's set-up commands are the ones CI runs, and every command it documents exists."""
+"""The README's set-up commands are the ones CI runs, every command it documents exists, and its examples are true.
+
+Every ```console block is run (each `$ ` line in bash, in a scratch directory that sees `fixtures/`, with
+`/tmp/` redirected into it) and its output compared with what the block shows, line for line. Only what
+cannot repeat is masked: timings, the checkout's absolute path, and a line `  ...` standing for lines left out.
+"""
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 
+import pytest
 from conftest import ROOT, run_proc
 
 
@@ -39,3 +48,59 @@ def test_every_command_has_help_with_an_example():
         r = run_proc(*parts, "--help")
         assert r.returncode == 0, parts
         assert "Example" in r.stdout, f"`rmqdump {' '.join(parts)} --help` has no Example"
+
+
+def _console_blocks() -> list[tuple[str, list[tuple[str, list[str]]]]]:
+    """(first command, [(command, expected output lines)]) per console block."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    out = []
+    for block in re.findall(r"```console\n(.*?)\n```", text, flags=re.S):
+        steps: list[tuple[str, list[str]]] = []
+        for line in block.split("\n"):
+            if line.startswith("$ "):
+                steps.append((line[2:], []))
+            else:
+                steps[-1][1].append(line)
+        out.append((steps[0][0], steps))
+    return out
+
+
+_TIMING = (re.compile(r"\d+\.\d+ s \(\d+ messages/s\)"), "<seconds> s (<rate> messages/s)")
+_ABS_FIXTURES = (re.compile(r"(?<![\w./-])/\S*?/fixtures/real/"), "<checkout>/fixtures/real/")
+
+
+def _norm(line: str) -> str:
+    line = line.rstrip()
+    for rx, sub in (_TIMING, _ABS_FIXTURES):
+        line = rx.sub(sub, line)
+    return line
+
+
+def _matches(want: list[str], got: list[str]) -> bool:
+    """Line for line; a README line that is just `...` (indented or not) stands for any number of lines."""
+    if not want:
+        return not got
+    if want[0].strip() == "...":
+        return any(_matches(want[1:], got[i:]) for i in range(len(got) + 1))
+    return bool(got) and want[0] == got[0] and _matches(want[1:], got[1:])
+
+
+BLOCKS = _console_blocks()
+
+
+def test_the_readme_has_console_examples_for_every_command():
+    shown = {cmd.split()[1] for _, steps in BLOCKS for cmd, _ in steps if cmd.startswith("rmqdump ")}
+    assert {"commitlog", "info", "cq", "offsets", "index", "msgid", "rebuild"} <= shown
+
+
+@pytest.mark.parametrize("steps", [s for _, s in BLOCKS], ids=[first[:60] for first, _ in BLOCKS])
+def test_console_example_output_is_what_the_tool_prints(steps, tmp_path):
+    (tmp_path / "fixtures").symlink_to(ROOT / "fixtures")
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    env = dict(os.environ, PATH=f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ['PATH']}", COLUMNS="220")
+    for cmd, want in steps:
+        r = subprocess.run(["bash", "-c", cmd.replace("/tmp/", f"{scratch}/")], cwd=tmp_path, capture_output=True, text=True, env=env, timeout=300)
+        got = [_norm(x.replace(f"{scratch}/", "/tmp/")) for x in (r.stdout + r.stderr).rstrip("\n").split("\n")] if r.stdout + r.stderr else []
+        want = [_norm(x) for x in want]
+        assert _matches(want, got), f"$ {cmd}\n--- README\n" + "\n".join(want) + "\n--- rmqdump\n" + "\n".join(got)

@@ -37,7 +37,7 @@ from construct import Struct
 from rmqdump.common import problems as P
 from rmqdump.common.problems import Problem
 from rmqdump.readers.checkpoint import Checkpoint
-from rmqdump.readers.commitlog import MIN_RECORD_SIZE, Blank, SegmentFile, _first_nonzero, read_record, resync, scan_file
+from rmqdump.readers.commitlog import MIN_RECORD_SIZE, RELEASE_EVERY, Blank, SegmentFile, _first_nonzero, read_record, resync, scan_file
 from rmqdump.readers.consumequeue import ConsumeQueue, QueueUnits, read_units
 from rmqdump.readers.fastpath import field_offset, field_struct, struct_format
 from rmqdump.readers.mapped import MappedFile
@@ -257,16 +257,31 @@ def _last_nonzero(mf: MappedFile, start: int, stop: int) -> int:
         os.close(fd)
 
 
+def _from_message(m: Message, file_offset: int) -> DroppedRecord:
+    """A dropped record that decodes whole: lost for its CRC, or only because it comes after the new end."""
+    state = P.BODY_CRC_MISMATCH if m.crc_ok is False else P.PROP_CRC_MISMATCH if m.prop_crc_ok is False else "intact"
+    return DroppedRecord(
+        m.phys_offset,
+        m.file,
+        file_offset,
+        m.total_size,
+        state,
+        m.topic,
+        m.queue_id,
+        m.queue_offset,
+        m.store_timestamp,
+        split_keys(m.properties.get(C.PROPERTY_KEYS)),
+        m.properties.get(C.PROPERTY_UNIQ_KEY),
+    )
+
+
 def _describe(seg: SegmentFile, mf: MappedFile, p: int, total: int) -> DroppedRecord:
     """What a dropped record still says: all of it when it decodes, else each field that lies before its zero tail."""
-    d = DroppedRecord(seg.base + p, seg.path, p, total, "torn")
     if p + total <= mf.size:
         m = read_record(seg, mf, p, check_crc=True)
         if isinstance(m, Message):
-            d.state = P.BODY_CRC_MISMATCH if m.crc_ok is False else P.PROP_CRC_MISMATCH if m.prop_crc_ok is False else "intact"
-            d.topic, d.queue_id, d.queue_offset, d.store_timestamp = m.topic, m.queue_id, m.queue_offset, m.store_timestamp
-            d.keys, d.uniq_key = split_keys(m.properties.get(C.PROPERTY_KEYS)), m.properties.get(C.PROPERTY_UNIQ_KEY)
-            return d
+            return _from_message(m, p)
+    d = DroppedRecord(seg.base + p, seg.path, p, total, "torn")
     end = min(p + total, mf.size)
     z = _last_nonzero(mf, p, end)  # bytes from z on are zeros: the part of the record the OS never wrote (or zeros)
     view = mf.view
@@ -306,22 +321,52 @@ def _describe(seg: SegmentFile, mf: MappedFile, p: int, total: int) -> DroppedRe
 def _appended_after(files: list[SegmentFile], valid_end: int) -> tuple[int, int, list[DroppedRecord]]:
     """(end of the appended data, records, their descriptions) at or past the broker's new end.
 
-    Record to record by each header's totalSize, as the broker appended them;
-    where no header is left, on to the next record the proof rule finds,
-    counting the bytes up to the last non-zero one.
+    Record to record by each header's totalSize, as the broker appended them:
+    runs of whole records through the scan (batches, pages given back), a
+    torn record by its header alone; where no header is left, on to the next
+    record the proof rule finds, counting the bytes up to the last non-zero one.
     """
     end, count, dropped = valid_end, 0, []
+
+    def take_run(seg: SegmentFile, mf: MappedFile, p: int) -> int:
+        """Whole records from p on, as the scan reads them; where the scan stops (p itself when it takes none)."""
+        nonlocal end, count
+        listing = len(dropped) < DROPPED_LISTED  # CRCs only matter for the records still described
+        for b in scan_file(seg, mf, start=p, check_crc=listing):
+            n = len(b)
+            if n:
+                pos = b.cols["_pos"]
+                if int(pos[0]) != p:  # the scan resynced past p: p is not where it reads on from
+                    return p
+                count += n
+                for i in range(min(n, DROPPED_LISTED - len(dropped))):
+                    dropped.append(_from_message(b.message(i), int(pos[i])))
+                p = int(b.cols["_end"][-1])
+                end = max(end, seg.base + p)
+            if b.events or (listing and len(dropped) >= DROPPED_LISTED):
+                return p  # the event is at p: the caller looks at it; or counting goes on without CRCs
+        return p
+
     for seg in files:
         if seg.base + seg.size <= valid_end:
             continue
         with MappedFile(seg.path) as mf:
             size, view = mf.size, mf.view
             p: int | None = max(0, valid_end - seg.base)
+            released = 0
             while p is not None and p < size:
+                if p - released >= RELEASE_EVERY:
+                    mf.release(released, p)
+                    released = p
                 if p + 8 <= size:
                     total, magic = _PREFIX.unpack_from(view, p)
                     if magic in C.MESSAGE_MAGICS and total >= MIN_RECORD_SIZE:
-                        count += 1
+                        if p + _PHYS_AT + 8 <= size and _PHYS.unpack_from(view, p + _PHYS_AT)[0] == seg.base + p:
+                            q = take_run(seg, mf, p)
+                            if q > p:
+                                p = q
+                                continue
+                        count += 1  # a record the scan cannot take: by its header
                         if len(dropped) < DROPPED_LISTED:
                             dropped.append(_describe(seg, mf, p, total))
                         p += total

@@ -239,3 +239,32 @@ def test_tear_anywhere_in_the_last_record(tmp_path, where, tear, check_crc):
         assert want_end == LAST["wroteOffset"]
         assert (r.truncated_bytes, r.truncated_messages) == (LAST["wroteBytes"], 1)
         assert dropped(r) == [lost(LAST, header=tear >= HEADER, topic=tear >= topic_end)]
+
+
+@pytest.mark.parametrize("listed", [None, 7])
+def test_every_record_after_an_early_crc_failure_is_dropped_and_described(tmp_path, monkeypatch, listed):
+    """A CRC failure in the middle of the CommitLog: every later record (across files and BLANK markers) is lost;
+    each is described from its bytes exactly as the manifest has it, up to the listing cap, and all are counted."""
+    from rmqdump.checks import recovery
+
+    if listed is not None:
+        monkeypatch.setattr(recovery, "DROPPED_LISTED", listed)
+    root = copy_store("rmq4-crash", tmp_path)
+    by_offset = sorted(M, key=lambda x: x["wroteOffset"])
+    victim = by_offset[1200]
+    path, base = _file_of(victim, root)
+    at = victim["wroteOffset"] - base + HEADER + 3
+    patch(path, at, bytes([path.read_bytes()[at] ^ 0x20]))
+    r = preview(Store.open(root))
+    after = by_offset[1200:]
+    assert r.valid_end == victim["wroteOffset"] and r.records_walked == 1200
+    assert r.truncated_messages == len(after) and r.truncated_bytes == DATA_END - victim["wroteOffset"]
+    shown = after if listed is None else after[:listed]
+    assert dropped(r) == [lost(x, header=True, topic=True, props=True) for x in shown]
+    assert [d.state for d in r.dropped] == ["body_crc_mismatch"] + ["intact"] * (len(shown) - 1)
+    assert [d.file for d in r.dropped] == [str(_file_of(x, root)[0]) for x in shown]
+    if listed is None:
+        screen = run("info", "-s", root).stdout.splitlines()
+        lines = [x.strip() for x in screen if x.startswith("    ")]
+        assert lines[0].startswith(f"body_crc_mismatch record at {victim['wroteOffset']} ({victim['wroteBytes']} bytes): topic {victim['topic']}")
+        assert len(lines) == 21 and lines[-1].startswith(f"... {len(after) - 20} more")

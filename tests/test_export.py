@@ -162,7 +162,7 @@ def test_refuses_to_overwrite_and_to_write_into_the_store(tmp_path):
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
     copy = copy_store("rmq4-flags", tmp_path)
     r = run("export", "-s", copy, "-o", copy / "export")
-    assert r.exit_code == 2 and "output_in_store" in r.stderr and not (copy / "export").exists()
+    assert r.exit_code == 2 and "output_inside_store" in r.stderr and not (copy / "export").exists()
 
 
 def test_bad_stores_are_one_line_errors(tmp_path):

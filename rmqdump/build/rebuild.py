@@ -12,8 +12,8 @@ takes the ranges back in CommitLog order and feeds the ConsumeQueue and
 IndexFile builders, which write as they go.
 
 Safety: everything is written under a hidden temporary directory next to
-OUTDIR and renamed into place at the end, so an interrupted rebuild leaves
-OUTDIR absent (or as it was), never half-written. The result is then checked
+OUTDIR and renamed into place at the end (rmqdump.common.publish), so an
+interrupted rebuild leaves OUTDIR absent (or as it was), never half-written. The result is then checked
 with the `cq verify` and `index verify` analyses.
 """
 
@@ -22,9 +22,7 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import os
-import shutil
 import signal
-import threading
 import time
 from collections import deque
 from collections.abc import Callable
@@ -38,21 +36,17 @@ from rmqdump.build.indexbuild import IndexBuilder, IndexFileResult, key_chains
 from rmqdump.build.settings import StoreSettings
 from rmqdump.common import problems as P
 from rmqdump.common.problems import InputError, Problem
+from rmqdump.common.publish import check_target, publishing
 from rmqdump.readers.commitlog import CommitLog, SegmentFile, scan_file
 from rmqdump.readers.mapped import MappedFile
 from rmqdump.scan.dispatch import DelayLevels, dispatch_columns
 from schemas import Checkpoint as CheckpointLayout
 from schemas import constants as C
 
-OUT_INSIDE_STORE = "output_inside_store"
-STORE_INSIDE_OUT = "store_inside_output"
-OUT_NOT_EMPTY = "output_exists"
-OUT_NOT_DIR = "output_not_directory"
 NOT_A_STORE = "not_a_store"
 NO_COMMITLOG = "no_commitlog"
 
 PARTS = ("consumequeue", "index")
-TMP_MARK = ".rmqdump-rebuild-"
 RANGE_BYTES = 64 << 20
 PARALLEL_MIN_BYTES = 64 << 20
 
@@ -135,90 +129,14 @@ class RebuildReport:
 # --- where to write ---
 
 
-def _real(p: str) -> str:
-    return os.path.realpath(os.path.abspath(p))
-
-
-def _inside(child: str, parent: str) -> bool:
-    return child == parent or child.startswith(parent.rstrip(os.sep) + os.sep)
-
-
 def check_paths(store: str, out: str, force: bool) -> tuple[str, str]:
-    """The store and output as absolute paths; InputError when writing there is not safe."""
-    s, o = _real(store), _real(out)
+    """The store and output as absolute paths; InputError when there is nothing to rebuild from or writing there is not safe."""
+    s = os.path.realpath(os.path.abspath(store))
     if not os.path.isdir(s):
         raise InputError(NOT_A_STORE, store, "not a directory")
     if not os.path.isdir(os.path.join(s, "commitlog")):
         raise InputError(NO_COMMITLOG, os.path.join(store, "commitlog"), "a store root holds commitlog/: nothing to rebuild from")
-    if _inside(o, s):
-        raise InputError(OUT_INSIDE_STORE, out, f"is inside the store {store}: the source is never written; choose a directory outside it")
-    if _inside(s, o):
-        raise InputError(STORE_INSIDE_OUT, out, f"contains the store {store}: it would be replaced")
-    if os.path.lexists(o):
-        if not os.path.isdir(o) or os.path.islink(o):
-            raise InputError(OUT_NOT_DIR, out, "exists and is not a directory")
-        if os.listdir(o) and not force:
-            raise InputError(OUT_NOT_EMPTY, out, "exists and is not empty; pass --force to replace it")
-    return s, o
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _clean_stale(parent: str, base: str) -> None:
-    """Temporary directories left by a rebuild that was killed."""
-    prefix = f".{base}{TMP_MARK}"
-    with contextlib.suppress(OSError):
-        for name in os.listdir(parent):
-            if name.startswith(prefix):
-                pid = name[len(prefix) :].split("-")[0]
-                if pid.isdigit() and not _pid_alive(int(pid)):
-                    shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
-
-
-def _publish(tmp: str, out: str) -> None:
-    """Put the finished tree in place: rename over an absent or empty OUTDIR, or move a replaced one aside first."""
-    if os.path.isdir(out) and os.listdir(out):
-        old = f"{tmp}.old"
-        os.rename(out, old)
-        os.rename(tmp, out)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        if os.path.isdir(out):
-            os.rmdir(out)
-        os.rename(tmp, out)
-    _fsync_dir(os.path.dirname(out))
-
-
-@contextlib.contextmanager
-def _signals_held():
-    """SIGINT/SIGTERM wait while the result is renamed into place; one that came meanwhile is then dropped (the work is done)."""
-    held = {signal.SIGINT, signal.SIGTERM}
-    main = threading.current_thread() is threading.main_thread()
-    if main:
-        signal.pthread_sigmask(signal.SIG_BLOCK, held)
-    try:
-        yield
-    finally:
-        if main:
-            with contextlib.suppress(KeyboardInterrupt):  # pthread_sigmask runs the pending handlers itself
-                signal.pthread_sigmask(signal.SIG_UNBLOCK, held)
-
-
-def _fsync_dir(path: str) -> None:
-    with contextlib.suppress(OSError):
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+    return s, check_target(out, force=force, stores=[store], kind="dir")
 
 
 # --- the scan, in ranges ---
@@ -625,23 +543,11 @@ def rebuild(
     report.commitlog_files = len(cl.files)
     report.commitlog_bytes = sum(f.size for f in cl.files)
     report.damaged.extend(cl.problems)
-    parent, base = os.path.dirname(o), os.path.basename(o)
-    os.makedirs(parent, exist_ok=True)
-    _clean_stale(parent, base)
-    tmp = os.path.join(parent, f".{base}{TMP_MARK}{os.getpid()}-{int(time.time() * 1000)}")
-    try:
-        os.mkdir(tmp)
+    with publishing(o, force=options.force, stores=[s], kind="dir", sync=options.sync) as tmp:
         build_into(tmp, cl, settings, options, report, on_bytes)
         report.seconds = time.perf_counter() - t0
         if options.verify:
             t1 = time.perf_counter()
             report.verify = verify_output(tmp, s, settings, options, report.queues)
             report.verify_seconds = time.perf_counter() - t1
-        if options.sync:
-            _fsync_dir(tmp)
-        with _signals_held():
-            _publish(tmp, o)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return report

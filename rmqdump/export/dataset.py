@@ -5,7 +5,8 @@ scan_file and turned into Arrow by rmqdump.export.arrowbatch, the same two steps
 Spark engine runs inside mapInArrow, so the engines differ only in who runs
 the ranges. `--workers N` runs ranges in N processes; each range writes its
 own part files, so workers never share a file. The dataset is written into a
-temporary directory beside the target and renamed into place when complete.
+temporary directory beside the target and renamed into place when complete
+(rmqdump.common.publish).
 """
 
 from __future__ import annotations
@@ -15,11 +16,8 @@ import contextlib
 import dataclasses
 import json
 import os
-import shutil
-import tempfile
 import time
 import urllib.parse
-import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -31,7 +29,8 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-from rmqdump.common.problems import InputError, Problem
+from rmqdump.common.problems import Problem
+from rmqdump.common.publish import check_target, publishing
 from rmqdump.export import arrowbatch
 from rmqdump.readers.commitlog import Batch, SegmentFile, scan_file
 from rmqdump.readers.mapped import MappedFile
@@ -61,10 +60,6 @@ DICTIONARY_COLUMNS = (
     "properties.key_value.key",
     "tags",
 )
-
-# Stable codes of this module.
-OUTPUT_EXISTS = "output_exists"
-OUTPUT_IN_STORE = "output_in_store"
 
 
 @dataclass
@@ -291,39 +286,6 @@ def write_split(index: int, group: list[Split], tmp: str, fmt: str, with_body: b
     return result
 
 
-def check_output(out: str, stores: list[StoreRef], force: bool) -> str:
-    """The absolute output path, after refusing to overwrite or to write inside a store."""
-    out = os.path.abspath(out)
-    for s in stores:
-        root = os.path.realpath(s.root)
-        real = os.path.realpath(out)
-        if real == root or real.startswith(root + os.sep):
-            raise InputError(OUTPUT_IN_STORE, out, f"inside the store {s.root}: the store is evidence, write elsewhere")
-    if os.path.lexists(out) and not force:
-        raise InputError(OUTPUT_EXISTS, out, "already exists; --force replaces it")
-    return out
-
-
-def temp_dir_for(out: str) -> str:
-    parent = os.path.dirname(out)
-    os.makedirs(parent, exist_ok=True)
-    return tempfile.mkdtemp(prefix=f".{os.path.basename(out)}.tmp-", dir=parent)
-
-
-def publish(tmp: str, out: str) -> None:
-    """Move the finished dataset into place; an old one (only with --force) is removed after."""
-    old = None
-    if os.path.lexists(out):
-        old = f"{out}.old-{uuid.uuid4().hex[:8]}"
-        os.rename(out, old)
-    os.rename(tmp, out)
-    if old is not None:
-        if os.path.isdir(old) and not os.path.islink(old):
-            shutil.rmtree(old)
-        else:
-            os.remove(old)
-
-
 def start_export(stores: list[StoreRef], out: str, fmt: str, engine: str, split_size: int) -> tuple[list[Split], ExportResult]:
     """The byte ranges to decode, and a result that already holds the stores' layout problems (both engines)."""
     splits, layout = plan(stores, split_size)
@@ -347,11 +309,10 @@ def export_local(
 ) -> ExportResult:
     if fmt not in FORMATS:
         raise ValueError(f"format must be one of {FORMATS}")
-    out = check_output(out, stores, force)
+    out = check_target(out, force=force, stores=[s.root for s in stores])
     t0 = time.perf_counter()
     splits, res = start_export(stores, out, fmt, "local", split_size)
-    tmp = temp_dir_for(out)
-    try:
+    with publishing(out, force=force, stores=[s.root for s in stores]) as tmp:
         groups = group_splits(splits, workers)
         sizes = [sum(s.length for s in g) for g in groups]
         order = sorted(range(len(groups)), key=lambda i: -sizes[i])
@@ -367,10 +328,6 @@ def export_local(
                     res.add(fut.result())
                     if on_bytes:
                         on_bytes(sizes[futs[fut]])
-        publish(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     res.problems.sort(key=problem_order)
     res.seconds = time.perf_counter() - t0
     return res

@@ -13,26 +13,22 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import shutil
 import time
 
 import pyarrow as pa
 from pyspark.accumulators import AccumulatorParam
 
 from rmqdump.common.problems import InputError
+from rmqdump.common.publish import check_target, publishing
 from rmqdump.export import arrowbatch
 from rmqdump.export.dataset import (
     MAX_PROBLEMS,
     ExportResult,
     SplitResult,
-    check_output,
     jsonl_lines,
     problem_order,
-    publish,
     split_batches,
     start_export,
-    temp_dir_for,
     write_split,
 )
 from rmqdump.scan.splits import DEFAULT_SPLIT, Split, StoreRef
@@ -111,34 +107,36 @@ class _Pair(AccumulatorParam):
         return (a[0] + b[0], a[1] + b[1])
 
 
-def _write(writer, out: str, fmt: str, remote: bool, force: bool) -> None:
+def _write(writer, out: str, fmt: str, remote: bool, force: bool, stores: list[StoreRef]) -> None:
     if remote:
         writer = writer.mode("overwrite" if force else "errorifexists")
         (writer.parquet(out) if fmt == "parquet" else writer.text(out))
         return
-    tmp = temp_dir_for(out)
-    target = os.path.join(tmp, "dataset")
-    try:
-        (writer.parquet(target) if fmt == "parquet" else writer.text(target))
-        publish(target, out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    with publishing(out, force=force, stores=[s.root for s in stores]) as tmp:
+        writer = writer.mode("overwrite")  # the empty temporary directory is ours
+        (writer.parquet(tmp) if fmt == "parquet" else writer.text(tmp))
 
 
-def _export_arrow(spark, splits: list[Split], out: str, fmt: str, with_body: bool, check_crc: bool, partitions: int | None, res: ExportResult) -> None:
+def _export_arrow(
+    spark,
+    splits: list[Split],
+    out: str,
+    fmt: str,
+    with_body: bool,
+    check_crc: bool,
+    partitions: int | None,
+    res: ExportResult,
+    force: bool,
+    stores: list[StoreRef],
+) -> None:
     sc = spark.sparkContext
     rows = [(i,) for i in range(len(splits))]
     if partitions is None:
         total = sum(s.length for s in splits)
         partitions = max(2 * sc.defaultParallelism, math.ceil(total / TARGET_PARTITION_BYTES))
     df = spark.createDataFrame(sc.parallelize(rows, max(1, min(len(rows), partitions))), "split_no int")
-    tmp = temp_dir_for(out)
-    try:
+    with publishing(out, force=force, stores=[s.root for s in stores]) as tmp:
         done = df.mapInArrow(_writer_tasks(splits, tmp, fmt, with_body, check_crc), WRITTEN_DDL).collect()
-        publish(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     for r in sorted(done, key=lambda r: r["split_no"]):
         res.add(SplitResult(r["messages"], r["bytes"], json.loads(r["problems"]), r["problem_count"]))
 
@@ -163,7 +161,7 @@ def export_spark(
     """Write the dataset with Spark; a local `out` is written beside itself and renamed into place."""
     remote = _has_scheme(out)
     if not remote:
-        out = check_output(out, stores, force)
+        out = check_target(out, force=force, stores=[s.root for s in stores])
     t0 = time.perf_counter()
     splits, res = start_export(stores, out, fmt, "spark", split_size)
     sc = spark.sparkContext
@@ -172,7 +170,7 @@ def export_spark(
     if writer == "arrow":
         if remote:
             raise InputError(REMOTE_ARROW, out, "--spark-writer arrow writes with pyarrow to a shared path; use --spark-writer spark for a URI")
-        _export_arrow(spark, splits, out, fmt, with_body, check_crc, partitions, res)
+        _export_arrow(spark, splits, out, fmt, with_body, check_crc, partitions, res, force, stores)
         res.problems.sort(key=problem_order)
         res.seconds = time.perf_counter() - t0
         return res
@@ -187,7 +185,7 @@ def export_spark(
     if before in (None, "0"):
         spark.conf.set(conf_key, "128")
     try:
-        _write(writer, out, fmt, remote, force)
+        _write(writer, out, fmt, remote, force, stores)
     finally:
         if before in (None, "0"):
             spark.conf.unset(conf_key) if before is None else spark.conf.set(conf_key, before)

@@ -14,7 +14,7 @@
    The driver then names the files in order (a name one millisecond after the
    previous one when two would collide, like the sequential builder).
 4. The checkpoint, the self-check (cq verify / index verify on the new files)
-   and the publishing are the local rebuild's own functions.
+   are the local rebuild's own functions; the publishing is rmqdump.common.publish, as everywhere.
 The output directory must be on a filesystem the executors share with the driver.
 """
 
@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import time
 from dataclasses import dataclass
 
@@ -34,6 +33,7 @@ from rmqdump.build.cqbuild import CQ_UNSAFE_TOPIC, ConsumeQueueBuilder, QueueRes
 from rmqdump.build.indexbuild import IndexBuilder, IndexFileResult, index_file_name
 from rmqdump.build.settings import StoreSettings
 from rmqdump.common.problems import InputError, Problem
+from rmqdump.common.publish import publishing
 from rmqdump.engines.spark.verify import problem_from_json, problem_json
 from rmqdump.export.dataset import scan_split
 from rmqdump.readers.commitlog import CommitLog
@@ -387,25 +387,13 @@ def rebuild_spark(
     report.commitlog_bytes = sum(f.size for f in cl.files)
     report.damaged.extend(cl.problems)
     report.workers = spark.sparkContext.defaultParallelism
-    parent, base = os.path.dirname(o), os.path.basename(o)
-    os.makedirs(parent, exist_ok=True)
-    R._clean_stale(parent, base)
-    tmp = os.path.join(parent, f".{base}{R.TMP_MARK}{os.getpid()}-{int(time.time() * 1000)}")
-    try:
-        os.mkdir(tmp)
+    with publishing(o, force=options.force, stores=[s], kind="dir", sync=options.sync) as tmp:
         build_into_spark(spark, tmp, cl, settings, options, report, split_size)
         report.seconds = time.perf_counter() - t0
         if options.verify:
             t1 = time.perf_counter()
             report.verify = R.verify_output(tmp, s, settings, options, report.queues)
             report.verify_seconds = time.perf_counter() - t1
-        if options.sync:
-            R._fsync_dir(tmp)
-        with R._signals_held():
-            R._publish(tmp, o)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return report
 
 

@@ -1,0 +1,51 @@
+"""`rmqdump report`: one self-contained HTML page for the incident ticket."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from rmqdump.cli import render
+from rmqdump.cli.commands.options import store_option
+from rmqdump.common.publish import check_target, publishing
+from rmqdump.readers.store import Store
+
+
+def report(
+    store: Path = store_option(),
+    out: Path = typer.Option(..., "--out", "-o", help="The HTML file to write (written beside itself, then renamed into place; never inside the store)."),
+    force: bool = typer.Option(False, "--force", help="Replace --out if it exists."),
+    limit: int = typer.Option(200, "--limit", "-n", min=0, help="Problems listed one by one on the page (the rest are counted)."),
+    no_crc: bool = typer.Option(False, "--no-crc", help="Skip body/property CRC checks (faster; CRC damage then goes unseen)."),
+    workers: int = typer.Option(1, "--workers", "-j", min=1, help="Processes for the verify pass's CommitLog scan (one file per task)."),
+):
+    """One HTML page (no network needed: inline SVG plots, no script) with the info summary, the recovery preview,
+    message rate and latency, queues and consumer lag, a damage map along the CommitLog, index files and the problems.
+
+    Exit 0 clean, 1 problems found (the page is written either way), 2 unusable input or output.
+
+    Example:  rmqdump report -s /data/rocketmq/store --out incident-1234.html
+    """
+    from rmqdump.report.collect import collect
+    from rmqdump.report.page import render as render_page
+
+    st = Store.open(store)
+    check_target(str(out), force=force, stores=[st.root], kind="file")  # before the long part: fail fast
+    total = 2 * sum(f.size for f in st.commitlog.files)  # the verify pass and the traffic pass
+    with render.progress(total, "report") as advance:
+        rep = collect(st, check_crc=not no_crc, limit=limit, workers=workers, on_bytes=advance)
+    page = render_page(rep)
+    with publishing(str(out), force=force, stores=[st.root], kind="file") as tmp, open(tmp, "w", encoding="utf-8") as f:
+        f.write(page)
+    render.err.print(
+        f"wrote {out}: {rep.verify.messages} messages, {rep.problem_total} problems"
+        + (f", a restart drops {rep.info.recovery.truncated_messages} messages" if rep.info.recovery and rep.info.recovery.truncated_messages else ""),
+        highlight=False,
+        markup=False,
+    )
+    raise typer.Exit(1 if rep.bad else 0)
+
+
+def register(app, guarded) -> None:
+    app.command("report")(guarded(report))

@@ -1,0 +1,412 @@
+"""What `rmqdump report` shows, as aggregates whose size is bounded by bins and caps, never by the message count.
+
+Every finding comes from an existing analysis: query.storeinfo (the `info` summary and the recovery preview),
+checks.cqverify (every `cq verify` finding, the CommitLog scan's problems included), checks.offsets (committed
+consumer offsets and lag) and readers.indexfile (index fill, slots, chains). The one thing added here is a pass
+over the CommitLog's records that bins them by store time per topic and by born-to-store latency.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import Enum
+
+import numpy as np
+
+from rmqdump.checks import cqverify
+from rmqdump.checks.cqverify import VerifySummary, problem_dict, verify
+from rmqdump.checks.offsets import OffsetsReport, consumer_offsets
+from rmqdump.checks.recovery import DroppedRecord
+from rmqdump.common import problems as P
+from rmqdump.common.problems import InputError, Problem
+from rmqdump.query.storeinfo import StoreInfo, store_info
+from rmqdump.readers.indexfile import IndexFile, iter_entries, list_index_files
+from rmqdump.readers.store import Store
+from rmqdump.scan.dispatch import DelayLevels, dispatch_columns
+
+RATE_MAX_BINS = 200  # time bins of the rate plot; the bin width grows to keep within this
+# Bin widths (ms), each a multiple of the one before, so counts re-bin exactly when the span grows.
+BIN_LADDER_MS = (100, 200, 1_000, 2_000, 10_000, 20_000, 60_000, 120_000, 600_000, 1_200_000, 3_600_000, 7_200_000, 21_600_000, 43_200_000, 86_400_000)
+LATENCY_BUCKETS = 42  # <0, 0, then [2^k, 2^(k+1)) ms for k = 0..39
+DAMAGE_BINS = 400  # bins along the CommitLog's offset axis
+CHAIN_MAX = 64  # chain lengths at or above this share the last histogram bar
+MAX_DROPPED = 50  # records a restart would drop, listed on the page (the preview describes up to 10,000)
+MAX_CQ_HOLE_LOOKUPS = 10_000  # holes placed on the offset axis (by the unit before them); the rest are counted only
+
+
+# Damage map rows: (key, label). Point findings are counted per bin; spans cover bytes.
+class Row(str, Enum):
+    """The damage map's rows (keys of DamageMap.counts; not problem codes)."""
+
+    TORN = "torn"
+    BAD_RECORD = "bad_record"
+    ZERO = "zero"
+    CL_LAYOUT = "cl_layout"
+    CQ_HOLES = "cq_holes"
+    CQ_MISSING = "cq_missing"
+    CQ_BAD = "cq_bad"
+    DROPPED = "dropped"
+    UNWRITTEN = "unwritten"
+
+
+TORN, BAD_RECORD, ZERO, CL_LAYOUT = Row.TORN, Row.BAD_RECORD, Row.ZERO, Row.CL_LAYOUT
+CQ_HOLES, CQ_MISSING, CQ_BAD, DROPPED, UNWRITTEN = Row.CQ_HOLES, Row.CQ_MISSING, Row.CQ_BAD, Row.DROPPED, Row.UNWRITTEN
+DAMAGE_ROWS = (
+    (TORN, "torn records"),
+    (BAD_RECORD, "bad records (magic, size, CRC ...)"),
+    (ZERO, "zero ranges"),
+    (CL_LAYOUT, "CommitLog file layout"),
+    (CQ_HOLES, "ConsumeQueue holes"),
+    (CQ_MISSING, "messages missing from their ConsumeQueue"),
+    (CQ_BAD, "bad ConsumeQueue units"),
+    (DROPPED, "dropped by a restart"),
+    (UNWRITTEN, "unwritten (zero tail)"),
+)
+SPAN_ROWS = {ZERO, DROPPED, UNWRITTEN}
+_TORN_CODES = {P.RECORD_PAST_END, P.TRUNCATED_TAIL, P.TRAILING_GARBAGE}
+_LAYOUT_CODES = {P.CL_BAD_FILE_NAME, P.CL_FILE_SIZE, P.CL_GAP, P.CL_OVERLAP}
+
+
+class RateHistogram:
+    """Messages per topic per store-time bin; the bin width steps up the ladder as the time span grows."""
+
+    def __init__(self, max_bins: int = RATE_MAX_BINS):
+        self.max_bins = max_bins
+        self.width = BIN_LADDER_MS[0]
+        self.t0: int | None = None
+        self.topics: dict[str, int] = {}
+        self.counts = np.zeros((0, 0), dtype=np.int64)  # (topic, bin)
+
+    @property
+    def bins(self) -> int:
+        return self.counts.shape[1]
+
+    def _next_width(self, w: int) -> int:
+        for x in BIN_LADDER_MS:
+            if x > w:
+                return x
+        return w * 2
+
+    def _fit(self, lo: int, hi: int) -> None:
+        """Make the bins cover [lo, hi]: widen them (exact re-binning) and move the start as needed."""
+        if self.t0 is not None:
+            lo, hi = min(lo, self.t0), max(hi, self.t0 + self.bins * self.width - 1)
+        w = self.width
+        while hi // w - lo // w + 1 > self.max_bins:
+            w = self._next_width(w)
+        t0 = lo // w * w
+        nb = hi // w - lo // w + 1
+        if self.t0 is None:
+            self.width, self.t0 = w, t0
+            self.counts = np.zeros((len(self.topics), nb), dtype=np.int64)
+            return
+        if w == self.width and t0 == self.t0 and nb == self.bins:
+            return
+        old = self.counts
+        k = (self.t0 + np.arange(old.shape[1], dtype=np.int64) * self.width - t0) // w
+        new = np.zeros((old.shape[0], nb), dtype=np.int64)
+        np.add.at(new, (slice(None), k), old)
+        self.width, self.t0, self.counts = w, t0, new
+
+    def add(self, topic_ids: np.ndarray, topics: list[str], store_ts: np.ndarray) -> None:
+        if not len(store_ts):
+            return
+        remap = np.array([self.topics.setdefault(t, len(self.topics)) for t in topics], dtype=np.int64)
+        rows = remap[topic_ids]
+        self._fit(int(store_ts.min()), int(store_ts.max()))
+        if self.counts.shape[0] < len(self.topics):
+            self.counts = np.vstack([self.counts, np.zeros((len(self.topics) - self.counts.shape[0], self.bins), dtype=np.int64)])
+        b = (store_ts.astype(np.int64) - self.t0) // self.width
+        flat = np.bincount(rows * self.bins + b, minlength=self.counts.size)
+        self.counts += flat.reshape(self.counts.shape)
+
+    def topic_names(self) -> list[str]:
+        return list(self.topics)
+
+    def per_second(self) -> np.ndarray:
+        return self.counts * (1000.0 / self.width)
+
+
+def latency_bucket(lat_ms: np.ndarray) -> np.ndarray:
+    """Bucket of each born-to-store latency: 0 negative (clock skew), 1 zero, 2 + k for [2^k, 2^(k+1)) ms."""
+    lat = lat_ms.astype(np.int64)
+    out = np.ones(len(lat), dtype=np.int64)
+    out[lat < 0] = 0
+    pos = lat > 0
+    if pos.any():
+        _, exp = np.frexp(lat[pos].astype(np.float64))  # lat = m * 2**exp with 0.5 <= m < 1: k = exp - 1
+        out[pos] = np.minimum(exp.astype(np.int64) + 1, LATENCY_BUCKETS - 1)
+    return out
+
+
+def latency_label(bucket: int) -> str:
+    if bucket == 0:
+        return "<0"
+    if bucket == 1:
+        return "0"
+    k = bucket - 2
+    return _ms(1 << k) + "+" if bucket == LATENCY_BUCKETS - 1 else _ms(1 << k)
+
+
+def _ms(v: int) -> str:
+    if v < 1000:
+        return f"{v} ms"
+    if v < 60_000:
+        return f"{v / 1000:g} s"
+    if v < 3_600_000:
+        return f"{v / 60_000:.3g} min"
+    return f"{v / 3_600_000:.3g} h"
+
+
+@dataclass
+class Traffic:
+    """The records pass: rate per topic over store time, born-to-store latency per topic."""
+
+    rate: RateHistogram = field(default_factory=RateHistogram)
+    latency: dict[str, np.ndarray] = field(default_factory=dict)  # topic -> counts per latency bucket
+    messages: int = 0
+
+    def add(self, topic_ids: np.ndarray, topics: list[str], store_ts: np.ndarray, born_ts: np.ndarray) -> None:
+        self.messages += len(store_ts)
+        self.rate.add(topic_ids, topics, store_ts)
+        buckets = latency_bucket(store_ts.astype(np.int64) - born_ts.astype(np.int64))
+        per = np.bincount(topic_ids * LATENCY_BUCKETS + buckets, minlength=len(topics) * LATENCY_BUCKETS).reshape(len(topics), LATENCY_BUCKETS)
+        for i, t in enumerate(topics):
+            if per[i].any():
+                cur = self.latency.get(t)
+                self.latency[t] = per[i] if cur is None else cur + per[i]
+
+    def latency_quantile(self, topic: str, q: float) -> int | None:
+        """Upper edge (ms) of the bucket holding the q-quantile; None without messages, -1 in the negative bucket."""
+        c = self.latency.get(topic)
+        if c is None or not c.sum():
+            return None
+        i = int(np.searchsorted(np.cumsum(c), q * c.sum()))
+        return -1 if i == 0 else 0 if i == 1 else (1 << (i - 1))
+
+
+def scan_traffic(store: Store, on_bytes: Callable[[int], None] | None = None) -> Traffic:
+    """One pass over the CommitLog's records (the damage-tolerant scan), binned: memory is the bins, not the records."""
+    t = Traffic()
+    delays = DelayLevels.parse()
+    done = store.commitlog.min_offset
+    for b in store.commitlog.scan(check_crc=False):
+        if len(b):
+            d = dispatch_columns(b, delays, keys=False)
+            t.add(d.topic_id.astype(np.int64), d.topics, d.store_timestamp, b.cols["born_timestamp"])
+        if on_bytes is not None:
+            here = b.seg.base + (int(b.cols["_end"][-1]) if len(b) else 0)
+            if here > done:
+                on_bytes(here - done)
+                done = here
+    return t
+
+
+@dataclass
+class DamageMap:
+    """Findings along the CommitLog's offset axis, counted per bin; byte spans as covered bytes per bin."""
+
+    lo: int
+    hi: int
+    bins: int = DAMAGE_BINS
+    counts: dict[str, np.ndarray] = field(default_factory=dict)
+    unplaced: dict[str, int] = field(default_factory=dict)  # findings with no CommitLog position
+    span_bytes: dict[str, int] = field(default_factory=dict)  # bytes covered, per span row
+
+    def __post_init__(self):
+        self.hi = max(self.hi, self.lo + 1)
+        for key, _ in DAMAGE_ROWS:
+            self.counts[key] = np.zeros(self.bins, dtype=np.float64 if key in SPAN_ROWS else np.int64)
+
+    @property
+    def width(self) -> float:
+        return (self.hi - self.lo) / self.bins
+
+    def _bin(self, offset: int) -> int:
+        return min(self.bins - 1, max(0, int((offset - self.lo) / self.width)))
+
+    def point(self, key: str, offset: int | None) -> None:
+        if offset is None:
+            self.unplaced[key] = self.unplaced.get(key, 0) + 1
+        else:
+            self.counts[key][self._bin(offset)] += 1
+
+    def span(self, key: str, start: int, end: int) -> None:
+        """Bytes [start, end) as the covered fraction of each bin."""
+        start, end = max(start, self.lo), min(end, self.hi)
+        if end <= start:
+            return
+        self.span_bytes[key] = self.span_bytes.get(key, 0) + (end - start)
+        w = self.width
+        for i in range(self._bin(start), self._bin(end - 1) + 1):
+            a, b = self.lo + i * w, self.lo + (i + 1) * w
+            self.counts[key][i] += (min(b, end) - max(a, start)) / w
+
+    def edges(self) -> np.ndarray:
+        return self.lo + np.arange(self.bins + 1) * self.width
+
+
+def damage_row(p: Problem) -> str | None:
+    """The damage map row of a finding (None: not a position finding, e.g. a config or index file problem)."""
+    c = p.code
+    if c in _TORN_CODES:
+        return TORN
+    if c == P.ZEROED_RANGE:
+        return ZERO
+    if c in _LAYOUT_CODES:
+        return CL_LAYOUT
+    if c == cqverify.CQ_HOLE:
+        return CQ_HOLES
+    if c == cqverify.CQ_MISSING_UNIT:
+        return CQ_MISSING
+    if c.startswith("cq_"):
+        return CQ_BAD
+    if c in _RECORD_CODES:
+        return BAD_RECORD
+    return None
+
+
+_RECORD_CODES = {
+    P.BAD_MAGIC,
+    P.BAD_TOTAL_SIZE,
+    P.SIZE_MISMATCH,
+    P.PHYS_OFFSET_MISMATCH,
+    P.BODY_CRC_MISMATCH,
+    P.PROP_CRC_MISMATCH,
+    P.BAD_PROPERTIES,
+    P.BAD_BLANK,
+    P.DECOMPRESS_FAILED,
+}
+
+
+@dataclass
+class IndexStats:
+    """One index file: header, fill, slot use, chain lengths (entries per slot, from each entry's key hash)."""
+
+    name: str
+    size: int
+    hash_slots: int | None = None
+    index_entries: int | None = None
+    keys: int = 0  # entries written (entry 0 is never used)
+    used_slots: int = 0
+    chains: np.ndarray | None = None  # slots per chain length 0..CHAIN_MAX (the last: CHAIN_MAX or more)
+    begin_timestamp: int | None = None
+    end_timestamp: int | None = None
+    error: str | None = None
+
+    @property
+    def fill(self) -> float | None:
+        return None if not self.index_entries else self.keys / (self.index_entries - 1)
+
+    @property
+    def slot_use(self) -> float | None:
+        return None if not self.hash_slots else self.used_slots / self.hash_slots
+
+
+def index_stats(path: str) -> IndexStats:
+    import os
+
+    st = IndexStats(os.path.basename(path), os.path.getsize(path))
+    try:
+        f = IndexFile(path)
+    except InputError as e:
+        st.error = e.line()
+        return st
+    with f:
+        n = f.layout.hash_slots
+        st.hash_slots, st.index_entries = n, f.layout.index_entries
+        st.begin_timestamp, st.end_timestamp = f.header.begin_timestamp, f.header.end_timestamp
+        st.keys = max(0, f.count - 1)
+        st.used_slots = int(np.count_nonzero(f.slots))
+        per_slot = np.zeros(n, dtype=np.int64)
+        for _, e in iter_entries(f):
+            kh = e["key_hash"].astype(np.int64)
+            per_slot += np.bincount(np.where(kh >= 0, kh, 0) % n, minlength=n)
+            f.release()
+        st.chains = np.bincount(np.minimum(per_slot, CHAIN_MAX), minlength=CHAIN_MAX + 1)
+    return st
+
+
+@dataclass
+class Report:
+    info: StoreInfo
+    traffic: Traffic
+    damage: DamageMap
+    problems: list[dict]  # the first `limit` findings
+    problem_total: int
+    problem_codes: dict[str, int]
+    verify: VerifySummary
+    dropped: list[DroppedRecord]  # the first records a restart would drop, as the recovery preview describes them
+    offsets: OffsetsReport | None
+    offsets_note: str | None
+    index: list[IndexStats]
+    check_crc: bool
+
+    @property
+    def bad(self) -> bool:
+        r = self.info.recovery
+        return bool(self.problem_total) or (r is not None and (r.truncated_bytes > 0 or bool(r.load_errors)))
+
+
+def _hole_offset(store: Store, p: Problem) -> int | None:
+    """A hole has no CommitLog offset of its own: place it at the unit before it (or after it), if that one is valid."""
+    q = store.queue(p.extra.get("topic"), p.extra.get("queue_id"))
+    idx = p.extra.get("unit_index")
+    if q is None or idx is None:
+        return None
+    for i in (idx - 1, idx + 1):
+        u = q.unit_at(i) if i >= 0 else None
+        if u is not None and u[0] >= 0 and u[1] > 0:
+            return int(u[0])
+    return None
+
+
+def collect(
+    store: Store,
+    *,
+    check_crc: bool = True,
+    limit: int = 200,
+    workers: int = 1,
+    on_bytes: Callable[[int], None] | None = None,
+) -> Report:
+    """Everything the page shows. Two passes over the CommitLog (cq verify's, then the traffic bins)."""
+    info = store_info(store, with_recovery=True, check_crc=check_crc)
+    cl = info.commitlog
+    damage = DamageMap(cl.min_offset, max(cl.files_end, cl.data_end))
+    summary = VerifySummary()
+    first: list[dict] = []
+    holes_placed = 0
+    for p in verify(store, check_crc=check_crc, summary=summary, on_bytes=on_bytes, workers=workers):
+        if len(first) < limit:
+            first.append(problem_dict(p))
+        row = damage_row(p)
+        if row is None:
+            continue
+        if row == ZERO:
+            start = p.phys_offset
+            if start is None:
+                damage.point(row, None)
+            else:
+                damage.span(row, start, start + max(1, int(p.extra.get("skipped", 0) or 0)))
+        elif row == CQ_HOLES:
+            at = None
+            if holes_placed < MAX_CQ_HOLE_LOOKUPS:
+                holes_placed += 1
+                at = _hole_offset(store, p)
+            damage.point(row, at)
+        else:
+            damage.point(row, p.phys_offset)
+    r = info.recovery
+    dropped: list[DroppedRecord] = []
+    if r is not None:
+        damage.span(DROPPED, r.valid_end, r.valid_end + r.truncated_bytes)
+        dropped = r.dropped[:MAX_DROPPED]  # the preview describes them (up to its own cap); the page lists the first few
+    damage.span(UNWRITTEN, cl.data_end, cl.files_end)
+    traffic = scan_traffic(store, on_bytes)
+    try:
+        offsets, note = consumer_offsets(store), None
+    except InputError as e:
+        offsets, note = None, e.line()
+    index = [index_stats(p) for p in list_index_files(store.root)]
+    return Report(info, traffic, damage, first, summary.problems, dict(summary.codes), summary, dropped, offsets, note, index, check_crc)

@@ -1,0 +1,447 @@
+"""`rmqdump report`: the page's numbers against the manifests and the broker's own files, and the page in a real browser.
+
+The browser part loads the page in headless Chromium with the network off, takes a screenshot and checks every plot
+frame holds drawn marks, the console logged nothing (no script error) and the page asked for no URL (Chromium's net log). Each check is first shown
+to catch what it is for, on a page made to fail it.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import REAL, ROOT, SETTINGS, copy_store, manifest, patch, run, store_root
+
+from rmqdump.readers.store import Store
+from rmqdump.report import collect as K
+from rmqdump.report import plots
+from rmqdump.report.page import render
+
+HEADER_V1_IPV4 = 88  # bytes before the body of a V1 record with IPv4 hosts (store-format.md: fixed fields + bodyLength)
+
+
+def _collect(root) -> K.Report:
+    return K.collect(Store.open(root))
+
+
+@pytest.fixture(scope="module")
+def crash() -> K.Report:
+    return _collect(store_root("rmq4-crash"))
+
+
+@pytest.fixture(scope="module")
+def basic() -> K.Report:
+    return _collect(store_root("rmq4-basic"))
+
+
+def _put(name: str) -> list[dict]:
+    return [m for m in manifest(name) if m["status"] == "PUT_OK"]
+
+
+# --- the numbers ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["rmq4-crash", "rmq4-basic"])
+def test_rate_bins_are_the_manifest_binned(name, crash, basic):
+    rep = crash if name == "rmq4-crash" else basic
+    r = rep.traffic.rate
+    want = collections.Counter()
+    for m in _put(name):
+        want[(m["topic"], (m["storeTimestamp"] - r.t0) // r.width)] += 1
+    got = collections.Counter()
+    for t, row in zip(r.topic_names(), r.counts, strict=True):
+        for b in np.flatnonzero(row):
+            got[(t, int(b))] = int(row[b])
+    assert got == want
+    assert r.bins <= K.RATE_MAX_BINS and r.t0 % r.width == 0
+
+
+def test_rate_bins_widen_exactly():
+    """Counts re-binned as the span grows equal counts binned once at the final width."""
+    rng = np.random.default_rng(7)
+    ts = np.sort(rng.integers(1_700_000_000_000, 1_700_000_000_000 + 3 * 86_400_000, 50_000))
+    topics = rng.integers(0, 3, len(ts))
+    h = K.RateHistogram(max_bins=150)
+    for a in range(0, len(ts), 997):  # growing span, batch by batch
+        h.add(topics[a : a + 997], ["a", "b", "c"], ts[a : a + 997])
+    assert h.bins <= 150 and h.width in K.BIN_LADDER_MS
+    for i, t in enumerate(["a", "b", "c"]):
+        want = np.bincount((ts[topics == i] - h.t0) // h.width, minlength=h.bins)
+        assert np.array_equal(h.counts[h.topics[t]], want)
+
+
+@pytest.mark.parametrize("name", ["rmq4-crash", "rmq4-basic"])
+def test_latency_buckets_are_the_manifest_latencies(name, crash, basic):
+    rep = crash if name == "rmq4-crash" else basic
+    want: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+    for m in _put(name):
+        lat = m["storeTimestamp"] - m["bornTimestamp"]
+        want[m["topic"]][0 if lat < 0 else 1 if lat == 0 else 1 + lat.bit_length()] += 1
+    got = {t: collections.Counter({i: int(c[i]) for i in np.flatnonzero(c)}) for t, c in rep.traffic.latency.items()}
+    assert got == dict(want)
+
+
+def test_damage_map_places_the_crash_lost_units(crash):
+    """rmq4-crash: the 500 messages put after dispatch stopped are in the 'missing from their ConsumeQueue' row, bin by bin."""
+    info = json.loads((REAL / "rmq4-crash" / "crash.json").read_text())
+    dispatched = set(info["dispatchedSeqs"])
+    lost = [m for m in _put("rmq4-crash") if m["seq"] not in dispatched]
+    assert len(lost) == info["messagesPut"] - info["dispatchedCount"] == 500
+    d = crash.damage
+    want = np.zeros(d.bins, dtype=np.int64)
+    for m in lost:
+        want[min(d.bins - 1, int((m["wroteOffset"] - d.lo) / d.width))] += 1
+    assert np.array_equal(d.counts[K.CQ_MISSING], want)
+    for key in (K.TORN, K.BAD_RECORD, K.ZERO, K.CQ_HOLES, K.CQ_BAD, K.DROPPED):
+        assert not d.counts[key].any(), key
+    assert crash.problem_total == 500 and crash.problem_codes == {"cq_missing_unit": 500}
+    assert len(crash.problems) == 200  # --limit's default; the rest are counted
+
+
+def test_recovery_and_unwritten_tail_match_the_broker(crash):
+    """The broker's own recovery of rmq4-crash (recovered.json) kept everything up to maxPhyOffset: nothing dropped."""
+    rec = json.loads((REAL / "rmq4-crash" / "recovered.json").read_text())
+    r = crash.info.recovery
+    assert r.valid_end == rec["afterLoad"]["maxPhyOffset"] and r.truncated_messages == 0 and crash.dropped == []
+    cl = crash.info.commitlog
+    assert crash.damage.span_bytes[K.UNWRITTEN] == cl.files_end - rec["afterLoad"]["maxPhyOffset"]
+
+
+def test_index_stats_match_the_broker_headers(crash):
+    rec = json.loads((REAL / "rmq4-crash" / "recovered.json").read_text())
+    before = {f["file"]: f for f in rec["indexFilesBeforeLoad"]}
+    assert [s.name for s in crash.index] == list(before)
+    for s in crash.index:
+        b = before[s.name]
+        assert (s.keys, s.used_slots, s.size) == (b["entries"], b["hashSlotCount"], b["size"])
+        assert s.hash_slots == SETTINGS["rmq4-crash"]["hash_slots"] and s.index_entries == SETTINGS["rmq4-crash"]["index_entries"]
+        lengths = np.arange(len(s.chains))
+        assert int(s.chains.sum()) == s.hash_slots  # every slot has one chain length
+        assert int(s.chains[0]) == s.hash_slots - s.used_slots  # empty chains are the unused slots
+        assert int((lengths * s.chains).sum()) == s.keys  # every entry is in exactly one chain
+
+
+def test_index_keys_are_the_manifest_keys(basic):
+    """A clean store indexes each message's UNIQ_KEY (92% have one) and each KEYS token: the files' keys add up to that."""
+    want = sum(bool(m["uniqKey"]) + len([k for k in m["keys"] if k]) for m in _put("rmq4-basic"))
+    assert sum(s.keys for s in basic.index) == want
+
+
+def _offset_table(path: Path) -> dict[tuple[str, str, int], int]:
+    """consumerOffset.json as the broker writes it (fastjson: unquoted integer keys)."""
+    out = {}
+    for topic, group, body in re.findall(r'"([^"@]+)@([^"]+)":\{([^}]*)\}', path.read_text()):
+        for q, off in re.findall(r"(\d+):(\d+)", body):
+            out[(group, topic, int(q))] = int(off)
+    return out
+
+
+def test_consumer_lag_against_the_committed_file_and_the_manifest(basic):
+    committed = _offset_table(store_root("rmq4-basic") / "config" / "consumerOffset.json")
+    per_queue = collections.Counter((m["topic"], m["queueId"]) for m in _put("rmq4-basic"))
+    rows = {(r.group, r.topic, r.queue_id): r for r in basic.offsets.rows}
+    assert set(rows) == set(committed) and committed
+    for key, off in committed.items():
+        r = rows[key]
+        assert (r.committed, r.max_offset, r.lag) == (off, per_queue[key[1:]], per_queue[key[1:]] - off)
+    assert {(q.topic, q.queue_id): q.max_offset for q in basic.info.queues} == dict(per_queue)
+
+
+def test_a_restart_drops_the_messages_after_a_bad_body(tmp_path):
+    """A body byte flipped in the newest file: the page lists exactly the manifest's messages from there on (the preview's descriptions)."""
+    root = copy_store("rmq4-basic", tmp_path)
+    put = _put("rmq4-basic")
+    last_base = int(sorted(os.listdir(root / "commitlog"))[-1])
+    victim = next(m for m in put if m["wroteOffset"] >= last_base and m["body_len"] > 0)
+    name = f"{last_base:020d}"
+    patch(root / "commitlog" / name, victim["wroteOffset"] - last_base + HEADER_V1_IPV4, b"\xff")
+    rep = _collect(root)
+    after = [m for m in put if m["wroteOffset"] >= victim["wroteOffset"]]
+    r = rep.info.recovery
+    assert r.valid_end == victim["wroteOffset"] and r.truncated_messages == len(after)
+    assert [(d.phys_offset, d.topic, d.queue_id, d.queue_offset, d.uniq_key, d.state) for d in rep.dropped] == [
+        (m["wroteOffset"], m["topic"], m["queueId"], m["logicsOffset"], m["uniqKey"], "body_crc_mismatch" if m is victim else "intact")
+        for m in after[: K.MAX_DROPPED]
+    ]
+    d = rep.damage
+    at = int((victim["wroteOffset"] - d.lo) / d.width)
+    assert d.counts[K.BAD_RECORD][at] == 1 and d.counts[K.BAD_RECORD].sum() == 1
+    assert d.span_bytes[K.DROPPED] == after[-1]["wroteOffset"] + after[-1]["wroteBytes"] - victim["wroteOffset"]
+    page = render(rep)
+    for m in after[: K.MAX_DROPPED]:
+        assert f'<td class="n">{m["wroteOffset"]}</td>' in page
+
+
+def test_zeroed_record_is_a_zero_range_and_its_unit_a_bad_unit(tmp_path):
+    root = copy_store("rmq4-basic", tmp_path)
+    put = _put("rmq4-basic")
+    victim = put[len(put) // 3]
+    size = SETTINGS["rmq4-basic"]["commitlog"]
+    base = victim["wroteOffset"] // size * size
+    assert victim["wroteOffset"] + victim["wroteBytes"] < base + size
+    patch(root / "commitlog" / f"{base:020d}", victim["wroteOffset"] - base, bytes(victim["wroteBytes"]))
+    rep = _collect(root)
+    d = rep.damage
+    assert d.span_bytes[K.ZERO] == victim["wroteBytes"]
+    at = int((victim["wroteOffset"] - d.lo) / d.width)
+    assert d.counts[K.ZERO][at] > 0
+    assert d.counts[K.CQ_BAD][at] == 1 and d.counts[K.CQ_BAD].sum() == 1  # its unit points at no record now
+
+
+def test_cq_hole_is_placed_at_the_unit_before_it(tmp_path):
+    """A zeroed unit inside a queue: a hole drawn where the unit before it points, and its message missing a unit."""
+    root = copy_store("rmq4-basic", tmp_path)
+    queue = sorted((m for m in _put("rmq4-basic") if (m["topic"], m["queueId"]) == ("orders", 0)), key=lambda m: m["logicsOffset"])
+    hole = queue[5]
+    assert hole["logicsOffset"] == 5 and queue[4]["logicsOffset"] == 4
+    patch(root / "consumequeue" / "orders" / "0" / f"{0:020d}", 5 * 20, bytes(20))
+    d = _collect(root).damage
+    assert d.counts[K.CQ_HOLES].sum() == 1 and d.counts[K.CQ_HOLES][int((queue[4]["wroteOffset"] - d.lo) / d.width)] == 1
+    assert d.counts[K.CQ_MISSING].sum() == 1 and d.counts[K.CQ_MISSING][int((hole["wroteOffset"] - d.lo) / d.width)] == 1
+
+
+def test_torn_last_record_is_in_the_torn_row(tmp_path):
+    """The newest record's totalSize running past the end of its file (a write cut short): a torn record at its offset."""
+    root = copy_store("rmq4-basic", tmp_path)
+    last = _put("rmq4-basic")[-1]
+    size = SETTINGS["rmq4-basic"]["commitlog"]
+    base = last["wroteOffset"] // size * size
+    patch(root / "commitlog" / f"{base:020d}", last["wroteOffset"] - base, (base + size - last["wroteOffset"] + 8).to_bytes(4, "big"))
+    rep = _collect(root)
+    d = rep.damage
+    assert rep.problem_codes.get("record_past_end") == 1
+    assert d.counts[K.TORN].sum() == 1 and d.counts[K.TORN][int((last["wroteOffset"] - d.lo) / d.width)] == 1
+    assert rep.info.recovery.valid_end == last["wroteOffset"]
+
+
+# --- the command ---------------------------------------------------------------------------------------------
+
+
+def test_cli_writes_the_page_exit_codes_and_no_overwrite(tmp_path):
+    out = tmp_path / "crash.html"
+    r = run("report", "-s", store_root("rmq4-crash"), "--out", out)
+    assert r.exit_code == 1 and out.is_file()  # problems found, page written
+    assert "500 problems" in r.stderr
+    r = run("report", "-s", store_root("rmq4-crash"), "--out", out)
+    assert r.exit_code == 2 and "output_exists" in r.stderr and "--force" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    r = run("report", "-s", root := copy_store("rmq4-flags", tmp_path / "copy"), "--out", root / "config" / "report.html")
+    assert r.exit_code == 2 and "output_inside_store" in r.stderr and not (root / "config" / "report.html").exists()
+    shutil.rmtree(tmp_path / "copy")
+    r = run("report", "-s", store_root("rmq4-basic"), "--out", out, "--force")
+    assert r.exit_code == 0 and "rmq4-basic" in out.read_text()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["crash.html"]  # no temp file left beside it
+    r = run("report", "-s", tmp_path / "nope", "--out", tmp_path / "x.html")
+    assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_progress_bar_on_a_terminal(tmp_path, monkeypatch):
+    """On a terminal the two CommitLog passes show one byte progress bar (rich, on stderr); elsewhere none."""
+    import io
+
+    from rich.console import Console
+
+    from rmqdump.cli import render as R
+
+    buf = io.StringIO()
+    monkeypatch.setattr(R, "err", Console(file=buf, force_terminal=True, width=120))
+    assert run("report", "-s", store_root("rmq4-crash"), "--out", tmp_path / "p.html").exit_code == 1
+    shown = buf.getvalue()
+    assert "report" in shown and "━" in shown and "MB" in shown  # label, bar, byte counts
+    buf.truncate(0)
+    monkeypatch.setattr(R, "err", Console(file=buf, force_terminal=False, width=120))
+    assert run("report", "-s", store_root("rmq4-crash"), "--out", tmp_path / "q.html").exit_code == 1
+    assert "━" not in buf.getvalue()
+
+
+# Anything that makes a browser fetch; the SVGs' own references (url(#id), xlink:href="#id") stay inside the page.
+_LOADS = re.compile(r"""<script|<link|<iframe|<object|<embed|@import|url\((?!#)|(?:src|href)\s*=\s*(?!["']?#)""", re.I)
+
+
+@pytest.mark.parametrize("name", ["rmq4-crash", "rmq4-basic"])
+def test_page_is_self_contained_and_small(name, crash, basic):
+    page = render(crash if name == "rmq4-crash" else basic)
+    assert not _LOADS.search(page), _LOADS.search(page)
+    assert page.count('<div class="plot">') == 6 - (name == "rmq4-crash")  # rate, latency, queues, lag, damage, index; rmq4-crash has no consumer offsets
+    assert len(page.encode()) < 600_000
+
+
+def test_page_escapes_store_text():
+    p = K.IndexStats(name="<b>x</b>", size=1, error="<script>alert(1)</script>")
+    rep = K.Report(
+        info=K.store_info(Store.open(store_root("rmq4-flags")), with_recovery=False),
+        traffic=K.Traffic(),
+        damage=K.DamageMap(0, 1),
+        problems=[],
+        problem_total=0,
+        problem_codes={},
+        verify=K.VerifySummary(),
+        dropped=[],
+        offsets=None,
+        offsets_note="none",
+        index=[p],
+        check_crc=True,
+    )
+    page = render(rep)
+    assert "<script>" not in page and "&lt;script&gt;" in page and "&lt;b&gt;x&lt;/b&gt;" in page
+
+
+# --- the browser ---------------------------------------------------------------------------------------------
+
+
+def chromium() -> str:
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        p = shutil.which(name)
+        if p:
+            return p
+    pytest.fail("headless Chromium is needed for the report's browser test: apt-get install -y chromium (.ci/run installs it)")
+
+
+_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-extensions",
+    "--no-first-run",
+    "--host-resolver-rules=MAP * ~NOTFOUND",  # no name resolves: the network is off for the page
+    "--force-color-profile=srgb",
+    "--hide-scrollbars",
+]
+
+
+def browse(page: Path, tmp: Path, height: int = 8000) -> tuple[np.ndarray, list[str], str, list[str]]:
+    """(screenshot as an RGB array, console lines, the DOM after load, URLs the page asked for) from headless Chromium."""
+    from PIL import Image
+
+    shot = tmp / (page.stem + ".png")
+    env = {**os.environ, "HOME": str(tmp)}  # a profile of its own
+    p = subprocess.run(
+        [
+            chromium(),
+            *_FLAGS,
+            f"--user-data-dir={tmp / 'profile'}",
+            f"--window-size=1280,{height}",
+            f"--screenshot={shot}",
+            "--enable-logging=stderr",
+            "--v=0",
+            f"--log-net-log={tmp / (page.stem + '.netlog.json')}",
+            page.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert p.returncode == 0 and shot.is_file(), p.stderr[-2000:]
+    console = [line for line in p.stderr.splitlines() if "CONSOLE" in line or "Uncaught" in line]
+    d = subprocess.run(
+        [chromium(), *_FLAGS, f"--user-data-dir={tmp / 'profile2'}", "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert d.returncode == 0, d.stderr[-2000:]
+    return np.asarray(Image.open(shot).convert("RGB")), console, d.stdout, page_requests(tmp / (page.stem + ".netlog.json"))
+
+
+def page_requests(netlog: Path) -> list[str]:
+    """URLs requested on behalf of the page (Chromium's net log: jobs keyed to the file:// page), not the browser's own."""
+    log = json.loads(netlog.read_text(encoding="utf-8"))
+    start = log["constants"]["logEventTypes"]["URL_REQUEST_START_JOB"]
+    out = []
+    for e in log["events"]:
+        p = e.get("params") or {}
+        if e["type"] == start and "file://" in str(p.get("network_isolation_key", "")) and not p.get("url", "").startswith(("file:", "data:")):
+            out.append(p["url"])
+    return out
+
+
+def plot_frames(img: np.ndarray) -> list[tuple[int, int, int, int]]:
+    """Rows x columns boxes of the plot frames: bands of rows with many pixels of the plot background colour."""
+    bg = np.array([int(plots.PLOT_BG[i : i + 2], 16) for i in (1, 3, 5)])
+    mask = (np.abs(img.astype(int) - bg) <= 2).all(axis=2)
+    rows = mask.sum(axis=1) >= 40  # a frame's padding and right margin give every row of it more than that
+    frames = []
+    y = 0
+    while y < len(rows):
+        if rows[y]:
+            y0 = y
+            while y < len(rows) and rows[y]:
+                y += 1
+            if y - y0 >= 40:
+                cols = np.flatnonzero(mask[y0:y].any(axis=0))
+                frames.append((y0, y, int(cols.min()), int(cols.max()) + 1))
+        y += 1
+    return frames
+
+
+def colored_share(img: np.ndarray, box) -> float:
+    """Share of a frame's pixels that are saturated colour: drawn data (axes, ticks and text are grey or black)."""
+    y0, y1, x0, x1 = box
+    a = img[y0:y1, x0:x1].astype(int)
+    return float(((a.max(axis=2) - a.min(axis=2)) > 60).mean())
+
+
+def _check_page(page: Path, tmp: Path) -> None:
+    html_text = page.read_text(encoding="utf-8")
+    img, console, dom, requests = browse(page, tmp)
+    assert console == [], console
+    assert requests == [], requests
+    expected = html_text.count('<div class="plot">')
+    assert dom.count("<svg") == html_text.count("<svg") and expected
+    frames = plot_frames(img)
+    assert len(frames) == expected, (frames, expected)
+    for box in frames:
+        assert box[3] - box[2] > 600, box  # a frame as wide as the page's column
+        assert colored_share(img, box) > 0.0005, (box, colored_share(img, box))  # the blank control has 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["rmq4-crash", "rmq4-basic"])
+def test_page_draws_in_headless_chromium_offline(name, tmp_path):
+    page = tmp_path / f"{name}.html"
+    assert run("report", "-s", store_root(name), "--out", page).exit_code in (0, 1)
+    _check_page(page, tmp_path)
+
+
+@pytest.mark.slow
+def test_the_browser_checks_catch_blank_plots_and_console_errors(tmp_path):
+    """The checks above would fail on a page whose plots are empty, or that runs a failing script or loads from the net."""
+    page = tmp_path / "good.html"
+    assert run("report", "-s", store_root("rmq4-crash"), "--out", page).exit_code == 1
+    text = page.read_text(encoding="utf-8")
+    blank = tmp_path / "blank.html"
+    blank.write_text(re.sub(r"<svg.*?</svg>", '<svg xmlns="http://www.w3.org/2000/svg" width="1056" height="260"></svg>', text, flags=re.S))
+    img, console, _, _ = browse(blank, tmp_path)
+    frames = plot_frames(img)
+    assert len(frames) == text.count('<div class="plot">') and all(colored_share(img, b) == 0 for b in frames)
+    noisy = tmp_path / "noisy.html"
+    noisy.write_text(text.replace("</body>", '<img src="http://example.com/x.png"><script>throw new Error("boom")</script></body>'))
+    _, console, _, requests = browse(noisy, tmp_path)
+    assert any("boom" in line for line in console), console
+    assert requests == ["http://example.com/x.png"], requests
+
+
+def test_readme_shows_the_screenshot_and_completion():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    shots = re.findall(r"!\[[^\]]*\]\((docs/[^)]+\.png)\)", readme)
+    assert shots and all((ROOT / s).is_file() for s in shots)
+    assert "rmqdump report" in readme and "--install-completion" in readme
+
+
+def test_shell_completion_offers_commands_and_options():
+    """typer's completion (README: Shell completion): what bash gets for `rmqdump rep<TAB>` and `rmqdump report --fo<TAB>`."""
+    import sys
+
+    exe = str(Path(sys.executable).parent / "rmqdump")  # the console script: completion is keyed on the program's name
+    env = {**os.environ, "_RMQDUMP_COMPLETE": "complete_bash"}
+    for words, cword, want in (("rmqdump rep", "1", ["report"]), ("rmqdump report --fo", "2", ["--force"])):
+        r = subprocess.run([exe], env={**env, "COMP_WORDS": words, "COMP_CWORD": cword}, capture_output=True, text=True)
+        assert r.returncode == 0 and r.stdout.split() == want, (words, r.stdout, r.stderr)
+    r = subprocess.run([exe, "--show-completion", "bash"], capture_output=True, text=True)
+    assert r.returncode == 0 and "_RMQDUMP_COMPLETE=complete_bash" in r.stdout

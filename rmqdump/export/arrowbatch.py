@@ -320,41 +320,62 @@ def _sliced(b: Batch, lo: int, hi: int):
     return cols, crc, pcrc
 
 
-def record_batches(b: Batch, broker: str, *, with_body: bool = False, max_bytes: int = MAX_CHUNK_BYTES) -> Iterator[pa.RecordBatch]:
-    """The batch's records as Arrow record batches of at most about `max_bytes` of records each."""
+def record_batches(
+    b: Batch, broker: str, *, with_body: bool = False, max_bytes: int = MAX_CHUNK_BYTES, columns: list[str] | None = None
+) -> Iterator[pa.RecordBatch]:
+    """The batch's records as Arrow record batches of at most about `max_bytes` of records each.
+
+    columns: only these columns, in this order (`rmqdump sql` decodes what a query names); default all.
+    """
     if not len(b):
         return
-    sch = schema(with_body)
+    sch = schema(with_body) if columns is None else pa.schema([schema(True).field(c) for c in columns])
     for lo, hi in _chunks(b.cols["total_size"], max_bytes):
-        c, crc_ok, prop_crc = _sliced(b, lo, hi)
-        n = hi - lo
-        data, view = b.mf.data, b.mf.view
-        phys = c["_pos"].astype(np.int64) + b.seg.base
-        born, _, _ = _hosts(data, c["born_host_pos"], c["born_host_then"].astype(bool), want_raws=False)
-        store, inv, raws = _hosts(data, c["store_host_pos"], c["store_host_then"].astype(bool))
-        pmap, tags, keys, uniq = _properties(view, c["properties_pos"], c["properties_length"])
-        arrays = {
-            "kind": _constant("message", n),
-            "file": _constant(b.seg.path, n),
-            "phys_offset": pa.array(phys, pa.int64()),
-            "magic_version": pa.array(np.where(c["magic"] == C.MAGIC_V2, 2, 1).astype(np.int32)),
-            "crc_ok": pa.nulls(n, pa.bool_()) if crc_ok is None else pa.array(crc_ok, pa.bool_()),
-            "prop_crc_ok": pa.nulls(n, pa.bool_()) if prop_crc is None else pa.array(prop_crc == 1, pa.bool_(), mask=prop_crc < 0),
-            "sys_flag_names": _flag_names(c["sys_flag"]),
-            "transaction": _TRANSACTIONS.take(pa.array((c["sys_flag"] & C.TRANSACTION_MASK).astype(np.int32))),
-            "born_host": born,
-            "store_host": store,
-            "topic": _topics(view, c["topic_pos"], c["topic_length"]),
-            "properties": pmap,
-            "tags": tags,
-            "keys": keys,
-            "uniq_key": uniq,
-            "msg_id": _msg_ids(phys, inv, raws),
-            "broker": _constant(broker, n),
-        }
-        for name, src in _INT_COLUMNS.items():
-            typ = sch.field(name).type
-            arrays[name] = pa.array(c[src].astype(typ.to_pandas_dtype()), typ)
-        if with_body:
-            arrays["body"] = _binary(view, c["body_pos"], c["body_length"])
-        yield pa.RecordBatch.from_arrays([arrays[f.name] for f in sch], schema=sch)
+        yield pa.RecordBatch.from_arrays(_columns(b, lo, hi, broker, sch), schema=sch)
+
+
+def _columns(b: Batch, lo: int, hi: int, broker: str, sch: pa.Schema) -> list[pa.Array]:
+    """The arrays of `sch`'s columns for records lo..hi of the batch; each decoding step runs only if a column needs it."""
+    c, crc_ok, prop_crc = _sliced(b, lo, hi)
+    n = hi - lo
+    data, view = b.mf.data, b.mf.view
+    done: dict[str, object] = {}
+
+    def once(key, make):
+        if key not in done:
+            done[key] = make()
+        return done[key]
+
+    def phys():
+        return once("phys", lambda: c["_pos"].astype(np.int64) + b.seg.base)
+
+    def store_hosts():
+        return once("store", lambda: _hosts(data, c["store_host_pos"], c["store_host_then"].astype(bool)))
+
+    def props(k):
+        return once("props", lambda: _properties(view, c["properties_pos"], c["properties_length"]))[k]
+
+    make = {
+        "kind": lambda: _constant("message", n),
+        "file": lambda: _constant(b.seg.path, n),
+        "phys_offset": lambda: pa.array(phys(), pa.int64()),
+        "magic_version": lambda: pa.array(np.where(c["magic"] == C.MAGIC_V2, 2, 1).astype(np.int32)),
+        "crc_ok": lambda: pa.nulls(n, pa.bool_()) if crc_ok is None else pa.array(crc_ok, pa.bool_()),
+        "prop_crc_ok": lambda: pa.nulls(n, pa.bool_()) if prop_crc is None else pa.array(prop_crc == 1, pa.bool_(), mask=prop_crc < 0),
+        "sys_flag_names": lambda: _flag_names(c["sys_flag"]),
+        "transaction": lambda: _TRANSACTIONS.take(pa.array((c["sys_flag"] & C.TRANSACTION_MASK).astype(np.int32))),
+        "born_host": lambda: _hosts(data, c["born_host_pos"], c["born_host_then"].astype(bool), want_raws=False)[0],
+        "store_host": lambda: store_hosts()[0],
+        "topic": lambda: _topics(view, c["topic_pos"], c["topic_length"]),
+        "properties": lambda: props(0),
+        "tags": lambda: props(1),
+        "keys": lambda: props(2),
+        "uniq_key": lambda: props(3),
+        "msg_id": lambda: _msg_ids(phys(), store_hosts()[1], store_hosts()[2]),
+        "broker": lambda: _constant(broker, n),
+        "body": lambda: _binary(view, c["body_pos"], c["body_length"]),
+    }
+    for name, src in _INT_COLUMNS.items():
+        typ = sch.field(name).type if name in sch.names else None
+        make[name] = lambda src=src, typ=typ: pa.array(c[src].astype(typ.to_pandas_dtype()), typ)
+    return [make[f.name]() for f in sch]

@@ -1,0 +1,268 @@
+"""The tables `rmqdump sql` offers, each a stream of Arrow batches read straight from the stores.
+
+Every table is declared once here (columns, types, one line of meaning) and
+built only with the columns a query names: the messages are the `export`
+rows (rmqdump.export.arrowbatch), decoded range by range from the CommitLog;
+units come from the ConsumeQueue files file by file; index entries from the
+mapped IndexFiles chunk by chunk; problems and each unit's status from the
+`cq verify` analysis; offsets from `rmqdump offsets`. Nothing is copied or
+held whole: a table is a RecordBatchReader over a generator.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+from rmqdump.checks import cqverify
+from rmqdump.checks.offsets import consumer_offsets
+from rmqdump.common.problems import InputError, Problem
+from rmqdump.export import arrowbatch
+from rmqdump.export.dataset import scan_split
+from rmqdump.readers.consumequeue import UNIT_SIZE, QueueUnits, read_units
+from rmqdump.readers.indexfile import open_all
+from rmqdump.readers.store import Store
+from rmqdump.scan.splits import StoreRef, plan
+
+INDEX_CHUNK = 1 << 20  # entries turned into one batch (about 40 MB of columns), then their pages are given back
+
+_MESSAGE_MEANING = {
+    "kind": "always 'message'",
+    "file": "CommitLog file path",
+    "phys_offset": "physical offset of the record (its position in the CommitLog)",
+    "total_size": "record size in bytes",
+    "magic_version": "record format: 1 (V1) or 2 (V2, long topic length)",
+    "body_crc": "bodyCRC field as stored",
+    "crc_ok": "body matches bodyCRC (null unless selected: CRCs are checked only when this column or prop_crc_ok is named)",
+    "prop_crc_ok": "record matches its __CRC32# property (null when absent)",
+    "queue_id": "queue id",
+    "flag": "message flag set by the producer",
+    "queue_offset": "queue offset the CommitLog assigned (the unit index in its ConsumeQueue)",
+    "sys_flag": "sysFlag bits",
+    "sys_flag_names": "sysFlag as names",
+    "transaction": "transaction type: '', prepared, commit, rollback",
+    "born_timestamp": "producer time, epoch ms",
+    "born_host": "producer host:port",
+    "store_timestamp": "broker store time, epoch ms",
+    "store_host": "broker host:port",
+    "reconsume_times": "redelivery count",
+    "prepared_transaction_offset": "prepared transaction offset field",
+    "body_length": "body size in bytes",
+    "topic": "topic",
+    "properties": "message properties (map)",
+    "tags": "TAGS property",
+    "keys": "KEYS property, split on spaces",
+    "uniq_key": "UNIQ_KEY property (the client msgId)",
+    "msg_id": "offset msgId (store host, port, physical offset)",
+    "broker": "broker name of the store (directory name, or NAME in -s NAME=DIR)",
+    "body": "stored body bytes (decoded only when named)",
+}
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    type: pa.DataType
+    meaning: str
+
+
+def _cols(*items: tuple[str, pa.DataType, str]) -> list[Column]:
+    return [Column(*i) for i in items]
+
+
+TABLES: dict[str, list[Column]] = {
+    "messages": [Column(f.name, f.type, _MESSAGE_MEANING[f.name]) for f in arrowbatch.schema(with_body=True)],
+    "units": _cols(
+        ("broker", pa.string(), "broker name of the store"),
+        ("topic", pa.string(), "topic (ConsumeQueue directory)"),
+        ("queue_id", pa.int32(), "queue id (ConsumeQueue directory)"),
+        ("queue_offset", pa.int64(), "unit index in the queue"),
+        ("phys_offset", pa.int64(), "commitLogOffset: where the message should be"),
+        ("size", pa.int32(), "message size the unit gives"),
+        ("tags_code", pa.int64(), "tagsCode (the tag's hash, or a delay's delivery time)"),
+        ("cq_file", pa.string(), "ConsumeQueue file path"),
+        ("file_offset", pa.int64(), "byte offset of the unit in that file"),
+        ("status", pa.string(), "'ok', 'filler' (padding before a queue's first unit), or the cq verify problem code at this unit"),
+    ),
+    "index_entries": _cols(
+        ("broker", pa.string(), "broker name of the store"),
+        ("file", pa.string(), "IndexFile path"),
+        ("entry", pa.int32(), "entry number (1 is the first)"),
+        ("slot", pa.int32(), "hash slot the entry's key falls in (key_hash mod slots)"),
+        ("key_hash", pa.int32(), "hash of topic#key"),
+        ("phys_offset", pa.int64(), "physical offset of the message"),
+        ("time_diff", pa.int32(), "store time in seconds after the file's begin timestamp"),
+        ("store_timestamp", pa.int64(), "begin timestamp + time_diff, epoch ms"),
+        ("prev_entry", pa.int32(), "previous entry of the same slot's chain (0 ends it)"),
+    ),
+    "problems": _cols(
+        ("broker", pa.string(), "broker name of the store"),
+        ("code", pa.string(), "stable problem code (see the tables of `commitlog` and `cq verify`)"),
+        ("file", pa.string(), "file the problem is in"),
+        ("file_offset", pa.int64(), "byte offset in that file"),
+        ("phys_offset", pa.int64(), "physical offset concerned"),
+        ("detail", pa.string(), "what was found"),
+        ("topic", pa.string(), "queue's topic (ConsumeQueue problems)"),
+        ("queue_id", pa.int32(), "queue id (ConsumeQueue problems)"),
+        ("unit_index", pa.int64(), "unit index (ConsumeQueue problems; for cq_missing_unit the message's queue offset)"),
+    ),
+    "offsets": _cols(
+        ("broker", pa.string(), "broker name of the store"),
+        ("group", pa.string(), "consumer group"),
+        ("topic", pa.string(), "topic"),
+        ("queue_id", pa.int32(), "queue id"),
+        ("committed", pa.int64(), "committed offset in consumerOffset.json"),
+        ("bak", pa.int64(), "offset in consumerOffset.json.bak"),
+        ("min_offset", pa.int64(), "queue's first offset"),
+        ("max_offset", pa.int64(), "queue's last valid unit + 1"),
+        ("lag", pa.int64(), "max_offset - committed"),
+        ("flags", pa.list_(pa.string()), "ok, below_min, above_max, no_queue, bak_differs, only_in_bak, not_in_bak"),
+    ),
+}
+
+
+def columns_of(table: str) -> list[str]:
+    return [c.name for c in TABLES[table]]
+
+
+def arrow_schema(table: str, columns: list[str]) -> pa.Schema:
+    types = {c.name: c.type for c in TABLES[table]}
+    return pa.schema([(c, types[c]) for c in columns])
+
+
+class Verified:
+    """The `cq verify` findings of each store, run once and shared by `problems` and `units.status`."""
+
+    def __init__(self, stores: list[StoreRef], on_bytes: Callable[[int], None] | None = None):
+        self.stores, self.on_bytes = stores, on_bytes
+        self._found: dict[str, list[Problem]] = {}
+
+    def of(self, ref: StoreRef) -> list[Problem]:
+        if ref.name not in self._found:
+            self._found[ref.name] = list(cqverify.verify(Store.open(ref.root), on_bytes=self.on_bytes))
+        return self._found[ref.name]
+
+    def unit_codes(self, ref: StoreRef) -> dict[tuple[str, int, int], str]:
+        """(topic, queue_id, unit index) -> the first problem code found at that unit (not counting missing units)."""
+        out: dict[tuple[str, int, int], str] = {}
+        for p in self.of(ref):
+            if p.code == cqverify.CQ_MISSING_UNIT or p.extra.get("unit_index") is None:
+                continue
+            out.setdefault((p.extra["topic"], p.extra["queue_id"], p.extra["unit_index"]), p.code)
+        return out
+
+
+def _batch(schema: pa.Schema, values: dict[str, object]) -> pa.RecordBatch:
+    return pa.RecordBatch.from_arrays([pa.array(values[f.name], f.type) for f in schema], schema=schema)
+
+
+def messages(stores: list[StoreRef], columns: list[str], on_bytes: Callable[[int], None] | None = None) -> Iterator[pa.RecordBatch]:
+    """The export rows of every store, range by range; CRCs are checked only when a CRC column is named."""
+    splits, _layout = plan(stores)
+    crc = "crc_ok" in columns or "prop_crc_ok" in columns
+    for split in splits:
+        split = dataclasses.replace(split, check_crc=crc)
+        for b in scan_split(split, lambda p: None):
+            yield from arrowbatch.record_batches(b, split.broker, with_body="body" in columns, columns=columns)
+        if on_bytes:
+            on_bytes(split.length)
+
+
+def units(stores: list[StoreRef], columns: list[str], verified: Verified) -> Iterator[pa.RecordBatch]:
+    """Every unit of every ConsumeQueue up to its last valid one (the zero tail of the last file is not units)."""
+    schema = arrow_schema("units", columns)
+    for ref in stores:
+        store = Store.open(ref.root)
+        codes = verified.unit_codes(ref) if "status" in columns else {}
+        for (topic, qid), q in sorted(store.queues.items()):
+            last = q.last_valid_index()
+            for f in q.files:
+                u = QueueUnits.from_array(read_units(f), f.first_index)
+                keep = u.index <= last
+                if not keep.any():
+                    continue
+                n = int(keep.sum())
+                vals: dict[str, object] = {
+                    "broker": [ref.name] * n,
+                    "topic": [topic] * n,
+                    "queue_id": np.full(n, qid, np.int32),
+                    "queue_offset": u.index[keep],
+                    "phys_offset": u.offset[keep],
+                    "size": u.size[keep],
+                    "tags_code": u.tags_code[keep],
+                    "cq_file": [f.path] * n,
+                    "file_offset": (u.index[keep] - f.first_index) * UNIT_SIZE,
+                }
+                if "status" in columns:
+                    filler = u.filler_mask()[keep]
+                    vals["status"] = [
+                        codes.get((topic, qid, i), "filler" if fl else "ok") for i, fl in zip(u.index[keep].tolist(), filler.tolist(), strict=True)
+                    ]
+                yield _batch(schema, {c: vals[c] for c in columns})
+
+
+def index_entries(stores: list[StoreRef], columns: list[str]) -> Iterator[pa.RecordBatch]:
+    """Every written entry of every IndexFile, a chunk at a time (pages given back after each)."""
+    schema = arrow_schema("index_entries", columns)
+    for ref in stores:
+        for f in open_all(ref.root):
+            try:
+                for lo in range(1, f.count, INDEX_CHUNK):  # indexCount is the next entry's number
+                    e = f.entries[lo : min(f.count, lo + INDEX_CHUNK)]
+                    n = len(e)
+                    kh = e["key_hash"].astype(np.int32)
+                    diff = e["time_diff"].astype(np.int32)
+                    vals = {
+                        "broker": [ref.name] * n,
+                        "file": [f.path] * n,
+                        "entry": np.arange(lo, lo + n, dtype=np.int32),
+                        "slot": (kh.astype(np.int64) % f.layout.hash_slots).astype(np.int32),
+                        "key_hash": kh,
+                        "phys_offset": e["phys_offset"].astype(np.int64),
+                        "time_diff": diff,
+                        "store_timestamp": f.header.begin_timestamp + diff.astype(np.int64) * 1000,
+                        "prev_entry": e["prev_index"].astype(np.int32),
+                    }
+                    yield _batch(schema, {c: vals[c] for c in columns})
+                    f.release()
+            finally:
+                f.close()
+
+
+def problems(stores: list[StoreRef], columns: list[str], verified: Verified) -> Iterator[pa.RecordBatch]:
+    """What `cq verify` reports on each store: layout, CommitLog and ConsumeQueue findings, in its order."""
+    schema = arrow_schema("problems", columns)
+    for ref in stores:
+        found = verified.of(ref)
+        rows = {
+            "broker": [ref.name] * len(found),
+            "code": [p.code for p in found],
+            "file": [p.file for p in found],
+            "file_offset": [p.file_offset for p in found],
+            "phys_offset": [p.phys_offset for p in found],
+            "detail": [p.detail for p in found],
+            "topic": [p.extra.get("topic") for p in found],
+            "queue_id": [p.extra.get("queue_id") for p in found],
+            "unit_index": [p.extra.get("unit_index") for p in found],
+        }
+        if found:
+            yield _batch(schema, {c: rows[c] for c in columns})
+
+
+def offsets(stores: list[StoreRef], columns: list[str]) -> Iterator[pa.RecordBatch]:
+    """Committed consumer offsets with their queue's bounds and lag (none when a store has no consumerOffset.json)."""
+    schema = arrow_schema("offsets", columns)
+    for ref in stores:
+        try:
+            rows = consumer_offsets(Store.open(ref.root)).rows
+        except InputError as e:
+            if e.code != "not_found":
+                raise
+            continue
+        if rows:
+            vals = {"broker": [ref.name] * len(rows), **{c: [r.to_dict()[c] for r in rows] for c in columns if c != "broker"}}
+            yield _batch(schema, {c: vals[c] for c in columns})

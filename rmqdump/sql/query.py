@@ -112,6 +112,15 @@ def binder_message(query: str) -> str | None:
     return None
 
 
+def plan_of(query: str) -> Plan:
+    """The plan of a query without a store (to size the progress bar before the run)."""
+    con = duckdb.connect(config={"memory_limit": "64MB"})
+    try:
+        return plan(con, query)
+    finally:
+        con.close()
+
+
 def check_temp_dir(path: str, stores: list[StoreRef]) -> str:
     real = os.path.realpath(path)
     for s in stores:

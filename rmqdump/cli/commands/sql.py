@@ -1,0 +1,130 @@
+"""`rmqdump sql`: a DuckDB SELECT over one or more stores' messages, units, index entries, problems and offsets."""
+
+from __future__ import annotations
+
+import os
+from enum import Enum
+
+import typer
+
+from rmqdump.cli import render
+
+
+class SqlFormat(str, Enum):
+    table = "table"
+    jsonl = "jsonl"
+    csv = "csv"
+    parquet = "parquet"
+
+
+TABLE_ROWS = 1000  # rows a terminal table shows; -f jsonl/csv/parquet stream any number
+
+
+def sql(
+    query: str = typer.Argument(None, help="One SELECT over messages, units, index_entries, problems, offsets."),
+    store: list[str] = typer.Option([], "--store", "-s", help="A store root (holds commitlog/); repeat it, or give a glob. NAME=DIR sets the broker name."),
+    fmt: SqlFormat = typer.Option(SqlFormat.table, "--format", "-f", help="table, jsonl, csv, or parquet (parquet needs --out)."),
+    out: str = typer.Option(None, "--out", "-o", help="Write the result to this file (beside it first, then renamed into place) instead of stdout."),
+    force: bool = typer.Option(False, "--force", help="Replace --out if it exists."),
+    memory_limit: str = typer.Option("256MB", "--memory-limit", help="DuckDB's memory_limit; past it, joins and sorts spill to --temp-dir."),
+    temp_dir: str = typer.Option(None, "--temp-dir", help="Where DuckDB may spill (default: the system temp directory; never inside a store)."),
+    schema: bool = typer.Option(False, "--schema", help="Print the tables and their columns with what each means, and exit."),
+):
+    """Query stores in place with SQL (DuckDB): nothing is exported first, only the columns named are decoded.
+
+    Tables: messages (the `export` columns, body included), units (every ConsumeQueue unit with its
+    cq verify status), index_entries, problems (what cq verify reports), offsets (committed offsets, lag).
+    A bad query is one line with DuckDB's message and exit 2.
+
+    Example:  rmqdump sql -s store "SELECT topic, count(*) FROM messages GROUP BY topic"
+    """
+    from rmqdump.sql import output
+    from rmqdump.sql import query as Q
+
+    if schema:
+        _schema(fmt)
+        raise typer.Exit(0)
+    if not query:
+        render.fail("usage: give a query (or --schema)", 2)
+    if not store:
+        render.fail("usage: --store/-s is required", 2)
+    if fmt is SqlFormat.parquet and not out:
+        render.fail("usage: -f parquet writes a file: give --out", 2)
+    from rmqdump.common.publish import check_target, publishing
+    from rmqdump.scan.splits import resolve_stores
+
+    stores = resolve_stores(store)
+    if out:
+        check_target(out, force=force, stores=[s.root for s in stores], kind="file")
+    total = _commitlog_bytes(stores) * Q.scans(Q.plan_of(query))
+    with render.progress(total, "sql") as advance, Q.run(stores, query, memory_limit=memory_limit, temp_dir=temp_dir, on_bytes=advance) as result:
+        if out:
+            with publishing(out, force=force, stores=[s.root for s in stores], kind="file") as tmp:
+                if fmt is SqlFormat.parquet:
+                    output.write_parquet(result, tmp)
+                else:
+                    with open(tmp, "w", encoding="utf-8", newline="") as f:
+                        _write_text(result, fmt, f, output)
+        else:
+            _write_text(result, fmt, None, output)
+
+
+def _write_text(result, fmt: SqlFormat, f, output) -> None:
+    import sys
+
+    if fmt is SqlFormat.jsonl:
+        output.write_jsonl(result, f or sys.stdout)
+    elif fmt is SqlFormat.csv:
+        output.write_csv(result, f or sys.stdout)
+    else:
+        _table(result, output, f)
+
+
+def _table(result, output, f) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(*result.schema.names, box=None, header_style="bold")
+    shown = more = 0
+    for r in output.rows(result):
+        if shown < TABLE_ROWS:
+            t.add_row(*("" if v is None else str(v) for v in r.values()))
+            shown += 1
+        else:
+            more += 1
+    (Console(file=f, width=220, highlight=False) if f else render.out).print(t)
+    note = f"{shown + more} rows" + (f" (the first {shown} shown; -f jsonl or csv prints all)" if more else "")
+    render.err.print(note, markup=False, highlight=False)
+
+
+def _schema(fmt: SqlFormat) -> None:
+    from rich.table import Table
+
+    from rmqdump.sql.tables import TABLES
+
+    rows = [{"table": t, "column": c.name, "type": str(c.type), "meaning": c.meaning} for t, cols in TABLES.items() for c in cols]
+    if fmt is SqlFormat.jsonl:
+        for r in rows:
+            render.jsonl({"kind": "column", **r})
+        return
+    if fmt is SqlFormat.csv:
+        w = render.CsvOut(["table", "column", "type", "meaning"])
+        for r in rows:
+            w.row(r)
+        return
+    t = Table("table", "column", "type", "meaning", box=None, header_style="bold")
+    for r in rows:
+        t.add_row(r["table"], r["column"], r["type"], r["meaning"])
+    render.out.print(t)
+
+
+def _commitlog_bytes(stores) -> int:
+    total = 0
+    for s in stores:
+        with os.scandir(s.commitlog) as it:
+            total += sum(e.stat().st_size for e in it if e.is_file())
+    return total
+
+
+def register(app, guarded) -> None:
+    app.command("sql")(guarded(sql))

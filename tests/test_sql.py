@@ -141,10 +141,11 @@ def test_a_self_join_reads_the_table_once():
 
 def test_bad_queries_are_one_line_and_exit_2():
     for q in ("SELEC 1", "SELECT tpic FROM messages", "SELECT 1; SELECT 2", "DELETE FROM messages", "SELECT * FROM read_csv('/etc/passwd')"):
-        r = run_proc("sql", "-s", store_root("rmq4-flags"), q)
-        assert r.returncode == 2, (q, r.stderr)
+        r = run("sql", "-s", store_root("rmq4-flags"), q)
+        assert r.exit_code == 2, (q, r.stderr)
         assert r.stderr.startswith("rmqdump: bad_query: ") and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr, r.stderr
     r = run_proc("sql", "-s", store_root("rmq4-flags"), "SELECT tpic FROM messages")
+    assert r.returncode == 2 and r.stderr.startswith("rmqdump: bad_query: ") and r.stderr.count("\n") == 1
     assert '"topic"' in r.stderr  # candidates from the table's real columns
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import csv
+import decimal
 import json
 from collections.abc import Iterator
 from typing import Any, TextIO
@@ -27,6 +28,8 @@ def _plain(v: Any, t: pa.DataType) -> Any:
         return {f.name: _plain(v.get(f.name), f.type) for f in t}
     if isinstance(v, (bytes, bytearray)):
         return base64.b64encode(v).decode()
+    if isinstance(v, decimal.Decimal):  # DuckDB's sum of integers is a 128-bit integer, a decimal in Arrow
+        return int(v) if v == v.to_integral_value() else float(v)
     return v
 
 

@@ -26,8 +26,11 @@ def sql(
     fmt: SqlFormat = typer.Option(SqlFormat.table, "--format", "-f", help="table, jsonl, csv, or parquet (parquet needs --out)."),
     out: str = typer.Option(None, "--out", "-o", help="Write the result to this file (beside it first, then renamed into place) instead of stdout."),
     force: bool = typer.Option(False, "--force", help="Replace --out if it exists."),
-    memory_limit: str = typer.Option("256MB", "--memory-limit", help="DuckDB's memory_limit; past it, joins and sorts spill to --temp-dir."),
+    memory_limit: str = typer.Option("160MB", "--memory-limit", help="DuckDB's memory_limit; past it, joins and sorts spill to --temp-dir."),
     temp_dir: str = typer.Option(None, "--temp-dir", help="Where DuckDB may spill (default: the system temp directory; never inside a store)."),
+    workers: int = typer.Option(
+        1, "--workers", "-j", min=1, help="DuckDB threads. The tables are read as one stream each, so more help only big joins and sorts."
+    ),
     schema: bool = typer.Option(False, "--schema", help="Print the tables and their columns with what each means, and exit."),
 ):
     """Query stores in place with SQL (DuckDB): nothing is exported first, only the columns named are decoded.
@@ -57,7 +60,10 @@ def sql(
     if out:
         check_target(out, force=force, stores=[s.root for s in stores], kind="file")
     total = _commitlog_bytes(stores) * Q.scans(Q.plan_of(query))
-    with render.progress(total, "sql") as advance, Q.run(stores, query, memory_limit=memory_limit, temp_dir=temp_dir, on_bytes=advance) as result:
+    with (
+        render.progress(total, "sql") as advance,
+        Q.run(stores, query, memory_limit=memory_limit, temp_dir=temp_dir, threads=workers, on_bytes=advance) as result,
+    ):
         if out:
             with publishing(out, force=force, stores=[s.root for s in stores], kind="file") as tmp:
                 if fmt is SqlFormat.parquet:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from enum import Enum
 
@@ -94,7 +95,7 @@ def _table(result, output, f) -> None:
     shown = more = 0
     for r in output.rows(result):
         if shown < TABLE_ROWS:
-            t.add_row(*("" if v is None else str(v) for v in r.values()))
+            t.add_row(*("" if v is None else json.dumps(v, ensure_ascii=False) if isinstance(v, (list, dict)) else str(v) for v in r.values()))
             shown += 1
         else:
             more += 1

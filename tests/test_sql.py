@@ -7,7 +7,7 @@ from collections import Counter
 
 import pyarrow.parquet as pq
 import pytest
-from conftest import HEALTHY, REAL, copy_store, flip, jsonl, manifest, run, run_proc, store_root
+from conftest import HEALTHY, REAL, SETTINGS, copy_store, flip, jsonl, manifest, patch, run, run_proc, store_root
 
 from rmqdump.readers.configfiles import loads_fastjson
 from rmqdump.sql import query as Q
@@ -192,3 +192,27 @@ def test_schema_lists_every_table_and_column():
     from rmqdump.export.arrowbatch import schema
 
     assert columns_of("messages") == schema(with_body=True).names
+
+
+def test_unit_status_names_the_damage(tmp_path):
+    copy = copy_store("rmq4-basic", tmp_path)
+    m = [x for x in manifest("rmq4-basic") if x["topic"] == "orders" and x["queueId"] == 2]
+    victim = m[7]
+    per_file = SETTINGS["rmq4-basic"]["cq_units"]
+    cq = copy / "consumequeue" / "orders" / "2" / f"{victim['logicsOffset'] // per_file * per_file * 20:020d}"
+    patch(cq, victim["logicsOffset"] % per_file * 20 + 8, (victim["wroteBytes"] + 1).to_bytes(4, "big"))  # the unit's size
+    rows = sql(copy, query="SELECT topic, queue_id, queue_offset, phys_offset, size, status FROM units")
+    assert len(rows) == len(manifest("rmq4-basic"))
+    bad = [r for r in rows if r["status"] != "ok"]
+    assert bad == [
+        {
+            "topic": "orders",
+            "queue_id": 2,
+            "queue_offset": victim["logicsOffset"],
+            "phys_offset": victim["wroteOffset"],
+            "size": victim["wroteBytes"] + 1,
+            "status": "cq_size_mismatch",
+        }
+    ]
+    found = sql(copy, query="SELECT code, topic, queue_id, unit_index FROM problems")
+    assert found == [{"code": "cq_size_mismatch", "topic": "orders", "queue_id": 2, "unit_index": victim["logicsOffset"]}]

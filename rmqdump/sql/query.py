@@ -131,17 +131,17 @@ def check_temp_dir(path: str, stores: list[StoreRef]) -> str:
 
 
 def scans(p: Plan) -> int:
-    """How many passes over the CommitLogs the plan makes (for the progress bar)."""
-    verify = "problems" in p.columns or "status" in p.columns.get("units", [])
-    return int("messages" in p.columns) + int(verify)
+    """How many passes over the CommitLogs the plan makes (for the progress bar): messages, problems and
+    units.status each scan once (problems are streamed, not kept, so the two verify runs are not shared)."""
+    return int("messages" in p.columns) + int("problems" in p.columns) + int("status" in p.columns.get("units", []))
 
 
-def _reader(name: str, stores: list[StoreRef], cols: list[str], verified: T.Verified, on_bytes) -> pa.RecordBatchReader:
+def _reader(name: str, stores: list[StoreRef], cols: list[str], on_bytes) -> pa.RecordBatchReader:
     gens = {
         "messages": lambda: T.messages(stores, cols, on_bytes),
-        "units": lambda: T.units(stores, cols, verified),
+        "units": lambda: T.units(stores, cols, on_bytes),
         "index_entries": lambda: T.index_entries(stores, cols),
-        "problems": lambda: T.problems(stores, cols, verified),
+        "problems": lambda: T.problems(stores, cols, on_bytes),
         "offsets": lambda: T.offsets(stores, cols),
     }
     return pa.RecordBatchReader.from_batches(T.arrow_schema(name, cols), gens[name]())
@@ -172,9 +172,8 @@ def run(
         p = plan(con, query)
         if on_plan:
             on_plan(p)
-        verified = T.Verified(stores, on_bytes)
         for name, cols in p.columns.items():
-            reader = _reader(name, stores, cols, verified, on_bytes)
+            reader = _reader(name, stores, cols, on_bytes)
             if name in p.repeated:
                 con.register(f"_scan_{name}", reader)
                 con.execute(f"CREATE TEMP TABLE {name} AS SELECT * FROM _scan_{name}")

@@ -12,6 +12,7 @@ held whole: a table is a RecordBatchReader over a generator.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -134,26 +135,46 @@ def arrow_schema(table: str, columns: list[str]) -> pa.Schema:
     return pa.schema([(c, types[c]) for c in columns])
 
 
-class Verified:
-    """The `cq verify` findings of each store, run once and shared by `problems` and `units.status`."""
+PROBLEM_BATCH = 10_000  # problems per Arrow batch
 
-    def __init__(self, stores: list[StoreRef], on_bytes: Callable[[int], None] | None = None):
-        self.stores, self.on_bytes = stores, on_bytes
-        self._found: dict[str, list[Problem]] = {}
 
-    def of(self, ref: StoreRef) -> list[Problem]:
-        if ref.name not in self._found:
-            self._found[ref.name] = list(cqverify.verify(Store.open(ref.root), on_bytes=self.on_bytes))
-        return self._found[ref.name]
+def verify_findings(ref: StoreRef, on_bytes: Callable[[int], None] | None = None) -> Iterator[Problem]:
+    """What `cq verify` reports on one store, as it finds it (its memory is bounded by its windows)."""
+    return cqverify.verify(Store.open(ref.root), on_bytes=on_bytes)
 
-    def unit_codes(self, ref: StoreRef) -> dict[tuple[str, int, int], str]:
-        """(topic, queue_id, unit index) -> the first problem code found at that unit (not counting missing units)."""
-        out: dict[tuple[str, int, int], str] = {}
-        for p in self.of(ref):
-            if p.code == cqverify.CQ_MISSING_UNIT or p.extra.get("unit_index") is None:
+
+class UnitStatus:
+    """Per queue, the units where `cq verify` found a problem and the first code found there, as sorted arrays."""
+
+    def __init__(self, found: Iterator[Problem]):
+        self.codes: list[str] = []
+        code_ids: dict[str, int] = {}
+        per_queue: dict[tuple[str, int], tuple[list[int], list[int]]] = {}
+        for p in found:
+            i = p.extra.get("unit_index")
+            if p.code == cqverify.CQ_MISSING_UNIT or i is None or p.extra.get("topic") is None:
                 continue
-            out.setdefault((p.extra["topic"], p.extra["queue_id"], p.extra["unit_index"]), p.code)
-        return out
+            cid = code_ids.setdefault(p.code, len(code_ids))
+            idx, ids = per_queue.setdefault((p.extra["topic"], p.extra["queue_id"]), ([], []))
+            idx.append(i)
+            ids.append(cid)
+        self.codes = list(code_ids)
+        self.queues: dict[tuple[str, int], tuple[np.ndarray, np.ndarray]] = {}
+        for key, (idx, ids) in per_queue.items():
+            ia, ca = np.array(idx, np.int64), np.array(ids, np.int32)
+            order = np.argsort(ia, kind="stable")  # the first problem found at a unit wins
+            ia, ca = ia[order], ca[order]
+            first = np.concatenate(([True], ia[1:] != ia[:-1]))
+            self.queues[key] = (ia[first], ca[first])
+
+    def of(self, topic: str, queue_id: int, index: np.ndarray, filler: np.ndarray) -> list[str]:
+        out = np.where(filler, "filler", "ok").astype(object)
+        if (topic, queue_id) in self.queues:
+            ia, ca = self.queues[(topic, queue_id)]
+            pos = np.searchsorted(ia, index)
+            hit = (pos < len(ia)) & (ia[np.minimum(pos, len(ia) - 1)] == index)
+            out[hit] = np.array(self.codes, dtype=object)[ca[pos[hit]]]
+        return out.tolist()
 
 
 def _batch(schema: pa.Schema, values: dict[str, object]) -> pa.RecordBatch:
@@ -172,12 +193,12 @@ def messages(stores: list[StoreRef], columns: list[str], on_bytes: Callable[[int
             on_bytes(split.length)
 
 
-def units(stores: list[StoreRef], columns: list[str], verified: Verified) -> Iterator[pa.RecordBatch]:
+def units(stores: list[StoreRef], columns: list[str], on_bytes: Callable[[int], None] | None = None) -> Iterator[pa.RecordBatch]:
     """Every unit of every ConsumeQueue up to its last valid one (the zero tail of the last file is not units)."""
     schema = arrow_schema("units", columns)
     for ref in stores:
         store = Store.open(ref.root)
-        codes = verified.unit_codes(ref) if "status" in columns else {}
+        status = UnitStatus(verify_findings(ref, on_bytes)) if "status" in columns else None
         for (topic, qid), q in sorted(store.queues.items()):
             last = q.last_valid_index()
             for f in q.files:
@@ -197,11 +218,8 @@ def units(stores: list[StoreRef], columns: list[str], verified: Verified) -> Ite
                     "cq_file": [f.path] * n,
                     "file_offset": (u.index[keep] - f.first_index) * UNIT_SIZE,
                 }
-                if "status" in columns:
-                    filler = u.filler_mask()[keep]
-                    vals["status"] = [
-                        codes.get((topic, qid, i), "filler" if fl else "ok") for i, fl in zip(u.index[keep].tolist(), filler.tolist(), strict=True)
-                    ]
+                if status is not None:
+                    vals["status"] = status.of(topic, qid, u.index[keep], u.filler_mask()[keep])
                 yield _batch(schema, {c: vals[c] for c in columns})
 
 
@@ -233,24 +251,24 @@ def index_entries(stores: list[StoreRef], columns: list[str]) -> Iterator[pa.Rec
                 f.close()
 
 
-def problems(stores: list[StoreRef], columns: list[str], verified: Verified) -> Iterator[pa.RecordBatch]:
-    """What `cq verify` reports on each store: layout, CommitLog and ConsumeQueue findings, in its order."""
+def problems(stores: list[StoreRef], columns: list[str], on_bytes: Callable[[int], None] | None = None) -> Iterator[pa.RecordBatch]:
+    """What `cq verify` reports on each store (layout, CommitLog and ConsumeQueue findings), streamed in its order."""
     schema = arrow_schema("problems", columns)
+    get = {
+        "code": lambda p: p.code,
+        "file": lambda p: p.file,
+        "file_offset": lambda p: p.file_offset,
+        "phys_offset": lambda p: p.phys_offset,
+        "detail": lambda p: p.detail,
+        "topic": lambda p: p.extra.get("topic"),
+        "queue_id": lambda p: p.extra.get("queue_id"),
+        "unit_index": lambda p: p.extra.get("unit_index"),
+    }
     for ref in stores:
-        found = verified.of(ref)
-        rows = {
-            "broker": [ref.name] * len(found),
-            "code": [p.code for p in found],
-            "file": [p.file for p in found],
-            "file_offset": [p.file_offset for p in found],
-            "phys_offset": [p.phys_offset for p in found],
-            "detail": [p.detail for p in found],
-            "topic": [p.extra.get("topic") for p in found],
-            "queue_id": [p.extra.get("queue_id") for p in found],
-            "unit_index": [p.extra.get("unit_index") for p in found],
-        }
-        if found:
-            yield _batch(schema, {c: rows[c] for c in columns})
+        get["broker"] = lambda p, name=ref.name: name
+        found = verify_findings(ref, on_bytes)
+        while chunk := list(itertools.islice(found, PROBLEM_BATCH)):
+            yield _batch(schema, {c: [get[c](p) for p in chunk] for c in columns})
 
 
 def offsets(stores: list[StoreRef], columns: list[str]) -> Iterator[pa.RecordBatch]:

@@ -180,6 +180,7 @@ def run(
                 con.unregister(f"_scan_{name}")
             else:
                 con.register(name, reader)
+        con.execute("SET enable_progress_bar = false")  # rmqdump's own is on stderr
         con.execute("SET enable_external_access = false")
         try:
             result = con.sql(query).to_arrow_reader(RESULT_BATCH_ROWS)

@@ -147,6 +147,8 @@ def test_bad_queries_are_one_line_and_exit_2():
     r = run_proc("sql", "-s", store_root("rmq4-flags"), "SELECT tpic FROM messages")
     assert r.returncode == 2 and r.stderr.startswith("rmqdump: bad_query: ") and r.stderr.count("\n") == 1
     assert '"topic"' in r.stderr  # candidates from the table's real columns
+    r = run("sql", "-s", store_root("rmq4-flags"), "--memory-limit", "lots", "SELECT 1")
+    assert r.exit_code == 2 and r.stderr.startswith("rmqdump: usage: --memory-limit: ")
 
 
 def test_out_files_are_published_and_never_in_the_store(tmp_path):

@@ -168,7 +168,7 @@ def run(
         try:
             con = duckdb.connect(config=config)
         except duckdb.Error as e:
-            raise InputError(BAD_QUERY, "--memory-limit", one_line(str(e))) from None
+            raise InputError("usage", "--memory-limit", one_line(str(e))) from None
         p = plan(con, query)
         if on_plan:
             on_plan(p)

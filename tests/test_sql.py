@@ -218,3 +218,13 @@ def test_unit_status_names_the_damage(tmp_path):
     ]
     found = sql(copy, query="SELECT code, topic, queue_id, unit_index FROM problems")
     assert found == [{"code": "cq_size_mismatch", "topic": "orders", "queue_id": 2, "unit_index": victim["logicsOffset"]}]
+
+
+def test_an_unreadable_table_gives_its_own_code(tmp_path):
+    copy = copy_store("rmq4-flags", tmp_path)
+    first = sorted((copy / "index").iterdir())[0]
+    with open(first, "r+b") as f:
+        f.truncate(1000)
+    r = run("sql", "-s", copy, "SELECT count(*) FROM index_entries")
+    assert r.exit_code == 2 and r.stderr.startswith("rmqdump: index_layout_unknown: ") and str(first) in r.stderr and r.stderr.count("\n") == 1
+    assert sql(copy, query="SELECT count(*) AS n FROM messages") == [{"n": len(manifest("rmq4-flags"))}]

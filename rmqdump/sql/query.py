@@ -136,7 +136,7 @@ def scans(p: Plan) -> int:
     return int("messages" in p.columns) + int("problems" in p.columns) + int("status" in p.columns.get("units", []))
 
 
-def _reader(name: str, stores: list[StoreRef], cols: list[str], on_bytes) -> pa.RecordBatchReader:
+def _reader(name: str, stores: list[StoreRef], cols: list[str], on_bytes, failed: list[InputError]) -> pa.RecordBatchReader:
     gens = {
         "messages": lambda: T.messages(stores, cols, on_bytes),
         "units": lambda: T.units(stores, cols, on_bytes),
@@ -144,7 +144,15 @@ def _reader(name: str, stores: list[StoreRef], cols: list[str], on_bytes) -> pa.
         "problems": lambda: T.problems(stores, cols, on_bytes),
         "offsets": lambda: T.offsets(stores, cols),
     }
-    return pa.RecordBatchReader.from_batches(T.arrow_schema(name, cols), gens[name]())
+
+    def batches():
+        try:
+            yield from gens[name]()
+        except InputError as e:  # a store that cannot be read: its own one-line error, not DuckDB's wrapping of it
+            failed.append(e)
+            raise
+
+    return pa.RecordBatchReader.from_batches(T.arrow_schema(name, cols), batches())
 
 
 @contextlib.contextmanager
@@ -170,36 +178,38 @@ def run(
         except duckdb.Error as e:
             raise InputError("usage", "--memory-limit", one_line(str(e))) from None
         p = plan(con, query)
+        failed: list[InputError] = []
         if on_plan:
             on_plan(p)
         for name, cols in p.columns.items():
-            reader = _reader(name, stores, cols, on_bytes)
-            if name in p.repeated:
-                con.register(f"_scan_{name}", reader)
+            con.register(f"_scan_{name}" if name in p.repeated else name, _reader(name, stores, cols, on_bytes, failed))
+        con.execute("SET enable_progress_bar = false")  # rmqdump's own is on stderr
+        try:
+            for name in p.repeated:
                 con.execute(f"CREATE TEMP TABLE {name} AS SELECT * FROM _scan_{name}")
                 con.unregister(f"_scan_{name}")
-            else:
-                con.register(name, reader)
-        con.execute("SET enable_progress_bar = false")  # rmqdump's own is on stderr
-        con.execute("SET enable_external_access = false")
-        try:
+            con.execute("SET enable_external_access = false")
             result = con.sql(query).to_arrow_reader(RESULT_BATCH_ROWS)
         except duckdb.Error as e:
+            if failed:
+                raise failed[0] from None
             raise InputError(BAD_QUERY, "query", binder_message(query) or one_line(str(e))) from None
-        yield _guarded(result)
+        yield _guarded(result, failed)
     finally:
         if con is not None:
             con.close()
         shutil.rmtree(spill, ignore_errors=True)
 
 
-def _guarded(result: pa.RecordBatchReader) -> pa.RecordBatchReader:
+def _guarded(result: pa.RecordBatchReader, failed: list[InputError]) -> pa.RecordBatchReader:
     """The result stream, with errors met while it runs (DuckDB executes as batches are pulled) as bad_query."""
 
     def batches():
         try:
             yield from result
         except (duckdb.Error, pa.ArrowInvalid) as e:
+            if failed:
+                raise failed[0] from None
             raise InputError(BAD_QUERY, "query", one_line(str(e))) from None
 
     return pa.RecordBatchReader.from_batches(result.schema, batches())

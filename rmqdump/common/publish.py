@@ -41,6 +41,14 @@ def _inside(child: str, parent: str) -> bool:
     return child == parent or child.startswith(parent.rstrip(os.sep) + os.sep)
 
 
+def refuse_inside_stores(path: str, stores: Iterable[str], what: str = "the store is evidence, never written; write elsewhere") -> None:
+    """InputError(output_inside_store) when `path` (links resolved) is a store or lies inside one."""
+    real = _real(path)
+    for store in stores:
+        if _inside(real, _real(store)):
+            raise InputError(OUTPUT_INSIDE_STORE, path, f"is inside the store {store}: {what}")
+
+
 def check_target(target: str, *, force: bool, stores: Iterable[str] = (), kind: str = "dir") -> str:
     """The absolute target path; InputError when writing it is not safe.
 
@@ -49,12 +57,10 @@ def check_target(target: str, *, force: bool, stores: Iterable[str] = (), kind: 
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}")
     out = os.path.abspath(target)
-    real = _real(target)
+    stores = list(stores)
+    refuse_inside_stores(target, stores)
     for store in stores:
-        root = _real(store)
-        if _inside(real, root):
-            raise InputError(OUTPUT_INSIDE_STORE, target, f"is inside the store {store}: the store is evidence, never written; write elsewhere")
-        if _inside(root, real):
+        if _inside(_real(store), _real(target)):
             raise InputError(STORE_INSIDE_OUTPUT, target, f"contains the store {store}: it would be replaced")
     if not os.path.lexists(out):
         return out

@@ -25,7 +25,7 @@ import duckdb
 import pyarrow as pa
 
 from rmqdump.common.problems import InputError
-from rmqdump.common.publish import OUTPUT_INSIDE_STORE
+from rmqdump.common.publish import refuse_inside_stores
 from rmqdump.scan.splits import StoreRef
 from rmqdump.sql import tables as T
 
@@ -122,12 +122,8 @@ def plan_of(query: str) -> Plan:
 
 
 def check_temp_dir(path: str, stores: list[StoreRef]) -> str:
-    real = os.path.realpath(path)
-    for s in stores:
-        root = os.path.realpath(s.root)
-        if real == root or real.startswith(root + os.sep):
-            raise InputError(OUTPUT_INSIDE_STORE, path, f"is inside the store {s.root}: DuckDB's spill files go elsewhere (--temp-dir)")
-    return real
+    refuse_inside_stores(path, [s.root for s in stores], "DuckDB's spill files go elsewhere (--temp-dir)")
+    return os.path.realpath(path)
 
 
 def scans(p: Plan) -> int:

@@ -169,6 +169,11 @@ def test_out_files_are_published_and_never_in_the_store(tmp_path):
     r = run("sql", "-s", copy, "--temp-dir", copy, q)
     assert r.exit_code == 2 and "output_inside_store" in r.stderr
     assert run("sql", "-s", root, "-f", "parquet", q).exit_code == 2
+    spill = tmp_path / "spill"
+    assert (
+        run("sql", "-s", root, "--temp-dir", spill, "--memory-limit", "16MB", "SELECT count(*) FROM messages a JOIN messages b USING (msg_id)").exit_code == 0
+    )
+    assert list(spill.iterdir()) == []  # DuckDB's directory for this run is removed
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
 
 

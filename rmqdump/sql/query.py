@@ -123,6 +123,7 @@ def plan_of(query: str) -> Plan:
 
 def check_temp_dir(path: str, stores: list[StoreRef]) -> str:
     refuse_inside_stores(path, [s.root for s in stores], "DuckDB's spill files go elsewhere (--temp-dir)")
+    os.makedirs(path, exist_ok=True)
     return os.path.realpath(path)
 
 

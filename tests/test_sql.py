@@ -97,6 +97,11 @@ def test_index_entries_are_the_keys_of_the_dispatched_messages():
     assert sum(want.values()) == 3704  # README.txt: 3704 entries in 2 files
     chains = sql(store_root("rmq4-crash"), query="SELECT count(*) AS bad FROM index_entries WHERE prev_entry >= entry OR slot <> key_hash % 500")
     assert chains == [{"bad": 0}]
+    # a key looked up through the index, as the broker's queryMessage does: only dispatched messages are found
+    q = "SELECT phys_offset FROM index_entries WHERE key_hash = rmq_key_hash('TopicTest', 'user_3') ORDER BY phys_offset"
+    found = [r["phys_offset"] for r in sql(store_root("rmq4-crash"), query=q)]
+    assert found == sorted(x["wroteOffset"] for x in m if x["seq"] in dispatched and x["topic"] == "TopicTest" and "user_3" in (x["keys"] or []))
+    assert len(found) < sum(1 for x in m if x["topic"] == "TopicTest" and "user_3" in (x["keys"] or []))
 
 
 def test_offsets_with_lag():

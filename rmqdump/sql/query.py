@@ -26,6 +26,7 @@ import pyarrow as pa
 
 from rmqdump.common.problems import InputError
 from rmqdump.common.publish import refuse_inside_stores
+from rmqdump.readers.indexfile import key_hash
 from rmqdump.scan.splits import StoreRef
 from rmqdump.sql import tables as T
 
@@ -103,6 +104,7 @@ def binder_message(query: str) -> str | None:
         for name in T.TABLES:
             cols = T.columns_of(name)
             con.register(name, pa.table({c: pa.array([], t) for c, t in zip(cols, T.arrow_schema(name, cols).types, strict=True)}))
+        add_functions(con)
         con.execute("SET enable_external_access = false")
         con.execute(f"EXPLAIN {query}").fetchall()
     except duckdb.Error as e:
@@ -131,6 +133,11 @@ def scans(p: Plan) -> int:
     """How many passes over the CommitLogs the plan makes (for the progress bar): messages, problems and
     units.status each scan once (problems are streamed, not kept, so the two verify runs are not shared)."""
     return int("messages" in p.columns) + int("problems" in p.columns) + int("status" in p.columns.get("units", []))
+
+
+def add_functions(con: duckdb.DuckDBPyConnection) -> None:
+    """SQL functions for the store's own encodings: rmq_key_hash(topic, key) is the IndexFile keyHash of topic#key."""
+    con.create_function("rmq_key_hash", key_hash, [duckdb.sqltype("VARCHAR"), duckdb.sqltype("VARCHAR")], duckdb.sqltype("INTEGER"))
 
 
 def _reader(name: str, stores: list[StoreRef], cols: list[str], on_bytes, failed: list[InputError]) -> pa.RecordBatchReader:
@@ -181,6 +188,7 @@ def run(
         for name, cols in p.columns.items():
             con.register(f"_scan_{name}" if name in p.repeated else name, _reader(name, stores, cols, on_bytes, failed))
         con.execute("SET enable_progress_bar = false")  # rmqdump's own is on stderr
+        add_functions(con)
         try:
             for name in p.repeated:
                 con.execute(f"CREATE TEMP TABLE {name} AS SELECT * FROM _scan_{name}")

@@ -90,7 +90,7 @@ BLOCKS = _console_blocks()
 
 def test_the_readme_has_console_examples_for_every_command():
     shown = {cmd.split()[1] for _, steps in BLOCKS for cmd, _ in steps if cmd.startswith("rmqdump ")}
-    assert {"commitlog", "info", "cq", "offsets", "index", "msgid", "rebuild"} <= shown
+    assert {"commitlog", "info", "cq", "offsets", "index", "msgid", "rebuild", "sql"} <= shown
 
 
 @pytest.mark.parametrize("steps", [s for _, s in BLOCKS], ids=[first[:60] for first, _ in BLOCKS])

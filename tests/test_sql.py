@@ -9,6 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import HEALTHY, REAL, SETTINGS, copy_store, flip, jsonl, manifest, patch, run, run_proc, store_root
 
+from rmqdump.common.problems import InputError
 from rmqdump.readers.configfiles import loads_fastjson
 from rmqdump.sql import query as Q
 from rmqdump.sql.tables import TABLES, columns_of
@@ -152,6 +153,9 @@ def test_bad_queries_are_one_line_and_exit_2():
     r = run_proc("sql", "-s", store_root("rmq4-flags"), "SELECT tpic FROM messages")
     assert r.returncode == 2 and r.stderr.startswith("rmqdump: bad_query: ") and r.stderr.count("\n") == 1
     assert '"topic"' in r.stderr  # candidates from the table's real columns
+    with pytest.raises(InputError) as e:
+        Q.plan_of("SELECT 1 FROM messages; SELECT 2")
+    assert e.value.code == "bad_query"
     r = run("sql", "-s", store_root("rmq4-flags"), "--memory-limit", "lots", "SELECT 1")
     assert r.exit_code == 2 and r.stderr.startswith("rmqdump: usage: --memory-limit: ")
 

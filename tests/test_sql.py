@@ -121,6 +121,7 @@ def test_several_stores_carry_their_broker():
 def test_only_named_columns_are_decoded():
     assert Q.plan_of("SELECT topic, count(*) FROM messages GROUP BY topic").columns == {"messages": ["topic"]}
     assert Q.plan_of("SELECT count(*) FROM messages").columns == {"messages": ["phys_offset"]}
+    assert Q.plan_of('SELECT "Topic", QUEUE_ID FROM Messages').columns == {"messages": ["queue_id", "topic"]}
     p = Q.plan_of("SELECT m.msg_id FROM messages m JOIN units u USING (phys_offset) WHERE u.status <> 'ok'")
     assert p.columns == {"messages": ["phys_offset", "msg_id"], "units": ["phys_offset", "status"]}
     assert "body" not in Q.plan_of("SELECT * EXCLUDE (body) FROM messages").columns["messages"]

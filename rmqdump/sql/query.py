@@ -48,12 +48,12 @@ def _walk(node, tables: list[str], names: set[str], stars: list[set[str]]) -> No
     if isinstance(node, dict):
         kind = node.get("type")
         if kind == "BASE_TABLE" and not node.get("schema_name") and not node.get("catalog_name"):
-            tables.append(node["table_name"])
+            tables.append(node["table_name"].lower())  # DuckDB matches names without regard to case
         elif kind == "COLUMN_REF":
-            names.update(node.get("column_names") or [])
+            names.update(n.lower() for n in node.get("column_names") or [])
         elif kind == "STAR":
-            stars.append(set() if node.get("columns") else set(node.get("exclude_list") or []))
-        names.update(node.get("using_columns") or [])
+            stars.append(set() if node.get("columns") else {n.lower() for n in node.get("exclude_list") or []})
+        names.update(n.lower() for n in node.get("using_columns") or [])
         for v in node.values():
             _walk(v, tables, names, stars)
     elif isinstance(node, list):

@@ -15,12 +15,14 @@ from dataclasses import dataclass, field
 from rmqdump.checks.recovery import RecoveryPreview, preview
 from rmqdump.common.problems import Problem
 from rmqdump.query.cqseek import RecordReader
+from rmqdump.query.timers import timer_summary
 from rmqdump.readers.checkpoint import Checkpoint
 from rmqdump.readers.commitlog import scan_file
 from rmqdump.readers.configfiles import ConfigFile, read_config
 from rmqdump.readers.mapped import MappedFile
 from rmqdump.readers.message import Message
 from rmqdump.readers.store import IndexFileInfo, Store, Unsupported
+from rmqdump.readers.timerlog import TimerStore
 
 
 @dataclass
@@ -89,6 +91,7 @@ class StoreInfo:
     problems: list[Problem]
     recovery: RecoveryPreview | None
     notes: list[str] = field(default_factory=list)
+    timer: dict | None = None  # query/timers.timer_summary of a 5.x timer store
 
 
 def data_end(store: Store) -> int:
@@ -144,6 +147,11 @@ def store_info(store: Store, *, with_recovery: bool = True, check_crc: bool = Tr
         notes.append("abort file present: the broker did not shut down cleanly (abnormal recovery on restart)")
     if os.path.exists(os.path.join(store.root, "abort.bak")):
         notes.append("abort.bak present: left by a 5.x clean shutdown")
+    ts = TimerStore.open(store.root)
+    timer = None
+    if ts is not None:
+        timer = timer_summary(ts, cl)
+        store.problems.extend(ts.problems)  # file-level timer damage; `timer verify` checks the rest
     return StoreInfo(
         root=store.root,
         commitlog=cli,
@@ -159,4 +167,5 @@ def store_info(store: Store, *, with_recovery: bool = True, check_crc: bool = Tr
         problems=store.problems,
         recovery=preview(store, check_crc=check_crc) if with_recovery else None,
         notes=notes,
+        timer=timer,
     )

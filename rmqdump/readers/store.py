@@ -3,7 +3,8 @@
 Everything else in rmqdump works on one part (a CommitLog, one queue, one
 index file); the Store finds the parts under a root the way the broker's
 StorePathConfigHelper lays them out, and names the variants rmqdump does not
-decode (batch/ext/RocksDB ConsumeQueues, timer files, DLedger) so nothing is
+decode (batch/ext/RocksDB ConsumeQueues, DLedger; the timer files are read by
+readers/timerlog.py) so nothing is
 misread as the plain format.
 """
 
@@ -114,7 +115,7 @@ class Store:
             checkpoint_path=os.path.join(root, "checkpoint") if os.path.isfile(os.path.join(root, "checkpoint")) else None,
             abort=os.path.exists(os.path.join(root, "abort")),
             lock=os.path.exists(os.path.join(root, "lock")),
-            configs=config_files(root),
+            configs=[p for p in config_files(root) if os.path.basename(p) != "timercheck"],  # binary: readers/timerlog.py
             other_files=[],
         )
         st.problems.extend(cl.problems)
@@ -190,12 +191,6 @@ class Store:
                 os.path.join(root, "consumequeue_ext"),
                 "ConsumeQueueExt: tagsCode values at or below Integer.MIN_VALUE - 1 are ext addresses, not checked",
             )
-        for name in ("timerwheel", "timerlog", "timercheck", "timermetrics"):
-            if name in entries:
-                add("timer", os.path.join(root, name), "5.x timer message store: not decoded")
-        for name in ("timercheck", "timermetrics"):
-            if os.path.exists(os.path.join(root, "config", name)):
-                add("timer", os.path.join(root, "config", name), "5.x timer message store: not decoded")
         for e in entries:
             p = os.path.join(root, e)
             if e.startswith("dledger") and os.path.isdir(p):

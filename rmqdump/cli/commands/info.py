@@ -38,6 +38,8 @@ def _jsonl(info: StoreInfo) -> None:
         render.jsonl({"kind": "config", **c.to_dict()})
     for u in info.unsupported:
         render.jsonl(u.to_dict())
+    if info.timer is not None:
+        render.jsonl(info.timer)
     for p in info.problems:
         render.jsonl(p.to_dict())
     if info.recovery is not None:
@@ -114,6 +116,16 @@ def _table(info: StoreInfo) -> None:
             o.print(f"  {Path(c.path).name} ({c.size} bytes){'' if c.error is None else ' [red]' + c.error + '[/red]'}")
     if info.other_files:
         o.print(f"other files: {', '.join(Path(p).name for p in info.other_files)}")
+    if info.timer is not None:
+        tm = info.timer
+        o.print(
+            f"[bold]Timers[/bold] {tm['pending']} pending, {tm['fired']} fired ({tm['units']} timer log units, {tm['wheel_slots']} wheel slots, "
+            f"precision {tm['precision_ms']} ms); read up to {iso(tm['last_read_time_ms'])}; next delivery {iso(tm['next_deliver_ms']) or '-'}"
+        )
+        t = Table("real topic", "pending", "next delivery (UTC)", box=None, header_style="bold")
+        for row in tm["topics"]:
+            t.add_row(row["topic"], str(row["pending"]), iso(row["next_deliver_ms"]))
+        o.print(t)
     for u in info.unsupported:
         o.print(f"[yellow]not decoded[/yellow]: {u.kind} at {u.path}: {u.detail}")
     for n in info.notes:

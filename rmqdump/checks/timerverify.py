@@ -1,0 +1,354 @@
+"""Timer store checks: wheel slots vs timer log chains vs CommitLog records.
+
+What the broker relies on when it fires timers: each unit points at a whole
+rmq_sys_wheel_timer record of sizePy bytes whose TIMER_OUT_MS is the unit's
+delivery time; a slot's lastPos chain (through prevPos) holds exactly the
+units of its second, ends at firstPos and counts `num`; every unit not yet
+fired is reachable from its slot; timercheck agrees with the log. A unit that
+points past the CommitLog's end (the truncation in apache/rocketmq#10668) is
+a message the broker will fail to fire.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from rmqdump.common.javahash import java_hash
+from rmqdump.common.problems import Problem
+from rmqdump.readers.commitlog import CommitLog
+from rmqdump.readers.fastpath import field_offset
+from rmqdump.readers.timerlog import SLOT_SIZE, TimerRecord, TimerStore, records_at
+from schemas import constants as C
+from schemas.timer import TimerCheck, TimerLogUnit, TimerWheelSlot
+
+# Stable codes (the file-level ones live in readers/timerlog.py)
+PAST_COMMITLOG = "timer_unit_past_commitlog"
+BEFORE_COMMITLOG = "timer_unit_before_commitlog"
+RECORD_MISSING = "timer_record_missing"
+RECORD_SIZE = "timer_record_size_mismatch"
+NOT_TIMER = "timer_record_not_timer"
+DELIVER_MISMATCH = "timer_deliver_mismatch"
+TOPIC_HASH = "timer_topic_hash_mismatch"
+BAD_PREV = "timerlog_bad_prev"
+UNREACHABLE = "timer_unit_unreachable"
+WRONG_SLOT = "timer_unit_wrong_slot"
+SLOT_INDEX = "timerwheel_bad_slot_index"
+SLOT_MAGIC = "timerwheel_bad_magic"
+CHAIN_BROKEN = "timerwheel_chain_broken"
+CHAIN_END = "timerwheel_chain_end"
+SLOT_COUNT = "timerwheel_slot_count"
+CHECK_READ_TIME = "timercheck_read_time"
+CHECK_FLUSH_POS = "timercheck_flush_pos"
+CHECK_QUEUE_OFFSET = "timercheck_queue_offset"
+
+_PREV_AT = field_offset(TimerLogUnit, "prev_pos")
+_OFFSET_PY_AT = field_offset(TimerLogUnit, "offset_py")
+_SIZE_PY_AT = field_offset(TimerLogUnit, "size_py")
+_DELAY_AT = field_offset(TimerLogUnit, "delayed_time_offset")
+_HASH_AT = field_offset(TimerLogUnit, "hash_code_of_real_topic")
+_SLOT_FIRST_AT = field_offset(TimerWheelSlot, "first_pos")
+_SLOT_LAST_AT = field_offset(TimerWheelSlot, "last_pos")
+_SLOT_NUM_AT = field_offset(TimerWheelSlot, "num")
+_SLOT_MAGIC_AT = field_offset(TimerWheelSlot, "magic")
+
+
+@dataclass
+class TimerVerifySummary:
+    units: int = 0
+    pending: int = 0
+    fired: int = 0
+    slots: int = 0
+    precision_ms: int = 0
+    codes: Counter = field(default_factory=Counter)
+
+    @property
+    def problems(self) -> int:
+        return sum(self.codes.values())
+
+    def to_dict(self) -> dict:
+        return {
+            "kind": "summary",
+            "units": self.units,
+            "pending": self.pending,
+            "fired": self.fired,
+            "slots": self.slots,
+            "precision_ms": self.precision_ms,
+            "problems": self.problems,
+            "codes": dict(sorted(self.codes.items())),
+        }
+
+
+def verify_timers(ts: TimerStore, cl: CommitLog, *, timer_queue_max: int | None = None, check_crc: bool = False) -> tuple[list[Problem], TimerVerifySummary]:
+    """Every finding of the timer store, in file order; `timer_queue_max`: max offset of rmq_sys_wheel_timer/0."""
+    out: list[Problem] = list(ts.problems)
+    u = ts.units
+    pending = ts.states()
+    s = TimerVerifySummary(units=len(u), pending=int(pending.sum()), fired=int((~pending).sum()), slots=len(ts.slots), precision_ms=ts.precision)
+    recs = records_at(cl, u.offset_py, check_crc=check_crc) if len(u) else {}
+    out.extend(_units_vs_records(ts, cl, recs, pending))
+    out.extend(_prev_links(ts))
+    visited = _wheel(ts, out)
+    out.extend(_unreachable(ts, pending, visited))
+    out.extend(_timercheck(ts, recs, timer_queue_max))
+    for p in out:
+        s.codes[p.code] += 1
+    return out, s
+
+
+def _unit_problem(ts: TimerStore, i: int, code: str, at: int, detail: str) -> Problem:
+    path, off = ts.unit_file(i)
+    return Problem(
+        code,
+        path,
+        off + at,
+        detail,
+        phys_offset=int(ts.units.offset_py[i]),
+        extra={"timer_log_offset": int(ts.units.offset[i]), "unit_index": off // TimerLogUnit.sizeof()},
+    )
+
+
+def _units_vs_records(ts: TimerStore, cl: CommitLog, recs: dict[int, TimerRecord], pending: np.ndarray) -> list[Problem]:
+    out = []
+    u = ts.units
+    if not len(u):
+        return out
+    files_end = cl.files[-1].base + cl.files[-1].size if cl.files else 0
+    data_end = max((r.phys_offset + r.total_size for r in recs.values()), default=cl.min_offset)
+    deliver = u.deliver_ms
+    for i in range(len(u)):
+        off, size = int(u.offset_py[i]), int(u.size_py[i])
+        rec = recs.get(off)
+        if rec is None:
+            if 0 <= off < cl.min_offset:
+                if pending[i]:  # fired units may outlive their CommitLog files; pending ones are lost
+                    out.append(
+                        _unit_problem(
+                            ts,
+                            i,
+                            BEFORE_COMMITLOG,
+                            _OFFSET_PY_AT,
+                            f"points at CommitLog offset {off}, before the oldest file ({cl.min_offset}): a pending timer whose message was deleted",
+                        )
+                    )
+            elif off < 0:
+                out.append(_unit_problem(ts, i, RECORD_MISSING, _OFFSET_PY_AT, f"offsetPy {off} is negative"))
+            elif off + size > files_end or off >= data_end:
+                out.append(
+                    _unit_problem(
+                        ts,
+                        i,
+                        PAST_COMMITLOG,
+                        _OFFSET_PY_AT,
+                        f"points at CommitLog offset {off} (+{size}), past the CommitLog's end ({min(files_end, max(data_end, cl.min_offset))})",
+                    )
+                )
+            else:
+                out.append(_unit_problem(ts, i, RECORD_MISSING, _OFFSET_PY_AT, f"no CommitLog record starts at offset {off}"))
+            continue
+        if rec.total_size != size:
+            out.append(_unit_problem(ts, i, RECORD_SIZE, _SIZE_PY_AT, f"sizePy {size}, the record at {off} is {rec.total_size} bytes"))
+        out_ms = rec.properties.get(C.PROPERTY_TIMER_OUT_MS)
+        if rec.topic != C.TIMER_TOPIC or out_ms is None:
+            out.append(
+                _unit_problem(
+                    ts,
+                    i,
+                    NOT_TIMER,
+                    _OFFSET_PY_AT,
+                    f"the record at {off} is a message of topic {rec.topic!r} without being a timer message ({C.TIMER_TOPIC} with TIMER_OUT_MS)",
+                )
+            )
+            continue
+        roll = int(u.magic[i]) & C.TIMER_MAGIC_ROLL
+        if not roll and out_ms.lstrip("-").isdigit() and int(out_ms) != int(deliver[i]):
+            out.append(
+                _unit_problem(
+                    ts, i, DELIVER_MISMATCH, _DELAY_AT, f"delivery time {int(deliver[i])} (currWriteTimeMs + delay), the record's TIMER_OUT_MS is {out_ms}"
+                )
+            )
+        real = rec.properties.get(C.PROPERTY_REAL_TOPIC)
+        want = java_hash(real) if real is not None else 0
+        if want != int(u.hash_code_of_real_topic[i]):
+            out.append(
+                _unit_problem(
+                    ts, i, TOPIC_HASH, _HASH_AT, f"hash of the real topic {int(u.hash_code_of_real_topic[i])}, hashCode of REAL_TOPIC {real!r} is {want}"
+                )
+            )
+    return out
+
+
+def _prev_links(ts: TimerStore) -> list[Problem]:
+    """prevPos is -1, or an earlier unit of the same second (or one in an already deleted file)."""
+    u = ts.units
+    out = []
+    if not len(u):
+        return out
+    first = ts.log.files[0].base if ts.log and ts.log.files else 0
+    index = {o: k for k, o in enumerate(u.offset.tolist())}
+    sec = u.deliver_ms // ts.precision
+    for i, (off, prev) in enumerate(zip(u.offset.tolist(), u.prev_pos.tolist(), strict=True)):
+        if prev == -1 or (0 <= prev < first):
+            continue
+        k = index.get(prev)
+        if prev >= off or k is None:
+            out.append(_unit_problem(ts, i, BAD_PREV, _PREV_AT, f"prevPos {prev} is not an earlier timer log unit"))
+        elif sec[k] != sec[i] and not (int(u.magic[i]) | int(u.magic[k])) & C.TIMER_MAGIC_ROLL:
+            out.append(
+                _unit_problem(
+                    ts, i, BAD_PREV, _PREV_AT, f"prevPos {prev} is a unit of another second ({int(u.deliver_ms[k])} ms, this one {int(u.deliver_ms[i])})"
+                )
+            )
+    return out
+
+
+def _slot_problem(ts: TimerStore, row, code: str, at: int, detail: str) -> Problem:
+    idx = int(row["index"])
+    return Problem(code, ts.wheel.path, idx * SLOT_SIZE + at, detail, extra={"slot_index": idx, "slot_time_ms": int(row["time"]) * ts.precision})
+
+
+def _wheel(ts: TimerStore, out: list[Problem]) -> set[int]:
+    """Walk every slot's chain; the units reached (as indices into ts.units)."""
+    visited: set[int] = set()
+    if ts.wheel is None:
+        return visited
+    u = ts.units
+    index = {o: k for k, o in enumerate(u.offset.tolist())}
+    first_log = ts.log.files[0].base if ts.log and ts.log.files else 0
+    nslots = ts.wheel.slot_count or C.TIMER_WHEEL_SLOTS
+    sec = u.deliver_ms // ts.precision
+    last_read = ts.last_read_time_ms
+    for row in ts.slots:
+        t, idx = int(row["time"]), int(row["index"])
+        if t % nslots != idx:
+            out.append(_slot_problem(ts, row, SLOT_INDEX, 0, f"slot {idx} holds time {t} x {ts.precision} ms, which belongs in slot {t % nslots}"))
+            continue
+        if int(row["magic"]) != 0:
+            out.append(_slot_problem(ts, row, SLOT_MAGIC, _SLOT_MAGIC_AT, f"slot magic {int(row['magic'])}, the broker writes 0"))
+        fired = last_read is not None and t * ts.precision < last_read
+        cur, last_seen, count, n = int(row["last_pos"]), None, 0, 0
+        first_pos = int(row["first_pos"])
+        if fired and (0 <= cur < first_log or 0 <= first_pos < first_log):
+            continue  # a fired second whose units were cleaned with their timer log files
+        ok = True
+        while cur != -1:
+            k = index.get(cur)
+            if k is None or k in visited:
+                what = "a unit already reached from a slot (a loop or two slots sharing units)" if k is not None else "no timer log unit"
+                at = _SLOT_LAST_AT if last_seen is None else None
+                if at is not None:
+                    out.append(_slot_problem(ts, row, CHAIN_BROKEN, at, f"lastPos {cur} is {what}"))
+                else:
+                    out.append(_unit_problem(ts, last_seen, CHAIN_BROKEN, _PREV_AT, f"the chain of slot {idx} goes on at {cur}, {what}"))
+                ok = False
+                break
+            if sec[k] != t and not int(u.magic[k]) & C.TIMER_MAGIC_ROLL:
+                out.append(
+                    _unit_problem(
+                        ts, k, WRONG_SLOT, _DELAY_AT, f"unit delivers at {int(u.deliver_ms[k])} ms but is chained into slot {idx} ({t * ts.precision} ms)"
+                    )
+                )
+            visited.add(k)
+            n += 1
+            count += -1 if int(u.magic[k]) & C.TIMER_MAGIC_DELETE else 1
+            last_seen = k
+            cur = int(u.prev_pos[k])
+            if 0 <= cur < first_log:
+                break  # the rest of the chain was in deleted files
+        if not ok:
+            continue
+        if last_seen is not None and cur == -1 and int(u.offset[last_seen]) != first_pos:
+            out.append(_slot_problem(ts, row, CHAIN_END, _SLOT_FIRST_AT, f"firstPos {first_pos}, the chain from lastPos ends at {int(u.offset[last_seen])}"))
+        if cur == -1 and count != int(row["num"]):
+            out.append(_slot_problem(ts, row, SLOT_COUNT, _SLOT_NUM_AT, f"num {int(row['num'])}, the chain holds {count} (of {n} units)"))
+    return visited
+
+
+def _unreachable(ts: TimerStore, pending: np.ndarray, visited: set[int]) -> list[Problem]:
+    if ts.wheel is None:
+        return []
+    out = []
+    for i in np.flatnonzero(pending).tolist():
+        if i not in visited:
+            out.append(
+                _unit_problem(
+                    ts, i, UNREACHABLE, 0, f"pending unit (delivery {int(ts.units.deliver_ms[i])} ms) is in no wheel slot's chain: it would never fire"
+                )
+            )
+    return out
+
+
+def _timercheck(ts: TimerStore, recs: dict[int, TimerRecord], timer_queue_max: int | None) -> list[Problem]:
+    c = ts.check
+    if c is None:
+        return []
+    out = []
+    v = c.values
+
+    def at(name: str) -> int:
+        return field_offset(TimerCheck, name)
+
+    if v["last_read_time_ms"] % ts.precision:
+        out.append(
+            Problem(
+                CHECK_READ_TIME,
+                c.path,
+                at("last_read_time_ms"),
+                f"lastReadTimeMs {v['last_read_time_ms']} is not a multiple of the precision {ts.precision} ms",
+            )
+        )
+    if ts.log is not None and ts.log.files and v["last_timer_log_flush_pos"] != ts.log_end:
+        out.append(
+            Problem(
+                CHECK_FLUSH_POS,
+                c.path,
+                at("last_timer_log_flush_pos"),
+                f"lastTimerLogFlushPos {v['last_timer_log_flush_pos']}, the timer log's data ends at {ts.log_end}",
+            )
+        )
+    q = v["last_timer_queue_offset"]
+    seen_max = max(_queue_offsets(recs), default=None)
+    if seen_max is not None and seen_max >= q:
+        out.append(
+            Problem(
+                CHECK_QUEUE_OFFSET,
+                c.path,
+                at("last_timer_queue_offset"),
+                f"lastTimerQueueOffset {q}, but the timer log already holds the record at queue offset {seen_max}",
+            )
+        )
+    elif timer_queue_max is not None and q > timer_queue_max:
+        out.append(
+            Problem(
+                CHECK_QUEUE_OFFSET, c.path, at("last_timer_queue_offset"), f"lastTimerQueueOffset {q} is past the end of {C.TIMER_TOPIC}/0 ({timer_queue_max})"
+            )
+        )
+    m = v["master_timer_queue_offset"]
+    # the broker stores lastTimerQueueOffset = min(commit offset, masterTimerQueueOffset) and restarts from the smaller one
+    if m < q:
+        out.append(
+            Problem(
+                CHECK_QUEUE_OFFSET,
+                c.path,
+                at("master_timer_queue_offset"),
+                f"masterTimerQueueOffset {m} is below lastTimerQueueOffset {q}: a restart would enqueue timers again",
+            )
+        )
+    elif timer_queue_max is not None and m > timer_queue_max:
+        out.append(
+            Problem(
+                CHECK_QUEUE_OFFSET,
+                c.path,
+                at("master_timer_queue_offset"),
+                f"masterTimerQueueOffset {m} is past the end of {C.TIMER_TOPIC}/0 ({timer_queue_max})",
+            )
+        )
+    return out
+
+
+def _queue_offsets(recs: dict[int, TimerRecord]):
+    for r in recs.values():
+        if r.topic == C.TIMER_TOPIC and r.queue_offset is not None:
+            yield r.queue_offset

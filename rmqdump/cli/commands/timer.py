@@ -1,0 +1,170 @@
+"""`rmqdump timer list|verify|dump-wheel`: the 5.x timer message store (timerlog/, timerwheel, config/timercheck)."""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from rmqdump.checks.timerverify import verify_timers
+from rmqdump.cli import render
+from rmqdump.cli.commands.options import ListFormat, store_option
+from rmqdump.common.timeutil import iso, parse_time
+from rmqdump.readers.store import Store
+from rmqdump.readers.timerlog import TimerStore
+from schemas import constants as C
+
+timer_app = typer.Typer(help="5.x timer messages: list the timer log, verify wheel/log/CommitLog, dump the wheel.", no_args_is_help=True)
+
+
+class State(str, Enum):
+    pending = "pending"
+    fired = "fired"
+
+
+def _precision_option() -> int:
+    return typer.Option(None, "--precision-ms", min=1, help="The broker's timerPrecisionMs (default: inferred from the wheel slots and their units).")
+
+
+def _open(store: Path, precision: int | None) -> tuple[Store, TimerStore]:
+    st = Store.open(store)
+    ts = TimerStore.open(st.root, precision)
+    if ts is None:
+        render.fail(f"no_timer_store: {st.root}: no timerlog/, timerwheel or config/timercheck here", 2)
+    return st, ts
+
+
+def _time(value: str | None, name: str) -> int | None:
+    if value is None:
+        return None
+    try:
+        return parse_time(value)
+    except ValueError as e:
+        render.fail(f"usage: {name}: {e}", 2)
+
+
+def list_cmd(
+    store: Path = store_option(),
+    topic: str = typer.Option(None, "--topic", "-t", help="Only timers whose real topic (REAL_TOPIC) is this."),
+    since: str = typer.Option(None, "--since", help="Delivery time at or after this (epoch ms or ISO 8601, UTC by default)."),
+    until: str = typer.Option(None, "--until", help="Delivery time before this."),
+    state: State = typer.Option(None, "--state", help="pending (not yet fired per config/timercheck) or fired."),
+    limit: int = typer.Option(None, "--limit", "-n", min=1, help="Show at most this many."),
+    precision: int = _precision_option(),
+    fmt: ListFormat = typer.Option(ListFormat.table, "--format", "-f", help="table or jsonl."),
+):
+    """Every timer-log unit: delivery time, the CommitLog record it points at, real topic, keys, pending or fired.
+
+    Exit 0 when something was listed, 1 when nothing matched, 2 no timer store.
+
+    Example:  rmqdump timer list -s store --state pending --topic orders -f jsonl
+    """
+    from rmqdump.query.timers import list_timers
+
+    lo, hi = _time(since, "--since"), _time(until, "--until")
+    st, ts = _open(store, precision)
+    rows = list_timers(ts, st.commitlog, topic=topic, since=lo, until=hi, state=state.value if state else None, limit=limit)
+    n = 0
+    if fmt is ListFormat.jsonl:
+        for r in rows:
+            render.jsonl(r)
+            n += 1
+    else:
+        t = Table("log offset", "deliver (UTC)", "state", "phys", "size", "real topic", "q", "keys", "uniq_key", box=None, header_style="bold")
+        for r in rows:
+            n += 1
+            t.add_row(
+                str(r["timer_log_offset"]),
+                iso(r["deliver_ms"]),
+                r["state"] + ("" if not r["flags"] else " (" + ",".join(r["flags"]) + ")"),
+                str(r["phys_offset"]),
+                str(r["size"]),
+                r["real_topic"] or ("[red]record missing[/red]" if r["record"] != "ok" else ""),
+                "" if r["real_queue_id"] is None else str(r["real_queue_id"]),
+                " ".join(r["keys"]),
+                r["uniq_key"] or "",
+            )
+        render.out.print(t)
+        render.err.print(f"{n} timers", highlight=False)
+    raise typer.Exit(0 if n else 1)
+
+
+def verify_cmd(
+    store: Path = store_option(),
+    no_crc: bool = typer.Option(False, "--no-crc", help="Skip body/property CRC checks of the records read."),
+    precision: int = _precision_option(),
+    fmt: ListFormat = typer.Option(ListFormat.table, "--format", "-f", help="table or jsonl."),
+):
+    """Wheel slots vs timer-log chains vs CommitLog records, and config/timercheck against them.
+
+    Finds units pointing past the CommitLog's end or at a record that is not a timer message, broken or
+    miscounted slot chains, pending units no slot reaches, and damaged units, each at its file and byte offset.
+    Exit 0 clean, 1 problems found, 2 no timer store.
+
+    Example:  rmqdump timer verify -s store -f jsonl
+    """
+    st, ts = _open(store, precision)
+    q = st.queue(C.TIMER_TOPIC, 0)
+    qmax = q.bounds()[1] if q is not None else None
+    found, summary = verify_timers(ts, st.commitlog, timer_queue_max=qmax, check_crc=not no_crc)
+    if fmt is ListFormat.jsonl:
+        for p in found:
+            render.jsonl(p.to_dict())
+        render.jsonl(summary.to_dict())
+    else:
+        if found:
+            t = Table("code", "file", "offset", "detail", box=None, header_style="bold")
+            for p in found:
+                t.add_row(p.code, st.rel(p.file), "" if p.file_offset is None else str(p.file_offset), p.detail)
+            render.out.print(t)
+        codes = ", ".join(f"{k} {v}" for k, v in sorted(summary.codes.items()))
+        render.err.print(
+            f"{summary.units} timer log units ({summary.pending} pending, {summary.fired} fired), {summary.slots} wheel slots, "
+            f"precision {summary.precision_ms} ms ({ts.precision_source}): {summary.problems} problems{' (' + codes + ')' if codes else ''}",
+            highlight=False,
+        )
+    raise typer.Exit(1 if summary.problems else 0)
+
+
+def dump_wheel_cmd(
+    store: Path = store_option(),
+    state: State = typer.Option(None, "--state", help="pending (slot time at or after timercheck's lastReadTimeMs) or fired."),
+    limit: int = typer.Option(None, "--limit", "-n", min=1, help="Show at most this many."),
+    precision: int = _precision_option(),
+    fmt: ListFormat = typer.Option(ListFormat.table, "--format", "-f", help="table or jsonl."),
+):
+    """The non-empty slots of the timer wheel (time in ms: the file stores time / timerPrecisionMs).
+
+    Example:  rmqdump timer dump-wheel -s store --state pending
+    """
+    from rmqdump.query.timers import wheel_rows
+
+    _, ts = _open(store, precision)
+    if ts.wheel is None:
+        render.fail(f"no_timer_wheel: {ts.root}/timerwheel: no such file", 2)
+    n = 0
+    t = Table("slot", "file offset", "time (UTC)", "state", "firstPos", "lastPos", "num", "magic", box=None, header_style="bold")
+    for r in wheel_rows(ts):
+        if state is not None and r["state"] != state.value:
+            continue
+        n += 1
+        if fmt is ListFormat.jsonl:
+            render.jsonl(r)
+        else:
+            t.add_row(
+                *(str(x) for x in (r["slot_index"], r["file_offset"], iso(r["time_ms"]), r["state"], r["first_pos"], r["last_pos"], r["num"], r["magic"]))
+            )
+        if limit is not None and n >= limit:
+            break
+    if fmt is not ListFormat.jsonl:
+        render.out.print(t)
+    raise typer.Exit(0 if n else 1)
+
+
+def register(app, guarded) -> None:
+    timer_app.command("list")(guarded(list_cmd))
+    timer_app.command("verify")(guarded(verify_cmd))
+    timer_app.command("dump-wheel")(guarded(dump_wheel_cmd))
+    app.add_typer(timer_app, name="timer")

@@ -1,0 +1,133 @@
+"""What the timer store holds, as rows: timer-log units with their records, wheel slots, a per-topic summary.
+
+A unit's state comes from config/timercheck: the broker's dequeue has walked
+the wheel up to lastReadTimeMs, so a unit delivering before that has fired
+(its message was put again to its real topic), the others are pending.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+
+from rmqdump.readers.commitlog import CommitLog
+from rmqdump.readers.timerlog import SLOT_SIZE, TimerStore, records_at
+from schemas import constants as C
+
+STATES = ("pending", "fired")
+CHUNK = 50_000  # units whose records are looked up by one CommitLog scan
+
+
+def _flags(magic: int) -> list[str]:
+    out = []
+    if magic & C.TIMER_MAGIC_ROLL:
+        out.append("roll")
+    if magic & C.TIMER_MAGIC_DELETE:
+        out.append("delete")
+    return out
+
+
+def list_timers(
+    ts: TimerStore,
+    cl: CommitLog,
+    *,
+    topic: str | None = None,
+    since: int | None = None,
+    until: int | None = None,
+    state: str | None = None,
+    limit: int | None = None,
+) -> Iterator[dict]:
+    """Timer-log units in log order with delivery time, record, real topic, keys and state; filters on delivery time [since, until)."""
+    u = ts.units
+    pending = ts.states()
+    deliver = u.deliver_ms
+    sel = np.ones(len(u), dtype=bool)
+    if since is not None:
+        sel &= deliver >= since
+    if until is not None:
+        sel &= deliver < until
+    if state is not None:
+        sel &= pending if state == "pending" else ~pending
+    idx = np.flatnonzero(sel)
+    n = 0
+    for lo in range(0, len(idx), CHUNK):
+        part = idx[lo : lo + CHUNK]
+        recs = records_at(cl, u.offset_py[part])
+        for i in part.tolist():
+            off = int(u.offset_py[i])
+            rec = recs.get(off)
+            real = rec.properties.get(C.PROPERTY_REAL_TOPIC) if rec else None
+            if topic is not None and real != topic:
+                continue
+            path, foff = ts.unit_file(i)
+            out_ms = rec.properties.get(C.PROPERTY_TIMER_OUT_MS) if rec else None
+            yield {
+                "kind": "timer",
+                "timer_log_offset": int(u.offset[i]),
+                "deliver_ms": int(deliver[i]),
+                "enqueue_ms": int(u.curr_write_time_ms[i]),
+                "phys_offset": off,
+                "size": int(u.size_py[i]),
+                "real_topic": real,
+                "real_queue_id": int(rec.properties[C.PROPERTY_REAL_QUEUE_ID]) if rec and rec.properties.get(C.PROPERTY_REAL_QUEUE_ID, "").isdigit() else None,
+                "keys": rec.keys if rec else [],
+                "uniq_key": rec.uniq_key if rec else None,
+                "timer_out_ms": int(out_ms) if out_ms and out_ms.lstrip("-").isdigit() else None,
+                "state": "pending" if pending[i] else "fired",
+                "flags": _flags(int(u.magic[i])),
+                "record": "ok" if rec else "missing",
+                "timer_log_file": path,
+                "file_offset": foff,
+            }
+            n += 1
+            if limit is not None and n >= limit:
+                return
+
+
+def wheel_rows(ts: TimerStore) -> Iterator[dict]:
+    """Every non-empty wheel slot, time in milliseconds (the file stores time / precision)."""
+    last = ts.last_read_time_ms
+    for row in ts.slots:
+        t = int(row["time"]) * ts.precision
+        yield {
+            "kind": "slot",
+            "slot_index": int(row["index"]),
+            "file_offset": int(row["index"]) * SLOT_SIZE,
+            "time_ms": t,
+            "first_pos": int(row["first_pos"]),
+            "last_pos": int(row["last_pos"]),
+            "num": int(row["num"]),
+            "magic": int(row["magic"]),
+            "state": "pending" if last is None or t >= last else "fired",
+        }
+
+
+def timer_summary(ts: TimerStore, cl: CommitLog) -> dict:
+    """Pending timers per real topic and the next delivery time (for `info`)."""
+    u = ts.units
+    pending = np.flatnonzero(ts.states())
+    per: dict[str, dict] = {}
+    recs = records_at(cl, u.offset_py[pending]) if pending.size else {}
+    for i in pending.tolist():
+        rec = recs.get(int(u.offset_py[i]))
+        t = (rec.properties.get(C.PROPERTY_REAL_TOPIC) if rec else None) or "?"
+        d = per.setdefault(t, {"topic": t, "pending": 0, "next_deliver_ms": None})
+        d["pending"] += 1
+        ms = int(u.deliver_ms[i])
+        if d["next_deliver_ms"] is None or ms < d["next_deliver_ms"]:
+            d["next_deliver_ms"] = ms
+    c = ts.check
+    return {
+        "kind": "timer",
+        "units": len(u),
+        "pending": int(pending.size),
+        "fired": len(u) - int(pending.size),
+        "next_deliver_ms": int(u.deliver_ms[pending].min()) if pending.size else None,
+        "last_read_time_ms": c.last_read_time_ms if c else None,
+        "precision_ms": ts.precision,
+        "timer_log_files": len(ts.log.files) if ts.log else 0,
+        "timer_log_end": ts.log_end,
+        "wheel_slots": len(ts.slots),
+        "topics": [per[k] for k in sorted(per)],
+    }

@@ -5,6 +5,8 @@ from schemas.commitlog import BlankMarker, HostV4, HostV6, MessageRecord, Record
 from schemas.consumequeue import BatchConsumeQueueUnit, ConsumeQueueUnit
 from schemas.indexfile import IndexEntry, IndexHeader, IndexSlot, index_file
 from schemas.msgid import OffsetMsgIdV4, OffsetMsgIdV6, UniqKeyV4, UniqKeyV6, offset_msg_id, uniq_key
+from schemas.rocksdbcq import RocksCheckpointValue, RocksCQKey, RocksCQValue, RocksOffsetKey, RocksOffsetValue
+from schemas.timer import TimerCheck, TimerLogBlank, TimerLogUnit, TimerWheelSlot
 
 __all__ = [
     "BatchConsumeQueueUnit",
@@ -20,6 +22,15 @@ __all__ = [
     "OffsetMsgIdV4",
     "OffsetMsgIdV6",
     "RecordPrefix",
+    "RocksCQKey",
+    "RocksCQValue",
+    "RocksCheckpointValue",
+    "RocksOffsetKey",
+    "RocksOffsetValue",
+    "TimerCheck",
+    "TimerLogBlank",
+    "TimerLogUnit",
+    "TimerWheelSlot",
     "UniqKeyV4",
     "UniqKeyV6",
     "index_file",

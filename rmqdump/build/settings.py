@@ -17,7 +17,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from rmqdump.common.problems import InputError
+from rmqdump.readers.consumequeue import ConsumeQueue
 from rmqdump.readers.fastpath import numpy_dtype
+from rmqdump.readers.rocksdbcq import is_rocksdb
 from rmqdump.readers.store import Store
 from rmqdump.scan.dispatch import DelayLevels
 from schemas import IndexEntry, IndexHeader, IndexSlot
@@ -113,7 +115,11 @@ def _cq_files(store: str) -> list[tuple[str, int, int]]:
         st = Store.open(store)
     except InputError:
         return []
-    return [(f.path, f.base, f.size) for q in st.select_queues() for f in q.files]
+    return [(f.path, f.base, f.size) for q in st.select_queues() if isinstance(q, ConsumeQueue) for f in q.files]  # not a RocksDB ConsumeQueue's units
+
+
+def _rocksdb_cq(store: str) -> bool:
+    return is_rocksdb(os.path.join(store, "consumequeue"))
 
 
 def infer_cq_units(store: str) -> tuple[int | None, str]:
@@ -238,7 +244,11 @@ def resolve(
                 source["cq_units_per_file"] = why
             elif not _cq_files(store):
                 cq_units = C.DEFAULT_CQ_UNITS_PER_FILE
-                source["cq_units_per_file"] = "broker default (the store has no ConsumeQueue files)"
+                source["cq_units_per_file"] = (
+                    "broker default (the store's ConsumeQueue is a RocksDB database: written as the file-based ConsumeQueue of storeType=default)"
+                    if _rocksdb_cq(store)
+                    else "broker default (the store has no ConsumeQueue files)"
+                )
             else:
                 raise InputError(SETTINGS_AMBIGUOUS, os.path.join(store, "consumequeue"), f"{why}; pass --cq-units-per-file (or --broker-conf)")
 

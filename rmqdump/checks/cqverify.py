@@ -571,6 +571,9 @@ def _batch_end(b: Batch) -> int:
 
 
 def _cq_locator(q: ConsumeQueue) -> Callable[[int], tuple[str, int]]:
+    if hasattr(q, "locate"):  # a RocksDB ConsumeQueue: units live in the database, named by their key
+        return q.locate
+
     def where(index: int) -> tuple[str, int]:
         f = q.file_for_index(index)
         if f is None:
@@ -702,4 +705,4 @@ def _chunks_in(st: _QueueState, lo: int, hi: int):
     for f, rng in zip(st.q.files, st.ranges, strict=True):
         if rng is None or rng[1] < lo or rng[0] >= hi:
             continue
-        yield f, rng, QueueUnits.from_array(read_units(f), f.first_index)
+        yield f, rng, st.q.read_file(f) if hasattr(st.q, "read_file") else QueueUnits.from_array(read_units(f), f.first_index)

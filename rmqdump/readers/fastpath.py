@@ -13,7 +13,7 @@ from __future__ import annotations
 import struct as _struct
 
 import numpy as np
-from construct import Bytes, FormatField, IfThenElse, Renamed, Struct
+from construct import Bytes, Const, FormatField, IfThenElse, Renamed, Struct
 
 _NP_CODES = {"b": "i1", "B": "u1", "h": "i2", "H": "u2", "l": "i4", "L": "u4", "i": "i4", "I": "u4", "q": "i8", "Q": "u8"}
 
@@ -46,6 +46,8 @@ def struct_format(con) -> _struct.Struct:
             parts.append(inner.fmtstr[1:])
         elif isinstance(inner, Bytes) and isinstance(inner.length, int):
             parts.append(f"{inner.length}s")
+        elif isinstance(inner, Const) and isinstance(inner.subcon, Bytes):  # a separator: read as bytes, compared by the caller
+            parts.append(f"{len(inner.value)}s")
         else:
             raise TypeError(f"field {sc.name}: {inner!r} has no struct format")
     return _struct.Struct((order or ">") + "".join(parts))

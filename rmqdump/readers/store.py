@@ -21,6 +21,7 @@ from rmqdump.readers.commitlog import CommitLog
 from rmqdump.readers.configfiles import config_files
 from rmqdump.readers.consumequeue import ConsumeQueue, common_file_size
 from rmqdump.readers.fastpath import numpy_dtype
+from rmqdump.readers.rocksdbcq import RocksDBConsumeQueues, is_rocksdb, open_queues
 from schemas import IndexHeader
 
 COMMITLOG_DIR = "commitlog"
@@ -87,6 +88,7 @@ class Store:
     other_files: list[str]
     unsupported: list[Unsupported] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
+    rocksdb_cq: RocksDBConsumeQueues | None = None  # the RocksDB ConsumeQueue, when consumequeue/ is one
 
     @classmethod
     def open(cls, root: str | os.PathLike) -> Store:
@@ -130,6 +132,11 @@ class Store:
     def _find_queues(self) -> None:
         cq_root = os.path.join(self.root, CONSUMEQUEUE_DIR)
         if not os.path.isdir(cq_root):
+            return
+        if is_rocksdb(cq_root):  # 5.3 storeType=defaultRocksDB: the queues are in a RocksDB database
+            self.rocksdb_cq, queues, probs = open_queues(cq_root)
+            self.queues.update(queues)
+            self.problems.extend(probs)
             return
         dirs: list[tuple[str, int, str]] = []
         for topic in sorted(os.listdir(cq_root)):
@@ -205,7 +212,7 @@ class Store:
             if not os.path.isdir(p):
                 continue
             for d in [p, *[os.path.join(p, s) for s in sorted(os.listdir(p)) if os.path.isdir(os.path.join(p, s))][:50]]:
-                if _is_rocksdb(d):
+                if is_rocksdb(d) and not (self.rocksdb_cq is not None and d == self.rocksdb_cq.path):
                     add("rocksdb", d, "RocksDB store (5.2+ RocksDB ConsumeQueue or config): not decoded")
 
     # helpers -------------------------------------------------------------------------------
@@ -233,11 +240,3 @@ class Store:
             return os.path.relpath(path, self.root)
         except ValueError:
             return path
-
-
-def _is_rocksdb(d: str) -> bool:
-    try:
-        names = os.listdir(d)
-    except OSError:
-        return False
-    return "CURRENT" in names and any(n.startswith("MANIFEST-") for n in names)

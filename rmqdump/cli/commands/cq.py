@@ -11,7 +11,7 @@ from rmqdump.checks.cqverify import WINDOW_RECORDS, VerifySummary, problem_dict,
 from rmqdump.cli import render
 from rmqdump.cli.commands.options import Engine, ListFormat, engine_option, master_option, spark_conf_option, store_option
 from rmqdump.common.timeutil import iso, parse_time
-from rmqdump.query.cqseek import RecordReader, dump_units, seek
+from rmqdump.query.cqseek import RecordReader, dump_units, record_summary, seek
 from rmqdump.readers.store import Store
 from rmqdump.scan.dispatch import DelayLevels
 from schemas import constants as C
@@ -126,7 +126,10 @@ def dump_cmd(
     q = _queue(st, topic, queue)
     n = 0
     with RecordReader(st.commitlog) as reader:
-        rows = dump_units(q, start=start, limit=limit, reader=reader if resolve else None)
+        if hasattr(q, "dump_rows"):  # a RocksDB ConsumeQueue
+            rows = _with_records(q.dump_rows(start=start, limit=limit), reader if resolve else None)
+        else:
+            rows = dump_units(q, start=start, limit=limit, reader=reader if resolve else None)
         if fmt is ListFormat.jsonl:
             for r in rows:
                 render.jsonl(r)
@@ -138,7 +141,13 @@ def dump_cmd(
             t = Table(*cols, box=None, header_style="bold")
             for r in rows:
                 n += 1
-                cells = [str(r["unit_index"]), str(r["phys_offset"]), str(r["size"]), str(r["tags_code"]), f"{Path(r['cq_file']).name}@{r['file_offset']}"]
+                cells = [
+                    str(r["unit_index"]),
+                    str(r["phys_offset"]),
+                    str(r["size"]),
+                    str(r["tags_code"]),
+                    f"{Path(r['cq_file']).name}@{r['file_offset']}" if r["file_offset"] is not None else "rocksdb",
+                ]
                 if r["filler"]:
                     cells[1] = "[dim]filler[/dim]"
                 elif not r["valid"]:
@@ -161,6 +170,13 @@ def dump_cmd(
                 t.add_row(*cells)
             render.out.print(t)
     raise typer.Exit(0 if n else 1)
+
+
+def _with_records(rows, reader):
+    for r in rows:
+        if reader is not None and r["valid"]:
+            r["record"] = record_summary(reader.read(r["phys_offset"]))
+        yield r
 
 
 def seek_cmd(

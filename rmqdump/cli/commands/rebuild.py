@@ -159,6 +159,11 @@ def rebuild_cmd(
     finally:
         signal.signal(signal.SIGTERM, old)
     s = rep.summary()
+    from rmqdump.readers.rocksdbcq import is_rocksdb
+
+    if is_rocksdb(str(Path(store) / "consumequeue")):
+        s["note"] = "the store's ConsumeQueue is a RocksDB database (storeType=defaultRocksDB): wrote the file-based ConsumeQueue of storeType=default"
+        render.err.print(f"note: {s['note']}", highlight=False)
     if fmt is ListFormat.jsonl:
         for d in rep.damaged + rep.flagged:
             render.jsonl(d.to_dict())

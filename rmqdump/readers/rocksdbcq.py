@@ -1,0 +1,443 @@
+"""The 5.3 RocksDB ConsumeQueue (storeType=defaultRocksDB): a RocksDB database in consumequeue/.
+
+The evidence is never opened in place: RocksDB bindings may write beside a
+database even when it is opened read-only (rocksdict leaves a config file),
+so the database is mirrored into a private temporary directory -- the
+immutable .sst files as symlinks, the small mutable ones (CURRENT, MANIFEST,
+OPTIONS, WAL) as copies -- and opened read-only there. Each queue then reads
+like a file-based one: units in queue-offset order as QueueUnits columns, in
+chunks of bounded size, plus the store time every RocksDB unit carries.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+
+import numpy as np
+from construct import Struct
+
+from rmqdump.common.problems import InputError, Problem
+from rmqdump.readers.consumequeue import QueueUnits
+from rmqdump.readers.fastpath import numpy_dtype, struct_format
+from schemas import RocksCheckpointValue, RocksCQValue, RocksOffsetValue
+from schemas.rocksdbcq import CTRL_1, RocksCQKey, RocksCQKeyTail, RocksOffsetKeyTail
+
+VALUE_DTYPE = numpy_dtype(RocksCQValue)
+VALUE_SIZE = VALUE_DTYPE.itemsize
+OFFSET_VALUE_DTYPE = numpy_dtype(RocksOffsetValue)
+CHECKPOINT_DTYPE = numpy_dtype(RocksCheckpointValue)
+_TAIL = struct_format(RocksCQKeyTail)
+_OTAIL = struct_format(RocksOffsetKeyTail)
+_LEN = struct_format(Struct(RocksCQKey.subcons[0]))  # the topic length prefix
+CHUNK_UNITS = 1 << 20  # units read per chunk (bounded memory per queue)
+CF_UNITS = "default"
+CF_OFFSET = "offset"
+CHECKPOINT_TOPIC = "CHECKPOINT_TOPIC"
+_IMMUTABLE = (".sst", ".blob")
+
+# Stable problem codes
+ROCKSDB_UNREADABLE = "rocksdb_unreadable"  # the binding refused the database (corruption, missing file)
+ROCKSDB_CORRUPTION = "rocksdb_corruption"  # a block failed its checksum while reading
+ROCKSDB_BINDING_MISSING = "rocksdb_binding_missing"
+RCQ_BAD_KEY = "rocksdb_cq_bad_key"
+RCQ_BAD_VALUE = "rocksdb_cq_bad_value"
+RCQ_OFFSET_MISMATCH = "rocksdb_cq_offset_mismatch"  # the `offset` family's bounds disagree with the units
+
+_WHERE = re.compile(r"(?:in|file:?)\s+(\S+?\.(?:sst|log|blob))(?:\D+offset\s+(\d+))?")
+
+
+def is_rocksdb(d: str) -> bool:
+    try:
+        names = os.listdir(d)
+    except OSError:
+        return False
+    return "CURRENT" in names and any(n.startswith("MANIFEST-") for n in names)
+
+
+def _mirror(src: str) -> str:
+    """A private read-only view of the database at src: symlinks to immutable files, copies of the rest."""
+    dst = tempfile.mkdtemp(prefix="rmqdump-rocksdb-")
+    atexit.register(shutil.rmtree, dst, True)
+    for n in os.listdir(src):
+        p = os.path.join(src, n)
+        if not os.path.isfile(p) or n == "LOCK" or n.startswith("LOG"):
+            continue
+        if n.endswith(_IMMUTABLE):
+            os.symlink(os.path.abspath(p), os.path.join(dst, n))
+        else:
+            shutil.copyfile(p, os.path.join(dst, n))
+    return dst
+
+
+def _problem_from_error(db_dir: str, mirror: str, e: Exception, code: str, extra: dict | None = None) -> Problem:
+    text = str(e).replace(mirror, db_dir)
+    m = _WHERE.search(text)
+    path, off = db_dir, None
+    if m:
+        path = os.path.join(db_dir, os.path.basename(m.group(1)))
+        off = int(m.group(2)) if m.group(2) else None
+    return Problem(code, path, off, " ".join(text.split()), extra=extra or {})
+
+
+@dataclass
+class RocksChunk:
+    """A stretch of one queue's units (the RocksDB counterpart of a ConsumeQueue file)."""
+
+    path: str  # the database directory
+    first_index: int
+    count: int
+
+    @property
+    def base(self) -> int:
+        return self.first_index
+
+    @property
+    def size(self) -> int:
+        return self.count * VALUE_SIZE
+
+    @property
+    def name(self) -> str:
+        return f"units {self.first_index}..{self.first_index + self.count - 1}"
+
+
+class RocksDBConsumeQueues:
+    """The database, opened read-only on a mirror; queues found by skipping from one (topic, queueId) prefix to the next."""
+
+    def __init__(self, db_dir: str):
+        self.path = db_dir
+        self.problems: list[Problem] = []
+        try:
+            from rocksdict import AccessType, Options, Rdict
+        except ImportError:
+            raise InputError(ROCKSDB_BINDING_MISSING, db_dir, "a RocksDB ConsumeQueue needs the rocksdict package (pip install rocksdict)") from None
+        self.mirror = _mirror(db_dir)
+        try:
+            cfs = Rdict.list_cf(self.mirror)
+            self.db = Rdict(
+                self.mirror,
+                options=Options(raw_mode=True),
+                column_families={n: Options(raw_mode=True) for n in cfs},
+                access_type=AccessType.read_only(),
+            )
+        except Exception as e:
+            p = _problem_from_error(db_dir, self.mirror, e, ROCKSDB_UNREADABLE)
+            raise InputError(ROCKSDB_UNREADABLE, p.file, p.detail, offset=p.file_offset) from None
+        self.cfs = cfs
+        self.units_cf = self.db.get_column_family(CF_UNITS)
+        self.offset_cf = self.db.get_column_family(CF_OFFSET) if CF_OFFSET in cfs else None
+
+    def close(self) -> None:
+        self.units_cf = self.offset_cf = None
+        self.db.close()
+        shutil.rmtree(self.mirror, ignore_errors=True)
+
+    # keys ----------------------------------------------------------------------------------
+
+    def parse_key(self, key: bytes) -> tuple[str, int, int] | None:
+        """(topic, queueId, cqOffset) of a `default` key, None when it is not laid out as RocksCQKey."""
+        if len(key) < 4 + 1 + _TAIL.size:
+            return None
+        (n,) = _LEN.unpack_from(key, 0)
+        if n < 0 or len(key) != 4 + 1 + n + _TAIL.size or key[4:5] != CTRL_1:
+            return None
+        s2, qid, s3, off = _TAIL.unpack_from(key, 5 + n)
+        if s2 != CTRL_1 or s3 != CTRL_1:
+            return None
+        return key[5 : 5 + n].decode("utf-8", errors="replace"), qid, off
+
+    @staticmethod
+    def prefix(topic: str, queue_id: int) -> bytes:
+        t = topic.encode()
+        return _LEN.pack(len(t)) + CTRL_1 + t + CTRL_1 + queue_id.to_bytes(4, "big", signed=True) + CTRL_1
+
+    def _iter(self, cf, start: bytes | None = None):
+        it = cf.iter()
+        if start is None:
+            it.seek_to_first()
+        else:
+            it.seek(start)
+        return it
+
+    def find_queues(self) -> list[tuple[str, int]]:
+        """Every (topic, queueId) with units, by seeking past each queue's last possible key."""
+        out: list[tuple[str, int]] = []
+        try:
+            it = self._iter(self.units_cf)
+            while it.valid():
+                key = it.key()
+                k = self.parse_key(key)
+                if k is None:
+                    self.problems.append(
+                        Problem(
+                            RCQ_BAD_KEY,
+                            self.path,
+                            None,
+                            f"key {key[:64].hex()} is not topicLen|0x01|topic|0x01|queueId|0x01|cqOffset",
+                            extra={"key": key.hex()},
+                        )
+                    )
+                    it.next()
+                    continue
+                out.append((k[0], k[1]))
+                it.seek(self.prefix(k[0], k[1]) + b"\xff" * 8)
+                if it.valid() and it.key() == self.prefix(k[0], k[1]) + b"\xff" * 8:
+                    it.next()
+            it.status()  # an iterator stops at a damaged block: raise what stopped it
+        except Exception as e:
+            self.problems.append(_problem_from_error(self.path, self.mirror, e, ROCKSDB_CORRUPTION))
+        return out
+
+    def offset_table(self) -> tuple[dict[tuple[str, int, str], tuple[int, int]], int | None]:
+        """The `offset` family: {(topic, queueId, "max"|"min"): (commitLogOffset, cqOffset)} and the checkpoint's max physical offset."""
+        table: dict[tuple[str, int, str], tuple[int, int]] = {}
+        checkpoint = None
+        if self.offset_cf is None:
+            return table, checkpoint
+        try:
+            it = self._iter(self.offset_cf)
+            while it.valid():
+                key, val = it.key(), it.value()
+                it.next()
+                if len(key) < 4 + 1 + _OTAIL.size:
+                    continue
+                (n,) = _LEN.unpack_from(key, 0)
+                if n < 0 or len(key) != 4 + 1 + n + _OTAIL.size:
+                    self.problems.append(
+                        Problem(
+                            RCQ_BAD_KEY,
+                            self.path,
+                            None,
+                            f"offset key {key[:64].hex()} is not topicLen|0x01|topic|0x01|max/min|0x01|queueId",
+                            extra={"key": key.hex()},
+                        )
+                    )
+                    continue
+                topic = key[5 : 5 + n].decode("utf-8", errors="replace")
+                _, bound, _, qid = _OTAIL.unpack_from(key, 5 + n)
+                if topic == CHECKPOINT_TOPIC and len(val) == CHECKPOINT_DTYPE.itemsize:
+                    checkpoint = int(np.frombuffer(val, CHECKPOINT_DTYPE)[0]["commit_log_offset"])
+                    continue
+                if len(val) != OFFSET_VALUE_DTYPE.itemsize:
+                    self.problems.append(
+                        Problem(
+                            RCQ_BAD_VALUE,
+                            self.path,
+                            None,
+                            f"offset value of {topic}/{qid} {bound.decode(errors='replace')} is {len(val)} bytes, not {OFFSET_VALUE_DTYPE.itemsize}",
+                            extra={"topic": topic, "queue_id": qid, "key": key.hex()},
+                        )
+                    )
+                    continue
+                v = np.frombuffer(val, OFFSET_VALUE_DTYPE)[0]
+                table[(topic, qid, bound.decode(errors="replace"))] = (int(v["commit_log_offset"]), int(v["cq_offset"]))
+            it.status()
+        except Exception as e:
+            self.problems.append(_problem_from_error(self.path, self.mirror, e, ROCKSDB_CORRUPTION))
+        return table, checkpoint
+
+
+@dataclass
+class RocksQueue:
+    """One topic/queue of a RocksDB ConsumeQueue, read like a ConsumeQueue directory."""
+
+    db: RocksDBConsumeQueues
+    topic: str
+    queue_id: int
+    files: list[RocksChunk] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+    file_size: int | None = None
+    kind: str = "rocksdb"
+
+    @property
+    def path(self) -> str:
+        return self.db.path
+
+    def _extra(self, index: int | None, key: bytes | None = None) -> dict:
+        d = {"topic": self.topic, "queue_id": self.queue_id, "cq_file": self.db.path, "unit_index": index}
+        if key is not None:
+            d["key"] = key.hex()
+        return d
+
+    def read_range(self, start: int | None = None, limit: int | None = None) -> tuple[QueueUnits, np.ndarray, list[Problem]]:
+        """Units from queue offset `start` (at most `limit`): columns, store times, damage found on the way."""
+        prefix = self.db.prefix(self.topic, self.queue_id)
+        idx: list[int] = []
+        vals = bytearray()
+        probs: list[Problem] = []
+        first = prefix + (max(start, 0) if start is not None else 0).to_bytes(8, "big")
+        try:
+            it = self.db._iter(self.db.units_cf, first)
+            while it.valid() and (limit is None or len(idx) < limit):
+                key = it.key()
+                if not key.startswith(prefix):
+                    break
+                val = it.value()
+                k = self.db.parse_key(key)
+                if k is None:
+                    probs.append(Problem(RCQ_BAD_KEY, self.db.path, None, f"key {key[:64].hex()} is not laid out as a unit key", extra=self._extra(None, key)))
+                elif len(val) != VALUE_SIZE:
+                    probs.append(
+                        Problem(RCQ_BAD_VALUE, self.db.path, None, f"value of unit {k[2]} is {len(val)} bytes, not {VALUE_SIZE}", extra=self._extra(k[2], key))
+                    )
+                else:
+                    idx.append(k[2])
+                    vals += val
+                it.next()
+            it.status()
+        except Exception as e:
+            probs.append(_problem_from_error(self.db.path, self.db.mirror, e, ROCKSDB_CORRUPTION, self._extra(idx[-1] + 1 if idx else start)))
+        arr = np.frombuffer(bytes(vals), dtype=VALUE_DTYPE)
+        u = QueueUnits(
+            np.array(idx, dtype=np.int64), arr["commit_log_offset"].astype(np.int64), arr["size"].astype(np.int32), arr["tags_code"].astype(np.int64)
+        )
+        return u, arr["store_time"].astype(np.int64), probs
+
+    def scan_layout(self) -> None:
+        """Cut the queue into chunks of CHUNK_UNITS units (one pass over its keys); damage goes to `problems`."""
+        self.files = []
+        start = None
+        while True:
+            u, _, probs = self.read_range(start, CHUNK_UNITS)
+            self.problems.extend(probs)
+            if not len(u):
+                break
+            self.files.append(RocksChunk(self.db.path, int(u.index[0]), len(u)))
+            if len(u) < CHUNK_UNITS or probs:
+                break
+            start = int(u.index[-1]) + 1
+
+    def probe(self) -> None:
+        """Point lookups of the first and last unit, as the broker's reads do: they load the blocks an
+        iteration skips (the bloom filter), so their checksums are checked too; damage goes to `problems`."""
+        if not self.files:
+            return
+        last = self.files[-1].first_index + self.files[-1].count - 1
+        for index in (self.files[0].first_index, last):
+            key = self.db.prefix(self.topic, self.queue_id) + index.to_bytes(8, "big", signed=True)
+            try:
+                val = self.db.units_cf.get(key)
+            except Exception as e:
+                self.problems.append(_problem_from_error(self.db.path, self.db.mirror, e, ROCKSDB_CORRUPTION, self._extra(index, key)))
+                continue
+            if val is None:
+                self.problems.append(
+                    Problem(
+                        ROCKSDB_CORRUPTION, self.db.path, None, f"unit {index} is found by iteration but not by a point lookup", extra=self._extra(index, key)
+                    )
+                )
+
+    def read_file(self, f: RocksChunk) -> QueueUnits:
+        return self.read_range(f.first_index, f.count)[0]
+
+    def chunks(self):
+        for f in self.files:
+            yield self.read_file(f)
+
+    def units(self) -> QueueUnits:
+        return QueueUnits.concat(list(self.chunks()))
+
+    def last_valid_index(self) -> int:
+        for f in reversed(self.files):
+            u = self.read_file(f)
+            v = np.flatnonzero(u.valid_mask())
+            if v.size:
+                return int(u.index[v[-1]])
+        return -1
+
+    def bounds(self) -> tuple[int, int]:
+        if not self.files:
+            return 0, 0
+        last = self.files[-1]
+        u = self.read_file(last)
+        return self.files[0].first_index, int(u.index[-1]) + 1 if len(u) else last.first_index
+
+    def unit_at(self, index: int) -> tuple[int, int, int] | None:
+        key = self.db.prefix(self.topic, self.queue_id) + index.to_bytes(8, "big", signed=True)
+        try:
+            val = self.db.units_cf.get(key)
+        except Exception:
+            return None
+        if val is None or len(val) != VALUE_SIZE:
+            return None
+        v = np.frombuffer(val, VALUE_DTYPE)[0]
+        return int(v["commit_log_offset"]), int(v["size"]), int(v["tags_code"])
+
+    def file_for_index(self, index: int) -> RocksChunk | None:
+        for f in self.files:
+            if f.first_index <= index < f.first_index + f.count:
+                return f
+        return None
+
+    def expected_path(self, index: int) -> str:
+        return self.db.path
+
+    def locate(self, index: int) -> tuple[str, int | None]:
+        """Where a unit lives for a problem line: the database (the key names the unit: topic, queue, offset)."""
+        return self.db.path, None
+
+    def dump_rows(self, *, start: int | None = None, limit: int | None = None):
+        """Units as `cq dump` rows, with the store time RocksDB keeps per unit."""
+        n = 0
+        pos = start
+        while limit is None or n < limit:
+            want = CHUNK_UNITS if limit is None else min(CHUNK_UNITS, limit - n)
+            u, times, _ = self.read_range(pos, want)
+            if not len(u):
+                return
+            valid = u.valid_mask()
+            for k in range(len(u)):
+                yield {
+                    "kind": "unit",
+                    "topic": self.topic,
+                    "queue_id": self.queue_id,
+                    "unit_index": int(u.index[k]),
+                    "queue_offset": int(u.index[k]),
+                    "cq_file": self.db.path,
+                    "file_offset": None,
+                    "phys_offset": int(u.offset[k]),
+                    "size": int(u.size[k]),
+                    "tags_code": int(u.tags_code[k]),
+                    "store_time": int(times[k]),
+                    "filler": False,
+                    "valid": bool(valid[k]),
+                }
+                n += 1
+            if len(u) < want:
+                return
+            pos = int(u.index[-1]) + 1
+
+
+def open_queues(db_dir: str) -> tuple[RocksDBConsumeQueues, dict[tuple[str, int], RocksQueue], list[Problem]]:
+    """The database and its queues; problems: damaged keys/values and `offset` bounds that disagree with the units."""
+    db = RocksDBConsumeQueues(db_dir)
+    queues: dict[tuple[str, int], RocksQueue] = {}
+    for topic, qid in db.find_queues():
+        q = RocksQueue(db, topic, qid)
+        q.scan_layout()
+        q.probe()
+        queues[(topic, qid)] = q
+    table, _ = db.offset_table()
+    probs = list(db.problems)
+    for (topic, qid), q in sorted(queues.items()):
+        probs.extend(q.problems)
+        lo, hi = q.bounds()
+        for bound, want in (("min", lo), ("max", hi - 1)):
+            got = table.get((topic, qid, bound))
+            if got is None:
+                continue
+            if got[1] != want:
+                probs.append(
+                    Problem(
+                        RCQ_OFFSET_MISMATCH,
+                        db_dir,
+                        None,
+                        f"`offset` family says {bound} cqOffset {got[1]} for {topic}/{qid}, the units {'start' if bound == 'min' else 'end'} at {want}",
+                        extra={"topic": topic, "queue_id": qid, "cq_file": db_dir, "unit_index": want},
+                    )
+                )
+    return db, queues, probs

@@ -1,0 +1,62 @@
+"""The 5.3 RocksDB ConsumeQueue: keys and values of its two column families.
+
+store/queue/RocksDBConsumeQueueTable.java and RocksDBConsumeQueueOffsetTable.java
+(5.3.x): column family `default` maps (topic, queueId, cqOffset) to the unit,
+column family `offset` maps (topic, "max"|"min", queueId) to the queue's
+bounds; the topic `CHECKPOINT_TOPIC` there holds the max physical offset
+dispatched. Separators are the byte 0x01 (CTRL_1); integers big-endian.
+"""
+
+from __future__ import annotations
+
+from construct import Bytes, Const, Int32sb, Int64sb, Struct, this
+
+CTRL_1 = b"\x01"
+
+RocksCQKeyTail = Struct(
+    "sep2" / Const(CTRL_1),
+    "queue_id" / Int32sb,
+    "sep3" / Const(CTRL_1),
+    "cq_offset" / Int64sb,
+)
+"""The fixed-size end of a `default` key, after the topic."""
+
+RocksCQKey = Struct(
+    "topic_length" / Int32sb,
+    "sep1" / Const(CTRL_1),
+    "topic" / Bytes(this.topic_length),
+    *RocksCQKeyTail.subcons,
+)
+"""Key of one unit in column family `default`."""
+
+RocksCQValue = Struct(
+    "commit_log_offset" / Int64sb,
+    "size" / Int32sb,
+    "tags_code" / Int64sb,
+    "store_time" / Int64sb,
+)
+"""Value of one unit (28 bytes)."""
+
+RocksOffsetKeyTail = Struct(
+    "sep2" / Const(CTRL_1),
+    "bound" / Bytes(3),  # b"max" or b"min"
+    "sep3" / Const(CTRL_1),
+    "queue_id" / Int32sb,
+)
+
+RocksOffsetKey = Struct(
+    "topic_length" / Int32sb,
+    "sep1" / Const(CTRL_1),
+    "topic" / Bytes(this.topic_length),
+    *RocksOffsetKeyTail.subcons,
+)
+"""Key in column family `offset`."""
+
+RocksOffsetValue = Struct(
+    "commit_log_offset" / Int64sb,
+    "cq_offset" / Int64sb,  # max: the last unit's offset (max offset - 1); min: the first
+)
+"""A queue bound (16 bytes)."""
+
+RocksCheckpointValue = Struct("commit_log_offset" / Int64sb)
+"""CHECKPOINT_TOPIC's `max` entry in `offset`: the max physical offset dispatched (8 bytes)."""

@@ -116,9 +116,12 @@ def test_cq_verify_is_clean_with_exactly_the_manifest_units(evidence):
 
 
 def test_info_and_seek_read_the_rocksdb_queues(evidence):
-    r = run("info", "-s", evidence, "-f", "jsonl", "--no-recovery")
+    r = run("info", "-s", evidence, "-f", "jsonl")
     assert r.exit_code == 0
     rows = jsonl(r.stdout)
+    rec = next(x for x in rows if x["kind"] == "recovery")
+    last = max(u["commitLogOffset"] + u["size"] for u in UNITS)  # the end of the last record a unit points at
+    assert rec["truncated_bytes"] == 0 and rec["cq_max_phys_offset"] == last
     summary = json.loads(
         (REAL / NAME / "README.txt")
         .read_text()
@@ -191,13 +194,22 @@ def test_damaged_units_are_found_at_their_key(tmp_path):
             {"commit_log_offset": u["commitLogOffset"], "size": u["size"] + 1, "tags_code": u["tagsCode"], "store_time": u["storeTime"]}
         )
         cf[_key("RocksTopicA", 2, 12)] = b"\x00" * 27
+        del cf[_key("RocksTopicB", 0, 20)]
 
     _rewrite(root, edit)
     r = run("cq", "verify", "-s", root, "-f", "jsonl")
     assert r.exit_code == 1
     probs = [x for x in jsonl(r.stdout) if x["kind"] == "problem"]
     at = {(p["code"], p["topic"], p["queue_id"], p["unit_index"]) for p in probs}
-    assert at == {("cq_size_mismatch", "RocksTopicB", 1, 7), ("rocksdb_cq_bad_value", "RocksTopicA", 2, 12), ("cq_missing_unit", "RocksTopicA", 2, 12)}
+    # a value that is no unit, or a deleted key, leaves a hole in the queue at that offset (and its record without a unit)
+    assert at == {
+        ("cq_size_mismatch", "RocksTopicB", 1, 7),
+        ("rocksdb_cq_bad_value", "RocksTopicA", 2, 12),
+        ("cq_hole", "RocksTopicA", 2, 12),
+        ("cq_missing_unit", "RocksTopicA", 2, 12),
+        ("cq_hole", "RocksTopicB", 0, 20),
+        ("cq_missing_unit", "RocksTopicB", 0, 20),
+    }
     assert all(p["cq_file"] == str(root / "consumequeue") for p in probs if p["topic"] in ("RocksTopicA", "RocksTopicB") and p["unit_index"] in (7, 12))
     assert w["commitLogOffset"] in {p["phys_offset"] for p in probs}  # its record now has no readable unit
 

@@ -92,6 +92,9 @@ class QueueUnits:
 
 def read_units(f: CQFile) -> np.ndarray:
     """The whole units of one file as a structured (big-endian) array; a partial tail unit is left out."""
+    own = getattr(f, "read_array", None)
+    if own is not None:  # a stretch of a RocksDB ConsumeQueue (readers/rocksdbcq.py)
+        return own()
     n = f.size // UNIT_SIZE
     if n == 0:
         return np.zeros(0, dtype=UNIT_DTYPE)

@@ -22,13 +22,14 @@ import numpy as np
 from construct import Struct
 
 from rmqdump.common.problems import InputError, Problem
-from rmqdump.readers.consumequeue import QueueUnits
+from rmqdump.readers.consumequeue import UNIT_DTYPE, UNIT_SIZE, QueueUnits
 from rmqdump.readers.fastpath import numpy_dtype, struct_format
 from schemas import RocksCheckpointValue, RocksCQValue, RocksOffsetValue
 from schemas.rocksdbcq import CTRL_1, RocksCQKey, RocksCQKeyTail, RocksOffsetKeyTail
 
 VALUE_DTYPE = numpy_dtype(RocksCQValue)
 VALUE_SIZE = VALUE_DTYPE.itemsize
+MAX_GAP = 1024  # missing queue offsets tolerated inside one chunk (read as zero units); a longer gap starts a new chunk
 OFFSET_VALUE_DTYPE = numpy_dtype(RocksOffsetValue)
 CHECKPOINT_DTYPE = numpy_dtype(RocksCheckpointValue)
 _TAIL = struct_format(RocksCQKeyTail)
@@ -86,23 +87,45 @@ def _problem_from_error(db_dir: str, mirror: str, e: Exception, code: str, extra
 
 @dataclass
 class RocksChunk:
-    """A stretch of one queue's units (the RocksDB counterpart of a ConsumeQueue file)."""
+    """A stretch of one queue's units (the RocksDB counterpart of a ConsumeQueue file).
 
-    path: str  # the database directory
-    first_index: int
-    count: int
+    Read as an array of 20-byte ConsumeQueue units, one per queue offset from
+    first_index; a key missing inside the stretch reads as a zero unit, as a
+    zeroed unit of a file would.
+    """
+
+    queue: RocksQueue = field(repr=False, compare=False)
+    first_index: int = 0
+    count: int = 0
+
+    @property
+    def path(self) -> str:
+        return self.queue.db.path
 
     @property
     def base(self) -> int:
-        return self.first_index
+        return self.first_index * UNIT_SIZE
 
     @property
     def size(self) -> int:
-        return self.count * VALUE_SIZE
+        return self.count * UNIT_SIZE
+
+    @property
+    def units(self) -> int:
+        return self.count
 
     @property
     def name(self) -> str:
         return f"units {self.first_index}..{self.first_index + self.count - 1}"
+
+    def read_array(self) -> np.ndarray:
+        u, _, _ = self.queue.read_range(self.first_index, None, stop=self.first_index + self.count)
+        arr = np.zeros(self.count, dtype=UNIT_DTYPE)
+        pos = u.index - self.first_index
+        arr["commit_log_offset"][pos] = u.offset
+        arr["size"][pos] = u.size
+        arr["tags_code"][pos] = u.tags_code
+        return arr
 
 
 class RocksDBConsumeQueues:
@@ -248,8 +271,8 @@ class RocksQueue:
     db: RocksDBConsumeQueues
     topic: str
     queue_id: int
-    files: list[RocksChunk] = field(default_factory=list)
-    problems: list[Problem] = field(default_factory=list)
+    files: list[RocksChunk] = field(default_factory=list, repr=False)
+    problems: list[Problem] = field(default_factory=list, repr=False)
     file_size: int | None = None
     kind: str = "rocksdb"
 
@@ -263,8 +286,8 @@ class RocksQueue:
             d["key"] = key.hex()
         return d
 
-    def read_range(self, start: int | None = None, limit: int | None = None) -> tuple[QueueUnits, np.ndarray, list[Problem]]:
-        """Units from queue offset `start` (at most `limit`): columns, store times, damage found on the way."""
+    def read_range(self, start: int | None = None, limit: int | None = None, *, stop: int | None = None) -> tuple[QueueUnits, np.ndarray, list[Problem]]:
+        """Units from queue offset `start` (at most `limit`, below queue offset `stop`): columns, store times, damage found on the way."""
         prefix = self.db.prefix(self.topic, self.queue_id)
         idx: list[int] = []
         vals = bytearray()
@@ -278,6 +301,8 @@ class RocksQueue:
                     break
                 val = it.value()
                 k = self.db.parse_key(key)
+                if stop is not None and k is not None and k[2] >= stop:
+                    break
                 if k is None:
                     probs.append(Problem(RCQ_BAD_KEY, self.db.path, None, f"key {key[:64].hex()} is not laid out as a unit key", extra=self._extra(None, key)))
                 elif len(val) != VALUE_SIZE:
@@ -298,7 +323,7 @@ class RocksQueue:
         return u, arr["store_time"].astype(np.int64), probs
 
     def scan_layout(self) -> None:
-        """Cut the queue into chunks of CHUNK_UNITS units (one pass over its keys); damage goes to `problems`."""
+        """Cut the queue into chunks (at most CHUNK_UNITS offsets, split at gaps over MAX_GAP), one pass over its keys."""
         self.files = []
         start = None
         while True:
@@ -306,10 +331,13 @@ class RocksQueue:
             self.problems.extend(probs)
             if not len(u):
                 break
-            self.files.append(RocksChunk(self.db.path, int(u.index[0]), len(u)))
+            idx = u.index
+            cuts = np.flatnonzero(np.diff(idx) > MAX_GAP) + 1
+            for a, b in zip(np.r_[0, cuts], np.r_[cuts, len(idx)], strict=True):
+                self.files.append(RocksChunk(self, int(idx[a]), int(idx[b - 1]) - int(idx[a]) + 1))
             if len(u) < CHUNK_UNITS or probs:
                 break
-            start = int(u.index[-1]) + 1
+            start = int(idx[-1]) + 1
 
     def probe(self) -> None:
         """Point lookups of the first and last unit, as the broker's reads do: they load the blocks an
@@ -332,7 +360,7 @@ class RocksQueue:
                 )
 
     def read_file(self, f: RocksChunk) -> QueueUnits:
-        return self.read_range(f.first_index, f.count)[0]
+        return QueueUnits.from_array(f.read_array(), f.first_index)
 
     def chunks(self):
         for f in self.files:
@@ -352,9 +380,7 @@ class RocksQueue:
     def bounds(self) -> tuple[int, int]:
         if not self.files:
             return 0, 0
-        last = self.files[-1]
-        u = self.read_file(last)
-        return self.files[0].first_index, int(u.index[-1]) + 1 if len(u) else last.first_index
+        return self.files[0].first_index, self.files[-1].first_index + self.files[-1].count
 
     def unit_at(self, index: int) -> tuple[int, int, int] | None:
         key = self.db.prefix(self.topic, self.queue_id) + index.to_bytes(8, "big", signed=True)

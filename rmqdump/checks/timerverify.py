@@ -24,6 +24,8 @@ from rmqdump.readers.timerlog import SLOT_SIZE, TimerRecord, TimerStore, records
 from schemas import constants as C
 from schemas.timer import TimerCheck, TimerLogUnit, TimerWheelSlot
 
+CHUNK = 50_000  # units whose records one CommitLog scan looks up
+
 # Stable codes (the file-level ones live in readers/timerlog.py)
 PAST_COMMITLOG = "timer_unit_past_commitlog"
 BEFORE_COMMITLOG = "timer_unit_before_commitlog"
@@ -87,12 +89,17 @@ def verify_timers(ts: TimerStore, cl: CommitLog, *, timer_queue_max: int | None 
     u = ts.units
     pending = ts.states()
     s = TimerVerifySummary(units=len(u), pending=int(pending.sum()), fired=int((~pending).sum()), slots=len(ts.slots), precision_ms=ts.precision)
-    recs = records_at(cl, u.offset_py, check_crc=check_crc) if len(u) else {}
-    out.extend(_units_vs_records(ts, cl, recs, pending))
+    seen_queue_max = None
+    data_end = _data_end(cl) if len(u) else cl.min_offset
+    for lo in range(0, len(u), CHUNK):  # records looked up a chunk of units at a time: memory bounded by the chunk
+        part = np.arange(lo, min(lo + CHUNK, len(u)))
+        recs = records_at(cl, u.offset_py[part], check_crc=check_crc)
+        out.extend(_units_vs_records(ts, cl, recs, pending, part, data_end))
+        seen_queue_max = max([*_queue_offsets(recs), *([] if seen_queue_max is None else [seen_queue_max])], default=None)
     out.extend(_prev_links(ts))
     visited = _wheel(ts, out)
     out.extend(_unreachable(ts, pending, visited))
-    out.extend(_timercheck(ts, recs, timer_queue_max))
+    out.extend(_timercheck(ts, seen_queue_max, timer_queue_max))
     for p in out:
         s.codes[p.code] += 1
     return out, s
@@ -110,15 +117,14 @@ def _unit_problem(ts: TimerStore, i: int, code: str, at: int, detail: str) -> Pr
     )
 
 
-def _units_vs_records(ts: TimerStore, cl: CommitLog, recs: dict[int, TimerRecord], pending: np.ndarray) -> list[Problem]:
+def _units_vs_records(ts: TimerStore, cl: CommitLog, recs: dict[int, TimerRecord], pending: np.ndarray, part: np.ndarray, data_end: int) -> list[Problem]:
     out = []
     u = ts.units
     if not len(u):
         return out
     files_end = cl.files[-1].base + cl.files[-1].size if cl.files else 0
-    data_end = max((r.phys_offset + r.total_size for r in recs.values()), default=cl.min_offset)
     deliver = u.deliver_ms
-    for i in range(len(u)):
+    for i in part.tolist():
         off, size = int(u.offset_py[i]), int(u.size_py[i])
         rec = recs.get(off)
         if rec is None:
@@ -178,6 +184,18 @@ def _units_vs_records(ts: TimerStore, cl: CommitLog, recs: dict[int, TimerRecord
                 )
             )
     return out
+
+
+def _data_end(cl: CommitLog) -> int:
+    """End of the last record of the newest CommitLog file holding any (one file scanned; remembered per CommitLog)."""
+    end = cl.min_offset
+    for seg in reversed(cl.files):
+        for b in cl.scan(from_offset=seg.base, to_offset=seg.base + seg.size, check_crc=False):
+            if len(b):
+                end = seg.base + int(b.cols["_end"][-1])
+        if end > cl.min_offset:
+            break
+    return end
 
 
 def _prev_links(ts: TimerStore) -> list[Problem]:
@@ -280,7 +298,8 @@ def _unreachable(ts: TimerStore, pending: np.ndarray, visited: set[int]) -> list
     return out
 
 
-def _timercheck(ts: TimerStore, recs: dict[int, TimerRecord], timer_queue_max: int | None) -> list[Problem]:
+def _timercheck(ts: TimerStore, seen_max: int | None, timer_queue_max: int | None) -> list[Problem]:
+    """seen_max: the highest queue offset (in rmq_sys_wheel_timer/0) of a record the timer log holds a unit for."""
     c = ts.check
     if c is None:
         return []
@@ -309,7 +328,6 @@ def _timercheck(ts: TimerStore, recs: dict[int, TimerRecord], timer_queue_max: i
             )
         )
     q = v["last_timer_queue_offset"]
-    seen_max = max(_queue_offsets(recs), default=None)
     if seen_max is not None and seen_max >= q:
         out.append(
             Problem(

@@ -215,7 +215,7 @@ def test_every_flipped_bit_is_found_at_its_unit(damaged, target):
     flips = [(k, 0x01) for k in range(length)] + [(k, 0x80) for k in range(0, length, 4)]
     for k, mask in flips:
         flip(path, start + k, mask)
-        probs, _ = verify_timers(TimerStore.open(str(damaged)), st.commitlog, timer_queue_max=300)
+        probs = list(verify_timers(TimerStore.open(str(damaged)), st.commitlog, timer_queue_max=300))
         flip(path, start + k, mask)
         here = [p for p in probs if p.file == str(path) and start <= p.file_offset < start + length]
         assert here, (rel, start + k, mask, [p.line() for p in probs])

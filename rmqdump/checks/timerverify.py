@@ -12,6 +12,7 @@ a message the broker will fail to fire.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -46,6 +47,7 @@ CHECK_READ_TIME = "timercheck_read_time"
 CHECK_FLUSH_POS = "timercheck_flush_pos"
 CHECK_QUEUE_OFFSET = "timercheck_queue_offset"
 
+_UNIT_SIZE = TimerLogUnit.sizeof()
 _PREV_AT = field_offset(TimerLogUnit, "prev_pos")
 _OFFSET_PY_AT = field_offset(TimerLogUnit, "offset_py")
 _SIZE_PY_AT = field_offset(TimerLogUnit, "size_py")
@@ -83,26 +85,45 @@ class TimerVerifySummary:
         }
 
 
-def verify_timers(ts: TimerStore, cl: CommitLog, *, timer_queue_max: int | None = None, check_crc: bool = False) -> tuple[list[Problem], TimerVerifySummary]:
-    """Every finding of the timer store, in file order; `timer_queue_max`: max offset of rmq_sys_wheel_timer/0."""
-    out: list[Problem] = list(ts.problems)
+def verify_timers(
+    ts: TimerStore, cl: CommitLog, *, timer_queue_max: int | None = None, check_crc: bool = False, summary: TimerVerifySummary | None = None
+) -> Iterator[Problem]:
+    """Every finding of the timer store, streamed (memory does not grow with the findings); counts go to `summary`.
+
+    `timer_queue_max`: the max offset of rmq_sys_wheel_timer/0.
+    """
     u = ts.units
     pending = ts.states()
-    s = TimerVerifySummary(units=len(u), pending=int(pending.sum()), fired=int((~pending).sum()), slots=len(ts.slots), precision_ms=ts.precision)
+    s = summary if summary is not None else TimerVerifySummary()
+    s.units, s.pending, s.fired, s.slots, s.precision_ms = len(u), int(pending.sum()), int((~pending).sum()), len(ts.slots), ts.precision
+
+    def counted(found):
+        for p in found:
+            s.codes[p.code] += 1
+            yield p
+
+    yield from counted(ts.problems)
     seen_queue_max = None
     data_end = _data_end(cl) if len(u) else cl.min_offset
     for lo in range(0, len(u), CHUNK):  # records looked up a chunk of units at a time: memory bounded by the chunk
         part = np.arange(lo, min(lo + CHUNK, len(u)))
         recs = records_at(cl, u.offset_py[part], check_crc=check_crc)
-        out.extend(_units_vs_records(ts, cl, recs, pending, part, data_end))
+        yield from counted(_units_vs_records(ts, cl, recs, pending, part, data_end))
         seen_queue_max = max([*_queue_offsets(recs), *([] if seen_queue_max is None else [seen_queue_max])], default=None)
-    out.extend(_prev_links(ts))
-    visited = _wheel(ts, out)
-    out.extend(_unreachable(ts, pending, visited))
-    out.extend(_timercheck(ts, seen_queue_max, timer_queue_max))
-    for p in out:
-        s.codes[p.code] += 1
-    return out, s
+    yield from counted(_prev_links(ts))
+    visited = np.zeros(len(u), dtype=bool)
+    yield from counted(_wheel(ts, visited))
+    yield from counted(_unreachable(ts, pending, visited))
+    yield from counted(_timercheck(ts, seen_queue_max, timer_queue_max))
+
+
+def _find(offsets: np.ndarray, pos) -> np.ndarray:
+    """Index of the unit at each timer log offset in `pos` (units are in offset order), -1 where there is none."""
+    pos = np.asarray(pos, dtype=np.int64)
+    k = np.searchsorted(offsets, pos)
+    kc = np.minimum(k, max(len(offsets) - 1, 0))
+    hit = (k < len(offsets)) & (offsets[kc] == pos) if len(offsets) else np.zeros(pos.shape, dtype=bool)
+    return np.where(hit, kc, -1)
 
 
 def _unit_problem(ts: TimerStore, i: int, code: str, at: int, detail: str) -> Problem:
@@ -113,7 +134,7 @@ def _unit_problem(ts: TimerStore, i: int, code: str, at: int, detail: str) -> Pr
         off + at,
         detail,
         phys_offset=int(ts.units.offset_py[i]),
-        extra={"timer_log_offset": int(ts.units.offset[i]), "unit_index": off // TimerLogUnit.sizeof()},
+        extra={"timer_log_offset": int(ts.units.offset[i]), "unit_index": off // _UNIT_SIZE},
     )
 
 
@@ -123,9 +144,11 @@ def _units_vs_records(ts: TimerStore, cl: CommitLog, recs: dict[int, TimerRecord
     if not len(u):
         return out
     files_end = cl.files[-1].base + cl.files[-1].size if cl.files else 0
-    deliver = u.deliver_ms
-    for i in part.tolist():
-        off, size = int(u.offset_py[i]), int(u.size_py[i])
+    deliver = u.deliver_ms[part].tolist()
+    offs, sizes, magics, hashes = (a[part].tolist() for a in (u.offset_py, u.size_py, u.magic, u.hash_code_of_real_topic))
+    hashed: dict[str | None, int] = {None: 0}
+    for j, i in enumerate(part.tolist()):
+        off, size = offs[j], sizes[j]
         rec = recs.get(off)
         if rec is None:
             if 0 <= off < cl.min_offset:
@@ -168,21 +191,19 @@ def _units_vs_records(ts: TimerStore, cl: CommitLog, recs: dict[int, TimerRecord
                 )
             )
             continue
-        roll = int(u.magic[i]) & C.TIMER_MAGIC_ROLL
-        if not roll and out_ms.lstrip("-").isdigit() and int(out_ms) != int(deliver[i]):
+        roll = magics[j] & C.TIMER_MAGIC_ROLL
+        if not roll and out_ms.lstrip("-").isdigit() and int(out_ms) != deliver[j]:
             out.append(
                 _unit_problem(
-                    ts, i, DELIVER_MISMATCH, _DELAY_AT, f"delivery time {int(deliver[i])} (currWriteTimeMs + delay), the record's TIMER_OUT_MS is {out_ms}"
+                    ts, i, DELIVER_MISMATCH, _DELAY_AT, f"delivery time {deliver[j]} (currWriteTimeMs + delay), the record's TIMER_OUT_MS is {out_ms}"
                 )
             )
         real = rec.properties.get(C.PROPERTY_REAL_TOPIC)
-        want = java_hash(real) if real is not None else 0
-        if want != int(u.hash_code_of_real_topic[i]):
-            out.append(
-                _unit_problem(
-                    ts, i, TOPIC_HASH, _HASH_AT, f"hash of the real topic {int(u.hash_code_of_real_topic[i])}, hashCode of REAL_TOPIC {real!r} is {want}"
-                )
-            )
+        want = hashed.get(real)
+        if want is None:
+            want = hashed[real] = java_hash(real)
+        if want != hashes[j]:
+            out.append(_unit_problem(ts, i, TOPIC_HASH, _HASH_AT, f"hash of the real topic {hashes[j]}, hashCode of REAL_TOPIC {real!r} is {want}"))
     return out
 
 
@@ -198,28 +219,27 @@ def _data_end(cl: CommitLog) -> int:
     return end
 
 
-def _prev_links(ts: TimerStore) -> list[Problem]:
+def _prev_links(ts: TimerStore) -> Iterator[Problem]:
     """prevPos is -1, or an earlier unit of the same second (or one in an already deleted file)."""
     u = ts.units
-    out = []
     if not len(u):
-        return out
+        return
     first = ts.log.files[0].base if ts.log and ts.log.files else 0
-    index = {o: k for k, o in enumerate(u.offset.tolist())}
+    prev = u.prev_pos
+    check = (prev != -1) & ~((prev >= 0) & (prev < first))
+    k = _find(u.offset, prev)
+    bad = check & ((prev >= u.offset) | (k < 0))
     sec = u.deliver_ms // ts.precision
-    for i, (off, prev) in enumerate(zip(u.offset.tolist(), u.prev_pos.tolist(), strict=True)):
-        if prev == -1 or (0 <= prev < first):
-            continue
-        k = index.get(prev)
-        if prev >= off or k is None:
-            out.append(_unit_problem(ts, i, BAD_PREV, _PREV_AT, f"prevPos {prev} is not an earlier timer log unit"))
-        elif sec[k] != sec[i] and not (int(u.magic[i]) | int(u.magic[k])) & C.TIMER_MAGIC_ROLL:
-            out.append(
-                _unit_problem(
-                    ts, i, BAD_PREV, _PREV_AT, f"prevPos {prev} is a unit of another second ({int(u.deliver_ms[k])} ms, this one {int(u.deliver_ms[i])})"
-                )
-            )
-    return out
+    kk = np.maximum(k, 0)
+    roll = ((u.magic | u.magic[kk]) & C.TIMER_MAGIC_ROLL) != 0
+    other = check & ~bad & (sec[kk] != sec) & ~roll
+    for i in np.flatnonzero(bad).tolist():
+        yield _unit_problem(ts, i, BAD_PREV, _PREV_AT, f"prevPos {int(prev[i])} is not an earlier timer log unit")
+    for i in np.flatnonzero(other).tolist():
+        j = int(k[i])
+        yield _unit_problem(
+            ts, i, BAD_PREV, _PREV_AT, f"prevPos {int(prev[i])} is a unit of another second ({int(u.deliver_ms[j])} ms, this one {int(u.deliver_ms[i])})"
+        )
 
 
 def _slot_problem(ts: TimerStore, row, code: str, at: int, detail: str) -> Problem:
@@ -227,13 +247,12 @@ def _slot_problem(ts: TimerStore, row, code: str, at: int, detail: str) -> Probl
     return Problem(code, ts.wheel.path, idx * SLOT_SIZE + at, detail, extra={"slot_index": idx, "slot_time_ms": int(row["time"]) * ts.precision})
 
 
-def _wheel(ts: TimerStore, out: list[Problem]) -> set[int]:
-    """Walk every slot's chain; the units reached (as indices into ts.units)."""
-    visited: set[int] = set()
+def _wheel(ts: TimerStore, visited: np.ndarray) -> Iterator[Problem]:
+    """Walk every slot's chain, marking the units reached in `visited`."""
     if ts.wheel is None:
-        return visited
+        return
     u = ts.units
-    index = {o: k for k, o in enumerate(u.offset.tolist())}
+    offsets, prevs, magics = u.offset, u.prev_pos, u.magic
     first_log = ts.log.files[0].base if ts.log and ts.log.files else 0
     nslots = ts.wheel.slot_count or C.TIMER_WHEEL_SLOTS
     sec = u.deliver_ms // ts.precision
@@ -241,10 +260,10 @@ def _wheel(ts: TimerStore, out: list[Problem]) -> set[int]:
     for row in ts.slots:
         t, idx = int(row["time"]), int(row["index"])
         if t % nslots != idx:
-            out.append(_slot_problem(ts, row, SLOT_INDEX, 0, f"slot {idx} holds time {t} x {ts.precision} ms, which belongs in slot {t % nslots}"))
+            yield _slot_problem(ts, row, SLOT_INDEX, 0, f"slot {idx} holds time {t} x {ts.precision} ms, which belongs in slot {t % nslots}")
             continue
         if int(row["magic"]) != 0:
-            out.append(_slot_problem(ts, row, SLOT_MAGIC, _SLOT_MAGIC_AT, f"slot magic {int(row['magic'])}, the broker writes 0"))
+            yield _slot_problem(ts, row, SLOT_MAGIC, _SLOT_MAGIC_AT, f"slot magic {int(row['magic'])}, the broker writes 0")
         fired = last_read is not None and t * ts.precision < last_read
         cur, last_seen, count, n = int(row["last_pos"]), None, 0, 0
         first_pos = int(row["first_pos"])
@@ -252,50 +271,40 @@ def _wheel(ts: TimerStore, out: list[Problem]) -> set[int]:
             continue  # a fired second whose units were cleaned with their timer log files
         ok = True
         while cur != -1:
-            k = index.get(cur)
-            if k is None or k in visited:
-                what = "a unit already reached from a slot (a loop or two slots sharing units)" if k is not None else "no timer log unit"
-                at = _SLOT_LAST_AT if last_seen is None else None
-                if at is not None:
-                    out.append(_slot_problem(ts, row, CHAIN_BROKEN, at, f"lastPos {cur} is {what}"))
+            k = int(_find(offsets, cur))
+            if k < 0 or visited[k]:
+                what = "a unit already reached from a slot (a loop or two slots sharing units)" if k >= 0 else "no timer log unit"
+                if last_seen is None:
+                    yield _slot_problem(ts, row, CHAIN_BROKEN, _SLOT_LAST_AT, f"lastPos {cur} is {what}")
                 else:
-                    out.append(_unit_problem(ts, last_seen, CHAIN_BROKEN, _PREV_AT, f"the chain of slot {idx} goes on at {cur}, {what}"))
+                    yield _unit_problem(ts, last_seen, CHAIN_BROKEN, _PREV_AT, f"the chain of slot {idx} goes on at {cur}, {what}")
                 ok = False
                 break
-            if sec[k] != t and not int(u.magic[k]) & C.TIMER_MAGIC_ROLL:
-                out.append(
-                    _unit_problem(
-                        ts, k, WRONG_SLOT, _DELAY_AT, f"unit delivers at {int(u.deliver_ms[k])} ms but is chained into slot {idx} ({t * ts.precision} ms)"
-                    )
+            magic = int(magics[k])
+            if sec[k] != t and not magic & C.TIMER_MAGIC_ROLL:
+                yield _unit_problem(
+                    ts, k, WRONG_SLOT, _DELAY_AT, f"unit delivers at {int(u.deliver_ms[k])} ms but is chained into slot {idx} ({t * ts.precision} ms)"
                 )
-            visited.add(k)
+            visited[k] = True
             n += 1
-            count += -1 if int(u.magic[k]) & C.TIMER_MAGIC_DELETE else 1
+            count += -1 if magic & C.TIMER_MAGIC_DELETE else 1
             last_seen = k
-            cur = int(u.prev_pos[k])
+            cur = int(prevs[k])
             if 0 <= cur < first_log:
                 break  # the rest of the chain was in deleted files
         if not ok:
             continue
-        if last_seen is not None and cur == -1 and int(u.offset[last_seen]) != first_pos:
-            out.append(_slot_problem(ts, row, CHAIN_END, _SLOT_FIRST_AT, f"firstPos {first_pos}, the chain from lastPos ends at {int(u.offset[last_seen])}"))
+        if last_seen is not None and cur == -1 and int(offsets[last_seen]) != first_pos:
+            yield _slot_problem(ts, row, CHAIN_END, _SLOT_FIRST_AT, f"firstPos {first_pos}, the chain from lastPos ends at {int(offsets[last_seen])}")
         if cur == -1 and count != int(row["num"]):
-            out.append(_slot_problem(ts, row, SLOT_COUNT, _SLOT_NUM_AT, f"num {int(row['num'])}, the chain holds {count} (of {n} units)"))
-    return visited
+            yield _slot_problem(ts, row, SLOT_COUNT, _SLOT_NUM_AT, f"num {int(row['num'])}, the chain holds {count} (of {n} units)")
 
 
-def _unreachable(ts: TimerStore, pending: np.ndarray, visited: set[int]) -> list[Problem]:
+def _unreachable(ts: TimerStore, pending: np.ndarray, visited: np.ndarray) -> Iterator[Problem]:
     if ts.wheel is None:
-        return []
-    out = []
-    for i in np.flatnonzero(pending).tolist():
-        if i not in visited:
-            out.append(
-                _unit_problem(
-                    ts, i, UNREACHABLE, 0, f"pending unit (delivery {int(ts.units.deliver_ms[i])} ms) is in no wheel slot's chain: it would never fire"
-                )
-            )
-    return out
+        return
+    for i in np.flatnonzero(pending & ~visited).tolist():
+        yield _unit_problem(ts, i, UNREACHABLE, 0, f"pending unit (delivery {int(ts.units.deliver_ms[i])} ms) is in no wheel slot's chain: it would never fire")
 
 
 def _timercheck(ts: TimerStore, seen_max: int | None, timer_queue_max: int | None) -> list[Problem]:

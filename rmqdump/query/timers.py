@@ -108,15 +108,16 @@ def timer_summary(ts: TimerStore, cl: CommitLog) -> dict:
     u = ts.units
     pending = np.flatnonzero(ts.states())
     per: dict[str, dict] = {}
-    recs = records_at(cl, u.offset_py[pending]) if pending.size else {}
-    for i in pending.tolist():
-        rec = recs.get(int(u.offset_py[i]))
-        t = (rec.properties.get(C.PROPERTY_REAL_TOPIC) if rec else None) or "?"
-        d = per.setdefault(t, {"topic": t, "pending": 0, "next_deliver_ms": None})
-        d["pending"] += 1
-        ms = int(u.deliver_ms[i])
-        if d["next_deliver_ms"] is None or ms < d["next_deliver_ms"]:
-            d["next_deliver_ms"] = ms
+    for lo in range(0, len(pending), CHUNK):  # records looked up a chunk at a time: memory bounded by the chunk
+        part = pending[lo : lo + CHUNK]
+        recs = records_at(cl, u.offset_py[part])
+        for off, ms in zip(u.offset_py[part].tolist(), u.deliver_ms[part].tolist(), strict=True):
+            rec = recs.get(off)
+            t = (rec.properties.get(C.PROPERTY_REAL_TOPIC) if rec else None) or "?"
+            d = per.setdefault(t, {"topic": t, "pending": 0, "next_deliver_ms": None})
+            d["pending"] += 1
+            if d["next_deliver_ms"] is None or ms < d["next_deliver_ms"]:
+                d["next_deliver_ms"] = ms
     c = ts.check
     return {
         "kind": "timer",

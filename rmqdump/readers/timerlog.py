@@ -12,6 +12,7 @@ offset and the next unit is read where it always is.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 import re
@@ -23,7 +24,6 @@ import numpy as np
 from rmqdump.common.problems import InputError, Problem
 from rmqdump.readers.commitlog import Blank, CommitLog
 from rmqdump.readers.fastpath import field_offset, numpy_dtype
-from rmqdump.readers.mapped import MappedFile
 from rmqdump.readers.message import Message
 from schemas import constants as C
 from schemas.timer import TimerCheck, TimerLogBlank, TimerLogUnit, TimerWheelSlot
@@ -95,8 +95,9 @@ class TimerUnits:
     def __len__(self) -> int:
         return len(self.offset)
 
-    @property
+    @functools.cached_property
     def deliver_ms(self) -> np.ndarray:
+        """currWriteTimeMs + delay: when the wheel fires the unit (computed once)."""
         return self.curr_write_time_ms + self.delayed_time_offset
 
     @classmethod
@@ -171,9 +172,10 @@ def read_file(f: TimerLogFile, index: int) -> tuple[TimerUnits, list[Blank], lis
     n = f.size // UNIT_SIZE
     probs: list[Problem] = []
     blanks: list[Blank] = []
-    with MappedFile(f.path) as mf:
-        arr = mf.data[: n * UNIT_SIZE].view(UNIT_DTYPE).copy() if n else np.zeros(0, UNIT_DTYPE)
-        tail = bytes(mf.view[n * UNIT_SIZE : f.size])
+    with open(f.path, "rb") as fh:  # a copy, not a map: the columns below are taken from it once
+        buf = fh.read(n * UNIT_SIZE)
+        tail = fh.read(f.size - n * UNIT_SIZE)
+    arr = np.frombuffer(buf, dtype=UNIT_DTYPE, count=n) if n else np.zeros(0, UNIT_DTYPE)
     size = arr["size"].astype(np.int64)
     magic = arr["magic"].astype(np.int64)
     pos = np.arange(n, dtype=np.int64) * UNIT_SIZE
@@ -242,11 +244,11 @@ def read_file(f: TimerLogFile, index: int) -> tuple[TimerUnits, list[Blank], lis
             )
         )
     good = np.flatnonzero(keep & ~bad_size & ~bad_magic)
-    a = arr[good]
+    del raw, zero
     units = TimerUnits(
         f.base + pos[good],
-        np.full(len(good), index, dtype=np.int64),
-        *(a[name].astype(np.int64) for name in TimerUnits.FIELDS[2:]),
+        np.full(len(good), index, dtype=np.int32),
+        *(arr[name][good].astype(np.int64 if arr.dtype[name].itemsize == 8 else np.int32) for name in TimerUnits.FIELDS[2:]),
     )
     return units, blanks, probs, data_end
 
@@ -380,12 +382,11 @@ def infer_precision(slots: np.ndarray, units: TimerUnits) -> int | None:
     """timerPrecisionMs from the data: the slot's time field is deliverMs / precision of the units it holds."""
     if not len(slots) or not len(units):
         return None
-    by_off = dict(zip(units.offset.tolist(), units.deliver_ms.tolist(), strict=True))
+    k = np.searchsorted(units.offset, slots["last_pos"])
+    kc = np.minimum(k, len(units) - 1)
+    found = (k < len(units)) & (units.offset[kc] == slots["last_pos"])
     votes: dict[int, int] = {}
-    for t, last in zip(slots["time"].tolist(), slots["last_pos"].tolist(), strict=True):
-        d = by_off.get(last)
-        if d is None:
-            continue
+    for t, d in zip(slots["time"][found].tolist(), units.deliver_ms[kc[found]].tolist(), strict=True):
         for p in PRECISIONS:
             if d // p == t:
                 votes[p] = votes.get(p, 0) + 1

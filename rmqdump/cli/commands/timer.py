@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from rmqdump.checks.timerverify import verify_timers
+from rmqdump.checks.timerverify import TimerVerifySummary, verify_timers
 from rmqdump.cli import render
 from rmqdump.cli.commands.options import ListFormat, store_option
 from rmqdump.common.timeutil import iso, parse_time
@@ -108,17 +108,19 @@ def verify_cmd(
     st, ts = _open(store, precision)
     q = st.queue(C.TIMER_TOPIC, 0)
     qmax = q.bounds()[1] if q is not None else None
-    found, summary = verify_timers(ts, st.commitlog, timer_queue_max=qmax, check_crc=not no_crc)
+    summary = TimerVerifySummary()
+    found = verify_timers(ts, st.commitlog, timer_queue_max=qmax, check_crc=not no_crc, summary=summary)
     if fmt is ListFormat.jsonl:
         for p in found:
             render.jsonl(p.to_dict())
         render.jsonl(summary.to_dict())
     else:
-        if found:
-            t = Table("code", "file", "offset", "detail", box=None, header_style="bold")
-            for p in found:
-                t.add_row(p.code, st.rel(p.file), "" if p.file_offset is None else str(p.file_offset), p.detail)
-            render.out.print(t)
+        rows: list[tuple] = []
+        for p in found:
+            rows.append((p.code, st.rel(p.file), "" if p.file_offset is None else str(p.file_offset), p.detail))
+            if len(rows) >= 500:  # printed as it goes: a table of a million findings is never held
+                _flush(rows)
+        _flush(rows)
         codes = ", ".join(f"{k} {v}" for k, v in sorted(summary.codes.items()))
         render.err.print(
             f"{summary.units} timer log units ({summary.pending} pending, {summary.fired} fired), {summary.slots} wheel slots, "
@@ -126,6 +128,15 @@ def verify_cmd(
             highlight=False,
         )
     raise typer.Exit(1 if summary.problems else 0)
+
+
+def _flush(rows: list[tuple]) -> None:
+    if rows:
+        t = Table("code", "file", "offset", "detail", box=None, header_style="bold")
+        for r in rows:
+            t.add_row(*r)
+        render.out.print(t)
+        rows.clear()
 
 
 def dump_wheel_cmd(

@@ -45,6 +45,8 @@ def verify_cmd(
     st = Store.open(store)
     if not st.commitlog.files:
         render.fail(f"no_commitlog: {st.root}: no CommitLog files in commitlog/", 2)
+    if engine is Engine.spark and st.rocksdb_cq is not None:
+        render.fail(f"usage: {st.rocksdb_cq.path}: a RocksDB ConsumeQueue is verified with --engine local (the Spark engine reads ConsumeQueue files)", 2)
     summary = VerifySummary()
     rows: list[tuple] = []
     total = sum(f.size for f in st.commitlog.files)

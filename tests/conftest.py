@@ -73,7 +73,8 @@ def run_proc(*args: str, **kw) -> subprocess.CompletedProcess:
 
 
 def jsonl(text: str) -> list[dict]:
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
+    """JSON Lines split on newlines only: str.splitlines would also split at U+2028 or U+0085 inside a body."""
+    return [json.loads(line) for line in text.split("\n") if line.strip()]
 
 
 @pytest.fixture(params=STORES)

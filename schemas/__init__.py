@@ -2,7 +2,7 @@
 
 from schemas.checkpoint import Checkpoint
 from schemas.commitlog import BlankMarker, HostV4, HostV6, MessageRecord, RecordPrefix, message_header
-from schemas.consumequeue import BatchConsumeQueueUnit, ConsumeQueueUnit
+from schemas.consumequeue import BatchConsumeQueueUnit, ConsumeQueueExtHeader, ConsumeQueueExtUnit, ConsumeQueueUnit
 from schemas.indexfile import IndexEntry, IndexHeader, IndexSlot, index_file
 from schemas.msgid import OffsetMsgIdV4, OffsetMsgIdV6, UniqKeyV4, UniqKeyV6, offset_msg_id, uniq_key
 from schemas.rocksdbcq import RocksCheckpointValue, RocksCQKey, RocksCQValue, RocksOffsetKey, RocksOffsetValue
@@ -12,6 +12,8 @@ __all__ = [
     "BatchConsumeQueueUnit",
     "BlankMarker",
     "Checkpoint",
+    "ConsumeQueueExtHeader",
+    "ConsumeQueueExtUnit",
     "ConsumeQueueUnit",
     "HostV4",
     "HostV6",

@@ -84,6 +84,24 @@ CQ_UNIT_SIZE = 20
 CQ_FILLER_SIZE = 0x7FFFFFFF  # fillPreBlank: (0, Integer.MAX_VALUE, 0)
 DEFAULT_CQ_UNITS_PER_FILE = 300_000
 BCQ_UNIT_SIZE = 46
+BCQ_COMPACTED_OFFSET_NONE = -1  # BatchConsumeQueue.INVALID_POS, what every unit carries
+DEFAULT_BCQ_FILE_SIZE = 300_000 * BCQ_UNIT_SIZE  # mapperFileSizeBatchConsumeQueue
+
+# ConsumeQueue ext (store/ConsumeQueueExt.java): a CQ unit's tagsCode at or
+# below EXT_ADDRESS_MAX is Long.MIN_VALUE + the ext unit's byte offset.
+EXT_ADDRESS_MAX = -(1 << 31) - 1  # Integer.MIN_VALUE - 1
+EXT_ADDRESS_BASE = -(1 << 63)  # Long.MIN_VALUE
+EXT_MIN_UNIT_SIZE = 20  # size(2) + tagsCode(8) + msgStoreTime(8) + bitMapSize(2)
+EXT_END_BLANK = 4  # END_BLANK_DATA_LENGTH: a unit never uses a file's last 4 bytes
+EXT_FILE_END = -1  # short written where the next unit does not fit (fullFillToEnd)
+DEFAULT_EXT_FILE_SIZE = 48 * 1024 * 1024  # mappedFileSizeConsumeQueueExt
+
+# Light Message Queue multi-dispatch (common/MixAll.java, store/LmqDispatch.java)
+LMQ_PREFIX = "%LMQ%"
+LMQ_DISPATCH_SEPARATOR = ","
+LMQ_QUEUE_ID = 0
+RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
+SYSTEM_TOPIC_PREFIX = "rmq_sys_"  # TopicValidator: no multi-dispatch from these (nor from SCHEDULE_TOPIC_XXXX)
 
 # IndexFile
 INDEX_HEADER_SIZE = 40

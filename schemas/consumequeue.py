@@ -1,12 +1,15 @@
 """ConsumeQueue units.
 
-store/ConsumeQueue.java (CQ_STORE_UNIT_SIZE = 20) and
-store/queue/BatchConsumeQueue.java (CQ_STORE_UNIT_SIZE = 46).
+store/ConsumeQueue.java (CQ_STORE_UNIT_SIZE = 20),
+store/queue/BatchConsumeQueue.java (CQ_STORE_UNIT_SIZE = 46) and
+store/ConsumeQueueExt.java (CqExtUnit: variable size, written as size,
+tagsCode, msgStoreTime, bitMapSize, bitmap; checked against the bytes of
+fixtures/real/rmq53-cqext).
 """
 
 from __future__ import annotations
 
-from construct import Int16sb, Int32sb, Int64sb, Struct
+from construct import Bytes, Int16sb, Int32sb, Int64sb, Struct, this
 
 ConsumeQueueUnit = Struct(
     "commit_log_offset" / Int64sb,
@@ -25,3 +28,21 @@ BatchConsumeQueueUnit = Struct(
     "compacted_offset" / Int32sb,
     "reserved" / Int32sb,
 )
+"""One Batch ConsumeQueue unit; units are appended in order, msg_base_offset is the queue offset of its first message."""
+
+ConsumeQueueExtHeader = Struct(
+    "size" / Int16sb,
+    "tags_code" / Int64sb,
+    "msg_store_time" / Int64sb,
+    "bitmap_size" / Int16sb,
+)
+"""The fixed part of a ConsumeQueue ext unit (size = 20 + bitmap_size)."""
+
+ConsumeQueueExtUnit = Struct(
+    "size" / Int16sb,
+    "tags_code" / Int64sb,
+    "msg_store_time" / Int64sb,
+    "bitmap_size" / Int16sb,
+    "filter_bitmap" / Bytes(this.bitmap_size),
+)
+"""One ConsumeQueue ext unit, the consumer-filter bitmap included."""

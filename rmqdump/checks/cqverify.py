@@ -47,7 +47,7 @@ CQ_DANGLING = "cq_dangling"
 CQ_NON_MONOTONIC = "cq_non_monotonic"
 CQ_MISSING_UNIT = "cq_missing_unit"
 
-EXT_ADDRESS_MAX = -(1 << 31) - 1  # ConsumeQueueExt: tagsCode <= Integer.MIN_VALUE - 1 is an address
+EXT_ADDRESS_MAX = C.EXT_ADDRESS_MAX  # ConsumeQueueExt: tagsCode <= Integer.MIN_VALUE - 1 is an address
 
 PROBLEM_KEYS = ("code", "topic", "queue_id", "cq_file", "unit_index", "phys_offset", "detail")
 
@@ -626,6 +626,18 @@ def verify(
             continue
         yield emit(p)
 
+    from rmqdump.checks import batchcqverify, cqextverify, lmqverify
+    from rmqdump.readers.recordprops import RecordProps, is_lmq
+
+    kinds = _Kinds.of(store, topic, queue_id)
+    s.queues += len(kinds.batch)
+    for p in kinds.ext_problems():
+        yield emit(p)
+    for _bq, order in kinds.batch_orders():
+        s.units += order.units
+        for p in order.problems:
+            yield emit(p)
+
     states: list[_QueueState] = []
     for q in queues:
         where = _cq_locator(q)
@@ -644,13 +656,17 @@ def verify(
                 yield emit(p)
         states.append(_QueueState(q, where, ranges))
 
-    check_tags = not any(u.kind == "consumequeue_ext" for u in store.unsupported)
+    check_tags = not kinds.has_ext
     tcode = None
+    reader = RecordProps(store.commitlog)
 
     def expected(t: str, qid: int, index: int) -> str | None:
         q = store.queue(t, qid)
         if q is not None:
             return q.expected_path(index)
+        bq = store.batch_queues.get((t, qid))
+        if bq is not None:
+            return bq.expected_path(index)
         fs = store.cq_file_size or C.DEFAULT_CQ_UNITS_PER_FILE * UNIT_SIZE
         return os.path.join(store.root, "consumequeue", t, str(qid), f"{index * UNIT_SIZE // fs * fs:020d}")
 
@@ -669,14 +685,31 @@ def verify(
             hi = 1 << 63  # everything from here on is past the end of the data
         extent = CommitLogExtent.of(store.commitlog, data_end if last else 1 << 63)
         covered = np.zeros(len(records), dtype=bool)
+        lmq_found: set = set()
         for st in states:
             for _f, rng, chunk in _chunks_in(st, lo, hi):
-                probs, cov, _ = check_units_in_window(
-                    chunk, st.q.topic, st.q.queue_id, records, extent, lo, hi, seen_real=rng[2], cq_file_of=st.where, check_tags=check_tags
-                )
-                covered[cov] = True
+                if is_lmq(st.q.topic):
+                    probs, ok = lmqverify.check_lmq_units_in_window(
+                        chunk, st.q.topic, st.q.queue_id, records, extent, lo, hi, seen_real=rng[2], cq_file_of=st.where, reader=reader
+                    )
+                    lmq_found |= ok
+                else:
+                    probs, cov, _ = check_units_in_window(
+                        chunk, st.q.topic, st.q.queue_id, records, extent, lo, hi, seen_real=rng[2], cq_file_of=st.where, check_tags=check_tags
+                    )
+                    covered[cov] = True
+                if kinds.has_ext:
+                    ext = store.ext_queues.get((st.q.topic, st.q.queue_id))
+                    probs = probs + cqextverify.check_ext_units_in_window(
+                        chunk, st.q.topic, st.q.queue_id, ext, records, lo, hi, seen_real=rng[2], cq_file_of=st.where
+                    )
                 for p in probs:
                     yield emit(p)
+        for bq, u in kinds.batch_chunks_in(lo, hi):
+            probs, cov = batchcqverify.check_batch_units_in_window(bq, u, records, extent, lo, hi, reader)
+            covered[cov] = True
+            for p in probs:
+                yield emit(p)
         select = None
         if topic is not None or queue_id is not None:
             select = np.ones(len(records), dtype=bool)
@@ -686,6 +719,8 @@ def verify(
             if queue_id is not None:
                 select &= records.queue_id == queue_id
         for p in missing_units(records, covered, select=select, cq_file_of=expected):
+            yield emit(p)
+        for p in lmqverify.missing_lmq_units(store.commitlog, records, lmq_found, reader=reader, expected_path=expected, select=kinds.lmq_selected):
             yield emit(p)
         lo = hi
         if last:
@@ -698,6 +733,55 @@ def verify(
                 probs, _, _ = check_units_in_window(chunk, st.q.topic, st.q.queue_id, empty, extent, lo, 1 << 63, seen_real=rng[2], cq_file_of=st.where)
                 for p in probs:
                     yield emit(p)
+        for bq, u in kinds.batch_chunks_in(lo, 1 << 63):
+            probs, _ = batchcqverify.check_batch_units_in_window(bq, u, empty, extent, lo, 1 << 63, reader)
+            for p in probs:
+                yield emit(p)
+    reader.close()
+
+
+@dataclass
+class _Kinds:
+    """The 5.x queue kinds of a verify run: Batch ConsumeQueues, ConsumeQueue ext, LMQ selection."""
+
+    store: Store
+    batch: list
+    has_ext: bool
+    topic: str | None
+    queue_id: int | None
+    ranges: dict = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, store: Store, topic: str | None, queue_id: int | None) -> _Kinds:
+        has_ext = bool(store.ext_queues) or os.path.isdir(os.path.join(store.root, "consumequeue_ext"))
+        return cls(store, store.select_batch_queues(topic, queue_id), has_ext, topic, queue_id)
+
+    def ext_problems(self) -> list[Problem]:
+        out = []
+        for (t, qid), ext in sorted(self.store.ext_queues.items()):
+            if (self.topic is None or t == self.topic) and (self.queue_id is None or qid == self.queue_id):
+                ext.units()
+                out.extend(ext.problems)
+        return out
+
+    def batch_orders(self):
+        from rmqdump.checks.batchcqverify import check_batch_order
+
+        for bq in self.batch:
+            order = check_batch_order(bq)
+            self.ranges[(bq.topic, bq.queue_id)] = order.ranges
+            yield bq, order
+
+    def batch_chunks_in(self, lo: int, hi: int):
+        """Per Batch ConsumeQueue, the files with valid units pointing into [lo, hi), read."""
+        for bq in self.batch:
+            for _f, u, rng in zip(bq.files, bq.chunks(), self.ranges.get((bq.topic, bq.queue_id), []), strict=False):
+                if rng is None or rng[1] < lo or rng[0] >= hi:
+                    continue
+                yield bq, u
+
+    def lmq_selected(self, name: str) -> bool:
+        return (self.topic is None or name == self.topic) and (self.queue_id is None or self.queue_id == 0)
 
 
 def _chunks_in(st: _QueueState, lo: int, hi: int):

@@ -14,10 +14,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from rmqdump.common.problems import InputError, Problem
+from rmqdump.readers.batchcq import BatchConsumeQueue
 from rmqdump.readers.commitlog import CommitLog, read_record
 from rmqdump.readers.consumequeue import UNIT_SIZE, ConsumeQueue, QueueUnits
+from rmqdump.readers.cqext import ConsumeQueueExt
 from rmqdump.readers.mapped import MappedFile
 from rmqdump.readers.message import Message
+from rmqdump.readers.recordprops import is_lmq, multi_dispatch
+from schemas import constants as C
 
 SEEK_UNREADABLE = "seek_record_unreadable"
 
@@ -69,8 +73,15 @@ def record_summary(m: Message | Problem) -> dict:
     }
 
 
-def dump_units(q: ConsumeQueue, *, start: int | None = None, limit: int | None = None, reader: RecordReader | None = None) -> Iterator[dict]:
-    """The units of one queue from queue offset `start`, as rows; with a reader, each unit's record next to it."""
+def dump_units(
+    q: ConsumeQueue, *, start: int | None = None, limit: int | None = None, reader: RecordReader | None = None, ext: ConsumeQueueExt | None = None
+) -> Iterator[dict]:
+    """The units of one queue from queue offset `start`, as rows; with a reader, each unit's record next to it.
+
+    With the queue's ext files, a tagsCode that is an ext address is shown
+    resolved (the real tagsCode), with the address, the ext unit's store
+    time and filter bitmap next to it.
+    """
     n = 0
     seen_real = False
     for f in q.files:
@@ -79,6 +90,8 @@ def dump_units(q: ConsumeQueue, *, start: int | None = None, limit: int | None =
             seen_real = seen_real or bool((QueueUnits.from_array(_units(f), f.first_index).valid_mask()).any())
             continue
         u = QueueUnits.from_array(_units(f), f.first_index)
+        ext_k = ext.lookup(u.tags_code) if ext is not None else None
+        lmq = is_lmq(q.topic)
         filler = u.filler_mask()
         valid = u.valid_mask()
         for k in range(len(u)):
@@ -93,6 +106,7 @@ def dump_units(q: ConsumeQueue, *, start: int | None = None, limit: int | None =
                 "topic": q.topic,
                 "queue_id": q.queue_id,
                 "unit_index": idx,
+                "queue_offset": idx,
                 "cq_file": f.path,
                 "file_offset": idx * UNIT_SIZE - f.base,
                 "phys_offset": int(u.offset[k]),
@@ -100,6 +114,64 @@ def dump_units(q: ConsumeQueue, *, start: int | None = None, limit: int | None =
                 "tags_code": int(u.tags_code[k]),
                 "filler": is_filler,
                 "valid": bool(valid[k]) and not is_filler,
+            }
+            if int(u.tags_code[k]) <= C.EXT_ADDRESS_MAX:
+                row.update(_ext_fields(ext, int(u.tags_code[k]), -1 if ext_k is None else int(ext_k[k])))
+            if reader is not None and row["valid"]:
+                m = reader.read(row["phys_offset"])
+                row["record"] = record_summary(m)
+                if lmq and isinstance(m, Message):
+                    row["record"]["lmq_offsets"] = [o for name, o in multi_dispatch(m.topic, m.properties) if name == q.topic]
+            yield row
+            n += 1
+            if limit is not None and n >= limit:
+                return
+
+
+def _ext_fields(ext: ConsumeQueueExt | None, address: int, k: int) -> dict:
+    """A unit's ext address resolved: the real tagsCode, the ext unit's store time and bitmap (None where it does not resolve)."""
+    d = {"ext_address": address, "tags_code": None, "store_time": None, "filter_bitmap": None, "ext_file": None, "ext_file_offset": None}
+    if ext is None or k < 0:
+        return d
+    eu = ext.units()
+    d.update(
+        tags_code=int(eu.tags_code[k]),
+        store_time=int(eu.store_time[k]),
+        filter_bitmap=ext.bitmap(k).hex(),
+        ext_file=ext.files[int(eu.file_index[k])].path,
+        ext_file_offset=int(eu.pos[k]),
+    )
+    return d
+
+
+def dump_batch_units(q: BatchConsumeQueue, *, start: int | None = None, limit: int | None = None, reader: RecordReader | None = None) -> Iterator[dict]:
+    """The units of one Batch ConsumeQueue from the unit covering queue offset `start`, as rows."""
+    n = 0
+    for u in q.chunks():
+        valid = u.valid_mask()
+        zero = u.zero_mask()
+        for k in range(len(u)):
+            base, batch = int(u.base_offset[k]), int(u.batch_size[k])
+            if zero[k] and not valid[k]:
+                continue  # the unwritten end of the file
+            if start is not None and valid[k] and base + batch <= start:
+                continue
+            row = {
+                "kind": "unit",
+                "topic": q.topic,
+                "queue_id": q.queue_id,
+                "unit_index": base,
+                "queue_offset": base,
+                "cq_file": u.file.path,
+                "file_offset": int(u.pos[k]),
+                "phys_offset": int(u.offset[k]),
+                "size": int(u.size[k]),
+                "tags_code": int(u.tags_code[k]),
+                "store_time": int(u.store_time[k]),
+                "batch_size": batch,
+                "compacted_offset": int(u.compacted_offset[k]),
+                "filler": False,
+                "valid": bool(valid[k]),
             }
             if reader is not None and row["valid"]:
                 row["record"] = record_summary(reader.read(row["phys_offset"]))

@@ -3,9 +3,10 @@
 Everything else in rmqdump works on one part (a CommitLog, one queue, one
 index file); the Store finds the parts under a root the way the broker's
 StorePathConfigHelper lays them out, and names the variants rmqdump does not
-decode (batch/ext/RocksDB ConsumeQueues, DLedger; the timer files are read by
+decode (RocksDB ConsumeQueues, DLedger; the timer files are read by
 readers/timerlog.py) so nothing is
-misread as the plain format.
+misread as the plain format. Batch ConsumeQueues and ConsumeQueue ext files
+are found here too (readers.batchcq, readers.cqext).
 """
 
 from __future__ import annotations
@@ -16,10 +17,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from rmqdump.common.problems import InputError, Problem
+from rmqdump.readers.batchcq import BatchConsumeQueue, find_batch_queues
 from rmqdump.readers.checkpoint import Checkpoint, read_checkpoint
 from rmqdump.readers.commitlog import CommitLog
 from rmqdump.readers.configfiles import config_files
 from rmqdump.readers.consumequeue import ConsumeQueue, common_file_size
+from rmqdump.readers.cqext import ConsumeQueueExt, find_ext_queues
 from rmqdump.readers.fastpath import numpy_dtype
 from rmqdump.readers.rocksdbcq import RocksDBConsumeQueues, is_rocksdb, open_queues
 from schemas import IndexHeader
@@ -89,6 +92,8 @@ class Store:
     unsupported: list[Unsupported] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
     rocksdb_cq: RocksDBConsumeQueues | None = None  # the RocksDB ConsumeQueue, when consumequeue/ is one
+    batch_queues: dict[tuple[str, int], BatchConsumeQueue] = field(default_factory=dict)  # batchconsumequeue/
+    ext_queues: dict[tuple[str, int], ConsumeQueueExt] = field(default_factory=dict)  # consumequeue_ext/
 
     @classmethod
     def open(cls, root: str | os.PathLike) -> Store:
@@ -122,6 +127,7 @@ class Store:
         )
         st.problems.extend(cl.problems)
         st._find_queues()
+        st._find_batch_and_ext_queues()
         st._find_index()
         st._find_unsupported(entries)
         st.other_files = [os.path.join(root, e) for e in entries if e not in known and os.path.isfile(os.path.join(root, e))]
@@ -172,6 +178,13 @@ class Store:
             self.queues[(topic, qid)] = q
             self.problems.extend(q.problems)
 
+    def _find_batch_and_ext_queues(self) -> None:
+        """5.x queue kinds kept in their own directories: Batch ConsumeQueues and ConsumeQueue ext files."""
+        bqs, probs = find_batch_queues(self.root)
+        self.batch_queues = {(q.topic, q.queue_id): q for q in bqs}
+        self.problems.extend(probs)
+        self.ext_queues = find_ext_queues(self.root)
+
     def _find_index(self) -> None:
         d = os.path.join(self.root, INDEX_DIR)
         if not os.path.isdir(d):
@@ -190,14 +203,6 @@ class Store:
             self.unsupported.append(Unsupported(kind, path, detail))
 
         root = self.root
-        if "batchconsumequeue" in entries:
-            add("batch_consumequeue", os.path.join(root, "batchconsumequeue"), "Batch ConsumeQueue (46-byte units): not decoded")
-        if "consumequeue_ext" in entries:
-            add(
-                "consumequeue_ext",
-                os.path.join(root, "consumequeue_ext"),
-                "ConsumeQueueExt: tagsCode values at or below Integer.MIN_VALUE - 1 are ext addresses, not checked",
-            )
         for e in entries:
             p = os.path.join(root, e)
             if e.startswith("dledger") and os.path.isdir(p):
@@ -234,6 +239,9 @@ class Store:
 
     def select_queues(self, topic: str | None = None, queue_id: int | None = None) -> list[ConsumeQueue]:
         return [q for (t, i), q in sorted(self.queues.items()) if (topic is None or t == topic) and (queue_id is None or i == queue_id)]
+
+    def select_batch_queues(self, topic: str | None = None, queue_id: int | None = None) -> list[BatchConsumeQueue]:
+        return [q for (t, i), q in sorted(self.batch_queues.items()) if (topic is None or t == topic) and (queue_id is None or i == queue_id)]
 
     def rel(self, path: str) -> str:
         try:

@@ -11,7 +11,7 @@ from rmqdump.checks.cqverify import WINDOW_RECORDS, VerifySummary, problem_dict,
 from rmqdump.cli import render
 from rmqdump.cli.commands.options import Engine, ListFormat, engine_option, master_option, spark_conf_option, store_option
 from rmqdump.common.timeutil import iso, parse_time
-from rmqdump.query.cqseek import RecordReader, dump_units, record_summary, seek
+from rmqdump.query.cqseek import RecordReader, dump_batch_units, dump_units, record_summary, seek
 from rmqdump.readers.store import Store
 from rmqdump.scan.dispatch import DelayLevels
 from schemas import constants as C
@@ -21,8 +21,8 @@ cq_app = typer.Typer(help="ConsumeQueues: verify against the CommitLog, dump uni
 
 def verify_cmd(
     store: Path = store_option(),
-    topic: str = typer.Option(None, "--topic", help="Only this topic."),
-    queue: int = typer.Option(None, "--queue", help="Only this queue id."),
+    topic: str = typer.Option(None, "--topic", "-t", help="Only this topic."),
+    queue: int = typer.Option(None, "--queue", "-q", help="Only this queue id."),
     no_crc: bool = typer.Option(False, "--no-crc", help="Skip body/property CRC checks in the CommitLog scan (faster)."),
     delay_levels: str = typer.Option(C.DEFAULT_DELAY_LEVELS, "--delay-levels", help="The broker's messageDelayLevel (tagsCode of SCHEDULE_TOPIC_XXXX units)."),
     fmt: ListFormat = typer.Option(ListFormat.table, "--format", "-f", help="table or jsonl."),
@@ -113,8 +113,8 @@ def _queue(st: Store, topic: str, queue: int):
 
 def dump_cmd(
     store: Path = store_option(),
-    topic: str = typer.Option(..., "--topic", help="Topic of the queue."),
-    queue: int = typer.Option(..., "--queue", help="Queue id."),
+    topic: str = typer.Option(..., "--topic", "-t", help="Topic of the queue."),
+    queue: int = typer.Option(..., "--queue", "-q", help="Queue id."),
     start: int = typer.Option(None, "--from", min=0, help="First queue offset to show."),
     limit: int = typer.Option(None, "--limit", min=1, help="Show at most this many units."),
     resolve: bool = typer.Option(False, "--resolve", help="Read each unit's record and show it next to the unit."),
@@ -122,22 +122,31 @@ def dump_cmd(
 ):
     """The units of one queue, decoded (offset, size, tagsCode), optionally with their records.
 
+    A Batch ConsumeQueue shows msgBaseOffset as the queue offset, with batchSize
+    and storeTime; a unit whose tagsCode is a ConsumeQueue ext address shows the
+    real tagsCode, the address and the filter bitmap.
+
     Example:  rmqdump cq dump -s store --topic orders --queue 1 --from 100 --limit 5 --resolve
     """
     st = Store.open(store)
-    q = _queue(st, topic, queue)
+    bq = st.batch_queues.get((topic, queue))
+    q = bq if bq is not None else _queue(st, topic, queue)
     n = 0
     with RecordReader(st.commitlog) as reader:
         if hasattr(q, "dump_rows"):  # a RocksDB ConsumeQueue
             rows = _with_records(q.dump_rows(start=start, limit=limit), reader if resolve else None)
+        elif bq is not None:
+            rows = dump_batch_units(bq, start=start, limit=limit, reader=reader if resolve else None)
         else:
-            rows = dump_units(q, start=start, limit=limit, reader=reader if resolve else None)
+            rows = dump_units(q, start=start, limit=limit, reader=reader if resolve else None, ext=st.ext_queues.get((topic, queue)))
         if fmt is ListFormat.jsonl:
             for r in rows:
                 render.jsonl(r)
                 n += 1
         else:
             cols = ["unit", "phys_offset", "size", "tags_code", "file@offset"]
+            extra = ["batch_size", "store_time"] if bq is not None else ["ext_address", "filter_bitmap"] if (topic, queue) in st.ext_queues else []
+            cols += extra
             if resolve:
                 cols += ["stored (UTC)", "rec q/qoffset", "tags", "keys", "check"]
             t = Table(*cols, box=None, header_style="bold")
@@ -150,6 +159,7 @@ def dump_cmd(
                     str(r["tags_code"]),
                     f"{Path(r['cq_file']).name}@{r['file_offset']}" if r["file_offset"] is not None else "rocksdb",
                 ]
+                cells += ["" if r.get(c) is None else str(r[c]) for c in extra]
                 if r["filler"]:
                     cells[1] = "[dim]filler[/dim]"
                 elif not r["valid"]:
@@ -161,7 +171,12 @@ def dump_cmd(
                     elif not rec["ok"]:
                         cells += ["", "", "", "", f"[red]{rec['code']}[/red]"]
                     else:
-                        good = rec["total_size"] == r["size"] and rec["topic"] == topic and rec["queue_id"] == queue and rec["queue_offset"] == r["unit_index"]
+                        if "lmq_offsets" in rec:  # an LMQ unit points at its parent topic's record, which names this queue
+                            good = rec["total_size"] == r["size"] and r["unit_index"] in rec["lmq_offsets"]
+                        else:
+                            good = (
+                                rec["total_size"] == r["size"] and rec["topic"] == topic and rec["queue_id"] == queue and rec["queue_offset"] == r["unit_index"]
+                            )
                         cells += [
                             iso(rec["store_timestamp"]),
                             f"{rec['queue_id']}/{rec['queue_offset']}",
@@ -183,8 +198,8 @@ def _with_records(rows, reader):
 
 def seek_cmd(
     store: Path = store_option(),
-    topic: str = typer.Option(..., "--topic", help="Topic of the queue."),
-    queue: int = typer.Option(..., "--queue", help="Queue id."),
+    topic: str = typer.Option(..., "--topic", "-t", help="Topic of the queue."),
+    queue: int = typer.Option(..., "--queue", "-q", help="Queue id."),
     time: str = typer.Option(..., "--time", help="Epoch milliseconds or ISO 8601 (UTC when no zone is given)."),
     fmt: ListFormat = typer.Option(ListFormat.table, "--format", "-f", help="table or jsonl."),
 ):

@@ -271,7 +271,7 @@ def verify_spark(
             order={(q.topic, q.queue_id): i for i, q in enumerate(queues)},
             file_size=store.cq_file_size,
             extent=CommitLogExtent.of(store.commitlog, data_end),
-            check_tags=not any(u.kind == "consumequeue_ext" for u in store.unsupported),
+            check_tags=not (store.ext_queues or os.path.isdir(os.path.join(store.root, "consumequeue_ext"))),
             select_topic=topic,
             select_queue=queue_id,
         )

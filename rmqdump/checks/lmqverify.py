@@ -1,0 +1,158 @@
+"""`cq verify` for Light Message Queues (`consumequeue/%LMQ%name/0/`), both ways.
+
+With enableLmq/enableMultiDispatch a message of a parent topic names LMQ
+queues in INNER_MULTI_DISPATCH ("%LMQ%a,%LMQ%b"); the CommitLog assigns each
+its queue offset and stores them, in the same order, in
+INNER_MULTI_QUEUE_OFFSET. After the parent's own unit is written, one more
+20-byte unit per LMQ goes to that queue (queue id 0) at that offset, with
+the record's offset, size and tagsCode. So a unit in an LMQ queue is right
+when it points at a record whose properties name that queue at that
+offset, and every such record needs that unit. Records of %RETRY%, rmq_sys_
+and SCHEDULE_TOPIC_XXXX topics are never multi-dispatched.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+
+import numpy as np
+
+from rmqdump.checks.cqverify import (
+    CQ_MISSING_UNIT,
+    CQ_QUEUE_MISMATCH,
+    CQ_QUEUE_OFFSET_MISMATCH,
+    CQ_TOPIC_MISMATCH,
+    CommitLogExtent,
+    RecordTable,
+    _pointer_checks,
+    _problems,
+    real_mask,
+)
+from rmqdump.common.problems import Problem
+from rmqdump.readers.commitlog import CommitLog
+from rmqdump.readers.consumequeue import QueueUnits
+from rmqdump.readers.recordprops import RecordProps, multi_dispatch
+from schemas import constants as C
+
+CQ_LMQ_NOT_DISPATCHED = "cq_lmq_not_dispatched"  # the record's INNER_MULTI_DISPATCH does not name this queue
+
+_NEEDLE = (C.PROPERTY_INNER_MULTI_DISPATCH + C.NAME_VALUE_SEPARATOR).encode()
+_NOT_HERE = {CQ_TOPIC_MISMATCH, CQ_QUEUE_MISMATCH, CQ_QUEUE_OFFSET_MISMATCH}
+
+
+def check_lmq_units_in_window(
+    u: QueueUnits,
+    topic: str,
+    queue_id: int,
+    records: RecordTable,
+    extent: CommitLogExtent,
+    lo: int,
+    hi: int,
+    *,
+    seen_real: bool,
+    cq_file_of,
+    reader: RecordProps,
+) -> tuple[list[Problem], set[tuple[str, int, int]]]:
+    """Pointer checks of one LMQ queue's valid units with lo <= offset < hi.
+
+    Returns the problems and the (queue, offset, phys) of every unit that is
+    right, for the record side (`missing_lmq_units`).
+    """
+    if len(u) == 0:
+        return [], set()
+    real, _, _ = real_mask(u, seen_real)
+    vpos = np.flatnonzero(real & (u.offset >= lo) & (u.offset < hi))
+    found, _ = _pointer_checks(u, vpos, topic, queue_id, records, extent, True)
+    found = [f for f in found if f[1] not in _NOT_HERE]  # the record is the parent topic's, by design
+    ok: set[tuple[str, int, int]] = set()
+    co = u.offset[vpos]
+    r = np.searchsorted(records.phys, co)
+    rc = np.clip(r, 0, max(len(records) - 1, 0))
+    hit = (r < len(records)) & (records.phys[rc] == co) if len(records) else np.zeros(len(co), dtype=bool)
+    for j, ri in zip(vpos[hit].tolist(), rc[hit].tolist(), strict=True):
+        phys, idx = int(u.offset[j]), int(u.index[j])
+        parent = records.topics[int(records.topic_id[ri])]
+        pairs = multi_dispatch(parent, reader.get(phys))
+        offs = [o for name, o in pairs if name == topic]
+        if not offs:
+            found.append((j, CQ_LMQ_NOT_DISPATCHED, f"record of {parent!r} does not name {topic!r} in {C.PROPERTY_INNER_MULTI_DISPATCH}", phys))
+            continue
+        if idx not in offs:
+            found.append(
+                (j, CQ_QUEUE_OFFSET_MISMATCH, f"record's {C.PROPERTY_INNER_MULTI_QUEUE_OFFSET} gives {topic!r} offset {offs[0]}, unit index {idx}", phys)
+            )
+            continue
+        if queue_id != C.LMQ_QUEUE_ID:
+            found.append((j, CQ_QUEUE_MISMATCH, f"an LMQ unit is in queue {C.LMQ_QUEUE_ID}, not {queue_id}", phys))
+            continue
+        ok.add((topic, idx, phys))  # the record's unit is here (a wrong size or tagsCode is reported above)
+    return _problems(found, u, topic, queue_id, cq_file_of), ok
+
+
+def dispatching_records(cl: CommitLog, records: RecordTable) -> np.ndarray:
+    """Indices of the records whose bytes hold an INNER_MULTI_DISPATCH property name (one substring search over their range)."""
+    if not len(records):
+        return np.zeros(0, np.int64)
+    lo, hi = int(records.phys[0]), records.data_end
+    hits: list[int] = []
+    for seg in cl.files:
+        a, b = max(lo, seg.base), min(hi, seg.base + seg.size)
+        if a >= b:
+            continue
+        with open(seg.path, "rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            if size == 0:
+                continue
+            mm = mmap.mmap(fh.fileno(), size, access=mmap.ACCESS_READ)
+            try:
+                p = mm.find(_NEEDLE, a - seg.base, min(b - seg.base, size))
+                while p >= 0:
+                    hits.append(seg.base + p)
+                    p = mm.find(_NEEDLE, p + 1, min(b - seg.base, size))
+            finally:
+                mm.close()
+    if not hits:
+        return np.zeros(0, np.int64)
+    h = np.array(hits, dtype=np.int64)
+    i = np.searchsorted(records.phys, h, side="right") - 1
+    ok = (i >= 0) & (h < records.phys[np.clip(i, 0, None)] + records.size[np.clip(i, 0, None)])
+    return np.unique(i[ok])
+
+
+def missing_lmq_units(
+    cl: CommitLog,
+    records: RecordTable,
+    found: set[tuple[str, int, int]],
+    *,
+    reader: RecordProps,
+    expected_path,
+    select=None,
+) -> list[Problem]:
+    """Records that name an LMQ queue at an offset with no right unit there.
+
+    found: (queue, offset, phys) of the right units (check_lmq_units_in_window).
+    expected_path(queue, queue_id, offset) -> the CQ file that should hold the unit.
+    select(queue) -> whether that LMQ queue is being verified.
+    """
+    out = []
+    for i in dispatching_records(cl, records).tolist():
+        if not records.queued[i]:
+            continue
+        phys = int(records.phys[i])
+        parent = records.topics[int(records.topic_id[i])]
+        for name, off in multi_dispatch(parent, reader.get(phys)):
+            if (name, off, phys) in found or (select is not None and not select(name)):
+                continue
+            path = expected_path(name, C.LMQ_QUEUE_ID, off)
+            out.append(
+                Problem(
+                    CQ_MISSING_UNIT,
+                    path or "",
+                    None,
+                    f"record at {phys} of {parent!r} names {name!r} at offset {off}: no unit there points at it",
+                    phys_offset=phys,
+                    extra={"topic": name, "queue_id": C.LMQ_QUEUE_ID, "cq_file": path, "unit_index": off},
+                )
+            )
+    return out

@@ -81,6 +81,7 @@ class RebuildReport:
     flagged: list[Problem] = field(default_factory=list)  # records kept and dispatched, with a problem (CRC, phys field)
     problems: list[Problem] = field(default_factory=list)  # what the builders met
     checkpoint: dict = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)  # what was left out on purpose, and why
     verify: dict | None = None
     workers: int = 1
     seconds: float = 0.0  # scan and write
@@ -118,6 +119,7 @@ class RebuildReport:
             "skipped_bytes": self.skipped_bytes,
             "problems": len(self.problems),
             "checkpoint": self.checkpoint,
+            "notes": self.notes,
             "verify": self.verify,
             "workers": self.workers,
             "seconds": round(self.seconds, 3),
@@ -320,8 +322,9 @@ def build_into(
     workers = options.workers if options.workers else default_workers(total)
     report.workers = workers
     last_ts = last_queued_ts = None
+    five = _FiveX.open(tmp, cl, settings, options, report) if want_cq else None
     try:
-        for r in _results(tasks, workers):
+        for task, r in zip(tasks, _results(tasks, workers), strict=False):
             report.records += r.records
             report.damaged.extend(r.damaged)
             report.flagged.extend(r.flagged)
@@ -333,8 +336,10 @@ def build_into(
                 if cqb is not None:
                     q = r.queued
                     if q.any():
-                        cqb.add(r.topics, r.topic_id[q], r.queue_id[q], r.queue_offset[q], r.phys[q], r.size[q], r.tags_code[q])
                         last_queued_ts = int(r.store_ts[np.flatnonzero(q)[-1]])
+                        q = five.add_batch(r, q)  # BatchCQ topics' records go to batchconsumequeue/
+                        cqb.add(r.topics, r.topic_id[q], r.queue_id[q], r.queue_offset[q], r.phys[q], r.size[q], r.tags_code[q])
+                        five.add_lmq(cqb, task, r)
                 if ixb is not None:
                     ixb.add(r.phys, r.store_ts, r.key_rec, r.key_hash, r.chains)
                     report.index_keys += len(r.key_rec)
@@ -343,15 +348,91 @@ def build_into(
         if cqb is not None:
             report.queues = cqb.finish()
             report.problems.extend(cqb.problems)
+            five.finish()
         if ixb is not None:
             report.index_files = ixb.finish()
     except BaseException:
+        if five is not None:
+            five.abort()
         if cqb is not None:
             cqb.abort()
         if ixb is not None:
             ixb.abort()
         raise
     report.checkpoint = write_checkpoint(tmp, report, last_ts, last_queued_ts, options.sync)
+
+
+class _FiveX:
+    """The 5.x queue kinds a rebuild writes besides consumequeue/: Batch ConsumeQueues and LMQ units (build.batchcqbuild)."""
+
+    def __init__(self, bcq, extras, options: RebuildOptions, report: RebuildReport):
+        self.bcq, self.extras, self.options, self.report = bcq, extras, options, report
+
+    @classmethod
+    def open(cls, tmp: str, cl: CommitLog, settings: StoreSettings, options: RebuildOptions, report: RebuildReport) -> _FiveX:
+        from rmqdump.build.batchcqbuild import BatchConsumeQueueBuilder, Extras, source_batch_topics
+
+        topics = source_batch_topics(report.store)
+        bcq = None
+        if topics:
+            bcq = BatchConsumeQueueBuilder(
+                os.path.join(tmp, "batchconsumequeue"), settings.bcq_file_size, sync=options.sync, display_dir=os.path.join(report.out, "batchconsumequeue")
+            )
+        if os.path.isdir(os.path.join(report.store, "consumequeue_ext")):
+            report.notes.append(
+                "consumequeue_ext: not written. Its filter bitmaps come from the consumer filters registered when each message was dispatched, "
+                "which the store does not keep; units carry the plain tagsCode, as the broker writes them when an ext unit cannot be written "
+                "(a broker with enableConsumeQueueExt reads them so, filtering by tag and then on the CommitLog record)"
+            )
+        return cls(bcq, Extras.open(cl, topics), options, report)
+
+    def add_batch(self, r, q: np.ndarray) -> np.ndarray:
+        """Send the BatchCQ topics' queued records to the batch builder; returns the rest of `q`."""
+        if self.bcq is None:
+            return q
+        is_batch = np.array([t in self.extras.batch_topics for t in r.topics], dtype=bool)
+        sel = q & is_batch[r.topic_id]
+        if not sel.any():
+            return q
+        idx = np.flatnonzero(sel)
+        keys = (r.topic_id[idx].astype(np.int64) << 32) | (r.queue_id[idx].astype(np.int64) & 0xFFFFFFFF)
+        for key in np.unique(keys).tolist():
+            m = idx[keys == key]
+            base, batch = self.extras.batch_fields(r.phys[m], r.queue_offset[m])
+            self.bcq.add(r.topics[int(r.topic_id[m[0]])], int(r.queue_id[m[0]]), r.phys[m], r.size[m], r.tags_code[m], r.store_ts[m], base, batch)
+        return q & ~sel
+
+    def add_lmq(self, cqb: ConsumeQueueBuilder, task, r) -> None:
+        """The LMQ units of the records of one range (queue id 0, at the offsets their properties give)."""
+        seg, a, b = task[0], task[1], task[2]
+        units = self.extras.lmq_units(seg, a, b, r.phys, r.size, r.queued, lambda i: r.topics[int(r.topic_id[i])])
+        if self.options.topics:
+            units = [u for u in units if u[0] in self.options.topics]
+        if not units:
+            return
+        names = sorted({u[0] for u in units})
+        nid = {n: i for i, n in enumerate(names)}
+        rec = np.array([u[2] for u in units], dtype=np.int64)
+        cqb.add(
+            names,
+            np.array([nid[u[0]] for u in units], dtype=np.int32),
+            np.zeros(len(units), dtype=np.int32),
+            np.array([u[1] for u in units], dtype=np.int64),
+            r.phys[rec],
+            r.size[rec],
+            r.tags_code[rec],
+        )
+
+    def finish(self) -> None:
+        self.extras.close()
+        if self.bcq is not None:
+            self.report.queues = sorted(self.report.queues + self.bcq.finish(), key=lambda q: (q.topic, q.queue_id))
+            self.report.problems.extend(self.bcq.problems)
+
+    def abort(self) -> None:
+        self.extras.close()
+        if self.bcq is not None:
+            self.bcq.abort()
 
 
 def write_checkpoint(tmp: str, report: RebuildReport, last_ts: int | None, last_queued_ts: int | None, sync: bool) -> dict:

@@ -43,6 +43,7 @@ class StoreSettings:
     index_entries: int
     delay_spec: str
     source: dict[str, str] = field(default_factory=dict)  # setting -> where it came from
+    bcq_file_size: int = C.DEFAULT_BCQ_FILE_SIZE  # bytes per Batch ConsumeQueue file (mapperFileSizeBatchConsumeQueue)
 
     @property
     def delays(self) -> DelayLevels:
@@ -62,6 +63,7 @@ class StoreSettings:
             "hash_slots": self.hash_slots,
             "index_entries": self.index_entries,
             "delay_levels": self.delay_spec,
+            "bcq_file_size": self.bcq_file_size,
             "source": dict(self.source),
         }
 
@@ -140,6 +142,26 @@ def infer_cq_units(store: str) -> tuple[int | None, str]:
     if odd:
         return None, f"{odd[0]} is named by an offset that is not a multiple of the file size {size}"
     return size // C.CQ_UNIT_SIZE, f"inferred from {len(files)} ConsumeQueue files of {size} bytes"
+
+
+def infer_bcq_file_size(store: str) -> tuple[int | None, str]:
+    """Bytes per Batch ConsumeQueue file from the store's own: one common size, names multiples of it."""
+    from rmqdump.readers.batchcq import find_batch_queues
+
+    queues, _ = find_batch_queues(store)
+    files = [f for q in queues for f in q.files]
+    if not files:
+        return None, "no Batch ConsumeQueue files to infer from"
+    sizes = sorted({f.size for f in files})
+    if len(sizes) > 1:
+        return None, f"Batch ConsumeQueue files disagree on their size: {sizes} bytes"
+    size = sizes[0]
+    if size < C.BCQ_UNIT_SIZE:
+        return None, f"Batch ConsumeQueue files are {size} bytes, shorter than one 46-byte unit"
+    odd = [f.path for f in files if f.base % size]
+    if odd:
+        return None, f"{odd[0]} is named by an offset that is not a multiple of the file size {size}"
+    return size, f"inferred from {len(files)} Batch ConsumeQueue files of {size} bytes"
 
 
 def _index_files(store: str) -> list[str]:
@@ -224,6 +246,7 @@ def resolve(
     index_entries: int | None = None,
     delay_levels: str | None = None,
     broker_conf: str | None = None,
+    bcq_file_size: int | None = None,
 ) -> StoreSettings:
     """The sizing to rebuild with; InputError(settings_ambiguous) names the flag to pass when it cannot tell."""
     source: dict[str, str] = {}
@@ -299,6 +322,24 @@ def resolve(
             BAD_BROKER_CONF if source["delay_levels"] != "--delay-levels" else "bad_delay_levels", broker_conf or "--delay-levels", str(e)
         ) from None
 
+    if bcq_file_size is not None:
+        source["bcq_file_size"] = "--bcq-file-size"
+    else:
+        bcq_file_size = _conf_int(conf, "mapperFileSizeBatchConsumeQueue", broker_conf or "")
+        if bcq_file_size is not None:
+            source["bcq_file_size"] = f"{broker_conf}: mapperFileSizeBatchConsumeQueue"
+        else:
+            bcq_file_size, why = infer_bcq_file_size(store)
+            if bcq_file_size is not None:
+                source["bcq_file_size"] = why
+            elif os.path.isdir(os.path.join(store, "batchconsumequeue")) and "no Batch" not in why:
+                raise InputError(SETTINGS_AMBIGUOUS, os.path.join(store, "batchconsumequeue"), f"{why}; pass --bcq-file-size (or --broker-conf)")
+            else:
+                bcq_file_size = C.DEFAULT_BCQ_FILE_SIZE
+                source["bcq_file_size"] = "broker default (the store has no Batch ConsumeQueue files)"
+    if bcq_file_size < C.BCQ_UNIT_SIZE:
+        raise InputError("bad_setting", "bcq_file_size", f"{bcq_file_size} bytes cannot hold one {C.BCQ_UNIT_SIZE}-byte Batch ConsumeQueue unit")
+
     for name, v in (("cq_units_per_file", cq_units), ("hash_slots", hash_slots), ("index_entries", index_entries)):
         if v <= 0:
             raise InputError("bad_setting", name, f"{v} must be positive")
@@ -306,4 +347,4 @@ def resolve(
         raise InputError("bad_setting", "index_entries", "an index file needs at least 2 entries (entry 0 is never written)")
     if index_file_size(hash_slots, index_entries) > (1 << 31) - 1:
         raise InputError("bad_setting", "index", "an index file of these sizes is over 2 GiB, which the broker cannot map")
-    return StoreSettings(cq_units, hash_slots, index_entries, delay_levels, source)
+    return StoreSettings(cq_units, hash_slots, index_entries, delay_levels, source, bcq_file_size)

@@ -12,15 +12,19 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from rmqdump.checks.recovery import RecoveryPreview, preview
 from rmqdump.common.problems import Problem
 from rmqdump.query.cqseek import RecordReader
 from rmqdump.query.timers import timer_summary
+from rmqdump.readers.batchcq import BatchConsumeQueue
 from rmqdump.readers.checkpoint import Checkpoint
 from rmqdump.readers.commitlog import scan_file
 from rmqdump.readers.configfiles import ConfigFile, read_config
 from rmqdump.readers.mapped import MappedFile
 from rmqdump.readers.message import Message
+from rmqdump.readers.recordprops import is_lmq
 from rmqdump.readers.store import IndexFileInfo, Store, Unsupported
 from rmqdump.readers.timerlog import TimerStore
 
@@ -37,6 +41,9 @@ class QueueInfo:
     first_store_timestamp: int | None
     last_store_timestamp: int | None
     last_phys_offset: int | None
+    queue_type: str = "SimpleCQ"  # SimpleCQ (20-byte units) or BatchCQ (batchconsumequeue/, 46-byte units)
+    ext: bool = False  # the queue has consumequeue_ext files (tagsCode holds ext addresses)
+    lmq: bool = False  # a Light Message Queue (%LMQ%name): units point at its parent topics' records
 
     def to_dict(self) -> dict:
         return {
@@ -51,6 +58,9 @@ class QueueInfo:
             "first_store_timestamp": self.first_store_timestamp,
             "last_store_timestamp": self.last_store_timestamp,
             "last_phys_offset": self.last_phys_offset,
+            "queue_type": self.queue_type,
+            "ext": self.ext,
+            "lmq": self.lmq,
         }
 
 
@@ -128,6 +138,19 @@ def queue_info(q, reader: RecordReader) -> QueueInfo:
     return QueueInfo(q.topic, q.queue_id, len(q.files), sum(f.size for f in q.files), lo, hi, hi - lo, first, last, last_phys)
 
 
+def batch_queue_info(q: BatchConsumeQueue) -> QueueInfo:
+    """A Batch ConsumeQueue's offsets and times from its own units (they carry the store time): no record reads."""
+    lo, hi = q.bounds()
+    first = last = last_phys = None
+    for u in q.chunks():
+        v = np.flatnonzero(u.valid_mask())
+        if v.size:
+            if first is None:
+                first = int(u.store_time[v[0]])
+            last, last_phys = int(u.store_time[v[-1]]), int(u.offset[v[-1]])
+    return QueueInfo(q.topic, q.queue_id, len(q.files), sum(f.size for f in q.files), lo, hi, hi - lo, first, last, last_phys, queue_type="BatchCQ")
+
+
 def store_info(store: Store, *, with_recovery: bool = True, check_crc: bool = True) -> StoreInfo:
     checkpoint = store.checkpoint()  # a damaged one is recorded in store.problems
     cl = store.commitlog
@@ -141,6 +164,11 @@ def store_info(store: Store, *, with_recovery: bool = True, check_crc: bool = Tr
     )
     with RecordReader(cl) as reader:
         queues = [queue_info(q, reader) for q in store.select_queues()]
+    for qi in queues:
+        qi.ext = (qi.topic, qi.queue_id) in store.ext_queues
+        qi.lmq = is_lmq(qi.topic)
+    queues += [batch_queue_info(q) for q in store.select_batch_queues()]
+    queues.sort(key=lambda qi: (qi.topic, qi.queue_id))
     configs = [read_config(p) for p in store.configs]
     notes = []
     if store.abort:

@@ -44,6 +44,7 @@ def _print_table(rep, s: dict) -> None:
         ("hash_slots", st.hash_slots),
         ("index_entries", st.index_entries),
         ("delay_levels", st.delay_spec),
+        ("bcq_file_size", st.bcq_file_size),
     ):
         p(f"  {name:<18} {value}  ({st.source.get(name, '')})")
     p(f"records: {s['records']} scanned, {s['messages']} taken, {s['workers']} worker(s), {s['seconds']} s ({s['messages_per_second']} messages/s)")
@@ -73,6 +74,8 @@ def _print_table(rep, s: dict) -> None:
         _first_rows(p, [d.line() for d in rep.flagged])
     for pr in rep.problems:
         p(f"problem: {pr.line()}")
+    for n in rep.notes:
+        p(f"note: {n}")
     v = s["verify"]
     if v is None:
         p("verify: skipped (--no-verify)")
@@ -94,6 +97,9 @@ def rebuild_cmd(
     topic: list[str] = typer.Option(None, "--topic", help="Only this topic (repeatable). The index then holds only its keys."),
     cq_units: int = typer.Option(
         None, "--cq-units-per-file", min=1, help="Units per ConsumeQueue file (broker: mappedFileSizeConsumeQueue / 20; default 300000)."
+    ),
+    bcq_file_size: int = typer.Option(
+        None, "--bcq-file-size", min=46, help="Bytes per Batch ConsumeQueue file (broker: mapperFileSizeBatchConsumeQueue; default 13800000)."
     ),
     hash_slots: int = typer.Option(None, "--hash-slots", min=1, help="Index hash slots (broker: maxHashSlotNum; default 5000000)."),
     index_entries: int = typer.Option(None, "--index-entries", min=2, help="Index entries per file (broker: maxIndexNum; default 20000000)."),
@@ -132,6 +138,7 @@ def rebuild_cmd(
         index_entries=index_entries,
         delay_levels=delay_levels,
         broker_conf=str(broker_conf) if broker_conf else None,
+        bcq_file_size=bcq_file_size,
     )
     options = RebuildOptions(
         only=(only.value,) if only else PARTS,

@@ -338,7 +338,8 @@ def build_into(
                     if q.any():
                         last_queued_ts = int(r.store_ts[np.flatnonzero(q)[-1]])
                         q = five.add_batch(r, q)  # BatchCQ topics' records go to batchconsumequeue/
-                        cqb.add(r.topics, r.topic_id[q], r.queue_id[q], r.queue_offset[q], r.phys[q], r.size[q], r.tags_code[q])
+                        tags = five.ext_tags(r, q)  # ext addresses when consumequeue_ext/ is written
+                        cqb.add(r.topics, r.topic_id[q], r.queue_id[q], r.queue_offset[q], r.phys[q], r.size[q], tags[q])
                         five.add_lmq(cqb, task, r)
                 if ixb is not None:
                     ixb.add(r.phys, r.store_ts, r.key_rec, r.key_hash, r.chains)
@@ -365,8 +366,8 @@ def build_into(
 class _FiveX:
     """The 5.x queue kinds a rebuild writes besides consumequeue/: Batch ConsumeQueues and LMQ units (build.batchcqbuild)."""
 
-    def __init__(self, bcq, extras, options: RebuildOptions, report: RebuildReport):
-        self.bcq, self.extras, self.options, self.report = bcq, extras, options, report
+    def __init__(self, bcq, ext, extras, options: RebuildOptions, report: RebuildReport):
+        self.bcq, self.ext, self.extras, self.options, self.report = bcq, ext, extras, options, report
 
     @classmethod
     def open(cls, tmp: str, cl: CommitLog, settings: StoreSettings, options: RebuildOptions, report: RebuildReport) -> _FiveX:
@@ -378,13 +379,34 @@ class _FiveX:
             bcq = BatchConsumeQueueBuilder(
                 os.path.join(tmp, "batchconsumequeue"), settings.bcq_file_size, sync=options.sync, display_dir=os.path.join(report.out, "batchconsumequeue")
             )
-        if os.path.isdir(os.path.join(report.store, "consumequeue_ext")):
+        ext = None
+        if settings.ext_bitmap_bits is not None:
+            from rmqdump.build.cqextbuild import ConsumeQueueExtBuilder
+
+            ext = ConsumeQueueExtBuilder(os.path.join(tmp, "consumequeue_ext"), settings.ext_file_size, settings.ext_bitmap_bits, sync=options.sync)
             report.notes.append(
-                "consumequeue_ext: not written. Its filter bitmaps come from the consumer filters registered when each message was dispatched, "
-                "which the store does not keep; units carry the plain tagsCode, as the broker writes them when an ext unit cannot be written "
-                "(a broker with enableConsumeQueueExt reads them so, filtering by tag and then on the CommitLog record)"
+                "consumequeue_ext: filter bitmaps written all ones. The real bits come from the consumer filters registered when each message "
+                "was dispatched, which the store does not keep; all ones means 'every filter may match', and the broker then evaluates "
+                "each filter on the CommitLog record. Addresses, tagsCodes and store times are exact."
             )
-        return cls(bcq, Extras.open(cl, topics), options, report)
+        elif os.path.isdir(os.path.join(report.store, "consumequeue_ext")):
+            report.notes.append(
+                "consumequeue_ext: not written (pass --ext-bitmap-bits, the broker's bitMapLengthConsumeQueueExt, to write it). "
+                "Units carry the plain tagsCode, as the broker writes them when an ext unit cannot be written."
+            )
+        return cls(bcq, ext, Extras.open(cl, topics), options, report)
+
+    def ext_tags(self, r, q: np.ndarray) -> np.ndarray:
+        """tagsCode for the ConsumeQueue units of the records in `q`: their ext addresses when ext files are written."""
+        if self.ext is None or not q.any():
+            return r.tags_code
+        tags = r.tags_code.copy()
+        idx = np.flatnonzero(q)
+        keys = (r.topic_id[idx].astype(np.int64) << 32) | (r.queue_id[idx].astype(np.int64) & 0xFFFFFFFF)
+        for key in np.unique(keys).tolist():
+            m = idx[keys == key]
+            tags[m] = self.ext.put(r.topics[int(r.topic_id[m[0]])], int(r.queue_id[m[0]]), r.tags_code[m], r.store_ts[m])
+        return tags
 
     def add_batch(self, r, q: np.ndarray) -> np.ndarray:
         """Send the BatchCQ topics' queued records to the batch builder; returns the rest of `q`."""
@@ -425,12 +447,16 @@ class _FiveX:
 
     def finish(self) -> None:
         self.extras.close()
+        if self.ext is not None:
+            self.ext.close()
         if self.bcq is not None:
             self.report.queues = sorted(self.report.queues + self.bcq.finish(), key=lambda q: (q.topic, q.queue_id))
             self.report.problems.extend(self.bcq.problems)
 
     def abort(self) -> None:
         self.extras.close()
+        if self.ext is not None:
+            self.ext.abort()
         if self.bcq is not None:
             self.bcq.abort()
 

@@ -44,6 +44,8 @@ class StoreSettings:
     delay_spec: str
     source: dict[str, str] = field(default_factory=dict)  # setting -> where it came from
     bcq_file_size: int = C.DEFAULT_BCQ_FILE_SIZE  # bytes per Batch ConsumeQueue file (mapperFileSizeBatchConsumeQueue)
+    ext_bitmap_bits: int | None = None  # ConsumeQueue ext filter bitmap length (None: no ext files are written)
+    ext_file_size: int = C.DEFAULT_EXT_FILE_SIZE  # bytes per ext file (mappedFileSizeConsumeQueueExt)
 
     @property
     def delays(self) -> DelayLevels:
@@ -64,6 +66,8 @@ class StoreSettings:
             "index_entries": self.index_entries,
             "delay_levels": self.delay_spec,
             "bcq_file_size": self.bcq_file_size,
+            "ext_bitmap_bits": self.ext_bitmap_bits,
+            "ext_file_size": self.ext_file_size,
             "source": dict(self.source),
         }
 
@@ -247,6 +251,7 @@ def resolve(
     delay_levels: str | None = None,
     broker_conf: str | None = None,
     bcq_file_size: int | None = None,
+    ext_bitmap_bits: int | None = None,
 ) -> StoreSettings:
     """The sizing to rebuild with; InputError(settings_ambiguous) names the flag to pass when it cannot tell."""
     source: dict[str, str] = {}
@@ -340,6 +345,29 @@ def resolve(
     if bcq_file_size < C.BCQ_UNIT_SIZE:
         raise InputError("bad_setting", "bcq_file_size", f"{bcq_file_size} bytes cannot hold one {C.BCQ_UNIT_SIZE}-byte Batch ConsumeQueue unit")
 
+    ext_file_size = C.DEFAULT_EXT_FILE_SIZE
+    if ext_bitmap_bits is not None:
+        source["ext_bitmap_bits"] = "--ext-bitmap-bits"
+    elif conf.get("enableConsumeQueueExt", "").strip().lower() == "true":
+        ext_bitmap_bits = _conf_int(conf, "bitMapLengthConsumeQueueExt", broker_conf or "") or 64
+        source["ext_bitmap_bits"] = f"{broker_conf}: enableConsumeQueueExt, bitMapLengthConsumeQueueExt"
+    if ext_bitmap_bits is not None:
+        size = _conf_int(conf, "mappedFileSizeConsumeQueueExt", broker_conf or "")
+        if size is not None:
+            ext_file_size, source["ext_file_size"] = size, f"{broker_conf}: mappedFileSizeConsumeQueueExt"
+        else:
+            from rmqdump.readers.cqext import find_ext_queues
+
+            sizes = sorted({f.size for q in find_ext_queues(store).values() for f in q.files})
+            if len(sizes) == 1:
+                ext_file_size, source["ext_file_size"] = sizes[0], f"inferred from the store's ext files ({sizes[0]} bytes)"
+            elif sizes:
+                raise InputError(SETTINGS_AMBIGUOUS, os.path.join(store, "consumequeue_ext"), f"ext files disagree on their size: {sizes}; pass --broker-conf")
+            else:
+                source["ext_file_size"] = "broker default"
+        if ext_bitmap_bits < 0 or C.EXT_MIN_UNIT_SIZE + -(-ext_bitmap_bits // 8) > ext_file_size - C.EXT_END_BLANK:
+            raise InputError("bad_setting", "ext_bitmap_bits", f"{ext_bitmap_bits} bits: an ext unit of that size does not fit a {ext_file_size}-byte ext file")
+
     for name, v in (("cq_units_per_file", cq_units), ("hash_slots", hash_slots), ("index_entries", index_entries)):
         if v <= 0:
             raise InputError("bad_setting", name, f"{v} must be positive")
@@ -347,4 +375,4 @@ def resolve(
         raise InputError("bad_setting", "index_entries", "an index file needs at least 2 entries (entry 0 is never written)")
     if index_file_size(hash_slots, index_entries) > (1 << 31) - 1:
         raise InputError("bad_setting", "index", "an index file of these sizes is over 2 GiB, which the broker cannot map")
-    return StoreSettings(cq_units, hash_slots, index_entries, delay_levels, source, bcq_file_size)
+    return StoreSettings(cq_units, hash_slots, index_entries, delay_levels, source, bcq_file_size, ext_bitmap_bits, ext_file_size)

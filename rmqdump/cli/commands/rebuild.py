@@ -45,6 +45,7 @@ def _print_table(rep, s: dict) -> None:
         ("index_entries", st.index_entries),
         ("delay_levels", st.delay_spec),
         ("bcq_file_size", st.bcq_file_size),
+        ("ext_bitmap_bits", st.ext_bitmap_bits),
     ):
         p(f"  {name:<18} {value}  ({st.source.get(name, '')})")
     p(f"records: {s['records']} scanned, {s['messages']} taken, {s['workers']} worker(s), {s['seconds']} s ({s['messages_per_second']} messages/s)")
@@ -101,6 +102,12 @@ def rebuild_cmd(
     bcq_file_size: int = typer.Option(
         None, "--bcq-file-size", min=46, help="Bytes per Batch ConsumeQueue file (broker: mapperFileSizeBatchConsumeQueue; default 13800000)."
     ),
+    ext_bitmap_bits: int = typer.Option(
+        None,
+        "--ext-bitmap-bits",
+        min=0,
+        help="Write consumequeue_ext/ with filter bitmaps of this many bits (broker: bitMapLengthConsumeQueueExt); the bits are written all ones.",
+    ),
     hash_slots: int = typer.Option(None, "--hash-slots", min=1, help="Index hash slots (broker: maxHashSlotNum; default 5000000)."),
     index_entries: int = typer.Option(None, "--index-entries", min=2, help="Index entries per file (broker: maxIndexNum; default 20000000)."),
     delay_levels: str = typer.Option(None, "--delay-levels", help="messageDelayLevel, e.g. '1s 5s 10s 30s 1m 2m ... 2h' (the broker default)."),
@@ -139,6 +146,7 @@ def rebuild_cmd(
         delay_levels=delay_levels,
         broker_conf=str(broker_conf) if broker_conf else None,
         bcq_file_size=bcq_file_size,
+        ext_bitmap_bits=ext_bitmap_bits,
     )
     options = RebuildOptions(
         only=(only.value,) if only else PARTS,

@@ -7,6 +7,7 @@ flipped byte in a copy, which must be reported at its unit.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from collections import Counter
@@ -223,3 +224,36 @@ def test_batch_topic_record_without_a_unit_is_missing_in_the_batch_queue(tmp_pat
         ("cq_missing_unit", last_unit["queueOffset"], last_unit["commitLogOffset"], str(qdir / last))
     ]
     assert summary["units"] == len(units_of("rmq53-batchcq")) - 1
+
+
+def readme_summary(name: str) -> dict:
+    """The driver's summary in the store's README.txt (the broker's own min/max offsets per queue)."""
+    text = (store_root(name).parent / "README.txt").read_text()
+    block = text.split("Counts / results (summary written by the driver)")[1].split("\n{", 1)[1]
+    return json.loads("{" + block.split("\n}\n", 1)[0] + "\n}")
+
+
+@pytest.mark.parametrize("name", KINDS)
+def test_info_lists_every_queue_with_the_brokers_own_offsets(name):
+    r = run("info", "-s", store_root(name), "--no-recovery", "-f", "jsonl")
+    assert r.exit_code == 0
+    got = {f"{x['topic']}/{x['queue_id']}": x for x in jsonl(r.stdout) if x["kind"] == "queue"}
+    want = readme_summary(name)["queues"]
+    assert sorted(got) == sorted(want)
+    for key, w in want.items():
+        g = got[key]
+        assert (g["min_offset"], g["max_offset"], g["queue_type"]) == (w["minOffset"], w["maxOffset"], w["cqType"])
+        assert g["lmq"] == key.startswith("%LMQ%")
+        assert g["ext"] == (name == "rmq53-cqext")
+
+
+@pytest.mark.parametrize("cmd", [("cq", "verify", "-s"), ("rebuild",)])
+def test_spark_engine_refuses_5x_queue_kinds_it_does_not_build(cmd, tmp_path):
+    args = (
+        [*cmd, store_root("rmq53-batchcq")]
+        if cmd[0] == "cq"
+        else [*cmd, store_root("rmq53-batchcq"), "--out", tmp_path / "o", "--hash-slots", 500, "--index-entries", 2000]
+    )
+    r = run(*args, "--engine", "spark")
+    assert r.exit_code == 2 and "--engine spark does not" in r.stderr
+    assert not (tmp_path / "o").exists()

@@ -240,6 +240,17 @@ class Store:
     def select_queues(self, topic: str | None = None, queue_id: int | None = None) -> list[ConsumeQueue]:
         return [q for (t, i), q in sorted(self.queues.items()) if (topic is None or t == topic) and (queue_id is None or i == queue_id)]
 
+    def queue_kinds_5x(self) -> list[str]:
+        """The 5.x queue kinds present: 'batch' (batchconsumequeue/), 'ext' (consumequeue_ext/), 'lmq' (%LMQ% queues)."""
+        out = []
+        if self.batch_queues or os.path.isdir(os.path.join(self.root, "batchconsumequeue")):
+            out.append("batch")
+        if self.ext_queues or os.path.isdir(os.path.join(self.root, "consumequeue_ext")):
+            out.append("ext")
+        if any(t.startswith("%LMQ%") for t, _ in self.queues):
+            out.append("lmq")
+        return out
+
     def select_batch_queues(self, topic: str | None = None, queue_id: int | None = None) -> list[BatchConsumeQueue]:
         return [q for (t, i), q in sorted(self.batch_queues.items()) if (topic is None or t == topic) and (queue_id is None or i == queue_id)]
 

@@ -54,6 +54,9 @@ def verify_cmd(
         if engine is Engine.spark:
             from rmqdump.engines.spark.verify import run_verify
 
+            if st.queue_kinds_5x():
+                render.fail(f"usage: --engine spark does not check {', '.join(st.queue_kinds_5x())} queues yet; use --engine local", 2)
+
             found = run_verify(st, master, spark_conf, topic=topic, queue_id=queue, check_crc=not no_crc, delays=delays, summary=summary)
         else:
             found = verify(
@@ -71,7 +74,7 @@ def verify_cmd(
                         "" if d["queue_id"] is None else str(d["queue_id"]),
                         "" if d["unit_index"] is None else str(d["unit_index"]),
                         "" if d["phys_offset"] is None else str(d["phys_offset"]),
-                        st.rel(d["cq_file"] or d["file"] or ""),
+                        st.rel(d.get("ext_file") or d["cq_file"] or d["file"] or ""),
                         d["detail"],
                     )
                 )

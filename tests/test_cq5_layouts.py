@@ -117,3 +117,17 @@ def test_random_damage_is_reported_never_a_crash(tmp_path_factory, name, damages
         # every byte of a Batch ConsumeQueue or LMQ file is checked (fields against the record, the tail must stay zero);
         # in an ext file the filter bitmaps cannot be judged, so only there may a change go unseen
         assert r.exit_code == 1
+
+
+def test_find_all_finds_a_needle_across_chunk_ends(tmp_path, monkeypatch):
+    import re
+
+    from rmqdump.readers import recordprops
+
+    data = bytes(random.Random(3).choice(b"AB") for _ in range(5000))
+    (tmp_path / "f").write_bytes(data)
+    want = [m.start() for m in re.finditer(b"(?=ABBA)", data)]
+    for chunk in (5, 7, 64, 1 << 20):
+        monkeypatch.setattr(recordprops, "FIND_CHUNK", chunk)
+        assert recordprops.find_all(str(tmp_path / "f"), b"ABBA", 0, len(data)) == want
+        assert recordprops.find_all(str(tmp_path / "f"), b"ABBA", 100, 4000) == [p for p in want if 100 <= p < 4000]

@@ -20,7 +20,6 @@ records that hold them (found by one substring search over each range).
 from __future__ import annotations
 
 import contextlib
-import mmap
 import os
 from dataclasses import dataclass
 
@@ -30,7 +29,7 @@ from rmqdump.build.cqbuild import QueueResult, safe_topic_dir
 from rmqdump.common.problems import Problem
 from rmqdump.readers.batchcq import BCQ_DTYPE, BCQ_UNIT_SIZE
 from rmqdump.readers.commitlog import CommitLog, SegmentFile
-from rmqdump.readers.recordprops import RecordProps, multi_dispatch
+from rmqdump.readers.recordprops import RecordProps, find_all, multi_dispatch
 from schemas import constants as C
 
 CQ_BATCH_OFFSET_GAP = "cq_batch_offset_gap"
@@ -182,7 +181,7 @@ class Extras:
         """(LMQ queue, queue offset, record index, ...) for the records starting in [start, end) of one file that name LMQ queues."""
         if not len(phys):
             return []
-        hits = _find_all(seg.path, _LMQ_NEEDLE, start, min(seg.size, int((phys + size).max()) - seg.base))
+        hits = find_all(seg.path, _LMQ_NEEDLE, start, min(seg.size, int((phys + size).max()) - seg.base))
         if not hits:
             return []
         h = np.array(hits, dtype=np.int64) + seg.base
@@ -195,23 +194,6 @@ class Extras:
             for name, off in multi_dispatch(topic_of(r), self.props.get(int(phys[r]))):
                 out.append((name, off, r, 0))
         return out
-
-
-def _find_all(path: str, needle: bytes, start: int, stop: int) -> list[int]:
-    with open(path, "rb") as fh:
-        size = os.fstat(fh.fileno()).st_size
-        if size == 0 or stop <= start:
-            return []
-        mm = mmap.mmap(fh.fileno(), size, access=mmap.ACCESS_READ)
-        try:
-            out = []
-            p = mm.find(needle, start, min(stop, size))
-            while p >= 0:
-                out.append(p)
-                p = mm.find(needle, p + 1, min(stop, size))
-            return out
-        finally:
-            mm.close()
 
 
 def source_batch_topics(store: str) -> frozenset[str]:

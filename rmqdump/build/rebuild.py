@@ -426,6 +426,8 @@ class _FiveX:
 
     def add_lmq(self, cqb: ConsumeQueueBuilder, task, r) -> None:
         """The LMQ units of the records of one range (queue id 0, at the offsets their properties give)."""
+        if not self.report.settings.lmq:
+            return
         seg, a, b = task[0], task[1], task[2]
         units = self.extras.lmq_units(seg, a, b, r.phys, r.size, r.queued, lambda i: r.topics[int(r.topic_id[i])])
         if self.options.topics:

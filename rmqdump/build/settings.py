@@ -46,6 +46,7 @@ class StoreSettings:
     bcq_file_size: int = C.DEFAULT_BCQ_FILE_SIZE  # bytes per Batch ConsumeQueue file (mapperFileSizeBatchConsumeQueue)
     ext_bitmap_bits: int | None = None  # ConsumeQueue ext filter bitmap length (None: no ext files are written)
     ext_file_size: int = C.DEFAULT_EXT_FILE_SIZE  # bytes per ext file (mappedFileSizeConsumeQueueExt)
+    lmq: bool = False  # write LMQ units (the store has %LMQ% queues, or broker.conf enables LMQ / multi-dispatch)
 
     @property
     def delays(self) -> DelayLevels:
@@ -68,6 +69,7 @@ class StoreSettings:
             "bcq_file_size": self.bcq_file_size,
             "ext_bitmap_bits": self.ext_bitmap_bits,
             "ext_file_size": self.ext_file_size,
+            "lmq": self.lmq,
             "source": dict(self.source),
         }
 
@@ -368,6 +370,14 @@ def resolve(
         if ext_bitmap_bits < 0 or C.EXT_MIN_UNIT_SIZE + -(-ext_bitmap_bits // 8) > ext_file_size - C.EXT_END_BLANK:
             raise InputError("bad_setting", "ext_bitmap_bits", f"{ext_bitmap_bits} bits: an ext unit of that size does not fit a {ext_file_size}-byte ext file")
 
+    lmq = any(conf.get(k, "").strip().lower() == "true" for k in ("enableLmq", "enableMultiDispatch"))
+    if lmq:
+        source["lmq"] = f"{broker_conf}: enableLmq / enableMultiDispatch"
+    else:
+        cq_dir = os.path.join(store, "consumequeue")
+        lmq = os.path.isdir(cq_dir) and any(t.startswith(C.LMQ_PREFIX) for t in os.listdir(cq_dir))
+        source["lmq"] = "the store has %LMQ% queues" if lmq else "the store has no %LMQ% queue (broker default: LMQ off)"
+
     for name, v in (("cq_units_per_file", cq_units), ("hash_slots", hash_slots), ("index_entries", index_entries)):
         if v <= 0:
             raise InputError("bad_setting", name, f"{v} must be positive")
@@ -375,4 +385,4 @@ def resolve(
         raise InputError("bad_setting", "index_entries", "an index file needs at least 2 entries (entry 0 is never written)")
     if index_file_size(hash_slots, index_entries) > (1 << 31) - 1:
         raise InputError("bad_setting", "index", "an index file of these sizes is over 2 GiB, which the broker cannot map")
-    return StoreSettings(cq_units, hash_slots, index_entries, delay_levels, source, bcq_file_size, ext_bitmap_bits, ext_file_size)
+    return StoreSettings(cq_units, hash_slots, index_entries, delay_levels, source, bcq_file_size, ext_bitmap_bits, ext_file_size, lmq)

@@ -720,8 +720,9 @@ def verify(
                 select &= records.queue_id == queue_id
         for p in missing_units(records, covered, select=select, cq_file_of=expected):
             yield emit(p)
-        for p in lmqverify.missing_lmq_units(store.commitlog, records, lmq_found, reader=reader, expected_path=expected, select=kinds.lmq_selected):
-            yield emit(p)
+        if kinds.has_lmq:  # the records naming LMQ queues are searched for only when the store has LMQ queues
+            for p in lmqverify.missing_lmq_units(store.commitlog, records, lmq_found, reader=reader, expected_path=expected, select=kinds.lmq_selected):
+                yield emit(p)
         lo = hi
         if last:
             break
@@ -750,11 +751,13 @@ class _Kinds:
     topic: str | None
     queue_id: int | None
     ranges: dict = field(default_factory=dict)
+    has_lmq: bool = False
 
     @classmethod
     def of(cls, store: Store, topic: str | None, queue_id: int | None) -> _Kinds:
         has_ext = bool(store.ext_queues) or os.path.isdir(os.path.join(store.root, "consumequeue_ext"))
-        return cls(store, store.select_batch_queues(topic, queue_id), has_ext, topic, queue_id)
+        has_lmq = any(t.startswith(C.LMQ_PREFIX) for t, _ in store.queues)
+        return cls(store, store.select_batch_queues(topic, queue_id), has_ext, topic, queue_id, has_lmq=has_lmq)
 
     def ext_problems(self) -> list[Problem]:
         out = []

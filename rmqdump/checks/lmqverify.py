@@ -13,9 +13,6 @@ and SCHEDULE_TOPIC_XXXX topics are never multi-dispatched.
 
 from __future__ import annotations
 
-import mmap
-import os
-
 import numpy as np
 
 from rmqdump.checks.cqverify import (
@@ -32,7 +29,7 @@ from rmqdump.checks.cqverify import (
 from rmqdump.common.problems import Problem
 from rmqdump.readers.commitlog import CommitLog
 from rmqdump.readers.consumequeue import QueueUnits
-from rmqdump.readers.recordprops import RecordProps, multi_dispatch
+from rmqdump.readers.recordprops import RecordProps, find_all, multi_dispatch
 from schemas import constants as C
 
 CQ_LMQ_NOT_DISPATCHED = "cq_lmq_not_dispatched"  # the record's INNER_MULTI_DISPATCH does not name this queue
@@ -98,20 +95,8 @@ def dispatching_records(cl: CommitLog, records: RecordTable) -> np.ndarray:
     hits: list[int] = []
     for seg in cl.files:
         a, b = max(lo, seg.base), min(hi, seg.base + seg.size)
-        if a >= b:
-            continue
-        with open(seg.path, "rb") as fh:
-            size = os.fstat(fh.fileno()).st_size
-            if size == 0:
-                continue
-            mm = mmap.mmap(fh.fileno(), size, access=mmap.ACCESS_READ)
-            try:
-                p = mm.find(_NEEDLE, a - seg.base, min(b - seg.base, size))
-                while p >= 0:
-                    hits.append(seg.base + p)
-                    p = mm.find(_NEEDLE, p + 1, min(b - seg.base, size))
-            finally:
-                mm.close()
+        if a < b:
+            hits += [seg.base + p for p in find_all(seg.path, _NEEDLE, a - seg.base, b - seg.base)]
     if not hits:
         return np.zeros(0, np.int64)
     h = np.array(hits, dtype=np.int64)

@@ -15,6 +15,30 @@ from rmqdump.readers.mapped import MappedFile
 from rmqdump.readers.message import Message
 from schemas import constants as C
 
+FIND_CHUNK = 16 << 20  # bytes read at a time by find_all: memory stays bounded whatever the file size
+
+
+def find_all(path: str, needle: bytes, start: int, stop: int) -> list[int]:
+    """Offsets of every occurrence of `needle` in bytes [start, stop) of a file (read in chunks, never mapped whole)."""
+    out: list[int] = []
+    k = len(needle)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        pos = start
+        while pos < stop:
+            n = min(FIND_CHUNK, stop - pos)
+            buf = os.pread(fd, n + k - 1, pos)  # k - 1 bytes more: a needle across the chunk's end is found once
+            if not buf:
+                break
+            p = buf.find(needle)
+            while 0 <= p < n:  # occurrences starting in this chunk's own n bytes
+                out.append(pos + p)
+                p = buf.find(needle, p + 1)
+            pos += n
+    finally:
+        os.close(fd)
+    return out
+
 
 class RecordProps:
     def __init__(self, cl: CommitLog):

@@ -52,18 +52,12 @@ class BatchOrder:
 
 def check_batch_order(q: BatchConsumeQueue) -> BatchOrder:
     """Holes, garbage after the end, non-monotonic offsets, msgBaseOffset continuity and the fixed fields."""
-    chunks = list(q.chunks())
-    last_file, last_pos = -1, -1
-    for fi in range(len(chunks) - 1, -1, -1):
-        v = np.flatnonzero(chunks[fi].valid_mask())
-        if v.size:
-            last_file, last_pos = fi, int(v[-1])
-            break
+    last_file, last_pos = q.last_valid()
     probs: list[Problem] = []
     ranges: list[tuple[int, int] | None] = []
     counted = 0
     prev_off, prev_end = -1, None
-    for fi, u in enumerate(chunks):
+    for fi, u in enumerate(q.chunks()):  # one file at a time: memory is one file's units
         valid = u.valid_mask()
         before_end = np.zeros(len(u), dtype=bool)
         if fi < last_file:

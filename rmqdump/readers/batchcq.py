@@ -103,8 +103,7 @@ class BatchConsumeQueue:
     files: list[BCQFile]
     file_size: int | None
     problems: list[Problem] = field(default_factory=list)
-
-    kind = "batch"
+    _firsts: list[int | None] | None = field(default=None, repr=False)
 
     @classmethod
     def open(cls, path: str, topic: str, queue_id: int, file_size: int | None = None) -> BatchConsumeQueue:
@@ -154,6 +153,15 @@ class BatchConsumeQueue:
         for f in self.files:
             yield BatchUnits.from_array(f, read_batch_units(f))
 
+    def last_valid(self) -> tuple[int, int]:
+        """(file index, unit index in it) of the queue's last valid unit, reading files from the end; (-1, -1) if none."""
+        for fi in range(len(self.files) - 1, -1, -1):
+            u = BatchUnits.from_array(self.files[fi], read_batch_units(self.files[fi]))
+            v = np.flatnonzero(u.valid_mask())
+            if v.size:
+                return fi, int(v[-1])
+        return -1, -1
+
     def bounds(self) -> tuple[int, int]:
         """(min offset, max offset): the first valid unit's msgBaseOffset, the last one's msgBaseOffset + batchSize."""
         lo = hi = None
@@ -167,11 +175,15 @@ class BatchConsumeQueue:
 
     def expected_path(self, queue_offset: int) -> str:
         """The file whose units cover `queue_offset` (the last file that starts at or before it; the first file when none)."""
+        if self._firsts is None:  # msgBaseOffset of each file's first valid unit, read once
+            self._firsts = []
+            for u in self.chunks():
+                v = np.flatnonzero(u.valid_mask())
+                self._firsts.append(int(u.base_offset[v[0]]) if v.size else None)
         best = None
-        for u in self.chunks():
-            v = np.flatnonzero(u.valid_mask())
-            if v.size and int(u.base_offset[v[0]]) <= queue_offset:
-                best = u.file.path
+        for f, first in zip(self.files, self._firsts, strict=True):
+            if first is not None and first <= queue_offset:
+                best = f.path
         if best is None:
             return self.files[0].path if self.files else os.path.join(self.path, f"{0:020d}")
         return best

@@ -217,6 +217,10 @@ def seek_cmd(
     except ValueError as e:
         render.fail(f"usage: {e}", 2)
     st = Store.open(store)
+    if (topic, queue) in st.batch_queues:
+        render.fail(
+            f"usage: {st.root}/batchconsumequeue/{topic}/{queue}: cq seek does not search Batch ConsumeQueues yet (cq dump shows each unit's storeTime)", 2
+        )
     q = _queue(st, topic, queue)
     r = seek(q, st.commitlog, ts)
     d = r.to_dict()

@@ -698,7 +698,7 @@ def verify(
                         chunk, st.q.topic, st.q.queue_id, records, extent, lo, hi, seen_real=rng[2], cq_file_of=st.where, check_tags=check_tags
                     )
                     covered[cov] = True
-                if kinds.has_ext:
+                if kinds.has_ext and not is_lmq(st.q.topic):  # LMQ units carry the plain tagsCode, checked above
                     ext = store.ext_queues.get((st.q.topic, st.q.queue_id))
                     probs = probs + cqextverify.check_ext_units_in_window(
                         chunk, st.q.topic, st.q.queue_id, ext, records, lo, hi, seen_real=rng[2], cq_file_of=st.where

@@ -83,8 +83,9 @@ def _table(info: StoreInfo) -> None:
         o.print("  checkpoint: [yellow]missing[/yellow]")
     t = Table("topic", "queue", "files", "min", "max", "units", "first stored (UTC)", "last stored (UTC)", box=None, header_style="bold")
     for q in info.queues:
+        kind = " (batch)" if q.queue_type == "BatchCQ" else " (ext)" if q.ext else ""
         t.add_row(
-            q.topic,
+            q.topic + kind,
             str(q.queue_id),
             str(q.files),
             str(q.min_offset),

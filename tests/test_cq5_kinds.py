@@ -204,6 +204,8 @@ def test_lmq_record_without_its_unit_is_missing_at_the_named_offset(tmp_path):
         ("cq_hole", "%LMQ%order_1", 1),
         ("cq_missing_unit", "%LMQ%order_1", 1),
     ]
+    assert verify(root, "-t", "LmqParentTopic")[:2] == (0, [])  # the parent's own queues are whole
+    assert [(p["code"], p["unit_index"]) for p in verify(root, "-t", "%LMQ%order_1")[1]] == [("cq_hole", 1), ("cq_missing_unit", 1)]
     miss = next(p for p in probs if p["code"] == "cq_missing_unit")
     assert miss["phys_offset"] == next(x["commitLogOffset"] for x in units_of("rmq53-lmq") if x["topic"] == "%LMQ%order_1" and x["queueOffset"] == 1)
     assert miss["cq_file"] == str(path)

@@ -131,3 +131,26 @@ def test_find_all_finds_a_needle_across_chunk_ends(tmp_path, monkeypatch):
         monkeypatch.setattr(recordprops, "FIND_CHUNK", chunk)
         assert recordprops.find_all(str(tmp_path / "f"), b"ABBA", 0, len(data)) == want
         assert recordprops.find_all(str(tmp_path / "f"), b"ABBA", 100, 4000) == [p for p in want if 100 <= p < 4000]
+
+
+def test_ext_files_roll_over_as_the_broker_does(tmp_path):
+    """A unit that would reach into a file's last 4 bytes goes to the next file after a short -1; the walk reads it back."""
+    import numpy as np
+
+    from rmqdump.build.cqextbuild import ConsumeQueueExtBuilder
+    from rmqdump.readers.cqext import ConsumeQueueExt
+
+    b = ConsumeQueueExtBuilder(str(tmp_path), 1000, 112, sync=False)  # 34-byte units: 29 fit before the last 4 bytes
+    n = 100
+    addr = b.put("T", 0, np.arange(n, dtype=np.int64) * 7, np.arange(n, dtype=np.int64) + 1_795_454_436_898)
+    b.close()
+    files = sorted((tmp_path / "T" / "0").iterdir())
+    assert [f.name for f in files] == [f"{i * 1000:020d}" for i in range(4)]
+    for f in files[:3]:
+        raw = f.read_bytes()
+        assert raw[29 * 34 : 29 * 34 + 2] == b"\xff\xff" and raw[29 * 34 + 2 :] == bytes(1000 - 29 * 34 - 2)
+    assert addr[29] == C.EXT_ADDRESS_BASE + 1000 and addr[0] == C.EXT_ADDRESS_BASE
+    q = ConsumeQueueExt.open(str(tmp_path / "T" / "0"), "T", 0)
+    u = q.units()
+    assert q.problems == [] and np.array_equal(u.address, addr) and np.array_equal(u.tags_code, np.arange(n) * 7)
+    assert (q.lookup(addr) == np.arange(n)).all() and (q.lookup(addr + 1) == -1).all()

@@ -18,7 +18,7 @@ import numpy as np
 
 from rmqdump.common.problems import Problem
 from rmqdump.readers.consumequeue import NAME_RE, common_file_size
-from rmqdump.readers.fastpath import numpy_dtype
+from rmqdump.readers.fastpath import gather, numpy_dtype
 from rmqdump.readers.mapped import MappedFile
 from schemas import ConsumeQueueExtHeader
 from schemas import constants as C
@@ -89,65 +89,79 @@ class ConsumeQueueExt:
         )
 
     def units(self) -> ExtUnits:
-        """Walk every file as recover() does (size > 0: a unit; -1: the file's end; 0: the data's end); damage stops a file's walk and is recorded."""
+        """Walk every file as recover() does (size > 0: a unit; -1: the file's end; 0: the data's end).
+
+        Runs of units of one size (the usual case: one bitmap length) are taken
+        a run at a time with numpy; a unit that breaks the run is read alone.
+        Damage that leaves no way on stops that file's walk and is recorded.
+        """
         if self._units is not None:
             return self._units
-        cols: dict[str, list[int]] = {k: [] for k in ("address", "file_index", "pos", "size", "tags_code", "store_time", "bitmap_size")}
+        parts: list[tuple[int, np.ndarray, np.ndarray]] = []  # (file index, positions, headers)
         for fi, f in enumerate(self.files):
             with MappedFile(f.path) as mf:
-                raw = mf.view
-                limit = f.size
-                p = 0
-                while p + 2 <= limit:
-                    size = int.from_bytes(raw[p : p + 2], "big", signed=True)
-                    if size == 0 and not mf.data[p:limit].any():
-                        break
-                    if size == C.EXT_FILE_END and not mf.data[p + 2 : limit].any():
-                        break
-                    if size < C.EXT_MIN_UNIT_SIZE or p + size > limit - C.EXT_END_BLANK or p + EXT_HEADER_SIZE > limit:
-                        self.problems.append(
-                            self._problem(
-                                CQ_EXT_BAD_UNIT,
-                                f,
-                                p,
-                                f"ext unit size {size} at byte {p}: not a unit of at least {C.EXT_MIN_UNIT_SIZE} bytes ending before the file's last {C.EXT_END_BLANK}; rest of the file not read",
-                            )
-                        )
-                        break
-                    h = np.frombuffer(bytes(raw[p : p + EXT_HEADER_SIZE]), dtype=EXT_HEADER)[0]
-                    bms = int(h["bitmap_size"])
-                    step = size
-                    if bms < 0 or size != C.EXT_MIN_UNIT_SIZE + bms:
-                        self.problems.append(
-                            self._problem(
-                                CQ_EXT_BAD_UNIT, f, p, f"ext unit size {size} does not match its bitmap size {bms} (size = {C.EXT_MIN_UNIT_SIZE} + bitmap)"
-                            )
-                        )
-                        # go on with whichever length leads to a well-formed next unit (one flipped byte is not the end of the file)
-                        alt = C.EXT_MIN_UNIT_SIZE + bms
-                        if bms >= 0 and not _plausible_next(mf, p + size, limit) and _plausible_next(mf, p + alt, limit):
-                            step = alt
-                    for k, v in (
-                        ("address", C.EXT_ADDRESS_BASE + f.base + p),
-                        ("file_index", fi),
-                        ("pos", p),
-                        ("size", size),
-                        ("tags_code", int(h["tags_code"])),
-                        ("store_time", int(h["msg_store_time"])),
-                        ("bitmap_size", bms),
-                    ):
-                        cols[k].append(v)
-                    p += step
+                for pos, hdr in self._walk(f, mf):
+                    parts.append((fi, pos, hdr))
+        if parts:
+            pos = np.concatenate([p for _, p, _ in parts])
+            hdr = np.concatenate([h for _, _, h in parts])
+            fidx = np.concatenate([np.full(len(p), fi, dtype=np.int32) for fi, p, _ in parts])
+        else:
+            pos, hdr, fidx = np.zeros(0, np.int64), np.zeros(0, EXT_HEADER), np.zeros(0, np.int32)
+        bases = np.array([f.base for f in self.files], dtype=np.int64)
         self._units = ExtUnits(
-            np.array(cols["address"], dtype=np.int64),
-            np.array(cols["file_index"], dtype=np.int32),
-            np.array(cols["pos"], dtype=np.int64),
-            np.array(cols["size"], dtype=np.int32),
-            np.array(cols["tags_code"], dtype=np.int64),
-            np.array(cols["store_time"], dtype=np.int64),
-            np.array(cols["bitmap_size"], dtype=np.int32),
+            C.EXT_ADDRESS_BASE + (bases[fidx] if len(fidx) else np.zeros(0, np.int64)) + pos,
+            fidx,
+            pos,
+            hdr["size"].astype(np.int32),
+            hdr["tags_code"].astype(np.int64),
+            hdr["msg_store_time"].astype(np.int64),
+            hdr["bitmap_size"].astype(np.int32),
         )
         return self._units
+
+    def _walk(self, f: ExtFile, mf: MappedFile):
+        """(positions, headers) runs of one file's units, in order."""
+        data, limit = mf.data, f.size
+        end_room = limit - C.EXT_END_BLANK
+        p = 0
+        while p + 2 <= limit:
+            size = int.from_bytes(mf.view[p : p + 2], "big", signed=True)
+            if size == 0 and not data[p:limit].any():
+                return
+            if size == C.EXT_FILE_END and not data[p + 2 : limit].any():
+                return
+            if size < C.EXT_MIN_UNIT_SIZE or p + size > end_room or p + EXT_HEADER_SIZE > limit:
+                self.problems.append(
+                    self._problem(
+                        CQ_EXT_BAD_UNIT,
+                        f,
+                        p,
+                        f"ext unit size {size} at byte {p}: not a unit of at least {C.EXT_MIN_UNIT_SIZE} bytes ending before the file's last "
+                        f"{C.EXT_END_BLANK}; rest of the file not read",
+                    )
+                )
+                return
+            # a run of units of this size, each with a matching bitmap size
+            cand = p + np.arange((end_room - p) // size, dtype=np.int64) * size
+            hdr = gather(data, cand, EXT_HEADER)
+            ok = (hdr["size"] == size) & (hdr["bitmap_size"] == size - C.EXT_MIN_UNIT_SIZE)
+            k = len(ok) if ok.all() else int(np.argmin(ok))
+            if k:
+                yield cand[:k], hdr[:k]
+                p += k * size
+                continue
+            # one unit whose size and bitmap size disagree
+            h = hdr[:1]
+            bms = int(h["bitmap_size"][0])
+            self.problems.append(
+                self._problem(CQ_EXT_BAD_UNIT, f, p, f"ext unit size {size} does not match its bitmap size {bms} (size = {C.EXT_MIN_UNIT_SIZE} + bitmap)")
+            )
+            yield cand[:1], h
+            # go on with whichever length leads to a well-formed next unit (one flipped byte is not the end of the file)
+            alt = C.EXT_MIN_UNIT_SIZE + bms
+            step = alt if bms >= 0 and not _plausible_next(mf, p + size, limit) and _plausible_next(mf, p + alt, limit) else size
+            p += step
 
     def lookup(self, addresses: np.ndarray) -> np.ndarray:
         """Index into units() of the unit at each address, -1 where no unit starts there."""

@@ -168,6 +168,7 @@ class Extras:
         """(msgBaseOffset, batchSize) of records of BatchCQ topics, as the dispatcher computes them."""
         base = queue_offset.astype(np.int64).copy()
         batch = np.ones(len(phys), dtype=np.int64)
+        self.props.load(phys)
         for i, p in enumerate(phys.tolist()):
             pr = self.props.get(int(p))
             if pr and C.PROPERTY_INNER_NUM in pr and C.PROPERTY_INNER_BASE in pr:
@@ -188,7 +189,9 @@ class Extras:
         i = np.searchsorted(phys, h, side="right") - 1
         ok = (i >= 0) & (h < phys[np.clip(i, 0, None)] + size[np.clip(i, 0, None)])
         out = []
-        for r in np.unique(i[ok]).tolist():
+        recs = np.unique(i[ok])
+        self.props.load(phys[recs])
+        for r in recs.tolist():
             if not queued[r]:
                 continue
             for name, off in multi_dispatch(topic_of(r), self.props.get(int(phys[r]))):

@@ -147,6 +147,7 @@ def check_batch_units_in_window(
                 int(u.offset[j]),
             )
         )
+    reader.load(records.phys[hr])
     for j, ri in zip(hp.tolist(), hr.tolist(), strict=True):
         want = expected_batch_size(reader.get(int(records.phys[ri])))
         if want is not None and want != int(u.batch_size[j]):

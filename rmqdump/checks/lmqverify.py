@@ -67,6 +67,7 @@ def check_lmq_units_in_window(
     r = np.searchsorted(records.phys, co)
     rc = np.clip(r, 0, max(len(records) - 1, 0))
     hit = (r < len(records)) & (records.phys[rc] == co) if len(records) else np.zeros(len(co), dtype=bool)
+    reader.load(co[hit])
     for j, ri in zip(vpos[hit].tolist(), rc[hit].tolist(), strict=True):
         phys, idx = int(u.offset[j]), int(u.index[j])
         parent = records.topics[int(records.topic_id[ri])]
@@ -121,7 +122,9 @@ def missing_lmq_units(
     select(queue) -> whether that LMQ queue is being verified.
     """
     out = []
-    for i in dispatching_records(cl, records).tolist():
+    idx = dispatching_records(cl, records)
+    reader.load(records.phys[idx])
+    for i in idx.tolist():
         if not records.queued[i]:
             continue
         phys = int(records.phys[i])

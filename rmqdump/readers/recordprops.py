@@ -10,10 +10,17 @@ from __future__ import annotations
 
 import os
 
-from rmqdump.readers.commitlog import CommitLog, read_record
+import numpy as np
+
+from rmqdump.readers.commitlog import MIN_RECORD_SIZE, CommitLog
+from rmqdump.readers.fastpath import ColumnarParser, gather, numpy_dtype
 from rmqdump.readers.mapped import MappedFile
-from rmqdump.readers.message import Message
+from rmqdump.readers.message import decode_properties
+from schemas import MessageRecord, RecordPrefix
 from schemas import constants as C
+
+_PARSER = ColumnarParser(MessageRecord)
+_PREFIX = numpy_dtype(RecordPrefix)  # totalSize, magic
 
 FIND_CHUNK = 16 << 20  # bytes read at a time by find_all: memory stays bounded whatever the file size
 
@@ -41,37 +48,59 @@ def find_all(path: str, needle: bytes, start: int, stop: int) -> list[int]:
 
 
 class RecordProps:
+    """Properties of records by physical offset, parsed many at a time.
+
+    `load()` parses a set of records per CommitLog file with the columnar
+    parser derived from schemas.MessageRecord (one numpy pass, then one
+    bytes decode per record), mapping each file only for that call, so the
+    pages read are given back and memory stays bounded. `get()` answers from
+    what was loaded (loading one record when asked for one that was not).
+    """
+
+    MAX_CACHED = 200_000
+
     def __init__(self, cl: CommitLog):
         self.cl = cl
-        self._open: dict[str, MappedFile] = {}
         self._cache: dict[int, dict[str, str] | None] = {}
 
-    def mapped(self, path: str) -> MappedFile:
-        mf = self._open.get(path)
-        if mf is None:
-            mf = self._open[path] = MappedFile(path, limit=self.cl.file_size)
-        return mf
-
-    def message(self, phys: int) -> Message | None:
-        seg = self.cl.file_for(phys)
-        if seg is None:
-            return None
-        m = read_record(seg, self.mapped(seg.path), phys - seg.base, check_crc=False)
-        return m if isinstance(m, Message) else None
+    def load(self, phys: np.ndarray) -> None:
+        """Parse the records starting at these physical offsets (each must be a record start to give properties)."""
+        phys = np.unique(np.asarray(phys, dtype=np.int64))
+        phys = phys[[int(p) not in self._cache for p in phys.tolist()]] if len(self._cache) else phys
+        if not len(phys):
+            return
+        if len(self._cache) + len(phys) > self.MAX_CACHED:
+            self._cache.clear()
+        for seg in self.cl.files:
+            sel = phys[(phys >= seg.base) & (phys < seg.base + seg.size)]
+            if not len(sel):
+                continue
+            with MappedFile(seg.path, limit=self.cl.file_size) as mf:
+                starts = sel - seg.base
+                pre = gather(mf.data, starts, _PREFIX)
+                total = pre["total_size"].astype(np.int64)
+                magic = pre["magic"].astype(np.int64) & 0xFFFFFFFF
+                fits = (starts + 8 <= mf.size) & np.isin(magic, C.MESSAGE_MAGICS) & (total >= MIN_RECORD_SIZE) & (starts + total <= mf.size)
+                cols, ok = _PARSER.parse(mf.data, starts[fits], starts[fits] + total[fits])
+                good = np.flatnonzero(fits)
+                view = mf.view
+                for k, i in enumerate(good.tolist()):
+                    if not ok[k]:
+                        continue
+                    a, n = int(cols["properties_pos"][k]), int(cols["properties_length"][k])
+                    self._cache[int(sel[i])] = decode_properties(bytes(view[a : a + n]))[0]
+                del view, cols
+            for p in sel.tolist():
+                self._cache.setdefault(int(p), None)
 
     def get(self, phys: int) -> dict[str, str] | None:
         """The properties of the record at `phys`, None when no readable record starts there."""
         if phys not in self._cache:
-            if len(self._cache) > 100_000:
-                self._cache.clear()
-            m = self.message(phys)
-            self._cache[phys] = m.properties if m is not None else None
-        return self._cache[phys]
+            self.load(np.array([phys], dtype=np.int64))
+        return self._cache.get(phys)
 
     def close(self) -> None:
-        for mf in self._open.values():
-            mf.close()
-        self._open.clear()
+        self._cache.clear()
 
     def __enter__(self) -> RecordProps:
         return self

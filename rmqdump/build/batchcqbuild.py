@@ -164,13 +164,11 @@ class Extras:
     def close(self) -> None:
         self.props.close()
 
-    def batch_fields(self, phys: np.ndarray, queue_offset: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def batch_fields(self, phys: np.ndarray, size: np.ndarray, queue_offset: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(msgBaseOffset, batchSize) of records of BatchCQ topics, as the dispatcher computes them."""
         base = queue_offset.astype(np.int64).copy()
         batch = np.ones(len(phys), dtype=np.int64)
-        self.props.load(phys)
-        for i, p in enumerate(phys.tolist()):
-            pr = self.props.get(int(p))
+        for i, pr in self.props.each(phys, size):
             if pr and C.PROPERTY_INNER_NUM in pr and C.PROPERTY_INNER_BASE in pr:
                 with contextlib.suppress(ValueError):  # the dispatcher would fail on it too: left as a plain record
                     base[i], batch[i] = int(pr[C.PROPERTY_INNER_BASE]), int(pr[C.PROPERTY_INNER_NUM])
@@ -190,11 +188,10 @@ class Extras:
         ok = (i >= 0) & (h < phys[np.clip(i, 0, None)] + size[np.clip(i, 0, None)])
         out = []
         recs = np.unique(i[ok])
-        self.props.load(phys[recs])
-        for r in recs.tolist():
-            if not queued[r]:
-                continue
-            for name, off in multi_dispatch(topic_of(r), self.props.get(int(phys[r]))):
+        recs = recs[queued[recs]]
+        for k, props in self.props.each(phys[recs], size[recs]):
+            r = int(recs[k])
+            for name, off in multi_dispatch(topic_of(r), props):
                 out.append((name, off, r, 0))
         return out
 

@@ -420,7 +420,7 @@ class _FiveX:
         keys = (r.topic_id[idx].astype(np.int64) << 32) | (r.queue_id[idx].astype(np.int64) & 0xFFFFFFFF)
         for key in np.unique(keys).tolist():
             m = idx[keys == key]
-            base, batch = self.extras.batch_fields(r.phys[m], r.queue_offset[m])
+            base, batch = self.extras.batch_fields(r.phys[m], r.size[m], r.queue_offset[m])
             self.bcq.add(r.topics[int(r.topic_id[m[0]])], int(r.queue_id[m[0]]), r.phys[m], r.size[m], r.tags_code[m], r.store_ts[m], base, batch)
         return q & ~sel
 

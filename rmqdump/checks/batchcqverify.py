@@ -147,9 +147,9 @@ def check_batch_units_in_window(
                 int(u.offset[j]),
             )
         )
-    reader.load(records.phys[hr])
-    for j, ri in zip(hp.tolist(), hr.tolist(), strict=True):
-        want = expected_batch_size(reader.get(int(records.phys[ri])))
+    for k, props in reader.each(records.phys[hr], records.size[hr]):
+        j = int(hp[k])
+        want = expected_batch_size(props)
         if want is not None and want != int(u.batch_size[j]):
             probs.append(
                 _problem(

@@ -67,11 +67,12 @@ def check_lmq_units_in_window(
     r = np.searchsorted(records.phys, co)
     rc = np.clip(r, 0, max(len(records) - 1, 0))
     hit = (r < len(records)) & (records.phys[rc] == co) if len(records) else np.zeros(len(co), dtype=bool)
-    reader.load(co[hit])
-    for j, ri in zip(vpos[hit].tolist(), rc[hit].tolist(), strict=True):
+    hv, hr = vpos[hit], rc[hit]
+    for k, props in reader.each(records.phys[hr], records.size[hr]):
+        j, ri = int(hv[k]), int(hr[k])
         phys, idx = int(u.offset[j]), int(u.index[j])
         parent = records.topics[int(records.topic_id[ri])]
-        pairs = multi_dispatch(parent, reader.get(phys))
+        pairs = multi_dispatch(parent, props)
         offs = [o for name, o in pairs if name == topic]
         if not offs:
             found.append((j, CQ_LMQ_NOT_DISPATCHED, f"record of {parent!r} does not name {topic!r} in {C.PROPERTY_INNER_MULTI_DISPATCH}", phys))
@@ -123,13 +124,12 @@ def missing_lmq_units(
     """
     out = []
     idx = dispatching_records(cl, records)
-    reader.load(records.phys[idx])
-    for i in idx.tolist():
-        if not records.queued[i]:
-            continue
+    idx = idx[records.queued[idx]]
+    for k, props in reader.each(records.phys[idx], records.size[idx]):
+        i = int(idx[k])
         phys = int(records.phys[i])
         parent = records.topics[int(records.topic_id[i])]
-        for name, off in multi_dispatch(parent, reader.get(phys)):
+        for name, off in multi_dispatch(parent, props):
             if (name, off, phys) in found or (select is not None and not select(name)):
                 continue
             path = expected_path(name, C.LMQ_QUEUE_ID, off)

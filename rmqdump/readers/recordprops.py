@@ -14,7 +14,6 @@ import numpy as np
 
 from rmqdump.readers.commitlog import MIN_RECORD_SIZE, CommitLog
 from rmqdump.readers.fastpath import ColumnarParser, gather, numpy_dtype
-from rmqdump.readers.mapped import MappedFile
 from rmqdump.readers.message import decode_properties
 from schemas import MessageRecord, RecordPrefix
 from schemas import constants as C
@@ -47,14 +46,21 @@ def find_all(path: str, needle: bytes, start: int, stop: int) -> list[int]:
     return out
 
 
+READ_BYTES = 16 << 20  # record bytes read and parsed at a time
+
+
+def _read_total(fd: int, at: int) -> int:
+    raw = os.pread(fd, 4, at)
+    return int.from_bytes(raw, "big", signed=True) if len(raw) == 4 else 0
+
+
 class RecordProps:
     """Properties of records by physical offset, parsed many at a time.
 
-    `load()` parses a set of records per CommitLog file with the columnar
-    parser derived from schemas.MessageRecord (one numpy pass, then one
-    bytes decode per record), mapping each file only for that call, so the
-    pages read are given back and memory stays bounded. `get()` answers from
-    what was loaded (loading one record when asked for one that was not).
+    `load()` reads a set of records per CommitLog file and parses them with
+    the columnar parser derived from schemas.MessageRecord (one numpy pass,
+    then one bytes decode per record). `get()` answers from what was loaded
+    (loading one record when asked for one that was not).
     """
 
     MAX_CACHED = 200_000
@@ -63,35 +69,64 @@ class RecordProps:
         self.cl = cl
         self._cache: dict[int, dict[str, str] | None] = {}
 
-    def load(self, phys: np.ndarray) -> None:
-        """Parse the records starting at these physical offsets (each must be a record start to give properties)."""
-        phys = np.unique(np.asarray(phys, dtype=np.int64))
-        phys = phys[[int(p) not in self._cache for p in phys.tolist()]] if len(self._cache) else phys
+    def load(self, phys: np.ndarray, size: np.ndarray | None = None) -> None:
+        """Parse the records starting at these physical offsets (`size`: their totalSize when known).
+
+        Records are read with pread into one buffer (at most READ_BYTES at a
+        time) and parsed there: nothing is mapped, so memory is that buffer.
+        """
+        phys = np.asarray(phys, dtype=np.int64)
+        size = None if size is None else np.asarray(size, dtype=np.int64)
+        keep = np.array([int(p) not in self._cache for p in phys.tolist()], dtype=bool) if len(self._cache) else np.ones(len(phys), dtype=bool)
+        phys = phys[keep]
+        size = None if size is None else size[keep]
         if not len(phys):
             return
         if len(self._cache) + len(phys) > self.MAX_CACHED:
             self._cache.clear()
         for seg in self.cl.files:
-            sel = phys[(phys >= seg.base) & (phys < seg.base + seg.size)]
-            if not len(sel):
+            inside = (phys >= seg.base) & (phys < seg.base + seg.size)
+            if not inside.any():
                 continue
-            with MappedFile(seg.path, limit=self.cl.file_size) as mf:
-                starts = sel - seg.base
-                pre = gather(mf.data, starts, _PREFIX)
-                total = pre["total_size"].astype(np.int64)
-                magic = pre["magic"].astype(np.int64) & 0xFFFFFFFF
-                fits = (starts + 8 <= mf.size) & np.isin(magic, C.MESSAGE_MAGICS) & (total >= MIN_RECORD_SIZE) & (starts + total <= mf.size)
-                cols, ok = _PARSER.parse(mf.data, starts[fits], starts[fits] + total[fits])
-                good = np.flatnonzero(fits)
-                view = mf.view
-                for k, i in enumerate(good.tolist()):
-                    if not ok[k]:
-                        continue
-                    a, n = int(cols["properties_pos"][k]), int(cols["properties_length"][k])
-                    self._cache[int(sel[i])] = decode_properties(bytes(view[a : a + n]))[0]
-                del view, cols
-            for p in sel.tolist():
-                self._cache.setdefault(int(p), None)
+            fd = os.open(seg.path, os.O_RDONLY)
+            try:
+                starts = phys[inside] - seg.base
+                sizes = size[inside] if size is not None else np.array([_read_total(fd, int(a)) for a in starts.tolist()], dtype=np.int64)
+                fits = (sizes >= MIN_RECORD_SIZE) & (starts + sizes <= seg.size)
+                self._parse(fd, seg.base, starts[fits], sizes[fits])
+            finally:
+                os.close(fd)
+        for p in phys.tolist():
+            self._cache.setdefault(int(p), None)
+
+    def _parse(self, fd: int, base: int, starts: np.ndarray, sizes: np.ndarray) -> None:
+        at = 0
+        while at < len(starts):
+            k = max(1, int(np.searchsorted(np.cumsum(sizes[at:]), READ_BYTES, side="right")))
+            a, n = starts[at : at + k], sizes[at : at + k]
+            raw = b"".join(os.pread(fd, int(m), int(x)) for x, m in zip(a.tolist(), n.tolist(), strict=True))
+            buf = np.frombuffer(raw, dtype=np.uint8)
+            off = np.zeros(k, dtype=np.int64)
+            np.cumsum(n[:-1], out=off[1:])
+            full = off + n <= len(buf)
+            pre = gather(buf, off, _PREFIX)
+            good = full & np.isin(pre["magic"].astype(np.int64) & 0xFFFFFFFF, C.MESSAGE_MAGICS) & (pre["total_size"].astype(np.int64) == n)
+            g = np.flatnonzero(good)
+            cols, ok = _PARSER.parse(buf, off[g], off[g] + n[g])
+            pp, pl = cols["properties_pos"], cols["properties_length"]
+            for j, i in enumerate(g.tolist()):
+                if ok[j]:
+                    self._cache[base + int(a[i])] = decode_properties(raw[int(pp[j]) : int(pp[j]) + int(pl[j])])[0]
+            at += k
+
+    def each(self, phys: np.ndarray, size: np.ndarray, chunk: int = 16384):
+        """(position in `phys`, properties) for each record, loaded `chunk` at a time and then forgotten (memory stays bounded)."""
+        for at in range(0, len(phys), chunk):
+            p, z = phys[at : at + chunk], size[at : at + chunk]
+            self.load(p, z)
+            for k, x in enumerate(p.tolist()):
+                yield at + k, self._cache.get(int(x))
+            self._cache.clear()
 
     def get(self, phys: int) -> dict[str, str] | None:
         """The properties of the record at `phys`, None when no readable record starts there."""

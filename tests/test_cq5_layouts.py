@@ -154,3 +154,18 @@ def test_ext_files_roll_over_as_the_broker_does(tmp_path):
     u = q.units()
     assert q.problems == [] and np.array_equal(u.address, addr) and np.array_equal(u.tags_code, np.arange(n) * 7)
     assert (q.lookup(addr) == np.arange(n)).all() and (q.lookup(addr + 1) == -1).all()
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["INNER_NUM", "INNER_BASE", "KEYS", "XINNER_NUM", "INNER_MULTI_DISPATCH", ""]), st.text("ab1\x01%,", max_size=6)), max_size=6
+    )
+)
+def test_pick_splits_properties_as_the_full_decode_does(items):
+    from rmqdump.readers.message import decode_properties
+    from rmqdump.readers.recordprops import WANTED, pick
+
+    raw = "\x02".join(f"{n}\x01{v}" if n else v for n, v in items).encode()
+    full = decode_properties(raw)[0]
+    assert pick(raw) == {k: v for k, v in full.items() if k in WANTED}

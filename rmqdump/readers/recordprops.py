@@ -14,7 +14,6 @@ import numpy as np
 
 from rmqdump.readers.commitlog import MIN_RECORD_SIZE, CommitLog
 from rmqdump.readers.fastpath import ColumnarParser, gather, numpy_dtype
-from rmqdump.readers.message import decode_properties
 from schemas import MessageRecord, RecordPrefix
 from schemas import constants as C
 
@@ -54,12 +53,30 @@ def _read_total(fd: int, at: int) -> int:
     return int.from_bytes(raw, "big", signed=True) if len(raw) == 4 else 0
 
 
+WANTED = (C.PROPERTY_INNER_NUM, C.PROPERTY_INNER_BASE, C.PROPERTY_INNER_MULTI_DISPATCH, C.PROPERTY_INNER_MULTI_QUEUE_OFFSET)
+_WANTED = [(name, (name + C.NAME_VALUE_SEPARATOR).encode()) for name in WANTED]
+
+
+def pick(raw: bytes, wanted=_WANTED) -> dict[str, str]:
+    """The wanted properties of a raw `name\x01value\x02...` string, split as the broker splits (the last value wins)."""
+    out: dict[str, str] = {}
+    for name, key in wanted:
+        p = raw.rfind(key)
+        while p > 0 and raw[p - 1] != 2:  # a match inside another item's value or name: look further back
+            p = raw.rfind(key, 0, p)
+        if p < 0:
+            continue
+        e = raw.find(b"\x02", p)
+        out[name] = raw[p + len(key) : e if e >= 0 else len(raw)].decode("utf-8", errors="replace")
+    return out
+
+
 class RecordProps:
-    """Properties of records by physical offset, parsed many at a time.
+    """The WANTED properties of records by physical offset, parsed many at a time.
 
     `load()` reads a set of records per CommitLog file and parses them with
     the columnar parser derived from schemas.MessageRecord (one numpy pass,
-    then one bytes decode per record). `get()` answers from what was loaded
+    then a few bytes searches per record for the wanted names). `get()` answers from what was loaded
     (loading one record when asked for one that was not).
     """
 
@@ -100,23 +117,30 @@ class RecordProps:
             self._cache.setdefault(int(p), None)
 
     def _parse(self, fd: int, base: int, starts: np.ndarray, sizes: np.ndarray) -> None:
+        order = np.argsort(starts, kind="stable")
+        starts, sizes = starts[order], sizes[order]
+        ends = starts + sizes
         at = 0
         while at < len(starts):
-            k = max(1, int(np.searchsorted(np.cumsum(sizes[at:]), READ_BYTES, side="right")))
+            k = max(1, int(np.searchsorted(ends[at:], starts[at] + READ_BYTES, side="right")))
             a, n = starts[at : at + k], sizes[at : at + k]
-            raw = b"".join(os.pread(fd, int(m), int(x)) for x, m in zip(a.tolist(), n.tolist(), strict=True))
+            lo, hi = int(a[0]), int(ends[at : at + k].max())
+            if hi - lo <= max(4 * int(n.sum()), 1 << 20):  # dense enough: one read of the whole span
+                raw = os.pread(fd, hi - lo, lo)
+                off = a - lo
+            else:
+                raw = b"".join(os.pread(fd, int(m), int(x)) for x, m in zip(a.tolist(), n.tolist(), strict=True))
+                off = np.zeros(k, dtype=np.int64)
+                np.cumsum(n[:-1], out=off[1:])
             buf = np.frombuffer(raw, dtype=np.uint8)
-            off = np.zeros(k, dtype=np.int64)
-            np.cumsum(n[:-1], out=off[1:])
-            full = off + n <= len(buf)
             pre = gather(buf, off, _PREFIX)
-            good = full & np.isin(pre["magic"].astype(np.int64) & 0xFFFFFFFF, C.MESSAGE_MAGICS) & (pre["total_size"].astype(np.int64) == n)
+            good = (off + n <= len(buf)) & np.isin(pre["magic"].astype(np.int64) & 0xFFFFFFFF, C.MESSAGE_MAGICS) & (pre["total_size"].astype(np.int64) == n)
             g = np.flatnonzero(good)
             cols, ok = _PARSER.parse(buf, off[g], off[g] + n[g])
-            pp, pl = cols["properties_pos"], cols["properties_length"]
+            pp, pl = cols["properties_pos"].tolist(), cols["properties_length"].tolist()
             for j, i in enumerate(g.tolist()):
                 if ok[j]:
-                    self._cache[base + int(a[i])] = decode_properties(raw[int(pp[j]) : int(pp[j]) + int(pl[j])])[0]
+                    self._cache[base + int(a[i])] = pick(raw[pp[j] : pp[j] + pl[j]])
             at += k
 
     def each(self, phys: np.ndarray, size: np.ndarray, chunk: int = 16384):

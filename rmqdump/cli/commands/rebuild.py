@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 from enum import Enum
 from pathlib import Path
@@ -44,10 +45,15 @@ def _print_table(rep, s: dict) -> None:
         ("hash_slots", st.hash_slots),
         ("index_entries", st.index_entries),
         ("delay_levels", st.delay_spec),
-        ("bcq_file_size", st.bcq_file_size),
-        ("ext_bitmap_bits", st.ext_bitmap_bits),
     ):
         p(f"  {name:<18} {value}  ({st.source.get(name, '')})")
+    if rep.queues and any(os.path.isdir(os.path.join(rep.store, d)) for d in ("batchconsumequeue",)):
+        p(f"  {'bcq_file_size':<18} {st.bcq_file_size}  ({st.source.get('bcq_file_size', '')})")
+    if st.ext_bitmap_bits is not None:
+        p(f"  {'ext_bitmap_bits':<18} {st.ext_bitmap_bits}  ({st.source.get('ext_bitmap_bits', '')})")
+        p(f"  {'ext_file_size':<18} {st.ext_file_size}  ({st.source.get('ext_file_size', '')})")
+    if st.lmq:
+        p(f"  {'lmq':<18} yes  ({st.source.get('lmq', '')})")
     p(f"records: {s['records']} scanned, {s['messages']} taken, {s['workers']} worker(s), {s['seconds']} s ({s['messages_per_second']} messages/s)")
     if "consumequeue" in s["built"]:
         p(f"consumequeue: {s['queues']} queues, {s['cq_files']} files, {s['cq_units']} units, {s['cq_filler_units']} filler units")

@@ -65,6 +65,78 @@ class Tally:
 Entry = Message | Blank | Problem
 
 
+@dataclass
+class Records:
+    """One batch's records that the column filters (queue, store time) kept, by index.
+
+    Records not kept still have their problems reported (`Batch.record_problems`);
+    the content filters (topic, tag, key) are left to whoever reads the records,
+    with `record_entries` as the reference for one record.
+    """
+
+    batch: Batch
+    rows: np.ndarray
+
+
+def list_records(
+    cl: CommitLog, flt: Filter, *, check_crc: bool = True, tally: Tally | None = None, on_bytes: Callable[[int], None] | None = None
+) -> Iterator[Records | Blank | Problem]:
+    """The CommitLog in offset order as whole batches of records, end-of-file markers and damage.
+
+    The consumer counts what it prints in `tally` (messages, problems); the
+    listing stops once `tally.messages` reaches `flt.limit`. Blanks and
+    layout/damage problems are counted here.
+    """
+    tally = tally if tally is not None else Tally()
+    yield from cl.problems
+    done_at: dict[str, int] = {}
+    for b in cl.scan(from_offset=flt.from_offset, to_offset=flt.to_offset, check_crc=check_crc):
+        if len(b):
+            yield Records(b, np.flatnonzero(flt.mask(b)))
+            if flt.limit is not None and tally.messages >= flt.limit:
+                return
+        for e in b.events:
+            if isinstance(e, Blank):
+                tally.blanks += 1
+                if flt.selective:
+                    continue
+            yield e
+        here = b.seg.base + (int(b.cols["_end"][-1]) if len(b) else 0)
+        last = done_at.get(b.seg.path, b.seg.base)
+        if on_bytes and here > last:
+            on_bytes(here - last)
+            done_at[b.seg.path] = here
+        tally.bytes_scanned = max(tally.bytes_scanned, here - cl.min_offset)
+
+
+def record_entries(b: Batch, i: int, flt: Filter, *, kept: bool, with_body: bool = False, uncompress: bool = False) -> list[Entry]:
+    """What the listing shows for record i of a batch: the message if `kept` (by the column filters) and
+    accepted by the content filters, then the record's problems."""
+    entries: list[Entry] = []
+    extra: list[Problem] = []
+    if kept:
+        m = b.message(i, with_body=with_body)
+        if not m.properties_ok:
+            extra.append(
+                Problem(
+                    P.BAD_PROPERTIES,
+                    m.file,
+                    int(b.cols["properties_pos"][i]),
+                    "properties are not well-formed UTF-8 name\\x01value\\x02 pairs",
+                    phys_offset=m.phys_offset,
+                )
+            )
+        if flt.accepts(m):
+            if uncompress and with_body and m.sys_flag & C.FLAG_COMPRESSED:
+                try:
+                    m.body = decompress(m.body, m.sys_flag)
+                    m.extra["decompressed"] = True
+                except Exception as e:
+                    extra.append(Problem(P.DECOMPRESS_FAILED, m.file, int(b.cols["body_pos"][i]), f"body does not decompress: {e}", phys_offset=m.phys_offset))
+            entries.append(m)
+    return entries + b.record_problems.get(i, []) + extra
+
+
 def list_commitlog(
     cl: CommitLog,
     flt: Filter,
@@ -75,59 +147,24 @@ def list_commitlog(
     tally: Tally | None = None,
     on_bytes: Callable[[int], None] | None = None,
 ) -> Iterator[Entry]:
-    """Every entry of the CommitLog in offset order, messages filtered by `flt`."""
+    """Every entry of the CommitLog in offset order, messages filtered by `flt`, one object each.
+
+    The reference the CLI's compiled output (rmqdump.cli.records) is tested against.
+    """
     tally = tally if tally is not None else Tally()
-    for p in cl.problems:
-        tally.problems += 1
-        yield p
-    done_at: dict[str, int] = {}
-    for b in cl.scan(from_offset=flt.from_offset, to_offset=flt.to_offset, check_crc=check_crc):
-        if len(b):
-            sel = flt.mask(b)
-            todo = sorted(set(np.flatnonzero(sel).tolist()) | set(b.record_problems))
-            for i in todo:
-                extra: list[Problem] = []
-                if sel[i]:
-                    m = b.message(i, with_body=with_body)
-                    if not m.properties_ok:
-                        extra.append(
-                            Problem(
-                                P.BAD_PROPERTIES,
-                                m.file,
-                                int(b.cols["properties_pos"][i]),
-                                "properties are not well-formed UTF-8 name\\x01value\\x02 pairs",
-                                phys_offset=m.phys_offset,
-                            )
-                        )
-                    if flt.accepts(m):
-                        if uncompress and with_body and m.sys_flag & C.FLAG_COMPRESSED:
-                            try:
-                                m.body = decompress(m.body, m.sys_flag)
-                                m.extra["decompressed"] = True
-                            except Exception as e:
-                                extra.append(
-                                    Problem(
-                                        P.DECOMPRESS_FAILED, m.file, int(b.cols["body_pos"][i]), f"body does not decompress: {e}", phys_offset=m.phys_offset
-                                    )
-                                )
-                        tally.messages += 1
-                        yield m
-                for p in b.record_problems.get(i, []) + extra:
-                    tally.problems += 1
-                    yield p
-                if flt.limit is not None and tally.messages >= flt.limit:
-                    return
-        for e in b.events:
-            if isinstance(e, Blank):
-                tally.blanks += 1
-                if flt.selective:
-                    continue
-            else:
+    for item in list_records(cl, flt, check_crc=check_crc, tally=tally, on_bytes=on_bytes):
+        if not isinstance(item, Records):
+            if isinstance(item, Problem):
                 tally.problems += 1
-            yield e
-        here = b.seg.base + (int(b.cols["_end"][-1]) if len(b) else 0)
-        last = done_at.get(b.seg.path, b.seg.base)
-        if on_bytes and here > last:
-            on_bytes(here - last)
-            done_at[b.seg.path] = here
-        tally.bytes_scanned = max(tally.bytes_scanned, here - cl.min_offset)
+            yield item
+            continue
+        b, kept = item.batch, set(item.rows.tolist())
+        for i in sorted(kept | set(b.record_problems)):
+            for e in record_entries(b, i, flt, kept=i in kept, with_body=with_body, uncompress=uncompress):
+                if isinstance(e, Message):
+                    tally.messages += 1
+                else:
+                    tally.problems += 1
+                yield e
+            if flt.limit is not None and tally.messages >= flt.limit:
+                return

@@ -5,78 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from rich.table import Table
 
-from rmqdump.cli import render
 from rmqdump.cli.commands.options import BodyMode, Format
-from rmqdump.common.problems import Problem
-from rmqdump.common.timeutil import iso, parse_time
-from rmqdump.query.listing import Filter, Tally, list_commitlog
-from rmqdump.readers.commitlog import Blank, CommitLog
-from rmqdump.readers.message import Message
-
-CSV_COLUMNS = [
-    "kind", "file", "phys_offset", "total_size", "magic_version", "body_crc", "crc_ok", "prop_crc_ok", "queue_id", "flag",
-    "queue_offset", "sys_flag", "transaction", "born_timestamp", "born_host", "store_timestamp", "store_host", "reconsume_times",
-    "prepared_transaction_offset", "body_length", "topic", "tags", "keys", "uniq_key", "msg_id", "properties", "body", "body_encoding",
-    "code", "file_offset", "detail", "length", "marker",
-]  # fmt: skip
-
-TABLE_COLUMNS = ["offset", "size", "topic", "q", "qoffset", "stored (UTC)", "tags", "keys", "uniq_key", "tx", "crc"]
-
-
-def _crc_cell(m: Message) -> str:
-    if m.crc_ok is None:
-        return "-"
-    s = "ok" if m.crc_ok else "BAD"
-    if m.prop_crc_ok is not None:
-        s += "/ok" if m.prop_crc_ok else "/BAD"
-    return s
-
-
-class _TableOut:
-    """A rich table printed every few hundred rows, so long dumps stream."""
-
-    def __init__(self, body: str):
-        self.body = body
-        self.rows: list = []
-
-    def add(self, e) -> None:
-        if isinstance(e, Message):
-            self.rows.append(
-                (
-                    str(e.phys_offset),
-                    str(e.total_size),
-                    e.topic,
-                    str(e.queue_id),
-                    str(e.queue_offset),
-                    iso(e.store_timestamp),
-                    e.tags or "",
-                    " ".join(e.keys),
-                    e.uniq_key or "",
-                    e.transaction if e.transaction != "none" else "",
-                    _crc_cell(e),
-                )
-            )
-            if e.body is not None:
-                self.rows.append(("", "", "[dim]body[/dim]", "", "", render.encode_body(e.body, self.body)[:200], "", "", "", "", ""))
-        elif isinstance(e, Blank):
-            self.rows.append((str(e.phys_offset), str(e.length), f"[dim]<end of file: {e.marker}>[/dim]", "", "", "", "", "", "", "", ""))
-        elif isinstance(e, Problem):
-            self.rows.append(
-                (str(e.phys_offset if e.phys_offset is not None else ""), "", f"[red]{e.code}[/red]", "", "", f"[red]{e.detail}[/red]", "", "", "", "", "")
-            )
-        if len(self.rows) >= 500:
-            self.flush()
-
-    def flush(self) -> None:
-        if not self.rows:
-            return
-        t = Table(*TABLE_COLUMNS, box=None, pad_edge=False, header_style="bold")
-        for r in self.rows:
-            t.add_row(*r)
-        render.out.print(t)
-        self.rows = []
 
 
 def commitlog(
@@ -102,6 +32,12 @@ def commitlog(
 
     Example:  rmqdump commitlog store/commitlog --topic orders --limit 5 -f jsonl
     """
+    from rmqdump.cli import render
+    from rmqdump.cli.records import writer
+    from rmqdump.common.timeutil import parse_time
+    from rmqdump.query.listing import Filter, Tally, list_records
+    from rmqdump.readers.commitlog import CommitLog
+
     try:
         flt = Filter(topic, queue, from_offset, to_offset, parse_time(since) if since else None, parse_time(until) if until else None, key, tag, limit)
     except ValueError as e:
@@ -109,30 +45,19 @@ def commitlog(
     cl = CommitLog.open([str(f) for f in files])
     if not cl.files:
         render.fail(f"no_commitlog: {', '.join(map(str, files))}: no CommitLog files found", 2)
-    with_body = body is not BodyMode.none
     tally = Tally()
-    total = sum(f.size for f in cl.files)
-    table = _TableOut(body.value) if fmt is Format.table else None
-    csvw = render.CsvOut(CSV_COLUMNS) if fmt is Format.csv else None
-    with render.progress(total, "commitlog") as advance:
-        for e in list_commitlog(cl, flt, check_crc=not no_crc, with_body=with_body, uncompress=uncompress, tally=tally, on_bytes=advance):
-            if table is not None:
-                table.add(e)
-                continue
-            d = e.to_dict()
-            if isinstance(e, Message) and e.body is not None:
-                d["body"] = render.encode_body(e.body, body.value)
-                d["body_encoding"] = "utf-8" if body is BodyMode.text else body.value
-            if csvw is not None:
-                csvw.row(d)
-            else:
-                render.jsonl(d)
-    summary = {"kind": "summary", "files": len(cl.files), "messages": tally.messages, "blanks": tally.blanks, "problems": tally.problems}
-    if table is not None:
-        table.flush()
+    w = writer(fmt.value, flt, tally, body=body.value, uncompress=uncompress)
+    with render.progress(sum(f.size for f in cl.files), "commitlog") as advance:
+        for item in list_records(cl, flt, check_crc=not no_crc, tally=tally, on_bytes=advance):
+            w.item(item)
+            if w.done:
+                break
+    w.close(len(cl.files))
+    if fmt is Format.table:
         render.err.print(f"{tally.messages} messages, {tally.blanks} end-of-file markers, {tally.problems} problems in {len(cl.files)} files", highlight=False)
     elif fmt is Format.jsonl:
-        render.jsonl(summary)
+        summary = {"kind": "summary", "files": len(cl.files), "messages": tally.messages, "blanks": tally.blanks, "problems": tally.problems}
+        w.entry_dict(summary)
     raise typer.Exit(1 if tally.problems else 0)
 
 

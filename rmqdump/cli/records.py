@@ -1,0 +1,374 @@
+"""How `rmqdump commitlog` writes what it lists: JSON Lines, a streamed table, or CSV.
+
+Batches of records are rendered whole by the compiled kernels of
+rmqdump.cli.textkernel and written as one buffer each; a record the kernels
+leave to Python (see textkernel), and every record with problems, goes through
+rmqdump.query.listing.record_entries, the reference the kernels are tested
+against, so the text is the same either way.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import numpy as np
+
+from rmqdump.cli import render
+from rmqdump.cli import textkernel as K
+from rmqdump.common.problems import Problem
+from rmqdump.common.timeutil import iso
+from rmqdump.query.listing import Filter, Records, Tally, record_entries
+from rmqdump.readers.commitlog import Batch, Blank
+from rmqdump.readers.message import Message
+from schemas import constants as C
+
+SUB_ROWS = 8192  # records rendered per kernel call: bounds the output buffer (a few MB)
+_ENCODE = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+
+CSV_COLUMNS = [
+    "kind", "file", "phys_offset", "total_size", "magic_version", "body_crc", "crc_ok", "prop_crc_ok", "queue_id", "flag",
+    "queue_offset", "sys_flag", "transaction", "born_timestamp", "born_host", "store_timestamp", "store_host", "reconsume_times",
+    "prepared_transaction_offset", "body_length", "topic", "tags", "keys", "uniq_key", "msg_id", "properties", "body", "body_encoding",
+    "code", "file_offset", "detail", "length", "marker",
+]  # fmt: skip
+TABLE_COLUMNS = ["offset", "size", "topic", "q", "qoffset", "stored (UTC)", "tags", "keys", "uniq_key", "tx", "crc"]
+
+
+def rows_matrix(b: Batch, rows: np.ndarray, flag_idx: np.ndarray) -> np.ndarray:
+    """The kernels' input: one int64 row per record, columns textkernel.MATRIX."""
+    c = b.cols
+    mat = np.empty((len(rows), len(K.MATRIX)), dtype=np.int64)
+    for j, name in enumerate(K.MATRIX):
+        if name in c:
+            mat[:, j] = c[name][rows]
+    mat[:, K.M["magic_version"]] = np.where(c["magic"][rows] == C.MAGIC_V2, 2, 1)
+    mat[:, K.M["crc"]] = -1 if b.crc_ok is None else b.crc_ok[rows]
+    mat[:, K.M["prop_crc"]] = -1 if b.prop_crc is None else b.prop_crc[rows]
+    mat[:, K.M["flag_idx"]] = flag_idx
+    return mat
+
+
+def _filter_args(flt: Filter):
+    def enc(v):
+        return np.frombuffer((v or "").encode(), dtype=np.uint8).copy()
+
+    return enc(flt.topic), enc(flt.tag), enc(flt.key), np.array([flt.topic is not None, flt.tag is not None, flt.key is not None], dtype=np.int64)
+
+
+class RecordsOut:
+    """Writes the listing to stdout; counts messages and problems in `tally`; stops at `flt.limit`."""
+
+    def __init__(self, flt: Filter, tally: Tally, *, body: str = "none", uncompress: bool = False):
+        self.flt, self.tally, self.body, self.uncompress = flt, tally, body, uncompress
+        self.with_body = body != "none"
+        self.filters = _filter_args(flt)
+        self.done = False
+
+    # -- output
+    def write_bytes(self, data) -> None:
+        sys.stdout.flush()
+        sys.stdout.buffer.write(data)
+
+    def write_text(self, text: str) -> None:
+        self.write_bytes(text.encode("utf-8", errors="surrogateescape"))
+
+    # -- what subclasses render
+    def entry(self, e) -> None:
+        raise NotImplementedError
+
+    def kernel(self, b: Batch, rows: np.ndarray, mat: np.ndarray):
+        """(status per row, text end per row, the text) for a sub-batch; None: every row through Python."""
+        return None
+
+    def taken(self, out: np.ndarray, ends: np.ndarray, status: np.ndarray, lo: int, hi: int, b: Batch, rows: np.ndarray) -> None:
+        """Write rows lo..hi-1 (of this sub-batch) that the kernel took."""
+        start = int(ends[lo - 1]) if lo else 0
+        self.write_bytes(memoryview(out)[start : int(ends[hi - 1])])
+
+    def item(self, item) -> None:
+        if isinstance(item, Records):
+            self.records(item)
+            return
+        if isinstance(item, Problem):
+            self.tally.problems += 1
+        self.entry(item)
+
+    def records(self, rec: Records) -> None:
+        b = rec.batch
+        rows = rec.rows
+        probs = np.array(sorted(b.record_problems), dtype=np.int64)
+        for lo in range(0, max(len(rows), 1), SUB_ROWS):
+            if self.done:
+                return
+            part = rows[lo : lo + SUB_ROWS]
+            last = lo + SUB_ROWS >= len(rows)
+            first_i = int(part[0]) if len(part) else 0
+            end_i = len(b) if last else int(rows[lo + SUB_ROWS])
+            if lo == 0:
+                first_i = 0
+            here = probs[(probs >= first_i) & (probs < end_i)]
+            self._part(b, part, here)
+
+    def _part(self, b: Batch, rows: np.ndarray, probs: np.ndarray) -> None:
+        n = len(rows)
+        res = self.kernel(b, rows, None) if n else None
+        if res is None:
+            status = np.full(n, K.FALLBACK, dtype=np.int8)
+            out = ends = None
+        else:
+            status, ends, out = res
+            if self.uncompress and self.with_body:
+                compressed = (b.cols["sys_flag"][rows] & C.FLAG_COMPRESSED) != 0
+                status[compressed & (status == K.TAKEN)] = K.FALLBACK
+        stops = np.union1d(rows[status == K.FALLBACK], probs)
+        pos = np.searchsorted(rows, stops)
+        j = 0
+        for s, k in zip(stops.tolist(), pos.tolist(), strict=True):
+            if k > j and not self._run(out, ends, status, j, k, b, rows):
+                return
+            kept = k < n and int(rows[k]) == s
+            if kept and status[k] == K.TAKEN:
+                if not self._run(out, ends, status, k, k + 1, b, rows):
+                    return
+                entries = b.record_problems.get(s, [])
+            elif kept and status[k] == K.FILTERED:
+                entries = b.record_problems.get(s, [])
+            else:
+                entries = record_entries(b, s, self.flt, kept=kept, with_body=self.with_body, uncompress=self.uncompress)
+            for e in entries:
+                if isinstance(e, Message):
+                    self.tally.messages += 1
+                else:
+                    self.tally.problems += 1
+                self.entry(e)
+            if self._at_limit():
+                return
+            j = k + 1 if kept else k
+        if n > j:
+            self._run(out, ends, status, j, n, b, rows)
+
+    def _at_limit(self) -> bool:
+        if self.flt.limit is not None and self.tally.messages >= self.flt.limit:
+            self.done = True
+        return self.done
+
+    def _run(self, out, ends, status, lo: int, hi: int, b: Batch, rows: np.ndarray) -> bool:
+        """Rows lo..hi-1 that the kernel took or filtered; False once the limit is reached."""
+        taken = status[lo:hi] == K.TAKEN
+        count = int(taken.sum())
+        if not count:
+            return True
+        limit = self.flt.limit
+        if limit is not None and self.tally.messages + count >= limit:
+            cut = int(np.flatnonzero(taken)[limit - self.tally.messages - 1]) + lo + 1
+            self.taken(out, ends, status, lo, cut, b, rows)
+            self.tally.messages = limit
+            self.done = True
+            return False
+        self.taken(out, ends, status, lo, hi, b, rows)
+        self.tally.messages += count
+        return True
+
+    def close(self, files: int) -> None:
+        pass
+
+
+class JsonLinesOut(RecordsOut):
+    """One JSON object per line, exactly `json.dumps(entry.to_dict())` (plus body fields)."""
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self._file = None
+
+    def kernel(self, b, rows, _):
+        if self._file != b.seg.path:
+            self._file = b.seg.path
+            self._file_json = np.frombuffer(_ENCODE(b.seg.path).encode(), dtype=np.uint8).copy()
+        snip, snip_offs, _tx, _txo, idx = K.flag_snippets(b.cols["sys_flag"][rows])
+        mat = rows_matrix(b, rows, idx)
+        c = b.cols
+        bound = (
+            K.FIXED_JSON + len(self._file_json) + int(np.diff(snip_offs).max()) + 400
+            + c["topic_length"][rows].astype(np.int64) + 7 * c["properties_length"][rows].astype(np.int64)
+        )  # fmt: skip
+        out = np.empty(int(bound.sum()), dtype=np.uint8)
+        ends = np.empty(len(rows), dtype=np.int64)
+        status = np.empty(len(rows), dtype=np.int8)
+        K.kernels().json_lines(b.mf.data, b.seg.base, mat, self._file_json, snip, snip_offs, *self.filters, not self.with_body, out, ends, status)
+        return status, ends, out
+
+    def taken(self, out, ends, status, lo, hi, b, rows):
+        if not self.with_body:
+            super().taken(out, ends, status, lo, hi, b, rows)
+            return
+        parts = []
+        start = int(ends[lo - 1]) if lo else 0
+        for j in range(lo, hi):
+            end = int(ends[j])
+            if status[j] == K.TAKEN:
+                parts.append(bytes(out[start:end]))
+                parts.append(self._body_tail(b.body(int(rows[j]))))
+            start = end
+        self.write_bytes(b"".join(parts))
+
+    def _body_tail(self, body: bytes) -> bytes:
+        enc = "utf-8" if self.body == "text" else self.body
+        return (',"body":' + _ENCODE(render.encode_body(body, self.body)) + ',"body_encoding":' + _ENCODE(enc) + "}\n").encode()
+
+    def entry(self, e) -> None:
+        d = e.to_dict()
+        if isinstance(e, Message) and e.body is not None:
+            d["body"] = render.encode_body(e.body, self.body)
+            d["body_encoding"] = "utf-8" if self.body == "text" else self.body
+        self.entry_dict(d)
+
+    def entry_dict(self, d: dict) -> None:
+        self.write_text(_ENCODE(d) + "\n")
+
+
+class CsvOut(RecordsOut):
+    """CSV rows of CSV_COLUMNS (every entry through Python)."""
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        import csv
+        import io
+
+        self._buf = io.StringIO()
+        self._w = csv.writer(self._buf, lineterminator="\n")
+        self._w.writerow(CSV_COLUMNS)
+        self._flush()
+
+    def _flush(self) -> None:
+        self.write_text(self._buf.getvalue())
+        self._buf.seek(0)
+        self._buf.truncate()
+
+    def entry(self, e) -> None:
+        d = e.to_dict()
+        if isinstance(e, Message) and e.body is not None:
+            d["body"] = render.encode_body(e.body, self.body)
+            d["body_encoding"] = "utf-8" if self.body == "text" else self.body
+        self._w.writerow([_csv_value(d.get(k)) for k in CSV_COLUMNS])
+        if self._buf.tell() > 1 << 20:
+            self._flush()
+
+    def close(self, files: int) -> None:
+        self._flush()
+
+
+def _csv_value(v):
+    if isinstance(v, (dict, list)):
+        return json.dumps(v, ensure_ascii=False)
+    return "" if v is None else v
+
+
+def _crc_cell(m: Message) -> str:
+    if m.crc_ok is None:
+        return "-"
+    s = "ok" if m.crc_ok else "BAD"
+    if m.prop_crc_ok is not None:
+        s += "/ok" if m.prop_crc_ok else "/BAD"
+    return s
+
+
+def _cells(e, body: str) -> list[tuple[list[str], str]]:
+    """The table rows of one entry (Python way), each with its style on a terminal."""
+    if isinstance(e, Message):
+        rows = [
+            (
+                [
+                    str(e.phys_offset), str(e.total_size), e.topic, str(e.queue_id), str(e.queue_offset), iso(e.store_timestamp), e.tags or "",
+                    " ".join(e.keys), e.uniq_key or "", e.transaction if e.transaction != "none" else "", _crc_cell(e),
+                ],
+                "",
+            )
+        ]  # fmt: skip
+        if e.body is not None:
+            rows.append((["", "", "body", "", "", render.encode_body(e.body, body)[:200]], "dim"))
+        return rows
+    if isinstance(e, Blank):
+        return [([str(e.phys_offset), str(e.length), f"<end of file: {e.marker}>"], "dim")]
+    return [([str(e.phys_offset if e.phys_offset is not None else ""), "", e.code, "", "", e.detail], "red")]
+
+
+class TableOut(RecordsOut):
+    """Plain lines, columns two spaces apart, widths growing as wider values come; a bold header and
+    coloured problem lines on a terminal only."""
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.colw = np.array([len(h) for h in TABLE_COLUMNS], dtype=np.int64)
+        self.terminal = sys.stdout.isatty()
+        self.header = False
+
+    def _widths(self, cells: list[str]) -> None:
+        from rich.cells import cell_len
+
+        for c, text in enumerate(cells[: len(self.colw)]):
+            self.colw[c] = max(self.colw[c], cell_len(text))
+
+    def _line(self, cells: list[str]) -> str:
+        from rich.cells import cell_len
+
+        while cells and not cells[-1]:
+            cells = cells[:-1]
+        parts = [t + " " * (int(self.colw[c]) - cell_len(t) + 2) if c < len(cells) - 1 and c < len(self.colw) else t for c, t in enumerate(cells)]
+        return "".join(parts)
+
+    def _emit(self, line: str, style: str) -> None:
+        self._head()
+        if self.terminal and style:
+            render.out.print(line, style=style, markup=False, highlight=False)
+        else:
+            self.write_text(line + "\n")
+
+    def _head(self) -> None:
+        if not self.header:
+            self.header = True
+            line = self._line(list(TABLE_COLUMNS))
+            if self.terminal:
+                render.out.print(line, style="bold", markup=False, highlight=False)
+            else:
+                self.write_text(line + "\n")
+
+    def entry(self, e) -> None:
+        rows = _cells(e, self.body)
+        if isinstance(e, Message):
+            self._widths(rows[0][0])
+        for cells, style in rows:
+            self._emit(self._line(cells), style)
+
+    def kernel(self, b, rows, _):
+        if self.with_body:
+            return None
+        _s, _so, tx, tx_offs, idx = K.flag_snippets(b.cols["sys_flag"][rows])
+        mat = rows_matrix(b, rows, idx)
+        c = b.cols
+        bound = 200 + c["topic_length"][rows].astype(np.int64) + 3 * c["properties_length"][rows].astype(np.int64)
+        cells = np.empty(int(bound.sum()), dtype=np.uint8)
+        n = len(rows)
+        bounds = np.empty((n, K.TABLE_CELLS + 1), dtype=np.int64)
+        widths = np.zeros((n, K.TABLE_CELLS), dtype=np.int64)
+        status = np.empty(n, dtype=np.int8)
+        K.kernels().table_cells(b.mf.data, b.seg.base, mat, tx, tx_offs, *self.filters, cells, bounds, widths, status)
+        self._parts = (cells, bounds, widths)
+        for j in np.flatnonzero(status == K.FALLBACK).tolist():  # their widths count too
+            m = b.message(int(rows[j]))
+            self._widths(_cells(m, self.body)[0][0])
+        return status, None, None
+
+    def taken(self, out, ends, status, lo, hi, b, rows):
+        cells, bounds, widths = self._parts
+        np.maximum(self.colw, widths[lo:hi].max(axis=0), out=self.colw)
+        self._head()
+        size = int((bounds[hi - 1, -1] - bounds[lo, 0]) + (hi - lo) * (int(self.colw.sum()) + 2 * K.TABLE_CELLS + 1))
+        buf = np.empty(size, dtype=np.uint8)
+        n = K.kernels().table_lines(cells, bounds, widths, self.colw, status, lo, hi, buf)
+        self.write_bytes(memoryview(buf)[:n])
+
+
+def writer(fmt: str, flt: Filter, tally: Tally, *, body: str, uncompress: bool) -> RecordsOut:
+    cls = {"jsonl": JsonLinesOut, "csv": CsvOut, "table": TableOut}[fmt]
+    return cls(flt, tally, body=body, uncompress=uncompress)

@@ -1,0 +1,131 @@
+"""Compiled text of CommitLog records: JSON Lines and table cells, a whole batch per call.
+
+The listing prints at the scan's pace only if no record becomes a Python
+object on the way out. These kernels read the batch's columns and the mapped
+bytes and write the output bytes directly, exactly as `json.dumps` of
+`Message.to_dict()` (and the table's cells) would be. Anything a kernel cannot
+render exactly (invalid UTF-8, characters JSON escapes, malformed or repeated
+property names, IPv6 hosts, times outside years 1-9999) marks the row
+`FALLBACK` and the caller renders that row through `Message`, so the kernels
+never decide what a value is, only how plain values are spelled.
+
+numba is imported on first use; compiled code is cached in a user cache
+directory (see `cache_dir`), so only the first run after an install compiles.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+
+from schemas import HostV4, HostV6
+from schemas import constants as C
+
+# Row status written by the kernels
+TAKEN, FALLBACK, FILTERED = 0, 1, 2
+
+# Columns of the row matrix the caller builds (rows_matrix); every value as int64.
+MATRIX = (
+    "_pos", "total_size", "magic_version", "body_crc", "queue_id", "flag", "queue_offset", "sys_flag", "born_timestamp",
+    "born_host_pos", "born_host_then", "store_timestamp", "store_host_pos", "store_host_then", "reconsume_times",
+    "prepared_transaction_offset", "body_length", "topic_pos", "topic_length", "properties_pos", "properties_length",
+    "crc", "prop_crc", "flag_idx",
+)  # fmt: skip
+M = {n: i for i, n in enumerate(MATRIX)}
+TABLE_CELLS = 11  # offset, size, topic, q, qoffset, stored (UTC), tags, keys, uniq_key, tx, crc
+
+V4_ADDR, V6_ADDR = HostV4.subcons[0].sizeof(), HostV6.subcons[0].sizeof()
+PORT_BYTES = HostV4.subcons[1].sizeof()
+MAX_ITEMS = 128  # properties per record the kernel takes; more (never seen) go the Python way
+MAX_MS = 253402300799999  # 9999-12-31T23:59:59.999Z, the last time datetime can print
+
+
+def _b(s: str) -> np.ndarray:
+    return np.frombuffer(s.encode(), dtype=np.uint8).copy()
+
+
+# Text between the values of a message object, in Message.to_dict() order.
+L_KIND = _b('{"kind":"message","file":')
+L_PHYS = _b(',"phys_offset":')
+L_TOTAL = _b(',"total_size":')
+L_MAGIC = _b(',"magic_version":')
+L_BCRC = _b(',"body_crc":')
+L_CRC = _b(',"crc_ok":')
+L_PCRC = _b(',"prop_crc_ok":')
+L_QID = _b(',"queue_id":')
+L_FLAG = _b(',"flag":')
+L_QOFF = _b(',"queue_offset":')
+L_SYSF = _b(',"sys_flag":')
+L_BORN_TS = _b(',"born_timestamp":')
+L_BORN_HOST = _b(',"born_host":"')
+L_STORE_TS = _b('","store_timestamp":')
+L_STORE_HOST = _b(',"store_host":"')
+L_RECON = _b('","reconsume_times":')
+L_PREP = _b(',"prepared_transaction_offset":')
+L_BODYLEN = _b(',"body_length":')
+L_TOPIC = _b(',"topic":"')
+L_PROPS = _b('","properties":{')
+L_TAGS = _b('},"tags":')
+L_KEYS = _b(',"keys":[')
+L_UNIQ = _b('],"uniq_key":')
+L_MSGID = _b(',"msg_id":"')
+L_END = _b('"}\n')
+L_NULL, L_TRUE, L_FALSE = _b("null"), _b("true"), _b("false")
+L_OK, L_BAD, L_DASH = _b("ok"), _b("BAD"), _b("-")
+N_TAGS, N_KEYS, N_UNIQ = _b(C.PROPERTY_TAGS), _b(C.PROPERTY_KEYS), _b(C.PROPERTY_UNIQ_KEY)
+SEP_NV, SEP_PROP, SEP_KEY = ord(C.NAME_VALUE_SEPARATOR), ord(C.PROPERTY_SEPARATOR), ord(C.KEY_SEPARATOR)
+HEX_UPPER = _b("0123456789ABCDEF")
+HEX_LOWER = _b("0123456789abcdef")
+FIXED_JSON = sum(len(x) for x in (L_KIND, L_PHYS, L_TOTAL, L_MAGIC, L_BCRC, L_CRC, L_PCRC, L_QID, L_FLAG, L_QOFF, L_SYSF, L_BORN_TS, L_BORN_HOST,
+                                  L_STORE_TS, L_STORE_HOST, L_RECON, L_PREP, L_BODYLEN, L_TOPIC, L_PROPS, L_TAGS, L_KEYS, L_UNIQ, L_MSGID, L_END))  # fmt: skip
+
+
+def flag_snippets(sys_flags: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per distinct sysFlag: the JSON of `sys_flag_names` and `transaction`, and the table's tx cell.
+
+    Returns (json bytes, json offsets, tx bytes, tx offsets, index of each row's sysFlag).
+    """
+    from rmqdump.readers.message import flag_names, transaction_name
+
+    uniq, inverse = np.unique(sys_flags, return_inverse=True)
+    js, tx = [], []
+    for f in uniq.tolist():
+        names = json.dumps(flag_names(int(f)), ensure_ascii=False, separators=(",", ":"))
+        name = transaction_name(int(f))
+        js.append(f',"sys_flag_names":{names},"transaction":{json.dumps(name, ensure_ascii=False)}'.encode())
+        tx.append(b"" if name == "none" else name.encode())
+    return (*_packed(js), *_packed(tx), inverse.reshape(len(sys_flags)).astype(np.int64))
+
+
+def _packed(parts: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
+    offs = np.zeros(len(parts) + 1, dtype=np.int64)
+    np.cumsum([len(p) for p in parts], out=offs[1:])
+    return np.frombuffer(b"".join(parts) or b"\0", dtype=np.uint8).copy(), offs
+
+
+def cache_dir() -> str:
+    """Where compiled code is kept: a directory the user can write, whatever the install directory."""
+    base = os.environ.get("RMQDUMP_CACHE_DIR")
+    if not base:
+        xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        base = os.path.join(xdg, "rmqdump")
+    return os.path.join(base, "numba-text")
+
+
+_KERNELS = None
+
+
+def kernels():
+    """The compiled kernels (numba imported, and its cache directory set, on first use)."""
+    global _KERNELS
+    if _KERNELS is None:
+        os.environ.setdefault("NUMBA_CACHE_DIR", cache_dir())
+        import numba
+
+        numba.config.CACHE_DIR = os.environ["NUMBA_CACHE_DIR"]
+        from rmqdump.cli import textkernel_jit
+
+        _KERNELS = textkernel_jit
+    return _KERNELS

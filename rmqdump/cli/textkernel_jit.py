@@ -1,0 +1,568 @@
+"""The numba code of rmqdump.cli.textkernel (import that module, not this one: it sets the cache up first)."""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from rmqdump.cli.textkernel import (
+    FALLBACK,
+    FILTERED,
+    HEX_UPPER,
+    L_BAD,
+    L_BCRC,
+    L_BODYLEN,
+    L_BORN_HOST,
+    L_BORN_TS,
+    L_CRC,
+    L_DASH,
+    L_END,
+    L_FALSE,
+    L_FLAG,
+    L_KEYS,
+    L_KIND,
+    L_MAGIC,
+    L_MSGID,
+    L_NULL,
+    L_OK,
+    L_PCRC,
+    L_PHYS,
+    L_PREP,
+    L_PROPS,
+    L_QID,
+    L_QOFF,
+    L_RECON,
+    L_STORE_HOST,
+    L_STORE_TS,
+    L_SYSF,
+    L_TAGS,
+    L_TOPIC,
+    L_TOTAL,
+    L_TRUE,
+    L_UNIQ,
+    MAX_ITEMS,
+    MAX_MS,
+    N_KEYS,
+    N_TAGS,
+    N_UNIQ,
+    PORT_BYTES,
+    SEP_KEY,
+    SEP_NV,
+    SEP_PROP,
+    TABLE_CELLS,
+    TAKEN,
+    V4_ADDR,
+)
+from rmqdump.cli.textkernel import M as _M
+
+(POS, TOTAL, MAGIC_V, BCRC, QID, FLAG, QOFF, SYSF, BORN_TS, BORN_POS, BORN_V6, STORE_TS, STORE_POS, STORE_V6, RECON, PREP, BODYLEN, TOPIC_POS, TOPIC_LEN,
+ PROPS_POS, PROPS_LEN, CRC, PCRC, FLAG_IDX) = (_M[k] for k in (
+    "_pos", "total_size", "magic_version", "body_crc", "queue_id", "flag", "queue_offset", "sys_flag", "born_timestamp", "born_host_pos",
+    "born_host_then", "store_timestamp", "store_host_pos", "store_host_then", "reconsume_times", "prepared_transaction_offset", "body_length",
+    "topic_pos", "topic_length", "properties_pos", "properties_length", "crc", "prop_crc", "flag_idx"))  # fmt: skip
+INT64_MIN_TEXT = np.frombuffer(b"-9223372036854775808", dtype=np.uint8).copy()
+MIN_MS = -62135596800000  # 0001-01-01T00:00:00.000Z
+
+
+@njit(cache=True, nogil=True)
+def _lit(out, o, lit):
+    n = lit.shape[0]
+    out[o : o + n] = lit
+    return o + n
+
+
+@njit(cache=True, nogil=True)
+def _copy(out, o, data, s, n):
+    out[o : o + n] = data[s : s + n]
+    return o + n
+
+
+@njit(cache=True, nogil=True)
+def _int(out, o, v):
+    if v < 0:
+        if v == -9223372036854775807 - 1:
+            return _lit(out, o, INT64_MIN_TEXT)
+        out[o] = 45
+        o += 1
+        v = -v
+    nd = 1
+    t = v
+    while t >= 10:
+        t //= 10
+        nd += 1
+    p = o + nd - 1
+    while True:
+        out[p] = 48 + v % 10
+        v //= 10
+        p -= 1
+        if v == 0:
+            break
+    return o + nd
+
+
+@njit(cache=True, nogil=True)
+def _fixed(out, o, v, width):
+    """v (>= 0) in exactly `width` digits, zero-padded."""
+    for k in range(width - 1, -1, -1):
+        out[o + k] = 48 + v % 10
+        v //= 10
+    return o + width
+
+
+@njit(cache=True, nogil=True)
+def _utf8_ok(d, s, n):
+    """Strict UTF-8, as Python's decoder takes it (no overlongs, surrogates or values past U+10FFFF)."""
+    i = s
+    e = s + n
+    while i < e:
+        c = d[i]
+        if c < 0x80:
+            i += 1
+        elif c < 0xC2:
+            return False
+        elif c < 0xE0:
+            if i + 1 >= e or (d[i + 1] & 0xC0) != 0x80:
+                return False
+            i += 2
+        elif c < 0xF0:
+            if i + 2 >= e:
+                return False
+            c1 = d[i + 1]
+            if (c == 0xE0 and c1 < 0xA0) or (c == 0xED and c1 > 0x9F) or (c1 & 0xC0) != 0x80 or (d[i + 2] & 0xC0) != 0x80:
+                return False
+            i += 3
+        elif c < 0xF5:
+            if i + 3 >= e:
+                return False
+            c1 = d[i + 1]
+            if (c == 0xF0 and c1 < 0x90) or (c == 0xF4 and c1 > 0x8F) or (c1 & 0xC0) != 0x80 or (d[i + 2] & 0xC0) != 0x80 or (d[i + 3] & 0xC0) != 0x80:
+                return False
+            i += 4
+        else:
+            return False
+    return True
+
+
+@njit(cache=True, nogil=True)
+def _plain(d, s, n):
+    """True if the bytes are text JSON writes as they are: UTF-8 without quotes, backslashes or control characters."""
+    high = False
+    for i in range(s, s + n):
+        c = d[i]
+        if c < 0x20 or c == 0x22 or c == 0x5C:
+            return False
+        if c >= 0x80:
+            high = True
+    return not high or _utf8_ok(d, s, n)
+
+
+@njit(cache=True, nogil=True)
+def _same(a, sa, b, sb, n):
+    return all(a[sa + k] == b[sb + k] for k in range(n))
+
+
+@njit(cache=True, nogil=True)
+def _is(d, s, n, lit):
+    return n == lit.shape[0] and _same(d, s, lit, 0, n)
+
+
+@njit(cache=True, nogil=True)
+def _props(d, s, n, its, itk, ite):
+    """Items of `name\\x01value\\x02...` as (name start, separator, end); -1 if Python must decide.
+
+    Python must decide when an item has no separator or two, a name repeats,
+    a byte is one JSON escapes, or the text is not UTF-8.
+    """
+    e = s + n
+    high = False
+    i = s
+    m = 0
+    while i <= e:
+        j = i
+        k = -1
+        while j < e and d[j] != SEP_PROP:
+            c = d[j]
+            if c == SEP_NV:
+                if k >= 0:
+                    return -1
+                k = j
+            elif c < 0x20 or c == 0x22 or c == 0x5C:
+                return -1
+            elif c >= 0x80:
+                high = True
+            j += 1
+        if j > i:
+            if k < 0 or m >= MAX_ITEMS:
+                return -1
+            its[m] = i
+            itk[m] = k
+            ite[m] = j
+            m += 1
+        i = j + 1
+    if high and not _utf8_ok(d, s, n):
+        return -1
+    for a in range(m):
+        la = itk[a] - its[a]
+        for b in range(a):
+            if itk[b] - its[b] == la and _same(d, its[a], d, its[b], la):
+                return -1
+    return m
+
+
+@njit(cache=True, nogil=True)
+def _find_prop(d, its, itk, m, name):
+    """Index of the item named `name`, or -1."""
+    for a in range(m):
+        if _is(d, its[a], itk[a] - its[a], name):
+            return a
+    return -1
+
+
+@njit(cache=True, nogil=True)
+def _accepts(d, row, its, itk, ite, t, g, u, ftopic, ftag, fkey, fl):
+    """The content filters (--topic, --tag, --key) on one record."""
+    if fl[0] and not _is(d, row[TOPIC_POS], row[TOPIC_LEN], ftopic):
+        return False
+    if fl[1] and (g < 0 or not _is(d, itk[g] + 1, ite[g] - itk[g] - 1, ftag)):
+        return False
+    if fl[2]:
+        if u >= 0 and _is(d, itk[u] + 1, ite[u] - itk[u] - 1, fkey):
+            return True
+        if t < 0:
+            return False
+        j = itk[t] + 1
+        e = ite[t]
+        while j < e:
+            q = j
+            while q < e and d[q] != SEP_KEY:
+                q += 1
+            if q > j and _is(d, j, q - j, fkey):
+                return True
+            j = q + 1
+        return False
+    return True
+
+
+@njit(cache=True, nogil=True)
+def _v4_host(out, o, d, p):
+    for q in range(V4_ADDR):
+        if q:
+            out[o] = 46
+            o += 1
+        o = _int(out, o, np.int64(d[p + q]))
+    out[o] = 58
+    o += 1
+    port = np.int64(0)
+    for q in range(PORT_BYTES):
+        port = (port << 8) | np.int64(d[p + V4_ADDR + q])
+    if port >= 2147483648:
+        port -= 4294967296
+    return _int(out, o, port)
+
+
+@njit(cache=True, nogil=True)
+def _hex(out, o, v, nbytes):
+    for k in range(nbytes * 2 - 1, -1, -1):
+        out[o + k] = HEX_UPPER[v & 15]
+        v >>= 4
+    return o + nbytes * 2
+
+
+@njit(cache=True, nogil=True)
+def _value_or_null(out, o, d, itk, ite, a):
+    if a < 0:
+        return _lit(out, o, L_NULL)
+    out[o] = 34
+    o = _copy(out, o + 1, d, itk[a] + 1, ite[a] - itk[a] - 1)
+    out[o] = 34
+    return o + 1
+
+
+@njit(cache=True, nogil=True)
+def _bool(out, o, v):
+    if v < 0:
+        return _lit(out, o, L_NULL)
+    return _lit(out, o, L_TRUE if v else L_FALSE)
+
+
+@njit(cache=True, nogil=True)
+def _message_json(out, o, d, base, row, file_json, snip, snip_offs, its, itk, ite, m, t, g, u, close):
+    o = _lit(out, o, L_KIND)
+    o = _lit(out, o, file_json)
+    o = _lit(out, o, L_PHYS)
+    o = _int(out, o, base + row[POS])
+    o = _lit(out, o, L_TOTAL)
+    o = _int(out, o, row[TOTAL])
+    o = _lit(out, o, L_MAGIC)
+    o = _int(out, o, row[MAGIC_V])
+    o = _lit(out, o, L_BCRC)
+    o = _int(out, o, row[BCRC])
+    o = _lit(out, o, L_CRC)
+    o = _bool(out, o, row[CRC])
+    o = _lit(out, o, L_PCRC)
+    o = _bool(out, o, row[PCRC])
+    o = _lit(out, o, L_QID)
+    o = _int(out, o, row[QID])
+    o = _lit(out, o, L_FLAG)
+    o = _int(out, o, row[FLAG])
+    o = _lit(out, o, L_QOFF)
+    o = _int(out, o, row[QOFF])
+    o = _lit(out, o, L_SYSF)
+    o = _int(out, o, row[SYSF])
+    f = row[FLAG_IDX]
+    o = _copy(out, o, snip, snip_offs[f], snip_offs[f + 1] - snip_offs[f])
+    o = _lit(out, o, L_BORN_TS)
+    o = _int(out, o, row[BORN_TS])
+    o = _lit(out, o, L_BORN_HOST)
+    o = _v4_host(out, o, d, row[BORN_POS])
+    o = _lit(out, o, L_STORE_TS)
+    o = _int(out, o, row[STORE_TS])
+    o = _lit(out, o, L_STORE_HOST)
+    o = _v4_host(out, o, d, row[STORE_POS])
+    o = _lit(out, o, L_RECON)
+    o = _int(out, o, row[RECON])
+    o = _lit(out, o, L_PREP)
+    o = _int(out, o, row[PREP])
+    o = _lit(out, o, L_BODYLEN)
+    o = _int(out, o, row[BODYLEN])
+    o = _lit(out, o, L_TOPIC)
+    o = _copy(out, o, d, row[TOPIC_POS], row[TOPIC_LEN])
+    o = _lit(out, o, L_PROPS)
+    for a in range(m):
+        if a:
+            out[o] = 44
+            o += 1
+        out[o] = 34
+        o = _copy(out, o + 1, d, its[a], itk[a] - its[a])
+        out[o] = 34
+        out[o + 1] = 58
+        out[o + 2] = 34
+        o = _copy(out, o + 3, d, itk[a] + 1, ite[a] - itk[a] - 1)
+        out[o] = 34
+        o += 1
+    o = _lit(out, o, L_TAGS)
+    o = _value_or_null(out, o, d, itk, ite, g)
+    o = _lit(out, o, L_KEYS)
+    if t >= 0:
+        j = itk[t] + 1
+        e = ite[t]
+        first = True
+        while j < e:
+            q = j
+            while q < e and d[q] != SEP_KEY:
+                q += 1
+            if q > j:
+                if not first:
+                    out[o] = 44
+                    o += 1
+                first = False
+                out[o] = 34
+                o = _copy(out, o + 1, d, j, q - j)
+                out[o] = 34
+                o += 1
+            j = q + 1
+    o = _lit(out, o, L_UNIQ)
+    o = _value_or_null(out, o, d, itk, ite, u)
+    o = _lit(out, o, L_MSGID)
+    sp = row[STORE_POS]
+    for q in range(V4_ADDR + PORT_BYTES):
+        o = _hex(out, o, np.int64(d[sp + q]), 1)
+    o = _hex(out, o, base + row[POS], 8)
+    if close:
+        o = _lit(out, o, L_END)
+    else:
+        out[o] = 34
+        o += 1
+    return o
+
+
+@njit(cache=True, nogil=True)
+def _simple(d, row):
+    """Hosts the kernel writes (IPv4) and a topic JSON takes as it is."""
+    return row[BORN_V6] == 0 and row[STORE_V6] == 0 and _plain(d, row[TOPIC_POS], row[TOPIC_LEN])
+
+
+@njit(cache=True, nogil=True)
+def json_lines(d, base, mat, file_json, snip, snip_offs, ftopic, ftag, fkey, fl, close, out, ends, status):
+    """One JSON object per row of `mat` into `out` (`close`: with its closing brace and newline; else the
+    caller appends the body fields). ends[r] is where row r's text ends; status[r] TAKEN, FALLBACK or FILTERED."""
+    its = np.empty(MAX_ITEMS, np.int64)
+    itk = np.empty(MAX_ITEMS, np.int64)
+    ite = np.empty(MAX_ITEMS, np.int64)
+    o = 0
+    for r in range(mat.shape[0]):
+        row = mat[r]
+        st = FALLBACK
+        if _simple(d, row):
+            m = _props(d, row[PROPS_POS], row[PROPS_LEN], its, itk, ite)
+            if m >= 0:
+                t = _find_prop(d, its, itk, m, N_KEYS)
+                g = _find_prop(d, its, itk, m, N_TAGS)
+                u = _find_prop(d, its, itk, m, N_UNIQ)
+                if _accepts(d, row, its, itk, ite, t, g, u, ftopic, ftag, fkey, fl):
+                    o = _message_json(out, o, d, base, row, file_json, snip, snip_offs, its, itk, ite, m, t, g, u, close)
+                    st = TAKEN
+                else:
+                    st = FILTERED
+        status[r] = st
+        ends[r] = o
+    return o
+
+
+@njit(cache=True, nogil=True)
+def _iso(out, o, ms):
+    """Store time as the table prints it: 2026-11-21T23:54:55.473Z."""
+    days = ms // 86400000
+    rem = ms - days * 86400000
+    z = days + 719468
+    era = (z if z >= 0 else z - 146096) // 146097
+    doe = z - era * 146097
+    yoe = (doe - doe // 1460 + doe // 36524 - doe // 146096) // 365
+    doy = doe - (365 * yoe + yoe // 4 - yoe // 100)
+    mp = (5 * doy + 2) // 153
+    day = doy - (153 * mp + 2) // 5 + 1
+    month = mp + 3 if mp < 10 else mp - 9
+    year = yoe + era * 400 + (1 if month <= 2 else 0)
+    o = _fixed(out, o, year, 4)
+    out[o] = 45
+    o = _fixed(out, o + 1, month, 2)
+    out[o] = 45
+    o = _fixed(out, o + 1, day, 2)
+    out[o] = 84
+    o = _fixed(out, o + 1, rem // 3600000, 2)
+    out[o] = 58
+    o = _fixed(out, o + 1, rem // 60000 % 60, 2)
+    out[o] = 58
+    o = _fixed(out, o + 1, rem // 1000 % 60, 2)
+    out[o] = 46
+    o = _fixed(out, o + 1, rem % 1000, 3)
+    out[o] = 90
+    return o + 1
+
+
+@njit(cache=True, nogil=True)
+def display_width(b, s, e):
+    """Terminal columns of UTF-8 text: East Asian wide characters take two."""
+    w = 0
+    i = s
+    while i < e:
+        c = b[i]
+        if c < 0x80:
+            w += 1
+            i += 1
+            continue
+        if c < 0xE0:
+            cp = ((c & 0x1F) << 6) | (b[i + 1] & 0x3F)
+            i += 2
+        elif c < 0xF0:
+            cp = ((c & 0x0F) << 12) | ((b[i + 1] & 0x3F) << 6) | (b[i + 2] & 0x3F)
+            i += 3
+        else:
+            cp = ((c & 0x07) << 18) | ((b[i + 1] & 0x3F) << 12) | ((b[i + 2] & 0x3F) << 6) | (b[i + 3] & 0x3F)
+            i += 4
+        wide = (
+            (0x1100 <= cp <= 0x115F) or (0x2E80 <= cp <= 0xA4CF and cp != 0x303F) or (0xAC00 <= cp <= 0xD7A3) or (0xF900 <= cp <= 0xFAFF)
+            or (0xFE30 <= cp <= 0xFE4F) or (0xFF00 <= cp <= 0xFF60) or (0xFFE0 <= cp <= 0xFFE6) or (0x1F300 <= cp <= 0x1F64F)
+            or (0x1F900 <= cp <= 0x1F9FF) or (0x20000 <= cp <= 0x3FFFD)
+        )  # fmt: skip
+        w += 2 if wide else 1
+    return w
+
+
+@njit(cache=True, nogil=True)
+def table_cells(d, base, mat, tx, tx_offs, ftopic, ftag, fkey, fl, out, bounds, widths, status):
+    """The table's cells of each row into `out`: cell c of row r is out[bounds[r, c]:bounds[r, c + 1]],
+    widths[r, c] its terminal width."""
+    its = np.empty(MAX_ITEMS, np.int64)
+    itk = np.empty(MAX_ITEMS, np.int64)
+    ite = np.empty(MAX_ITEMS, np.int64)
+    o = 0
+    for r in range(mat.shape[0]):
+        row = mat[r]
+        bounds[r, 0] = o
+        st = FALLBACK
+        ms = row[STORE_TS]
+        if _simple(d, row) and MIN_MS <= ms <= MAX_MS:
+            m = _props(d, row[PROPS_POS], row[PROPS_LEN], its, itk, ite)
+            if m >= 0:
+                t = _find_prop(d, its, itk, m, N_KEYS)
+                g = _find_prop(d, its, itk, m, N_TAGS)
+                u = _find_prop(d, its, itk, m, N_UNIQ)
+                if _accepts(d, row, its, itk, ite, t, g, u, ftopic, ftag, fkey, fl):
+                    st = TAKEN
+                    o = _int(out, o, base + row[POS])
+                    bounds[r, 1] = o
+                    o = _int(out, o, row[TOTAL])
+                    bounds[r, 2] = o
+                    o = _copy(out, o, d, row[TOPIC_POS], row[TOPIC_LEN])
+                    bounds[r, 3] = o
+                    o = _int(out, o, row[QID])
+                    bounds[r, 4] = o
+                    o = _int(out, o, row[QOFF])
+                    bounds[r, 5] = o
+                    o = _iso(out, o, ms)
+                    bounds[r, 6] = o
+                    if g >= 0:
+                        o = _copy(out, o, d, itk[g] + 1, ite[g] - itk[g] - 1)
+                    bounds[r, 7] = o
+                    if t >= 0:
+                        j = itk[t] + 1
+                        e = ite[t]
+                        first = True
+                        while j < e:
+                            q = j
+                            while q < e and d[q] != SEP_KEY:
+                                q += 1
+                            if q > j:
+                                if not first:
+                                    out[o] = SEP_KEY
+                                    o += 1
+                                first = False
+                                o = _copy(out, o, d, j, q - j)
+                            j = q + 1
+                    bounds[r, 8] = o
+                    if u >= 0:
+                        o = _copy(out, o, d, itk[u] + 1, ite[u] - itk[u] - 1)
+                    bounds[r, 9] = o
+                    f = row[FLAG_IDX]
+                    o = _copy(out, o, tx, tx_offs[f], tx_offs[f + 1] - tx_offs[f])
+                    bounds[r, 10] = o
+                    if row[CRC] < 0:
+                        o = _lit(out, o, L_DASH)
+                    else:
+                        o = _lit(out, o, L_OK if row[CRC] else L_BAD)
+                        if row[PCRC] >= 0:
+                            out[o] = 47
+                            o = _lit(out, o + 1, L_OK if row[PCRC] else L_BAD)
+                    bounds[r, 11] = o
+                    for c in range(TABLE_CELLS):
+                        widths[r, c] = display_width(out, bounds[r, c], bounds[r, c + 1])
+                else:
+                    st = FILTERED
+        if st != TAKEN:
+            o = bounds[r, 0]
+            for c in range(1, TABLE_CELLS + 1):
+                bounds[r, c] = o
+        status[r] = st
+    return o
+
+
+@njit(cache=True, nogil=True)
+def table_lines(cells, bounds, widths, colw, status, lo, hi, out):
+    """Rows lo..hi-1 that are TAKEN as lines, columns padded to `colw` and two spaces apart, no trailing blanks."""
+    o = 0
+    for r in range(lo, hi):
+        if status[r] == TAKEN:
+            last = 0
+            for c in range(TABLE_CELLS):
+                if bounds[r, c + 1] > bounds[r, c]:
+                    last = c
+            for c in range(last + 1):
+                o = _copy(out, o, cells, bounds[r, c], bounds[r, c + 1] - bounds[r, c])
+                if c < last:
+                    for _ in range(colw[c] - widths[r, c] + 2):
+                        out[o] = 32
+                        o += 1
+            out[o] = 10
+            o += 1
+    return o

@@ -158,7 +158,10 @@ def _plain(d, s, n):
 
 @njit(cache=True, nogil=True)
 def _same(a, sa, b, sb, n):
-    return all(a[sa + k] == b[sb + k] for k in range(n))
+    for k in range(n):  # noqa: SIM110 (numba compiles no generator expressions)
+        if a[sa + k] != b[sb + k]:
+            return False
+    return True
 
 
 @njit(cache=True, nogil=True)

@@ -61,19 +61,21 @@ from rmqdump.cli.textkernel import M as _M
     "born_host_then", "store_timestamp", "store_host_pos", "store_host_then", "reconsume_times", "prepared_transaction_offset", "body_length",
     "topic_pos", "topic_length", "properties_pos", "properties_length", "crc", "prop_crc", "flag_idx"))  # fmt: skip
 INT64_MIN_TEXT = np.frombuffer(b"-9223372036854775808", dtype=np.uint8).copy()
-MIN_MS = -62135596800000  # 0001-01-01T00:00:00.000Z
+MIN_MS = -62135596800000
+TEN = np.uint64(10)  # 0001-01-01T00:00:00.000Z
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _lit(out, o, lit):
-    n = lit.shape[0]
-    out[o : o + n] = lit
-    return o + n
+    for k in range(lit.shape[0]):  # a loop: a slice assignment costs more than these few bytes
+        out[o + k] = lit[k]
+    return o + lit.shape[0]
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _copy(out, o, data, s, n):
-    out[o : o + n] = data[s : s + n]
+    for k in range(n):
+        out[o + k] = data[s + k]
     return o + n
 
 
@@ -85,17 +87,19 @@ def _int(out, o, v):
         out[o] = 45
         o += 1
         v = -v
+    u = np.uint64(v)  # unsigned: division by ten without the floor correction
     nd = 1
-    t = v
-    while t >= 10:
-        t //= 10
+    t = u
+    while t >= TEN:
+        t //= TEN
         nd += 1
     p = o + nd - 1
     while True:
-        out[p] = 48 + v % 10
-        v //= 10
+        q = u // TEN
+        out[p] = np.uint8(48 + (u - q * TEN))
+        u = q
         p -= 1
-        if v == 0:
+        if u == 0:
             break
     return o + nd
 
@@ -156,7 +160,7 @@ def _plain(d, s, n):
     return not high or _utf8_ok(d, s, n)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _same(a, sa, b, sb, n):
     for k in range(n):  # noqa: SIM110 (numba compiles no generator expressions)
         if a[sa + k] != b[sb + k]:
@@ -164,7 +168,7 @@ def _same(a, sa, b, sb, n):
     return True
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _is(d, s, n, lit):
     return n == lit.shape[0] and _same(d, s, lit, 0, n)
 
@@ -281,7 +285,7 @@ def _value_or_null(out, o, d, itk, ite, a):
     return o + 1
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _bool(out, o, v):
     if v < 0:
         return _lit(out, o, L_NULL)

@@ -1,6 +1,6 @@
 """Export throughput: local engine (1 and 2 workers) and Spark local[2] on the same store.
 
-    python bench/bench_export.py STORE_ROOT [--out-dir DIR] [--split-size 256M] [--with-body] [--skip-spark]
+    python bench/bench_export.py STORE_ROOT [--out-dir DIR] [--split-size 256M] [--body raw] [--skip-spark]
 
 Each run is the real command (`rmqdump export ...`) in a subprocess, so the
 figures include process start-up; MB/s is CommitLog bytes / the export's own
@@ -69,7 +69,7 @@ def main() -> None:
     ap.add_argument("--skip-spark", action="store_true")
     a = ap.parse_args()
     base = a.out_dir or tempfile.mkdtemp(prefix="bench-export-")
-    exe = [sys.executable, "-m", "rmqdump", "export", "-s", a.store, "--split-size", a.split_size, "--force"] + (["--with-body"] if a.with_body else [])
+    exe = [sys.executable, "-m", "rmqdump", "export", "-s", a.store, "--split-size", a.split_size, "--force"] + (["--body", "raw"] if a.with_body else [])
     runs = [("local, 1 worker", ["--workers", "1"]), ("local, 2 workers", ["--workers", "2"])]
     if not a.skip_spark:
         runs.append(("spark local[2]", ["--engine", "spark", "--master", "local[2]"]))

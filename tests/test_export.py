@@ -136,7 +136,7 @@ def test_partitioned_by_topic(tmp_path):
 
 def test_cli_jsonl_with_body(tmp_path):
     out = tmp_path / "j"
-    r = run("export", "--store", f"v2={store_root('rmq53-v2')}", "--out", out, "--format", "jsonl", "--with-body", "--split-size", "32K", "--workers", "2")
+    r = run("export", "--store", f"v2={store_root('rmq53-v2')}", "--out", out, "--format", "jsonl", "--body", "raw", "--split-size", "32K", "--workers", "2")
     assert r.exit_code == 0, r.stderr
     summary = json.loads(r.stdout)
     assert summary["messages"] == len(manifest("rmq53-v2")) and summary["problems"] == 0

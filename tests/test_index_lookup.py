@@ -127,12 +127,12 @@ def test_cli_time_window_max_and_explain():
     assert len(ms) >= 3
     mid = ms[len(ms) // 2]["storeTimestamp"]
     want = [m["wroteOffset"] for m in ms if m["storeTimestamp"] >= mid]
-    r = run("index", "lookup", key, "-s", store_root(store), "-t", topic, "--begin", mid, "-f", "jsonl")
+    r = run("index", "lookup", key, "-s", store_root(store), "-t", topic, "--since", mid, "-f", "jsonl")
     assert [o["phys_offset"] for o in jsonl(r.stdout) if o["kind"] == "message"] == want
     want = [m["wroteOffset"] for m in ms if m["storeTimestamp"] < mid]
-    r = run("index", "lookup", key, "-s", store_root(store), "-t", topic, "--end", mid - 1, "-f", "jsonl")
+    r = run("index", "lookup", key, "-s", store_root(store), "-t", topic, "--until", mid, "-f", "jsonl")
     assert [o["phys_offset"] for o in jsonl(r.stdout) if o["kind"] == "message"] == want
-    r = run("index", "lookup", key, "-s", store_root(store), "-t", topic, "--max", 1, "-f", "jsonl")
+    r = run("index", "lookup", key, "-s", store_root(store), "-t", topic, "--limit", 1, "-f", "jsonl")
     out = jsonl(r.stdout)
     assert len([o for o in out if o["kind"] == "message"]) == 1 and out[-1]["truncated"]
     r = run("index", "lookup", key, "-s", store_root(store), "-t", topic, "--explain", "-f", "jsonl")

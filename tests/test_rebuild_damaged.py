@@ -295,7 +295,7 @@ def test_body_bit_flip_is_reported_with_check_crc_and_changes_nothing(tmp_path):
         byte = f.read(1)
         f.seek(at)
         f.write(bytes([byte[0] ^ 0xFF]))
-    code, rows, err = rebuild_ok(src, tmp_path / "a", *flags(name), "--check-crc")
+    code, rows, err = rebuild_ok(src, tmp_path / "a", *flags(name), "--crc")
     assert code == 1, err
     probs = [r for r in rows if r["kind"] == "problem"]
     assert [p["code"] for p in probs] == ["body_crc_mismatch"] and probs[0]["phys_offset"] == m["wroteOffset"]

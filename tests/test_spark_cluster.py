@@ -144,7 +144,7 @@ def test_export_on_standalone_cluster(cluster, executor_python, tmp_path):
     url, _ = cluster
     stores = [str(REAL / n / "store") for n in ("rmq53-v2", "rmq4-flags", "rmq4-crash")]
     out = tmp_path / "spark"
-    args = ["export", *[a for s in stores for a in ("-s", s)], "-o", str(out), "--with-body", "--split-size", "64K", *_spark_args(url, executor_python)]
+    args = ["export", *[a for s in stores for a in ("-s", s)], "-o", str(out), "--body", "raw", "--split-size", "64K", *_spark_args(url, executor_python)]
     r = run_proc(*args, cwd=str(tmp_path), timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     summary = json.loads(r.stdout.strip().splitlines()[-1])

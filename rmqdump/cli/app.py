@@ -23,7 +23,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=True,  # --install-completion / --show-completion (README: Shell completion)
     pretty_exceptions_enable=False,
-    rich_markup_mode="rich",
+    rich_markup_mode=None,  # plain click help: rich and markdown-it cost start-up time
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 

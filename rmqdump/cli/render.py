@@ -7,20 +7,25 @@ the CLI prints.
 from __future__ import annotations
 
 import base64
-import csv
 import json
 import os
 import sys
-from collections.abc import Iterable
 from contextlib import contextmanager
 from typing import Any
 
-from rich.console import Console
-from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
 
-_width = None if sys.stdout.isatty() else int(os.environ.get("COLUMNS", "220"))
-out = Console(highlight=False, soft_wrap=True, width=_width)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+def __getattr__(name: str):
+    """`out` and `err`, the rich consoles, made on first use: rich costs start-up time a plain `--help` need not pay."""
+    if name not in ("out", "err"):
+        raise AttributeError(name)
+    from rich.console import Console
+
+    g = globals()
+    if "out" not in g:
+        width = None if sys.stdout.isatty() else int(os.environ.get("COLUMNS", "220"))
+        g["out"] = Console(highlight=False, soft_wrap=True, width=width)
+        g["err"] = Console(stderr=True, highlight=False, soft_wrap=True)
+    return g[name]
 
 
 _ENCODE = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode  # built once, not per line
@@ -38,50 +43,23 @@ def encode_body(body: bytes, how: str) -> str:
     return body.decode("utf-8", errors="replace")
 
 
-class CsvOut:
-    def __init__(self, columns: list[str]):
-        self.columns = columns
-        self.w = csv.DictWriter(sys.stdout, fieldnames=columns, extrasaction="ignore", lineterminator="\n")
-        self.w.writeheader()
-
-    def row(self, d: dict[str, Any]) -> None:
-        self.w.writerow({k: (json.dumps(v, ensure_ascii=False) if isinstance(v, (dict, list)) else v) for k, v in d.items()})
-
-
 @contextmanager
 def progress(total: int, label: str, enabled: bool | None = None):
     """A byte progress bar on stderr when it is a terminal; a no-op callback otherwise."""
-    show = err.is_terminal if enabled is None else enabled
+    show = sys.stderr.isatty() if enabled is None else enabled
     if not show:
         yield lambda n: None
         return
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
+
+    err = __getattr__("err")
     with Progress(TextColumn(label), BarColumn(), DownloadColumn(), TransferSpeedColumn(), TimeRemainingColumn(), console=err, transient=True) as p:
         task = p.add_task(label, total=total)
         yield lambda n: p.update(task, advance=n)
 
 
-def problem_line(p) -> None:
-    err.print(f"[red]{p.line()}[/red]", markup=True, highlight=False) if err.is_terminal else err.print(p.line(), markup=False)
-
-
 def fail(line: str, code: int = 2):
     """One-line error on stderr and the exit code; never a traceback."""
-    err.print(f"rmqdump: {line}", markup=False, highlight=False)
+    sys.stdout.flush()
+    sys.stderr.write(f"rmqdump: {line}\n")
     raise SystemExit(code)
-
-
-def emit_rows(rows: Iterable[dict], fmt: str, columns: list[str]) -> None:
-    if fmt == "jsonl":
-        for r in rows:
-            jsonl(r)
-    elif fmt == "csv":
-        w = CsvOut(columns)
-        for r in rows:
-            w.row(r)
-    else:
-        from rich.table import Table
-
-        t = Table(*columns, show_lines=False)
-        for r in rows:
-            t.add_row(*("" if r.get(c) is None else str(r.get(c)) for c in columns))
-        out.print(t)

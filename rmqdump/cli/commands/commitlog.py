@@ -6,31 +6,33 @@ from pathlib import Path
 
 import typer
 
+from rmqdump.cli.commands import options as O
 from rmqdump.cli.commands.options import BodyMode, Format
 
 
 def commitlog(
-    files: list[Path] = typer.Argument(..., help="CommitLog files, or a commitlog/ directory (files are taken in offset order)."),
-    topic: str = typer.Option(None, "--topic", help="Only messages of this topic."),
-    queue: int = typer.Option(None, "--queue", help="Only messages of this queue id."),
+    files: list[Path] = typer.Argument(None, help="CommitLog files, commitlog/ directories or store roots (files are taken in offset order)."),
+    stores: list[str] = O.stores_option("A store root, instead of FILE (repeat it to list several stores' CommitLogs one after another)."),
+    topic: str = O.topic_option("Only messages of this topic."),
+    queue: int = O.queue_option("Only messages of this queue id."),
     from_offset: int = typer.Option(None, "--from-offset", help="Start at this physical offset (a record start, or any byte: the scan resyncs)."),
     to_offset: int = typer.Option(None, "--to-offset", help="Stop before records starting at this physical offset."),
-    since: str = typer.Option(None, "--since", help="Store time at or after this (epoch ms or ISO 8601, UTC by default)."),
-    until: str = typer.Option(None, "--until", help="Store time before this (epoch ms or ISO 8601)."),
+    since: str = O.since_option(),
+    until: str = O.until_option(),
     key: str = typer.Option(None, "--key", help="Only messages with this key in KEYS, or this UNIQ_KEY."),
     tag: str = typer.Option(None, "--tag", help="Only messages with exactly this TAGS value."),
-    limit: int = typer.Option(None, "--limit", min=1, help="Stop after this many messages."),
-    body: BodyMode = typer.Option(BodyMode.none, "--body", help="Print bodies as text, hex or base64."),
+    limit: int = O.limit_option("Stop after this many messages."),
+    body: BodyMode = O.body_option(),
     uncompress: bool = typer.Option(False, "--decompress", help="Uncompress zlib/lz4/zstd bodies (sysFlag bits 0 and 8-10) before printing."),
-    fmt: Format = typer.Option(Format.table, "--format", "-f", help="table, jsonl (one JSON object per line) or csv."),
-    no_crc: bool = typer.Option(False, "--no-crc", help="Skip the body and property CRC checks (faster)."),
+    fmt: Format = O.format_option(Format.table, "table, jsonl (one JSON object per line) or csv."),
+    no_crc: bool = O.no_crc_option(),
 ):
     """Decode CommitLog records: every header field, properties, keys, tags, UNIQ_KEY, offset msgId, CRC.
 
     Damage is reported with a problem code, file and byte offset, and the scan
     resyncs to the next record it can prove. Exit 0 clean, 1 problems found.
 
-    Example:  rmqdump commitlog store/commitlog --topic orders --limit 5 -f jsonl
+    Example:  rmqdump commitlog -s store -t orders -n 5 -f jsonl
     """
     from rmqdump.cli import render
     from rmqdump.cli.records import writer
@@ -42,9 +44,12 @@ def commitlog(
         flt = Filter(topic, queue, from_offset, to_offset, parse_time(since) if since else None, parse_time(until) if until else None, key, tag, limit)
     except ValueError as e:
         render.fail(f"usage: {e}", 2)
-    cl = CommitLog.open([str(f) for f in files])
+    if not files and not stores:
+        render.fail("usage: rmqdump commitlog: give FILE... or --store/-s DIR (see 'rmqdump commitlog --help')", 2)
+    paths = [str(f) for f in files or []] + list(stores or [])
+    cl = CommitLog.open(paths)
     if not cl.files:
-        render.fail(f"no_commitlog: {', '.join(map(str, files))}: no CommitLog files found", 2)
+        render.fail(f"no_commitlog: {', '.join(paths)}: no CommitLog files found", 2)
     tally = Tally()
     w = writer(fmt.value, flt, tally, body=body.value, uncompress=uncompress)
     with render.progress(sum(f.size for f in cl.files), "commitlog") as advance:

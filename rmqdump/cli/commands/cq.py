@@ -3,31 +3,33 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
-from rich.table import Table
 
-from rmqdump.checks.cqverify import WINDOW_RECORDS, VerifySummary, problem_dict, verify
 from rmqdump.cli import render
+from rmqdump.cli.commands import options as O
 from rmqdump.cli.commands.options import Engine, ListFormat, engine_option, master_option, spark_conf_option, store_option
-from rmqdump.common.timeutil import iso, parse_time
-from rmqdump.query.cqseek import RecordReader, dump_batch_units, dump_units, record_summary, seek
-from rmqdump.readers.store import Store
-from rmqdump.scan.dispatch import DelayLevels
-from schemas import constants as C
 
-cq_app = typer.Typer(help="ConsumeQueues: verify against the CommitLog, dump units, find an offset by time.", no_args_is_help=True)
+if TYPE_CHECKING:
+    from rmqdump.readers.store import Store
+
+cq_app = typer.Typer(help="ConsumeQueues: verify against the CommitLog, dump units, find an offset by time.", no_args_is_help=True, rich_markup_mode=None)
 
 
 def verify_cmd(
     store: Path = store_option(),
-    topic: str = typer.Option(None, "--topic", "-t", help="Only this topic."),
-    queue: int = typer.Option(None, "--queue", "-q", help="Only this queue id."),
-    no_crc: bool = typer.Option(False, "--no-crc", help="Skip body/property CRC checks in the CommitLog scan (faster)."),
-    delay_levels: str = typer.Option(C.DEFAULT_DELAY_LEVELS, "--delay-levels", help="The broker's messageDelayLevel (tagsCode of SCHEDULE_TOPIC_XXXX units)."),
-    fmt: ListFormat = typer.Option(ListFormat.table, "--format", "-f", help="table or jsonl."),
-    window: int = typer.Option(WINDOW_RECORDS, "--window", min=1, help="CommitLog records joined at a time (bounds memory: about 50 bytes each)."),
-    workers: int = typer.Option(1, "--workers", "-j", min=1, help="Processes scanning CommitLog files in parallel (one file per task)."),
+    topic: str = O.topic_option(),
+    queue: int = O.queue_option(),
+    no_crc: bool = O.no_crc_option("Skip body/property CRC checks in the CommitLog scan (faster)."),
+    delay_levels: str = typer.Option(
+        None, "--delay-levels", help="The broker's messageDelayLevel (tagsCode of SCHEDULE_TOPIC_XXXX units; default: the broker's default levels)."
+    ),
+    fmt: ListFormat = O.format_option(ListFormat.table, "table or jsonl."),
+    window: int = typer.Option(
+        None, "--window", min=1, help="CommitLog records joined at a time (bounds memory: about 50 bytes each; default 1,000,000)."
+    ),
+    workers: int = O.workers_option(1, "Processes scanning CommitLog files in parallel (one file per task)."),
     engine: Engine = engine_option("the same findings, computed by Spark"),
     master: str = master_option(),
     spark_conf: list[str] = spark_conf_option(),
@@ -38,6 +40,13 @@ def verify_cmd(
 
     Example:  rmqdump cq verify -s store --format jsonl
     """
+    from rmqdump.checks.cqverify import WINDOW_RECORDS, VerifySummary, problem_dict, verify
+    from rmqdump.readers.store import Store
+    from rmqdump.scan.dispatch import DelayLevels
+    from schemas import constants as C
+
+    delay_levels = C.DEFAULT_DELAY_LEVELS if delay_levels is None else delay_levels
+    window = WINDOW_RECORDS if window is None else window
     try:
         delays = DelayLevels.parse(delay_levels)
     except ValueError as e:
@@ -95,6 +104,8 @@ def verify_cmd(
 def _flush(rows: list[tuple]) -> None:
     if not rows:
         return
+    from rich.table import Table
+
     t = Table(box=None, header_style="bold")
     t.add_column("code", no_wrap=True, min_width=max(len(r[0]) for r in rows))
     for name in ("topic", "queue", "unit", "phys"):
@@ -116,12 +127,12 @@ def _queue(st: Store, topic: str, queue: int):
 
 def dump_cmd(
     store: Path = store_option(),
-    topic: str = typer.Option(..., "--topic", "-t", help="Topic of the queue."),
-    queue: int = typer.Option(..., "--queue", "-q", help="Queue id."),
+    topic: str = O.topic_option("Topic of the queue.", required=True),
+    queue: int = O.queue_option("Queue id.", required=True),
     start: int = typer.Option(None, "--from", min=0, help="First queue offset to show."),
-    limit: int = typer.Option(None, "--limit", min=1, help="Show at most this many units."),
+    limit: int = O.limit_option("Show at most this many units."),
     resolve: bool = typer.Option(False, "--resolve", help="Read each unit's record and show it next to the unit."),
-    fmt: ListFormat = typer.Option(ListFormat.table, "--format", "-f", help="table or jsonl."),
+    fmt: ListFormat = O.format_option(ListFormat.table, "table or jsonl."),
 ):
     """The units of one queue, decoded (offset, size, tagsCode), optionally with their records.
 
@@ -129,8 +140,14 @@ def dump_cmd(
     and storeTime; a unit whose tagsCode is a ConsumeQueue ext address shows the
     real tagsCode, the address and the filter bitmap.
 
-    Example:  rmqdump cq dump -s store --topic orders --queue 1 --from 100 --limit 5 --resolve
+    Example:  rmqdump cq dump -s store -t orders -q 1 --from 100 -n 5 --resolve
     """
+    from rich.table import Table
+
+    from rmqdump.common.timeutil import iso
+    from rmqdump.query.cqseek import RecordReader, dump_batch_units, dump_units
+    from rmqdump.readers.store import Store
+
     st = Store.open(store)
     bq = st.batch_queues.get((topic, queue))
     q = bq if bq is not None else _queue(st, topic, queue)
@@ -193,6 +210,8 @@ def dump_cmd(
 
 
 def _with_records(rows, reader):
+    from rmqdump.query.cqseek import record_summary
+
     for r in rows:
         if reader is not None and r["valid"]:
             r["record"] = record_summary(reader.read(r["phys_offset"]))
@@ -201,17 +220,21 @@ def _with_records(rows, reader):
 
 def seek_cmd(
     store: Path = store_option(),
-    topic: str = typer.Option(..., "--topic", "-t", help="Topic of the queue."),
-    queue: int = typer.Option(..., "--queue", "-q", help="Queue id."),
+    topic: str = O.topic_option("Topic of the queue.", required=True),
+    queue: int = O.queue_option("Queue id.", required=True),
     time: str = typer.Option(..., "--time", help="Epoch milliseconds or ISO 8601 (UTC when no zone is given)."),
-    fmt: ListFormat = typer.Option(ListFormat.table, "--format", "-f", help="table or jsonl."),
+    fmt: ListFormat = O.format_option(ListFormat.table, "table or jsonl."),
 ):
     """The queue offset of the first message stored at or after a time (binary search, like getOffsetInQueueByTime).
 
     Exit 0 when such a message exists, 1 when every message is older (the answer is then the queue's max offset).
 
-    Example:  rmqdump cq seek -s store --topic orders --queue 1 --time 2026-11-21T23:55:52Z
+    Example:  rmqdump cq seek -s store -t orders -q 1 --time 2026-11-21T23:55:52Z
     """
+    from rmqdump.common.timeutil import iso, parse_time
+    from rmqdump.query.cqseek import seek
+    from rmqdump.readers.store import Store
+
     try:
         ts = parse_time(time)
     except ValueError as e:

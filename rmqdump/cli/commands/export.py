@@ -9,13 +9,18 @@ from enum import Enum
 import typer
 
 from rmqdump.cli import render
+from rmqdump.cli.commands import options as O
 from rmqdump.cli.commands.options import Engine, engine_option, master_option, spark_conf_option
-from rmqdump.scan.splits import DEFAULT_SPLIT, resolve_stores
 
 
 class ExportFormat(str, Enum):
     parquet = "parquet"
     jsonl = "jsonl"
+
+
+class ExportBody(str, Enum):
+    none = "none"
+    raw = "raw"
 
 
 _SIZE = re.compile(r"^\s*(\d+)\s*([kmg]?)i?b?\s*$", re.IGNORECASE)
@@ -33,11 +38,11 @@ def export(
     store: list[str] = typer.Option(
         ..., "--store", "-s", help="A store root (holds commitlog/); repeat it, or give a glob, for a fleet. NAME=DIR sets the broker name."
     ),
-    out: str = typer.Option(..., "--out", "-o", help="The dataset directory to create (a Spark output URI such as s3a://... with --engine spark)."),
-    fmt: ExportFormat = typer.Option(ExportFormat.parquet, "--format", "-f", help="parquet, or jsonl (one JSON object per line)."),
-    with_body: bool = typer.Option(False, "--with-body", help="Add the stored body bytes (binary; base64 in jsonl)."),
+    out: str = O.out_option("The dataset directory to create (a Spark output URI such as s3a://... with --engine spark)."),
+    fmt: ExportFormat = O.format_option(ExportFormat.parquet, "parquet, or jsonl (one JSON object per line)."),
+    body: ExportBody = typer.Option(ExportBody.none, "--body", help="none, or raw: add the stored body bytes (Parquet binary; base64 in jsonl)."),
     engine: Engine = engine_option("the same rows, decoded by Spark tasks"),
-    workers: int = typer.Option(1, "--workers", "-j", min=1, help="local engine: processes decoding byte ranges in parallel."),
+    workers: int = O.workers_option(1, "local engine: processes decoding byte ranges in parallel."),
     master: str = master_option(),
     spark_conf: list[str] = spark_conf_option(),
     driver_memory: str = typer.Option("4g", "--driver-memory", help="spark engine: driver JVM memory."),
@@ -46,8 +51,8 @@ def export(
         "spark", "--spark-writer", help="spark engine: spark (Spark's Parquet writer, any output URI) or arrow (tasks write with pyarrow; shared path, faster)."
     ),
     split_size: str = typer.Option("256M", "--split-size", help="Bytes of CommitLog per task (128M-512M suits big stores)."),
-    force: bool = typer.Option(False, "--force", help="Replace --out if it exists."),
-    no_crc: bool = typer.Option(False, "--no-crc", help="Skip the body and property CRC checks (crc_ok and prop_crc_ok are then null)."),
+    force: bool = O.force_option("Replace --out if it exists."),
+    no_crc: bool = O.no_crc_option("Skip the body and property CRC checks (crc_ok and prop_crc_ok are then null)."),
 ):
     """Export every message as a row: the `commitlog -f jsonl` message fields plus `broker`, partitioned by topic.
 
@@ -55,8 +60,11 @@ def export(
     store directory's name (its parent's for a directory called `store`), or NAME in NAME=DIR.
     Problems found on the way go to stderr; exit 1 if there were any.
 
-    Example:  rmqdump export -s brokers/a/store -s brokers/b/store -o /data/msgs --workers 2
+    Example:  rmqdump export -s brokers/a/store -s brokers/b/store -o /data/msgs -j 2
     """
+    from rmqdump.scan.splits import DEFAULT_SPLIT, resolve_stores
+
+    with_body = body is ExportBody.raw
     try:
         split = parse_size(split_size) if split_size else DEFAULT_SPLIT
     except ValueError as e:

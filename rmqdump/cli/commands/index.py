@@ -4,25 +4,25 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
-from rich.table import Table
 
-from rmqdump.checks.indexverify import IndexVerifySummary, problem_dict, verify
 from rmqdump.cli import render
+from rmqdump.cli.commands import options as O
 from rmqdump.cli.commands.options import ListFormat, store_option
 from rmqdump.common.problems import InputError
 from rmqdump.common.timeutil import iso, parse_time
-from rmqdump.query.lookup import FileWalk, Index, LookupResult, resolve_id
-from rmqdump.readers.indexfile import IndexFile, list_index_files
-from rmqdump.readers.message import Message
-from rmqdump.readers.msgid import MsgIdError
+
+if TYPE_CHECKING:
+    from rmqdump.query.lookup import FileWalk, LookupResult
+    from rmqdump.readers.message import Message
 
 index_app = typer.Typer(
     name="index",
     help="IndexFile: find messages by key or id, verify the index against the CommitLog, dump a file.",
     no_args_is_help=True,
-    rich_markup_mode="rich",
+    rich_markup_mode=None,  # plain click help: rich and markdown-it cost start-up time
 )
 
 MESSAGE_COLUMNS = ["offset", "size", "topic", "q", "qoffset", "stored (UTC)", "tags", "keys", "uniq_key", "index entry"]
@@ -37,6 +37,8 @@ def index_entries_option():
 
 
 def print_messages(messages: list[Message]) -> None:
+    from rich.table import Table
+
     t = Table(*MESSAGE_COLUMNS, box=None, pad_edge=False, header_style="bold")
     for m in messages:
         where = f"{m.extra.get('index_file', '')}#{m.extra.get('index_entry', '')}" if "index_file" in m.extra else "-"
@@ -88,13 +90,11 @@ def lookup(
     key: str = typer.Argument(None, help="A key (one KEYS token) or a UNIQ_KEY."),
     msg_id: str = typer.Option(None, "--id", help="A message id instead of KEY: an offset msgId is read directly, a UNIQ_KEY looked up in the index."),
     store: Path = store_option(),
-    topics: list[str] = typer.Option(
-        None, "--topic", "-t", help="Topic of the message (repeatable). Default: every topic in consumequeue/ and config/topics.json."
-    ),
-    begin: str = typer.Option(None, "--begin", help="Stored at or after this (epoch ms or ISO 8601, UTC by default)."),
-    end: str = typer.Option(None, "--end", help="Stored at or before this (epoch ms or ISO 8601)."),
-    max_messages: int = typer.Option(None, "--max", min=1, help="Stop after this many messages (newest index files first)."),
-    fmt: ListFormat = typer.Option(ListFormat.table, "--format", "-f", help="table or jsonl (the `kind: message` objects of `rmqdump commitlog`)."),
+    topics: list[str] = O.topic_option("Topic of the message (repeatable). Default: every topic in consumequeue/ and config/topics.json."),
+    since: str = O.since_option(),
+    until: str = O.until_option(),
+    limit: int = O.limit_option("Stop after this many messages (newest index files first)."),
+    fmt: ListFormat = O.format_option(ListFormat.table, "table or jsonl (the `kind: message` objects of `rmqdump commitlog`)."),
     explain: bool = typer.Option(False, "--explain", help="Show the hash, slot, chain walk and time differences per index file."),
     hash_slots: int = hash_slots_option(),
     index_entries: int = index_entries_option(),
@@ -105,13 +105,17 @@ def lookup(
     really equal KEY (the index stores only a hash). Exit 0 found, 1 not
     found, 2 bad input.
 
-    Example:  rmqdump index lookup k1_0 --store fixtures/real/rmq4-basic/store --topic orders --explain
+    Example:  rmqdump index lookup k1_0 --store fixtures/real/rmq4-basic/store -t orders --explain
     """
+    from rmqdump.query.lookup import Index, resolve_id
+    from rmqdump.readers.indexfile import list_index_files
+    from rmqdump.readers.msgid import MsgIdError
+
     if (key is None) == (msg_id is None):
         render.fail("usage: give either KEY or --id ID", 2)
     try:
-        b = parse_time(begin) if begin else None
-        e = parse_time(end) if end else None
+        b = parse_time(since) if since else None
+        e = parse_time(until) - 1 if until else None  # the index walk's end is inclusive (like queryMessage); --until is not
     except ValueError as err:
         render.fail(f"usage: {err}", 2)
     if not list_index_files(str(store)):
@@ -121,16 +125,16 @@ def lookup(
             raise InputError("no_topics", str(store), "the store names no topics (no consumequeue/ directories, no config/topics.json): pass --topic")
         if msg_id is not None:
             try:
-                r = resolve_id(idx, msg_id, topics or None, begin=b, end=e, max_messages=max_messages)
+                r = resolve_id(idx, msg_id, topics or None, begin=b, end=e, max_messages=limit)
             except MsgIdError as err:
                 render.fail(f"msgid_bad: {err}", 2)
             messages, res = r.messages, r.lookup
             if fmt is ListFormat.jsonl:
                 render.jsonl(r.decoded(_now_ms()))
         else:
-            res = idx.lookup(key, topics or None, begin=b, end=e, max_messages=max_messages)
+            res = idx.lookup(key, topics or None, begin=b, end=e, max_messages=limit)
             messages = res.messages
-        _emit(messages, res, fmt, explain)
+        emit_lookup(messages, res, fmt, explain)
     raise typer.Exit(0 if messages else 1)
 
 
@@ -140,7 +144,8 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def _emit(messages: list[Message], res: LookupResult | None, fmt: ListFormat, explain: bool) -> None:
+def emit_lookup(messages: list[Message], res: LookupResult | None, fmt: ListFormat, explain: bool) -> None:
+    """Messages found through the index, the walk (--explain) and a summary; shared with `rmqdump msgid`."""
     if fmt is ListFormat.jsonl:
         if explain and res is not None:
             for w in res.walks:
@@ -160,14 +165,14 @@ def _emit(messages: list[Message], res: LookupResult | None, fmt: ListFormat, ex
             f"{s['found']} messages; discarded {s['discarded_collisions']} hash collisions and {s['same_slot_other_hashes']} same-slot entries of other keys"
             + (f"; {s['outside_window']} outside the time window" if s["outside_window"] else "")
             + (f"; {s['unreadable']} entries point at unreadable records" if s["unreadable"] else "")
-            + ("; stopped at --max" if s["truncated"] else ""),
+            + ("; stopped at --limit" if s["truncated"] else ""),
             highlight=False,
         )
 
 
 def verify_cmd(
     store: Path = store_option(),
-    fmt: ListFormat = typer.Option(ListFormat.table, "--format", "-f", help="table or jsonl (one problem object per finding, then a summary)."),
+    fmt: ListFormat = O.format_option(ListFormat.table, "table or jsonl (one problem object per finding, then a summary)."),
     hash_slots: int = hash_slots_option(),
     index_entries: int = index_entries_option(),
 ):
@@ -182,6 +187,8 @@ def verify_cmd(
 
     Example:  rmqdump index verify --store fixtures/real/rmq4-crash/store -f jsonl
     """
+    from rmqdump.checks.indexverify import IndexVerifySummary, problem_dict, verify
+
     if not os.path.isdir(str(store)):
         raise InputError("not_found", str(store), "no such store directory")
     cl_dir = os.path.join(str(store), "commitlog")
@@ -215,6 +222,8 @@ def verify_cmd(
 def _problem_table(rows: list[dict]) -> None:
     if not rows:
         return
+    from rich.table import Table
+
     t = Table("code", "index file", "entry", "slot", "phys_offset", "detail", box=None, pad_edge=False, header_style="bold")
     for d in rows:
         t.add_row(*("" if d.get(c) is None else str(d.get(c)) for c in ("code", "index_file", "entry", "slot", "phys_offset", "detail")))
@@ -223,18 +232,20 @@ def _problem_table(rows: list[dict]) -> None:
 
 def dump(
     file: Path = typer.Argument(..., help="One index file (store/index/yyyyMMddHHmmssSSS)."),
-    fmt: ListFormat = typer.Option(ListFormat.table, "--format", "-f", help="table or jsonl."),
+    fmt: ListFormat = O.format_option(ListFormat.table, "table or jsonl."),
     slots: bool = typer.Option(True, "--slots/--no-slots", help="List the non-empty slots."),
     entries: bool = typer.Option(True, "--entries/--no-entries", help="List the written entries."),
     from_entry: int = typer.Option(1, "--from", min=0, help="First entry to list."),
-    limit: int = typer.Option(None, "--limit", min=1, help="List at most this many entries."),
+    limit: int = O.limit_option("List at most this many entries."),
     hash_slots: int = hash_slots_option(),
     index_entries: int = index_entries_option(),
 ):
     """Print an index file's header, its non-empty slots and its entries, decoded.
 
-    Example:  rmqdump index dump fixtures/real/rmq4-flags/store/index/20261121235455699 --limit 10
+    Example:  rmqdump index dump fixtures/real/rmq4-flags/store/index/20261121235455699 -n 10
     """
+    from rmqdump.readers.indexfile import IndexFile
+
     if not file.is_file():
         raise InputError("not_found", str(file), "no such index file")
     with IndexFile(str(file), hash_slots, index_entries) as f:
@@ -286,6 +297,8 @@ def _rows(rows: list[dict], fmt: ListFormat, cols: list[str]) -> None:
         return
     if not rows:
         return
+    from rich.table import Table
+
     t = Table(*cols, box=None, pad_edge=False, header_style="bold")
     for r in rows:
         t.add_row(*(iso(r[c]) if c == "time" else str(r[c]) for c in cols))

@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
-from rich.table import Table
 
 from rmqdump.checks.recovery import DROPPED_LISTED, DroppedRecord
 from rmqdump.cli import render
+from rmqdump.cli.commands import options as O
 from rmqdump.cli.commands.options import ListFormat, store_option
 from rmqdump.common.timeutil import iso
-from rmqdump.query.storeinfo import StoreInfo, store_info
-from rmqdump.readers.store import Store
+
+if TYPE_CHECKING:
+    from rmqdump.query.storeinfo import StoreInfo
 
 
 def _jsonl(info: StoreInfo) -> None:
@@ -64,6 +66,8 @@ def _dropped_line(d: DroppedRecord) -> str:
 
 
 def _table(info: StoreInfo) -> None:
+    from rich.table import Table
+
     o = render.out
     cl = info.commitlog
     o.print(f"[bold]Store[/bold] {info.root}")
@@ -154,9 +158,9 @@ def _table(info: StoreInfo) -> None:
 
 def info(
     store: Path = store_option(),
-    fmt: ListFormat = typer.Option(ListFormat.table, "--format", "-f", help="table or jsonl."),
+    fmt: ListFormat = O.format_option(ListFormat.table, "table or jsonl."),
     no_recovery: bool = typer.Option(False, "--no-recovery", help="Skip the recovery preview (it walks the CommitLog from where the broker would)."),
-    no_crc: bool = typer.Option(False, "--no-crc", help="Recovery preview without the body CRC check (the broker checks it by default)."),
+    no_crc: bool = O.no_crc_option("Recovery preview without the body CRC check (the broker checks it by default)."),
 ):
     """Files, offsets, per-queue counts and times, index headers, checkpoint, abort, config files, and a recovery preview.
 
@@ -164,6 +168,9 @@ def info(
 
     Example:  rmqdump info -s /data/rocketmq/store --format jsonl
     """
+    from rmqdump.query.storeinfo import store_info
+    from rmqdump.readers.store import Store
+
     st = Store.open(store)
     inf = store_info(st, with_recovery=not no_recovery, check_crc=not no_crc)
     if fmt is ListFormat.jsonl:

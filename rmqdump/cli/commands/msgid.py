@@ -8,18 +8,16 @@ from pathlib import Path
 import typer
 
 from rmqdump.cli import render
-from rmqdump.cli.commands.index import _emit, hash_slots_option, index_entries_option
+from rmqdump.cli.commands import options as O
+from rmqdump.cli.commands.index import emit_lookup, hash_slots_option, index_entries_option
 from rmqdump.cli.commands.options import ListFormat, store_option
-from rmqdump.common.timeutil import iso
-from rmqdump.query.lookup import Index, resolve_id
-from rmqdump.readers.msgid import MsgIdError
 
 
 def msgid(
     text: str = typer.Argument(..., help="An offset msgId or a UNIQ_KEY (32 or 56 hex characters)."),
     store: Path = store_option(),
-    topics: list[str] = typer.Option(None, "--topic", "-t", help="Look the UNIQ_KEY up in this topic only (repeatable)."),
-    fmt: ListFormat = typer.Option(ListFormat.table, "--format", "-f", help="table or jsonl."),
+    topics: list[str] = O.topic_option("Look the UNIQ_KEY up in this topic only (repeatable)."),
+    fmt: ListFormat = O.format_option(ListFormat.table, "table or jsonl."),
     explain: bool = typer.Option(False, "--explain", help="Show the index walk of a UNIQ_KEY lookup."),
     hash_slots: int = hash_slots_option(),
     index_entries: int = index_entries_option(),
@@ -35,6 +33,10 @@ def msgid(
 
     Example:  rmqdump msgid C000020230155FFD2B276C21C3CC0001 --store fixtures/real/rmq4-basic/store
     """
+    from rmqdump.common.timeutil import iso
+    from rmqdump.query.lookup import Index, resolve_id
+    from rmqdump.readers.msgid import MsgIdError
+
     try:
         with Index(str(store), hash_slots, index_entries) as idx:
             r = resolve_id(idx, text, topics or None)
@@ -49,7 +51,7 @@ def msgid(
                 continue
             extra = f" ({iso(v)})" if k in ("time", "month_start", "anchor") and isinstance(v, int) else ""
             render.out.print(f"{k}: {v}{extra}", markup=False)
-    _emit(r.messages, r.lookup, fmt, explain)
+    emit_lookup(r.messages, r.lookup, fmt, explain)
     raise typer.Exit(0 if r.messages else 1)
 
 

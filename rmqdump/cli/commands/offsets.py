@@ -5,19 +5,17 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from rich.table import Table
 
-from rmqdump.checks.offsets import consumer_offsets
 from rmqdump.cli import render
+from rmqdump.cli.commands import options as O
 from rmqdump.cli.commands.options import ListFormat, store_option
-from rmqdump.readers.store import Store
 
 
 def offsets(
     store: Path = store_option(),
     group: str = typer.Option(None, "--group", help="Only this consumer group."),
-    topic: str = typer.Option(None, "--topic", help="Only this topic."),
-    fmt: ListFormat = typer.Option(ListFormat.table, "--format", "-f", help="table or jsonl."),
+    topic: str = O.topic_option(),
+    fmt: ListFormat = O.format_option(ListFormat.table, "table or jsonl."),
 ):
     """Per group/topic/queue: committed offset, the queue's min/max, lag; flags offsets the broker would reset and .bak disagreements.
 
@@ -26,6 +24,11 @@ def offsets(
 
     Example:  rmqdump offsets -s store --group groupA
     """
+    from rich.table import Table
+
+    from rmqdump.checks.offsets import consumer_offsets
+    from rmqdump.readers.store import Store
+
     st = Store.open(store)
     rep = consumer_offsets(st, group=group, topic=topic)
     if fmt is ListFormat.jsonl:

@@ -1,4 +1,20 @@
-"""Options shared by several commands, so they are spelled the same everywhere."""
+"""Every option more than one command takes, spelled once, so each name means one thing everywhere.
+
+| option | meaning |
+|---|---|
+| --store/-s DIR | a store root (repeatable where several stores make sense) |
+| --topic/-t, --queue/-q | a topic, a queue id |
+| --since/--until TIME | store-time window: epoch ms or ISO 8601 (UTC unless a zone is given) |
+| --limit/-n N | cap on results |
+| --format/-f | table, jsonl (and csv or parquet where offered) |
+| --out/-o PATH | where results are written |
+| --workers/-j N | processes working in parallel |
+| --body MODE | bodies printed or exported |
+| --force | replace an existing output |
+| --no-crc / --crc | skip CRC checks done by default / ask for CRC checks not done by default |
+
+Only typer and enums here: importing this module must stay cheap (`rmqdump --help`).
+"""
 
 from __future__ import annotations
 
@@ -26,13 +42,65 @@ class BodyMode(str, Enum):
     base64 = "base64"
 
 
+class Engine(str, Enum):
+    local = "local"
+    spark = "spark"
+
+
 def store_option() -> Path:
     return typer.Option(Path("."), "--store", "-s", help="Store root directory (holds commitlog/, consumequeue/, index/).", show_default=True)
 
 
-class Engine(str, Enum):
-    local = "local"
-    spark = "spark"
+def stores_option(help: str) -> list[str]:
+    return typer.Option(None, "--store", "-s", help=help)
+
+
+def topic_option(help: str = "Only this topic.", required: bool = False):
+    return typer.Option(... if required else None, "--topic", "-t", help=help)
+
+
+def queue_option(help: str = "Only this queue id.", required: bool = False):
+    return typer.Option(... if required else None, "--queue", "-q", help=help)
+
+
+def since_option() -> str:
+    return typer.Option(None, "--since", help="Store time at or after this (epoch ms or ISO 8601, UTC unless a zone is given).")
+
+
+def until_option() -> str:
+    return typer.Option(None, "--until", help="Store time before this (epoch ms or ISO 8601).")
+
+
+def limit_option(help: str) -> int:
+    return typer.Option(None, "--limit", "-n", min=1, help=help)
+
+
+def format_option(default: Enum, help: str):
+    return typer.Option(default, "--format", "-f", help=help)
+
+
+def out_option(help: str, required: bool = True):
+    return typer.Option(... if required else None, "--out", "-o", help=help)
+
+
+def workers_option(default: int | None, help: str) -> int:
+    return typer.Option(default, "--workers", "-j", min=1, help=help)
+
+
+def body_option(help: str = "Print bodies as text, hex or base64.") -> BodyMode:
+    return typer.Option(BodyMode.none, "--body", help=help)
+
+
+def force_option(help: str) -> bool:
+    return typer.Option(False, "--force", help=help)
+
+
+def no_crc_option(help: str = "Skip the body and property CRC checks (faster).") -> bool:
+    return typer.Option(False, "--no-crc", help=help)
+
+
+def crc_option(help: str) -> bool:
+    return typer.Option(False, "--crc", help=help)
 
 
 def engine_option(what: str) -> Engine:

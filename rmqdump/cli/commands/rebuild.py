@@ -9,9 +9,8 @@ from pathlib import Path
 
 import typer
 
-from rmqdump.build.rebuild import PARTS, RebuildOptions, check_paths, rebuild
-from rmqdump.build.settings import resolve
 from rmqdump.cli import render
+from rmqdump.cli.commands import options as O
 from rmqdump.cli.commands.options import Engine, ListFormat, engine_option, master_option, spark_conf_option
 from rmqdump.common.timeutil import iso
 
@@ -97,11 +96,12 @@ def _print_table(rep, s: dict) -> None:
 
 
 def rebuild_cmd(
-    store: Path = typer.Argument(..., help="Store root (holds commitlog/); only read."),
-    out: Path = typer.Option(..., "--out", "-o", help="Where to write consumequeue/, index/ and checkpoint. Must be outside STOREDIR, empty or absent."),
-    force: bool = typer.Option(False, "--force", help="Replace a non-empty OUTDIR (only once the new one is complete)."),
+    store: Path = typer.Argument(None, help="Store root (holds commitlog/); only read. Or give it as --store/-s."),
+    store_opt: Path = typer.Option(None, "--store", "-s", help="Store root, instead of STOREDIR."),
+    out: Path = O.out_option("Where to write consumequeue/, index/ and checkpoint. Must be outside STOREDIR, empty or absent."),
+    force: bool = O.force_option("Replace a non-empty OUTDIR (only once the new one is complete)."),
     only: Part = typer.Option(None, "--only", help="Build only the ConsumeQueues or only the index."),
-    topic: list[str] = typer.Option(None, "--topic", help="Only this topic (repeatable). The index then holds only its keys."),
+    topic: list[str] = O.topic_option("Only this topic (repeatable). The index then holds only its keys."),
     cq_units: int = typer.Option(
         None, "--cq-units-per-file", min=1, help="Units per ConsumeQueue file (broker: mappedFileSizeConsumeQueue / 20; default 300000)."
     ),
@@ -120,13 +120,11 @@ def rebuild_cmd(
     broker_conf: Path = typer.Option(
         None, "--broker-conf", help="A broker.conf to take mappedFileSizeConsumeQueue, maxHashSlotNum, maxIndexNum, messageDelayLevel from."
     ),
-    workers: int = typer.Option(None, "--workers", "-j", min=1, help="Processes scanning the CommitLog (default: every core for a CommitLog over 64 MiB)."),
-    check_crc: bool = typer.Option(
-        False, "--check-crc", help="Also check body CRCs and report mismatches (slower; such records are still dispatched, as the broker does)."
-    ),
+    workers: int = O.workers_option(None, "Processes scanning the CommitLog (default: every core for a CommitLog over 64 MiB)."),
+    check_crc: bool = O.crc_option("Also check body CRCs and report mismatches (slower; such records are still dispatched, as the broker does)."),
     no_verify: bool = typer.Option(False, "--no-verify", help="Skip the cq verify / index verify pass over the result."),
     no_sync: bool = typer.Option(False, "--no-sync", help="Do not fsync the new files before renaming them into place."),
-    fmt: ListFormat = typer.Option(ListFormat.table, "--format", "-f", help="table, or jsonl (problem lines, queue and index_file lines, a summary)."),
+    fmt: ListFormat = O.format_option(ListFormat.table, "table, or jsonl (problem lines, queue and index_file lines, a summary)."),
     engine: Engine = engine_option("the same bytes, built by Spark; OUTDIR on a filesystem the executors share"),
     master: str = master_option(),
     spark_conf: list[str] = spark_conf_option(),
@@ -143,6 +141,12 @@ def rebuild_cmd(
 
     Example:  rmqdump rebuild fixtures/real/rmq4-basic/store --out /tmp/rebuilt
     """
+    from rmqdump.build.rebuild import PARTS, RebuildOptions, check_paths, rebuild
+    from rmqdump.build.settings import resolve
+
+    if (store is None) == (store_opt is None):
+        render.fail("usage: rmqdump rebuild: give the store once, as STOREDIR or --store/-s (see 'rmqdump rebuild --help')", 2)
+    store = store if store is not None else store_opt
     check_paths(str(store), str(out), force)
     settings = resolve(
         str(store),

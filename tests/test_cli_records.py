@@ -12,6 +12,7 @@ import json
 import pytest
 from conftest import STORES, copy_store, flip, manifest, patch, run, store_root
 
+from rmqdump.cli import records
 from rmqdump.common.timeutil import iso
 from rmqdump.query.listing import Filter, list_commitlog
 from rmqdump.readers.commitlog import Blank, CommitLog
@@ -37,9 +38,11 @@ def _lines(cl_dir, *args) -> list[str]:
 
 
 @pytest.mark.parametrize("name", STORES)
-def test_every_record_of_every_real_store(name):
+def test_every_record_of_every_real_store(name, monkeypatch):
     cl = store_root(name) / "commitlog"
     assert _lines(cl) == _reference(cl, Filter())[0]
+    monkeypatch.setattr(records, "PARALLEL_ROWS", 2)  # batches split between two threads
+    monkeypatch.setattr(records, "SUB_ROWS", 7)  # and cut into small kernel calls
     assert _lines(cl, "--no-crc") == _reference(cl, Filter(), check_crc=False)[0]
 
 
@@ -61,7 +64,8 @@ def test_filters_and_limit_cut_where_the_reference_does():
         assert _lines(cl, *args) == _reference(cl, flt)[0], args
 
 
-def test_damaged_store_problems_interleave_as_in_the_reference(tmp_path):
+def test_damaged_store_problems_interleave_as_in_the_reference(tmp_path, monkeypatch):
+    monkeypatch.setattr(records, "PARALLEL_ROWS", 2)
     root = copy_store("rmq4-basic", tmp_path)
     cl = root / "commitlog"
     first = cl / "00000000000000000000"

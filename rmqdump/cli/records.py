@@ -24,6 +24,19 @@ from rmqdump.readers.message import Message
 from schemas import constants as C
 
 SUB_ROWS = 8192  # records rendered per kernel call: bounds the output buffer (a few MB)
+PARALLEL_ROWS = 2048  # from this many records a sub-batch is rendered by two threads
+_POOL = None
+
+
+def _pool():
+    global _POOL
+    if _POOL is None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        _POOL = ThreadPoolExecutor(1, thread_name_prefix="rmqdump-text")
+    return _POOL
+
+
 _ENCODE = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
 CSV_COLUMNS = [
@@ -192,10 +205,29 @@ class JsonLinesOut(RecordsOut):
             K.FIXED_JSON + len(self._file_json) + int(np.diff(snip_offs).max()) + 400
             + c["topic_length"][rows].astype(np.int64) + 7 * c["properties_length"][rows].astype(np.int64)
         )  # fmt: skip
+        n = len(rows)
         out = np.empty(int(bound.sum()), dtype=np.uint8)
-        ends = np.empty(len(rows), dtype=np.int64)
-        status = np.empty(len(rows), dtype=np.int8)
-        K.kernels().json_lines(b.mf.data, b.seg.base, mat, self._file_json, snip, snip_offs, *self.filters, not self.with_body, out, ends, status)
+        ends = np.empty(n, dtype=np.int64)
+        status = np.empty(n, dtype=np.int8)
+        json_lines = K.kernels().json_lines
+
+        def part(lo: int, hi: int, at: int) -> int:
+            return json_lines(
+                b.mf.data, b.seg.base, mat[lo:hi], self._file_json, snip, snip_offs, *self.filters, not self.with_body, out[at:], ends[lo:hi], status[lo:hi]
+            )
+
+        if n < PARALLEL_ROWS:
+            part(0, n, 0)
+            return status, ends, out
+        # Both cores: the kernel releases the GIL; the second half is written after the first half's
+        # room, then moved down to follow its text.
+        h = n // 2
+        at = int(bound[:h].sum())
+        second = _pool().submit(part, h, n, at)
+        end1 = part(0, h, 0)
+        end2 = second.result()
+        out[end1 : end1 + end2] = out[at : at + end2]
+        ends[h:] += end1
         return status, ends, out
 
     def taken(self, out, ends, status, lo, hi, b, rows):

@@ -279,7 +279,8 @@ def table(rows: list[Row]) -> list[str]:
             vs_target = f"{r.value / r.target:.2f}x ({'met' if r.met else 'not met'})"
         rss = max((x.rss_kb for x in r.runs), default=0)
         note = f" ({r.note})" if r.note else ""
-        out.append(f"| {r.name} | `{r.command}`{note} | {fmt_value(r)} ({runs} s) | {target} | {vs_broker} | {vs_target} | {rss / 1024:.0f} MB |")
+        command = r.command.replace("|", "\\|")
+        out.append(f"| {r.name} | `{command}`{note} | {fmt_value(r)} ({runs} s) | {target} | {vs_broker} | {vs_target} | {rss / 1024:.0f} MB |")
     return out
 
 

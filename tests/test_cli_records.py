@@ -112,3 +112,21 @@ def test_table_lines_hold_the_reference_values():
         assert line.startswith(f"{m.phys_offset} ") and line[start:].startswith(iso(m.store_timestamp))
         assert m.topic in line and (m.tags or "") in line and " ".join(m.keys) in line
         assert not line.endswith(" ")
+
+
+@pytest.mark.parametrize("name", ["rmq4-basic", "rmq4-flags", "rmq53-v2"])
+def test_csv_equals_csv_writer_of_the_reference(name):
+    import csv
+    import io
+
+    cl = store_root(name) / "commitlog"
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(records.CSV_COLUMNS)
+    for e in list_commitlog(CommitLog.open(str(cl)), Filter()):
+        d = e.to_dict()
+        w.writerow(
+            [json.dumps(d[k], ensure_ascii=False) if isinstance(d.get(k), (dict, list)) else ("" if d.get(k) is None else d[k]) for k in records.CSV_COLUMNS]
+        )
+    r = run("commitlog", cl, "-f", "csv")
+    assert r.stdout == buf.getvalue()

@@ -260,7 +260,7 @@ class JsonLinesOut(RecordsOut):
 
 
 class CsvOut(RecordsOut):
-    """CSV rows of CSV_COLUMNS (every entry through Python)."""
+    """CSV rows of CSV_COLUMNS, as csv.writer writes them (dicts and lists as JSON)."""
 
     def __init__(self, *a, **kw):
         super().__init__(*a, **kw)
@@ -268,6 +268,7 @@ class CsvOut(RecordsOut):
         import io
 
         self._buf = io.StringIO()
+        self._file = None
         self._w = csv.writer(self._buf, lineterminator="\n")
         self._w.writerow(CSV_COLUMNS)
         self._flush()
@@ -288,6 +289,31 @@ class CsvOut(RecordsOut):
 
     def close(self, files: int) -> None:
         self._flush()
+
+    def kernel(self, b, rows, _):
+        if self.with_body:
+            return None
+        if self._file != b.seg.path:
+            self._file = b.seg.path
+            import csv
+            import io
+
+            one = io.StringIO()
+            csv.writer(one, lineterminator="\n").writerow([b.seg.path])
+            self._file_csv = np.frombuffer(one.getvalue()[:-1].encode(), dtype=np.uint8).copy()
+        snip, snip_offs, idx = K.csv_snippets(b.cols["sys_flag"][rows])
+        mat = rows_matrix(b, rows, idx)
+        c = b.cols
+        bound = 500 + len(self._file_csv) + c["topic_length"][rows].astype(np.int64) + 9 * c["properties_length"][rows].astype(np.int64)
+        out = np.empty(int(bound.sum()), dtype=np.uint8)
+        ends = np.empty(len(rows), dtype=np.int64)
+        status = np.empty(len(rows), dtype=np.int8)
+        K.kernels().csv_lines(b.mf.data, b.seg.base, mat, self._file_csv, snip, snip_offs, *self.filters, out, ends, status)
+        return status, ends, out
+
+    def taken(self, out, ends, status, lo, hi, b, rows):
+        self._flush()
+        super().taken(out, ends, status, lo, hi, b, rows)
 
 
 def _csv_value(v):

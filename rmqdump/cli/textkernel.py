@@ -74,6 +74,13 @@ L_MSGID = _b(',"msg_id":"')
 L_END = _b('"}\n')
 L_NULL, L_TRUE, L_FALSE = _b("null"), _b("true"), _b("false")
 L_OK, L_BAD, L_DASH = _b("ok"), _b("BAD"), _b("-")
+# CSV (csv.writer): a JSON list or map is one quoted field, its quotes doubled; the 7 columns after
+# `properties` (body ... marker) are empty for a message.
+C_KIND = _b("message,")
+C_TRUE, C_FALSE = _b("True"), _b("False")
+C_EMPTY_LIST, C_LIST_OPEN, C_LIST_SEP, C_LIST_CLOSE = _b("[]"), _b('"[""'), _b('"", ""'), _b('""]"')
+C_EMPTY_MAP, C_MAP_OPEN, C_MAP_SEP, C_MAP_COLON, C_MAP_CLOSE = _b("{}"), _b('"{""'), _b('"", ""'), _b('"": ""'), _b('""}"')
+C_END = _b(",,,,,,,\n")
 N_TAGS, N_KEYS, N_UNIQ = _b(C.PROPERTY_TAGS), _b(C.PROPERTY_KEYS), _b(C.PROPERTY_UNIQ_KEY)
 SEP_NV, SEP_PROP, SEP_KEY = ord(C.NAME_VALUE_SEPARATOR), ord(C.PROPERTY_SEPARATOR), ord(C.KEY_SEPARATOR)
 HEX_UPPER = _b("0123456789ABCDEF")
@@ -85,7 +92,8 @@ FIXED_JSON = sum(len(x) for x in (L_KIND, L_PHYS, L_TOTAL, L_MAGIC, L_BCRC, L_CR
 def flag_snippets(sys_flags: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Per distinct sysFlag: the JSON of `sys_flag_names` and `transaction`, and the table's tx cell.
 
-    Returns (json bytes, json offsets, tx bytes, tx offsets, index of each row's sysFlag).
+    Returns (json bytes, json offsets, tx bytes, tx offsets, index of each row's sysFlag). The CSV's
+    `,transaction` is csv_snippets.
     """
     from rmqdump.readers.message import flag_names, transaction_name
 
@@ -97,6 +105,14 @@ def flag_snippets(sys_flags: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.nda
         js.append(f',"sys_flag_names":{names},"transaction":{json.dumps(name, ensure_ascii=False)}'.encode())
         tx.append(b"" if name == "none" else name.encode())
     return (*_packed(js), *_packed(tx), inverse.reshape(len(sys_flags)).astype(np.int64))
+
+
+def csv_snippets(sys_flags: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per distinct sysFlag the CSV text `,transaction`; (bytes, offsets, index of each row's sysFlag)."""
+    from rmqdump.readers.message import transaction_name
+
+    uniq, inverse = np.unique(sys_flags, return_inverse=True)
+    return (*_packed([("," + transaction_name(int(f))).encode() for f in uniq.tolist()]), inverse.reshape(len(sys_flags)).astype(np.int64))
 
 
 def _packed(parts: list[bytes]) -> tuple[np.ndarray, np.ndarray]:

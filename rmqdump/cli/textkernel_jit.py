@@ -6,6 +6,19 @@ import numpy as np
 from numba import njit
 
 from rmqdump.cli.textkernel import (
+    C_EMPTY_LIST,
+    C_EMPTY_MAP,
+    C_END,
+    C_FALSE,
+    C_KIND,
+    C_LIST_CLOSE,
+    C_LIST_OPEN,
+    C_LIST_SEP,
+    C_MAP_CLOSE,
+    C_MAP_COLON,
+    C_MAP_OPEN,
+    C_MAP_SEP,
+    C_TRUE,
     FALLBACK,
     FILTERED,
     HEX_UPPER,
@@ -572,4 +585,123 @@ def table_lines(cells, bounds, widths, colw, status, lo, hi, out):
                         o += 1
             out[o] = 10
             o += 1
+    return o
+
+
+@njit(cache=True, nogil=True)
+def _has(d, s, n, c):
+    for i in range(s, s + n):  # noqa: SIM110 (numba compiles no generator expressions)
+        if d[i] == c:
+            return True
+    return False
+
+
+@njit(cache=True, nogil=True)
+def _csv_bool(out, o, v):
+    if v < 0:
+        return o
+    return _lit(out, o, C_TRUE if v else C_FALSE)
+
+
+@njit(cache=True, nogil=True)
+def _message_csv(out, o, d, base, row, file_csv, snip, snip_offs, its, itk, ite, m, t, g, u):
+    o = _lit(out, o, C_KIND)
+    o = _lit(out, o, file_csv)
+    for col in (POS, TOTAL, MAGIC_V, BCRC):
+        out[o] = 44
+        o = _int(out, o + 1, base + row[POS] if col == POS else row[col])
+    out[o] = 44
+    o = _csv_bool(out, o + 1, row[CRC])
+    out[o] = 44
+    o = _csv_bool(out, o + 1, row[PCRC])
+    for col in (QID, FLAG, QOFF, SYSF):
+        out[o] = 44
+        o = _int(out, o + 1, row[col])
+    f = row[FLAG_IDX]
+    o = _copy(out, o, snip, snip_offs[f], snip_offs[f + 1] - snip_offs[f])  # ,transaction
+    out[o] = 44
+    o = _int(out, o + 1, row[BORN_TS])
+    out[o] = 44
+    o = _v4_host(out, o + 1, d, row[BORN_POS])
+    out[o] = 44
+    o = _int(out, o + 1, row[STORE_TS])
+    out[o] = 44
+    o = _v4_host(out, o + 1, d, row[STORE_POS])
+    for col in (RECON, PREP, BODYLEN):
+        out[o] = 44
+        o = _int(out, o + 1, row[col])
+    out[o] = 44
+    o = _copy(out, o + 1, d, row[TOPIC_POS], row[TOPIC_LEN])
+    out[o] = 44
+    o += 1
+    if g >= 0:
+        o = _copy(out, o, d, itk[g] + 1, ite[g] - itk[g] - 1)
+    out[o] = 44
+    o += 1
+    # keys: json.dumps of the list (", " between items), as one quoted CSV field unless empty
+    first = True
+    if t >= 0:
+        j = itk[t] + 1
+        e = ite[t]
+        while j < e:
+            q = j
+            while q < e and d[q] != SEP_KEY:
+                q += 1
+            if q > j:
+                o = _lit(out, o, C_LIST_OPEN if first else C_LIST_SEP)
+                first = False
+                o = _copy(out, o, d, j, q - j)
+            j = q + 1
+    o = _lit(out, o, C_EMPTY_LIST if first else C_LIST_CLOSE)
+    out[o] = 44
+    o += 1
+    if u >= 0:
+        o = _copy(out, o, d, itk[u] + 1, ite[u] - itk[u] - 1)
+    out[o] = 44
+    o += 1
+    sp = row[STORE_POS]
+    for q in range(V4_ADDR + PORT_BYTES):
+        o = _hex(out, o, np.int64(d[sp + q]), 1)
+    o = _hex(out, o, base + row[POS], 8)
+    out[o] = 44
+    o += 1
+    if m == 0:
+        o = _lit(out, o, C_EMPTY_MAP)
+    for a in range(m):
+        o = _lit(out, o, C_MAP_OPEN if a == 0 else C_MAP_SEP)
+        o = _copy(out, o, d, its[a], itk[a] - its[a])
+        o = _lit(out, o, C_MAP_COLON)
+        o = _copy(out, o, d, itk[a] + 1, ite[a] - itk[a] - 1)
+    if m:
+        o = _lit(out, o, C_MAP_CLOSE)
+    return _lit(out, o, C_END)
+
+
+@njit(cache=True, nogil=True)
+def csv_lines(d, base, mat, file_csv, snip, snip_offs, ftopic, ftag, fkey, fl, out, ends, status):
+    """One CSV row (the columns of rmqdump.cli.records.CSV_COLUMNS) per row of `mat`, as `csv.writer` writes
+    them; a text field that would need quoting (a comma) leaves the row to Python."""
+    its = np.empty(MAX_ITEMS, np.int64)
+    itk = np.empty(MAX_ITEMS, np.int64)
+    ite = np.empty(MAX_ITEMS, np.int64)
+    o = 0
+    for r in range(mat.shape[0]):
+        row = mat[r]
+        st = FALLBACK
+        if _simple(d, row) and not _has(d, row[TOPIC_POS], row[TOPIC_LEN], 44):
+            m = _props(d, row[PROPS_POS], row[PROPS_LEN], its, itk, ite)
+            if m >= 0:
+                t = _find_prop(d, its, itk, m, N_KEYS)
+                g = _find_prop(d, its, itk, m, N_TAGS)
+                u = _find_prop(d, its, itk, m, N_UNIQ)
+                plain = (g < 0 or not _has(d, itk[g] + 1, ite[g] - itk[g] - 1, 44)) and (u < 0 or not _has(d, itk[u] + 1, ite[u] - itk[u] - 1, 44))
+                if not plain:
+                    st = FALLBACK
+                elif _accepts(d, row, its, itk, ite, t, g, u, ftopic, ftag, fkey, fl):
+                    o = _message_csv(out, o, d, base, row, file_csv, snip, snip_offs, its, itk, ite, m, t, g, u)
+                    st = TAKEN
+                else:
+                    st = FILTERED
+        status[r] = st
+        ends[r] = o
     return o

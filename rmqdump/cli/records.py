@@ -352,14 +352,14 @@ def _cells(e, body: str) -> list[tuple[list[str], str]]:
 
 
 class TableOut(RecordsOut):
-    """Plain lines, columns two spaces apart, widths growing as wider values come; a bold header and
-    coloured problem lines on a terminal only."""
+    """Plain lines, columns two spaces apart, widths growing as wider values come (the header is printed
+    again when they do); a bold header and coloured problem lines on a terminal only."""
 
     def __init__(self, *a, **kw):
         super().__init__(*a, **kw)
         self.colw = np.array([len(h) for h in TABLE_COLUMNS], dtype=np.int64)
         self.terminal = sys.stdout.isatty()
-        self.header = False
+        self.header_w = None  # the widths the last header was printed with
 
     def _widths(self, cells: list[str]) -> None:
         from rich.cells import cell_len
@@ -383,8 +383,9 @@ class TableOut(RecordsOut):
             self.write_text(line + "\n")
 
     def _head(self) -> None:
-        if not self.header:
-            self.header = True
+        """The header, again whenever a column has widened since it was printed: lines always align with the header above them."""
+        if self.header_w is None or (self.colw > self.header_w).any():
+            self.header_w = self.colw.copy()
             line = self._line(list(TABLE_COLUMNS))
             if self.terminal:
                 render.out.print(line, style="bold", markup=False, highlight=False)

@@ -46,7 +46,8 @@ def encode_body(body: bytes, how: str) -> str:
 @contextmanager
 def progress(total: int, label: str, enabled: bool | None = None):
     """A byte progress bar on stderr when it is a terminal; a no-op callback otherwise."""
-    show = sys.stderr.isatty() if enabled is None else enabled
+    made = globals().get("err")  # a console made (or set) already decides; else stderr's own answer, without loading rich
+    show = (made.is_terminal if made is not None else sys.stderr.isatty()) if enabled is None else enabled
     if not show:
         yield lambda n: None
         return

@@ -7,13 +7,13 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from rmqdump.checks.recovery import DROPPED_LISTED, DroppedRecord
 from rmqdump.cli import render
 from rmqdump.cli.commands import options as O
 from rmqdump.cli.commands.options import ListFormat, store_option
 from rmqdump.common.timeutil import iso
 
 if TYPE_CHECKING:
+    from rmqdump.checks.recovery import DroppedRecord
     from rmqdump.query.storeinfo import StoreInfo
 
 
@@ -147,6 +147,8 @@ def _table(info: StoreInfo) -> None:
         for d in r.dropped[:DROPPED_SHOWN]:
             o.print(f"    {_dropped_line(d)}", markup=False, highlight=False)
         if r.truncated_messages > min(len(r.dropped), DROPPED_SHOWN):
+            from rmqdump.checks.recovery import DROPPED_LISTED
+
             o.print(f"    ... {r.truncated_messages - min(len(r.dropped), DROPPED_SHOWN)} more (every one, up to {DROPPED_LISTED}, in -f jsonl)")
         if r.commitlog_files_dropped:
             o.print(f"  CommitLog files deleted: {', '.join(r.commitlog_files_dropped)}")

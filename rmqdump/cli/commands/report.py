@@ -8,8 +8,6 @@ import typer
 
 from rmqdump.cli import render
 from rmqdump.cli.commands.options import store_option
-from rmqdump.common.publish import check_target, publishing
-from rmqdump.readers.store import Store
 
 
 def report(
@@ -27,6 +25,8 @@ def report(
 
     Example:  rmqdump report -s /data/rocketmq/store --out incident-1234.html
     """
+    from rmqdump.common.publish import check_target, publishing  # imported here: `rmqdump --help` loads no numpy
+    from rmqdump.readers.store import Store
     from rmqdump.report.collect import collect
     from rmqdump.report.page import render as render_page
 

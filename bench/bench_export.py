@@ -65,16 +65,16 @@ def main() -> None:
     ap.add_argument("store")
     ap.add_argument("--out-dir", default=None, help="where the datasets go (default: a temp dir, removed after)")
     ap.add_argument("--split-size", default="256M")
-    ap.add_argument("--with-body", action="store_true")
+    ap.add_argument("--body", choices=["none", "raw"], default="none", help="raw: export the body column too (rmqdump export --body raw)")
     ap.add_argument("--skip-spark", action="store_true")
     a = ap.parse_args()
     base = a.out_dir or tempfile.mkdtemp(prefix="bench-export-")
-    exe = [sys.executable, "-m", "rmqdump", "export", "-s", a.store, "--split-size", a.split_size, "--force"] + (["--body", "raw"] if a.with_body else [])
+    exe = [sys.executable, "-m", "rmqdump", "export", "-s", a.store, "--split-size", a.split_size, "--force"] + (["--body", "raw"] if a.body == "raw" else [])
     runs = [("local, 1 worker", ["--workers", "1"]), ("local, 2 workers", ["--workers", "2"])]
     if not a.skip_spark:
         runs.append(("spark local[2]", ["--engine", "spark", "--master", "local[2]"]))
         runs.append(("spark local[2], --spark-writer arrow", ["--engine", "spark", "--master", "local[2]", "--spark-writer", "arrow"]))
-    print(f"store {a.store}; split size {a.split_size}; body {'yes' if a.with_body else 'no'}")
+    print(f"store {a.store}; split size {a.split_size}; body {a.body}")
     print("| engine | messages | CommitLog MB | export s | MB/s | Spark start-up s | command wall s | peak RSS MB (process tree) |")
     print("|---|---|---|---|---|---|---|---|")
     try:

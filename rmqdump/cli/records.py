@@ -411,7 +411,20 @@ class TableOut(RecordsOut):
         bounds = np.empty((n, K.TABLE_CELLS + 1), dtype=np.int64)
         widths = np.zeros((n, K.TABLE_CELLS), dtype=np.int64)
         status = np.empty(n, dtype=np.int8)
-        K.kernels().table_cells(b.mf.data, b.seg.base, mat, tx, tx_offs, *self.filters, cells, bounds, widths, status)
+        table_cells = K.kernels().table_cells
+
+        def part(lo: int, hi: int, at: int) -> None:
+            table_cells(b.mf.data, b.seg.base, mat[lo:hi], tx, tx_offs, *self.filters, cells[at:], bounds[lo:hi], widths[lo:hi], status[lo:hi])
+            if at:
+                bounds[lo:hi] += at
+
+        if n < PARALLEL_ROWS:
+            part(0, n, 0)
+        else:  # both cores, as for JSON Lines; the cells stay where each half wrote them
+            h = n // 2
+            second = _pool().submit(part, h, n, int(bound[:h].sum()))
+            part(0, h, 0)
+            second.result()
         self._parts = (cells, bounds, widths)
         for j in np.flatnonzero(status == K.FALLBACK).tolist():  # their widths count too
             m = b.message(int(rows[j]))

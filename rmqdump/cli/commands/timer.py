@@ -4,19 +4,19 @@ from __future__ import annotations
 
 from enum import Enum
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
-from rich.table import Table
 
-from rmqdump.checks.timerverify import TimerVerifySummary, verify_timers
 from rmqdump.cli import render
 from rmqdump.cli.commands.options import ListFormat, store_option
 from rmqdump.common.timeutil import iso, parse_time
-from rmqdump.readers.store import Store
-from rmqdump.readers.timerlog import TimerStore
-from schemas import constants as C
 
-timer_app = typer.Typer(help="5.x timer messages: list the timer log, verify wheel/log/CommitLog, dump the wheel.", no_args_is_help=True)
+if TYPE_CHECKING:  # the libraries are imported when a command runs: `rmqdump --help` stays fast
+    from rmqdump.readers.store import Store
+    from rmqdump.readers.timerlog import TimerStore
+
+timer_app = typer.Typer(help="5.x timer messages: list the timer log, verify wheel/log/CommitLog, dump the wheel.", no_args_is_help=True, rich_markup_mode=None)
 
 
 class State(str, Enum):
@@ -29,6 +29,9 @@ def _precision_option() -> int:
 
 
 def _open(store: Path, precision: int | None) -> tuple[Store, TimerStore]:
+    from rmqdump.readers.store import Store
+    from rmqdump.readers.timerlog import TimerStore
+
     st = Store.open(store)
     ts = TimerStore.open(st.root, precision)
     if ts is None:
@@ -61,6 +64,8 @@ def list_cmd(
 
     Example:  rmqdump timer list -s store --state pending --topic orders -f jsonl
     """
+    from rich.table import Table
+
     from rmqdump.query.timers import list_timers
 
     lo, hi = _time(since, "--since"), _time(until, "--until")
@@ -105,6 +110,9 @@ def verify_cmd(
 
     Example:  rmqdump timer verify -s store -f jsonl
     """
+    from rmqdump.checks.timerverify import TimerVerifySummary, verify_timers
+    from schemas import constants as C
+
     st, ts = _open(store, precision)
     q = st.queue(C.TIMER_TOPIC, 0)
     qmax = q.bounds()[1] if q is not None else None
@@ -132,6 +140,8 @@ def verify_cmd(
 
 def _flush(rows: list[tuple]) -> None:
     if rows:
+        from rich.table import Table
+
         t = Table("code", "file", "offset", "detail", box=None, header_style="bold")
         for r in rows:
             t.add_row(*r)
@@ -150,6 +160,8 @@ def dump_wheel_cmd(
 
     Example:  rmqdump timer dump-wheel -s store --state pending
     """
+    from rich.table import Table
+
     from rmqdump.query.timers import wheel_rows
 
     _, ts = _open(store, precision)

@@ -27,7 +27,7 @@ def spark():
 
 @pytest.fixture(scope="module")
 def fleet():
-    return resolve_stores([str(REAL / "*" / "store")])
+    return resolve_stores([str(REAL / name / "store") for name in STORES])
 
 
 @pytest.fixture(scope="module")

@@ -1,9 +1,10 @@
 """The CommitLog: its files, and a damage-tolerant scan of their records.
 
-The scan walks totalSize from record to record in Python (one struct unpack
-per record), then decodes and validates each batch of record starts at once
-with the schema-derived columnar parser. A record that does not hold together
-stops the batch; it is diagnosed, reported with a stable code, and the walk
+The scan runs the compiled kernel (rmqdump.readers.kernel): it walks totalSize
+from record to record, checks each record's lengths against its totalSize and
+its CRCs, and gives a batch of records as columns, with what the broker's
+dispatch takes from them. A record that does not hold together stops the
+batch; it is diagnosed here, reported with a stable code, and the walk
 resyncs at the next record it can prove: a message magic at a position whose
 physicalOffset field equals the file's base offset plus that position.
 """
@@ -21,16 +22,18 @@ from construct import ConstructError
 
 from rmqdump.common import problems as P
 from rmqdump.common.problems import InputError, Problem
-from rmqdump.readers.fastpath import ColumnarParser, field_struct, gather, numpy_dtype, struct_format
+from rmqdump.readers import kernel as K
+from rmqdump.readers.fastpath import field_struct, numpy_dtype, struct_format
 from rmqdump.readers.mapped import MappedFile
-from rmqdump.readers.message import Message, decode_properties, format_host, java_crc32, offset_msg_id, parse_crc_digits
+from rmqdump.readers.message import Message, decode_properties, format_host, offset_msg_id
 from schemas import BlankMarker, HostV4, HostV6, MessageRecord, RecordPrefix, message_header
 from schemas import constants as C
-from schemas.commitlog import PropertiesLength, TopicLengthV1
+from schemas.commitlog import PropertiesLength
 
 NAME_RE = re.compile(rf"^\d{{{C.COMMITLOG_NAME_DIGITS}}}$")
-MIN_RECORD_SIZE = message_header().sizeof() + TopicLengthV1.sizeof() + PropertiesLength.sizeof()  # empty body, topic and properties
+MIN_RECORD_SIZE = K.MIN_RECORD_SIZE  # empty body, topic and properties
 BATCH_RECORDS = 32768
+KEYS_PER_RECORD = 4  # room for index keys per record of a batch (grown when a batch needs more)
 RELEASE_EVERY = 32 << 20
 RESYNC_WINDOW = 16 << 20
 LISTS_AFTER = 16  # Batch.message: records served from numpy scalars before the columns become lists
@@ -44,14 +47,29 @@ _HOST_TEXT_MAX = 1 << 16
 
 _PREFIX = struct_format(RecordPrefix)
 _BLANK = struct_format(BlankMarker)
-_PARSER = ColumnarParser(MessageRecord)
 _MAGIC = field_struct(RecordPrefix, "magic")[1]
 _MAGIC_BYTES = [_MAGIC.pack(m) for m in C.MESSAGE_MAGICS]
 _NEEDLES = (*_MAGIC_BYTES, _MAGIC.pack(C.MAGIC_BLANK))  # resync candidates; the BLANK last
 _PHYS_FIELD_OFFSET, _PHYS = field_struct(message_header(), "phys_offset")
-_TOTAL_SIZE = numpy_dtype(RecordPrefix.subcons[0])
 _HOSTS = {False: struct_format(HostV4), True: struct_format(HostV6)}
-_CRC_PREFIX = (C.PROPERTY_CRC32 + C.NAME_VALUE_SEPARATOR).encode()
+
+
+def _column_dtypes() -> dict[str, np.dtype]:
+    """The dtype of each record column: the schema field's, native; positions int64, host variants bool."""
+    header = {sc.name: sc.subcon for sc in message_header().subcons}
+    out = {}
+    for name in K.RECORD_COLUMNS:
+        if name in header:
+            out[name] = numpy_dtype(header[name]).newbyteorder("=")
+        elif name.endswith("_then"):
+            out[name] = np.dtype(bool)
+        else:
+            out[name] = np.dtype(np.int64)
+    out["properties_length"] = numpy_dtype(PropertiesLength).newbyteorder("=")
+    return out
+
+
+_DTYPES = _column_dtypes()
 
 
 @dataclass(frozen=True)
@@ -196,6 +214,7 @@ class Batch:
     prop_crc: np.ndarray | None  # 1 ok, 0 mismatch, -1 absent
     events: list = field(default_factory=list)
     record_problems: dict[int, list[Problem]] = field(default_factory=dict)
+    found: dict[str, np.ndarray] | None = None  # what the kernel took for the dispatch (rmqdump.scan.dispatch reads it)
     _lists: tuple | None = field(default=None, init=False, repr=False, compare=False)
     _served: int = field(default=0, init=False, repr=False, compare=False)
 
@@ -292,30 +311,6 @@ class Batch:
             yield self.message(i, with_body=with_body)
 
 
-def _check_crcs(mf: MappedFile, cols: dict[str, np.ndarray], check_crc: bool):
-    """Body CRC per record; property CRC where the record ends with __CRC32#."""
-    n = len(cols["_pos"])
-    if not check_crc or n == 0:
-        return None, None
-    view = mf.view
-    bp, bl, bc = cols["body_pos"].tolist(), cols["body_length"].tolist(), cols["body_crc"].tolist()
-    crc_ok = np.fromiter((java_crc32(view[p : p + n_]) == c for p, n_, c in zip(bp, bl, bc, strict=False)), dtype=bool, count=n)
-    ends = cols["_end"]
-    tail_start = ends - C.CRC_PROPERTY_LENGTH
-    has = cols["properties_length"] >= C.CRC_PROPERTY_LENGTH
-    prop_crc = np.full(n, -1, dtype=np.int8)
-    if has.any():
-        dt = np.dtype((np.void, len(_CRC_PREFIX)))
-        heads = gather(mf.data, tail_start, dt)
-        has &= heads == np.void(_CRC_PREFIX)
-        for i in np.flatnonzero(has).tolist():
-            t = int(tail_start[i])
-            want = parse_crc_digits(bytes(view[t + len(_CRC_PREFIX) : t + len(_CRC_PREFIX) + C.CRC_DIGITS]))
-            start = int(cols["_pos"][i])
-            prop_crc[i] = 1 if want is not None and java_crc32(view[start:t]) == want else 0
-    return crc_ok, prop_crc
-
-
 def _record_problems(seg: SegmentFile, cols, crc_ok, prop_crc) -> dict[int, list[Problem]]:
     out: dict[int, list[Problem]] = {}
     pos = cols["_pos"]
@@ -352,16 +347,42 @@ def _record_problems(seg: SegmentFile, cols, crc_ok, prop_crc) -> dict[int, list
     return out
 
 
-def _empty_columns(data: np.ndarray) -> dict[str, np.ndarray]:
+def _empty_columns() -> dict[str, np.ndarray]:
     """The columns of a batch without records, so consumers need no special case."""
-    none = np.zeros(0, dtype=np.int64)
-    cols, _ = _PARSER.parse(data, none, none)
-    cols["_pos"] = none
-    return cols
+    return {name: np.zeros(0, dtype=dt) for name, dt in _DTYPES.items()}
 
 
-def _select(cols: dict[str, np.ndarray], k: int) -> dict[str, np.ndarray]:
-    return {name: a[:k] for name, a in cols.items()}
+_DISPATCH = ("topic_id", "tags_hash", "tags_slow", "delay", "delay_pos", "delay_len")
+
+
+class _Kernel:
+    """Output buffers of the kernel for one walk, reused batch after batch."""
+
+    def __init__(self, records: int):
+        self.jit = K.jit()
+        self.out = np.empty((len(K.COLUMNS), records), dtype=np.int64)
+        self.keys = np.empty((len(K.KEY_COLUMNS), max(records * KEYS_PER_RECORD, 1 << 15)), dtype=np.int64)
+
+    def run(self, seg: SegmentFile, mf: MappedFile, pos: int, end: int, check_crc: bool) -> tuple[Batch, int, int]:
+        """One batch of records from `pos`, where the walk stopped, and why (a kernel stop code)."""
+        while True:
+            n, nk, p, code, reps = self.jit.scan(mf.data, mf.size, pos, end, check_crc, self.out, self.keys)
+            if code == K.FULL and n == 0:  # one record with more keys than room: make room
+                self.keys = np.empty((self.keys.shape[0], self.keys.shape[1] * 2), dtype=np.int64)
+                continue
+            break
+        out = self.out
+        cols = {name: out[K.COL[name], :n].astype(dt) for name, dt in _DTYPES.items()}
+        crc_ok = prop_crc = None
+        if check_crc:
+            crc_ok = out[K.COL["crc"], :n] == 1
+            prop_crc = out[K.COL["prop_crc"], :n].astype(np.int8)
+        found = {name: out[K.COL[name], :n].copy() for name in _DISPATCH}
+        found["topic_first"] = reps
+        for name in K.KEY_COLUMNS:
+            found["key_" + name] = self.keys[K.KCOL[name], :nk].copy()
+        batch = Batch(seg, mf, cols, crc_ok, prop_crc, [], _record_problems(seg, cols, crc_ok, prop_crc), found)
+        return batch, p, code
 
 
 def scan_file(
@@ -375,48 +396,19 @@ def scan_file(
     size = mf.size
     end = size if end is None else min(end, size)
     pos = start if start == 0 else resync(seg, mf, start)
-    unpack = _PREFIX.unpack_from
-    view, data = mf.view, mf.data
-    magics, least = C.MESSAGE_MAGICS, MIN_RECORD_SIZE  # locals: this loop runs once per record
-    walk_stop = min(end, size - 7)  # p < end and p + 8 <= size
     released = 0
+    kern = None
     while pos is not None and pos < end:
-        starts: list[int] = []
-        append = starts.append
-        p = pos
-        k = 0
-        while p < walk_stop and k < batch_records:
-            total, magic = unpack(view, p)
-            if magic in magics and least <= total <= size - p:
-                append(p)
-                p += total
-                k += 1
-            else:
-                break
-        stop_at = None
-        if starts:
-            s = np.array(starts, dtype=np.int64)
-            totals = gather(data, s, _TOTAL_SIZE).astype(np.int64)
-            cols, ok = _PARSER.parse(data, s, s + totals)
-            cols["_pos"] = s
-            bad = np.flatnonzero(~ok)
-            if bad.size:
-                k = int(bad[0])
-                cols = _select(cols, k)
-                stop_at = starts[k]
-            crc_ok, prop_crc = _check_crcs(mf, cols, check_crc)
-            batch = Batch(seg, mf, cols, crc_ok, prop_crc, [], _record_problems(seg, cols, crc_ok, prop_crc))
-            p = stop_at if stop_at is not None else p
-        else:
-            batch = Batch(seg, mf, _empty_columns(data), None, None, [], {})
-        if p >= end and stop_at is None:
+        kern = kern or _Kernel(batch_records)
+        batch, p, code = kern.run(seg, mf, pos, end, check_crc)
+        if code == K.END:
             if p < size and resync(seg, mf, end) != p:
                 # The last record crossed into the next range and is followed by something the
                 # next range's resync will skip without a word: this range owns that report.
                 batch.events.extend(diagnose(seg, mf, p)[0])
             yield batch
             break
-        if stop_at is None and len(starts) == batch_records:
+        if code == K.FULL:
             yield batch
             pos = p
         else:
@@ -589,14 +581,9 @@ def read_record(seg: SegmentFile, mf: MappedFile, p: int, *, check_crc: bool = T
     """Decode the single record at file offset p, or say what is wrong there."""
     if p < 0 or p + 8 > mf.size:
         return Problem(P.RECORD_PAST_END, seg.path, p, "offset is past the end of the file", phys_offset=seg.base + p)
-    total, magic = _PREFIX.unpack_from(mf.view, p)
-    if (magic in C.MESSAGE_MAGICS) and MIN_RECORD_SIZE <= total <= mf.size - p:
-        s = np.array([p], dtype=np.int64)
-        cols, ok = _PARSER.parse(mf.data, s, s + total)
-        cols["_pos"] = s
-        if ok[0]:
-            crc_ok, prop_crc = _check_crcs(mf, cols, check_crc)
-            return Batch(seg, mf, cols, crc_ok, prop_crc).message(0, with_body=with_body)
+    batch, _, _ = _Kernel(1).run(seg, mf, p, p + 1, check_crc)
+    if len(batch):
+        return batch.message(0, with_body=with_body)
     events, _ = _diagnose_single(seg, mf, p)
     return events
 

@@ -1,0 +1,133 @@
+"""The compiled CommitLog scan kernel: its layout constants and where its compile cache lives.
+
+Every byte offset, width and signedness the kernel uses is computed here from
+the construct declarations in schemas/ and frozen into the compiled code as
+constants (tests pin the kernel's columns to construct's parse). numba itself
+is imported only when a scan first runs (`jit()`), so commands that scan
+nothing start without it. Compiled code is cached in a user cache directory
+(`$XDG_CACHE_HOME/rmqdump`, else `~/.cache/rmqdump`; or `$RMQDUMP_CACHE_DIR`),
+keyed by a fingerprint of these constants: a schema change never runs stale code.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import zlib
+
+import numpy as np
+
+from rmqdump.readers.fastpath import field_offset, numpy_dtype
+from schemas import HostV4, HostV6, MessageRecord, message_header
+from schemas import constants as C
+from schemas.commitlog import PropertiesLength, TopicLengthV1, TopicLengthV2
+
+
+def _field(con, name):
+    for sc in con.subcons:
+        if sc.name == name:
+            return sc
+    raise KeyError(name)
+
+
+def _width_signed(con) -> tuple[int, bool]:
+    dt = numpy_dtype(con)
+    assert dt.byteorder in (">", "|"), f"{con}: the kernel reads big-endian fields"
+    return dt.itemsize, dt.kind == "i"
+
+
+# Header fields in schema order; the host variant (IPv4/IPv6 born and store host) moves the later ones.
+HEADER_FIELDS = tuple(sc.name for sc in message_header().subcons)
+_VARIANTS = [(False, False), (True, False), (False, True), (True, True)]  # index: born_v6 | store_v6 << 1
+_HEADERS = [message_header(b, s) for b, s in _VARIANTS]
+HEADER_OFFSETS = np.array([[field_offset(h, n) for n in HEADER_FIELDS] for h in _HEADERS], dtype=np.int64)
+HEADER_SIZES = np.array([h.sizeof() for h in _HEADERS], dtype=np.int64)
+F = {n: i for i, n in enumerate(HEADER_FIELDS)}
+_INT_FIELDS = [n for n in HEADER_FIELDS if n not in ("born_host", "store_host")]
+WIDTHS = {n: _width_signed(_field(message_header(), n).subcon) for n in _INT_FIELDS}
+HOST_ADDR = (HostV4.subcons[0].sizeof(), HostV6.subcons[0].sizeof())  # address bytes, v4 and v6
+BORN_V6, STORE_V6 = C.FLAG_BORNHOST_V6, C.FLAG_STOREHOST_V6
+
+# The variable tail after the header: body, topic length (width by magic), topic, properties length, properties.
+TOPIC_LEN_V1 = _width_signed(TopicLengthV1)
+TOPIC_LEN_V2 = _width_signed(TopicLengthV2)
+PROPS_LEN = _width_signed(PropertiesLength)
+MIN_RECORD_SIZE = message_header().sizeof() + TopicLengthV1.sizeof() + PropertiesLength.sizeof()
+assert [sc.name for sc in MessageRecord.subcons[len(HEADER_FIELDS) :]] == ["body", "topic_length", "topic", "properties_length", "properties"]
+
+# Property names the dispatcher reads, and the 5.2+ property CRC trailer.
+CRC_PREFIX = np.frombuffer((C.PROPERTY_CRC32 + C.NAME_VALUE_SEPARATOR).encode(), dtype=np.uint8).copy()
+NAMES = {n: np.frombuffer(n.encode(), dtype=np.uint8).copy() for n in (C.PROPERTY_TAGS, C.PROPERTY_KEYS, C.PROPERTY_UNIQ_KEY, C.PROPERTY_DELAY)}
+SEP_NV, SEP_PROP, SEP_KEY = ord(C.NAME_VALUE_SEPARATOR), ord(C.PROPERTY_SEPARATOR), ord(C.KEY_SEPARATOR)
+
+
+def _crc_tables() -> np.ndarray:
+    """Slicing-by-8 tables of the CRC-32 zlib uses (java.util.zip.CRC32), checked against zlib below."""
+    t = np.zeros((8, 256), dtype=np.uint32)
+    for i in range(256):
+        c = i
+        for _ in range(8):
+            c = (c >> 1) ^ 0xEDB88320 if c & 1 else c >> 1
+        t[0, i] = c
+    for k in range(1, 8):
+        for i in range(256):
+            t[k, i] = (t[k - 1, i] >> 8) ^ t[0, t[k - 1, i] & 0xFF]
+    return t
+
+
+CRC_TABLES = _crc_tables()
+assert zlib.crc32(b"123456789") == 0xCBF43926
+
+# Kernel output: one int64 row per column, one entry per record.
+RECORD_COLUMNS = (
+    "_pos", "_end", "total_size", "magic", "body_crc", "queue_id", "flag", "queue_offset", "phys_offset", "sys_flag",
+    "born_timestamp", "born_host_pos", "born_host_then", "store_timestamp", "store_host_pos", "store_host_then",
+    "reconsume_times", "prepared_transaction_offset", "body_length", "body_pos", "topic_length", "topic_pos",
+    "properties_length", "properties_pos",
+)  # fmt: skip
+EXTRA_COLUMNS = ("crc", "prop_crc", "topic_id", "tags_hash", "tags_slow", "delay", "delay_pos", "delay_len")
+COLUMNS = RECORD_COLUMNS + EXTRA_COLUMNS
+COL = {n: i for i, n in enumerate(COLUMNS)}
+KEY_COLUMNS = ("rec", "pos", "len", "hash", "slow", "uniq")  # uniq: 1 UNIQ_KEY, 0 a KEYS token
+KCOL = {n: i for i, n in enumerate(KEY_COLUMNS)}
+
+# Stop codes
+END, FULL, STUCK = 0, 1, 2  # reached the end of the range; out of room; a record that cannot be taken (diagnose it)
+DELAY_NONE, DELAY_PY = 0, -2  # no DELAY; a DELAY value that is not plain ASCII digits (Python decides)
+
+
+def fingerprint() -> str:
+    """What the compiled code depends on besides its source."""
+    h = hashlib.sha1()
+    for a in (HEADER_OFFSETS, HEADER_SIZES, CRC_TABLES, CRC_PREFIX):
+        h.update(a.tobytes())
+    h.update(repr((WIDTHS, HOST_ADDR, BORN_V6, STORE_V6, TOPIC_LEN_V1, TOPIC_LEN_V2, PROPS_LEN, MIN_RECORD_SIZE, C.MESSAGE_MAGICS, C.MAGIC_V2)).encode())
+    h.update(repr((sorted((k, v.tobytes()) for k, v in NAMES.items()), SEP_NV, SEP_PROP, SEP_KEY, COLUMNS, KEY_COLUMNS)).encode())
+    return h.hexdigest()[:16]
+
+
+def cache_dir() -> str:
+    """Where compiled code is kept: a directory the user can write, whatever the install directory."""
+    base = os.environ.get("RMQDUMP_CACHE_DIR")
+    if not base:
+        xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        base = os.path.join(xdg, "rmqdump")
+    return os.path.join(base, "numba-" + fingerprint())
+
+
+_JIT = None
+
+
+def jit():
+    """The compiled kernel module (numba imported and the cache directory set on first use)."""
+    global _JIT
+    if _JIT is None:
+        d = cache_dir()
+        d = os.environ.setdefault("NUMBA_CACHE_DIR", d)
+        import numba
+
+        numba.config.CACHE_DIR = d  # also when numba was imported before us
+        from rmqdump.readers import kernel_jit
+
+        _JIT = kernel_jit
+    return _JIT

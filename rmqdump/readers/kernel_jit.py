@@ -1,0 +1,386 @@
+"""The compiled record walk (numba): imported through rmqdump.readers.kernel.jit() only.
+
+`scan` walks one byte range of a mapped CommitLog file by totalSize and, per
+record, checks what the columnar parser checked (prefix, sizes, every length
+against the record's end), the body CRC and the __CRC32# property CRC, and
+takes what the broker's dispatch takes: topic (an id into a per-call topic
+table), the TAGS hash, the DELAY level, and the index keys (UNIQ_KEY, each
+KEYS token) as hashes with their byte ranges. It stops at the first record it
+cannot take; the caller diagnoses that record. Constants come from kernel.py.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from rmqdump.readers.kernel import (
+    BORN_V6,
+    COL,
+    CRC_PREFIX,
+    CRC_TABLES,
+    DELAY_NONE,
+    DELAY_PY,
+    END,
+    FULL,
+    HEADER_OFFSETS,
+    HEADER_SIZES,
+    KCOL,
+    MIN_RECORD_SIZE,
+    NAMES,
+    PROPS_LEN,
+    SEP_KEY,
+    SEP_NV,
+    SEP_PROP,
+    STORE_V6,
+    STUCK,
+    TOPIC_LEN_V1,
+    TOPIC_LEN_V2,
+    WIDTHS,
+    F,
+)
+from schemas import constants as C
+
+_T = CRC_TABLES.astype(np.int64)
+_OFF = HEADER_OFFSETS
+_HSIZE = HEADER_SIZES
+_MAGIC_V1, _MAGIC_V2 = C.MAGIC_V1, C.MAGIC_V2
+_CRC_LEN, _CRC_DIGITS = C.CRC_PROPERTY_LENGTH, C.CRC_DIGITS
+_N_TAGS, _N_KEYS, _N_UNIQ, _N_DELAY = (NAMES[n] for n in (C.PROPERTY_TAGS, C.PROPERTY_KEYS, C.PROPERTY_UNIQ_KEY, C.PROPERTY_DELAY))
+
+# field index, width, signedness of every header integer
+_F_TOTAL, (_W_TOTAL, _S_TOTAL) = F["total_size"], WIDTHS["total_size"]
+_F_MAGIC, (_W_MAGIC, _S_MAGIC) = F["magic"], WIDTHS["magic"]
+_F_BCRC, (_W_BCRC, _S_BCRC) = F["body_crc"], WIDTHS["body_crc"]
+_F_QID, (_W_QID, _S_QID) = F["queue_id"], WIDTHS["queue_id"]
+_F_FLAG, (_W_FLAG, _S_FLAG) = F["flag"], WIDTHS["flag"]
+_F_QOFF, (_W_QOFF, _S_QOFF) = F["queue_offset"], WIDTHS["queue_offset"]
+_F_PHYS, (_W_PHYS, _S_PHYS) = F["phys_offset"], WIDTHS["phys_offset"]
+_F_SYS, (_W_SYS, _S_SYS) = F["sys_flag"], WIDTHS["sys_flag"]
+_F_BORN_TS, (_W_BORN_TS, _S_BORN_TS) = F["born_timestamp"], WIDTHS["born_timestamp"]
+_F_BORN_HOST = F["born_host"]
+_F_STORE_TS, (_W_STORE_TS, _S_STORE_TS) = F["store_timestamp"], WIDTHS["store_timestamp"]
+_F_STORE_HOST = F["store_host"]
+_F_RECON, (_W_RECON, _S_RECON) = F["reconsume_times"], WIDTHS["reconsume_times"]
+_F_PREP, (_W_PREP, _S_PREP) = F["prepared_transaction_offset"], WIDTHS["prepared_transaction_offset"]
+_F_BLEN, (_W_BLEN, _S_BLEN) = F["body_length"], WIDTHS["body_length"]
+(_W_TL1, _S_TL1), (_W_TL2, _S_TL2), (_W_PL, _S_PL) = TOPIC_LEN_V1, TOPIC_LEN_V2, PROPS_LEN
+
+_C_POS, _C_END, _C_TOTAL, _C_MAGIC, _C_BCRC = COL["_pos"], COL["_end"], COL["total_size"], COL["magic"], COL["body_crc"]
+_C_QID, _C_FLAG, _C_QOFF, _C_PHYS, _C_SYS = COL["queue_id"], COL["flag"], COL["queue_offset"], COL["phys_offset"], COL["sys_flag"]
+_C_BORN_TS, _C_BORN_POS, _C_BORN_THEN = COL["born_timestamp"], COL["born_host_pos"], COL["born_host_then"]
+_C_STORE_TS, _C_STORE_POS, _C_STORE_THEN = COL["store_timestamp"], COL["store_host_pos"], COL["store_host_then"]
+_C_RECON, _C_PREP, _C_BLEN, _C_BPOS = COL["reconsume_times"], COL["prepared_transaction_offset"], COL["body_length"], COL["body_pos"]
+_C_TLEN, _C_TPOS, _C_PLEN, _C_PPOS = COL["topic_length"], COL["topic_pos"], COL["properties_length"], COL["properties_pos"]
+_C_CRC, _C_PCRC, _C_TID, _C_TAGS, _C_TSLOW = COL["crc"], COL["prop_crc"], COL["topic_id"], COL["tags_hash"], COL["tags_slow"]
+_C_DELAY, _C_DPOS, _C_DLEN = COL["delay"], COL["delay_pos"], COL["delay_len"]
+_K_REC, _K_POS, _K_LEN, _K_HASH, _K_SLOW, _K_UNIQ = KCOL["rec"], KCOL["pos"], KCOL["len"], KCOL["hash"], KCOL["slow"], KCOL["uniq"]
+_FNV_BASIS, _FNV_PRIME = np.int64(-3750763034362895579), np.int64(1099511628211)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _rd(data, p, w, signed):
+    """A big-endian integer of w bytes at p (w and signed are constants: the loop unrolls)."""
+    v = np.int64(0)
+    for i in range(w):
+        v = (v << 8) | np.int64(data[p + i])
+    if signed and w < 8:
+        bit = np.int64(1) << (8 * w - 1)
+        if v & bit:
+            v -= bit << 1
+    return v
+
+
+@njit(cache=True, nogil=True)
+def crc32(data, p, n):
+    """zlib's CRC-32 of data[p:p+n] (slicing by 8)."""
+    t = _T
+    c = np.int64(0xFFFFFFFF)
+    i = p
+    e = p + n
+    while i + 8 <= e:
+        lo = c ^ (np.int64(data[i]) | (np.int64(data[i + 1]) << 8) | (np.int64(data[i + 2]) << 16) | (np.int64(data[i + 3]) << 24))
+        c = (
+            t[7, lo & 0xFF]
+            ^ t[6, (lo >> 8) & 0xFF]
+            ^ t[5, (lo >> 16) & 0xFF]
+            ^ t[4, (lo >> 24) & 0xFF]
+            ^ t[3, data[i + 4]]
+            ^ t[2, data[i + 5]]
+            ^ t[1, data[i + 6]]
+            ^ t[0, data[i + 7]]
+        )
+        i += 8
+    while i < e:
+        c = t[0, (c ^ np.int64(data[i])) & 0xFF] ^ (c >> 8)
+        i += 1
+    return c ^ np.int64(0xFFFFFFFF)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _named(data, s, e, name):
+    """Value start if the property item [s, e) is NAME\\x01..., else -1."""
+    k = len(name)
+    if s + k >= e or data[s + k] != SEP_NV:
+        return -1
+    for i in range(k):
+        if data[s + i] != name[i]:
+            return -1
+    return s + k + 1
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _hash(data, a, b):
+    """(Java hashCode of the ASCII bytes [a, b) as an unsigned 32-bit value, 1 if a byte is not ASCII)."""
+    h = np.int64(0)
+    slow = 0
+    for i in range(a, b):
+        x = np.int64(data[i])
+        if x >= 0x80:
+            slow = 1
+        h = (h * 31 + x) & 0xFFFFFFFF
+    return h, slow
+
+
+@njit(cache=True, nogil=True)
+def scan(data, size, start, end, check_crc, out, keys):
+    """Records starting in [start, end) of a file of `size` bytes, from `start` (a record start).
+
+    Fills out[column, record] and keys[column, key]; returns (records, keys,
+    stop position, stop code, topic table: first record of each topic id).
+    """
+    cap = out.shape[1]
+    kcap = keys.shape[1]
+    tsize = 64
+    while tsize < 2 * cap:
+        tsize <<= 1
+    mask = tsize - 1
+    table = np.full(tsize, -1, np.int64)
+    rep = np.empty(cap, np.int64)  # topic id -> its first record
+    rep_h = np.empty(cap, np.int64)
+    ntop = 0
+    n = 0
+    nk = 0
+    p = start
+    code = END
+    while p < end:
+        if n >= cap:
+            code = FULL
+            break
+        if p + 8 > size:
+            code = STUCK
+            break
+        total = _rd(data, p + _OFF[0, _F_TOTAL], _W_TOTAL, _S_TOTAL)
+        magic = _rd(data, p + _OFF[0, _F_MAGIC], _W_MAGIC, _S_MAGIC)
+        if (magic != _MAGIC_V1 and magic != _MAGIC_V2) or total < MIN_RECORD_SIZE or total > size - p:
+            code = STUCK
+            break
+        lim = p + total
+        sys_flag = _rd(data, p + _OFF[0, _F_SYS], _W_SYS, _S_SYS)
+        v = 0
+        if sys_flag & BORN_V6:
+            v |= 1
+        if sys_flag & STORE_V6:
+            v |= 2
+        h = p + _HSIZE[v]
+        if h > lim:
+            code = STUCK
+            break
+        body_len = _rd(data, p + _OFF[v, _F_BLEN], _W_BLEN, _S_BLEN)
+        if body_len < 0 or h + body_len > lim:
+            code = STUCK
+            break
+        q = h + body_len
+        if magic == _MAGIC_V2:
+            if q + _W_TL2 > lim:
+                code = STUCK
+                break
+            tlen = _rd(data, q, _W_TL2, _S_TL2)
+            tpos = q + _W_TL2
+        else:
+            if q + _W_TL1 > lim:
+                code = STUCK
+                break
+            tlen = _rd(data, q, _W_TL1, _S_TL1)
+            tpos = q + _W_TL1
+        if tlen < 0 or tpos + tlen + _W_PL > lim:
+            code = STUCK
+            break
+        q = tpos + tlen
+        plen = _rd(data, q, _W_PL, _S_PL)
+        ppos = q + _W_PL
+        if plen < 0 or ppos + plen != lim:
+            code = STUCK
+            break
+
+        # properties: the dispatcher's values (the last value of a repeated name wins)
+        ta = tb = ka = kb = ua = ub = da = db = -1
+        s = ppos
+        pe = lim
+        while s < pe:
+            e = s
+            while e < pe and data[e] != SEP_PROP:
+                e += 1
+            x = _named(data, s, e, _N_TAGS)
+            if x >= 0:
+                ta, tb = x, e
+            else:
+                x = _named(data, s, e, _N_KEYS)
+                if x >= 0:
+                    ka, kb = x, e
+                else:
+                    x = _named(data, s, e, _N_UNIQ)
+                    if x >= 0:
+                        ua, ub = x, e
+                    else:
+                        x = _named(data, s, e, _N_DELAY)
+                        if x >= 0:
+                            da, db = x, e
+            s = e + 1
+
+        # index keys: UNIQ_KEY, then each non-empty KEYS token (the caller drops a rolled back transaction's)
+        k0 = nk
+        room = True
+        if ua >= 0:
+            if nk < kcap:
+                hv, sl = _hash(data, ua, ub)
+                keys[_K_REC, nk] = n
+                keys[_K_POS, nk] = ua
+                keys[_K_LEN, nk] = ub - ua
+                keys[_K_HASH, nk] = hv
+                keys[_K_SLOW, nk] = sl
+                keys[_K_UNIQ, nk] = 1
+                nk += 1
+            else:
+                room = False
+        if ka >= 0 and room:
+            a = ka
+            while a <= kb and room:
+                b = a
+                while b < kb and data[b] != SEP_KEY:
+                    b += 1
+                if b > a:
+                    if nk < kcap:
+                        hv, sl = _hash(data, a, b)
+                        keys[_K_REC, nk] = n
+                        keys[_K_POS, nk] = a
+                        keys[_K_LEN, nk] = b - a
+                        keys[_K_HASH, nk] = hv
+                        keys[_K_SLOW, nk] = sl
+                        keys[_K_UNIQ, nk] = 0
+                        nk += 1
+                    else:
+                        room = False
+                a = b + 1
+        if not room:
+            nk = k0
+            code = FULL
+            break
+
+        # topic id: FNV-1a of the bytes, equal bytes checked against the topic's first record
+        th = _FNV_BASIS
+        for i in range(tpos, tpos + tlen):
+            th = (th ^ np.int64(data[i])) * _FNV_PRIME
+        slot = th & mask
+        tid = -1
+        while True:
+            t = table[slot]
+            if t < 0:
+                break
+            if rep_h[t] == th and out[_C_TLEN, rep[t]] == tlen:
+                o = out[_C_TPOS, rep[t]]
+                same = True
+                for i in range(tlen):
+                    if data[o + i] != data[tpos + i]:
+                        same = False
+                        break
+                if same:
+                    tid = t
+                    break
+            slot = (slot + 1) & mask
+        if tid < 0:
+            tid = ntop
+            table[slot] = tid
+            rep[tid] = n
+            rep_h[tid] = th
+            ntop += 1
+
+        tags_h = 0
+        tags_slow = 0
+        if ta >= 0 and tb > ta:
+            tags_h, tags_slow = _hash(data, ta, tb)
+            if tags_h >= 0x80000000:
+                tags_h -= 0x100000000
+        delay = DELAY_NONE
+        if da >= 0:
+            delay = DELAY_PY
+            if 0 < db - da <= 18:
+                d = 0
+                for i in range(da, db):
+                    x = np.int64(data[i]) - 48
+                    if x < 0 or x > 9:
+                        d = -1
+                        break
+                    d = d * 10 + x
+                if d >= 0:
+                    delay = d
+
+        crc = -1
+        pcrc = -1
+        if check_crc:
+            body_crc = _rd(data, p + _OFF[v, _F_BCRC], _W_BCRC, _S_BCRC)
+            crc = 1 if (crc32(data, h, body_len) & 0x7FFFFFFF) == body_crc else 0
+            if plen >= _CRC_LEN:
+                t0 = lim - _CRC_LEN
+                head = True
+                for i in range(len(CRC_PREFIX)):
+                    if data[t0 + i] != CRC_PREFIX[i]:
+                        head = False
+                        break
+                if head:
+                    want = 0
+                    scale = 1
+                    for i in range(_CRC_DIGITS):
+                        x = np.int64(data[t0 + len(CRC_PREFIX) + i]) - 48
+                        if x < 0 or x > 9:
+                            want = -1
+                            break
+                        want += x * scale
+                        scale *= 10
+                    pcrc = 1 if want >= 0 and (crc32(data, p, t0 - p) & 0x7FFFFFFF) == want else 0
+
+        out[_C_POS, n] = p
+        out[_C_END, n] = lim
+        out[_C_TOTAL, n] = total
+        out[_C_MAGIC, n] = magic
+        out[_C_BCRC, n] = _rd(data, p + _OFF[v, _F_BCRC], _W_BCRC, _S_BCRC)
+        out[_C_QID, n] = _rd(data, p + _OFF[v, _F_QID], _W_QID, _S_QID)
+        out[_C_FLAG, n] = _rd(data, p + _OFF[v, _F_FLAG], _W_FLAG, _S_FLAG)
+        out[_C_QOFF, n] = _rd(data, p + _OFF[v, _F_QOFF], _W_QOFF, _S_QOFF)
+        out[_C_PHYS, n] = _rd(data, p + _OFF[v, _F_PHYS], _W_PHYS, _S_PHYS)
+        out[_C_SYS, n] = sys_flag
+        out[_C_BORN_TS, n] = _rd(data, p + _OFF[v, _F_BORN_TS], _W_BORN_TS, _S_BORN_TS)
+        out[_C_BORN_POS, n] = p + _OFF[v, _F_BORN_HOST]
+        out[_C_BORN_THEN, n] = v & 1
+        out[_C_STORE_TS, n] = _rd(data, p + _OFF[v, _F_STORE_TS], _W_STORE_TS, _S_STORE_TS)
+        out[_C_STORE_POS, n] = p + _OFF[v, _F_STORE_HOST]
+        out[_C_STORE_THEN, n] = v >> 1
+        out[_C_RECON, n] = _rd(data, p + _OFF[v, _F_RECON], _W_RECON, _S_RECON)
+        out[_C_PREP, n] = _rd(data, p + _OFF[v, _F_PREP], _W_PREP, _S_PREP)
+        out[_C_BLEN, n] = body_len
+        out[_C_BPOS, n] = h
+        out[_C_TLEN, n] = tlen
+        out[_C_TPOS, n] = tpos
+        out[_C_PLEN, n] = plen
+        out[_C_PPOS, n] = ppos
+        out[_C_CRC, n] = crc
+        out[_C_PCRC, n] = pcrc
+        out[_C_TID, n] = tid
+        out[_C_TAGS, n] = tags_h
+        out[_C_TSLOW, n] = tags_slow
+        out[_C_DELAY, n] = delay
+        out[_C_DPOS, n] = da
+        out[_C_DLEN, n] = db - da
+        n += 1
+        p = lim
+    return n, nk, p, code, rep[:ntop].copy()

@@ -352,7 +352,7 @@ def _empty_columns() -> dict[str, np.ndarray]:
     return {name: np.zeros(0, dtype=dt) for name, dt in _DTYPES.items()}
 
 
-_DISPATCH = ("topic_id", "tags_hash", "tags_slow", "delay", "delay_pos", "delay_len")
+_DISPATCH = ("topic_id", "tags_hash", "tags_slow", "tags_pos", "tags_len", "delay", "delay_pos", "delay_len")
 
 
 class _Kernel:

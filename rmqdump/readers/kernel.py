@@ -85,7 +85,7 @@ RECORD_COLUMNS = (
     "reconsume_times", "prepared_transaction_offset", "body_length", "body_pos", "topic_length", "topic_pos",
     "properties_length", "properties_pos",
 )  # fmt: skip
-EXTRA_COLUMNS = ("crc", "prop_crc", "topic_id", "tags_hash", "tags_slow", "delay", "delay_pos", "delay_len")
+EXTRA_COLUMNS = ("crc", "prop_crc", "topic_id", "tags_hash", "tags_slow", "tags_pos", "tags_len", "delay", "delay_pos", "delay_len")
 COLUMNS = RECORD_COLUMNS + EXTRA_COLUMNS
 COL = {n: i for i, n in enumerate(COLUMNS)}
 KEY_COLUMNS = ("rec", "pos", "len", "hash", "slow", "uniq")  # uniq: 1 UNIQ_KEY, 0 a KEYS token

@@ -73,7 +73,7 @@ _C_STORE_TS, _C_STORE_POS, _C_STORE_THEN = COL["store_timestamp"], COL["store_ho
 _C_RECON, _C_PREP, _C_BLEN, _C_BPOS = COL["reconsume_times"], COL["prepared_transaction_offset"], COL["body_length"], COL["body_pos"]
 _C_TLEN, _C_TPOS, _C_PLEN, _C_PPOS = COL["topic_length"], COL["topic_pos"], COL["properties_length"], COL["properties_pos"]
 _C_CRC, _C_PCRC, _C_TID, _C_TAGS, _C_TSLOW = COL["crc"], COL["prop_crc"], COL["topic_id"], COL["tags_hash"], COL["tags_slow"]
-_C_DELAY, _C_DPOS, _C_DLEN = COL["delay"], COL["delay_pos"], COL["delay_len"]
+_C_DELAY, _C_DPOS, _C_DLEN, _C_TAPOS, _C_TALEN = COL["delay"], COL["delay_pos"], COL["delay_len"], COL["tags_pos"], COL["tags_len"]
 _K_REC, _K_POS, _K_LEN, _K_HASH, _K_SLOW, _K_UNIQ = KCOL["rec"], KCOL["pos"], KCOL["len"], KCOL["hash"], KCOL["slow"], KCOL["uniq"]
 _FNV_BASIS, _FNV_PRIME = np.int64(-3750763034362895579), np.int64(1099511628211)
 
@@ -378,6 +378,8 @@ def scan(data, size, start, end, check_crc, out, keys):
         out[_C_TID, n] = tid
         out[_C_TAGS, n] = tags_h
         out[_C_TSLOW, n] = tags_slow
+        out[_C_TAPOS, n] = ta
+        out[_C_TALEN, n] = tb - ta
         out[_C_DELAY, n] = delay
         out[_C_DPOS, n] = da
         out[_C_DLEN, n] = db - da

@@ -1,0 +1,174 @@
+"""The compiled scan kernel agrees with construct's parse and a plain per-record dispatch, on every real record and under damage."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import random
+import shutil
+import subprocess
+import sys
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import STORES, store_root
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from rmqdump.common.javahash import java_hash
+from rmqdump.readers import kernel as K
+from rmqdump.readers.commitlog import CommitLog, scan_file
+from rmqdump.readers.mapped import MappedFile
+from rmqdump.readers.message import decode_properties, java_crc32, parse_crc_digits, split_keys
+from rmqdump.scan.dispatch import DelayLevels, dispatch_columns, dispatch_of
+from schemas import MessageRecord
+from schemas import constants as C
+
+DELAYS = DelayLevels.parse()
+FIELDS = (
+    "total_size", "magic", "body_crc", "queue_id", "flag", "queue_offset", "phys_offset", "sys_flag", "born_timestamp",
+    "store_timestamp", "reconsume_times", "prepared_transaction_offset", "body_length", "topic_length", "properties_length",
+)  # fmt: skip
+
+
+def _reference(raw: bytes):
+    """construct's parse of one record, and the dispatch values computed from it one plain step at a time."""
+    rec = MessageRecord.parse(raw)
+    props, _ = decode_properties(rec.properties)
+    topic = rec.topic.decode("utf-8", errors="replace")
+    tags = props.get(C.PROPERTY_TAGS)
+    tags_code = java_hash(tags) if tags else 0
+    if topic == C.SCHEDULE_TOPIC and C.PROPERTY_DELAY in props:
+        try:
+            level = int(props[C.PROPERTY_DELAY])
+        except ValueError:
+            level = 0
+        if level > 0:
+            tags_code = DELAYS.deliver_time(level, rec.store_timestamp)
+    keys = []
+    if rec.sys_flag & C.TRANSACTION_MASK != C.TRANSACTION_ROLLBACK:
+        if C.PROPERTY_UNIQ_KEY in props:
+            keys.append(props[C.PROPERTY_UNIQ_KEY])
+        keys.extend(split_keys(props.get(C.PROPERTY_KEYS)))
+    key_hashes = [java_hash(f"{topic}#{k}") for k in keys]
+    crc_ok = java_crc32(rec.body) == rec.body_crc
+    prop_crc = -1
+    tail = raw[-C.CRC_PROPERTY_LENGTH :]
+    if rec.properties_length >= C.CRC_PROPERTY_LENGTH and tail.startswith((C.PROPERTY_CRC32 + C.NAME_VALUE_SEPARATOR).encode()):
+        want = parse_crc_digits(tail[len(C.PROPERTY_CRC32) + 1 : len(C.PROPERTY_CRC32) + 1 + C.CRC_DIGITS])
+        prop_crc = int(want is not None and java_crc32(raw[: -C.CRC_PROPERTY_LENGTH]) == want)
+    return rec, topic, tags_code, key_hashes, crc_ok, prop_crc
+
+
+def _check_batches(batches) -> int:
+    checked = 0
+    for b in batches:
+        d = dispatch_columns(b, DELAYS, keys=True)
+        keys_of: dict[int, list[int]] = {}
+        for r, h in zip(d.key_rec.tolist(), d.key_hash.tolist(), strict=True):
+            keys_of.setdefault(r, []).append(h)
+        for i in range(len(b)):
+            pos, end = int(b.cols["_pos"][i]), int(b.cols["_end"][i])
+            raw = bytes(b.mf.view[pos:end])
+            rec, topic, tags_code, key_hashes, crc_ok, prop_crc = _reference(raw)
+            for f in FIELDS:
+                assert int(b.cols[f][i]) == rec[f], (pos, f)
+            assert b.body(i) == rec.body
+            assert b.topic(i) == topic == d.topics[d.topic_id[i]]
+            assert b.properties_bytes(i) == rec.properties
+            for host in ("born_host", "store_host"):
+                assert b._host(host, i) == (rec[host].address, rec[host].port)
+            assert bool(b.crc_ok[i]) == crc_ok, pos
+            assert int(b.prop_crc[i]) == prop_crc, pos
+            assert int(d.tags_code[i]) == tags_code, pos
+            assert keys_of.get(i, []) == key_hashes, pos
+            checked += 1
+    return checked
+
+
+@pytest.mark.parametrize("name", STORES)
+def test_kernel_equals_construct_on_every_real_record(name):
+    cl = CommitLog.open(store_root(name) / "commitlog")
+    assert _check_batches(cl.scan(check_crc=True)) > 0
+
+
+def test_non_ascii_and_scheduled_records_are_covered():
+    """The real stores hold the cases the kernel leaves to Python: non-ASCII TAGS/KEYS and SCHEDULE_TOPIC_XXXX records."""
+    seen_non_ascii = seen_sched = 0
+    for name in STORES:
+        for b in CommitLog.open(store_root(name) / "commitlog").scan(check_crc=False):
+            seen_non_ascii += int(b.found["tags_slow"].sum() + b.found["key_slow"].sum())
+            seen_sched += sum(1 for i in range(len(b)) if b.topic(i) == C.SCHEDULE_TOPIC)
+    assert seen_non_ascii > 0
+    assert seen_sched > 0
+
+
+def _ranged(cl_dir: Path, step: int, records: int):
+    cl = CommitLog.open(cl_dir)
+    out = []
+    for seg in cl.files:
+        with MappedFile(seg.path, limit=cl.file_size) as mf:
+            for start in range(0, seg.size, step):
+                for b in scan_file(seg, mf, start=start, end=min(start + step, seg.size), batch_records=records):
+                    d = dispatch_columns(b, DELAYS)
+                    topics = [d.topics[t] for t in d.topic_id.tolist()]
+                    keys = list(zip((d.phys[d.key_rec]).tolist(), d.key_hash.tolist(), strict=True))
+                    out.append((d.phys.tolist(), topics, d.tags_code.tolist(), keys, b.crc_ok.tolist(), [e.to_dict() for e in b.events]))
+    return [tuple(itertools.chain.from_iterable(x[k] for x in out)) for k in range(6)]
+
+
+@pytest.mark.parametrize("name", ["rmq4-basic", "rmq53-v2"])
+@pytest.mark.parametrize("step,records", [(1 << 40, 32768), (997, 3), (64, 1)])
+def test_any_byte_range_split_gives_the_same_columns(name, step, records):
+    cl_dir = store_root(name) / "commitlog"
+    assert _ranged(cl_dir, step, records) == _ranged(cl_dir, 1 << 40, 32768)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(flips=st.lists(st.tuples(st.integers(0, 130_000), st.integers(0, 7)), min_size=1, max_size=12), seed=st.integers(0, 1000))
+def test_kernel_equals_construct_under_damage(tmp_path_factory, flips, seed):
+    """Whatever bits are flipped, every record the scan gives still has construct's fields and the plain dispatch values."""
+    tmp = tmp_path_factory.mktemp("dmg")
+    shutil.copytree(store_root("rmq4-basic") / "commitlog", tmp / "commitlog")
+    files = sorted((tmp / "commitlog").iterdir())
+    rnd = random.Random(seed)
+    for pos, bit in flips:
+        f = rnd.choice(files)
+        data = bytearray(f.read_bytes())
+        data[pos % len(data)] ^= 1 << bit
+        f.write_bytes(bytes(data))
+    _check_batches(CommitLog.open(tmp / "commitlog").scan(check_crc=True))
+
+
+@settings(max_examples=50, deadline=None)
+@given(data=st.binary(max_size=300), lo=st.integers(0, 20))
+def test_crc32_is_zlibs(data, lo):
+    jit = K.jit()
+    buf = np.frombuffer(bytes(7) + data, dtype=np.uint8)
+    start = min(lo, len(buf))
+    assert jit.crc32(buf, start, len(buf) - start) == zlib.crc32(bytes(buf[start:]))
+
+
+def test_dispatch_strings_match_the_columns():
+    for b in CommitLog.open(store_root("rmq4-flags") / "commitlog").scan(check_crc=False):
+        d, s = dispatch_columns(b, DELAYS), dispatch_of(b, DELAYS)
+        assert s.tags_code.tolist() == d.tags_code.tolist()
+        rec, keys = s.index_keys()
+        assert rec.tolist() == d.key_rec.tolist()
+        assert [java_hash(k) for k in keys] == d.key_hash.tolist()
+
+
+def test_cache_dir_is_the_users_and_numba_waits_for_a_scan(tmp_path):
+    env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path / "xdg"))
+    env.pop("NUMBA_CACHE_DIR", None)
+    env.pop("RMQDUMP_CACHE_DIR", None)
+    code = (
+        "import sys, rmqdump.cli.app, rmqdump.readers.commitlog, rmqdump.scan.dispatch;"
+        "assert 'numba' not in sys.modules, 'numba imported before a scan';"
+        "from rmqdump.readers import kernel; kernel.jit(); import numba;"
+        "print(numba.config.CACHE_DIR)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout.strip()
+    assert out == str(tmp_path / "xdg" / "rmqdump" / f"numba-{K.fingerprint()}")

@@ -94,15 +94,53 @@ def test_kernel_equals_construct_on_every_real_record(name):
     assert _check_batches(cl.scan(check_crc=True)) > 0
 
 
-def test_non_ascii_and_scheduled_records_are_covered():
-    """The real stores hold the cases the kernel leaves to Python: non-ASCII TAGS/KEYS and SCHEDULE_TOPIC_XXXX records."""
-    seen_non_ascii = seen_sched = 0
+def test_real_stores_hold_non_ascii_keys_and_scheduled_records():
+    """The kernel's UTF-8 -> UTF-16 hashing and the DELAY path are exercised by the real records above."""
+    non_ascii = sched = 0
     for name in STORES:
         for b in CommitLog.open(store_root(name) / "commitlog").scan(check_crc=False):
-            seen_non_ascii += int(b.found["tags_slow"].sum() + b.found["key_slow"].sum())
-            seen_sched += sum(1 for i in range(len(b)) if b.topic(i) == C.SCHEDULE_TOPIC)
-    assert seen_non_ascii > 0
-    assert seen_sched > 0
+            non_ascii += int((b.found["key_units"] != b.found["key_len"]).sum())
+            non_ascii += sum(1 for i in range(len(b)) if not b.properties_bytes(i).isascii())
+            sched += sum(1 for i in range(len(b)) if b.topic(i) == C.SCHEDULE_TOPIC)
+    assert non_ascii > 0
+    assert sched > 0
+
+
+def _first_record(cl: CommitLog) -> bytes:
+    with MappedFile(cl.files[0].path) as mf:
+        total = int.from_bytes(mf.view[:4], "big")
+        return bytes(mf.view[:total])
+
+
+def _record(topic: bytes, props: bytes, phys: int, template) -> bytes:
+    rec = dict(template)
+    body = b"body"
+    rec.update(body=body, body_length=len(body), body_crc=java_crc32(body), topic=topic, topic_length=len(topic), properties=props)
+    rec.update(properties_length=len(props), phys_offset=phys, total_size=0)
+    rec["total_size"] = len(MessageRecord.build(rec))
+    return MessageRecord.build(rec)
+
+
+@pytest.mark.parametrize(
+    "topic,props",
+    [
+        (b"T", b"TAGS\x01\xff\xfeab\x02KEYS\x01a\xc3 b\xf0\x9f\x98\x80 \xed\xa0\x80\x02UNIQ_KEY\x01\xe0\x80\x02"),  # invalid UTF-8, an emoji, a UTF-8 surrogate
+        (b"T", b"TAGS\x01\xe8\xae\xa2\xe5\x8d\x95\x02KEYS\x01  x  \x02KEYS\x01y z\x02XTAGS\x01no\x02TAGS\x01\x02"),  # repeated names: the last wins
+        (C.SCHEDULE_TOPIC.encode(), b"DELAY\x01 3\x02TAGS\x01t\x02"),  # DELAY int() accepts, the kernel leaves to Python
+        (C.SCHEDULE_TOPIC.encode(), b"DELAY\x01\xd9\xa3\x02"),  # a non-ASCII digit
+        (C.SCHEDULE_TOPIC.encode(), b"DELAY\x0199\x02"),  # past the highest level: capped
+        (C.SCHEDULE_TOPIC.encode(), b"DELAY\x01x\x02"),  # not a number: no delay
+        ("主题".encode(), b"UNIQ_KEY\x01\x02KEYS\x01\xe4\xb8\xad"),  # non-ASCII topic, empty UNIQ_KEY, no final separator
+    ],
+)
+def test_kernel_equals_reference_on_crafted_properties(tmp_path, topic, props):
+    src = CommitLog.open(store_root("rmq4-basic") / "commitlog")
+    template = MessageRecord.parse(_first_record(src))
+    one = _record(topic, props, 0, template)
+    two = _record(topic, props, len(one), template)
+    (tmp_path / "commitlog").mkdir()
+    (tmp_path / "commitlog" / "00000000000000000000").write_bytes(one + two + bytes(64))
+    assert _check_batches(CommitLog.open(tmp_path / "commitlog").scan(check_crc=True)) == 2
 
 
 def _ranged(cl_dir: Path, step: int, records: int):

@@ -88,7 +88,7 @@ RECORD_COLUMNS = (
 EXTRA_COLUMNS = ("crc", "prop_crc", "topic_id", "tags_hash", "tags_slow", "tags_pos", "tags_len", "delay", "delay_pos", "delay_len")
 COLUMNS = RECORD_COLUMNS + EXTRA_COLUMNS
 COL = {n: i for i, n in enumerate(COLUMNS)}
-KEY_COLUMNS = ("rec", "pos", "len", "hash", "slow", "uniq")  # uniq: 1 UNIQ_KEY, 0 a KEYS token
+KEY_COLUMNS = ("rec", "pos", "len", "hash", "slow", "uniq", "units")  # len in bytes, units in UTF-16; uniq: 1 UNIQ_KEY, 0 a KEYS token
 KCOL = {n: i for i, n in enumerate(KEY_COLUMNS)}
 
 # Stop codes

@@ -74,7 +74,7 @@ _C_RECON, _C_PREP, _C_BLEN, _C_BPOS = COL["reconsume_times"], COL["prepared_tran
 _C_TLEN, _C_TPOS, _C_PLEN, _C_PPOS = COL["topic_length"], COL["topic_pos"], COL["properties_length"], COL["properties_pos"]
 _C_CRC, _C_PCRC, _C_TID, _C_TAGS, _C_TSLOW = COL["crc"], COL["prop_crc"], COL["topic_id"], COL["tags_hash"], COL["tags_slow"]
 _C_DELAY, _C_DPOS, _C_DLEN, _C_TAPOS, _C_TALEN = COL["delay"], COL["delay_pos"], COL["delay_len"], COL["tags_pos"], COL["tags_len"]
-_K_REC, _K_POS, _K_LEN, _K_HASH, _K_SLOW, _K_UNIQ = KCOL["rec"], KCOL["pos"], KCOL["len"], KCOL["hash"], KCOL["slow"], KCOL["uniq"]
+_K_REC, _K_POS, _K_LEN, _K_HASH, _K_SLOW, _K_UNIQ, _K_UNITS = KCOL["rec"], KCOL["pos"], KCOL["len"], KCOL["hash"], KCOL["slow"], KCOL["uniq"], KCOL["units"]
 _FNV_BASIS, _FNV_PRIME = np.int64(-3750763034362895579), np.int64(1099511628211)
 
 
@@ -130,16 +130,55 @@ def _named(data, s, e, name):
 
 
 @njit(cache=True, nogil=True, inline="always")
+def _cont(data, i, b, lo, hi):
+    """Whether data[i] is a UTF-8 continuation byte in [lo, hi] inside the range."""
+    return i < b and lo <= data[i] <= hi
+
+
+@njit(cache=True, nogil=True)
 def _hash(data, a, b):
-    """(Java hashCode of the ASCII bytes [a, b) as an unsigned 32-bit value, 1 if a byte is not ASCII)."""
+    """Java hashCode (unsigned 32-bit) and UTF-16 length of the UTF-8 bytes [a, b), and 1 if they are not valid UTF-8.
+
+    Java hashes the string's UTF-16 code units: a character past U+FFFF counts
+    as its two surrogates. Invalid UTF-8 is left to the caller, which decodes
+    it with replacement characters as the rest of rmqdump does.
+    """
     h = np.int64(0)
-    slow = 0
-    for i in range(a, b):
+    units = 0
+    i = a
+    while i < b:
         x = np.int64(data[i])
-        if x >= 0x80:
-            slow = 1
-        h = (h * 31 + x) & 0xFFFFFFFF
-    return h, slow
+        if x < 0x80:
+            cp = x
+            i += 1
+        elif 0xC2 <= x <= 0xDF and _cont(data, i + 1, b, 0x80, 0xBF):
+            cp = ((x & 0x1F) << 6) | (np.int64(data[i + 1]) & 0x3F)
+            i += 2
+        elif 0xE0 <= x <= 0xEF:
+            lo = 0xA0 if x == 0xE0 else 0x80
+            hi = 0x9F if x == 0xED else 0xBF
+            if not (_cont(data, i + 1, b, lo, hi) and _cont(data, i + 2, b, 0x80, 0xBF)):
+                return h, units, 1
+            cp = ((x & 0x0F) << 12) | ((np.int64(data[i + 1]) & 0x3F) << 6) | (np.int64(data[i + 2]) & 0x3F)
+            i += 3
+        elif 0xF0 <= x <= 0xF4:
+            lo = 0x90 if x == 0xF0 else 0x80
+            hi = 0x8F if x == 0xF4 else 0xBF
+            if not (_cont(data, i + 1, b, lo, hi) and _cont(data, i + 2, b, 0x80, 0xBF) and _cont(data, i + 3, b, 0x80, 0xBF)):
+                return h, units, 1
+            cp = ((x & 0x07) << 18) | ((np.int64(data[i + 1]) & 0x3F) << 12) | ((np.int64(data[i + 2]) & 0x3F) << 6) | (np.int64(data[i + 3]) & 0x3F)
+            i += 4
+        else:
+            return h, units, 1
+        if cp >= 0x10000:
+            cp -= 0x10000
+            h = (h * 31 + 0xD800 + (cp >> 10)) & 0xFFFFFFFF
+            h = (h * 31 + 0xDC00 + (cp & 0x3FF)) & 0xFFFFFFFF
+            units += 2
+        else:
+            h = (h * 31 + cp) & 0xFFFFFFFF
+            units += 1
+    return h, units, 0
 
 
 @njit(cache=True, nogil=True)
@@ -243,10 +282,11 @@ def scan(data, size, start, end, check_crc, out, keys):
         room = True
         if ua >= 0:
             if nk < kcap:
-                hv, sl = _hash(data, ua, ub)
+                hv, un, sl = _hash(data, ua, ub)
                 keys[_K_REC, nk] = n
                 keys[_K_POS, nk] = ua
                 keys[_K_LEN, nk] = ub - ua
+                keys[_K_UNITS, nk] = un
                 keys[_K_HASH, nk] = hv
                 keys[_K_SLOW, nk] = sl
                 keys[_K_UNIQ, nk] = 1
@@ -261,10 +301,11 @@ def scan(data, size, start, end, check_crc, out, keys):
                     b += 1
                 if b > a:
                     if nk < kcap:
-                        hv, sl = _hash(data, a, b)
+                        hv, un, sl = _hash(data, a, b)
                         keys[_K_REC, nk] = n
                         keys[_K_POS, nk] = a
                         keys[_K_LEN, nk] = b - a
+                        keys[_K_UNITS, nk] = un
                         keys[_K_HASH, nk] = hv
                         keys[_K_SLOW, nk] = sl
                         keys[_K_UNIQ, nk] = 0
@@ -308,7 +349,7 @@ def scan(data, size, start, end, check_crc, out, keys):
         tags_h = 0
         tags_slow = 0
         if ta >= 0 and tb > ta:
-            tags_h, tags_slow = _hash(data, ta, tb)
+            tags_h, _, tags_slow = _hash(data, ta, tb)
             if tags_h >= 0x80000000:
                 tags_h -= 0x100000000
         delay = DELAY_NONE

@@ -145,9 +145,9 @@ def dispatch(cl: CommitLog, delays: DelayLevels | None = None, *, check_crc: boo
 #
 # The scan kernel found, per record, the topic (an id into the batch's topic
 # table), the Java hashCode of TAGS, the DELAY level, and the hashCode of
-# every index key over its ASCII bytes. Here the few values the kernel leaves
-# to Python are filled in: a TAGS or key that is not ASCII is decoded and
-# hashed as the broker does over UTF-16 (rare: tags like 订单创建), a DELAY
+# every index key over its UTF-16 code units, as Java hashes strings. Here the
+# few values the kernel leaves to Python are filled in: a TAGS or key that is
+# not valid UTF-8 is decoded with replacement characters and hashed, a DELAY
 # that is not plain digits is read as before, and the hash of "topic#key" is
 # hashCode("topic#") * 31**len(key) + hashCode(key), so keys are never built
 # as strings.
@@ -249,13 +249,14 @@ def _columns(batch: Batch, delays: DelayLevels, keys: bool) -> DispatchColumns:
         indexed = (sys_flag[rec] & C.TRANSACTION_MASK) != C.TRANSACTION_ROLLBACK
         rec = rec[indexed]
         h = found["key_hash"][indexed].astype(np.uint32)
-        ln = found["key_len"][indexed].copy()
+        ln = found["key_units"][indexed]
         slow = np.flatnonzero(found["key_slow"][indexed])
-        if len(slow):
-            pos = found["key_pos"][indexed]
+        if len(slow):  # not valid UTF-8: decoded with replacement characters
+            ln = ln.copy()
+            pos, nbytes = found["key_pos"][indexed], found["key_len"][indexed]
             for j in slow.tolist():
                 a = int(pos[j])
-                hv, lv = _java_hash_bytes(bytes(view[a : a + int(ln[j])]), cache)
+                hv, lv = _java_hash_bytes(bytes(view[a : a + int(nbytes[j])]), cache)
                 h[j] = np.uint32(hv & 0xFFFFFFFF)
                 ln[j] = lv
         prefix = np.array([java_hash(t + C.INDEX_KEY_SEPARATOR) & 0xFFFFFFFF for t in topics], dtype=np.uint32)

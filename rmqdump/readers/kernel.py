@@ -11,6 +11,8 @@ keyed by a fingerprint of these constants: a schema change never runs stale code
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import hashlib
 import os
 import zlib
@@ -106,13 +108,33 @@ def fingerprint() -> str:
     return h.hexdigest()[:16]
 
 
-def cache_dir() -> str:
+def cache_dir(crc: str = "table") -> str:
     """Where compiled code is kept: a directory the user can write, whatever the install directory."""
     base = os.environ.get("RMQDUMP_CACHE_DIR")
     if not base:
         xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
         base = os.path.join(xdg, "rmqdump")
-    return os.path.join(base, "numba-" + fingerprint())
+    return os.path.join(base, f"numba-{fingerprint()}-{crc}")
+
+
+ZLIB: str | None = None  # the zlib the kernel calls for CRC-32, when there is one; else its own table code
+
+
+def _find_zlib() -> str | None:
+    """A zlib whose crc32 gives zlib.crc32's answer (it is 2-3x faster than table code)."""
+    if os.environ.get("RMQDUMP_KERNEL_CRC") == "table":
+        return None
+    for name in ("libz.so.1", ctypes.util.find_library("z")):
+        if not name:
+            continue
+        try:
+            fn = ctypes.CDLL(name).crc32
+        except (OSError, AttributeError):
+            continue
+        fn.restype, fn.argtypes = ctypes.c_ulong, [ctypes.c_ulong, ctypes.c_char_p, ctypes.c_uint]
+        if fn(0, b"123456789", 9) == zlib.crc32(b"123456789"):
+            return name
+    return None
 
 
 _JIT = None
@@ -120,13 +142,18 @@ _JIT = None
 
 def jit():
     """The compiled kernel module (numba imported and the cache directory set on first use)."""
-    global _JIT
+    global _JIT, ZLIB
     if _JIT is None:
-        d = cache_dir()
+        ZLIB = _find_zlib()
+        d = cache_dir("zlib" if ZLIB else "table")
         d = os.environ.setdefault("NUMBA_CACHE_DIR", d)
         import numba
 
         numba.config.CACHE_DIR = d  # also when numba was imported before us
+        if ZLIB:
+            import llvmlite.binding
+
+            llvmlite.binding.load_library_permanently(ZLIB)
         from rmqdump.readers import kernel_jit
 
         _JIT = kernel_jit

@@ -12,7 +12,7 @@ cannot take; the caller diagnoses that record. Constants come from kernel.py.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from numba import njit, types
 
 from rmqdump.readers.kernel import (
     BORN_V6,
@@ -37,6 +37,7 @@ from rmqdump.readers.kernel import (
     TOPIC_LEN_V1,
     TOPIC_LEN_V2,
     WIDTHS,
+    ZLIB,
     F,
 )
 from schemas import constants as C
@@ -115,6 +116,22 @@ def crc32(data, p, n):
         c = t[0, (c ^ np.int64(data[i])) & 0xFF] ^ (c >> 8)
         i += 1
     return c ^ np.int64(0xFFFFFFFF)
+
+
+if ZLIB:
+    _zlib_crc32 = types.ExternalFunction("crc32", types.uint64(types.uint64, types.intp, types.uint32))
+
+    @njit(cache=True, nogil=True)
+    def _crc(data, p, n):
+        """CRC-32 of data[p:p+n] by zlib's crc32 (resolved by name from the zlib kernel.jit() loaded)."""
+        return np.int64(_zlib_crc32(np.uint64(0), data.ctypes.data + p, np.uint32(n)))
+
+else:
+
+    @njit(cache=True, nogil=True)
+    def _crc(data, p, n):
+        """CRC-32 of data[p:p+n] by the table code (no zlib library found)."""
+        return crc32(data, p, n)
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -370,7 +387,7 @@ def scan(data, size, start, end, check_crc, out, keys):
         pcrc = -1
         if check_crc:
             body_crc = _rd(data, p + _OFF[v, _F_BCRC], _W_BCRC, _S_BCRC)
-            crc = 1 if (crc32(data, h, body_len) & 0x7FFFFFFF) == body_crc else 0
+            crc = 1 if (_crc(data, h, body_len) & 0x7FFFFFFF) == body_crc else 0
             if plen >= _CRC_LEN:
                 t0 = lim - _CRC_LEN
                 head = True
@@ -388,7 +405,7 @@ def scan(data, size, start, end, check_crc, out, keys):
                             break
                         want += x * scale
                         scale *= 10
-                    pcrc = 1 if want >= 0 and (crc32(data, p, t0 - p) & 0x7FFFFFFF) == want else 0
+                    pcrc = 1 if want >= 0 and (_crc(data, p, t0 - p) & 0x7FFFFFFF) == want else 0
 
         out[_C_POS, n] = p
         out[_C_END, n] = lim

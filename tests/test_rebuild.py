@@ -11,6 +11,7 @@ byte, and the entries of recovered/ are ours with seq 809's keys once more.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 from pathlib import Path
@@ -23,8 +24,9 @@ from rmqdump.build.indexbuild import index_file_name
 from rmqdump.build.rebuild import RebuildOptions, rebuild
 from rmqdump.build.settings import resolve
 from rmqdump.common.javahash import java_hash
-from rmqdump.readers.commitlog import CommitLog
+from rmqdump.readers.commitlog import CommitLog, scan_file
 from rmqdump.readers.fastpath import numpy_dtype
+from rmqdump.readers.mapped import MappedFile
 from rmqdump.scan.dispatch import DelayLevels, dispatch_columns, dispatch_of
 from schemas import Checkpoint, IndexEntry, IndexHeader
 
@@ -249,32 +251,30 @@ def test_dispatch_equals_a_plain_parse(name):
 
 @pytest.mark.parametrize("name", ["rmq4-flags", "rmq53-v2"])
 def test_dispatch_columns_fallback_paths_agree(name, monkeypatch):
-    """The paths taken only for huge batches or fingerprint collisions give the same values."""
-    import rmqdump.scan.dispatch as D
+    """The paths taken only for key-heavy records (the kernel runs out of key room) or tiny batches give the same values."""
+    import rmqdump.readers.commitlog as CL
 
-    cl = CommitLog.open(str(store_root(name) / "commitlog"))
     delays = DelayLevels.parse()
-    slow_paths = {
-        "_PACK_MAX_RECORDS": 0,  # keys put in order by lexsort
-        "_K1": np.uint64(0),  # every topic fingerprint collides: per-record topic ids
-        "_K2": np.uint64(0),
-        "_K3": np.uint64(0),
-        "_ROW": 8,  # nearly every record's properties through the joined buffer
-    }
-    n = 0
-    for b in cl.scan(check_crc=False):
-        if not len(b):
-            continue
-        f = dispatch_columns(b, delays)
-        with monkeypatch.context() as m:
-            for k, v in slow_paths.items():
-                m.setattr(D, k, v)
-            s = dispatch_columns(b, delays)
-        assert [s.topics[i] for i in s.topic_id.tolist()] == [f.topics[i] for i in f.topic_id.tolist()]
-        assert np.array_equal(s.tags_code, f.tags_code)
-        assert np.array_equal(s.key_rec, f.key_rec) and np.array_equal(s.key_hash, f.key_hash)
-        n += len(b)
-    assert n == len(manifest(name))
+
+    def columns(**kw):
+        out = []
+        cl = CommitLog.open(str(store_root(name) / "commitlog"))
+        for seg in cl.files:
+            with MappedFile(seg.path, limit=cl.file_size) as mf:
+                for b in scan_file(seg, mf, check_crc=False, **kw):
+                    d = dispatch_columns(b, delays)
+                    out.append(
+                        (d.phys.tolist(), [d.topics[i] for i in d.topic_id.tolist()], d.tags_code.tolist(), d.phys[d.key_rec].tolist(), d.key_hash.tolist())
+                    )
+        return [list(itertools.chain.from_iterable(o[k] for o in out)) for k in range(5)]
+
+    fast = columns()
+    with monkeypatch.context() as m:
+        m.setattr(CL, "KEYS_PER_RECORD", 0)
+        m.setattr(CL, "KEY_ROOM_MIN", 1)  # every batch starts with room for one key and grows
+        assert columns() == fast
+        assert columns(batch_records=2) == fast
+    assert len(fast[0]) == len(manifest(name))
 
 
 @pytest.mark.parametrize("name", STORES)

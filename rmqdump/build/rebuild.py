@@ -39,7 +39,7 @@ from rmqdump.common.problems import InputError, Problem
 from rmqdump.common.publish import check_target, publishing
 from rmqdump.readers.commitlog import CommitLog, SegmentFile, scan_file
 from rmqdump.readers.mapped import MappedFile
-from rmqdump.scan.dispatch import DelayLevels, dispatch_columns
+from rmqdump.scan.dispatch import DelayLevels, DispatchJoin, dispatch_columns
 from schemas import Checkpoint as CheckpointLayout
 from schemas import constants as C
 
@@ -182,10 +182,9 @@ def scan_range(task) -> RangeResult:
     """Worker: dispatch columns of the records starting in [start, end) of one CommitLog file."""
     seg, start, end, delays, check_crc, hash_slots, topics_wanted = task
     want_keys = hash_slots is not None
-    parts: list = []
+    join = DispatchJoin()
     damaged: list = []
     flagged: list = []
-    table: dict[str, int] = {}
     records = 0
     last_ts = None
     with MappedFile(seg.path) as mf:
@@ -200,58 +199,32 @@ def scan_range(task) -> RangeResult:
             d = dispatch_columns(b, delays, keys=want_keys)
             records += len(d)
             last_ts = int(d.store_timestamp[-1])
-            remap = np.array([table.setdefault(t, len(table)) for t in d.topics], dtype=np.int32)
-            tid = remap[d.topic_id]
-            sel = None
-            if topics_wanted is not None:
-                keep_t = np.array([t in topics_wanted for t in d.topics], dtype=bool)
-                sel = keep_t[d.topic_id]
-            parts.append((d, tid, sel))
-    r = _merge(end - start, records, list(table), parts, damaged, last_ts)
-    r.flagged = flagged
+            join.add(d.of_topics(topics_wanted))
+    d = join.take()
+    r = RangeResult(
+        end - start,
+        records,
+        d.topics,
+        phys=d.phys,
+        size=d.size,
+        store_ts=d.store_timestamp,
+        tags_code=d.tags_code,
+        queue_offset=d.queue_offset,
+        queue_id=d.queue_id,
+        topic_id=d.topic_id,
+        queued=d.queued,
+        key_rec=d.key_rec,
+        key_hash=d.key_hash,
+        chains=None,
+        damaged=damaged,
+        flagged=flagged,
+        last_ts=last_ts,
+    )
     if want_keys:
         h, slot, lp, order = key_chains(r.key_hash, hash_slots)
         r.chains = (h, slot, lp.astype(np.int32), order)  # small to send back; key_hash is in h (abs)
         r.key_hash = np.zeros(0, dtype=np.int32)
     return r
-
-
-def _merge(nbytes, records, topics, parts, damaged, last_ts) -> RangeResult:
-    cols = {k: [] for k in ("phys", "size", "store_ts", "tags_code", "queue_offset", "queue_id", "topic_id", "queued", "key_rec", "key_hash")}
-    base = 0
-    for d, tid, sel in parts:
-        kr, kh = d.key_rec.astype(np.int64), d.key_hash
-        phys, size, st, tags, qo, qid, queued = d.phys, d.size, d.store_timestamp, d.tags_code, d.queue_offset, d.queue_id, d.queued
-        if sel is not None:
-            newpos = np.cumsum(sel) - 1
-            ksel = sel[kr]
-            kr, kh = newpos[kr[ksel]], kh[ksel]
-            phys, size, st, tags, qo, qid, tid, queued = (a[sel] for a in (phys, size, st, tags, qo, qid, tid, queued))
-        cols["phys"].append(phys)
-        cols["size"].append(size)
-        cols["store_ts"].append(st)
-        cols["tags_code"].append(tags)
-        cols["queue_offset"].append(qo)
-        cols["queue_id"].append(qid.astype(np.int32))
-        cols["topic_id"].append(tid)
-        cols["queued"].append(queued)
-        cols["key_rec"].append((kr + base).astype(np.int32))
-        cols["key_hash"].append(kh)
-        base += len(phys)
-    empty = {
-        "phys": np.int64,
-        "size": np.int32,
-        "store_ts": np.int64,
-        "tags_code": np.int64,
-        "queue_offset": np.int64,
-        "queue_id": np.int32,
-        "topic_id": np.int32,
-        "queued": bool,
-        "key_rec": np.int32,
-        "key_hash": np.int32,
-    }
-    merged = {k: (np.concatenate(v) if v else np.zeros(0, dtype=empty[k])) for k, v in cols.items()}
-    return RangeResult(nbytes, records, topics, damaged=damaged, flagged=[], last_ts=last_ts, chains=None, **merged)
 
 
 def _results(tasks: list, workers: int):

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -31,7 +31,7 @@ from rmqdump.readers.commitlog import Batch, Blank, CommitLog, SegmentFile, scan
 from rmqdump.readers.consumequeue import CQ_HOLE, UNIT_SIZE, ConsumeQueue, QueueUnits, read_units
 from rmqdump.readers.mapped import MappedFile
 from rmqdump.readers.store import Store
-from rmqdump.scan.dispatch import DelayLevels, DispatchBatch, DispatchColumns, dispatch_columns
+from rmqdump.scan.dispatch import DelayLevels, DispatchColumns, DispatchJoin, dispatch_columns
 from schemas import constants as C
 
 # Unit problems (stable codes; the CommitLog scan adds its own codes).
@@ -85,87 +85,47 @@ class RecordTable:
         return int((self.phys + self.size).max()) if len(self) else 0
 
     @classmethod
-    def from_dispatch(cls, batches: Iterable[DispatchBatch]) -> RecordTable:
-        b = RecordTableBuilder()
-        for d in batches:
-            b.add(d)
-        return b.build()
-
-
-_RT_DTYPES = {
-    "phys": np.int64,
-    "size": np.int32,
-    "topic_id": np.int32,
-    "queue_id": np.int32,
-    "queue_offset": np.int64,
-    "tags_code": np.int64,
-    "store_timestamp": np.int64,
-    "queued": bool,
-}
+    def empty(cls) -> RecordTable:
+        return RecordTableBuilder().build()
 
 
 class RecordTableBuilder:
-    """Collects dispatch batches as compact columns (about 41 bytes a record), keeping nothing else of them."""
+    """Collects dispatch columns through the one accumulator (rmqdump.scan.dispatch.DispatchJoin), keeping nothing else of the batches."""
 
     def __init__(self):
-        self.tmap: dict[str, int] = {}
-        self.cols: dict[str, list[np.ndarray]] = {k: [] for k in _RT_DTYPES}
-        self.n = 0
+        self.join = DispatchJoin()
 
-    def _topic_ids(self, topics: list[str]) -> np.ndarray:
-        distinct = set(topics)
-        if len(distinct) <= 64:  # few topics: one vector comparison each
-            arr = np.array(topics, dtype=object)
-            ids = np.empty(len(topics), dtype=np.int32)
-            for t in distinct:
-                ids[arr == t] = self.tmap.setdefault(t, len(self.tmap))
-            return ids
-        tmap = self.tmap
-        return np.fromiter((tmap.setdefault(t, len(tmap)) for t in topics), dtype=np.int32, count=len(topics))
-
-    def add(self, d: DispatchBatch) -> None:
-        if len(d):
-            self._append(d, self._topic_ids(d.topic))
+    @property
+    def n(self) -> int:
+        return self.join.n
 
     def add_columns(self, d: DispatchColumns) -> None:
-        """The same as add(), from the columnar dispatch (no per-record strings: the fast path)."""
-        if len(d):
-            remap = np.array([self.tmap.setdefault(t, len(self.tmap)) for t in d.topics], dtype=np.int32)
-            self._append(d, remap[d.topic_id])
+        self.join.add(d)
 
-    def _append(self, d: DispatchBatch | DispatchColumns, topic_ids: np.ndarray) -> None:
-        c = self.cols
-        c["phys"].append(d.phys.astype(np.int64))
-        c["size"].append(d.size.astype(np.int32))
-        c["topic_id"].append(topic_ids.astype(np.int32, copy=False))
-        c["queue_id"].append(d.queue_id.astype(np.int32))
-        c["queue_offset"].append(d.queue_offset.astype(np.int64))
-        c["tags_code"].append(d.tags_code.astype(np.int64))
-        c["store_timestamp"].append(d.store_timestamp.astype(np.int64))
-        c["queued"].append(d.queued.astype(bool))
-        self.n += len(d)
+    def part(self) -> DispatchColumns:
+        """The columns collected so far (unsorted): to ship between processes."""
+        return self.join.take()
 
-    def part(self) -> tuple[dict[str, np.ndarray], list[str]]:
-        """The columns collected so far (unsorted) and the topics their ids index: to ship between processes."""
-        return {k: (np.concatenate(v) if v else np.zeros(0, _RT_DTYPES[k])) for k, v in self.cols.items()}, list(self.tmap)
-
-    def add_part(self, cols: dict[str, np.ndarray], topics: list[str]) -> None:
+    def add_part(self, part: DispatchColumns) -> None:
         """Columns from another builder's part(), topic ids renumbered into this one's."""
-        n = len(cols["phys"])
-        if not n:
-            return
-        remap = np.array([self.tmap.setdefault(t, len(self.tmap)) for t in topics], dtype=np.int32)
-        for k, a in cols.items():
-            self.cols[k].append(remap[a] if k == "topic_id" else a)
-        self.n += n
+        self.join.add(part)
 
     def build(self) -> RecordTable:
-        arrays = {k: (np.concatenate(v) if v else np.zeros(0, _RT_DTYPES[k])) for k, v in self.cols.items()}
-        self.cols = {k: [] for k in _RT_DTYPES}
+        d = self.join.take()
+        arrays = {
+            "phys": d.phys,
+            "size": d.size,
+            "topic_id": d.topic_id,
+            "queue_id": d.queue_id,
+            "queue_offset": d.queue_offset,
+            "tags_code": d.tags_code,
+            "store_timestamp": d.store_timestamp,
+            "queued": d.queued,
+        }
         order = np.argsort(arrays["phys"], kind="stable")
         if len(order) and not np.all(order[1:] > order[:-1]):
             arrays = {k: a[order] for k, a in arrays.items()}
-        return RecordTable(**arrays, topics=list(self.tmap))
+        return RecordTable(**arrays, topics=d.topics)
 
 
 @dataclass(frozen=True)
@@ -515,7 +475,7 @@ def record_windows(
     yield table.build(), problems
 
 
-def _scan_file_task(args: tuple) -> tuple[dict[str, np.ndarray], list[str], list[Problem], int]:
+def _scan_file_task(args: tuple) -> tuple[DispatchColumns, list[Problem], int]:
     """One CommitLog file in a worker process: its compact record columns and scan problems."""
     path, base, size, check_crc, millis = args
     seg = SegmentFile(path, base, size)
@@ -528,8 +488,7 @@ def _scan_file_task(args: tuple) -> tuple[dict[str, np.ndarray], list[str], list
             for i in sorted(b.record_problems):
                 problems.extend(b.record_problems[i])
             problems.extend(e for e in b.events if not isinstance(e, Blank))
-    cols, topics = table.part()
-    return cols, topics, problems, size
+    return table.part(), problems, size
 
 
 def _parallel_windows(cl: CommitLog, check_crc: bool, delays: DelayLevels, window_records: int, workers: int, on_bytes):
@@ -543,11 +502,11 @@ def _parallel_windows(cl: CommitLog, check_crc: bool, delays: DelayLevels, windo
     with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as ex:
         pending = deque(ex.submit(_scan_file_task, t) for t in itertools.islice(tasks, workers + 1))
         while pending:
-            cols, topics, probs, nbytes = pending.popleft().result()
+            part, probs, nbytes = pending.popleft().result()
             nxt = next(tasks, None)
             if nxt is not None:  # at most workers + 1 files in flight: memory stays bounded
                 pending.append(ex.submit(_scan_file_task, nxt))
-            table.add_part(cols, topics)
+            table.add_part(part)
             problems.extend(probs)
             if on_bytes is not None:
                 on_bytes(nbytes)
@@ -728,7 +687,7 @@ def verify(
             break
     else:  # the scan ended on a full window: units past its end are dangling
         extent = CommitLogExtent.of(store.commitlog, data_end)
-        empty = RecordTable.from_dispatch([])
+        empty = RecordTable.empty()
         for st in states:
             for _f, rng, chunk in _chunks_in(st, lo, 1 << 63):
                 probs, _, _ = check_units_in_window(chunk, st.q.topic, st.q.queue_id, empty, extent, lo, 1 << 63, seen_real=rng[2], cq_file_of=st.where)

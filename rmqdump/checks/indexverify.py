@@ -25,8 +25,7 @@ from rmqdump.common.javahash import index_hash_many, java_hash_many
 from rmqdump.common.problems import Problem
 from rmqdump.readers.commitlog import Blank, CommitLog
 from rmqdump.readers.indexfile import LAYOUT_SIZE, IndexFile, IndexLayoutError, Layout, list_index_files
-from rmqdump.scan.dispatch import DelayLevels, dispatch_columns
-from schemas import constants as C
+from rmqdump.scan.dispatch import DelayLevels, DispatchColumns, DispatchJoin, dispatch_columns
 
 HEADER_COUNT = "index_header_count"
 HEADER_SLOT_COUNT = "index_header_slot_count"
@@ -143,27 +142,23 @@ def scan_commitlog(
 ) -> tuple[Records, list[Problem]]:
     """The records starting in [from_offset, to_offset) and the keys they index, with the scan's problems."""
     delays = delays or DelayLevels.parse()
-    phys, size, ts, indexed, pairs = [], [], [], [], []
+    join = DispatchJoin()
     problems: list[Problem] = []
     for b in cl.scan(check_crc=False, from_offset=from_offset, to_offset=to_offset):
         for i in sorted(b.record_problems):
             problems.extend(b.record_problems[i])
         problems.extend(e for e in b.events if not isinstance(e, Blank))
-        if not len(b):
-            continue
-        d = dispatch_columns(b, delays, keys=True)
-        phys.append(d.phys.astype(np.int64))
-        size.append(d.size.astype(np.int64))
-        ts.append(np.asarray(d.store_timestamp, dtype=np.int64))
-        indexed.append((d.sys_flag & C.TRANSACTION_MASK) != C.TRANSACTION_ROLLBACK)
-        if len(d.key_rec):
-            kp = np.zeros(len(d.key_rec), dtype=_PAIR)
-            kp["phys"] = d.phys[d.key_rec]
-            kp["hash"] = index_hash_many(d.key_hash)
-            pairs.append(kp)
-    cat = lambda xs, dt: np.concatenate(xs) if xs else np.zeros(0, dt)  # noqa: E731
-    table, counts = _unique_pairs(cat(pairs, _PAIR))
-    return Records(cat(phys, np.int64), cat(size, np.int64), cat(ts, np.int64), cat(indexed, bool), table, counts), problems
+        join.add(dispatch_columns(b, delays, keys=True))
+    return records_of(join.take()), problems
+
+
+def records_of(d: DispatchColumns) -> Records:
+    """The Records of joined dispatch columns: what the index verification compares the IndexFiles with."""
+    pairs = np.zeros(len(d.key_rec), dtype=_PAIR)
+    pairs["phys"] = d.phys[d.key_rec]
+    pairs["hash"] = index_hash_many(d.key_hash)
+    table, counts = _unique_pairs(pairs)
+    return Records(d.phys, d.size.astype(np.int64), d.store_timestamp, d.indexed, table, counts)
 
 
 def _unique_pairs(pairs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

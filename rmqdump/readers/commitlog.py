@@ -34,6 +34,7 @@ NAME_RE = re.compile(rf"^\d{{{C.COMMITLOG_NAME_DIGITS}}}$")
 MIN_RECORD_SIZE = K.MIN_RECORD_SIZE  # empty body, topic and properties
 BATCH_RECORDS = 32768
 KEYS_PER_RECORD = 4  # room for index keys per record of a batch (grown when a batch needs more)
+KEY_ROOM_MIN = 1 << 10
 RELEASE_EVERY = 32 << 20
 RESYNC_WINDOW = 16 << 20
 LISTS_AFTER = 16  # Batch.message: records served from numpy scalars before the columns become lists
@@ -361,7 +362,7 @@ class _Kernel:
     def __init__(self, records: int):
         self.jit = K.jit()
         self.records = records
-        self.key_room = max(records * KEYS_PER_RECORD, 1 << 10)
+        self.key_room = max(records * KEYS_PER_RECORD, KEY_ROOM_MIN)
 
     def run(self, seg: SegmentFile, mf: MappedFile, pos: int, end: int, check_crc: bool) -> tuple[Batch, int, int]:
         """One batch of records from `pos`, where the walk stopped, and why (a kernel stop code).

@@ -193,6 +193,91 @@ class DispatchColumns:
         t = self.sys_flag & C.TRANSACTION_MASK
         return (t == C.TRANSACTION_NOT) | (t == C.TRANSACTION_COMMIT)
 
+    @property
+    def indexed(self) -> np.ndarray:
+        """Records the IndexFile takes: every transaction type but rollback."""
+        return (self.sys_flag & C.TRANSACTION_MASK) != C.TRANSACTION_ROLLBACK
+
+    def key_counts(self) -> np.ndarray:
+        """Index keys per record (they are listed record after record)."""
+        return np.bincount(self.key_rec, minlength=len(self)) if len(self.key_rec) else np.zeros(len(self), dtype=np.int64)
+
+    def select(self, keep: np.ndarray) -> DispatchColumns:
+        """The records where `keep` is True, their keys renumbered (the topic table is kept whole)."""
+        newpos = np.cumsum(keep) - 1
+        ksel = keep[self.key_rec]
+        return DispatchColumns(
+            *(a[keep] for a in (self.phys, self.size, self.topic_id)),
+            self.topics,
+            *(a[keep] for a in (self.queue_id, self.queue_offset, self.sys_flag, self.store_timestamp, self.tags_code)),
+            newpos[self.key_rec[ksel]].astype(np.int32),
+            self.key_hash[ksel],
+        )
+
+    def of_topics(self, wanted: set[str] | frozenset[str] | None) -> DispatchColumns:
+        """Only the records of these topics (all when None)."""
+        if wanted is None:
+            return self
+        keep_t = np.array([t in wanted for t in self.topics], dtype=bool)
+        return self.select(keep_t[self.topic_id]) if len(self.topics) else self
+
+
+_DC_DTYPES = {
+    "phys": np.int64,
+    "size": np.int32,
+    "topic_id": np.int32,
+    "queue_id": np.int32,
+    "queue_offset": np.int64,
+    "sys_flag": np.int32,
+    "store_timestamp": np.int64,
+    "tags_code": np.int64,
+    "key_rec": np.int32,
+    "key_hash": np.int32,
+}
+
+
+def empty_columns() -> DispatchColumns:
+    return DispatchColumns(topics=[], **{k: np.zeros(0, dtype=dt) for k, dt in _DC_DTYPES.items()})
+
+
+class DispatchJoin:
+    """Dispatch columns of many batches (or of other joins) joined in order: one topic table, keys renumbered.
+
+    The one place where batches' columns are accumulated: verify, rebuild and
+    the Spark tasks keep these compact columns (about 45 bytes a record plus
+    8 a key) and nothing else of a batch.
+    """
+
+    def __init__(self):
+        self.tmap: dict[str, int] = {}
+        self.parts: dict[str, list[np.ndarray]] = {k: [] for k in _DC_DTYPES}
+        self.n = 0
+
+    def add(self, d: DispatchColumns) -> None:
+        if not len(d):
+            return
+        remap = np.array([self.tmap.setdefault(t, len(self.tmap)) for t in d.topics], dtype=np.int32)
+        p = self.parts
+        for k, dt in _DC_DTYPES.items():
+            a = getattr(d, k)
+            if k == "topic_id":
+                a = remap[a]
+            elif k == "key_rec":
+                a = a.astype(np.int64) + self.n
+                if self.n + len(d) >= 1 << 31:
+                    raise OverflowError("more than 2**31 records in one join")
+            p[k].append(a.astype(dt))  # a copy: a batch's columns are views of its whole kernel output
+        self.n += len(d)
+
+    def take(self) -> DispatchColumns:
+        """Everything added so far, joined; the join starts empty again (its topic table stays)."""
+        if not self.n:
+            return DispatchColumns(topics=list(self.tmap), **{k: np.zeros(0, dtype=dt) for k, dt in _DC_DTYPES.items()})
+        cols = {k: (v[0] if len(v) == 1 else np.concatenate(v)) for k, v in self.parts.items()}
+        self.parts = {k: [] for k in _DC_DTYPES}
+        self.n = 0
+        return DispatchColumns(topics=list(self.tmap), **cols)
+
 
 def _java_hash_bytes(raw: bytes, cache: dict[bytes, tuple[int, int]]) -> tuple[int, int]:
     """(hashCode, UTF-16 length) of bytes decoded as the broker decodes properties."""

@@ -85,38 +85,31 @@ def _records_fn(splits: list[Split], delays: DelayLevels, check_crc: bool, topic
                     if not len(b):
                         continue
                     d = dispatch_columns(b, delays, keys=True)
-                    n = len(d)
-                    scanned += n
+                    scanned += len(d)
                     last_ts = int(d.store_timestamp[-1])
-                    sel = np.ones(n, dtype=bool)
-                    if topics_wanted is not None:
-                        keep_t = np.array([t in topics_wanted for t in d.topics], dtype=bool)
-                        sel = keep_t[d.topic_id]
-                    kr = np.asarray(d.key_rec, dtype=np.int64)
-                    ksel = sel[kr] if len(kr) else np.zeros(0, dtype=bool)
-                    counts = np.bincount(kr[ksel], minlength=n)[sel] if len(kr) else np.zeros(int(sel.sum()), dtype=np.int64)
-                    idx = np.flatnonzero(sel)
-                    m = len(idx)
+                    d = d.of_topics(topics_wanted)
+                    m = len(d)
                     if m == 0:
                         continue
+                    counts = d.key_counts()
                     offs = np.zeros(m + 1, dtype=np.int32)
                     np.cumsum(counts, out=offs[1:])
-                    hashes = pa.ListArray.from_arrays(pa.array(offs), pa.array(np.asarray(d.key_hash)[ksel].astype(np.int32)))
-                    topic_names = pa.array(d.topics, pa.string()).take(pa.array(d.topic_id[idx].astype(np.int32)))
+                    hashes = pa.ListArray.from_arrays(pa.array(offs), pa.array(d.key_hash.astype(np.int32)))
+                    topic_names = pa.array(d.topics, pa.string()).take(pa.array(d.topic_id.astype(np.int32)))
                     yield rows(
                         no,
                         kind=pa.array(["r"] * m, pa.string()),
                         split_no=pa.array(np.full(m, no, dtype=np.int32)),
                         rec=pa.array(np.arange(rec_base, rec_base + m, dtype=np.int64)),
                         key0=pa.array(key_base + offs[:-1].astype(np.int64)),
-                        phys=pa.array(d.phys[idx].astype(np.int64)),
-                        size=pa.array(d.size[idx].astype(np.int32)),
-                        store_ts=pa.array(d.store_timestamp[idx].astype(np.int64)),
-                        tags_code=pa.array(d.tags_code[idx].astype(np.int64)),
-                        queue_offset=pa.array(d.queue_offset[idx].astype(np.int64)),
-                        queue_id=pa.array(d.queue_id[idx].astype(np.int32)),
+                        phys=pa.array(d.phys.astype(np.int64)),
+                        size=pa.array(d.size.astype(np.int32)),
+                        store_ts=pa.array(d.store_timestamp.astype(np.int64)),
+                        tags_code=pa.array(d.tags_code.astype(np.int64)),
+                        queue_offset=pa.array(d.queue_offset.astype(np.int64)),
+                        queue_id=pa.array(d.queue_id.astype(np.int32)),
                         topic=topic_names,
-                        queued=pa.array(d.queued[idx].astype(bool)),
+                        queued=pa.array(d.queued),
                         key_hashes=hashes,
                     )
                     rec_base += m

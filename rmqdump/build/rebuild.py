@@ -33,6 +33,7 @@ from construct import ConstructError
 
 from rmqdump.build.cqbuild import ConsumeQueueBuilder, QueueResult
 from rmqdump.build.indexbuild import IndexBuilder, IndexFileResult, key_chains
+from rmqdump.build.selfcheck import ScanColumns
 from rmqdump.build.settings import StoreSettings
 from rmqdump.common import problems as P
 from rmqdump.common.problems import InputError, Problem
@@ -48,6 +49,7 @@ NO_COMMITLOG = "no_commitlog"
 
 PARTS = ("consumequeue", "index")
 RANGE_BYTES = 64 << 20
+VERIFY_FROM_COLUMNS = True  # the self-check compares with the build's own scan (False: it scans the CommitLog again, as the commands do)
 PARALLEL_MIN_BYTES = 64 << 20
 
 
@@ -165,6 +167,7 @@ class RangeResult:
     damaged: list
     flagged: list
     last_ts: int | None
+    indexed: np.ndarray | None = None  # records the IndexFile takes (not rolled back)
 
 
 def plan_ranges(cl: CommitLog, range_bytes: int = RANGE_BYTES, to_offset: int | None = None) -> list[tuple[SegmentFile, int, int]]:
@@ -219,6 +222,7 @@ def scan_range(task) -> RangeResult:
         damaged=damaged,
         flagged=flagged,
         last_ts=last_ts,
+        indexed=d.indexed,
     )
     if want_keys:
         h, slot, lp, order = key_chains(r.key_hash, hash_slots)
@@ -274,8 +278,9 @@ def build_into(
     options: RebuildOptions,
     report: RebuildReport,
     on_bytes: Callable[[int], None] | None = None,
+    columns: ScanColumns | None = None,
 ) -> None:
-    """Write consumequeue/, index/ and checkpoint under `tmp` from the CommitLog."""
+    """Write consumequeue/, index/ and checkpoint under `tmp` from the CommitLog (and keep the scan's `columns` for the self-check)."""
     delays: DelayLevels = settings.delays
     want_cq = "consumequeue" in options.only
     want_index = "index" in options.only
@@ -303,6 +308,8 @@ def build_into(
             report.flagged.extend(r.flagged)
             if r.last_ts is not None:
                 last_ts = r.last_ts
+            if columns is not None:
+                columns.add(r)
             n = len(r.phys)
             report.messages += n
             if n:
@@ -467,11 +474,15 @@ def write_checkpoint(tmp: str, report: RebuildReport, last_ts: int | None, last_
     return values
 
 
-def verify_output(tmp: str, store: str, settings: StoreSettings, options: RebuildOptions, queues: list[QueueResult] | None = None) -> dict:
-    """Run the `cq verify` and `index verify` analyses on the new files with the source CommitLog.
+def verify_output(
+    tmp: str, store: str, settings: StoreSettings, options: RebuildOptions, queues: list[QueueResult] | None = None, columns: ScanColumns | None = None
+) -> dict:
+    """Run the `cq verify` and `index verify` analyses on the new files, read back through the readers.
 
-    A link tmp/commitlog -> the source commitlog/ (read-only use) lets them
-    see the rebuilt store as a broker would; it is removed before publishing.
+    They compare them with `columns`, the build's own scan, when given;
+    else they scan the source CommitLog. A link tmp/commitlog -> the source
+    commitlog/ (read-only use) lets them see the rebuilt store as a broker
+    would; it is removed before publishing.
     """
     link = os.path.join(tmp, "commitlog")
     os.symlink(os.path.join(store, "commitlog"), link)
@@ -479,9 +490,9 @@ def verify_output(tmp: str, store: str, settings: StoreSettings, options: Rebuil
     jobs = []
     if "consumequeue" in options.only:
         holes = {(q.topic, q.queue_id): q.gap_ranges for q in queues if q.gap_ranges} if queues is not None else filler_holes(tmp)
-        jobs.append(("consumequeue", _run_cq_verify, (tmp, settings, options, holes)))
+        jobs.append(("consumequeue", _run_cq_verify, (tmp, settings, options, holes, columns)))
     if "index" in options.only and not options.topics:
-        jobs.append(("index", _run_index_verify, (tmp, settings)))
+        jobs.append(("index", _run_index_verify, (tmp, settings, columns)))
     try:
         if options.workers == 1 or len(jobs) < 2 or (options.workers is None and report_small(store)):
             for part, fn, args in jobs:
@@ -576,7 +587,7 @@ def filler_holes(root: str) -> dict[tuple[str, int], list[tuple[int, int]]]:
     return out
 
 
-def _run_cq_verify(tmp: str, settings: StoreSettings, options: RebuildOptions, holes: dict | None = None) -> dict:
+def _run_cq_verify(tmp: str, settings: StoreSettings, options: RebuildOptions, holes: dict | None = None, columns: ScanColumns | None = None) -> dict:
     """cq verify's findings by code; those at the filler units this rebuild put in holes are counted apart (expected)."""
     from rmqdump.checks import cqverify
     from rmqdump.readers.store import Store
@@ -588,7 +599,8 @@ def _run_cq_verify(tmp: str, settings: StoreSettings, options: RebuildOptions, h
     at_fillers: dict[str, int] = {}
     holes = holes or {}
     for t in topics:
-        for p in cqverify.verify(store, topic=t, check_crc=False, delays=settings.delays, summary=summary):
+        windows = columns.record_windows(cqverify.WINDOW_RECORDS) if columns is not None else None
+        for p in cqverify.verify(store, topic=t, check_crc=False, delays=settings.delays, summary=summary, windows=windows):
             ranges = holes.get((p.extra.get("topic"), p.extra.get("queue_id")), ())
             i = p.extra.get("unit_index")
             expected = i is not None and any(a <= i < b for a, b in ranges)
@@ -597,12 +609,15 @@ def _run_cq_verify(tmp: str, settings: StoreSettings, options: RebuildOptions, h
     return {"queues": summary.queues, "units": summary.units, "problems": sum(codes.values()), "codes": codes, "at_filler_units": at_fillers}
 
 
-def _run_index_verify(tmp: str, settings: StoreSettings) -> dict:
+def _run_index_verify(tmp: str, settings: StoreSettings, columns: ScanColumns | None = None) -> dict:
     from rmqdump.checks import indexverify
 
     summary = indexverify.IndexVerifySummary()
     codes: dict[str, int] = {}
-    for p in indexverify.verify(tmp, hash_slots=settings.hash_slots, index_entries=settings.index_entries, delays=settings.delays, summary=summary):
+    records_in = columns.records_in if columns is not None else None
+    for p in indexverify.verify(
+        tmp, hash_slots=settings.hash_slots, index_entries=settings.index_entries, delays=settings.delays, summary=summary, records_in=records_in
+    ):
         codes[p.code] = codes.get(p.code, 0) + 1
     return {"files": summary.index_files, "entries": summary.entries, "problems": sum(codes.values()), "codes": codes}
 
@@ -626,10 +641,15 @@ def rebuild(
     report.commitlog_bytes = sum(f.size for f in cl.files)
     report.damaged.extend(cl.problems)
     with publishing(o, force=options.force, stores=[s], kind="dir", sync=options.sync) as tmp:
-        build_into(tmp, cl, settings, options, report, on_bytes)
+        columns = ScanColumns(tmp) if options.verify and VERIFY_FROM_COLUMNS else None
+        build_into(tmp, cl, settings, options, report, on_bytes, columns)
         report.seconds = time.perf_counter() - t0
         if options.verify:
             t1 = time.perf_counter()
-            report.verify = verify_output(tmp, s, settings, options, report.queues)
+            if columns is not None:
+                columns.finish()
+            report.verify = verify_output(tmp, s, settings, options, report.queues, columns)
+            if columns is not None:
+                columns.remove()
             report.verify_seconds = time.perf_counter() - t1
     return report

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -562,8 +562,13 @@ def verify(
     on_bytes=None,
     window_records: int = WINDOW_RECORDS,
     workers: int = 1,
+    windows: Iterable[tuple[RecordTable, list[Problem]]] | None = None,
 ) -> Iterator[Problem]:
     """Every finding of `cq verify` on a store.
+
+    `windows`: the CommitLog's record tables, as record_windows gives them,
+    when a caller has them already (rebuild's self-check); by default the
+    CommitLog is scanned.
 
     Order: layout problems; per queue the order checks (holes, monotonic
     offsets); then per window of CommitLog records its scan problems, the
@@ -631,9 +636,9 @@ def verify(
 
     lo = -(1 << 63)
     data_end = store.commitlog.min_offset
-    for records, cl_problems in record_windows(
-        store.commitlog, check_crc=check_crc, delays=delays, window_records=window_records, on_bytes=on_bytes, workers=workers
-    ):
+    if windows is None:
+        windows = record_windows(store.commitlog, check_crc=check_crc, delays=delays, window_records=window_records, on_bytes=on_bytes, workers=workers)
+    for records, cl_problems in windows:
         s.messages += len(records)
         for p in cl_problems:
             yield emit(p)

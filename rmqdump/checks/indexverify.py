@@ -16,7 +16,7 @@ next file.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -133,8 +133,25 @@ class Records:
         """Index of each (phys, hash) pair in key_table, or -1."""
         if len(q) == 0 or len(self.key_table) == 0:
             return np.full(len(q), -1, dtype=np.int64)
-        i = np.minimum(np.searchsorted(self.key_table, q), len(self.key_table) - 1)
-        return np.where(self.key_table[i] == q, i, -1)
+        up, tkey = self._composite()
+        r = np.minimum(np.searchsorted(up, q["phys"]), len(up) - 1)
+        h = q["hash"]
+        ok = (up[r] == q["phys"]) & (h >= 0) & (h < 1 << 32)
+        qk = (r.astype(np.int64) << 32) | np.where(ok, h, 0)
+        i = np.minimum(np.searchsorted(tkey, qk), len(tkey) - 1)
+        return np.where(ok & (tkey[i] == qk), i, -1)
+
+    def _composite(self) -> tuple[np.ndarray, np.ndarray]:
+        """key_table as one sorted int64 per pair, (rank of phys) << 32 | hash: searched as plain integers, not structured values."""
+        got = self.__dict__.get("_comp")
+        if got is None or got[0] is not self.key_table:
+            p, h = self.key_table["phys"], self.key_table["hash"]
+            new = np.ones(len(p), dtype=bool)
+            new[1:] = p[1:] != p[:-1]
+            rank = np.cumsum(new) - 1
+            got = (self.key_table, p[new], (rank.astype(np.int64) << 32) | h)
+            self.__dict__["_comp"] = got
+        return got[1], got[2]
 
 
 def scan_commitlog(
@@ -154,26 +171,39 @@ def scan_commitlog(
 
 def records_of(d: DispatchColumns) -> Records:
     """The Records of joined dispatch columns: what the index verification compares the IndexFiles with."""
-    pairs = np.zeros(len(d.key_rec), dtype=_PAIR)
-    pairs["phys"] = d.phys[d.key_rec]
-    pairs["hash"] = index_hash_many(d.key_hash)
-    table, counts = _unique_pairs(pairs)
+    table, counts = key_pairs(d.phys[d.key_rec], index_hash_many(d.key_hash))
     return Records(d.phys, d.size.astype(np.int64), d.store_timestamp, d.indexed, table, counts)
 
 
+def key_pairs(phys: np.ndarray, index_hash: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct (phys, index hash) pairs of keys, sorted, and how many keys each has."""
+    pairs = np.zeros(len(phys), dtype=_PAIR)
+    pairs["phys"], pairs["hash"] = phys, index_hash
+    return _unique_pairs(pairs)
+
+
 def _unique_pairs(pairs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """np.unique(pairs, return_counts=True), sorting two int64 columns instead of the structured values (far less memory)."""
+    """np.unique(pairs, return_counts=True), sorting one int64 per pair ((rank of phys) << 32 | hash) instead of structured values.
+
+    Hashes are index hashes (0 <= hash < 2**31); pairs come in CommitLog order (phys non-decreasing), else are put so first.
+    """
     if len(pairs) == 0:
         return pairs, np.zeros(0, dtype=np.int64)
-    order = np.lexsort((pairs["hash"], pairs["phys"]))
-    p, h = pairs["phys"][order], pairs["hash"][order]
-    del order
-    new = np.ones(len(p), dtype=bool)
-    new[1:] = (p[1:] != p[:-1]) | (h[1:] != h[:-1])
+    p, h = pairs["phys"], pairs["hash"]
+    if len(p) > 1 and bool((p[1:] < p[:-1]).any()):
+        o = np.argsort(p, kind="stable")
+        p, h = p[o], h[o]
+    newp = np.ones(len(p), dtype=bool)
+    newp[1:] = p[1:] != p[:-1]
+    uniq_phys = p[newp]
+    key = ((np.cumsum(newp) - 1).astype(np.int64) << 32) | h.astype(np.int64)
+    key.sort()
+    new = np.ones(len(key), dtype=bool)
+    new[1:] = key[1:] != key[:-1]
     starts = np.flatnonzero(new)
     table = np.zeros(len(starts), dtype=_PAIR)
-    table["phys"], table["hash"] = p[starts], h[starts]
-    return table, np.diff(np.append(starts, len(p)))
+    table["phys"], table["hash"] = uniq_phys[key[starts] >> 32], key[starts] & 0xFFFFFFFF
+    return table, np.diff(np.append(starts, len(key)))
 
 
 def index_keys_of(cl: CommitLog, phys: int) -> list[tuple[str, int]]:
@@ -507,8 +537,13 @@ def verify(
     delays: DelayLevels | None = None,
     summary: IndexVerifySummary | None = None,
     on_bytes=None,
+    records_in: Callable[[int, int], tuple[Records, list[Problem]]] | None = None,
 ) -> Iterator[Problem]:
     """Every finding of `index verify` on a store root (`on_bytes(n)` is told of each CommitLog stretch done).
+
+    `records_in(a, b)`: the records starting in [a, b) and the scan's problems
+    there, when a caller has them already (rebuild's self-check); by default
+    the CommitLog is scanned.
 
     First each index file on its own; then the CommitLog one file at a time:
     its records against the entries pointing into it, and its keys the index
@@ -558,7 +593,7 @@ def verify(
         for seg in cl.files:
             for a in range(seg.base, seg.base + seg.size, WINDOW):
                 b = min(a + WINDOW, seg.base + seg.size)
-                rec, cl_probs = scan_commitlog(cl, delays, a, b)
+                rec, cl_probs = records_in(a, b) if records_in is not None else scan_commitlog(cl, delays, a, b)
                 s.messages += len(rec.phys)
                 s.indexed_keys += rec.indexed_keys
                 for p in cl_probs:

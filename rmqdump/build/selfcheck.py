@@ -78,8 +78,10 @@ class ScanColumns:
         self.nk += len(cols["key_phys"])
 
     def finish(self) -> None:
+        """No more columns: the files are closed (and the object can be sent to the verifier processes)."""
         for f in self._files.values():
             f.close()
+        self._files = {}
 
     def remove(self) -> None:
         self.finish()

@@ -120,7 +120,7 @@ def rebuild_cmd(
     broker_conf: Path = typer.Option(
         None, "--broker-conf", help="A broker.conf to take mappedFileSizeConsumeQueue, maxHashSlotNum, maxIndexNum, messageDelayLevel from."
     ),
-    workers: int = O.workers_option(None, "Processes scanning the CommitLog (default: every core for a CommitLog over 64 MiB)."),
+    workers: int = O.workers_option(None, "Threads scanning the CommitLog (default: every core for a CommitLog over 64 MiB)."),
     check_crc: bool = O.crc_option("Also check body CRCs and report mismatches (slower; such records are still dispatched, as the broker does)."),
     no_verify: bool = typer.Option(False, "--no-verify", help="Skip the cq verify / index verify pass over the result."),
     no_sync: bool = typer.Option(False, "--no-sync", help="Do not fsync the new files before renaming them into place."),

@@ -357,35 +357,35 @@ _DISPATCH = ("topic_id", "tags_hash", "tags_slow", "tags_pos", "tags_len", "dela
 
 
 class _Kernel:
-    """Runs the kernel batch after batch over one walk."""
+    """Runs the kernel batch after batch over one walk, into output arrays reused from batch to batch."""
 
     def __init__(self, records: int):
         self.jit = K.jit()
-        self.records = records
-        self.key_room = max(records * KEYS_PER_RECORD, KEY_ROOM_MIN)
+        self.out = np.empty((len(K.COLUMNS), records), dtype=np.int64)
+        self.keys = np.empty((len(K.KEY_COLUMNS), max(records * KEYS_PER_RECORD, KEY_ROOM_MIN)), dtype=np.int64)
 
     def run(self, seg: SegmentFile, mf: MappedFile, pos: int, end: int, check_crc: bool) -> tuple[Batch, int, int]:
         """One batch of records from `pos`, where the walk stopped, and why (a kernel stop code).
 
-        Each batch gets its own output arrays: its columns are views of them, not copies.
+        The batch's columns are compact copies: nothing of it holds on to the
+        kernel's output arrays (an exported or joined batch keeps only its own).
         """
-        out = np.empty((len(K.COLUMNS), self.records), dtype=np.int64)
+        out = self.out
         while True:
-            keys = np.empty((len(K.KEY_COLUMNS), self.key_room), dtype=np.int64)
-            n, nk, p, code, reps = self.jit.scan(mf.data, mf.size, pos, end, check_crc, out, keys)
+            n, nk, p, code, reps = self.jit.scan(mf.data, mf.size, pos, end, check_crc, out, self.keys)
             if code == K.FULL and n == 0:  # one record with more keys than room: make room
-                self.key_room *= 2
+                self.keys = np.empty((self.keys.shape[0], self.keys.shape[1] * 2), dtype=np.int64)
                 continue
             break
-        cols = {name: out[K.COL[name], :n].astype(dt, copy=False) for name, dt in _DTYPES.items()}
+        cols = {name: out[K.COL[name], :n].astype(dt) for name, dt in _DTYPES.items()}
         crc_ok = prop_crc = None
         if check_crc:
             crc_ok = out[K.COL["crc"], :n] == 1
             prop_crc = out[K.COL["prop_crc"], :n].astype(np.int8)
-        found = {name: out[K.COL[name], :n] for name in _DISPATCH}
+        found = {name: out[K.COL[name], :n].copy() for name in _DISPATCH}
         found["topic_first"] = reps
         for name in K.KEY_COLUMNS:
-            found["key_" + name] = keys[K.KCOL[name], :nk]
+            found["key_" + name] = self.keys[K.KCOL[name], :nk].copy()
         batch = Batch(seg, mf, cols, crc_ok, prop_crc, [], _record_problems(seg, cols, crc_ok, prop_crc), found)
         return batch, p, code
 

@@ -79,7 +79,7 @@ _K_REC, _K_POS, _K_LEN, _K_HASH, _K_SLOW, _K_UNIQ, _K_UNITS = KCOL["rec"], KCOL[
 _FNV_BASIS, _FNV_PRIME = np.int64(-3750763034362895579), np.int64(1099511628211)
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True)
 def _rd(data, p, w, signed):
     """A big-endian integer of w bytes at p (w and signed are constants: the loop unrolls)."""
     v = np.int64(0)
@@ -134,7 +134,7 @@ else:
         return crc32(data, p, n)
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True)
 def _named(data, s, e, name):
     """Value start if the property item [s, e) is NAME\\x01..., else -1."""
     k = len(name)
@@ -146,7 +146,7 @@ def _named(data, s, e, name):
     return s + k + 1
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True)
 def _cont(data, i, b, lo, hi):
     """Whether data[i] is a UTF-8 continuation byte in [lo, hi] inside the range."""
     return i < b and lo <= data[i] <= hi

@@ -55,7 +55,12 @@ def test_crash_store_reports_exactly_the_undispatched_messages():
         assert p["cq_file"].endswith(f"{p['unit_index'] * 20 // 2400 * 2400:020d}")
 
 
-def test_parallel_scan_gives_the_same_lines():
+@pytest.mark.parametrize("range_bytes", [128 << 20, 7000])
+def test_parallel_scan_gives_the_same_lines(monkeypatch, range_bytes):
+    """Threads over byte ranges (whole files, or ranges that cut records) give the serial scan's lines."""
+    import rmqdump.checks.cqverify as V
+
+    monkeypatch.setattr(V, "RANGE_BYTES", range_bytes)
     _, serial, s1 = verify(store_root("rmq4-crash"))
     _, parallel, s2 = verify(store_root("rmq4-crash"), "--workers", "2")
     assert parallel == serial and s1 == s2

@@ -434,6 +434,8 @@ def problem_dict(p: Problem) -> dict:
 
 
 WINDOW_RECORDS = 1_000_000  # records joined at a time: about 41 MB of columns (twice that while a window is built)
+PARALLEL_MIN_BYTES = 64 << 20  # a CommitLog from this size on is scanned on both cores by default
+RANGE_BYTES = 128 << 20  # the unit of parallel work: records starting in one byte range of one file
 
 
 def record_windows(
@@ -443,17 +445,20 @@ def record_windows(
     delays: DelayLevels | None = None,
     window_records: int = WINDOW_RECORDS,
     on_bytes=None,
-    workers: int = 1,
+    workers: int | None = 1,
 ) -> Iterator[tuple[RecordTable, list[Problem]]]:
     """Scan the CommitLog once, in offset order, as record tables of about `window_records` records.
 
     Each table comes with the scan problems found while reading it; the last
     one may be empty. Consecutive tables cover consecutive offset ranges.
-    With workers > 1 the files are scanned by that many processes, one file per
-    task (exactly the serial scan of each file), and a window holds whole files.
+    With workers > 1 byte ranges of the files are scanned by that many threads
+    (together they give exactly the serial scan's records and problems), and a
+    window holds whole ranges.
     """
     delays = delays or DelayLevels.parse()
-    if workers > 1 and len(cl.files) > 1:
+    if workers is None:  # both cores for a CommitLog worth it
+        workers = min(2, os.cpu_count() or 1) if sum(f.size for f in cl.files) >= PARALLEL_MIN_BYTES else 1
+    if workers > 1 and cl.files:
         yield from _parallel_windows(cl, check_crc, delays, window_records, workers, on_bytes)
         return
     table = RecordTableBuilder()
@@ -476,30 +481,30 @@ def record_windows(
 
 
 def _scan_file_task(args: tuple) -> tuple[DispatchColumns, list[Problem], int]:
-    """One CommitLog file in a worker process: its compact record columns and scan problems."""
-    path, base, size, check_crc, millis = args
+    """One byte range of a CommitLog file in a scan thread: its compact record columns and scan problems."""
+    path, base, size, start, end, check_crc, millis = args
     seg = SegmentFile(path, base, size)
     delays = DelayLevels(tuple(millis))
     table = RecordTableBuilder()
     problems: list[Problem] = []
     with MappedFile(path) as mf:
-        for b in scan_file(seg, mf, start=0, check_crc=check_crc):
+        for b in scan_file(seg, mf, start=start, end=end, check_crc=check_crc):
             table.add_columns(dispatch_columns(b, delays, keys=False))
             for i in sorted(b.record_problems):
                 problems.extend(b.record_problems[i])
             problems.extend(e for e in b.events if not isinstance(e, Blank))
-    return table.part(), problems, size
+    return table.part(), problems, end - start
 
 
 def _parallel_windows(cl: CommitLog, check_crc: bool, delays: DelayLevels, window_records: int, workers: int, on_bytes):
-    import multiprocessing
+    """Byte ranges scanned by `workers` threads (the scan kernel runs without the GIL), joined in CommitLog order."""
     from collections import deque
-    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures import ThreadPoolExecutor
 
-    tasks = iter([(f.path, f.base, f.size, check_crc, delays.millis) for f in cl.files])
+    tasks = iter([(f.path, f.base, f.size, a, min(a + RANGE_BYTES, f.size), check_crc, delays.millis) for f in cl.files for a in range(0, f.size, RANGE_BYTES)])
     table = RecordTableBuilder()
     problems: list[Problem] = []
-    with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as ex:
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rmqdump-scan") as ex:
         pending = deque(ex.submit(_scan_file_task, t) for t in itertools.islice(tasks, workers + 1))
         while pending:
             part, probs, nbytes = pending.popleft().result()
@@ -561,7 +566,7 @@ def verify(
     summary: VerifySummary | None = None,
     on_bytes=None,
     window_records: int = WINDOW_RECORDS,
-    workers: int = 1,
+    workers: int | None = 1,
     windows: Iterable[tuple[RecordTable, list[Problem]]] | None = None,
 ) -> Iterator[Problem]:
     """Every finding of `cq verify` on a store.

@@ -27,7 +27,7 @@ def verify_cmd(
     ),
     fmt: ListFormat = O.format_option(ListFormat.table, "table or jsonl."),
     window: int = typer.Option(None, "--window", min=1, help="CommitLog records joined at a time (bounds memory: about 50 bytes each; default 1,000,000)."),
-    workers: int = O.workers_option(1, "Processes scanning CommitLog files in parallel (one file per task)."),
+    workers: int = O.workers_option(None, "Threads scanning byte ranges of the CommitLog in parallel (default: both cores for a CommitLog over 64 MiB)."),
     engine: Engine = engine_option("the same findings, computed by Spark"),
     master: str = master_option(),
     spark_conf: list[str] = spark_conf_option(),

@@ -20,7 +20,7 @@ from rmqdump.checks.offsets import OffsetsReport, consumer_offsets
 from rmqdump.checks.recovery import DroppedRecord
 from rmqdump.common import problems as P
 from rmqdump.common.problems import InputError, Problem
-from rmqdump.query.storeinfo import StoreInfo, store_info
+from rmqdump.query.storeinfo import StoreInfo, store_info, walk_bytes
 from rmqdump.readers.indexfile import IndexFile, iter_entries, list_index_files
 from rmqdump.readers.store import Store
 from rmqdump.scan.dispatch import DelayLevels, dispatch_columns
@@ -362,6 +362,11 @@ def _hole_offset(store: Store, p: Problem) -> int | None:
     return None
 
 
+def collect_bytes(store: Store) -> int:
+    """The CommitLog bytes collect() walks and tells its `on_bytes` of: info's walks (data end, recovery preview), verify's and the traffic pass."""
+    return walk_bytes(store, with_recovery=True) + 2 * sum(f.size for f in store.commitlog.files)
+
+
 def collect(
     store: Store,
     *,
@@ -370,8 +375,12 @@ def collect(
     workers: int = 1,
     on_bytes: Callable[[int], None] | None = None,
 ) -> Report:
-    """Everything the page shows. Two passes over the CommitLog (cq verify's, then the traffic bins)."""
-    info = store_info(store, with_recovery=True, check_crc=check_crc)
+    """Everything the page shows. on_bytes(n): CommitLog bytes walked, collect_bytes() in all.
+
+    The CommitLog is walked by the info summary (the newest file with data, to find the data end; the recovery
+    preview from where the broker would start), by cq verify, then by the traffic bins.
+    """
+    info = store_info(store, with_recovery=True, check_crc=check_crc, on_bytes=on_bytes)
     cl = info.commitlog
     damage = DamageMap(cl.min_offset, max(cl.files_end, cl.data_end))
     summary = VerifySummary()

@@ -362,6 +362,24 @@ def _hole_offset(store: Store, p: Problem) -> int | None:
     return None
 
 
+class _Share:
+    """One walk's share of the progress total: passes on what the walk tells, then the rest of its share when it ends
+    (the zero tail and empty preallocated files a record scan goes past without telling), so the bar ends full."""
+
+    def __init__(self, on_bytes: Callable[[int], None] | None, share: int):
+        self.on_bytes, self.share, self.told = on_bytes, share, 0
+
+    def __call__(self, n: int) -> None:
+        self.told += n
+        if self.on_bytes is not None:
+            self.on_bytes(n)
+
+    def finish(self) -> None:
+        if self.on_bytes is not None and self.share > self.told:
+            self.on_bytes(self.share - self.told)
+        self.told = max(self.told, self.share)
+
+
 def collect_bytes(store: Store) -> int:
     """The CommitLog bytes collect() walks and tells its `on_bytes` of: info's walks (data end, recovery preview), verify's and the traffic pass."""
     return walk_bytes(store, with_recovery=True) + 2 * sum(f.size for f in store.commitlog.files)
@@ -386,7 +404,9 @@ def collect(
     summary = VerifySummary()
     first: list[dict] = []
     holes_placed = 0
-    for p in verify(store, check_crc=check_crc, summary=summary, on_bytes=on_bytes, workers=workers):
+    cl_bytes = sum(f.size for f in store.commitlog.files)
+    told = _Share(on_bytes, cl_bytes)
+    for p in verify(store, check_crc=check_crc, summary=summary, on_bytes=told, workers=workers):
         if len(first) < limit:
             first.append(problem_dict(p))
         row = damage_row(p)
@@ -412,7 +432,10 @@ def collect(
         damage.span(DROPPED, r.valid_end, r.valid_end + r.truncated_bytes)
         dropped = r.dropped[:MAX_DROPPED]  # the preview describes them (up to its own cap); the page lists the first few
     damage.span(UNWRITTEN, cl.data_end, cl.files_end)
-    traffic = scan_traffic(store, on_bytes)
+    told.finish()
+    told = _Share(on_bytes, cl_bytes)
+    traffic = scan_traffic(store, told)
+    told.finish()
     try:
         offsets, note = consumer_offsets(store), None
     except InputError as e:

@@ -3,7 +3,9 @@
 Every finding comes from an existing analysis: query.storeinfo (the `info` summary and the recovery preview),
 checks.cqverify (every `cq verify` finding, the CommitLog scan's problems included), checks.offsets (committed
 consumer offsets and lag) and readers.indexfile (index fill, slots, chains). The one thing added here is a pass
-over the CommitLog's records that bins them by store time per topic and by born-to-store latency.
+over the CommitLog's records that bins them by store time per topic and by born-to-store latency. It is a pass of
+its own because cq verify's walk gives its caller findings only (no hook on its records, and its record tables hold
+no born timestamp), and the recovery preview walks only from where the broker would start.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ import os
 from collections import defaultdict
 
 import pytest
-from conftest import HEALTHY, REAL, SETTINGS, STORES, jsonl, manifest, run, run_proc, store_root
+from conftest import HEALTHY, REAL, SETTINGS, STORES, copy_store, jsonl, manifest, patch, run, run_proc, store_root
 
 CRASH = json.loads((REAL / "rmq4-crash" / "crash.json").read_text())
 
@@ -133,3 +133,133 @@ def test_short_checkpoint_is_a_problem_not_a_crash(tmp_path):
     assert [(p["code"], p["file_offset"]) for p in probs] == [("checkpoint_short", 10)]
     rec = next(r for r in rows if r["kind"] == "recovery")
     assert rec["scan_from"] == 0 and rec["min_timestamp"] is None
+
+
+# --- progress: the walks tell of every byte they go past, once; a bar on a terminal, nothing when piped -------------
+
+HEADER_V1_IPV4 = 88  # bytes before the body of a V1 record with IPv4 hosts (store-format.md: fixed fields + bodyLength)
+
+
+def _commitlog_sizes(root) -> dict[int, int]:
+    """The CommitLog files on disk: start offset (the file name) -> size."""
+    d = root / "commitlog"
+    return {int(n): os.path.getsize(d / n) for n in os.listdir(d)}
+
+
+def _walked(root, **kw) -> tuple[list[int], object]:
+    from rmqdump.checks.recovery import preview
+    from rmqdump.readers.store import Store
+
+    told: list[int] = []
+    r = preview(Store.open(root), on_bytes=told.append, **kw)
+    return told, r
+
+
+@pytest.mark.parametrize("name", STORES)
+def test_recovery_preview_tells_each_byte_from_its_start_file_on(name):
+    """The bytes told add up to the CommitLog files from the one the broker starts at (the preview's scan_from) to the last."""
+    from rmqdump.checks.recovery import preview_bytes
+    from rmqdump.readers.store import Store
+
+    root = store_root(name)
+    told, r = _walked(root)
+    sizes = _commitlog_sizes(root)
+    span = sum(n for base, n in sizes.items() if base >= r.scan_from)
+    assert all(n > 0 for n in told) and sum(told) == span == preview_bytes(Store.open(root))
+    assert len(told) >= sum(1 for base in sizes if base >= r.scan_from)  # at least once a file: the bar moves during the walk
+    assert (r.scan_from > 0) == (name in ("rmq4-basic", "rmq5-basic", "rmq53-v2"))  # normal: third-last file; flags has 3; crash: from 0
+
+
+def test_recovery_preview_progress_through_a_bad_body(tmp_path):
+    """The walk stops at a flipped body byte; the dropped records after it are walked on: still each byte once."""
+    from rmqdump.checks.recovery import preview_bytes
+    from rmqdump.readers.store import Store
+
+    root = copy_store("rmq4-basic", tmp_path)
+    sizes = _commitlog_sizes(root)
+    base = sorted(sizes)[-2]
+    victim = next(m for m in manifest("rmq4-basic") if base <= m["wroteOffset"] < base + sizes[base] and m["body_len"] > 0)
+    patch(root / "commitlog" / f"{base:020d}", victim["wroteOffset"] - base + HEADER_V1_IPV4, b"\xff")
+    told, r = _walked(root)
+    assert r.valid_end == victim["wroteOffset"] and r.truncated_messages > 0
+    assert sum(told) == sum(n for b, n in sizes.items() if b >= r.scan_from) == preview_bytes(Store.open(root))
+
+
+def test_store_info_tells_the_data_end_file_and_the_preview():
+    from rmqdump.query.storeinfo import store_info, walk_bytes
+    from rmqdump.readers.store import Store
+
+    root = store_root("rmq4-crash")
+    told: list[int] = []
+    inf = store_info(Store.open(root), on_bytes=told.append)
+    sizes = _commitlog_sizes(root)
+    last_with_data = max(b for b in sizes if b < inf.commitlog.data_end)
+    want = sizes[last_with_data] + sum(n for b, n in sizes.items() if b >= inf.recovery.scan_from)
+    assert sum(told) == want == walk_bytes(Store.open(root))
+    told.clear()
+    inf = store_info(Store.open(root), with_recovery=False, on_bytes=told.append)
+    assert sum(told) == sizes[last_with_data] == walk_bytes(Store.open(root), with_recovery=False)
+
+
+def test_info_progress_bar_on_a_terminal_only(monkeypatch):
+    """A rich bar on stderr when it is a terminal, run to its total; nothing of it when stderr is not one."""
+    import io
+    import re
+
+    from rich.console import Console
+
+    from rmqdump.cli import render as R
+
+    root = store_root("rmq4-crash")
+    buf = io.StringIO()
+    monkeypatch.setattr(R, "err", Console(file=buf, force_terminal=True, width=120))
+    r = run("info", "-s", root)
+    assert r.exit_code == 0 and "Recovery preview" in r.stdout
+    shown = buf.getvalue()
+    assert "info" in shown and "━" in shown
+    done, total = re.findall(r"(\d+\.\d)/(\d+\.\d) MB", shown)[-1]  # the last frame drawn
+    total_bytes = sum(_commitlog_sizes(root).values()) + SETTINGS["rmq4-crash"]["commitlog"]  # walked from 0 (abnormal), and the data end's file
+    assert done == total == f"{total_bytes / 1e6:.1f}"
+    buf.seek(0)
+    buf.truncate(0)
+    monkeypatch.setattr(R, "err", Console(file=buf, force_terminal=False, width=120))
+    assert run("info", "-s", root).exit_code == 0 and buf.getvalue() == ""
+
+
+def test_info_piped_has_no_progress_and_a_pty_has_it():
+    """As an operator runs it: stderr a pipe, nothing on it; stderr a terminal (a pty), the bar is drawn there."""
+    import pty
+    import subprocess
+    import sys
+    import threading
+
+    root = store_root("rmq4-basic")
+    r = run_proc("info", "-s", root)
+    assert r.returncode == 0 and r.stderr == "" and "Recovery preview" in r.stdout
+    r = run_proc("info", "-s", root, "-f", "jsonl")
+    assert r.returncode == 0 and r.stderr == ""
+
+    master, slave = pty.openpty()
+    chunks: list[bytes] = []
+
+    def drain():
+        while True:
+            try:
+                b = os.read(master, 65536)
+            except OSError:  # the other end closed
+                return
+            if not b:
+                return
+            chunks.append(b)
+
+    t = threading.Thread(target=drain, daemon=True)
+    t.start()
+    env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": "120"}
+    env.pop("NO_COLOR", None)
+    p = subprocess.run([sys.executable, "-m", "rmqdump", "info", "-s", str(root)], stdout=subprocess.PIPE, stderr=slave, env=env, timeout=120)
+    os.close(slave)
+    t.join(10)
+    os.close(master)
+    shown = b"".join(chunks).decode("utf-8", "replace")
+    assert p.returncode == 0 and b"Recovery preview" in p.stdout
+    assert "info" in shown and "━" in shown and "MB" in shown

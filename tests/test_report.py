@@ -241,23 +241,56 @@ def test_cli_writes_the_page_exit_codes_and_no_overwrite(tmp_path):
     assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1
 
 
+def _commitlog_sizes(root) -> dict[int, int]:
+    """The CommitLog files on disk: start offset (the file name) -> size."""
+    d = root / "commitlog"
+    return {int(n): os.path.getsize(d / n) for n in os.listdir(d)}
+
+
+@pytest.mark.parametrize("name", ["rmq4-crash", "rmq4-basic"])
+def test_collect_tells_every_walk(name):
+    """The bytes told: info's walks (the newest file with data; the recovery preview from its start file), then verify's and the traffic pass's."""
+    root = store_root(name)
+    told: list[int] = []
+    rep = K.collect(Store.open(root), on_bytes=told.append)
+    sizes = _commitlog_sizes(root)
+    data_file = max(b for b in sizes if b < rep.info.commitlog.data_end)
+    want = sizes[data_file] + sum(n for b, n in sizes.items() if b >= rep.info.recovery.scan_from) + 2 * sum(sizes.values())
+    assert all(n > 0 for n in told) and sum(told) == want == K.collect_bytes(Store.open(root))
+
+
 def test_progress_bar_on_a_terminal(tmp_path, monkeypatch):
-    """On a terminal the two CommitLog passes show one byte progress bar (rich, on stderr); elsewhere none."""
+    """On a terminal the CommitLog walks show one byte progress bar (rich, on stderr), run to its total; elsewhere none."""
     import io
 
     from rich.console import Console
 
     from rmqdump.cli import render as R
 
+    root = store_root("rmq4-crash")
     buf = io.StringIO()
     monkeypatch.setattr(R, "err", Console(file=buf, force_terminal=True, width=120))
-    assert run("report", "-s", store_root("rmq4-crash"), "--out", tmp_path / "p.html").exit_code == 1
+    assert run("report", "-s", root, "--out", tmp_path / "p.html").exit_code == 1
     shown = buf.getvalue()
     assert "report" in shown and "━" in shown and "MB" in shown  # label, bar, byte counts
+    done, total = re.findall(r"(\d+\.\d)/(\d+\.\d) MB", shown)[-1]  # the last frame drawn
+    sizes = _commitlog_sizes(root)
+    # abnormal recovery walks from the first file; the data end's file is a whole one; verify and traffic walk all
+    assert done == total == f"{(3 * sum(sizes.values()) + SETTINGS['rmq4-crash']['commitlog']) / 1e6:.1f}"
+    buf.seek(0)
     buf.truncate(0)
     monkeypatch.setattr(R, "err", Console(file=buf, force_terminal=False, width=120))
-    assert run("report", "-s", store_root("rmq4-crash"), "--out", tmp_path / "q.html").exit_code == 1
+    assert run("report", "-s", root, "--out", tmp_path / "q.html").exit_code == 1
     assert "━" not in buf.getvalue()
+
+
+def test_piped_report_says_one_line(tmp_path):
+    """stderr a pipe, as in a script: the one summary line, no bar."""
+    from conftest import run_proc
+
+    r = run_proc("report", "-s", store_root("rmq4-basic"), "--out", tmp_path / "p.html")
+    assert r.returncode == 0 and r.stdout == ""
+    assert r.stderr.count("\n") == 1 and r.stderr.startswith(f"wrote {tmp_path / 'p.html'}: ") and "━" not in r.stderr
 
 
 # Anything that makes a browser fetch; the SVGs' own references (url(#id), xlink:href="#id") stay inside the page.

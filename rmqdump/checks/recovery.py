@@ -29,6 +29,7 @@ recoverAbnormally (4.9.x to 5.3.x):
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -187,7 +188,19 @@ def _queue_max_below(q: ConsumeQueue, end: int) -> int:
     return best
 
 
-def _walk(files: list[SegmentFile], start: int, *, check_crc: bool, allow_v2: bool) -> tuple[int, str, int]:
+class _Walked:
+    """Tells `on_bytes` of the CommitLog bytes the preview has gone past, each byte once, as its position moves forward."""
+
+    def __init__(self, on_bytes: Callable[[int], None] | None, origin: int):
+        self.on_bytes, self.done = on_bytes, origin
+
+    def to(self, offset: int) -> None:
+        if self.on_bytes is not None and offset > self.done:
+            self.on_bytes(offset - self.done)
+            self.done = offset
+
+
+def _walk(files: list[SegmentFile], start: int, *, check_crc: bool, allow_v2: bool, walked: _Walked) -> tuple[int, str, int]:
     """The broker's recovery walk from file index `start`: (valid end, why it stopped, records walked)."""
     records = 0
     idx = start
@@ -214,6 +227,7 @@ def _walk(files: list[SegmentFile], start: int, *, check_crc: bool, allow_v2: bo
                     records += cut
                     if cut:
                         end = seg.base + int(b.cols["_end"][cut - 1])
+                        walked.to(end)
                     if cut < n:
                         break
                 for e in b.events:
@@ -230,6 +244,7 @@ def _walk(files: list[SegmentFile], start: int, *, check_crc: bool, allow_v2: bo
                 stop = f"end of {seg.path} without an end-of-file marker"
         if stop is not None:
             return end, stop, records
+        walked.to(seg.base + seg.size)
         idx += 1
         if idx >= len(files):
             return end, "BLANK marker of the last file", records
@@ -318,7 +333,7 @@ def _describe(seg: SegmentFile, mf: MappedFile, p: int, total: int) -> DroppedRe
     return d
 
 
-def _appended_after(files: list[SegmentFile], valid_end: int) -> tuple[int, int, list[DroppedRecord]]:
+def _appended_after(files: list[SegmentFile], valid_end: int, walked: _Walked) -> tuple[int, int, list[DroppedRecord]]:
     """(end of the appended data, records, their descriptions) at or past the broker's new end.
 
     Record to record by each header's totalSize, as the broker appended them:
@@ -343,6 +358,7 @@ def _appended_after(files: list[SegmentFile], valid_end: int) -> tuple[int, int,
                     dropped.append(_from_message(b.message(i), int(pos[i])))
                 p = int(b.cols["_end"][-1])
                 end = max(end, seg.base + p)
+                walked.to(seg.base + p)
             if b.events or (listing and len(dropped) >= DROPPED_LISTED):
                 return p  # the event is at p: the caller looks at it; or counting goes on without CRCs
         return p
@@ -355,6 +371,7 @@ def _appended_after(files: list[SegmentFile], valid_end: int) -> tuple[int, int,
             p: int | None = max(0, valid_end - seg.base)
             released = 0
             while p is not None and p < size:
+                walked.to(seg.base + p)
                 if p - released >= RELEASE_EVERY:
                     mf.release(released, p)
                     released = p
@@ -381,7 +398,46 @@ def _appended_after(files: list[SegmentFile], valid_end: int) -> tuple[int, int,
                 if z > p:
                     end = max(end, seg.base + z)
                 p = nxt
+        walked.to(seg.base + seg.size)
     return end, count, dropped
+
+
+def _min_timestamp(ckpt: Checkpoint | None, message_index_safe: bool) -> int | None:
+    if ckpt is None:
+        return None
+    return ckpt.min_timestamp_index if message_index_safe else ckpt.min_timestamp
+
+
+def _start_index(files: list[SegmentFile], abnormal: bool, min_ts: int | None, cq_max: int, *, allow_v2: bool, normal_start: str) -> int:
+    """The file the broker's recovery walk starts at (see the module docstring)."""
+    if abnormal:
+        bound = min_ts if min_ts is not None else 0
+        for i in range(len(files) - 1, -1, -1):
+            ts = first_store_timestamp(files[i], allow_v2=allow_v2)
+            if ts is not None and ts != 0 and ts <= bound:
+                return i
+        return 0
+    if normal_start == NORMAL_FROM_CQ:
+        for i in range(len(files) - 1, 0, -1):
+            if files[i].base <= cq_max:
+                return i
+        return 0
+    return max(0, len(files) - 3)
+
+
+def preview_bytes(store: Store, *, allow_v2: bool = True, message_index_safe: bool = False, normal_start: str = NORMAL_THIRD_LAST) -> int:
+    """The CommitLog bytes preview() goes past (and tells its `on_bytes` of): from its start file to the end of the files.
+
+    Cheap (file heads, the checkpoint; the ConsumeQueues' tails only for NORMAL_FROM_CQ): a progress bar's total.
+    """
+    files = store.commitlog.files
+    if not files:
+        return 0
+    abnormal = store.abort
+    min_ts = _min_timestamp(store.checkpoint(), message_index_safe)
+    cq_max = max((_queue_max_phys(q) for q in store.queues.values()), default=-1) if normal_start == NORMAL_FROM_CQ and not abnormal else -1
+    start = _start_index(files, abnormal, min_ts, cq_max, allow_v2=allow_v2, normal_start=normal_start)
+    return files[-1].base + files[-1].size - files[start].base
 
 
 def preview(
@@ -391,8 +447,12 @@ def preview(
     allow_v2: bool = True,
     message_index_safe: bool = False,
     normal_start: str = NORMAL_THIRD_LAST,
+    on_bytes: Callable[[int], None] | None = None,
 ) -> RecoveryPreview:
-    """The recovery the broker would run on this store (see the module docstring)."""
+    """The recovery the broker would run on this store (see the module docstring).
+
+    on_bytes(n) is told of the CommitLog bytes walked, preview_bytes() in all, for a progress bar.
+    """
     cl = store.commitlog
     files = cl.files
     abnormal = store.abort
@@ -400,30 +460,15 @@ def preview(
     load_errors = [p.line() for p in cl.problems if p.code == P.CL_FILE_SIZE]
     queues = list(store.queues.values())
     cq_max = max((_queue_max_phys(q) for q in queues), default=-1)
-    min_ts = None
-    if ckpt is not None:
-        min_ts = ckpt.min_timestamp_index if message_index_safe else ckpt.min_timestamp
+    min_ts = _min_timestamp(ckpt, message_index_safe)
     if not files:
         return RecoveryPreview(abnormal, 0, None, 0, "no CommitLog files", 0, 0, [], 0, 0, [], [], 0, min_ts, cq_max, load_errors)
 
-    if abnormal:
-        bound = min_ts if min_ts is not None else 0
-        start = 0
-        for i in range(len(files) - 1, -1, -1):
-            ts = first_store_timestamp(files[i], allow_v2=allow_v2)
-            if ts is not None and ts != 0 and ts <= bound:
-                start = i
-                break
-    elif normal_start == NORMAL_FROM_CQ:
-        start = 0
-        for i in range(len(files) - 1, 0, -1):
-            if files[i].base <= cq_max:
-                start = i
-                break
-    else:
-        start = max(0, len(files) - 3)
-    valid_end, stop, walked = _walk(files, start, check_crc=check_crc, allow_v2=allow_v2)
-    data_end, after, lost = _appended_after(files, valid_end)
+    start = _start_index(files, abnormal, min_ts, cq_max, allow_v2=allow_v2, normal_start=normal_start)
+    progress = _Walked(on_bytes, files[start].base)
+    valid_end, stop, walked = _walk(files, start, check_crc=check_crc, allow_v2=allow_v2, walked=progress)
+    data_end, after, lost = _appended_after(files, valid_end, progress)
+    progress.to(files[-1].base + files[-1].size)  # the rest is zero tails and files after the data: gone past unread
 
     if abnormal:
         redispatch = files[start].base

@@ -10,17 +10,18 @@ broker would start).
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from rmqdump.checks.recovery import RecoveryPreview, preview
+from rmqdump.checks.recovery import RecoveryPreview, preview, preview_bytes
 from rmqdump.common.problems import Problem
 from rmqdump.query.cqseek import RecordReader
 from rmqdump.query.timers import timer_summary
 from rmqdump.readers.batchcq import BatchConsumeQueue
 from rmqdump.readers.checkpoint import Checkpoint
-from rmqdump.readers.commitlog import scan_file
+from rmqdump.readers.commitlog import SegmentFile, scan_file
 from rmqdump.readers.configfiles import ConfigFile, read_config
 from rmqdump.readers.mapped import MappedFile
 from rmqdump.readers.message import Message
@@ -104,19 +105,44 @@ class StoreInfo:
     timer: dict | None = None  # query/timers.timer_summary of a 5.x timer store
 
 
-def data_end(store: Store) -> int:
-    """End of the last record in the newest CommitLog file that holds any (by scanning that one file)."""
+def _starts_with_data(seg: SegmentFile) -> bool:
+    if seg.size == 0:
+        return False
+    with open(seg.path, "rb") as f:
+        return any(f.read(8))
+
+
+def data_end_bytes(store: Store) -> int:
+    """The bytes data_end() scans when the newest file with a non-zero head holds a record (a progress bar's total)."""
+    return next((seg.size for seg in reversed(store.commitlog.files) if _starts_with_data(seg)), 0)
+
+
+def data_end(store: Store, on_bytes: Callable[[int], None] | None = None) -> int:
+    """End of the last record in the newest CommitLog file that holds any (by scanning that one file).
+
+    on_bytes(n) is told of the bytes of each file scanned, as it goes.
+    """
     for seg in reversed(store.commitlog.files):
+        if not _starts_with_data(seg):
+            continue
         with MappedFile(seg.path) as mf:
-            if seg.size == 0 or not mf.data[: min(seg.size, 8)].any():
-                continue
-            end = None
+            end, done = None, 0
             for b in scan_file(seg, mf, start=0, check_crc=False):
                 if len(b):
                     end = seg.base + int(b.cols["_end"][-1])
+                    if on_bytes is not None and end - seg.base > done:
+                        on_bytes(end - seg.base - done)
+                        done = end - seg.base
+            if on_bytes is not None and seg.size > done:
+                on_bytes(seg.size - done)
             if end is not None:
                 return end
     return store.commitlog.min_offset
+
+
+def walk_bytes(store: Store, *, with_recovery: bool = True) -> int:
+    """The CommitLog bytes store_info() walks (and tells its `on_bytes` of): data_end's file and the recovery preview's span."""
+    return data_end_bytes(store) + (preview_bytes(store) if with_recovery else 0)
 
 
 def queue_info(q, reader: RecordReader) -> QueueInfo:
@@ -151,7 +177,8 @@ def batch_queue_info(q: BatchConsumeQueue) -> QueueInfo:
     return QueueInfo(q.topic, q.queue_id, len(q.files), sum(f.size for f in q.files), lo, hi, hi - lo, first, last, last_phys, queue_type="BatchCQ")
 
 
-def store_info(store: Store, *, with_recovery: bool = True, check_crc: bool = True) -> StoreInfo:
+def store_info(store: Store, *, with_recovery: bool = True, check_crc: bool = True, on_bytes: Callable[[int], None] | None = None) -> StoreInfo:
+    """The `info` summary; on_bytes(n) is told of the CommitLog bytes walked (walk_bytes() in all), for a progress bar."""
     checkpoint = store.checkpoint()  # a damaged one is recorded in store.problems
     cl = store.commitlog
     cli = CommitLogInfo(
@@ -160,7 +187,7 @@ def store_info(store: Store, *, with_recovery: bool = True, check_crc: bool = Tr
         bytes=sum(f.size for f in cl.files),
         min_offset=cl.min_offset,
         files_end=(cl.files[-1].base + cl.files[-1].size) if cl.files else 0,
-        data_end=data_end(store) if cl.files else 0,
+        data_end=data_end(store, on_bytes) if cl.files else 0,
     )
     with RecordReader(cl) as reader:
         queues = [queue_info(q, reader) for q in store.select_queues()]
@@ -193,7 +220,7 @@ def store_info(store: Store, *, with_recovery: bool = True, check_crc: bool = Tr
         other_files=store.other_files,
         unsupported=store.unsupported,
         problems=store.problems,
-        recovery=preview(store, check_crc=check_crc) if with_recovery else None,
+        recovery=preview(store, check_crc=check_crc, on_bytes=on_bytes) if with_recovery else None,
         notes=notes,
         timer=timer,
     )

@@ -3,7 +3,9 @@
 Every finding comes from an existing analysis: query.storeinfo (the `info` summary and the recovery preview),
 checks.cqverify (every `cq verify` finding, the CommitLog scan's problems included), checks.offsets (committed
 consumer offsets and lag) and readers.indexfile (index fill, slots, chains). The one thing added here is a pass
-over the CommitLog's records that bins them by store time per topic and by born-to-store latency.
+over the CommitLog's records that bins them by store time per topic and by born-to-store latency. It is a pass of
+its own because cq verify's walk gives its caller findings only (no hook on its records, and its record tables hold
+no born timestamp), and the recovery preview walks only from where the broker would start.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from rmqdump.checks.offsets import OffsetsReport, consumer_offsets
 from rmqdump.checks.recovery import DroppedRecord
 from rmqdump.common import problems as P
 from rmqdump.common.problems import InputError, Problem
-from rmqdump.query.storeinfo import StoreInfo, store_info
+from rmqdump.query.storeinfo import StoreInfo, store_info, walk_bytes
 from rmqdump.readers.indexfile import IndexFile, iter_entries, list_index_files
 from rmqdump.readers.store import Store
 from rmqdump.scan.dispatch import DelayLevels, dispatch_columns
@@ -362,6 +364,29 @@ def _hole_offset(store: Store, p: Problem) -> int | None:
     return None
 
 
+class _Share:
+    """One walk's share of the progress total: passes on what the walk tells, then the rest of its share when it ends
+    (the zero tail and empty preallocated files a record scan goes past without telling), so the bar ends full."""
+
+    def __init__(self, on_bytes: Callable[[int], None] | None, share: int):
+        self.on_bytes, self.share, self.told = on_bytes, share, 0
+
+    def __call__(self, n: int) -> None:
+        self.told += n
+        if self.on_bytes is not None:
+            self.on_bytes(n)
+
+    def finish(self) -> None:
+        if self.on_bytes is not None and self.share > self.told:
+            self.on_bytes(self.share - self.told)
+        self.told = max(self.told, self.share)
+
+
+def collect_bytes(store: Store) -> int:
+    """The CommitLog bytes collect() walks and tells its `on_bytes` of: info's walks (data end, recovery preview), verify's and the traffic pass."""
+    return walk_bytes(store, with_recovery=True) + 2 * sum(f.size for f in store.commitlog.files)
+
+
 def collect(
     store: Store,
     *,
@@ -370,14 +395,20 @@ def collect(
     workers: int = 1,
     on_bytes: Callable[[int], None] | None = None,
 ) -> Report:
-    """Everything the page shows. Two passes over the CommitLog (cq verify's, then the traffic bins)."""
-    info = store_info(store, with_recovery=True, check_crc=check_crc)
+    """Everything the page shows. on_bytes(n): CommitLog bytes walked, collect_bytes() in all.
+
+    The CommitLog is walked by the info summary (the newest file with data, to find the data end; the recovery
+    preview from where the broker would start), by cq verify, then by the traffic bins.
+    """
+    info = store_info(store, with_recovery=True, check_crc=check_crc, on_bytes=on_bytes)
     cl = info.commitlog
     damage = DamageMap(cl.min_offset, max(cl.files_end, cl.data_end))
     summary = VerifySummary()
     first: list[dict] = []
     holes_placed = 0
-    for p in verify(store, check_crc=check_crc, summary=summary, on_bytes=on_bytes, workers=workers):
+    cl_bytes = sum(f.size for f in store.commitlog.files)
+    told = _Share(on_bytes, cl_bytes)
+    for p in verify(store, check_crc=check_crc, summary=summary, on_bytes=told, workers=workers):
         if len(first) < limit:
             first.append(problem_dict(p))
         row = damage_row(p)
@@ -403,7 +434,10 @@ def collect(
         damage.span(DROPPED, r.valid_end, r.valid_end + r.truncated_bytes)
         dropped = r.dropped[:MAX_DROPPED]  # the preview describes them (up to its own cap); the page lists the first few
     damage.span(UNWRITTEN, cl.data_end, cl.files_end)
-    traffic = scan_traffic(store, on_bytes)
+    told.finish()
+    told = _Share(on_bytes, cl_bytes)
+    traffic = scan_traffic(store, told)
+    told.finish()
     try:
         offsets, note = consumer_offsets(store), None
     except InputError as e:

@@ -170,11 +170,12 @@ def info(
 
     Example:  rmqdump info -s /data/rocketmq/store --format jsonl
     """
-    from rmqdump.query.storeinfo import store_info
+    from rmqdump.query.storeinfo import store_info, walk_bytes
     from rmqdump.readers.store import Store
 
     st = Store.open(store)
-    inf = store_info(st, with_recovery=not no_recovery, check_crc=not no_crc)
+    with render.progress(walk_bytes(st, with_recovery=not no_recovery), "info") as advance:  # on a terminal only
+        inf = store_info(st, with_recovery=not no_recovery, check_crc=not no_crc, on_bytes=advance)
     if fmt is ListFormat.jsonl:
         _jsonl(inf)
     else:

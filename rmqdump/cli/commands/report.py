@@ -27,13 +27,12 @@ def report(
     """
     from rmqdump.common.publish import check_target, publishing  # imported here: `rmqdump --help` loads no numpy
     from rmqdump.readers.store import Store
-    from rmqdump.report.collect import collect
+    from rmqdump.report.collect import collect, collect_bytes
     from rmqdump.report.page import render as render_page
 
     st = Store.open(store)
     check_target(str(out), force=force, stores=[st.root], kind="file")  # before the long part: fail fast
-    total = 2 * sum(f.size for f in st.commitlog.files)  # the verify pass and the traffic pass
-    with render.progress(total, "report") as advance:
+    with render.progress(collect_bytes(st), "report") as advance:  # on a terminal only
         rep = collect(st, check_crc=not no_crc, limit=limit, workers=workers, on_bytes=advance)
     page = render_page(rep)
     with publishing(str(out), force=force, stores=[st.root], kind="file") as tmp, open(tmp, "w", encoding="utf-8") as f:

@@ -10,7 +10,7 @@ import typer
 
 from rmqdump.cli import render
 from rmqdump.cli.commands import options as O
-from rmqdump.cli.commands.options import Engine, engine_option, master_option, spark_conf_option
+from rmqdump.cli.commands.options import Engine, engine_option, master_option, ship_option, spark_conf_option
 
 
 class ExportFormat(str, Enum):
@@ -46,7 +46,7 @@ def export(
     master: str = master_option(),
     spark_conf: list[str] = spark_conf_option(),
     driver_memory: str = typer.Option("4g", "--driver-memory", help="spark engine: driver JVM memory."),
-    ship: str = typer.Option("auto", "--ship", help="spark engine: auto (zip the package to executors unless local), zip, or none (installed on every node)."),
+    ship: str = ship_option(),
     spark_writer: str = typer.Option(
         "spark", "--spark-writer", help="spark engine: spark (Spark's Parquet writer, any output URI) or arrow (tasks write with pyarrow; shared path, faster)."
     ),

@@ -111,5 +111,14 @@ def master_option() -> str:
     return typer.Option("local[*]", "--master", help="spark engine: the Spark master URL (spark://host:7077, yarn, k8s://..., local[N]).")
 
 
+def ship_option() -> str:
+    return typer.Option(
+        "auto",
+        "--ship",
+        help="spark engine: auto (zip rmqdump to executors unless local), zip, venv (also pack this environment for the executors: spark.archives), "
+        "or none (installed on every node).",
+    )
+
+
 def spark_conf_option() -> list[str]:
     return typer.Option([], "--spark-conf", help="spark engine: KEY=VALUE Spark setting; repeat it.")

@@ -1,35 +1,63 @@
-"""A SparkSession for rmqdump jobs, and how the package reaches the executors.
+"""A SparkSession for rmqdump jobs, which Python its executors run, and how the package reaches them.
 
 Defaults: master `local[*]`, driver memory 4g (the driver only plans byte
 ranges and collects counts; raise it with `--driver-memory` or
-`--spark-conf spark.driver.memory=8g` only for very many stores). Executors
-need numpy and pyarrow (any PySpark cluster with Arrow has them) and
+`--spark-conf spark.driver.memory=8g` only for very many stores).
+
+The executors' Python: PySpark started from a plain Python process takes it
+from PYSPARK_PYTHON, else the `python3` on PATH, which is not the venv that
+runs `/path/to/venv/bin/rmqdump` unless that venv is activated. So: the
+user's `spark.pyspark.python` or PYSPARK_PYTHON if set; else, for local
+masters and standalone masters on this host, the driver's own interpreter;
+with `ship="venv"`, the driver's environment packed (venv-pack, or
+conda-pack under conda) and unpacked by Spark on each executor
+(spark.archives, PySpark's documented way).
+
 rmqdump itself: by default the driver zips the rmqdump, schemas and
 construct packages it runs from and adds the zip with addPyFile (what
 `spark-submit --py-files` does); `ship="none"` is for clusters where
-rmqdump is installed on every node (a wheel, or a venv via spark.archives).
+rmqdump is installed on every node. Before any job, one task per executor
+core imports what the jobs need, so a missing module is one line naming the
+module, the executor's Python and the fix, not a worker traceback.
 """
 
 from __future__ import annotations
 
+import atexit
 import importlib
+import importlib.util
+import ipaddress
 import os
+import re
+import shutil
+import socket
 import sys
 import tempfile
 import warnings
 import zipfile
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from functools import cache
 
 from rmqdump.common.problems import InputError
 
 DEFAULT_MASTER = "local[*]"
 DEFAULT_DRIVER_MEMORY = "4g"
-SHIP_MODES = ("auto", "zip", "none")
+SHIP_MODES = ("auto", "zip", "venv", "none")
 SHIPPED_PACKAGES = ("rmqdump", "schemas", "construct")
+ENV_ALIAS = "rmqdump_env"  # the directory spark.archives unpacks the driver's environment into
+# Left out of the packed environment: every Spark installation puts its own pyspark and py4j on the
+# workers' PYTHONPATH (and they must match the cluster's Spark, not the driver's pip install).
+PACK_EXCLUDES = ("lib/*/site-packages/pyspark/*", "lib/*/site-packages/py4j/*", "lib/*/site-packages/pyspark-*", "lib/*/site-packages/py4j-*")
+# What rmqdump's tasks import on an executor (pandas: PySpark's Arrow path); numba only if the driver has it.
+EXECUTOR_MODULES = ("numpy", "pyarrow", "pandas", "rmqdump.export.arrowbatch")
+OPTIONAL_EXECUTOR_MODULES = ("numba",)
 
 BAD_SPARK_CONF = "bad_spark_conf"
 NO_PYSPARK = "pyspark_missing"
+NO_PACKER = "env_packer_missing"
+PACK_FAILED = "env_pack_failed"
+EXECUTOR_MODULE_MISSING = "executor_module_missing"
+EXECUTOR_PYTHON_FAILED = "executor_python_failed"
 
 _shipped: set[int] = set()
 
@@ -72,6 +100,154 @@ def package_zip() -> str:
     return path
 
 
+def _this_host_addresses() -> set[str]:
+    names = {socket.gethostname(), socket.getfqdn()}
+    out: set[str] = set()
+    for n in names:
+        with suppress(OSError):
+            out.update(ai[4][0] for ai in socket.getaddrinfo(n, None))
+    return out
+
+
+def on_this_host(master: str) -> bool:
+    """local[...] masters, and standalone masters (spark://h:p[,h2:p2]) whose every host is this machine."""
+    if is_local(master):
+        return True
+    if not master.startswith("spark://"):
+        return False
+    mine = None
+    for hp in master[len("spark://") :].split(","):
+        host = hp.rsplit(":", 1)[0].strip("[]")
+        try:
+            addrs = {ai[4][0] for ai in socket.getaddrinfo(host, None)}
+        except OSError:
+            return False
+        if not addrs:
+            return False
+        for a in addrs:
+            if ipaddress.ip_address(a.split("%")[0]).is_loopback:
+                continue
+            mine = _this_host_addresses() if mine is None else mine
+            if a not in mine:
+                return False
+    return True
+
+
+def _in_conda() -> bool:
+    return os.path.isdir(os.path.join(sys.prefix, "conda-meta"))
+
+
+_packed: dict[str, str] = {}
+
+
+def pack_environment() -> str:
+    """The driver's environment as a .tar.gz for spark.archives (made once per process, removed at exit)."""
+    if sys.prefix in _packed:
+        return _packed[sys.prefix]
+    conda = _in_conda()
+    if not conda and sys.prefix == sys.base_prefix:
+        raise InputError(
+            PACK_FAILED, sys.prefix, "--ship venv packs the driver's virtualenv, but rmqdump is not running in one (install it in a venv, or use --ship zip)"
+        )
+    tool = "conda_pack" if conda else "venv_pack"
+    try:
+        packer = importlib.import_module(tool)
+    except ImportError:
+        pkg = tool.replace("_", "-")
+        raise InputError(NO_PACKER, sys.prefix, f"--ship venv needs {pkg} in the driver's environment: pip install {pkg}") from None
+    tmp = tempfile.mkdtemp(prefix="rmqdump-env-")
+    atexit.register(shutil.rmtree, tmp, True)
+    out = os.path.join(tmp, f"{ENV_ALIAS}.tar.gz")
+    try:
+        if conda:
+            packer.pack(prefix=sys.prefix, output=out, compress_level=1, filters=[("exclude", x) for x in PACK_EXCLUDES], ignore_editable_packages=True)
+        else:
+            packer.pack(prefix=sys.prefix, output=out, compress_level=1, filters=[("exclude", x) for x in PACK_EXCLUDES])
+    except Exception as e:  # the packers' own errors (editable installs, missing files) as one line
+        raise InputError(
+            PACK_FAILED, sys.prefix, f"{tool.replace('_', '-')}: {str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}"
+        ) from None
+    _packed[sys.prefix] = out
+    return out
+
+
+def executor_python(master: str, settings: dict[str, str], ship: str) -> str | None:
+    """The interpreter the executors should run; None leaves PySpark's own choice (PYSPARK_PYTHON or python3)."""
+    if settings.get("spark.pyspark.python"):
+        return settings["spark.pyspark.python"]
+    if os.environ.get("PYSPARK_PYTHON"):
+        return os.environ["PYSPARK_PYTHON"]
+    if ship == "venv" and not is_local(master):
+        return f"./{ENV_ALIAS}/bin/python"
+    if on_this_host(master):
+        return sys.executable
+    return None
+
+
+def executor_modules() -> tuple[str, ...]:
+    return EXECUTOR_MODULES + tuple(m for m in OPTIONAL_EXECUTOR_MODULES if importlib.util.find_spec(m) is not None)
+
+
+# The probe is compiled here rather than defined in this module so that cloudpickle sends it by value:
+# an executor must be able to run it before (and without) importing rmqdump.
+_PROBE_SOURCE = """
+def probe(_rows):
+    import importlib, socket, sys
+    missing = []
+    for name in MODULES:
+        try:
+            importlib.import_module(name)
+        except Exception as e:
+            text = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            missing.append((name, type(e).__name__ + ": " + text))
+    yield (socket.gethostname(), sys.executable, sys.version.split()[0], tuple(missing))
+"""
+
+
+def _probe_function(modules: tuple[str, ...]):
+    ns: dict = {"__name__": "rmqdump_executor_probe", "MODULES": modules}
+    exec(compile(_PROBE_SOURCE, "<rmqdump executor probe>", "exec"), ns)
+    return ns["probe"]
+
+
+_SPARK_ERROR = re.compile(r"((?:Cannot run program|\w+(?:Error|Exception)): [^\n]{1,300})")
+
+
+def _spark_error_line(text: str) -> str:
+    """The most telling line of a failed Spark job's message (a Java error about the Python program, or Python's last error)."""
+    lines = _SPARK_ERROR.findall(text)
+    for line in lines:
+        if "Cannot run program" in line or "different version" in line:
+            return line.strip()
+    py = [x for x in lines if not x.startswith(("org.", "java.", "py4j", "Py4J"))]
+    return (py[-1] if py else (lines[0] if lines else text.strip().splitlines()[0] if text.strip() else "failed")).strip()
+
+
+def check_executors(spark, python: str | None) -> None:
+    """One task per executor core imports what rmqdump's tasks need; any failure is one InputError line."""
+    sc = spark.sparkContext
+    modules = executor_modules()
+    n = max(1, int(sc.defaultParallelism))
+    shown = python or sc.pythonExec
+    fix = "point --spark-conf spark.pyspark.python (or PYSPARK_PYTHON) at a Python that has rmqdump's dependencies, or pass --ship venv"
+    try:
+        seen = set(sc.parallelize(range(n), n).mapPartitions(_probe_function(modules)).collect())
+    except Exception as e:
+        raise InputError(EXECUTOR_PYTHON_FAILED, shown, f"the executors' Python could not run a task: {_spark_error_line(str(e))}; fix: {fix}") from None
+    driver_version = sys.version.split()[0]
+    for host, exe, version, missing in sorted(seen):
+        if missing:
+            name, why = missing[0]
+            if name.startswith("rmqdump"):
+                how = "use --ship zip or --ship venv, or install rmqdump on every node"
+            else:
+                how = f"pip install {name.split('.')[0]} in that Python, or {fix}"
+            more = f" (also missing: {', '.join(m[0] for m in missing[1:])})" if len(missing) > 1 else ""
+            raise InputError(EXECUTOR_MODULE_MISSING, name, f"executor Python {exe} (Python {version}) on {host} cannot import it ({why}){more}; fix: {how}")
+        if version.rsplit(".", 1)[0] != driver_version.rsplit(".", 1)[0]:
+            raise InputError(EXECUTOR_PYTHON_FAILED, exe, f"executor Python {version} on {host} differs from the driver's {driver_version}; fix: {fix}")
+
+
 def build_session(
     master: str = DEFAULT_MASTER,
     conf: list[str] | dict | None = None,
@@ -79,8 +255,9 @@ def build_session(
     driver_memory: str = DEFAULT_DRIVER_MEMORY,
     ship: str = "auto",
     app_name: str = "rmqdump",
+    check: bool = True,
 ):
-    """Start (or join) a SparkSession; ship the package unless told not to (or local, where it is importable)."""
+    """Start (or join) a SparkSession, choose the executors' Python, ship the package, check the executors."""
     try:
         from pyspark.sql import SparkSession
     except ImportError:
@@ -94,10 +271,15 @@ def build_session(
     }
     if is_local(master):
         settings["spark.ui.enabled"] = "false"
-        if not os.environ.get("PYSPARK_PYTHON"):
-            settings["spark.pyspark.python"] = sys.executable  # local workers run this interpreter, not whatever python3 is
     settings.update(parse_conf(conf))
-    if SparkSession.getActiveSession() is not None:
+    if ship == "venv" and not is_local(master):
+        archive = f"{pack_environment()}#{ENV_ALIAS}"
+        settings["spark.archives"] = f"{settings['spark.archives']},{archive}" if settings.get("spark.archives") else archive
+    python = executor_python(master, settings, ship)
+    if python:
+        settings["spark.pyspark.python"] = python
+    owned = SparkSession.getActiveSession() is None
+    if not owned:
         warnings.warn("a SparkSession is already running in this process: it is reused, --master and --spark-conf are not applied", stacklevel=2)
     b = SparkSession.builder.master(master).appName(app_name)
     for k, v in settings.items():
@@ -106,9 +288,20 @@ def build_session(
         warnings.simplefilter("ignore", FutureWarning)
         spark = b.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
-    if (ship == "zip" or (ship == "auto" and not is_local(master))) and id(spark.sparkContext) not in _shipped:
-        spark.sparkContext.addPyFile(package_zip())
-        _shipped.add(id(spark.sparkContext))
+    try:
+        if python and owned:
+            # PySpark started from a plain Python reads PYSPARK_PYTHON once, at SparkContext start, and
+            # ignores spark.pyspark.python; every Python function it sends carries this field.
+            spark.sparkContext.pythonExec = python
+        if (ship in ("zip", "venv") or (ship == "auto" and not is_local(master))) and id(spark.sparkContext) not in _shipped:
+            spark.sparkContext.addPyFile(package_zip())
+            _shipped.add(id(spark.sparkContext))
+        if check:
+            check_executors(spark, python if owned else None)
+    except BaseException:
+        if owned:
+            spark.stop()
+        raise
     return spark
 
 

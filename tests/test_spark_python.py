@@ -1,0 +1,114 @@
+"""Which Python the Spark executors run when rmqdump is started by absolute path from a venv that is
+not activated (the `python3` on PATH lacks numpy and pyarrow), and the one-line error when the
+executors' Python cannot import what rmqdump needs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import REAL, manifest
+from test_export import check_against_manifest, read_dataset
+
+from rmqdump.engines.spark import session as S
+
+pytest.importorskip("pyspark")
+
+RMQDUMP = Path(sys.executable).parent / "rmqdump"  # the console script of the venv running the tests
+STORE = REAL / "rmq4-flags" / "store"
+
+
+def bare_env(tmp: Path) -> tuple[dict, str]:
+    """An environment as a new user's shell has it: no venv activated, and a python3 first on PATH that
+    has neither numpy nor pyarrow (a venv made without pip or packages)."""
+    bare = tmp / "bare"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True)
+    py = str(bare / "bin" / "python3")
+    probe = subprocess.run([py, "-c", "import pyarrow"], capture_output=True, text=True)
+    assert probe.returncode != 0 and "pyarrow" in probe.stderr
+    venv_bin = str(Path(sys.executable).parent)
+    path = [str(bare / "bin")] + [p for p in os.environ.get("PATH", "").split(os.pathsep) if p and p != venv_bin]
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "PYTHONPATH")}
+    env["PATH"] = os.pathsep.join(path)
+    assert subprocess.run(["python3", "-c", "import sys; print(sys.prefix)"], env=env, capture_output=True, text=True).stdout.strip() == str(bare)
+    return env, py
+
+
+@pytest.fixture(scope="module")
+def bare(tmp_path_factory):
+    return bare_env(tmp_path_factory.mktemp("bare"))
+
+
+def test_masters_on_this_host():
+    assert S.on_this_host("local[2]") and S.on_this_host("local")
+    assert S.on_this_host("spark://127.0.0.1:7077")
+    assert S.on_this_host("spark://localhost:7077,127.0.0.1:7078")
+    assert not S.on_this_host("spark://192.0.2.1:7077")  # TEST-NET-1: never this machine
+    assert not S.on_this_host("spark://127.0.0.1:7077,192.0.2.1:7077")
+    assert not S.on_this_host("yarn") and not S.on_this_host("k8s://https://127.0.0.1:6443")
+
+
+def test_the_users_python_wins(monkeypatch):
+    monkeypatch.delenv("PYSPARK_PYTHON", raising=False)
+    assert S.executor_python("local[2]", {}, "auto") == sys.executable
+    assert S.executor_python("spark://127.0.0.1:7077", {}, "auto") == sys.executable
+    assert S.executor_python("yarn", {}, "auto") is None
+    assert S.executor_python("yarn", {}, "venv") == f"./{S.ENV_ALIAS}/bin/python"
+    assert S.executor_python("local[2]", {"spark.pyspark.python": "/opt/py/bin/python"}, "venv") == "/opt/py/bin/python"
+    monkeypatch.setenv("PYSPARK_PYTHON", "/opt/other/python")
+    assert S.executor_python("local[2]", {}, "auto") == "/opt/other/python"
+    assert S.executor_python("yarn", {}, "venv") == "/opt/other/python"
+
+
+def test_executor_modules_follow_the_driver():
+    import importlib.util
+
+    mods = S.executor_modules()
+    assert {"numpy", "pyarrow"} <= set(mods)
+    assert ("numba" in mods) == (importlib.util.find_spec("numba") is not None)
+
+
+def test_cli_by_absolute_path_on_local_master(bare, tmp_path):
+    """python3 on PATH lacks pyarrow; the executors still run the driver's interpreter and the export is exact."""
+    env, _ = bare
+    out = tmp_path / "out"
+    r = subprocess.run(
+        [str(RMQDUMP), "export", "-s", str(STORE), "-o", str(out), "--engine", "spark", "--master", "local[2]", "--driver-memory", "1g", "--split-size", "16K"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=str(tmp_path),
+        timeout=600,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "Traceback" not in r.stderr
+    summary = json.loads(r.stdout.strip().splitlines()[-1])
+    assert summary["engine"] == "spark" and summary["messages"] == len(manifest("rmq4-flags"))
+    check_against_manifest("rmq4-flags", read_dataset(out))
+
+
+def test_missing_module_is_one_line(bare, tmp_path):
+    """PYSPARK_PYTHON, when set, is respected; an executor Python without pyarrow fails before the job, in one line."""
+    env, py = bare
+    env = dict(env, PYSPARK_PYTHON=py)
+    out = tmp_path / "out"
+    r = subprocess.run(
+        [str(RMQDUMP), "export", "-s", str(STORE), "-o", str(out), "--engine", "spark", "--master", "local[1]", "--driver-memory", "1g"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=str(tmp_path),
+        timeout=600,
+    )
+    assert r.returncode == 2, r.stderr[-3000:]
+    assert "Traceback" not in r.stderr and "ModuleNotFoundError" not in r.stderr.replace("(ModuleNotFoundError: No module named", "")
+    ours = [x for x in r.stderr.splitlines() if x.startswith("rmqdump: ")]  # the rest is the JVM's start-up chatter
+    assert len(ours) == 1, r.stderr[-3000:]
+    line = ours[0].removeprefix("rmqdump: ")
+    assert line.startswith(f"{S.EXECUTOR_MODULE_MISSING}: numpy: executor Python {py} "), line
+    assert "also missing: pyarrow" in line and "fix: pip install numpy in that Python" in line and "--ship venv" in line
+    assert not out.exists()

@@ -17,8 +17,10 @@ from pathlib import Path
 
 import pytest
 from conftest import REAL, run_proc
-from test_export import read_dataset
+from test_export import check_against_manifest, read_dataset
+from test_spark_python import RMQDUMP, bare_env
 
+from rmqdump.engines.spark.session import ENV_ALIAS, EXECUTOR_MODULE_MISSING
 from rmqdump.export.dataset import export_local
 from rmqdump.scan.splits import resolve_stores
 
@@ -166,3 +168,67 @@ def test_cq_verify_on_standalone_cluster(cluster, executor_python, tmp_path):
     key = lambda d: json.dumps(d, sort_keys=True)  # noqa: E731
     assert sorted(got, key=key) == sorted(want, key=key)
     assert got[-1] == want[-1] and got[-1]["problems"] == 500
+
+
+def _bare_run(args: list[str], env: dict, cwd: Path) -> subprocess.CompletedProcess:
+    """The CLI by absolute path, as a user runs it without activating its venv."""
+    return subprocess.run([str(RMQDUMP), *args], capture_output=True, text=True, env=env, cwd=str(cwd), timeout=900)
+
+
+def _net_args(url: str) -> list[str]:
+    return [
+        "--engine",
+        "spark",
+        "--master",
+        url,
+        "--driver-memory",
+        "1g",
+        "--spark-conf",
+        "spark.driver.host=127.0.0.1",
+        "--spark-conf",
+        "spark.driver.bindAddress=127.0.0.1",
+        "--spark-conf",
+        "spark.executor.memory=1g",
+    ]
+
+
+@pytest.fixture(scope="module")
+def bare(tmp_path_factory):
+    return bare_env(tmp_path_factory.mktemp("bare"))
+
+
+def test_cli_by_absolute_path_on_standalone_cluster(cluster, bare, tmp_path):
+    """python3 on PATH lacks pyarrow: a standalone master on this host gets the driver's interpreter."""
+    url, _ = cluster
+    env, _ = bare
+    out = tmp_path / "out"
+    r = _bare_run(["export", "-s", str(REAL / "rmq4-flags" / "store"), "-o", str(out), "--split-size", "16K", *_net_args(url)], env, tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "Traceback" not in r.stderr
+    check_against_manifest("rmq4-flags", read_dataset(out))
+
+
+def test_ship_venv_on_standalone_cluster(cluster, bare, tmp_path):
+    """--ship venv: the executors run the packed environment Spark unpacked for them (spark.archives)."""
+    url, work = cluster
+    env, _ = bare
+    before = set(work.glob(f"work*/app-*/*/{ENV_ALIAS}/bin/python"))
+    out = tmp_path / "out"
+    r = _bare_run(["export", "-s", str(REAL / "rmq4-flags" / "store"), "-o", str(out), "--ship", "venv", *_net_args(url)], env, tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    check_against_manifest("rmq4-flags", read_dataset(out))
+    unpacked = set(work.glob(f"work*/app-*/*/{ENV_ALIAS}/bin/python")) - before
+    assert unpacked, "no executor unpacked the shipped environment"
+    for py in unpacked:
+        assert subprocess.run([str(py), "-c", "import numpy, pyarrow, pandas"], env=env).returncode == 0
+
+
+def test_executor_without_pyarrow_on_standalone_cluster(cluster, bare, tmp_path):
+    url, _ = cluster
+    env, py = bare
+    r = _bare_run(["cq", "verify", "-s", str(REAL / "rmq4-flags" / "store"), *_net_args(url), "--spark-conf", f"spark.pyspark.python={py}"], env, tmp_path)
+    assert r.returncode == 2, r.stderr[-3000:]
+    assert "Traceback" not in r.stderr
+    ours = [x for x in r.stderr.splitlines() if x.startswith("rmqdump: ")]
+    assert len(ours) == 1 and ours[0].startswith(f"rmqdump: {EXECUTOR_MODULE_MISSING}: numpy: executor Python {py} "), r.stderr[-3000:]
+    assert "pyarrow" in ours[0] and "fix: " in ours[0]

@@ -83,20 +83,43 @@ def compression_name(sys_flag: int) -> str:
     return C.COMPRESSION_NAMES.get((sys_flag & C.COMPRESSION_MASK) >> C.COMPRESSION_SHIFT, "unknown")
 
 
-def decompress(body: bytes, sys_flag: int) -> bytes:
-    """Uncompress a body stored with the COMPRESSED flag (zlib, lz4 frame or zstd)."""
+# The most a body may expand to: the producer refuses bodies over maxMessageSize (4 MiB by default)
+# before it compresses them, so anything far past that is damage (or a decompression bomb), not a message.
+DECOMPRESSED_LIMIT = 32 << 20
+
+
+def decompress(body: bytes, sys_flag: int, limit: int = DECOMPRESSED_LIMIT) -> bytes:
+    """Uncompress a body stored with the COMPRESSED flag (zlib, lz4 frame or zstd), never past `limit` bytes."""
     kind = compression_name(sys_flag)
     if kind == "zlib":
-        return zlib.decompress(body)
-    if kind == "lz4":
+        d = zlib.decompressobj()
+        out = d.decompress(body, limit + 1)
+        if len(out) <= limit and not d.eof:
+            raise zlib.error("incomplete or truncated stream")
+    elif kind == "lz4":
         import lz4.frame
 
-        return lz4.frame.decompress(body)
-    if kind == "zstd":
+        d = lz4.frame.LZ4FrameDecompressor()
+        out = d.decompress(body, max_length=limit + 1)
+        if len(out) <= limit and not d.eof:
+            raise RuntimeError("incomplete or truncated LZ4 frame")
+    elif kind == "zstd":
         import zstandard
 
-        return zstandard.ZstdDecompressor().decompressobj().decompress(body)
-    raise ValueError(f"unknown compression type in sysFlag 0x{sys_flag:x}")
+        parts, n = [], 0
+        with zstandard.ZstdDecompressor().stream_reader(body, read_across_frames=True) as r:
+            while n <= limit:
+                chunk = r.read(min(1 << 20, limit + 1 - n))
+                if not chunk:
+                    break
+                parts.append(chunk)
+                n += len(chunk)
+        out = b"".join(parts)
+    else:
+        raise ValueError(f"unknown compression type in sysFlag 0x{sys_flag:x}")
+    if len(out) > limit:
+        raise ValueError(f"expands past {limit} bytes (a body is at most the producer's maxMessageSize)")
+    return out
 
 
 def java_crc32(data) -> int:

@@ -1,0 +1,671 @@
+"""Every reader fuzzed as a user meets it: through the commands, on damaged copies of a real store.
+
+Each target damages one kind of file of a copy of fixtures/real/rmq4-flags (or rmq4-basic for the
+consumer offsets), runs a command in-process, and checks:
+- the exit code is 0, 1 or 2, and nothing escaped as a traceback (nor as `internal_error`);
+- the command finished within a time limit (no hang);
+- the process's peak RSS stayed under 500 MB (whatever a size field says);
+- what it listed is exactly what the damaged bytes hold: no intact record, unit or entry lost, none invented.
+
+CI runs a fixed-seed share of this (tests/test_fuzz_readers.py). For a long run:
+
+    python tests/fuzz.py --cases 100000            # spread over every reader
+    python tests/fuzz.py --reader index --cases 20000 --seed 7
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import resource
+import shutil
+import signal
+import struct
+import sys
+import tempfile
+import time
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from schemas import Checkpoint, ConsumeQueueUnit, IndexEntry, IndexHeader, IndexSlot, message_header  # noqa: E402
+from schemas import constants as C  # noqa: E402
+
+REAL = ROOT / "fixtures" / "real"
+RSS_LIMIT = 500 << 20
+CASE_SECONDS = 20.0  # a case that runs longer than this is a hang (the slowest command here takes well under 1 s)
+
+
+class Hang(BaseException):
+    """Raised by the per-case alarm; a BaseException so the CLI's error guard does not turn it into a message."""
+
+
+class FuzzFailure(AssertionError):
+    pass
+
+
+@dataclass
+class Outcome:
+    code: int
+    stdout: str
+    stderr: str
+
+    def rows(self, kind: str | None = None) -> list[dict]:
+        out = [json.loads(x) for x in self.stdout.splitlines() if x.startswith("{")]
+        return out if kind is None else [r for r in out if r.get("kind") == kind]
+
+
+_RUNNER = None
+
+
+def _runner():
+    """typer's CliRunner, with the click command built once: typer rebuilds it on every invoke (~100 ms)."""
+    global _RUNNER
+    if _RUNNER is None:
+        import typer.testing
+
+        from rmqdump.cli.app import app
+
+        built = typer.testing._get_command(app)
+        original = typer.testing._get_command
+        typer.testing._get_command = lambda a: built if a is app else original(a)
+        _RUNNER = (typer.testing.CliRunner(), app)
+    return _RUNNER
+
+
+def _on_alarm(signum, frame):
+    raise Hang()
+
+
+def peak_rss() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+
+
+def invoke(*args: str) -> Outcome:
+    """Run one command in-process under the time limit, and check the properties every command owes."""
+    runner, app = _runner()
+    old = signal.signal(signal.SIGALRM, _on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, CASE_SECONDS)
+    try:
+        r = runner.invoke(app, [str(a) for a in args], catch_exceptions=True)
+    except Hang:
+        raise FuzzFailure(f"hang: rmqdump {' '.join(map(str, args))} ran over {CASE_SECONDS} s") from None
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+    if isinstance(r.exception, Hang):
+        raise FuzzFailure(f"hang: rmqdump {' '.join(map(str, args))} ran over {CASE_SECONDS} s")
+    if r.exception is not None and not isinstance(r.exception, SystemExit):
+        import traceback
+
+        tb = "".join(traceback.format_exception(r.exception))
+        raise FuzzFailure(f"traceback from rmqdump {' '.join(map(str, args))}:\n{tb}")
+    out, err = r.stdout, r.stderr
+    if r.exit_code not in (0, 1, 2):
+        raise FuzzFailure(f"exit {r.exit_code} from rmqdump {' '.join(map(str, args))}: {err[-2000:]}")
+    if "Traceback" in err or "internal_error" in err:
+        raise FuzzFailure(f"rmqdump {' '.join(map(str, args))}: {err[-3000:]}")
+    if r.exit_code == 2 and len([x for x in err.splitlines() if x.strip()]) != 1:
+        raise FuzzFailure(f"exit 2 without exactly one error line from rmqdump {' '.join(map(str, args))}: {err[-2000:]}")
+    if peak_rss() > RSS_LIMIT:
+        raise FuzzFailure(f"peak RSS {peak_rss() >> 20} MiB after rmqdump {' '.join(map(str, args))}")
+    return Outcome(r.exit_code, out, err)
+
+
+# --- damage --------------------------------------------------------------------------------------
+
+
+def damage(size: int, tail: int = 64) -> st.SearchStrategy:
+    """A list of edits to a file of `size` bytes: overwrite, zero, flip, truncate, extend."""
+    pos = st.integers(0, size + tail)
+    edit = st.one_of(
+        st.tuples(st.just("write"), pos, st.binary(min_size=1, max_size=24)),
+        st.tuples(st.just("zero"), pos, st.integers(1, max(1, size // 4))),
+        st.tuples(st.just("fill"), pos, st.integers(1, 64), st.sampled_from([0xFF, 0x7F, 0x80])),
+        st.tuples(st.just("flip"), pos, st.integers(1, 255)),
+        st.tuples(st.just("truncate"), st.integers(0, size)),
+        st.tuples(st.just("extend"), st.binary(min_size=1, max_size=64)),
+    )
+    return st.lists(edit, min_size=0, max_size=4)
+
+
+def apply(data: bytes, edits) -> bytes:
+    b = bytearray(data)
+    for e in edits:
+        op = e[0]
+        if op == "write":
+            p, x = e[1], e[2]
+            if p > len(b):
+                b.extend(bytes(p - len(b)))
+            b[p : p + len(x)] = x
+        elif op == "zero":
+            p, n = e[1], e[2]
+            if p < len(b):
+                b[p : p + n] = bytes(min(n, len(b) - p))
+        elif op == "fill":
+            p, n, v = e[1], e[2], e[3]
+            if p < len(b):
+                b[p : p + n] = bytes([v]) * min(n, len(b) - p)
+        elif op == "flip":
+            p, m = e[1], e[2]
+            if p < len(b):
+                b[p] ^= m
+        elif op == "truncate":
+            del b[e[1] :]
+        elif op == "extend":
+            b.extend(e[1])
+    return bytes(b)
+
+
+def write(path: Path, data: bytes) -> None:
+    with open(path, "wb") as f:
+        f.write(data)
+
+
+# --- targets -------------------------------------------------------------------------------------
+
+
+@dataclass
+class Target:
+    name: str
+    setup: Callable[[Path], dict]
+    strategy: Callable[[dict], st.SearchStrategy]
+    case: Callable[[dict, object], None]
+
+
+def _copy_store(name: str, ws: Path, parts: tuple[str, ...] | None = None) -> Path:
+    src = REAL / name / "store"
+    dst = ws / name / "store"
+    if parts is None:
+        shutil.copytree(src, dst)
+    else:
+        dst.mkdir(parents=True)
+        for p in parts:
+            if (src / p).is_dir():
+                shutil.copytree(src / p, dst / p)
+            elif (src / p).exists():
+                shutil.copy2(src / p, dst / p)
+    return dst
+
+
+# ConsumeQueue: `cq dump` lists every complete 20-byte unit of the queue's files, as the bytes hold it.
+
+CQ_TOPIC, CQ_QUEUE = "FlagTopic", 0
+CQ_UNIT = ConsumeQueueUnit.sizeof()
+
+
+def cq_setup(ws: Path) -> dict:
+    store = _copy_store("rmq4-flags", ws, ("commitlog", "consumequeue", "checkpoint", "config"))
+    qdir = store / "consumequeue" / CQ_TOPIC / str(CQ_QUEUE)
+    f = qdir / ("0" * 20)
+    return {"store": store, "qdir": qdir, "file": f, "orig": f.read_bytes()}
+
+
+def cq_strategy(ctx: dict) -> st.SearchStrategy:
+    n = len(ctx["orig"])
+    return st.tuples(
+        damage(n, tail=3 * CQ_UNIT),
+        st.sampled_from(["dump", "dump", "window", "verify", "seek"]),
+        st.integers(0, n // CQ_UNIT + 2),
+        st.integers(1, 50),
+        st.integers(0, 1 << 42),
+    )
+
+
+def cq_case(ctx: dict, ex) -> None:
+    edits, mode, start, limit, when = ex
+    data = apply(ctx["orig"], edits)
+    write(ctx["file"], data)
+    s = str(ctx["store"])
+    q = ["--topic", CQ_TOPIC, "--queue", str(CQ_QUEUE)]
+    if mode == "verify":
+        invoke("cq", "verify", "-s", s, "--topic", CQ_TOPIC, "--queue", str(CQ_QUEUE), "-f", "jsonl")
+        return
+    if mode == "seek":
+        invoke("cq", "seek", "-s", s, *q, "--time", str(when), "-f", "jsonl")
+        return
+    window = ["--from", str(start), "--limit", str(limit)] if mode == "window" else []
+    o = invoke("cq", "dump", "-s", s, *q, "-f", "jsonl", *window)
+    units = [ConsumeQueueUnit.parse(data[i : i + CQ_UNIT]) for i in range(0, len(data) - CQ_UNIT + 1, CQ_UNIT)]
+    want = [
+        {"unit_index": i, "file_offset": i * CQ_UNIT, "phys_offset": u.commit_log_offset, "size": u.size, "tags_code": u.tags_code} for i, u in enumerate(units)
+    ]
+    if window:
+        want = [w for w in want if w["unit_index"] >= start][:limit]
+    got = [{k: r[k] for k in ("unit_index", "file_offset", "phys_offset", "size", "tags_code")} for r in o.rows("unit")]
+    if got != want:
+        raise FuzzFailure(f"cq dump listed {len(got)} units, the file holds {len(want)} (first difference: {_first_diff(got, want)})")
+    if o.code != (0 if want else 1):
+        raise FuzzFailure(f"cq dump exit {o.code} with {len(want)} units")
+
+
+def _first_diff(a: list, b: list):
+    for i, (x, y) in enumerate(zip(a, b, strict=False)):
+        if x != y:
+            return i, x, y
+    return min(len(a), len(b)), a[len(b) :][:1], b[len(a) :][:1]
+
+
+# IndexFile: `index dump` shows the header, the non-empty slots and entries 1..indexCount-1 of the
+# layout it reports, read from the file's bytes; with the sizing flags and an intact header every
+# entry is listed.
+
+HEADER = IndexHeader.sizeof()
+SLOT = IndexSlot.sizeof()
+ENTRY = IndexEntry.sizeof()
+
+
+def index_setup(ws: Path) -> dict:
+    store = _copy_store("rmq4-flags", ws, ("commitlog", "index", "checkpoint"))
+    paths = sorted((store / "index").iterdir())
+    return {"store": store, "paths": paths, "origs": [p.read_bytes() for p in paths], "slots": 64, "entries": 256}
+
+
+def index_strategy(ctx: dict) -> st.SearchStrategy:
+    n = len(ctx["origs"][0])
+    region = st.sampled_from([(0, HEADER), (HEADER, HEADER + 64 * SLOT), (HEADER + 64 * SLOT, n), (0, n)])
+    return st.tuples(
+        st.integers(0, len(ctx["origs"]) - 1),
+        region,
+        damage(n, tail=ENTRY * 4),
+        st.sampled_from(["infer", "flags", "flags", "window", "verify"]),
+        st.integers(0, 300),
+        st.integers(1, 40),
+    )
+
+
+def index_case(ctx: dict, ex) -> None:
+    which, (lo, hi), edits, mode, start, limit = ex
+    orig = ctx["origs"][which]
+    # edits are aimed at one region (header, slots or entries) so each part is hit often
+    edits = [(e[0], lo + (e[1] % max(1, hi - lo)), *e[2:]) if e[0] in ("write", "zero", "fill", "flip") else e for e in edits]
+    data = apply(orig, edits)
+    for p, b in zip(ctx["paths"], ctx["origs"], strict=True):
+        write(p, data if p == ctx["paths"][which] else b)
+    f = str(ctx["paths"][which])
+    flags = ["--hash-slots", str(ctx["slots"]), "--index-entries", str(ctx["entries"])]
+    if mode == "verify":
+        invoke("index", "verify", "-s", str(ctx["store"]), "-f", "jsonl")
+        return
+    args = ["index", "dump", f, "-f", "jsonl"]
+    if mode in ("flags", "window"):
+        args += flags
+    if mode == "window":
+        args += ["--from", str(start), "--limit", str(limit)]
+    o = invoke(*args)
+    intact_head = len(data) == len(orig) and data[:HEADER] == orig[:HEADER]
+    if mode in ("flags", "window") and intact_head and o.code != 0:
+        raise FuzzFailure(f"index dump with the sizing flags and an intact header: exit {o.code}: {o.stderr[-500:]}")
+    if o.code == 2:
+        return
+    head = o.rows("header")
+    if len(head) != 1:
+        raise FuzzFailure(f"index dump printed {len(head)} headers")
+    h = head[0]
+    hdr = IndexHeader.parse(data[:HEADER])
+    for k in ("begin_timestamp", "end_timestamp", "begin_phy_offset", "end_phy_offset", "hash_slot_count", "index_count"):
+        if h[k] != hdr[k]:
+            raise FuzzFailure(f"header {k}: listed {h[k]}, the file holds {hdr[k]}")
+    s, e = h["hash_slots"], h["index_entries"]
+    if HEADER + s * SLOT + e * ENTRY > len(data):
+        raise FuzzFailure(f"layout {s} slots x {e} entries does not fit a {len(data)}-byte file")
+    if mode in ("flags", "window") and (s, e) != (ctx["slots"], ctx["entries"]):
+        raise FuzzFailure(f"layout {s}x{e} instead of the flags' {ctx['slots']}x{ctx['entries']}")
+    slots = [IndexSlot.parse(data[HEADER + i * SLOT : HEADER + (i + 1) * SLOT]).entry for i in range(s)]
+    want_slots = [{"slot": i, "entry": v} for i, v in enumerate(slots) if v != 0]
+    got_slots = [{"slot": r["slot"], "entry": r["entry"]} for r in o.rows("slot")]
+    if got_slots != want_slots:
+        raise FuzzFailure(f"slots: {_first_diff(got_slots, want_slots)}")
+    base = HEADER + s * SLOT
+    count = max(0, min(hdr.index_count, e))
+    lo_e = start if mode == "window" else 1
+    hi_e = min(count, start + limit) if mode == "window" else count
+    want = []
+    for k in range(max(lo_e, 0), hi_e):
+        en = IndexEntry.parse(data[base + k * ENTRY : base + (k + 1) * ENTRY])
+        want.append({"entry": k, "key_hash": en.key_hash, "phys_offset": en.phys_offset, "time_diff": en.time_diff, "prev_index": en.prev_index})
+    got = [{k: r[k] for k in ("entry", "key_hash", "phys_offset", "time_diff", "prev_index")} for r in o.rows("entry")]
+    if got != want:
+        raise FuzzFailure(f"entries: listed {len(got)}, the file holds {len(want)}: {_first_diff(got, want)}")
+
+
+# checkpoint: `info` reports the fields the bytes hold, or says in one line why it cannot.
+
+CHECKPOINT_FIELDS = ("physic_msg_timestamp", "logics_msg_timestamp", "index_msg_timestamp", "master_flushed_offset", "confirm_phy_offset")
+
+
+def checkpoint_setup(ws: Path) -> dict:
+    store = _copy_store("rmq4-flags", ws, ("commitlog", "checkpoint", "config"))
+    return {"store": store, "file": store / "checkpoint", "orig": (store / "checkpoint").read_bytes()}
+
+
+def checkpoint_strategy(ctx: dict) -> st.SearchStrategy:
+    return st.tuples(damage(64, tail=16), st.one_of(st.none(), st.integers(0, 80)))
+
+
+def checkpoint_case(ctx: dict, ex) -> None:
+    edits, cut = ex
+    data = apply(ctx["orig"], edits)
+    if cut is not None:
+        data = data[:cut]
+    write(ctx["file"], data)
+    o = invoke("info", "-s", str(ctx["store"]), "-f", "jsonl", "--no-recovery")
+    if o.code == 2:
+        if len(data) >= 24:
+            raise FuzzFailure(f"info refused a {len(data)}-byte checkpoint: {o.stderr.strip()}")
+        return
+    cp = o.rows("store")[0]["checkpoint"]
+    if len(data) < 24:
+        if cp is not None and any(cp.get(k) for k in CHECKPOINT_FIELDS):
+            raise FuzzFailure(f"info invented checkpoint values from {len(data)} bytes: {cp}")
+        return
+    full = (data + bytes(C.CHECKPOINT_SIZE))[: C.CHECKPOINT_SIZE]
+    want = Checkpoint.parse(full)
+    for k in CHECKPOINT_FIELDS:
+        if cp[k] != want[k]:
+            raise FuzzFailure(f"checkpoint {k}: listed {cp[k]}, the bytes hold {want[k]}")
+
+
+# config/*.json as fastjson writes them (unquoted integer keys, tabs), then damaged.
+
+
+def _fastjson(value, depth: int = 0) -> str:
+    """Serialize as fastjson's pretty format does: integer map keys unquoted, tab indents."""
+    if isinstance(value, dict):
+        if not value:
+            return "{}"
+        ind = "\t" * (depth + 1)
+        items = [f"{ind}{k if isinstance(k, int) else json.dumps(k, ensure_ascii=False)}:{_fastjson(v, depth + 1)}" for k, v in value.items()]
+        return "{\n" + ",\n".join(items) + "\n" + "\t" * depth + "}"
+    if isinstance(value, list):
+        return "[" + ",".join(_fastjson(v, depth + 1) for v in value) + "]"
+    return json.dumps(value, ensure_ascii=False)
+
+
+_text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=12)
+_leaf = st.one_of(st.integers(-(1 << 63), (1 << 63) - 1), _text, st.booleans(), st.none())
+_doc = st.recursive(
+    _leaf,
+    lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(st.one_of(st.integers(-5, 1 << 40), _text), inner, max_size=4)),
+    max_leaves=20,
+)
+CONFIG_NAMES = ("topics.json", "subscriptionGroup.json", "consumerFilter.json", "delayOffset.json", "delayOffset.json.bak", "consumerOffset.json.bak")
+
+
+def config_setup(ws: Path) -> dict:
+    store = _copy_store("rmq4-flags", ws, ("commitlog", "checkpoint", "config"))
+    return {"store": store, "dir": store / "config"}
+
+
+def _same_json(a, b) -> bool:
+    """Equal as fastjson data: integer keys read back as strings."""
+    if isinstance(a, dict):
+        return isinstance(b, dict) and len(a) == len(b) and all(str(k) in b and _same_json(v, b[str(k)]) for k, v in a.items())
+    if isinstance(a, list):
+        return isinstance(b, list) and len(a) == len(b) and all(_same_json(x, y) for x, y in zip(a, b, strict=True))
+    return a == b and type(a) is type(b)
+
+
+def config_strategy(ctx: dict) -> st.SearchStrategy:
+    return st.tuples(st.sampled_from(CONFIG_NAMES), st.dictionaries(_text, _doc, max_size=5), st.booleans(), damage(200, tail=8))
+
+
+def config_case(ctx: dict, ex) -> None:
+    name, doc, damaged, edits = ex
+    for p in ctx["dir"].iterdir():
+        p.unlink()
+    raw = _fastjson(doc).encode("utf-8")
+    data = apply(raw, edits) if damaged else raw
+    path = ctx["dir"] / name
+    write(path, data)
+    o = invoke("info", "-s", str(ctx["store"]), "-f", "jsonl", "--no-recovery")
+    rows = [r for r in o.rows("config") if r["path"].endswith(name)]
+    if len(rows) != 1:
+        raise FuzzFailure(f"info listed {len(rows)} rows for config/{name}")
+    if rows[0]["size"] != len(data):
+        raise FuzzFailure(f"config/{name}: size {rows[0]['size']}, the file has {len(data)} bytes")
+    if data == raw and not rows[0]["ok"]:
+        raise FuzzFailure(f"config/{name} as fastjson writes it was refused: {rows[0]['error']}\n{raw[:300]!r}")
+    if data == raw:
+        from rmqdump.readers.configfiles import read_config
+
+        got = read_config(str(path)).data
+        if not _same_json(doc, got):
+            raise FuzzFailure(f"config/{name}: read back {got!r}, written {doc!r}")
+
+
+# consumer offsets and .bak: `offsets` lists one row per (group, topic, queue) of either file, with the
+# values each file holds.
+
+_name = st.text(st.sampled_from("abcXYZ019_-%"), min_size=1, max_size=8)
+_table = st.dictionaries(
+    st.tuples(st.one_of(st.sampled_from(["TopicTest", "orders"]), _name), _name).map(lambda tg: f"{tg[0]}@{tg[1]}"),
+    st.dictionaries(st.integers(-2, 40), st.integers(-(1 << 40), 1 << 40), max_size=5),
+    max_size=5,
+)
+
+
+def offsets_setup(ws: Path) -> dict:
+    store = _copy_store("rmq4-basic", ws, ("commitlog", "consumequeue", "config"))
+    return {"store": store, "file": store / "config" / "consumerOffset.json"}
+
+
+def offsets_strategy(ctx: dict) -> st.SearchStrategy:
+    return st.tuples(_table, st.one_of(st.none(), _table), st.sampled_from(["none", "main", "bak"]), damage(300, tail=8))
+
+
+def _offset_rows(table: dict | None) -> dict:
+    out = {}
+    for tg, queues in (table or {}).items():
+        topic, _, group = tg.partition("@")
+        for q, v in queues.items():
+            out[(group, topic, q)] = v
+    return out
+
+
+def offsets_case(ctx: dict, ex) -> None:
+    main, bak, where, edits = ex
+    raw = _fastjson({"offsetTable": main}).encode()
+    raw_bak = None if bak is None else _fastjson({"offsetTable": bak}).encode()
+    data = apply(raw, edits) if where == "main" else raw
+    data_bak = apply(raw_bak, edits) if where == "bak" and raw_bak is not None else raw_bak
+    write(ctx["file"], data)
+    bak_path = ctx["file"].with_name("consumerOffset.json.bak")
+    if data_bak is None:
+        bak_path.unlink(missing_ok=True)
+    else:
+        write(bak_path, data_bak)
+    o = invoke("offsets", "-s", str(ctx["store"]), "-f", "jsonl")
+    if data != raw or data_bak != raw_bak:
+        return  # damaged: only the properties every command owes
+    want_main, want_bak = _offset_rows(main), _offset_rows(bak)
+    got = {(r["group"], r["topic"], r["queue_id"]): (r["committed"], r["bak"]) for r in o.rows("offset")}
+    want = {k: (want_main.get(k), want_bak.get(k)) for k in set(want_main) | set(want_bak)}
+    if got != want:
+        missing = sorted(set(want) - set(got), key=str)[:3]
+        extra = sorted(set(got) - set(want), key=str)[:3]
+        wrong = [(k, got[k], want[k]) for k in set(got) & set(want) if got[k] != want[k]][:3]
+        raise FuzzFailure(f"offsets rows: missing {missing}, invented {extra}, wrong {wrong}")
+    if not want and o.code != 1:
+        raise FuzzFailure(f"offsets exit {o.code} with nothing to list")
+
+
+# Compressed bodies with --decompress: one compressed record's body replaced (same length, CRC
+# fixed or not), its compression type changed; every record still listed, the body exactly what
+# a bounded decompression gives, or decompress_failed.
+
+
+def zstd_rle_bomb(blocks: int) -> bytes:
+    """A zstd frame of RLE blocks: 4 bytes of input per 128 KiB of output."""
+    head = struct.pack("<I", 0xFD2FB528) + bytes([0x00, 0x38])  # no content size; window 128 KiB
+    block = ((1 << 1) | (131072 << 3)).to_bytes(3, "little") + b"\0"
+    last = (1 | (1 << 1) | (131072 << 3)).to_bytes(3, "little") + b"\0"
+    return head + block * (blocks - 1) + last
+
+
+def decompress_setup(ws: Path) -> dict:
+    store = _copy_store("rmq4-flags", ws, ("commitlog",))
+    man = [json.loads(x) for x in (REAL / "rmq4-flags" / "manifest.jsonl").read_text().splitlines()]
+    comp = [m for m in man if m["sysFlag"] & C.FLAG_COMPRESSED]
+    lo = min(m["wroteOffset"] for m in comp)
+    hi = max(m["wroteOffset"] + m["wroteBytes"] for m in comp)
+    fsize = (REAL / "rmq4-flags" / "store" / "commitlog" / ("0" * 20)).stat().st_size
+    assert hi <= fsize, "the compressed records are in the first CommitLog file"
+    f = store / "commitlog" / ("0" * 20)
+    orig = f.read_bytes()
+    head = message_header()
+    recs = []
+    for m in comp:
+        h = head.parse(orig[m["wroteOffset"] : m["wroteOffset"] + head.sizeof()])
+        body_pos = m["wroteOffset"] + head.sizeof()
+        assert h.body_length == m["body_len"]
+        recs.append({"offset": m["wroteOffset"], "body_pos": body_pos, "body_len": h.body_length, "sys_flag": h.sys_flag})
+    offsets = [m["wroteOffset"] for m in man if lo <= m["wroteOffset"] < hi]
+    return {"store": store, "file": f, "orig": orig, "recs": recs, "lo": lo, "hi": hi, "offsets": offsets, "head": head}
+
+
+def decompress_strategy(ctx: dict) -> st.SearchStrategy:
+    import lz4.frame
+    import zstandard
+
+    payload = st.one_of(st.binary(max_size=3000), st.integers(0, 1 << 22).map(bytes))
+    body = st.one_of(
+        st.binary(max_size=64),
+        st.tuples(st.sampled_from(["zlib", "lz4", "zstd"]), payload).map(
+            lambda kp: {"zlib": zlib.compress, "lz4": lz4.frame.compress, "zstd": zstandard.ZstdCompressor().compress}[kp[0]](kp[1])
+        ),
+        st.integers(1, 2000).map(zstd_rle_bomb),
+    )
+    return st.tuples(st.integers(0, len(ctx["recs"]) - 1), body, st.integers(0, 7), st.booleans(), st.integers(0, 64))
+
+
+def decompress_case(ctx: dict, ex) -> None:
+    from rmqdump.readers.message import DECOMPRESSED_LIMIT, decompress, java_crc32
+
+    which, new, ctype, fix_crc, cut = ex
+    rec = ctx["recs"][which]
+    n = rec["body_len"]
+    new = new[: max(0, len(new) - cut)] if cut < len(new) else new
+    new = (new + os.urandom(n))[:n] if len(new) < n else new[:n]
+    buf = bytearray(ctx["orig"])
+    buf[rec["body_pos"] : rec["body_pos"] + n] = new
+    flag = (rec["sys_flag"] & ~C.COMPRESSION_MASK) | (ctype << C.COMPRESSION_SHIFT)
+    head = ctx["head"]
+    # sysFlag and bodyCRC positions from the schema: parse, edit, rebuild the header
+    h = head.parse(bytes(buf[rec["offset"] : rec["offset"] + head.sizeof()]))
+    h.sys_flag = flag
+    if fix_crc:
+        h.body_crc = java_crc32(bytes(new))
+    buf[rec["offset"] : rec["offset"] + head.sizeof()] = head.build(h)
+    write(ctx["file"], bytes(buf))
+    o = invoke(
+        "commitlog", str(ctx["file"].parent), "--decompress", "--body", "base64", "-f", "jsonl", "--from-offset", str(ctx["lo"]), "--to-offset", str(ctx["hi"])
+    )
+    msgs = o.rows("message")
+    got = [r["phys_offset"] for r in msgs]
+    if got != ctx["offsets"]:
+        raise FuzzFailure(f"listed records {got[:5]}..., the file holds {ctx['offsets'][:5]}...")
+    row = next(r for r in msgs if r["phys_offset"] == rec["offset"])
+    failed = f"decompress_failed: {ctx['file']}@{rec['body_pos']}" in o.stderr or any(
+        r.get("code") == "decompress_failed" and r.get("phys_offset") == rec["offset"] for r in o.rows("problem")
+    )
+    try:
+        want = decompress(bytes(new), flag)
+    except Exception:
+        want = None
+    if want is None:
+        if not failed:
+            raise FuzzFailure(f"a body that does not decompress was not reported (record {rec['offset']})")
+        if base64.b64decode(row["body"]) != bytes(new):
+            raise FuzzFailure("an undecompressable body was not listed as stored")
+    else:
+        if len(want) > DECOMPRESSED_LIMIT:
+            raise FuzzFailure("the reference decompression went past the limit")
+        if base64.b64decode(row["body"]) != want:
+            raise FuzzFailure(f"record {rec['offset']}: listed body differs from its decompression")
+
+
+TARGETS: dict[str, Target] = {
+    t.name: t
+    for t in (
+        Target("cq", cq_setup, cq_strategy, cq_case),
+        Target("index", index_setup, index_strategy, index_case),
+        Target("checkpoint", checkpoint_setup, checkpoint_strategy, checkpoint_case),
+        Target("config", config_setup, config_strategy, config_case),
+        Target("offsets", offsets_setup, offsets_strategy, offsets_case),
+        Target("decompress", decompress_setup, decompress_strategy, decompress_case),
+    )
+}
+
+
+def run_target(name: str, cases: int, seed: int | None = 0, workspace: Path | None = None) -> dict:
+    """Run `cases` generated cases of one target; raise on the first failing (shrunk) case."""
+    t = TARGETS[name]
+    own = workspace is None
+    ws = Path(tempfile.mkdtemp(prefix=f"rmqdump-fuzz-{name}-")) if own else workspace
+    try:
+        ctx = t.setup(ws)
+        count = [0]
+
+        @settings(
+            max_examples=cases,
+            deadline=None,
+            database=None,
+            derandomize=seed is not None and seed == 0,
+            suppress_health_check=list(HealthCheck),
+            phases=[Phase.generate, Phase.shrink],
+            print_blob=False,
+        )
+        @given(t.strategy(ctx))
+        def check(ex):
+            count[0] += 1
+            t.case(ctx, ex)
+
+        if seed:
+            from hypothesis import seed as hseed
+
+            check = hseed(seed)(check)
+        t0 = time.perf_counter()
+        check()
+        return {"reader": name, "cases": count[0], "seconds": round(time.perf_counter() - t0, 2), "peak_rss_mb": peak_rss() >> 20}
+    finally:
+        if own:
+            shutil.rmtree(ws, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--cases", type=int, default=1000, help="total cases, shared equally by the readers run")
+    ap.add_argument("--reader", action="append", choices=sorted(TARGETS), help="only this reader (repeatable)")
+    ap.add_argument("--seed", type=int, default=0, help="0: the fixed CI sequence; another number: another sequence")
+    a = ap.parse_args(argv)
+    names = a.reader or list(TARGETS)
+    per = max(1, a.cases // len(names))
+    t0 = time.perf_counter()
+    total, failures = 0, 0
+    for n in names:
+        try:
+            r = run_target(n, per, seed=a.seed)
+        except Exception as e:  # report the (shrunk) failing case and go on with the other readers
+            failures += 1
+            print(json.dumps({"reader": n, "failure": f"{type(e).__name__}: {e}"[:4000]}), flush=True)
+            continue
+        total += r["cases"]
+        print(json.dumps(r), flush=True)
+    print(json.dumps({"cases": total, "seconds": round(time.perf_counter() - t0, 1), "peak_rss_mb": peak_rss() >> 20, "failures": failures}), flush=True)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

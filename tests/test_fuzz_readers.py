@@ -1,0 +1,29 @@
+"""Every reader fuzzed through the CLI with a fixed seed: 500 cases each (tests/fuzz.py has the
+targets, their oracles and the entry point for long runs)."""
+
+from __future__ import annotations
+
+import pytest
+from fuzz import TARGETS, run_target, zstd_rle_bomb
+
+CI_CASES = 500
+
+
+@pytest.mark.parametrize("reader", sorted(TARGETS))
+def test_reader_fuzzed_through_the_cli(reader, tmp_path):
+    r = run_target(reader, CI_CASES, seed=0, workspace=tmp_path)
+    assert r["cases"] >= CI_CASES
+    assert r["peak_rss_mb"] < 500
+
+
+def test_decompression_is_bounded():
+    """A zstd frame of RLE blocks that would expand to 250 MiB is refused, not expanded."""
+    from rmqdump.readers.message import DECOMPRESSED_LIMIT, decompress
+    from schemas import constants as C
+
+    flag = C.FLAG_COMPRESSED | (2 << C.COMPRESSION_SHIFT)
+    assert C.COMPRESSION_NAMES[2] == "zstd"
+    with pytest.raises(ValueError, match="expands past"):
+        decompress(zstd_rle_bomb(2000), flag)
+    assert decompress(zstd_rle_bomb(8), flag) == bytes(8 * 131072)
+    assert DECOMPRESSED_LIMIT > 8 * 131072

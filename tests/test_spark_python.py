@@ -112,3 +112,46 @@ def test_missing_module_is_one_line(bare, tmp_path):
     assert line.startswith(f"{S.EXECUTOR_MODULE_MISSING}: numpy: executor Python {py} "), line
     assert "also missing: pyarrow" in line and "fix: pip install numpy in that Python" in line and "--ship venv" in line
     assert not out.exists()
+
+
+def test_ship_venv_outside_a_venv_is_one_error(monkeypatch):
+    from rmqdump.common.problems import InputError
+
+    monkeypatch.setattr(S, "_packed", {})
+    monkeypatch.setattr(S.sys, "base_prefix", S.sys.prefix)
+    monkeypatch.setattr(S, "_in_conda", lambda: False)
+    with pytest.raises(InputError) as e:
+        S.pack_environment()
+    assert e.value.code == S.PACK_FAILED and "--ship zip" in e.value.detail
+
+
+def test_ship_venv_without_venv_pack_names_it(monkeypatch):
+    from rmqdump.common.problems import InputError
+
+    real = S.importlib.import_module
+    monkeypatch.setattr(S, "_packed", {})
+    monkeypatch.setattr(S, "_in_conda", lambda: False)
+    monkeypatch.setattr(S.sys, "base_prefix", "/not-this-venv")
+    monkeypatch.setattr(S.importlib, "import_module", lambda n: (_ for _ in ()).throw(ImportError(n)) if n == "venv_pack" else real(n))
+    with pytest.raises(InputError) as e:
+        S.pack_environment()
+    assert e.value.code == S.NO_PACKER and e.value.detail.endswith("pip install venv-pack")
+
+
+def test_executor_python_that_does_not_exist(bare, tmp_path):
+    env, _ = bare
+    missing = str(tmp_path / "no" / "python3")
+    r = subprocess.run(
+        [str(RMQDUMP), "cq", "verify", "-s", str(STORE), "--engine", "spark", "--master", "local[1]", "--spark-conf", f"spark.pyspark.python={missing}"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=str(tmp_path),
+        timeout=600,
+    )
+    assert r.returncode == 2, r.stderr[-3000:]
+    ours = [x for x in r.stderr.splitlines() if x.startswith("rmqdump: ")]
+    assert len(ours) == 1 and ours[0].startswith(f"rmqdump: {S.EXECUTOR_PYTHON_FAILED}: {missing}: the executors' Python could not run a task: "), r.stderr[
+        -3000:
+    ]
+    assert "Traceback" not in r.stderr and "fix: " in ours[0]

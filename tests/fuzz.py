@@ -206,7 +206,7 @@ CQ_UNIT = ConsumeQueueUnit.sizeof()
 
 
 def cq_setup(ws: Path) -> dict:
-    store = _copy_store("rmq4-flags", ws, ("commitlog", "consumequeue", "checkpoint", "config"))
+    store = _copy_store("rmq4-flags", ws, ("commitlog", "consumequeue"))
     qdir = store / "consumequeue" / CQ_TOPIC / str(CQ_QUEUE)
     f = qdir / ("0" * 20)
     return {"store": store, "qdir": qdir, "file": f, "orig": f.read_bytes()}
@@ -346,7 +346,7 @@ CHECKPOINT_FIELDS = ("physic_msg_timestamp", "logics_msg_timestamp", "index_msg_
 
 
 def checkpoint_setup(ws: Path) -> dict:
-    store = _copy_store("rmq4-flags", ws, ("commitlog", "checkpoint", "config"))
+    store = _copy_store("rmq4-flags", ws, ("checkpoint", "config"))  # info reads no CommitLog for it: 10x faster cases
     return {"store": store, "file": store / "checkpoint", "orig": (store / "checkpoint").read_bytes()}
 
 
@@ -404,7 +404,7 @@ CONFIG_NAMES = ("topics.json", "subscriptionGroup.json", "consumerFilter.json", 
 
 
 def config_setup(ws: Path) -> dict:
-    store = _copy_store("rmq4-flags", ws, ("commitlog", "checkpoint", "config"))
+    store = _copy_store("rmq4-flags", ws, ("checkpoint", "config"))
     return {"store": store, "dir": store / "config"}
 
 
@@ -457,7 +457,7 @@ _table = st.dictionaries(
 
 
 def offsets_setup(ws: Path) -> dict:
-    store = _copy_store("rmq4-basic", ws, ("commitlog", "consumequeue", "config"))
+    store = _copy_store("rmq4-basic", ws, ("consumequeue", "config"))  # the queues give min/max; no CommitLog needed
     return {"store": store, "file": store / "config" / "consumerOffset.json"}
 
 

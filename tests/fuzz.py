@@ -89,12 +89,30 @@ def _on_alarm(signum, frame):
 
 
 def peak_rss() -> int:
+    """This process's peak RSS since the last reset_peak_rss() (VmHWM), else since it started."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+
+
+def reset_peak_rss() -> None:
+    """Start a new peak (Linux: writing 5 to clear_refs resets VmHWM), so each case is measured on its own."""
+    try:
+        with open("/proc/self/clear_refs", "w", encoding="ascii") as f:
+            f.write("5")
+    except OSError:
+        pass
 
 
 def invoke(*args: str) -> Outcome:
     """Run one command in-process under the time limit, and check the properties every command owes."""
     runner, app = _runner()
+    reset_peak_rss()
     old = signal.signal(signal.SIGALRM, _on_alarm)
     signal.setitimer(signal.ITIMER_REAL, CASE_SECONDS)
     try:
@@ -659,7 +677,8 @@ def main(argv: list[str] | None = None) -> int:
             r = run_target(n, per, seed=a.seed)
         except Exception as e:  # report the (shrunk) failing case and go on with the other readers
             failures += 1
-            print(json.dumps({"reader": n, "failure": f"{type(e).__name__}: {e}"[:4000]}), flush=True)
+            notes = "\n".join(getattr(e, "__notes__", []))
+            print(json.dumps({"reader": n, "failure": f"{type(e).__name__}: {e}"[:4000], "case": notes[:4000]}), flush=True)
             continue
         total += r["cases"]
         print(json.dumps(r), flush=True)

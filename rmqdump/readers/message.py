@@ -84,8 +84,9 @@ def compression_name(sys_flag: int) -> str:
 
 
 # The most a body may expand to: the producer refuses bodies over maxMessageSize (4 MiB by default)
-# before it compresses them, so anything far past that is damage (or a decompression bomb), not a message.
-DECOMPRESSED_LIMIT = 32 << 20
+# before it compresses them, so anything far past that is damage (or a decompression bomb), not a
+# message. 4x the default keeps a listed body (decoded, then base64 or hex text) well inside 500 MB.
+DECOMPRESSED_LIMIT = 16 << 20
 
 
 def decompress(body: bytes, sys_flag: int, limit: int = DECOMPRESSED_LIMIT) -> bytes:

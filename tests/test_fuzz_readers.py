@@ -27,3 +27,14 @@ def test_decompression_is_bounded():
         decompress(zstd_rle_bomb(2000), flag)
     assert decompress(zstd_rle_bomb(8), flag) == bytes(8 * 131072)
     assert DECOMPRESSED_LIMIT > 8 * 131072
+
+
+def test_offsets_that_are_not_longs_are_skipped(tmp_path):
+    """Found by the long fuzz run: an offset that reads as 1e999 (a flipped byte) was an OverflowError traceback."""
+    from fuzz import invoke, offsets_setup
+
+    ctx = offsets_setup(tmp_path)
+    ctx["file"].write_text('{"offsetTable":{"orders@g":{0:1e999,1:2.5,2:true,3:7}}}', encoding="utf-8")
+    o = invoke("offsets", "-s", str(ctx["store"]), "-f", "jsonl")
+    assert o.code == 0
+    assert [(r["group"], r["topic"], r["queue_id"], r["committed"]) for r in o.rows("offset")] == [("g", "orders", 3, 7)]

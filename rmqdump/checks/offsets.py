@@ -81,9 +81,11 @@ def _table(cf: ConfigFile | None) -> dict[tuple[str, str, int], int]:
         if not sep or not isinstance(per_queue, dict):
             continue
         for q, off in per_queue.items():
+            if isinstance(off, (bool, float)):  # fastjson writes offsets as longs: 1.5, 1e999 (inf) or true is damage
+                continue
             try:
                 out[(group, topic, int(q))] = int(off)
-            except (TypeError, ValueError):
+            except (TypeError, ValueError, OverflowError):
                 continue
     return out
 

@@ -97,11 +97,13 @@ def test_reader_finds_every_unit_blank_and_slot(store):
 
     ts = TimerStore.open(str(store))
     assert ts.problems == [] and ts.precision == 1000
-    got = {int(o): i for i, o in enumerate(ts.units.offset.tolist())}
-    assert sorted(got) == [m["timerLogOffset"] for m in UNITS]
+    got = {o: (d, p) for u in ts.chunks(7) for o, d, p in zip(u.offset.tolist(), u.deliver_ms.tolist(), u.offset_py.tolist(), strict=True)}
+    assert sorted(got) == [m["timerLogOffset"] for m in UNITS] and ts.count == len(UNITS)
     for m in UNITS:
-        i = got[m["timerLogOffset"]]
-        assert int(ts.units.deliver_ms[i]) == m["delayedTimeMs"] and int(ts.units.offset_py[i]) == m["offsetPy"]
+        assert got[m["timerLogOffset"]] == (m["delayedTimeMs"], m["offsetPy"])
+        found, u = ts.units_at([m["timerLogOffset"]])  # read back by offset, as the chain walk does
+        assert found.tolist() == [True] and (int(u.deliver_ms[0]), int(u.offset_py[0])) == (m["delayedTimeMs"], m["offsetPy"])
+        assert ts.unit(m["timerLogOffset"])[4:] == (m["delayedTimeMs"], m["offsetPy"])
     blanks = [m for m in M if m["kind"] == "timerlog_blank"]
     assert [(b.phys_offset, b.length) for b in ts.blanks] == [(m["timerLogOffset"], m["size"]) for m in blanks]
     assert ts.log_end == CHECK["lastTimerLogFlushPos"]

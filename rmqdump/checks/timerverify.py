@@ -21,7 +21,7 @@ from rmqdump.common.javahash import java_hash
 from rmqdump.common.problems import Problem
 from rmqdump.readers.commitlog import CommitLog
 from rmqdump.readers.fastpath import field_offset
-from rmqdump.readers.timerlog import SLOT_SIZE, TimerRecord, TimerStore, records_at
+from rmqdump.readers.timerlog import SLOT_SIZE, TimerRecord, TimerStore, TimerUnits, records_at
 from schemas import constants as C
 from schemas.timer import TimerCheck, TimerLogUnit, TimerWheelSlot
 
@@ -90,12 +90,13 @@ def verify_timers(
 ) -> Iterator[Problem]:
     """Every finding of the timer store, streamed (memory does not grow with the findings); counts go to `summary`.
 
+    The timer log is read back in chunks and slot chains are walked unit by unit through the maps: what is held
+    is one chunk, its records, and one bit per timer log position (which units a slot's chain reached).
     `timer_queue_max`: the max offset of rmq_sys_wheel_timer/0.
     """
-    u = ts.units
-    pending = ts.states()
     s = summary if summary is not None else TimerVerifySummary()
-    s.units, s.pending, s.fired, s.slots, s.precision_ms = len(u), int(pending.sum()), int((~pending).sum()), len(ts.slots), ts.precision
+    s.units, s.pending, s.slots, s.precision_ms = ts.count, ts.pending_count, len(ts.slots), ts.precision
+    s.fired = s.units - s.pending
 
     def counted(found):
         for p in found:
@@ -104,87 +105,78 @@ def verify_timers(
 
     yield from counted(ts.problems)
     seen_queue_max = None
-    data_end = _data_end(cl) if len(u) else cl.min_offset
-    for lo in range(0, len(u), CHUNK):  # records looked up a chunk of units at a time: memory bounded by the chunk
-        part = np.arange(lo, min(lo + CHUNK, len(u)))
-        recs = records_at(cl, u.offset_py[part], check_crc=check_crc)
-        yield from counted(_units_vs_records(ts, cl, recs, pending, part, data_end))
+    data_end = _data_end(cl) if ts.count else cl.min_offset
+    for u in ts.chunks(CHUNK):  # records looked up a chunk of units at a time: memory bounded by the chunk
+        recs = records_at(cl, u.offset_py, check_crc=check_crc)
+        yield from counted(_units_vs_records(ts, cl, recs, u, data_end))
         seen_queue_max = max([*_queue_offsets(recs), *([] if seen_queue_max is None else [seen_queue_max])], default=None)
     yield from counted(_prev_links(ts))
-    visited = np.zeros(len(u), dtype=bool)
+    visited = bytearray((ts.grid_size + 7) // 8)  # one bit per timer log position
     yield from counted(_wheel(ts, visited))
-    yield from counted(_unreachable(ts, pending, visited))
+    yield from counted(_unreachable(ts, visited))
     yield from counted(_timercheck(ts, seen_queue_max, timer_queue_max))
 
 
-def _find(offsets: np.ndarray, pos) -> np.ndarray:
-    """Index of the unit at each timer log offset in `pos` (units are in offset order), -1 where there is none."""
-    pos = np.asarray(pos, dtype=np.int64)
-    k = np.searchsorted(offsets, pos)
-    kc = np.minimum(k, max(len(offsets) - 1, 0))
-    hit = (k < len(offsets)) & (offsets[kc] == pos) if len(offsets) else np.zeros(pos.shape, dtype=bool)
-    return np.where(hit, kc, -1)
+def _problem(ts: TimerStore, file_index: int, offset: int, offset_py: int, code: str, at: int, detail: str) -> Problem:
+    """A finding at the unit at timer log `offset` (in file `file_index`), `at` bytes into it."""
+    path, off = ts.unit_file(file_index, offset)
+    return Problem(code, path, off + at, detail, phys_offset=offset_py, extra={"timer_log_offset": offset, "unit_index": off // _UNIT_SIZE})
 
 
-def _unit_problem(ts: TimerStore, i: int, code: str, at: int, detail: str) -> Problem:
-    path, off = ts.unit_file(i)
-    return Problem(
-        code,
-        path,
-        off + at,
-        detail,
-        phys_offset=int(ts.units.offset_py[i]),
-        extra={"timer_log_offset": int(ts.units.offset[i]), "unit_index": off // _UNIT_SIZE},
-    )
+def _unit_problem(ts: TimerStore, u: TimerUnits, j: int, code: str, at: int, detail: str) -> Problem:
+    return _problem(ts, int(u.file_index[j]), int(u.offset[j]), int(u.offset_py[j]), code, at, detail)
 
 
-def _units_vs_records(ts: TimerStore, cl: CommitLog, recs: dict[int, TimerRecord], pending: np.ndarray, part: np.ndarray, data_end: int) -> list[Problem]:
+def _units_vs_records(ts: TimerStore, cl: CommitLog, recs: dict[int, TimerRecord], u: TimerUnits, data_end: int) -> list[Problem]:
     out = []
-    u = ts.units
     if not len(u):
         return out
+    pending = ts.pending(u).tolist()
     files_end = cl.files[-1].base + cl.files[-1].size if cl.files else 0
-    deliver = u.deliver_ms[part].tolist()
-    offs, sizes, magics, hashes = (a[part].tolist() for a in (u.offset_py, u.size_py, u.magic, u.hash_code_of_real_topic))
+    deliver = u.deliver_ms.tolist()
+    offs, sizes, magics, hashes = (a.tolist() for a in (u.offset_py, u.size_py, u.magic, u.hash_code_of_real_topic))
     hashed: dict[str | None, int] = {None: 0}
-    for j, i in enumerate(part.tolist()):
+    for j in range(len(u)):
         off, size = offs[j], sizes[j]
         rec = recs.get(off)
         if rec is None:
             if 0 <= off < cl.min_offset:
-                if pending[i]:  # fired units may outlive their CommitLog files; pending ones are lost
+                if pending[j]:  # fired units may outlive their CommitLog files; pending ones are lost
                     out.append(
                         _unit_problem(
                             ts,
-                            i,
+                            u,
+                            j,
                             BEFORE_COMMITLOG,
                             _OFFSET_PY_AT,
                             f"points at CommitLog offset {off}, before the oldest file ({cl.min_offset}): a pending timer whose message was deleted",
                         )
                     )
             elif off < 0:
-                out.append(_unit_problem(ts, i, RECORD_MISSING, _OFFSET_PY_AT, f"offsetPy {off} is negative"))
+                out.append(_unit_problem(ts, u, j, RECORD_MISSING, _OFFSET_PY_AT, f"offsetPy {off} is negative"))
             elif off + size > files_end or off >= data_end:
                 out.append(
                     _unit_problem(
                         ts,
-                        i,
+                        u,
+                        j,
                         PAST_COMMITLOG,
                         _OFFSET_PY_AT,
                         f"points at CommitLog offset {off} (+{size}), past the CommitLog's end ({min(files_end, max(data_end, cl.min_offset))})",
                     )
                 )
             else:
-                out.append(_unit_problem(ts, i, RECORD_MISSING, _OFFSET_PY_AT, f"no CommitLog record starts at offset {off}"))
+                out.append(_unit_problem(ts, u, j, RECORD_MISSING, _OFFSET_PY_AT, f"no CommitLog record starts at offset {off}"))
             continue
         if rec.total_size != size:
-            out.append(_unit_problem(ts, i, RECORD_SIZE, _SIZE_PY_AT, f"sizePy {size}, the record at {off} is {rec.total_size} bytes"))
+            out.append(_unit_problem(ts, u, j, RECORD_SIZE, _SIZE_PY_AT, f"sizePy {size}, the record at {off} is {rec.total_size} bytes"))
         out_ms = rec.properties.get(C.PROPERTY_TIMER_OUT_MS)
         if rec.topic != C.TIMER_TOPIC or out_ms is None:
             out.append(
                 _unit_problem(
                     ts,
-                    i,
+                    u,
+                    j,
                     NOT_TIMER,
                     _OFFSET_PY_AT,
                     f"the record at {off} is a message of topic {rec.topic!r} without being a timer message ({C.TIMER_TOPIC} with TIMER_OUT_MS)",
@@ -195,7 +187,7 @@ def _units_vs_records(ts: TimerStore, cl: CommitLog, recs: dict[int, TimerRecord
         if not roll and out_ms.lstrip("-").isdigit() and int(out_ms) != deliver[j]:
             out.append(
                 _unit_problem(
-                    ts, i, DELIVER_MISMATCH, _DELAY_AT, f"delivery time {deliver[j]} (currWriteTimeMs + delay), the record's TIMER_OUT_MS is {out_ms}"
+                    ts, u, j, DELIVER_MISMATCH, _DELAY_AT, f"delivery time {deliver[j]} (currWriteTimeMs + delay), the record's TIMER_OUT_MS is {out_ms}"
                 )
             )
         real = rec.properties.get(C.PROPERTY_REAL_TOPIC)
@@ -203,7 +195,7 @@ def _units_vs_records(ts: TimerStore, cl: CommitLog, recs: dict[int, TimerRecord
         if want is None:
             want = hashed[real] = java_hash(real)
         if want != hashes[j]:
-            out.append(_unit_problem(ts, i, TOPIC_HASH, _HASH_AT, f"hash of the real topic {hashes[j]}, hashCode of REAL_TOPIC {real!r} is {want}"))
+            out.append(_unit_problem(ts, u, j, TOPIC_HASH, _HASH_AT, f"hash of the real topic {hashes[j]}, hashCode of REAL_TOPIC {real!r} is {want}"))
     return out
 
 
@@ -220,26 +212,41 @@ def _data_end(cl: CommitLog) -> int:
 
 
 def _prev_links(ts: TimerStore) -> Iterator[Problem]:
-    """prevPos is -1, or an earlier unit of the same second (or one in an already deleted file)."""
-    u = ts.units
-    if not len(u):
-        return
+    """prevPos is -1, or an earlier unit of the same second (or one in an already deleted file).
+
+    Two passes over the log, so the findings come out as before: every prevPos that is no earlier unit, then every
+    one that is a unit of another second.
+    """
     first = ts.log.files[0].base if ts.log and ts.log.files else 0
-    prev = u.prev_pos
-    check = (prev != -1) & ~((prev >= 0) & (prev < first))
-    k = _find(u.offset, prev)
-    bad = check & ((prev >= u.offset) | (k < 0))
-    sec = u.deliver_ms // ts.precision
-    kk = np.maximum(k, 0)
-    roll = ((u.magic | u.magic[kk]) & C.TIMER_MAGIC_ROLL) != 0
-    other = check & ~bad & (sec[kk] != sec) & ~roll
-    for i in np.flatnonzero(bad).tolist():
-        yield _unit_problem(ts, i, BAD_PREV, _PREV_AT, f"prevPos {int(prev[i])} is not an earlier timer log unit")
-    for i in np.flatnonzero(other).tolist():
-        j = int(k[i])
-        yield _unit_problem(
-            ts, i, BAD_PREV, _PREV_AT, f"prevPos {int(prev[i])} is a unit of another second ({int(u.deliver_ms[j])} ms, this one {int(u.deliver_ms[i])})"
-        )
+    for kind in ("bad", "other"):
+        for u in ts.chunks(CHUNK):
+            prev = u.prev_pos
+            check = (prev != -1) & ~((prev >= 0) & (prev < first))
+            ask = np.flatnonzero(check)
+            found, pu = ts.units_at(prev[ask])
+            is_unit = np.zeros(len(u), dtype=bool)
+            is_unit[ask[found]] = True
+            bad = check & ((prev >= u.offset) | ~is_unit)
+            if kind == "bad":
+                for j in np.flatnonzero(bad).tolist():
+                    yield _unit_problem(ts, u, j, BAD_PREV, _PREV_AT, f"prevPos {int(prev[j])} is not an earlier timer log unit")
+                continue
+            p_deliver = np.zeros(len(u), dtype=np.int64)
+            p_magic = np.zeros(len(u), dtype=np.int64)
+            p_deliver[ask[found]] = pu.deliver_ms
+            p_magic[ask[found]] = pu.magic
+            deliver = u.deliver_ms
+            roll = ((u.magic | p_magic) & C.TIMER_MAGIC_ROLL) != 0
+            other = check & ~bad & (p_deliver // ts.precision != deliver // ts.precision) & ~roll
+            for j in np.flatnonzero(other).tolist():
+                yield _unit_problem(
+                    ts,
+                    u,
+                    j,
+                    BAD_PREV,
+                    _PREV_AT,
+                    f"prevPos {int(prev[j])} is a unit of another second ({int(p_deliver[j])} ms, this one {int(deliver[j])})",
+                )
 
 
 def _slot_problem(ts: TimerStore, row, code: str, at: int, detail: str) -> Problem:
@@ -247,64 +254,73 @@ def _slot_problem(ts: TimerStore, row, code: str, at: int, detail: str) -> Probl
     return Problem(code, ts.wheel.path, idx * SLOT_SIZE + at, detail, extra={"slot_index": idx, "slot_time_ms": int(row["time"]) * ts.precision})
 
 
-def _wheel(ts: TimerStore, visited: np.ndarray) -> Iterator[Problem]:
-    """Walk every slot's chain, marking the units reached in `visited`."""
+RELEASE_EVERY = 1 << 16  # chain steps between giving the maps' pages back
+
+
+def _wheel(ts: TimerStore, visited: bytearray) -> Iterator[Problem]:
+    """Walk every slot's chain unit by unit through the maps, setting the bit of each unit reached in `visited`."""
     if ts.wheel is None:
         return
-    u = ts.units
-    offsets, prevs, magics = u.offset, u.prev_pos, u.magic
     first_log = ts.log.files[0].base if ts.log and ts.log.files else 0
     nslots = ts.wheel.slot_count or C.TIMER_WHEEL_SLOTS
-    sec = u.deliver_ms // ts.precision
+    precision = ts.precision
     last_read = ts.last_read_time_ms
+    unit = ts.unit
+    steps = 0
     for row in ts.slots:
         t, idx = int(row["time"]), int(row["index"])
         if t % nslots != idx:
-            yield _slot_problem(ts, row, SLOT_INDEX, 0, f"slot {idx} holds time {t} x {ts.precision} ms, which belongs in slot {t % nslots}")
+            yield _slot_problem(ts, row, SLOT_INDEX, 0, f"slot {idx} holds time {t} x {precision} ms, which belongs in slot {t % nslots}")
             continue
         if int(row["magic"]) != 0:
             yield _slot_problem(ts, row, SLOT_MAGIC, _SLOT_MAGIC_AT, f"slot magic {int(row['magic'])}, the broker writes 0")
-        fired = last_read is not None and t * ts.precision < last_read
+        fired = last_read is not None and t * precision < last_read
         cur, last_seen, count, n = int(row["last_pos"]), None, 0, 0
         first_pos = int(row["first_pos"])
         if fired and (0 <= cur < first_log or 0 <= first_pos < first_log):
             continue  # a fired second whose units were cleaned with their timer log files
         ok = True
         while cur != -1:
-            k = int(_find(offsets, cur))
-            if k < 0 or visited[k]:
-                what = "a unit already reached from a slot (a loop or two slots sharing units)" if k >= 0 else "no timer log unit"
+            got = unit(cur)
+            if got is None or visited[got[1] >> 3] >> (got[1] & 7) & 1:
+                what = "a unit already reached from a slot (a loop or two slots sharing units)" if got is not None else "no timer log unit"
                 if last_seen is None:
                     yield _slot_problem(ts, row, CHAIN_BROKEN, _SLOT_LAST_AT, f"lastPos {cur} is {what}")
                 else:
-                    yield _unit_problem(ts, last_seen, CHAIN_BROKEN, _PREV_AT, f"the chain of slot {idx} goes on at {cur}, {what}")
+                    yield _problem(ts, *last_seen, CHAIN_BROKEN, _PREV_AT, f"the chain of slot {idx} goes on at {cur}, {what}")
                 ok = False
                 break
-            magic = int(magics[k])
-            if sec[k] != t and not magic & C.TIMER_MAGIC_ROLL:
-                yield _unit_problem(
-                    ts, k, WRONG_SLOT, _DELAY_AT, f"unit delivers at {int(u.deliver_ms[k])} ms but is chained into slot {idx} ({t * ts.precision} ms)"
-                )
-            visited[k] = True
+            fi, g, prev, magic, deliver, offset_py = got
+            if deliver // precision != t and not magic & C.TIMER_MAGIC_ROLL:
+                yield _problem(ts, fi, cur, offset_py, WRONG_SLOT, _DELAY_AT, f"unit delivers at {deliver} ms but is chained into slot {idx} ({t * precision} ms)")
+            visited[g >> 3] |= 1 << (g & 7)
             n += 1
             count += -1 if magic & C.TIMER_MAGIC_DELETE else 1
-            last_seen = k
-            cur = int(prevs[k])
+            last_seen = (fi, cur, offset_py)
+            cur = prev
+            steps += 1
+            if steps % RELEASE_EVERY == 0:
+                ts.release()
             if 0 <= cur < first_log:
                 break  # the rest of the chain was in deleted files
         if not ok:
             continue
-        if last_seen is not None and cur == -1 and int(offsets[last_seen]) != first_pos:
-            yield _slot_problem(ts, row, CHAIN_END, _SLOT_FIRST_AT, f"firstPos {first_pos}, the chain from lastPos ends at {int(offsets[last_seen])}")
+        if last_seen is not None and cur == -1 and last_seen[1] != first_pos:
+            yield _slot_problem(ts, row, CHAIN_END, _SLOT_FIRST_AT, f"firstPos {first_pos}, the chain from lastPos ends at {last_seen[1]}")
         if cur == -1 and count != int(row["num"]):
             yield _slot_problem(ts, row, SLOT_COUNT, _SLOT_NUM_AT, f"num {int(row['num'])}, the chain holds {count} (of {n} units)")
+    ts.release()
 
 
-def _unreachable(ts: TimerStore, pending: np.ndarray, visited: np.ndarray) -> Iterator[Problem]:
+def _unreachable(ts: TimerStore, visited: bytearray) -> Iterator[Problem]:
     if ts.wheel is None:
         return
-    for i in np.flatnonzero(pending & ~visited).tolist():
-        yield _unit_problem(ts, i, UNREACHABLE, 0, f"pending unit (delivery {int(ts.units.deliver_ms[i])} ms) is in no wheel slot's chain: it would never fire")
+    bits = np.frombuffer(visited, dtype=np.uint8)
+    for u in ts.chunks(CHUNK):
+        reached = (bits[u.grid >> 3] >> (u.grid & 7).astype(np.uint8)) & 1
+        deliver = u.deliver_ms
+        for j in np.flatnonzero(ts.pending(u) & (reached == 0)).tolist():
+            yield _unit_problem(ts, u, j, UNREACHABLE, 0, f"pending unit (delivery {int(deliver[j])} ms) is in no wheel slot's chain: it would never fire")
 
 
 def _timercheck(ts: TimerStore, seen_max: int | None, timer_queue_max: int | None) -> list[Problem]:

@@ -38,21 +38,24 @@ def list_timers(
     state: str | None = None,
     limit: int | None = None,
 ) -> Iterator[dict]:
-    """Timer-log units in log order with delivery time, record, real topic, keys and state; filters on delivery time [since, until)."""
-    u = ts.units
-    pending = ts.states()
-    deliver = u.deliver_ms
-    sel = np.ones(len(u), dtype=bool)
-    if since is not None:
-        sel &= deliver >= since
-    if until is not None:
-        sel &= deliver < until
-    if state is not None:
-        sel &= pending if state == "pending" else ~pending
-    idx = np.flatnonzero(sel)
+    """Timer-log units in log order with delivery time, record, real topic, keys and state; filters on delivery time [since, until).
+
+    The log is read back a chunk at a time and each chunk's records looked up by one CommitLog scan: memory is bounded by the chunk.
+    """
     n = 0
-    for lo in range(0, len(idx), CHUNK):
-        part = idx[lo : lo + CHUNK]
+    for u in ts.chunks(CHUNK):
+        pending = ts.pending(u)
+        deliver = u.deliver_ms
+        sel = np.ones(len(u), dtype=bool)
+        if since is not None:
+            sel &= deliver >= since
+        if until is not None:
+            sel &= deliver < until
+        if state is not None:
+            sel &= pending if state == "pending" else ~pending
+        part = np.flatnonzero(sel)
+        if not part.size:
+            continue
         recs = records_at(cl, u.offset_py[part])
         for i in part.tolist():
             off = int(u.offset_py[i])
@@ -60,7 +63,7 @@ def list_timers(
             real = rec.properties.get(C.PROPERTY_REAL_TOPIC) if rec else None
             if topic is not None and real != topic:
                 continue
-            path, foff = ts.unit_file(i)
+            path, foff = ts.unit_file(int(u.file_index[i]), int(u.offset[i]))
             out_ms = rec.properties.get(C.PROPERTY_TIMER_OUT_MS) if rec else None
             yield {
                 "kind": "timer",
@@ -104,12 +107,13 @@ def wheel_rows(ts: TimerStore) -> Iterator[dict]:
 
 
 def timer_summary(ts: TimerStore, cl: CommitLog) -> dict:
-    """Pending timers per real topic and the next delivery time (for `info`)."""
-    u = ts.units
-    pending = np.flatnonzero(ts.states())
+    """Pending timers per real topic and the next delivery time (for `info`), a chunk of the log at a time."""
     per: dict[str, dict] = {}
-    for lo in range(0, len(pending), CHUNK):  # records looked up a chunk at a time: memory bounded by the chunk
-        part = pending[lo : lo + CHUNK]
+    next_ms = None
+    for u in ts.chunks(CHUNK):  # records looked up a chunk at a time: memory bounded by the chunk
+        part = np.flatnonzero(ts.pending(u))
+        if not part.size:
+            continue
         recs = records_at(cl, u.offset_py[part])
         for off, ms in zip(u.offset_py[part].tolist(), u.deliver_ms[part].tolist(), strict=True):
             rec = recs.get(off)
@@ -118,13 +122,15 @@ def timer_summary(ts: TimerStore, cl: CommitLog) -> dict:
             d["pending"] += 1
             if d["next_deliver_ms"] is None or ms < d["next_deliver_ms"]:
                 d["next_deliver_ms"] = ms
+            if next_ms is None or ms < next_ms:
+                next_ms = ms
     c = ts.check
     return {
         "kind": "timer",
-        "units": len(u),
-        "pending": int(pending.size),
-        "fired": len(u) - int(pending.size),
-        "next_deliver_ms": int(u.deliver_ms[pending].min()) if pending.size else None,
+        "units": ts.count,
+        "pending": ts.pending_count,
+        "fired": ts.count - ts.pending_count,
+        "next_deliver_ms": next_ms,
         "last_read_time_ms": c.last_read_time_ms if c else None,
         "precision_ms": ts.precision,
         "timer_log_files": len(ts.log.files) if ts.log else 0,

@@ -12,6 +12,7 @@ offset and the next unit is read where it always is.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import itertools
 import os
@@ -24,6 +25,7 @@ import numpy as np
 from rmqdump.common.problems import InputError, Problem
 from rmqdump.readers.commitlog import Blank, CommitLog
 from rmqdump.readers.fastpath import field_offset, numpy_dtype
+from rmqdump.readers.mapped import MappedFile
 from rmqdump.readers.message import Message
 from schemas import constants as C
 from schemas.timer import TimerCheck, TimerLogBlank, TimerLogUnit, TimerWheelSlot
@@ -45,6 +47,7 @@ _RESERVED_AT = field_offset(TimerLogUnit, "reserved")
 PRECISIONS = (100, 200, 500, 1000)  # MessageStoreConfig.setTimerPrecisionMs rounds down to one of these
 NAME_RE = re.compile(rf"^\d{{{C.COMMITLOG_NAME_DIGITS}}}$")
 _VALID_MAGICS = {C.TIMER_MAGIC_DEFAULT | r | d for r in (0, C.TIMER_MAGIC_ROLL) for d in (0, C.TIMER_MAGIC_DELETE)}
+_VALID_MAGICS_ARR = np.array(sorted(_VALID_MAGICS))
 
 # Stable problem codes: timer log
 TIMERLOG_BAD_FILE_NAME = "timerlog_bad_file_name"
@@ -74,10 +77,12 @@ class TimerLogFile:
 
 @dataclass
 class TimerUnits:
-    """Units of the timer log as native columns; `offset` is each unit's timer log offset."""
+    """A run of timer-log units as native columns; `offset` is each unit's timer log offset, `grid` its place on the
+    log's 52-byte grid counted over all files (what the chain walk's visited bitmap is indexed by)."""
 
     offset: np.ndarray
     file_index: np.ndarray  # which TimerLog.files entry holds the unit
+    grid: np.ndarray
     prev_pos: np.ndarray
     magic: np.ndarray
     curr_write_time_ms: np.ndarray
@@ -88,9 +93,10 @@ class TimerUnits:
     reserved: np.ndarray
 
     FIELDS = (
-        "offset", "file_index", "prev_pos", "magic", "curr_write_time_ms", "delayed_time_offset", "offset_py", "size_py",
+        "offset", "file_index", "grid", "prev_pos", "magic", "curr_write_time_ms", "delayed_time_offset", "offset_py", "size_py",
         "hash_code_of_real_topic", "reserved",
     )  # fmt: skip
+    RAW = FIELDS[3:]  # the columns read from the unit itself
 
     def __len__(self) -> int:
         return len(self.offset)
@@ -101,13 +107,34 @@ class TimerUnits:
         return self.curr_write_time_ms + self.delayed_time_offset
 
     @classmethod
-    def concat(cls, parts: list[TimerUnits]) -> TimerUnits:
-        if not parts:
-            return cls(*(np.zeros(0, np.int64) for _ in cls.FIELDS))
-        return cls(*(np.concatenate([getattr(p, f) for p in parts]) for f in cls.FIELDS))
+    def empty(cls) -> TimerUnits:
+        return cls(*(np.zeros(0, np.int64) for _ in cls.FIELDS))
+
+    @classmethod
+    def of(cls, rows: np.ndarray, offset: np.ndarray, file_index: np.ndarray, grid: np.ndarray) -> TimerUnits:
+        """Columns of UNIT_DTYPE rows (a copy: nothing keeps the map alive)."""
+        return cls(
+            np.asarray(offset, np.int64),
+            np.asarray(file_index, np.int32),
+            np.asarray(grid, np.int64),
+            *(rows[name].astype(np.int64 if rows.dtype[name].itemsize == 8 else np.int32) for name in cls.RAW),
+        )
 
     def take(self, idx) -> TimerUnits:
         return TimerUnits(*(getattr(self, f)[idx] for f in self.FIELDS))
+
+
+@dataclass
+class FileLayout:
+    """What one pass over a timer log file found: where its units may be, its blank, its damage, its counts."""
+
+    units_on_grid: int  # whole 52-byte positions in the file
+    keep_end: int  # positions [0, keep_end) may hold units (past the last non-zero one before the blank: nothing)
+    data_end: int | None  # end of the written data in the file, None when it holds nothing
+    blanks: list[Blank]
+    problems: list[Problem]
+    good: int = 0
+    pending: int = 0
 
 
 @dataclass
@@ -154,42 +181,44 @@ class TimerLog:
                 return i
         return None
 
-    def read(self) -> tuple[TimerUnits, list[Blank], list[Problem], int]:
-        """Every unit, the end-of-file blanks, the damage found, and the end of the written data."""
-        parts, blanks, probs, end = [], [], [], self.files[0].base if self.files else 0
-        for i, f in enumerate(self.files):
-            u, b, p, file_end = read_file(f, i)
-            parts.append(u)
-            blanks.extend(b)
-            probs.extend(p)
-            if file_end is not None:
-                end = f.base + file_end
-        return TimerUnits.concat(parts), blanks, probs, end
+
+STEP = 1 << 16  # units one pass over a file holds at a time (3.4 MB of map, then given back)
 
 
-def read_file(f: TimerLogFile, index: int) -> tuple[TimerUnits, list[Blank], list[Problem], int | None]:
-    """One timer log file on its 52-byte grid: (units, blank, problems, end of written data or None if empty)."""
+def _is_good(rows: np.ndarray) -> np.ndarray:
+    """Rows that are units (not a zeroed, mis-sized or bad-magic position)."""
+    return (rows["size"] == UNIT_SIZE) & np.isin(rows["magic"], _VALID_MAGICS_ARR)
+
+
+def layout_file(f: TimerLogFile, m: MappedFile, last_read_time_ms: int | None) -> FileLayout:
+    """One timer log file on its 52-byte grid, read through its map STEP units at a time (pages given back as it goes).
+
+    Finds the blank that ends its data, the last written unit, and every damaged position; counts the good and pending units.
+    """
     n = f.size // UNIT_SIZE
+    arr = np.frombuffer(m.view, dtype=UNIT_DTYPE, count=n) if n else np.zeros(0, UNIT_DTYPE)
     probs: list[Problem] = []
     blanks: list[Blank] = []
-    with open(f.path, "rb") as fh:  # a copy, not a map: the columns below are taken from it once
-        buf = fh.read(n * UNIT_SIZE)
-        tail = fh.read(f.size - n * UNIT_SIZE)
-    arr = np.frombuffer(buf, dtype=UNIT_DTYPE, count=n) if n else np.zeros(0, UNIT_DTYPE)
-    size = arr["size"].astype(np.int64)
-    magic = arr["magic"].astype(np.int64)
-    pos = np.arange(n, dtype=np.int64) * UNIT_SIZE
-    raw = arr.view(np.uint8).reshape(n, UNIT_SIZE) if n else np.zeros((0, UNIT_SIZE), np.uint8)
-    zero = ~raw.any(axis=1)
-    is_blank = magic == C.TIMER_BLANK_MAGIC
-    # the data ends at the first blank marker; past the last non-zero unit only zeros follow
-    stop = n
-    first_blank = np.flatnonzero(is_blank)
-    if first_blank.size:
-        k = int(first_blank[0])
-        stop = k
+    # pass 1: the first blank marker (the data ends there) and the last non-zero unit before it
+    stop, last_live = n, -1
+    for lo in range(0, n, STEP):
+        hi = min(n, lo + STEP)
+        part = arr[lo:hi]
+        bl = np.flatnonzero(part["magic"] == C.TIMER_BLANK_MAGIC)
+        if bl.size:
+            hi = lo + int(bl[0])
+            stop = hi
+        nz = np.flatnonzero(part[: hi - lo].view(np.uint8).reshape(hi - lo, UNIT_SIZE).any(axis=1)) if hi > lo else bl[:0]
+        if nz.size:
+            last_live = lo + int(nz[-1])
+        m.release(lo * UNIT_SIZE, hi * UNIT_SIZE)
+        if stop < n:
+            break
+    tail = bytes(m.view[n * UNIT_SIZE : f.size])
+    if stop < n:
+        k = stop
         left = f.size - k * UNIT_SIZE
-        bsize = int(size[k])
+        bsize = int(arr["size"][k])
         bprev = int(arr["prev_pos"][k])
         if bsize != left or bprev != 0:
             probs.append(Problem(TIMERLOG_BAD_BLANK, f.path, k * UNIT_SIZE, f"blank marker says {bsize} bytes left (prevPos {bprev}), the file has {left}"))
@@ -207,50 +236,58 @@ def read_file(f: TimerLogFile, index: int) -> tuple[TimerUnits, list[Blank], lis
         blanks.append(Blank(f.path, n * UNIT_SIZE, f.base + n * UNIT_SIZE, len(tail), "blank"))
     elif any(tail):
         probs.append(Problem(TIMERLOG_BAD_BLANK, f.path, n * UNIT_SIZE, f"{len(tail)} bytes after the last whole unit are neither zeros nor a blank marker"))
-    live = np.flatnonzero(~zero[:stop])
+    keep_end = last_live + 1
     if blanks:
         data_end: int | None = f.size
     else:
-        data_end = int(live[-1] + 1) * UNIT_SIZE if live.size else None
-    holes = np.flatnonzero(zero[: (int(live[-1]) if live.size else 0)])
-    for k in holes.tolist():
-        probs.append(Problem(TIMERLOG_ZEROED_UNIT, f.path, k * UNIT_SIZE, "52 zero bytes where a unit should be, with units after it", extra=_where(f, k)))
-    keep = np.zeros(n, dtype=bool)
-    keep[: live[-1] + 1 if live.size else 0] = True
-    keep &= ~zero
-    bad_size = keep & (size != UNIT_SIZE)
-    for k in np.flatnonzero(bad_size).tolist():
-        probs.append(Problem(TIMERLOG_BAD_UNIT, f.path, k * UNIT_SIZE, f"size field {int(size[k])}, a timer log unit is {UNIT_SIZE}", extra=_where(f, k)))
-    bad_magic = keep & ~bad_size & ~np.isin(magic, list(_VALID_MAGICS))
-    for k in np.flatnonzero(bad_magic).tolist():
-        probs.append(
-            Problem(
-                TIMERLOG_BAD_MAGIC,
-                f.path,
-                k * UNIT_SIZE + _MAGIC_AT,
-                f"magic {int(magic[k])} is not a combination of 1 (default), 2 (roll), 4 (delete)",
-                extra=_where(f, k),
+        data_end = keep_end * UNIT_SIZE if keep_end else None
+    # pass 2: damage inside the written part, reported kind by kind in unit order as one pass over all units would
+    zeroed, bad_unit, bad_magic, bad_res = [], [], [], []
+    out = FileLayout(n, keep_end, data_end, blanks, probs)
+    for lo in range(0, keep_end, STEP):
+        hi = min(keep_end, lo + STEP)
+        part = arr[lo:hi]
+        zero = ~part.view(np.uint8).reshape(hi - lo, UNIT_SIZE).any(axis=1)
+        size = part["size"]
+        magic = part["magic"]
+        for k in np.flatnonzero(zero).tolist():
+            zeroed.append(Problem(TIMERLOG_ZEROED_UNIT, f.path, (lo + k) * UNIT_SIZE, "52 zero bytes where a unit should be, with units after it", extra=_where(f, lo + k)))
+        bsz = ~zero & (size != UNIT_SIZE)
+        for k in np.flatnonzero(bsz).tolist():
+            bad_unit.append(
+                Problem(TIMERLOG_BAD_UNIT, f.path, (lo + k) * UNIT_SIZE, f"size field {int(size[k])}, a timer log unit is {UNIT_SIZE}", extra=_where(f, lo + k))
             )
-        )
-    bad_res = keep & ~bad_size & ~bad_magic & (arr["reserved"] != 0)
-    for k in np.flatnonzero(bad_res).tolist():
-        probs.append(
-            Problem(
-                TIMERLOG_BAD_RESERVED,
-                f.path,
-                k * UNIT_SIZE + _RESERVED_AT,
-                f"reserved field {int(arr['reserved'][k])}, the broker writes 0",
-                extra=_where(f, k),
+        bmg = ~zero & ~bsz & ~np.isin(magic, _VALID_MAGICS_ARR)
+        for k in np.flatnonzero(bmg).tolist():
+            bad_magic.append(
+                Problem(
+                    TIMERLOG_BAD_MAGIC,
+                    f.path,
+                    (lo + k) * UNIT_SIZE + _MAGIC_AT,
+                    f"magic {int(magic[k])} is not a combination of 1 (default), 2 (roll), 4 (delete)",
+                    extra=_where(f, lo + k),
+                )
             )
-        )
-    good = np.flatnonzero(keep & ~bad_size & ~bad_magic)
-    del raw, zero
-    units = TimerUnits(
-        f.base + pos[good],
-        np.full(len(good), index, dtype=np.int32),
-        *(arr[name][good].astype(np.int64 if arr.dtype[name].itemsize == 8 else np.int32) for name in TimerUnits.FIELDS[2:]),
-    )
-    return units, blanks, probs, data_end
+        good = ~zero & ~bsz & ~bmg
+        for k in np.flatnonzero(good & (part["reserved"] != 0)).tolist():
+            bad_res.append(
+                Problem(
+                    TIMERLOG_BAD_RESERVED,
+                    f.path,
+                    (lo + k) * UNIT_SIZE + _RESERVED_AT,
+                    f"reserved field {int(part['reserved'][k])}, the broker writes 0",
+                    extra=_where(f, lo + k),
+                )
+            )
+        out.good += int(good.sum())
+        if last_read_time_ms is None:
+            out.pending += int(good.sum())
+        else:
+            deliver = part["curr_write_time_ms"].astype(np.int64) + part["delayed_time_offset"]
+            out.pending += int((good & (deliver >= last_read_time_ms)).sum())
+        m.release(lo * UNIT_SIZE, hi * UNIT_SIZE)
+    probs.extend(zeroed + bad_unit + bad_magic + bad_res)
+    return out
 
 
 def _where(f: TimerLogFile, k: int) -> dict:
@@ -378,19 +415,19 @@ def read_timercheck(path: str) -> TimerCheckFile:
     return TimerCheckFile(path, size, values, tuple(probs))
 
 
-def infer_precision(slots: np.ndarray, units: TimerUnits) -> int | None:
+def infer_precision(slots: np.ndarray, ts: TimerStore) -> int | None:
     """timerPrecisionMs from the data: the slot's time field is deliverMs / precision of the units it holds."""
-    if not len(slots) or not len(units):
+    if not len(slots) or not ts.count:
         return None
-    k = np.searchsorted(units.offset, slots["last_pos"])
-    kc = np.minimum(k, len(units) - 1)
-    found = (k < len(units)) & (units.offset[kc] == slots["last_pos"])
     votes: dict[int, int] = {}
-    for t, d in zip(slots["time"][found].tolist(), units.deliver_ms[kc[found]].tolist(), strict=True):
-        for p in PRECISIONS:
-            if d // p == t:
-                votes[p] = votes.get(p, 0) + 1
-                break
+    for lo in range(0, len(slots), STEP):
+        part = slots[lo : lo + STEP]
+        found, u = ts.units_at(part["last_pos"])
+        for t, d in zip(part["time"][found].tolist(), u.deliver_ms.tolist(), strict=True):
+            for p in PRECISIONS:
+                if d // p == t:
+                    votes[p] = votes.get(p, 0) + 1
+                    break
     return max(votes, key=votes.get) if votes else None
 
 
@@ -443,14 +480,25 @@ def timer_paths(root: str) -> dict[str, str | None]:
     }
 
 
+_SIZE_I, _PREV_I, _MAGIC_I, _WRITE_I, _DELAY_I, _OFFSET_PY_I = (
+    UNIT_DTYPE.names.index(n) for n in ("size", "prev_pos", "magic", "curr_write_time_ms", "delayed_time_offset", "offset_py")
+)
+MAPS_OPEN = 16  # timer log files kept mapped at once (a log of many small files is not mapped all at once)
+
+
 @dataclass
 class TimerStore:
-    """The timer files of one store, read once: what `timer` commands, verify and info share."""
+    """The timer files of one store: what `timer` commands, verify and info share.
+
+    Opening reads the timer log once, file by file through read-only maps, keeping only per-file facts (where its
+    units end, its damage, its counts), never the units: they are read again in bounded chunks (`chunks`) or one by
+    one (`unit`) from the maps, whose pages are given back as the reads go, so memory does not grow with the log.
+    """
 
     root: str
     paths: dict[str, str | None]
     log: TimerLog | None
-    units: TimerUnits
+    layouts: list[FileLayout]
     blanks: list[Blank]
     log_end: int
     wheel: TimerWheel | None
@@ -459,6 +507,9 @@ class TimerStore:
     precision: int
     precision_source: str
     problems: list[Problem] = field(default_factory=list)
+    _maps: dict[int, tuple[MappedFile, np.ndarray]] = field(default_factory=dict, repr=False)  # file index -> (map, its units)
+    _bases: list[int] = field(default_factory=list, repr=False)
+    _grid0: list[int] = field(default_factory=lambda: [0], repr=False)
 
     @classmethod
     def open(cls, root: str, precision: int | None = None) -> TimerStore | None:
@@ -466,48 +517,155 @@ class TimerStore:
         paths = timer_paths(root)
         if not any(paths[k] for k in ("timerlog", "timerwheel", "timercheck")):
             return None
-        probs: list[Problem] = []
-        log = TimerLog.open(paths["timerlog"]) if paths["timerlog"] else None
-        units, blanks, end = TimerUnits.concat([]), [], 0
-        if log is not None:
-            probs.extend(log.problems)
-            units, blanks, p, end = log.read()
-            probs.extend(p)
-        wheel = TimerWheel.open(paths["timerwheel"]) if paths["timerwheel"] else None
-        slots = np.zeros(0, dtype=WHEEL_ROW)
-        if wheel is not None:
-            probs.extend(wheel.problems)
-            slots = wheel.slots()
-        check = None
+        check, check_probs = None, []
         if paths["timercheck"]:
             try:
                 check = read_timercheck(paths["timercheck"])
-                probs.extend(check.problems)
+                check_probs.extend(check.problems)
             except InputError as e:
-                probs.append(Problem(e.code, e.path, e.offset, e.detail))
+                check_probs.append(Problem(e.code, e.path, e.offset, e.detail))
+        probs: list[Problem] = []
+        log = TimerLog.open(paths["timerlog"]) if paths["timerlog"] else None
+        ts = cls(root, paths, log, [], [], 0, None, np.zeros(0, dtype=WHEEL_ROW), check, 0, "", probs)
+        if log is not None:
+            probs.extend(log.problems)
+            ts.log_end = log.files[0].base if log.files else 0
+            last_read = check.last_read_time_ms if check else None
+            for i, f in enumerate(log.files):
+                lay = layout_file(f, ts._map(i), last_read)
+                ts.layouts.append(lay)
+                ts.blanks.extend(lay.blanks)
+                probs.extend(lay.problems)
+                lay.problems = []  # held once, in ts.problems
+                if lay.data_end is not None:
+                    ts.log_end = f.base + lay.data_end
+        ts._bases = [f.base for f in log.files] if log else []
+        ts._grid0 = [0, *itertools.accumulate(lay.units_on_grid for lay in ts.layouts)]
+        ts.wheel = TimerWheel.open(paths["timerwheel"]) if paths["timerwheel"] else None
+        if ts.wheel is not None:
+            probs.extend(ts.wheel.problems)
+            ts.slots = ts.wheel.slots()
+        probs.extend(check_probs)
         if precision is not None:
             source = "given"
         else:
-            precision = infer_precision(slots, units)
+            precision = infer_precision(ts.slots, ts)
             source = "from the wheel slots and their units"
             if precision is None:
                 precision, source = C.DEFAULT_TIMER_PRECISION_MS, "default (no slot to infer it from)"
-        return cls(root, paths, log, units, blanks, end, wheel, slots, check, precision, source, probs)
+        ts.precision, ts.precision_source = precision, source
+        return ts
 
     @property
     def last_read_time_ms(self) -> int | None:
         return self.check.last_read_time_ms if self.check else None
 
-    def states(self) -> np.ndarray:
+    @property
+    def count(self) -> int:
+        """Timer log units (positions holding a well-formed unit)."""
+        return sum(lay.good for lay in self.layouts)
+
+    @property
+    def pending_count(self) -> int:
+        return sum(lay.pending for lay in self.layouts)
+
+    @property
+    def grid_size(self) -> int:
+        """52-byte positions over all files: the range of TimerUnits.grid."""
+        return self._grid0[-1]
+
+    def pending(self, u: TimerUnits) -> np.ndarray:
         """Per unit: True while pending (its delivery time is at or after timercheck's lastReadTimeMs)."""
         if self.last_read_time_ms is None:
-            return np.ones(len(self.units), dtype=bool)
-        return self.units.deliver_ms >= self.last_read_time_ms
+            return np.ones(len(u), dtype=bool)
+        return u.deliver_ms >= self.last_read_time_ms
 
-    def unit_file(self, i: int) -> tuple[str, int]:
-        """(path, file offset) of unit i."""
-        f = self.log.files[int(self.units.file_index[i])]
-        return f.path, int(self.units.offset[i]) - f.base
+    # -- reading units back from the maps --
+
+    def _open_map(self, i: int) -> tuple[MappedFile, np.ndarray]:
+        got = self._maps.get(i)
+        if got is None:
+            if len(self._maps) >= MAPS_OPEN:
+                self._maps.pop(next(iter(self._maps)))[0].close()
+            m = MappedFile(self.log.files[i].path)
+            n = m.size // UNIT_SIZE
+            got = self._maps[i] = (m, np.frombuffer(m.view, dtype=UNIT_DTYPE, count=n) if n else np.zeros(0, UNIT_DTYPE))
+        return got
+
+    def _map(self, i: int) -> MappedFile:
+        return self._open_map(i)[0]
+
+    def _rows(self, i: int) -> np.ndarray:
+        """The units of file i as a read-only view over its map."""
+        return self._open_map(i)[1]
+
+    def release(self) -> None:
+        """Give back the resident pages of every open map (they stay in the page cache)."""
+        for m, _ in self._maps.values():
+            m.release(0, m.size)
+
+    def close(self) -> None:
+        maps = [m for m, _ in self._maps.values()]
+        self._maps.clear()
+        for m in maps:
+            m.close()
+
+    def chunks(self, step: int = STEP) -> Iterator[TimerUnits]:
+        """Every unit in log order, at most `step` positions at a time (pages given back after each)."""
+        for i, lay in enumerate(self.layouts):
+            f = self.log.files[i]
+            for lo in range(0, lay.keep_end, step):
+                hi = min(lay.keep_end, lo + step)
+                part = self._rows(i)[lo:hi]
+                k = np.flatnonzero(_is_good(part))
+                u = TimerUnits.of(part[k], f.base + (lo + k) * UNIT_SIZE, np.full(len(k), i, np.int32), self._grid0[i] + lo + k)
+                del part
+                self._map(i).release(lo * UNIT_SIZE, hi * UNIT_SIZE)
+                if len(u):
+                    yield u
+
+    def units_at(self, pos) -> tuple[np.ndarray, TimerUnits]:
+        """(found, units): which timer log offsets hold a unit, and those units in the order asked."""
+        pos = np.asarray(pos, dtype=np.int64)
+        found = np.zeros(len(pos), dtype=bool)
+        rows = np.zeros(len(pos), dtype=UNIT_DTYPE)
+        fi = np.zeros(len(pos), dtype=np.int32)
+        grid = np.zeros(len(pos), dtype=np.int64)
+        if len(pos) and self.layouts:
+            bases = np.asarray(self._bases, dtype=np.int64)
+            i = np.searchsorted(bases, pos, side="right") - 1
+            ic = np.maximum(i, 0)
+            rel = pos - bases[ic]
+            k = rel // UNIT_SIZE
+            keep = np.asarray([lay.keep_end for lay in self.layouts], dtype=np.int64)
+            ok = (i >= 0) & (rel >= 0) & (rel % UNIT_SIZE == 0) & (k < keep[ic])
+            for j in np.unique(ic[ok]).tolist():
+                sel = np.flatnonzero(ok & (ic == j))
+                rows[sel] = self._rows(j)[k[sel]]
+                fi[sel] = j
+                grid[sel] = self._grid0[j] + k[sel]
+            found = ok & _is_good(rows)
+            self.release()
+        return found, TimerUnits.of(rows[found], pos[found], fi[found], grid[found])
+
+    def unit(self, pos: int) -> tuple | None:
+        """(file index, grid, prevPos, magic, deliverMs, offsetPy) of the unit at timer log offset `pos`, None where there is none."""
+        i = bisect.bisect_right(self._bases, pos) - 1
+        if i < 0:
+            return None
+        rel = pos - self._bases[i]
+        k, r = divmod(rel, UNIT_SIZE)
+        if r or k >= self.layouts[i].keep_end:
+            return None
+        row = self._rows(i)[k].item()
+        if row[_SIZE_I] != UNIT_SIZE or row[_MAGIC_I] not in _VALID_MAGICS:
+            return None
+        return i, self._grid0[i] + k, row[_PREV_I], row[_MAGIC_I], row[_WRITE_I] + row[_DELAY_I], row[_OFFSET_PY_I]
+
+    def unit_file(self, file_index: int, offset: int) -> tuple[str, int]:
+        """(path, file offset) of the unit at timer log `offset` in file `file_index`."""
+        f = self.log.files[file_index]
+        return f.path, offset - f.base
 
     def slot_time_ms(self) -> np.ndarray:
         return self.slots["time"] * self.precision

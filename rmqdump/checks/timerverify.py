@@ -128,18 +128,48 @@ def _unit_problem(ts: TimerStore, u: TimerUnits, j: int, code: str, at: int, det
 
 
 def _units_vs_records(ts: TimerStore, cl: CommitLog, recs: dict[int, TimerRecord], u: TimerUnits, data_end: int) -> list[Problem]:
+    """Each unit against the record it points at. The checks run per distinct record and are spread over the units
+    as arrays; only units with a finding are visited one by one."""
     out = []
     if not len(u):
         return out
-    pending = ts.pending(u).tolist()
     files_end = cl.files[-1].base + cl.files[-1].size if cl.files else 0
-    deliver = u.deliver_ms.tolist()
-    offs, sizes, magics, hashes = (a.tolist() for a in (u.offset_py, u.size_py, u.magic, u.hash_code_of_real_topic))
+    keys = np.fromiter(recs.keys(), dtype=np.int64, count=len(recs))
+    order = np.argsort(keys)
+    keys = keys[order]
+    vals = [recs[int(k)] for k in keys.tolist()]
+    k = np.searchsorted(keys, u.offset_py)
+    has = (k < len(keys)) & (keys[np.minimum(k, max(len(keys) - 1, 0))] == u.offset_py) if len(keys) else np.zeros(len(u), dtype=bool)
+    kc = np.where(has, k, len(keys))  # units without a record index a last, dummy entry of the per-record arrays
+    # per record: its size, whether it is a timer message, its TIMER_OUT_MS (when a number), the hashCode of its REAL_TOPIC
+    r_outs = [r.properties.get(C.PROPERTY_TIMER_OUT_MS) for r in vals]
+    r_size = np.array([*(r.total_size for r in vals), 0], dtype=np.int64)
+    r_timer = np.array([*(r.topic == C.TIMER_TOPIC and o is not None for r, o in zip(vals, r_outs, strict=True)), False], dtype=bool)
+    r_num = np.array([*(o is not None and o.lstrip("-").isdigit() for o in r_outs), False], dtype=bool)
+    r_out = [int(o) if n else 0 for o, n in zip([*r_outs, None], r_num.tolist(), strict=True)]
+    r_big = np.array([not -(1 << 63) <= o < 1 << 63 for o in r_out], dtype=bool)  # beyond any int64 delivery time
+    r_out64 = np.array([0 if b else o for o, b in zip(r_out, r_big.tolist(), strict=True)], dtype=np.int64)
     hashed: dict[str | None, int] = {None: 0}
-    for j in range(len(u)):
-        off, size = offs[j], sizes[j]
-        rec = recs.get(off)
-        if rec is None:
+
+    def topic_hash(real: str | None) -> int:
+        if real not in hashed:
+            hashed[real] = java_hash(real)
+        return hashed[real]
+
+    r_hash = np.array([*(topic_hash(r.properties.get(C.PROPERTY_REAL_TOPIC)) for r in vals), 0], dtype=np.int64)
+    deliver = u.deliver_ms
+    size_bad = has & (r_size[kc] != u.size_py)
+    not_timer = has & ~r_timer[kc]
+    timer = has & ~not_timer
+    roll = (u.magic & C.TIMER_MAGIC_ROLL) != 0
+    deliver_bad = timer & ~roll & r_num[kc] & (r_big[kc] | (r_out64[kc] != deliver))
+    hash_bad = timer & (r_hash[kc] != u.hash_code_of_real_topic)
+    pending = ts.pending(u)
+    offs = u.offset_py
+    any_bad = ~has | size_bad | not_timer | deliver_bad | hash_bad
+    for j in np.flatnonzero(any_bad).tolist():
+        off, size = int(offs[j]), int(u.size_py[j])
+        if not has[j]:
             if 0 <= off < cl.min_offset:
                 if pending[j]:  # fired units may outlive their CommitLog files; pending ones are lost
                     out.append(
@@ -168,10 +198,10 @@ def _units_vs_records(ts: TimerStore, cl: CommitLog, recs: dict[int, TimerRecord
             else:
                 out.append(_unit_problem(ts, u, j, RECORD_MISSING, _OFFSET_PY_AT, f"no CommitLog record starts at offset {off}"))
             continue
-        if rec.total_size != size:
+        rec = vals[int(kc[j])]
+        if size_bad[j]:
             out.append(_unit_problem(ts, u, j, RECORD_SIZE, _SIZE_PY_AT, f"sizePy {size}, the record at {off} is {rec.total_size} bytes"))
-        out_ms = rec.properties.get(C.PROPERTY_TIMER_OUT_MS)
-        if rec.topic != C.TIMER_TOPIC or out_ms is None:
+        if not_timer[j]:
             out.append(
                 _unit_problem(
                     ts,
@@ -183,19 +213,25 @@ def _units_vs_records(ts: TimerStore, cl: CommitLog, recs: dict[int, TimerRecord
                 )
             )
             continue
-        roll = magics[j] & C.TIMER_MAGIC_ROLL
-        if not roll and out_ms.lstrip("-").isdigit() and int(out_ms) != deliver[j]:
+        if deliver_bad[j]:
+            out_ms = rec.properties.get(C.PROPERTY_TIMER_OUT_MS)
             out.append(
                 _unit_problem(
-                    ts, u, j, DELIVER_MISMATCH, _DELAY_AT, f"delivery time {deliver[j]} (currWriteTimeMs + delay), the record's TIMER_OUT_MS is {out_ms}"
+                    ts, u, j, DELIVER_MISMATCH, _DELAY_AT, f"delivery time {int(deliver[j])} (currWriteTimeMs + delay), the record's TIMER_OUT_MS is {out_ms}"
                 )
             )
-        real = rec.properties.get(C.PROPERTY_REAL_TOPIC)
-        want = hashed.get(real)
-        if want is None:
-            want = hashed[real] = java_hash(real)
-        if want != hashes[j]:
-            out.append(_unit_problem(ts, u, j, TOPIC_HASH, _HASH_AT, f"hash of the real topic {hashes[j]}, hashCode of REAL_TOPIC {real!r} is {want}"))
+        if hash_bad[j]:
+            real = rec.properties.get(C.PROPERTY_REAL_TOPIC)
+            out.append(
+                _unit_problem(
+                    ts,
+                    u,
+                    j,
+                    TOPIC_HASH,
+                    _HASH_AT,
+                    f"hash of the real topic {int(u.hash_code_of_real_topic[j])}, hashCode of REAL_TOPIC {real!r} is {int(r_hash[kc[j]])}",
+                )
+            )
     return out
 
 
@@ -292,7 +328,9 @@ def _wheel(ts: TimerStore, visited: bytearray) -> Iterator[Problem]:
                 break
             fi, g, prev, magic, deliver, offset_py = got
             if deliver // precision != t and not magic & C.TIMER_MAGIC_ROLL:
-                yield _problem(ts, fi, cur, offset_py, WRONG_SLOT, _DELAY_AT, f"unit delivers at {deliver} ms but is chained into slot {idx} ({t * precision} ms)")
+                yield _problem(
+                    ts, fi, cur, offset_py, WRONG_SLOT, _DELAY_AT, f"unit delivers at {deliver} ms but is chained into slot {idx} ({t * precision} ms)"
+                )
             visited[g >> 3] |= 1 << (g & 7)
             n += 1
             count += -1 if magic & C.TIMER_MAGIC_DELETE else 1

@@ -17,6 +17,7 @@ import functools
 import itertools
 import os
 import re
+import struct
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -251,7 +252,11 @@ def layout_file(f: TimerLogFile, m: MappedFile, last_read_time_ms: int | None) -
         size = part["size"]
         magic = part["magic"]
         for k in np.flatnonzero(zero).tolist():
-            zeroed.append(Problem(TIMERLOG_ZEROED_UNIT, f.path, (lo + k) * UNIT_SIZE, "52 zero bytes where a unit should be, with units after it", extra=_where(f, lo + k)))
+            zeroed.append(
+                Problem(
+                    TIMERLOG_ZEROED_UNIT, f.path, (lo + k) * UNIT_SIZE, "52 zero bytes where a unit should be, with units after it", extra=_where(f, lo + k)
+                )
+            )
         bsz = ~zero & (size != UNIT_SIZE)
         for k in np.flatnonzero(bsz).tolist():
             bad_unit.append(
@@ -483,6 +488,10 @@ def timer_paths(root: str) -> dict[str, str | None]:
 _SIZE_I, _PREV_I, _MAGIC_I, _WRITE_I, _DELAY_I, _OFFSET_PY_I = (
     UNIT_DTYPE.names.index(n) for n in ("size", "prev_pos", "magic", "curr_write_time_ms", "delayed_time_offset", "offset_py")
 )
+# one unit as a struct format, derived from the numpy dtype (itself derived from schemas.timer): a single unit is
+# unpacked straight from the map, about 20x faster than a numpy record
+_UNIT_STRUCT = struct.Struct(">" + "".join({1: "b", 2: "h", 4: "i", 8: "q"}[UNIT_DTYPE[n].itemsize] for n in UNIT_DTYPE.names))
+assert _UNIT_STRUCT.size == UNIT_SIZE and all(UNIT_DTYPE[n].kind == "i" and UNIT_DTYPE[n].byteorder in ">|" for n in UNIT_DTYPE.names)
 MAPS_OPEN = 16  # timer log files kept mapped at once (a log of many small files is not mapped all at once)
 
 
@@ -657,7 +666,8 @@ class TimerStore:
         k, r = divmod(rel, UNIT_SIZE)
         if r or k >= self.layouts[i].keep_end:
             return None
-        row = self._rows(i)[k].item()
+        m = self._maps.get(i)
+        row = _UNIT_STRUCT.unpack_from((m if m is not None else self._open_map(i))[0].view, k * UNIT_SIZE)
         if row[_SIZE_I] != UNIT_SIZE or row[_MAGIC_I] not in _VALID_MAGICS:
             return None
         return i, self._grid0[i] + k, row[_PREV_I], row[_MAGIC_I], row[_WRITE_I] + row[_DELAY_I], row[_OFFSET_PY_I]

@@ -290,7 +290,7 @@ def _slot_problem(ts: TimerStore, row, code: str, at: int, detail: str) -> Probl
     return Problem(code, ts.wheel.path, idx * SLOT_SIZE + at, detail, extra={"slot_index": idx, "slot_time_ms": int(row["time"]) * ts.precision})
 
 
-RELEASE_EVERY = 1 << 16  # chain steps between giving the maps' pages back
+RELEASE_EVERY = 4096  # chain steps between giving the maps' pages back: each step may touch a page of its own (16 MB at most)
 
 
 def _wheel(ts: TimerStore, visited: bytearray) -> Iterator[Problem]:

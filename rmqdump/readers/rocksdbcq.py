@@ -49,7 +49,7 @@ RCQ_BAD_KEY = "rocksdb_cq_bad_key"
 RCQ_BAD_VALUE = "rocksdb_cq_bad_value"
 RCQ_OFFSET_MISMATCH = "rocksdb_cq_offset_mismatch"  # the `offset` family's bounds disagree with the units
 
-_WHERE = re.compile(r"(?:in|file:?)\s+(\S+?\.(?:sst|log|blob))(?:\D+offset\s+(\d+))?")
+_WHERE = re.compile(r"(?:in|file:?|read:)\s+(\S+?\.(?:sst|log|blob))(?:\D+offset\s+(\d+))?")
 
 
 def is_rocksdb(d: str) -> bool:

@@ -144,7 +144,7 @@ def _slot_at(root: Path, s: dict, code: str, field: str) -> tuple:
     return code, str(root / "timerwheel"), s["fileOffset"] + field_offset(TimerWheelSlot, field), s["slotIndex"], s["timeMs"]
 
 
-def _check_at(root: Path, p: dict) -> tuple:
+def _c(p: dict) -> tuple:
     return p["code"], p["file"], p["file_offset"]
 
 
@@ -375,7 +375,7 @@ def test_timercheck_bad_reserved(timer):
     patch(timer / "config" / "timercheck", at, b"\x01")
     code, probs = _tverify(timer)
     assert code == 1
-    assert [_check_at(timer, p) for p in probs] == [("timercheck_bad_reserved", str(timer / "config" / "timercheck"), at)]
+    assert [_c(p) for p in probs] == [("timercheck_bad_reserved", str(timer / "config" / "timercheck"), at)]
 
 
 def test_timercheck_read_time(timer):
@@ -383,7 +383,7 @@ def test_timercheck_read_time(timer):
     _edit_check(timer, last_read_time_ms=T_CHECK["lastReadTimeMs"] + 500)
     code, probs = _tverify(timer)
     assert code == 1
-    assert [_check_at(timer, p) for p in probs] == [
+    assert [_c(p) for p in probs] == [
         ("timercheck_read_time", str(timer / "config" / "timercheck"), field_offset(TimerCheck, "last_read_time_ms"))
     ]
 
@@ -393,7 +393,7 @@ def test_timercheck_flush_pos(timer):
     _edit_check(timer, last_timer_log_flush_pos=T_CHECK["lastTimerLogFlushPos"] - UNIT)
     code, probs = _tverify(timer)
     assert code == 1
-    assert [_check_at(timer, p) for p in probs] == [
+    assert [_c(p) for p in probs] == [
         ("timercheck_flush_pos", str(timer / "config" / "timercheck"), field_offset(TimerCheck, "last_timer_log_flush_pos"))
     ]
 
@@ -420,7 +420,7 @@ def test_timercheck_queue_offset(timer, fields, at):
     code, probs = _tverify(timer)
     assert code == 1
     path = str(timer / "config" / "timercheck")
-    assert [_check_at(timer, p) for p in probs] == [("timercheck_queue_offset", path, field_offset(TimerCheck, name)) for name in at]
+    assert [_c(p) for p in probs] == [("timercheck_queue_offset", path, field_offset(TimerCheck, name)) for name in at]
 
 
 # --- RocksDB ConsumeQueue: `rmqdump cq verify` ----------------------------------------------------------------

@@ -7,6 +7,12 @@ dispatch takes from them. A record that does not hold together stops the
 batch; it is diagnosed here, reported with a stable code, and the walk
 resyncs at the next record it can prove: a message magic at a position whose
 physicalOffset field equals the file's base offset plus that position.
+
+A DLedger CommitLog (files of `dledger-<id>/data/`) frames every record in an
+entry header: the kernel checks and skips it, and rmqdump.readers.dledger
+diagnoses and resyncs entries; a record's position stays the message's own
+(entry pos + header), which is what its physicalOffset field and the
+ConsumeQueue hold.
 """
 
 from __future__ import annotations
@@ -23,11 +29,12 @@ from construct import ConstructError
 from rmqdump.common import problems as P
 from rmqdump.common.problems import InputError, Problem
 from rmqdump.readers import kernel as K
-from rmqdump.readers.fastpath import field_struct, numpy_dtype, struct_format
+from rmqdump.readers.fastpath import field_struct, gather, numpy_dtype, struct_format
 from rmqdump.readers.mapped import MappedFile
 from rmqdump.readers.message import Message, decode_properties, format_host, offset_msg_id
 from schemas import BlankMarker, HostV4, HostV6, MessageRecord, RecordPrefix, message_header
 from schemas import constants as C
+from schemas import dledger as DL
 from schemas.commitlog import PropertiesLength
 
 NAME_RE = re.compile(rf"^\d{{{C.COMMITLOG_NAME_DIGITS}}}$")
@@ -71,6 +78,7 @@ def _column_dtypes() -> dict[str, np.dtype]:
 
 
 _DTYPES = _column_dtypes()
+_ENTRY = numpy_dtype(DL.EntryHeader)
 
 
 @dataclass(frozen=True)
@@ -84,6 +92,36 @@ class SegmentFile:
     @property
     def name(self) -> str:
         return os.path.basename(self.path)
+
+    @property
+    def frame(self) -> int:
+        """Bytes of entry header before each record: a DLedger data file's, else 0."""
+        return frame_of(self.path)
+
+
+def frame_of(path: str) -> int:
+    """DLedger's entry header size for a file of a `dledger-<id>/data/` directory, else 0."""
+    d = os.path.dirname(os.path.abspath(path))
+    return K.FRAME_SIZE if os.path.basename(d) == DL.DATA_DIR and os.path.basename(os.path.dirname(d)).startswith(DL.DIR_PREFIX) else 0
+
+
+def commitlog_dir(root: str) -> str | None:
+    """A store root's CommitLog directory: `commitlog/`, else a DLedger `dledger-<id>/data/` (beside or inside it)."""
+    plain = os.path.join(root, "commitlog")
+    for parent in (root, plain):
+        try:
+            names = sorted(os.listdir(parent))
+        except OSError:
+            continue
+        for n in names:
+            d = os.path.join(parent, n, DL.DATA_DIR)
+            if n.startswith(DL.DIR_PREFIX) and os.path.isdir(d) and (parent == root or not _has_files(plain)):
+                return d
+    return plain if os.path.isdir(plain) else None
+
+
+def _has_files(d: str) -> bool:
+    return any(NAME_RE.match(n) and os.path.isfile(os.path.join(d, n)) for n in os.listdir(d))
 
 
 @dataclass
@@ -116,8 +154,10 @@ class CommitLog:
         probs: list[Problem] = []
         found: list[SegmentFile] = []
         for p in map(str, paths):
-            if os.path.isdir(p) and os.path.isdir(os.path.join(p, "commitlog")):
-                p = os.path.join(p, "commitlog")  # a store root was given
+            if os.path.isdir(p) and os.path.basename(p).startswith(DL.DIR_PREFIX) and os.path.isdir(os.path.join(p, DL.DATA_DIR)):
+                p = os.path.join(p, DL.DATA_DIR)  # a DLedger directory was given
+            elif os.path.isdir(p) and commitlog_dir(p) is not None:
+                p = commitlog_dir(p)  # a store root was given
             if os.path.isdir(p):
                 try:
                     names = sorted(os.listdir(p))
@@ -216,6 +256,7 @@ class Batch:
     events: list = field(default_factory=list)
     record_problems: dict[int, list[Problem]] = field(default_factory=dict)
     found: dict[str, np.ndarray] | None = None  # what the kernel took for the dispatch (rmqdump.scan.dispatch reads it)
+    entries: np.ndarray | None = None  # DLedger: each record's entry header (schemas.dledger.EntryHeader), else None
     _lists: tuple | None = field(default=None, init=False, repr=False, compare=False)
     _served: int = field(default=0, init=False, repr=False, compare=False)
 
@@ -281,6 +322,7 @@ class Batch:
         store_addr, store_port, store_text = self._host_at(r["store_host_pos"], r["store_host_then"])
         phys = self.seg.base + r["_pos"]
         prop_crc = None if self.prop_crc is None or self.prop_crc[i] < 0 else bool(self.prop_crc[i])
+        extra = {} if self.entries is None else {"dledger_index": int(self.entries["index"][i]), "dledger_term": int(self.entries["term"][i])}
         return Message(
             file=self.seg.path,
             phys_offset=phys,
@@ -305,6 +347,7 @@ class Batch:
             msg_id=offset_msg_id(store_addr, store_port, phys),
             body=self.raw(r["body_pos"], r["body_length"]) if with_body else None,
             properties_ok=ok,
+            extra=extra,
         )
 
     def messages(self, *, with_body: bool = False) -> Iterator[Message]:
@@ -372,7 +415,7 @@ class _Kernel:
         """
         out = self.out
         while True:
-            n, nk, p, code, reps = self.jit.scan(mf.data, mf.size, pos, end, check_crc, out, self.keys)
+            n, nk, p, code, reps = self.jit.scan(mf.data, mf.size, pos, end, check_crc, out, self.keys, seg.frame, seg.base)
             if code == K.FULL and n == 0:  # one record with more keys than room: make room
                 self.keys = np.empty((self.keys.shape[0], self.keys.shape[1] * 2), dtype=np.int64)
                 continue
@@ -387,6 +430,8 @@ class _Kernel:
         for name in K.KEY_COLUMNS:
             found["key_" + name] = self.keys[K.KCOL[name], :nk].copy()
         batch = Batch(seg, mf, cols, crc_ok, prop_crc, [], _record_problems(seg, cols, crc_ok, prop_crc), found)
+        if seg.frame:
+            batch.entries = gather(mf.data, cols["_pos"] - seg.frame, _ENTRY)
         return batch, p, code
 
 
@@ -432,6 +477,10 @@ def resync(seg: SegmentFile, mf: MappedFile, start: int) -> int | None:
     Searched window by window, giving the pages of each fruitless window back:
     a long damaged or empty stretch costs one pass and bounded memory.
     """
+    if seg.frame:
+        from rmqdump.readers import dledger
+
+        return dledger.resync(seg, mf, start)
     lo = start + 4  # where a magic can begin
     if start + 8 <= mf.size and not any(mf.view[start : start + 8]):
         # A zero stretch (the unwritten tail of a preallocated file, or a zeroed range): skip it
@@ -520,6 +569,15 @@ def _first_nonzero(mf: MappedFile, start: int, stop: int) -> int | None:
 
 def diagnose(seg: SegmentFile, mf: MappedFile, p: int) -> tuple[list, int | None]:
     """What is at a position the walk could not take, and where the scan goes on."""
+    if seg.frame:
+        from rmqdump.readers import dledger
+
+        return dledger.diagnose(seg, mf, p)
+    return diagnose_record(seg, mf, p)
+
+
+def diagnose_record(seg: SegmentFile, mf: MappedFile, p: int) -> tuple[list, int | None]:
+    """diagnose() of a message record (in a DLedger file: the one inside an entry whose header holds together)."""
     size, path, base = mf.size, seg.path, seg.base
     if p + 8 > size:
         if _first_nonzero(mf, p, size) is None:
@@ -583,10 +641,10 @@ def _size_detail(mf: MappedFile, p: int, total: int) -> str:
 
 
 def read_record(seg: SegmentFile, mf: MappedFile, p: int, *, check_crc: bool = True, with_body: bool = False) -> Message | Problem:
-    """Decode the single record at file offset p, or say what is wrong there."""
-    if p < 0 or p + 8 > mf.size:
+    """Decode the single record at file offset p, or say what is wrong there (DLedger: p is the message's, past its entry header)."""
+    if p - seg.frame < 0 or p + 8 > mf.size:
         return Problem(P.RECORD_PAST_END, seg.path, p, "offset is past the end of the file", phys_offset=seg.base + p)
-    batch, _, _ = _Kernel(1).run(seg, mf, p, p + 1, check_crc)
+    batch, _, _ = _Kernel(1).run(seg, mf, p - seg.frame, p - seg.frame + 1, check_crc)
     if len(batch):
         return batch.message(0, with_body=with_body)
     events, _ = _diagnose_single(seg, mf, p)
@@ -594,7 +652,7 @@ def read_record(seg: SegmentFile, mf: MappedFile, p: int, *, check_crc: bool = T
 
 
 def _diagnose_single(seg: SegmentFile, mf: MappedFile, p: int):
-    events, nxt = diagnose(seg, mf, p)
+    events, nxt = diagnose(seg, mf, p - seg.frame)
     ev = events[0]
     if isinstance(ev, Blank):
         return Problem("not_a_message", seg.path, p, f"a {ev.marker} end-of-file marker is at this offset", phys_offset=seg.base + p), nxt

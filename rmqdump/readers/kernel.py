@@ -23,6 +23,7 @@ from rmqdump.readers.fastpath import field_offset, numpy_dtype
 from schemas import HostV4, HostV6, MessageRecord, message_header
 from schemas import constants as C
 from schemas.commitlog import PropertiesLength, TopicLengthV1, TopicLengthV2
+from schemas.dledger import ENTRY_MAGIC, EntryHeader
 
 
 def _field(con, name):
@@ -56,6 +57,11 @@ TOPIC_LEN_V2 = _width_signed(TopicLengthV2)
 PROPS_LEN = _width_signed(PropertiesLength)
 MIN_RECORD_SIZE = message_header().sizeof() + TopicLengthV1.sizeof() + PropertiesLength.sizeof()
 assert [sc.name for sc in MessageRecord.subcons[len(HEADER_FIELDS) :]] == ["body", "topic_length", "topic", "properties_length", "properties"]
+
+# DLedger framing (scan's `frame` argument): an entry header before each record, checked and skipped.
+FRAME_SIZE = EntryHeader.sizeof()
+FRAME_MAGIC = ENTRY_MAGIC
+FRAME_FIELDS = {n: (field_offset(EntryHeader, n), *_width_signed(_field(EntryHeader, n).subcon)) for n in ("magic", "size", "pos", "body_size")}
 
 # Property names the dispatcher reads, and the 5.2+ property CRC trailer.
 CRC_PREFIX = np.frombuffer((C.PROPERTY_CRC32 + C.NAME_VALUE_SEPARATOR).encode(), dtype=np.uint8).copy()
@@ -104,6 +110,7 @@ def fingerprint() -> str:
     for a in (HEADER_OFFSETS, HEADER_SIZES, CRC_TABLES, CRC_PREFIX):
         h.update(a.tobytes())
     h.update(repr((WIDTHS, HOST_ADDR, BORN_V6, STORE_V6, TOPIC_LEN_V1, TOPIC_LEN_V2, PROPS_LEN, MIN_RECORD_SIZE, C.MESSAGE_MAGICS, C.MAGIC_V2)).encode())
+    h.update(repr((FRAME_SIZE, FRAME_MAGIC, sorted(FRAME_FIELDS.items()))).encode())
     h.update(repr((sorted((k, v.tobytes()) for k, v in NAMES.items()), SEP_NV, SEP_PROP, SEP_KEY, COLUMNS, KEY_COLUMNS)).encode())
     return h.hexdigest()[:16]
 

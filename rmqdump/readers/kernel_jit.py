@@ -22,6 +22,8 @@ from rmqdump.readers.kernel import (
     DELAY_NONE,
     DELAY_PY,
     END,
+    FRAME_FIELDS,
+    FRAME_MAGIC,
     FULL,
     HEADER_OFFSETS,
     HEADER_SIZES,
@@ -76,6 +78,8 @@ _C_TLEN, _C_TPOS, _C_PLEN, _C_PPOS = COL["topic_length"], COL["topic_pos"], COL[
 _C_CRC, _C_PCRC, _C_TID, _C_TAGS, _C_TSLOW = COL["crc"], COL["prop_crc"], COL["topic_id"], COL["tags_hash"], COL["tags_slow"]
 _C_DELAY, _C_DPOS, _C_DLEN, _C_TAPOS, _C_TALEN = COL["delay"], COL["delay_pos"], COL["delay_len"], COL["tags_pos"], COL["tags_len"]
 _K_REC, _K_POS, _K_LEN, _K_HASH, _K_SLOW, _K_UNIQ, _K_UNITS = KCOL["rec"], KCOL["pos"], KCOL["len"], KCOL["hash"], KCOL["slow"], KCOL["uniq"], KCOL["units"]
+(_O_FMAG, _W_FMAG, _S_FMAG), (_O_FSIZE, _W_FSIZE, _S_FSIZE) = FRAME_FIELDS["magic"], FRAME_FIELDS["size"]
+(_O_FPOS, _W_FPOS, _S_FPOS), (_O_FBODY, _W_FBODY, _S_FBODY) = FRAME_FIELDS["pos"], FRAME_FIELDS["body_size"]
 _FNV_BASIS, _FNV_PRIME = np.int64(-3750763034362895579), np.int64(1099511628211)
 
 
@@ -199,11 +203,14 @@ def _hash(data, a, b):
 
 
 @njit(cache=True, nogil=True)
-def scan(data, size, start, end, check_crc, out, keys):
+def scan(data, size, start, end, check_crc, out, keys, frame=0, base=0):
     """Records starting in [start, end) of a file of `size` bytes, from `start` (a record start).
 
     Fills out[column, record] and keys[column, key]; returns (records, keys,
     stop position, stop code, topic table: first record of each topic id).
+    `frame` > 0: each record is preceded by a DLedger entry header of that many
+    bytes (file offset `base`): its magic, pos (= base + its position) and sizes
+    must agree with the record, else the walk stops at the entry's start.
     """
     cap = out.shape[1]
     kcap = keys.shape[1]
@@ -219,16 +226,32 @@ def scan(data, size, start, end, check_crc, out, keys):
     nk = 0
     p = start
     code = END
+    e0 = p  # start of the current record, or of its entry header
+    fsize = fbody = 0
     while p < end:
+        e0 = p
         if n >= cap:
             code = FULL
             break
+        if frame:
+            if p + frame + 8 > size:
+                code = STUCK
+                break
+            if _rd(data, p + _O_FMAG, _W_FMAG, _S_FMAG) != FRAME_MAGIC or _rd(data, p + _O_FPOS, _W_FPOS, _S_FPOS) != base + p:
+                code = STUCK
+                break
+            fsize = _rd(data, p + _O_FSIZE, _W_FSIZE, _S_FSIZE)
+            fbody = _rd(data, p + _O_FBODY, _W_FBODY, _S_FBODY)
+            p += frame
         if p + 8 > size:
             code = STUCK
             break
         total = _rd(data, p + _OFF[0, _F_TOTAL], _W_TOTAL, _S_TOTAL)
         magic = _rd(data, p + _OFF[0, _F_MAGIC], _W_MAGIC, _S_MAGIC)
         if (magic != _MAGIC_V1 and magic != _MAGIC_V2) or total < MIN_RECORD_SIZE or total > size - p:
+            code = STUCK
+            break
+        if frame and (fsize != frame + total or fbody != total):
             code = STUCK
             break
         lim = p + total
@@ -443,4 +466,6 @@ def scan(data, size, start, end, check_crc, out, keys):
         out[_C_DLEN, n] = db - da
         n += 1
         p = lim
+    if code != END:
+        p = e0  # the caller diagnoses (or resumes at) the whole entry
     return n, nk, p, code, rep[:ntop].copy()

@@ -43,7 +43,7 @@ from rmqdump.build.settings import StoreSettings
 from rmqdump.common import problems as P
 from rmqdump.common.problems import InputError, Problem
 from rmqdump.common.publish import check_target, publishing
-from rmqdump.readers.commitlog import CommitLog, SegmentFile, scan_file
+from rmqdump.readers.commitlog import CommitLog, SegmentFile, commitlog_path, scan_file
 from rmqdump.readers.mapped import MappedFile
 from rmqdump.scan.dispatch import DelayLevels, DispatchJoin, dispatch_columns
 from schemas import Checkpoint as CheckpointLayout
@@ -143,8 +143,8 @@ def check_paths(store: str, out: str, force: bool) -> tuple[str, str]:
     s = os.path.realpath(os.path.abspath(store))
     if not os.path.isdir(s):
         raise InputError(NOT_A_STORE, store, "not a directory")
-    if not os.path.isdir(os.path.join(s, "commitlog")):
-        raise InputError(NO_COMMITLOG, os.path.join(store, "commitlog"), "a store root holds commitlog/: nothing to rebuild from")
+    if not os.path.isdir(commitlog_path(s)):
+        raise InputError(NO_COMMITLOG, commitlog_path(store), "a store root holds commitlog/: nothing to rebuild from")
     return s, check_target(out, force=force, stores=[store], kind="dir")
 
 
@@ -487,8 +487,9 @@ def verify_output(
     commitlog/ (read-only use) lets them see the rebuilt store as a broker
     would; it is removed before publishing.
     """
-    link = os.path.join(tmp, "commitlog")
-    os.symlink(os.path.join(store, "commitlog"), link)
+    top = os.path.relpath(commitlog_path(store), store).split(os.sep)[0]  # commitlog, or dledger-<id> (holding data/)
+    link = os.path.join(tmp, top)
+    os.symlink(os.path.join(store, top), link)
     out: dict = {"ok": True}
     jobs = []
     if "consumequeue" in options.only:
@@ -527,7 +528,7 @@ def verify_output(
 
 def report_small(store: str) -> bool:
     """A CommitLog small enough that forking verifiers costs more than it saves."""
-    cl_dir = os.path.join(store, "commitlog")
+    cl_dir = commitlog_path(store)
     try:
         return sum(e.stat().st_size for e in os.scandir(cl_dir) if e.is_file()) < PARALLEL_MIN_BYTES
     except OSError:
@@ -636,9 +637,9 @@ def rebuild(
     options = options or RebuildOptions()
     t0 = time.perf_counter()
     s, o = check_paths(store, out, options.force)
-    cl = CommitLog.open(os.path.join(s, "commitlog"))
+    cl = CommitLog.open(commitlog_path(s))
     if not cl.files:
-        raise InputError(NO_COMMITLOG, os.path.join(store, "commitlog"), "no CommitLog files: nothing to rebuild from")
+        raise InputError(NO_COMMITLOG, commitlog_path(store), "no CommitLog files: nothing to rebuild from")
     report = RebuildReport(store=s, out=o, settings=settings, options=options)
     report.commitlog_files = len(cl.files)
     report.commitlog_bytes = sum(f.size for f in cl.files)

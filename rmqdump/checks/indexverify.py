@@ -23,7 +23,7 @@ import numpy as np
 
 from rmqdump.common.javahash import index_hash_many, java_hash_many
 from rmqdump.common.problems import Problem
-from rmqdump.readers.commitlog import Blank, CommitLog
+from rmqdump.readers.commitlog import Blank, CommitLog, commitlog_path
 from rmqdump.readers.indexfile import LAYOUT_SIZE, IndexFile, IndexLayoutError, Layout, list_index_files
 from rmqdump.scan.dispatch import DelayLevels, DispatchColumns, DispatchJoin, dispatch_columns
 
@@ -563,7 +563,7 @@ def verify(
         s.index_files = len(files)
         for p in probs:
             yield emit(p)
-        cl_dir = os.path.join(store, "commitlog")
+        cl_dir = commitlog_path(store)
         cl = CommitLog.open(cl_dir) if os.path.isdir(cl_dir) else CommitLog([], [], None)
         for p in cl.problems:
             yield emit(p)

@@ -16,7 +16,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 
 from rmqdump.common.problems import Problem
-from rmqdump.readers.commitlog import CommitLog
+from rmqdump.readers.commitlog import CommitLog, commitlog_path
 from rmqdump.readers.indexfile import IndexFile, key_hash, open_all
 from rmqdump.readers.message import Message
 from rmqdump.readers.msgid import OffsetMsgId, UniqKey, id_bytes
@@ -132,7 +132,7 @@ class Index:
         self.store = str(store)
         self.files = files if files is not None else open_all(self.store, hash_slots, index_entries)
         self.commitlog = (
-            CommitLog.open(os.path.join(self.store, "commitlog")) if os.path.isdir(os.path.join(self.store, "commitlog")) else CommitLog([], [], None)
+            CommitLog.open(commitlog_path(self.store)) if os.path.isdir(commitlog_path(self.store)) else CommitLog([], [], None)
         )
         self._topics: list[str] | None = None
         self._records: OrderedDict[int, Message | Problem] = OrderedDict()

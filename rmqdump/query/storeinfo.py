@@ -23,6 +23,7 @@ from rmqdump.readers.batchcq import BatchConsumeQueue
 from rmqdump.readers.checkpoint import Checkpoint
 from rmqdump.readers.commitlog import SegmentFile, scan_file
 from rmqdump.readers.configfiles import ConfigFile, read_config
+from rmqdump.readers.dledger import UNIT_SIZE, check_index
 from rmqdump.readers.mapped import MappedFile
 from rmqdump.readers.message import Message
 from rmqdump.readers.recordprops import is_lmq
@@ -87,6 +88,63 @@ class CommitLogInfo:
 
 
 @dataclass
+class DLedgerInfo:
+    """A DLedger CommitLog's own state: checkpoint, term, entry index files, and the index checked against the entries."""
+
+    path: str
+    self_id: str
+    committed_index: int | None
+    end_index: int | None
+    current_term: int | None
+    vote_leader: str | None
+    index_files: list[dict]
+    entries: int
+    first_index: int | None
+    last_index: int | None
+    units_checked: int
+
+    def to_dict(self) -> dict:
+        return {
+            "kind": "dledger",
+            "path": self.path,
+            "self_id": self.self_id,
+            "committed_index": self.committed_index,
+            "end_index": self.end_index,
+            "current_term": self.current_term,
+            "vote_leader": self.vote_leader,
+            "index_files": self.index_files,
+            "entries": self.entries,
+            "first_index": self.first_index,
+            "last_index": self.last_index,
+            "index_units_checked": self.units_checked,
+        }
+
+
+def dledger_info(store: Store) -> tuple[DLedgerInfo, list[Problem]]:
+    """Reads every entry header of the data files (the messages are not decoded) to check the index files against them."""
+    dl = store.dledger
+    chk = check_index(dl, store.commitlog)
+    files = []
+    for f in dl.index_files:
+        st = os.stat(f.path)
+        files.append({"file": f.name, "size": f.size, "allocated": st.st_blocks * 512, "first_index": f.base // UNIT_SIZE})
+    info = DLedgerInfo(
+        path=dl.path,
+        self_id=dl.self_id,
+        committed_index=dl.committed_index,
+        end_index=dl.end_index,
+        current_term=dl.current_term,
+        vote_leader=dl.term.get("voteLeader"),
+        index_files=files,
+        entries=chk.entries,
+        first_index=chk.first_index,
+        last_index=chk.last_index,
+        units_checked=chk.units_checked,
+    )
+    return info, chk.problems
+
+
+@dataclass
 class StoreInfo:
     root: str
     commitlog: CommitLogInfo
@@ -103,6 +161,7 @@ class StoreInfo:
     recovery: RecoveryPreview | None
     notes: list[str] = field(default_factory=list)
     timer: dict | None = None  # query/timers.timer_summary of a 5.x timer store
+    dledger: DLedgerInfo | None = None
 
 
 def _starts_with_data(seg: SegmentFile) -> bool:
@@ -207,6 +266,12 @@ def store_info(store: Store, *, with_recovery: bool = True, check_crc: bool = Tr
     if ts is not None:
         timer = timer_summary(ts, cl)
         store.problems.extend(ts.problems)  # file-level timer damage; `timer verify` checks the rest
+    problems = list(store.problems)
+    dl = None
+    if store.dledger is not None:
+        dl, dl_problems = dledger_info(store)
+        problems.extend(dl_problems)
+        notes.append("DLedger CommitLog: a restart recovers it by DLedger's own rules (entries and index); the preview walks its entries")
     return StoreInfo(
         root=store.root,
         commitlog=cli,
@@ -219,8 +284,9 @@ def store_info(store: Store, *, with_recovery: bool = True, check_crc: bool = Tr
         configs=configs,
         other_files=store.other_files,
         unsupported=store.unsupported,
-        problems=store.problems,
+        problems=problems,
         recovery=preview(store, check_crc=check_crc, on_bytes=on_bytes) if with_recovery else None,
         notes=notes,
         timer=timer,
+        dledger=dl,
     )

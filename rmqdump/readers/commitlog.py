@@ -120,6 +120,11 @@ def commitlog_dir(root: str) -> str | None:
     return plain if os.path.isdir(plain) else None
 
 
+def commitlog_path(root: str) -> str:
+    """commitlog_dir(root), or where a plain store's `commitlog/` would be (for messages about its absence)."""
+    return commitlog_dir(root) or os.path.join(root, "commitlog")
+
+
 def _has_files(d: str) -> bool:
     return any(NAME_RE.match(n) and os.path.isfile(os.path.join(d, n)) for n in os.listdir(d))
 

@@ -3,10 +3,11 @@
 Everything else in rmqdump works on one part (a CommitLog, one queue, one
 index file); the Store finds the parts under a root the way the broker's
 StorePathConfigHelper lays them out, and names the variants rmqdump does not
-decode (RocksDB ConsumeQueues, DLedger; the timer files are read by
-readers/timerlog.py) so nothing is
-misread as the plain format. Batch ConsumeQueues and ConsumeQueue ext files
-are found here too (readers.batchcq, readers.cqext).
+decode (RocksDB ConsumeQueues; the timer files are read by
+readers/timerlog.py) so nothing is misread as the plain format. Batch
+ConsumeQueues and ConsumeQueue ext files are found here too (readers.batchcq,
+readers.cqext). A DLedger CommitLog (`dledger-<id>/data/`) is read as the
+CommitLog, with its own state in `dledger` (readers.dledger).
 """
 
 from __future__ import annotations
@@ -19,10 +20,11 @@ import numpy as np
 from rmqdump.common.problems import InputError, Problem
 from rmqdump.readers.batchcq import BatchConsumeQueue, find_batch_queues
 from rmqdump.readers.checkpoint import Checkpoint, read_checkpoint
-from rmqdump.readers.commitlog import CommitLog
+from rmqdump.readers.commitlog import CommitLog, commitlog_dir, frame_of
 from rmqdump.readers.configfiles import config_files
 from rmqdump.readers.consumequeue import ConsumeQueue, common_file_size
 from rmqdump.readers.cqext import ConsumeQueueExt, find_ext_queues
+from rmqdump.readers.dledger import DLedgerDir
 from rmqdump.readers.fastpath import numpy_dtype
 from rmqdump.readers.rocksdbcq import RocksDBConsumeQueues, is_rocksdb, open_queues
 from schemas import IndexHeader
@@ -94,6 +96,7 @@ class Store:
     rocksdb_cq: RocksDBConsumeQueues | None = None  # the RocksDB ConsumeQueue, when consumequeue/ is one
     batch_queues: dict[tuple[str, int], BatchConsumeQueue] = field(default_factory=dict)  # batchconsumequeue/
     ext_queues: dict[tuple[str, int], ConsumeQueueExt] = field(default_factory=dict)  # consumequeue_ext/
+    dledger: DLedgerDir | None = None  # when the CommitLog is a DLedger one (its files are dledger-<id>/data/)
 
     @classmethod
     def open(cls, root: str | os.PathLike) -> Store:
@@ -111,8 +114,8 @@ class Store:
         if not known & set(entries):
             hint = " (this looks like a commitlog/ directory: give its parent)" if any(e.isdigit() and len(e) == 20 for e in entries) else ""
             raise InputError("not_a_store", root, f"no commitlog/, consumequeue/, index/ or checkpoint here{hint}")
-        cl_dir = os.path.join(root, COMMITLOG_DIR)
-        cl = CommitLog.open(cl_dir) if os.path.isdir(cl_dir) else CommitLog([], [], None)
+        cl_dir = commitlog_dir(root)  # commitlog/, or a DLedger CommitLog's dledger-<id>/data/
+        cl = CommitLog.open(cl_dir) if cl_dir else CommitLog([], [], None)
         st = cls(
             root=root,
             commitlog=cl,
@@ -126,6 +129,9 @@ class Store:
             other_files=[],
         )
         st.problems.extend(cl.problems)
+        if cl_dir and frame_of(os.path.join(cl_dir, "0")):
+            st.dledger = DLedgerDir.open(os.path.dirname(cl_dir))
+            st.problems.extend(st.dledger.problems)
         st._find_queues()
         st._find_batch_and_ext_queues()
         st._find_index()
@@ -203,15 +209,15 @@ class Store:
             self.unsupported.append(Unsupported(kind, path, detail))
 
         root = self.root
-        for e in entries:
-            p = os.path.join(root, e)
-            if e.startswith("dledger") and os.path.isdir(p):
-                add("dledger", p, "DLedger CommitLog (entries wrap the messages): not decoded")
+        used = self.dledger.path if self.dledger else None  # the DLedger directory read as the CommitLog
         cl_dir = os.path.join(root, COMMITLOG_DIR)
-        if os.path.isdir(cl_dir):
-            for e in sorted(os.listdir(cl_dir)):
-                if os.path.isdir(os.path.join(cl_dir, e)) and e.startswith("dledger"):
-                    add("dledger", os.path.join(cl_dir, e), "DLedger CommitLog (entries wrap the messages): not decoded")
+        for parent in (root, cl_dir):
+            if not os.path.isdir(parent):
+                continue
+            for e in sorted(os.listdir(parent)):
+                p = os.path.join(parent, e)
+                if e.startswith("dledger") and os.path.isdir(p) and p != used:
+                    add("dledger", p, "another DLedger directory: not read (the CommitLog is " + (used or cl_dir) + ")")
         for e in entries:
             p = os.path.join(root, e)
             if not os.path.isdir(p):

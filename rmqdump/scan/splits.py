@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass
 
 from rmqdump.common.problems import InputError, Problem
-from rmqdump.readers.commitlog import CommitLog
+from rmqdump.readers.commitlog import CommitLog, commitlog_path
 
 MiB = 1 << 20
 DEFAULT_SPLIT = 256 * MiB
@@ -29,7 +29,7 @@ class StoreRef:
 
     @property
     def commitlog(self) -> str:
-        return os.path.join(self.root, "commitlog")
+        return commitlog_path(self.root)
 
 
 @dataclass(frozen=True)
@@ -74,7 +74,7 @@ def resolve_stores(values: list[str]) -> list[StoreRef]:
         for r in roots:
             if not os.path.isdir(r):
                 raise InputError("not_found", r, "no such store directory")
-            if not os.path.isdir(os.path.join(r, "commitlog")):
+            if not os.path.isdir(commitlog_path(r)):
                 raise InputError("not_a_store", r, "no commitlog/ directory in this store root")
             refs.append(StoreRef(name or default_name(r), os.path.abspath(r)))
     seen: dict[str, str] = {}

@@ -188,10 +188,11 @@ def verify_cmd(
     Example:  rmqdump index verify --store fixtures/real/rmq4-crash/store -f jsonl
     """
     from rmqdump.checks.indexverify import IndexVerifySummary, problem_dict, verify
+    from rmqdump.readers.commitlog import commitlog_path
 
     if not os.path.isdir(str(store)):
         raise InputError("not_found", str(store), "no such store directory")
-    cl_dir = os.path.join(str(store), "commitlog")
+    cl_dir = commitlog_path(str(store))
     if not (os.path.isdir(cl_dir) and any(n.isdigit() for n in os.listdir(cl_dir))):
         raise InputError("no_commitlog", cl_dir, "no CommitLog files: the index is checked against them (is this a store root?)")
     s = IndexVerifySummary()

@@ -32,6 +32,8 @@ def _jsonl(info: StoreInfo) -> None:
         }
     )
     render.jsonl(info.commitlog.to_dict())
+    if info.dledger is not None:
+        render.jsonl(info.dledger.to_dict())
     for q in info.queues:
         render.jsonl(q.to_dict())
     for f in info.index_files:
@@ -77,6 +79,14 @@ def _table(info: StoreInfo) -> None:
         f"  CommitLog: {cl.files} files x {cl.file_size} bytes = {cl.bytes} bytes; offsets {cl.min_offset}..{cl.files_end}; "
         f"data ends at {cl.data_end} ({cl.files_end - cl.data_end} bytes unwritten)"
     )
+    dl = info.dledger
+    if dl is not None:
+        o.print(
+            f"  DLedger: {dl.path} (self id {dl.self_id}): entries {dl.first_index}..{dl.last_index} ({dl.entries}), "
+            f"checkpoint committedIndex {dl.committed_index} endIndex {dl.end_index}, term {dl.current_term}, leader {dl.vote_leader}"
+        )
+        for f in dl.index_files:
+            o.print(f"  DLedger index {f['file']}: {f['size']} bytes ({f['allocated']} on disk), {dl.units_checked} units checked against the entries")
     ck = info.checkpoint
     if ck is not None:
         o.print(

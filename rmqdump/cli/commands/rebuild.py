@@ -37,7 +37,9 @@ def _on_term(signum, frame):
 def _print_table(rep, s: dict) -> None:
     p = render.out.print
     st = rep.settings
-    p(f"rebuilt {s['out']} from {s['store']}/commitlog ({s['commitlog_files']} files, {s['commitlog_bytes']} bytes)")
+    from rmqdump.readers.commitlog import commitlog_path
+
+    p(f"rebuilt {s['out']} from {commitlog_path(s['store'])} ({s['commitlog_files']} files, {s['commitlog_bytes']} bytes)")
     p("settings:")
     for name, value in (
         ("cq_units_per_file", st.cq_units_per_file),
@@ -168,9 +170,9 @@ def rebuild_cmd(
         verify=not no_verify,
         sync=not no_sync,
     )
-    from rmqdump.readers.commitlog import CommitLog
+    from rmqdump.readers.commitlog import CommitLog, commitlog_path
 
-    total = sum(f.size for f in CommitLog.open(str(Path(store) / "commitlog")).files)
+    total = sum(f.size for f in CommitLog.open(commitlog_path(str(store))).files)
     old = signal.signal(signal.SIGTERM, _on_term)
     try:
         with render.progress(total, "rebuild") as advance:

@@ -36,7 +36,7 @@ from rmqdump.common.problems import InputError, Problem
 from rmqdump.common.publish import publishing
 from rmqdump.engines.spark.verify import problem_from_json, problem_json
 from rmqdump.export.dataset import scan_split
-from rmqdump.readers.commitlog import CommitLog
+from rmqdump.readers.commitlog import CommitLog, commitlog_path
 from rmqdump.scan.dispatch import DelayLevels, dispatch_columns
 from rmqdump.scan.splits import DEFAULT_SPLIT, Split, file_splits
 
@@ -372,9 +372,9 @@ def rebuild_spark(
     options = options or R.RebuildOptions()
     t0 = time.perf_counter()
     s, o = R.check_paths(store, out, options.force)
-    cl = CommitLog.open(os.path.join(s, "commitlog"))
+    cl = CommitLog.open(commitlog_path(s))
     if not cl.files:
-        raise InputError(R.NO_COMMITLOG, os.path.join(store, "commitlog"), "no CommitLog files: nothing to rebuild from")
+        raise InputError(R.NO_COMMITLOG, commitlog_path(store), "no CommitLog files: nothing to rebuild from")
     report = R.RebuildReport(store=s, out=o, settings=settings, options=options)
     report.commitlog_files = len(cl.files)
     report.commitlog_bytes = sum(f.size for f in cl.files)

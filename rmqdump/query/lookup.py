@@ -131,9 +131,7 @@ class Index:
     def __init__(self, store: str, hash_slots: int | None = None, index_entries: int | None = None, files: list[IndexFile] | None = None):
         self.store = str(store)
         self.files = files if files is not None else open_all(self.store, hash_slots, index_entries)
-        self.commitlog = (
-            CommitLog.open(commitlog_path(self.store)) if os.path.isdir(commitlog_path(self.store)) else CommitLog([], [], None)
-        )
+        self.commitlog = CommitLog.open(commitlog_path(self.store)) if os.path.isdir(commitlog_path(self.store)) else CommitLog([], [], None)
         self._topics: list[str] | None = None
         self._records: OrderedDict[int, Message | Problem] = OrderedDict()
 

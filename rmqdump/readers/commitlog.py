@@ -106,18 +106,24 @@ def frame_of(path: str) -> int:
 
 
 def commitlog_dir(root: str) -> str | None:
-    """A store root's CommitLog directory: `commitlog/`, else a DLedger `dledger-<id>/data/` (beside or inside it)."""
+    """A store root's CommitLog directory: `commitlog/`, or a DLedger CommitLog's `dledger-<id>/data/` (beside or inside it).
+
+    A DLedger directory holding data files wins (the broker runs on it); an empty one only when there is no `commitlog/`.
+    """
     plain = os.path.join(root, "commitlog")
+    found = []
     for parent in (root, plain):
         try:
             names = sorted(os.listdir(parent))
         except OSError:
             continue
-        for n in names:
-            d = os.path.join(parent, n, DL.DATA_DIR)
-            if n.startswith(DL.DIR_PREFIX) and os.path.isdir(d) and (parent == root or not _has_files(plain)):
-                return d
-    return plain if os.path.isdir(plain) else None
+        found += [os.path.join(parent, n, DL.DATA_DIR) for n in names if n.startswith(DL.DIR_PREFIX) and os.path.isdir(os.path.join(parent, n, DL.DATA_DIR))]
+    with_data = [d for d in found if _has_files(d)]
+    if with_data:
+        return with_data[0]
+    if os.path.isdir(plain):
+        return plain
+    return found[0] if found else None
 
 
 def commitlog_path(root: str) -> str:
@@ -126,7 +132,10 @@ def commitlog_path(root: str) -> str:
 
 
 def _has_files(d: str) -> bool:
-    return any(NAME_RE.match(n) and os.path.isfile(os.path.join(d, n)) for n in os.listdir(d))
+    try:
+        return any(NAME_RE.match(n) and os.path.isfile(os.path.join(d, n)) for n in os.listdir(d))
+    except OSError:
+        return False
 
 
 @dataclass

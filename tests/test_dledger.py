@@ -337,3 +337,10 @@ def test_entry_header_dtype_reads_like_construct(unpacked):
     assert {n: int(raw[n]) for n in raw.dtype.names} == {k: v for k, v in e.items() if not k.startswith("_")}
     seg = SegmentFile(str(f), int(f.name), f.stat().st_size)
     assert seg.frame == DL.EntryHeader.sizeof()
+
+
+def test_offset_range_is_in_message_offsets(unpacked, man):
+    offs = [p["wroteOffset"] for p in man["put"]]
+    for lo, hi in ((offs[1], offs[2]), (offs[1] + 1, offs[3] + 1), (offs[274], offs[276]), (0, offs[0] + 1)):
+        rows = jsonl(run("commitlog", unpacked, "--from-offset", lo, "--to-offset", hi, "-f", "jsonl").stdout)
+        assert [d["phys_offset"] for d in rows if d["kind"] == "message"] == [o for o in offs if lo <= o < hi], (lo, hi)

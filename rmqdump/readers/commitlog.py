@@ -225,8 +225,9 @@ class CommitLog:
                 break
             if from_offset is not None and seg.base + seg.size <= from_offset:
                 continue
-            start = max(0, (from_offset or 0) - seg.base)
-            end = seg.size if to_offset is None else min(seg.size, to_offset - seg.base)
+            # offsets are the messages' (DLedger: past their entry header); the walk starts at records (entries)
+            start = max(0, (from_offset or 0) - seg.base - seg.frame)
+            end = seg.size if to_offset is None else max(0, min(seg.size, to_offset - seg.base - seg.frame))
             # bytes past the configured size are not data: they are reported as a layout problem
             with MappedFile(seg.path, limit=self.file_size) as mf:
                 yield from scan_file(seg, mf, start=start, end=end, check_crc=check_crc)

@@ -111,7 +111,7 @@ class Store:
         except OSError as e:
             raise InputError("unreadable", root, e.strerror or str(e)) from None
         known = {COMMITLOG_DIR, CONSUMEQUEUE_DIR, INDEX_DIR, "checkpoint", "abort", "lock", "config"}
-        if not known & set(entries):
+        if not known & set(entries) and commitlog_dir(root) is None:  # a DLedger CommitLog alone is a store too
             hint = " (this looks like a commitlog/ directory: give its parent)" if any(e.isdigit() and len(e) == 20 for e in entries) else ""
             raise InputError("not_a_store", root, f"no commitlog/, consumequeue/, index/ or checkpoint here{hint}")
         cl_dir = commitlog_dir(root)  # commitlog/, or a DLedger CommitLog's dledger-<id>/data/

@@ -376,3 +376,11 @@ def test_cq_verify_with_two_workers(unpacked):
     assert r.exit_code == 0, r.output
     (summary,) = [d for d in jsonl(r.stdout) if d["kind"] == "summary"]
     assert (summary["units"], summary["messages"], summary["problems"]) == (500, 500, 0)
+
+
+def test_plain_commitlog_files_beside_a_dledger_one_are_named(copy):
+    (copy / "commitlog").mkdir()
+    shutil.copyfile(data_files(copy)[0], copy / "commitlog" / "00000000000000000000")
+    rows = jsonl(run("info", "-s", copy, "-f", "jsonl", "--no-recovery").stdout)
+    assert [(d["what"], d["path"]) for d in rows if d["kind"] == "unsupported"] == [("commitlog", str(copy / "commitlog"))]
+    assert [d["entries"] for d in rows if d["kind"] == "dledger"] == [500]

@@ -61,7 +61,7 @@ class IndexFileInfo:
 class Unsupported:
     """A part of the store rmqdump recognises but does not decode."""
 
-    kind: str  # batch_consumequeue, consumequeue_ext, rocksdb, timer, dledger
+    kind: str  # batch_consumequeue, consumequeue_ext, rocksdb, timer, dledger, commitlog
     path: str
     detail: str
 
@@ -218,6 +218,8 @@ class Store:
                 p = os.path.join(parent, e)
                 if e.startswith("dledger") and os.path.isdir(p) and p != used:
                     add("dledger", p, "another DLedger directory: not read (the CommitLog is " + (used or cl_dir) + ")")
+        if used and os.path.isdir(cl_dir) and any(n.isdigit() and os.path.isfile(os.path.join(cl_dir, n)) for n in os.listdir(cl_dir)):
+            add("commitlog", cl_dir, "CommitLog files from before the switch to DLedger: not read (the CommitLog is " + used + ")")
         for e in entries:
             p = os.path.join(root, e)
             if not os.path.isdir(p):

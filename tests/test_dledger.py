@@ -384,3 +384,12 @@ def test_plain_commitlog_files_beside_a_dledger_one_are_named(copy):
     rows = jsonl(run("info", "-s", copy, "-f", "jsonl", "--no-recovery").stdout)
     assert [(d["what"], d["path"]) for d in rows if d["kind"] == "unsupported"] == [("commitlog", str(copy / "commitlog"))]
     assert [d["entries"] for d in rows if d["kind"] == "dledger"] == [500]
+
+
+def test_info_reports_a_damaged_entry_where_it_is(copy):
+    f, p, e, _ = _entry(copy, 137)
+    flip(f, p + 3)  # entry magic 1 -> 0
+    r = run("info", "-s", copy, "-f", "jsonl", "--no-recovery")
+    assert r.exit_code == 1
+    got = [(d["code"], d["file_offset"], d["dledger_index"]) for d in jsonl(r.stdout) if d["kind"] == "problem"]
+    assert got == [(D.BAD_ENTRY_MAGIC, p, None), (D.INDEX_SEQUENCE, p + e.size, 138)]

@@ -271,12 +271,16 @@ class _Units:
 
 
 def check_index(dl: DLedgerDir, cl: CommitLog, *, check_crc: bool = False) -> IndexCheck:
-    """Every entry of the data files has its index unit (magic, pos, size, index, term) and follows its predecessor."""
+    """Every entry of the data files has its index unit (magic, pos, size, index, term) and follows its predecessor.
+
+    Entries the walk cannot take are reported as the scan reports them (and the next one then breaks the sequence).
+    """
     res = IndexCheck()
     units = _Units(dl.index_files)
     prev: int | None = None
     try:
         for b in cl.scan(check_crc=check_crc):
+            res.problems.extend(e for e in b.events if isinstance(e, Problem))  # damaged entries: their units cannot be checked
             if not len(b) or b.entries is None:
                 continue
             ent = b.entries

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import REAL, flip, jsonl, run
 
 from rmqdump.readers import dledger as D
 from rmqdump.readers.commitlog import CommitLog, SegmentFile, scan_file
@@ -24,7 +25,6 @@ from rmqdump.readers.mapped import MappedFile
 from rmqdump.readers.store import Store
 from schemas import MessageRecord
 from schemas import dledger as DL
-from tests.conftest import REAL, flip, jsonl, run
 
 NAME = "rmq53-dledger"
 FILE_SIZE = 131072  # mappedFileSizeCommitLog (README.txt)
@@ -393,3 +393,14 @@ def test_info_reports_a_damaged_entry_where_it_is(copy):
     assert r.exit_code == 1
     got = [(d["code"], d["file_offset"], d["dledger_index"]) for d in jsonl(r.stdout) if d["kind"] == "problem"]
     assert got == [(D.BAD_ENTRY_MAGIC, p, None), (D.INDEX_SEQUENCE, p + e.size, 138)]
+
+
+def test_every_entry_header_and_index_unit_round_trips(unpacked):
+    units = (unpacked / "dledger-n0" / "index" / "00000000000000000000").read_bytes()[: 500 * D.UNIT_SIZE]
+    data = {f: f.read_bytes() for f in data_files(unpacked)}
+    for f, p, e, _ in entries_by_construct(unpacked):
+        assert DL.EntryHeader.build(e) == data[f][p : p + D.HEADER]
+        raw = units[e.index * D.UNIT_SIZE : (e.index + 1) * D.UNIT_SIZE]
+        u = DL.IndexUnit.parse(raw)
+        assert DL.IndexUnit.build(u) == raw
+        assert (u.magic, u.pos, u.size, u.index, u.term) == (DL.ENTRY_MAGIC, e.pos, e.size, e.index, e.term)

@@ -404,3 +404,16 @@ def test_every_entry_header_and_index_unit_round_trips(unpacked):
         u = DL.IndexUnit.parse(raw)
         assert DL.IndexUnit.build(u) == raw
         assert (u.magic, u.pos, u.size, u.index, u.term) == (DL.ENTRY_MAGIC, e.pos, e.size, e.index, e.term)
+
+
+def test_sql_and_report_read_the_dledger_commitlog(unpacked, man, tmp_path):
+    r = run("sql", "-s", unpacked, "-f", "jsonl", "SELECT topic, count(*) AS n, sum(total_size) AS b FROM messages GROUP BY topic ORDER BY topic")
+    assert r.exit_code == 0, r.output
+    want = {}
+    for p in man["put"]:
+        n, b = want.get(p["topic"], (0, 0))
+        want[p["topic"]] = (n + 1, b + p["wroteBytes"])
+    assert [(d["topic"], d["n"], d["b"]) for d in jsonl(r.stdout) if "topic" in d] == sorted((t, n, b) for t, (n, b) in want.items())
+    r = run("report", "-s", unpacked, "-o", tmp_path / "r.html")
+    assert r.exit_code == 0, r.output
+    assert "500 messages, 0 problems" in r.output

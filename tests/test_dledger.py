@@ -417,3 +417,10 @@ def test_sql_and_report_read_the_dledger_commitlog(unpacked, man, tmp_path):
     r = run("report", "-s", unpacked, "-o", tmp_path / "r.html")
     assert r.exit_code == 0, r.output
     assert "500 messages, 0 problems" in r.output
+
+
+def test_msgid_reads_the_message_an_offset_id_names(unpacked, man):
+    for p in man["put"][::61]:
+        rows = jsonl(run("msgid", "-s", unpacked, p["msgId"], "-f", "jsonl").stdout)
+        (m,) = [d for d in rows if d["kind"] == "message"]
+        assert (m["phys_offset"], m["msg_id"], m["uniq_key"], m["dledger_index"]) == (p["wroteOffset"], p["msgId"], p["uniqKey"], p["seq"])

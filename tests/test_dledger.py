@@ -257,7 +257,12 @@ def test_byte_range_splits_give_each_record_once(unpacked):
 
 # --- damage -------------------------------------------------------------------------------------------------------
 
-CHECKED = {"magic": D.BAD_ENTRY_MAGIC, "size": D.ENTRY_SIZE_MISMATCH, "pos": D.ENTRY_POS_MISMATCH, "body_size": D.ENTRY_SIZE_MISMATCH}
+CHECKED = {
+    "magic": "dledger_bad_entry_magic",
+    "size": "dledger_entry_size_mismatch",
+    "pos": "dledger_entry_pos_mismatch",
+    "body_size": "dledger_entry_size_mismatch",
+}
 
 
 def _entry(root: Path, k: int):
@@ -296,11 +301,11 @@ def test_flipped_index_or_term_found_by_info(copy):
     flip(f, p + 8 + 7)  # the entry's index: 300 -> 301
     rows = jsonl(run("info", "-s", copy, "-f", "jsonl", "--no-recovery").stdout)
     got = sorted((d["code"], d["file_offset"], d["dledger_index"]) for d in rows if d["kind"] == "problem")
-    assert got == sorted([(D.INDEX_SEQUENCE, p, 301), (D.INDEX_SEQUENCE, _entry(copy, 301)[1], 301), (D.INDEX_MISMATCH, 301 * 32, 301)])
+    assert got == sorted([("dledger_index_sequence", p, 301), ("dledger_index_sequence", _entry(copy, 301)[1], 301), ("dledger_index_mismatch", 301 * 32, 301)])
     flip(f, p + 8 + 7)
     flip(f, p + 16 + 7)  # the entry's term
     rows = jsonl(run("info", "-s", copy, "-f", "jsonl", "--no-recovery").stdout)
-    assert [(d["code"], d["file_offset"], d["phys_offset"]) for d in rows if d["kind"] == "problem"] == [(D.INDEX_MISMATCH, 300 * 32, e.pos + 48)]
+    assert [(d["code"], d["file_offset"], d["phys_offset"]) for d in rows if d["kind"] == "problem"] == [("dledger_index_mismatch", 300 * 32, e.pos + 48)]
 
 
 def test_every_flipped_index_unit_byte_found_at_its_unit(copy):
@@ -313,21 +318,21 @@ def test_every_flipped_index_unit_byte_found_at_its_unit(copy):
         assert r.exit_code == 1
         probs = [d for d in jsonl(r.stdout) if d["kind"] == "problem"]
         assert [(d["code"], d["file"], d["file_offset"], d["phys_offset"], d["dledger_index"]) for d in probs] == [
-            (D.INDEX_MISMATCH, str(idx), 211 * 32, e.pos + 48, 211)
+            ("dledger_index_mismatch", str(idx), 211 * 32, e.pos + 48, 211)
         ], byte
 
 
 def test_checkpoint_ahead_of_the_entries(copy):
     (copy / "dledger-n0" / "checkpoint").write_text("committedIndex=499\nendIndex=620\n")
     rows = jsonl(run("info", "-s", copy, "-f", "jsonl", "--no-recovery").stdout)
-    assert [d["code"] for d in rows if d["kind"] == "problem"] == [D.CHECKPOINT_AHEAD]
+    assert [d["code"] for d in rows if d["kind"] == "problem"] == ["dledger_checkpoint_ahead"]
 
 
 def test_blank_entry_damage(copy):
     f = data_files(copy)[0]
     flip(f, 130790 + 7)  # the BLANK's size
     rows = jsonl(run("commitlog", copy, "-f", "jsonl").stdout)
-    assert [(d["code"], d["file_offset"]) for d in rows if d["kind"] == "problem"] == [(D.BAD_BLANK, 130790)]
+    assert [(d["code"], d["file_offset"]) for d in rows if d["kind"] == "problem"] == [("dledger_bad_blank", 130790)]
     assert len([d for d in rows if d["kind"] == "message"]) == 500
 
 
@@ -392,7 +397,7 @@ def test_info_reports_a_damaged_entry_where_it_is(copy):
     r = run("info", "-s", copy, "-f", "jsonl", "--no-recovery")
     assert r.exit_code == 1
     got = [(d["code"], d["file_offset"], d["dledger_index"]) for d in jsonl(r.stdout) if d["kind"] == "problem"]
-    assert got == [(D.BAD_ENTRY_MAGIC, p, None), (D.INDEX_SEQUENCE, p + e.size, 138)]
+    assert got == [("dledger_bad_entry_magic", p, None), ("dledger_index_sequence", p + e.size, 138)]
 
 
 def test_every_entry_header_and_index_unit_round_trips(unpacked):
@@ -424,3 +429,19 @@ def test_msgid_reads_the_message_an_offset_id_names(unpacked, man):
         rows = jsonl(run("msgid", "-s", unpacked, p["msgId"], "-f", "jsonl").stdout)
         (m,) = [d for d in rows if d["kind"] == "message"]
         assert (m["phys_offset"], m["msg_id"], m["uniq_key"], m["dledger_index"]) == (p["wroteOffset"], p["msgId"], p["uniqKey"], p["seq"])
+
+
+def test_entries_past_the_index_files_end(copy):
+    idx = copy / "dledger-n0" / "index" / "00000000000000000000"
+    os.truncate(idx, 100 * D.UNIT_SIZE)
+    r = run("info", "-s", copy, "-f", "jsonl", "--no-recovery")
+    assert r.exit_code == 1
+    probs = [d for d in jsonl(r.stdout) if d["kind"] == "problem"]
+    assert {d["code"] for d in probs} == {"dledger_index_missing"}
+    assert [(d["file_offset"], d["dledger_index"]) for d in probs] == [(i * D.UNIT_SIZE, i) for i in range(100, 500)]
+
+
+def test_state_file_that_is_not_key_value(copy):
+    (copy / "dledger-n0" / "currterm").write_bytes(b"currTerm=0\nvoteLeader\n")
+    rows = jsonl(run("info", "-s", copy, "-f", "jsonl", "--no-recovery").stdout)
+    assert [(d["code"], d["file"]) for d in rows if d["kind"] == "problem"] == [("dledger_bad_state_file", str(copy / "dledger-n0" / "currterm"))]

@@ -210,11 +210,10 @@ class JsonLinesOut(RecordsOut):
         ends = np.empty(n, dtype=np.int64)
         status = np.empty(n, dtype=np.int8)
         json_lines = K.kernels().json_lines
+        close = not self.with_body and b.entries is None  # else the line is finished here (body, DLedger entry fields)
 
         def part(lo: int, hi: int, at: int) -> int:
-            return json_lines(
-                b.mf.data, b.seg.base, mat[lo:hi], self._file_json, snip, snip_offs, *self.filters, not self.with_body, out[at:], ends[lo:hi], status[lo:hi]
-            )
+            return json_lines(b.mf.data, b.seg.base, mat[lo:hi], self._file_json, snip, snip_offs, *self.filters, close, out[at:], ends[lo:hi], status[lo:hi])
 
         if n < PARALLEL_ROWS:
             part(0, n, 0)
@@ -231,7 +230,7 @@ class JsonLinesOut(RecordsOut):
         return status, ends, out
 
     def taken(self, out, ends, status, lo, hi, b, rows):
-        if not self.with_body:
+        if not self.with_body and b.entries is None:
             super().taken(out, ends, status, lo, hi, b, rows)
             return
         parts = []
@@ -240,7 +239,10 @@ class JsonLinesOut(RecordsOut):
             end = int(ends[j])
             if status[j] == K.TAKEN:
                 parts.append(bytes(out[start:end]))
-                parts.append(self._body_tail(b.body(int(rows[j]))))
+                i = int(rows[j])
+                if b.entries is not None:  # Message.to_dict's extra fields on a DLedger CommitLog
+                    parts.append(b',"dledger_index":%d,"dledger_term":%d' % (int(b.entries["index"][i]), int(b.entries["term"][i])))
+                parts.append(self._body_tail(b.body(i)) if self.with_body else b"}\n")
             start = end
         self.write_bytes(b"".join(parts))
 

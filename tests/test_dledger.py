@@ -445,3 +445,15 @@ def test_state_file_that_is_not_key_value(copy):
     (copy / "dledger-n0" / "currterm").write_bytes(b"currTerm=0\nvoteLeader\n")
     rows = jsonl(run("info", "-s", copy, "-f", "jsonl", "--no-recovery").stdout)
     assert [(d["code"], d["file"]) for d in rows if d["kind"] == "problem"] == [("dledger_bad_state_file", str(copy / "dledger-n0" / "currterm"))]
+
+
+def test_jsonl_lines_equal_the_message_objects(unpacked):
+    """The output kernel's lines (with and without bodies) are Message.to_dict's, DLedger fields included."""
+    cl = CommitLog.open(unpacked)
+    want = [m.to_dict() for b in cl.scan() for m in b.messages()]
+    for extra in ((), ("--body", "hex")):
+        rows = [d for d in jsonl(run("commitlog", unpacked, "-f", "jsonl", *extra).stdout) if d["kind"] == "message"]
+        for d, w in zip(rows, want, strict=True):
+            body = {k: d.pop(k) for k in ("body", "body_encoding") if k in d}
+            assert list(d) == list(w) and d == w
+            assert not extra or bytes.fromhex(body["body"]) == cl.read_at(d["phys_offset"], with_body=True).body

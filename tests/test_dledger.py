@@ -457,3 +457,12 @@ def test_jsonl_lines_equal_the_message_objects(unpacked):
             body = {k: d.pop(k) for k in ("body", "body_encoding") if k in d}
             assert list(d) == list(w) and d == w
             assert not extra or bytes.fromhex(body["body"]) == cl.read_at(d["phys_offset"], with_body=True).body
+
+
+def test_info_progress_counts_the_entry_walk(unpacked):
+    from rmqdump.query.storeinfo import store_info, walk_bytes
+
+    st = Store.open(unpacked)
+    told = []
+    store_info(st, with_recovery=False, on_bytes=told.append)
+    assert sum(told) == walk_bytes(st, with_recovery=False) >= 2 * FILE_SIZE

@@ -120,10 +120,10 @@ class DLedgerInfo:
         }
 
 
-def dledger_info(store: Store) -> tuple[DLedgerInfo, list[Problem]]:
-    """Reads every entry header of the data files (the messages are not decoded) to check the index files against them."""
+def dledger_info(store: Store, on_bytes: Callable[[int], None] | None = None) -> tuple[DLedgerInfo, list[Problem]]:
+    """Walks every entry of the data files to check the index files against them (on_bytes: the file bytes walked)."""
     dl = store.dledger
-    chk = check_index(dl, store.commitlog)
+    chk = check_index(dl, store.commitlog, on_bytes=on_bytes)
     files = []
     for f in dl.index_files:
         st = os.stat(f.path)
@@ -201,7 +201,8 @@ def data_end(store: Store, on_bytes: Callable[[int], None] | None = None) -> int
 
 def walk_bytes(store: Store, *, with_recovery: bool = True) -> int:
     """The CommitLog bytes store_info() walks (and tells its `on_bytes` of): data_end's file and the recovery preview's span."""
-    return data_end_bytes(store) + (preview_bytes(store) if with_recovery else 0)
+    dledger = sum(f.size for f in store.commitlog.files) if store.dledger is not None else 0  # dledger_info's entry walk
+    return data_end_bytes(store) + (preview_bytes(store) if with_recovery else 0) + dledger
 
 
 def queue_info(q, reader: RecordReader) -> QueueInfo:
@@ -269,7 +270,7 @@ def store_info(store: Store, *, with_recovery: bool = True, check_crc: bool = Tr
     problems = list(store.problems)
     dl = None
     if store.dledger is not None:
-        dl, dl_problems = dledger_info(store)
+        dl, dl_problems = dledger_info(store, on_bytes)
         problems.extend(dl_problems)
         notes.append("DLedger CommitLog: a restart recovers it by DLedger's own rules (entries and index); the preview walks its entries")
     return StoreInfo(

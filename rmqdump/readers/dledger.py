@@ -270,7 +270,7 @@ class _Units:
             mf.close()
 
 
-def check_index(dl: DLedgerDir, cl: CommitLog, *, check_crc: bool = False) -> IndexCheck:
+def check_index(dl: DLedgerDir, cl: CommitLog, *, check_crc: bool = False, on_bytes=None) -> IndexCheck:
     """Every entry of the data files has its index unit (magic, pos, size, index, term) and follows its predecessor.
 
     Entries the walk cannot take are reported as the scan reports them (and the next one then breaks the sequence).
@@ -278,8 +278,14 @@ def check_index(dl: DLedgerDir, cl: CommitLog, *, check_crc: bool = False) -> In
     res = IndexCheck()
     units = _Units(dl.index_files)
     prev: int | None = None
+    told: dict[str, int] = {}  # file -> its bytes told to on_bytes (a progress bar)
     try:
         for b in cl.scan(check_crc=check_crc):
+            if on_bytes is not None:
+                end = b.seg.size if b.events else (int(b.cols["_end"][-1]) if len(b) else 0)
+                if end > told.get(b.seg.path, 0):
+                    on_bytes(end - told.get(b.seg.path, 0))
+                    told[b.seg.path] = end
             res.problems.extend(e for e in b.events if isinstance(e, Problem))  # damaged entries: their units cannot be checked
             if not len(b) or b.entries is None:
                 continue

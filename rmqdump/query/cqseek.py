@@ -115,7 +115,7 @@ def dump_units(
                 "filler": is_filler,
                 "valid": bool(valid[k]) and not is_filler,
             }
-            if int(u.tags_code[k]) <= C.EXT_ADDRESS_MAX:
+            if ext is not None and int(u.tags_code[k]) <= C.EXT_ADDRESS_MAX:  # without ext files the broker reads it as a plain tagsCode
                 row.update(_ext_fields(ext, int(u.tags_code[k]), -1 if ext_k is None else int(ext_k[k])))
             if reader is not None and row["valid"]:
                 m = reader.read(row["phys_offset"])

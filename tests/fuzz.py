@@ -122,7 +122,8 @@ try:
 except SystemExit:
     pass
 sys.stdout.flush()
-sys.stderr.write("%d\\n" % (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024))
+hwm = [line for line in open("/proc/self/status") if line.startswith("VmHWM:")]  # ru_maxrss would count the forking parent
+sys.stderr.write("%d\\n" % (int(hwm[0].split()[1]) * 1024 if hwm else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024))
 """
 
 
@@ -134,8 +135,11 @@ def fresh_baseline() -> int:
     import subprocess
 
     store = ROOT / "fixtures" / "real" / "rmq4-flags" / "store"
-    r = subprocess.run([sys.executable, "-c", _FRESH_PEAK, str(store)], capture_output=True, text=True, timeout=600)
-    return int(r.stderr.strip().splitlines()[-1])
+    peaks = []
+    for _ in range(2):  # the first run may compile the kernels into the cache; a user's later runs start from the second
+        r = subprocess.run([sys.executable, "-c", _FRESH_PEAK, str(store)], capture_output=True, text=True, timeout=600)
+        peaks.append(int(r.stderr.strip().splitlines()[-1]))
+    return peaks[-1]
 
 
 def reset_peak_rss() -> None:

@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from rmqdump.checks.cqverify import CommitLogExtent, RecordTable, VerifySummary, _cq_locator, check_units, missing_units
+from rmqdump.checks.cqverify import CommitLogExtent, RecordTable, VerifySummary, check_units, cq_locator, missing_units
 from rmqdump.common.problems import Problem
 from rmqdump.export.dataset import scan_split
 from rmqdump.readers.consumequeue import UNIT_SIZE, ConsumeQueue
@@ -183,7 +183,7 @@ def _group_fn(plan: _Plan):
         cq = None
         if (t, qid) in plan.queues:
             cq = ConsumeQueue.open(plan.queues[(t, qid)], t, qid, plan.file_size)
-            where = _cq_locator(cq)
+            where = cq_locator(cq)
             last_valid = cq.last_valid_index()
             prev, seen = -1, False
             for chunk in cq.chunks():

@@ -49,7 +49,8 @@ CQ_MISSING_UNIT = "cq_missing_unit"
 
 EXT_ADDRESS_MAX = C.EXT_ADDRESS_MAX  # ConsumeQueueExt: tagsCode <= Integer.MIN_VALUE - 1 is an address
 
-PROBLEM_KEYS = ("code", "topic", "queue_id", "cq_file", "unit_index", "phys_offset", "detail")
+PROBLEM_COLUMNS = ("topic", "queue_id", "cq_file", "unit_index")  # on every JSON Lines problem, CommitLog problems included
+PROBLEM_KEYS = ("code", *PROBLEM_COLUMNS, "phys_offset", "detail")
 
 
 @dataclass
@@ -414,24 +415,6 @@ class VerifySummary:
 
     def to_dict(self) -> dict:
         return {"kind": "summary", "queues": self.queues, "units": self.units, "messages": self.messages, "problems": self.problems}
-
-
-def problem_dict(p: Problem) -> dict:
-    """The JSON Lines shape of a verify finding: every key present, CommitLog problems included."""
-    d = {
-        "kind": "problem",
-        "code": p.code,
-        "topic": None,
-        "queue_id": None,
-        "cq_file": None,
-        "unit_index": None,
-        "phys_offset": p.phys_offset,
-        "detail": p.detail,
-    }
-    d.update(p.extra)
-    d["file"] = p.file
-    d["file_offset"] = p.file_offset
-    return d
 
 
 WINDOW_RECORDS = 1_000_000  # records joined at a time: about 41 MB of columns (twice that while a window is built)

@@ -78,13 +78,7 @@ class IndexVerifySummary:
         }
 
 
-def problem_dict(p: Problem) -> dict:
-    """The JSON Lines shape of a finding: every key present, CommitLog problems included."""
-    d = {"kind": "problem", "code": p.code, "index_file": None, "entry": None, "slot": None, "phys_offset": p.phys_offset, "detail": p.detail}
-    d.update(p.extra)
-    d["file"] = p.file
-    d["file_offset"] = p.file_offset
-    return d
+PROBLEM_COLUMNS = ("index_file", "entry", "slot")  # on every JSON Lines problem, CommitLog problems included
 
 
 @dataclass

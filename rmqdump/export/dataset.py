@@ -112,12 +112,6 @@ class ExportResult:
         return d
 
 
-def problem_dict(broker: str, p: Problem) -> dict:
-    d = p.to_dict()
-    d["broker"] = broker
-    return d
-
-
 def problem_order(d: dict) -> tuple:
     return (d.get("broker") or "", d.get("file") or "", -1 if d.get("file_offset") is None else d["file_offset"], d.get("code") or "")
 
@@ -144,7 +138,7 @@ def split_batches(split: Split, result: SplitResult, *, with_body: bool = False,
     def note(p: Problem) -> None:
         result.problem_count += 1
         if len(result.problems) < MAX_PROBLEMS:
-            result.problems.append(problem_dict(split.broker, p))
+            result.problems.append(p.to_dict(broker=split.broker))
 
     for b in scan_split(dataclasses.replace(split, check_crc=check_crc), note):
         for rb in arrowbatch.record_batches(b, split.broker, with_body=with_body):
@@ -291,7 +285,7 @@ def start_export(stores: list[StoreRef], out: str, fmt: str, engine: str, split_
     splits, layout = plan(stores, split_size)
     res = ExportResult(out, fmt, engine, len(stores), len({s.path for s in splits}), len(splits))
     for broker, p in layout:
-        res.add(SplitResult(problems=[problem_dict(broker, p)], problem_count=1))
+        res.add(SplitResult(problems=[p.to_dict(broker=broker)], problem_count=1))
     return splits, res
 
 

@@ -47,8 +47,6 @@ CQ_DANGLING = "cq_dangling"
 CQ_NON_MONOTONIC = "cq_non_monotonic"
 CQ_MISSING_UNIT = "cq_missing_unit"
 
-EXT_ADDRESS_MAX = C.EXT_ADDRESS_MAX  # ConsumeQueueExt: tagsCode <= Integer.MIN_VALUE - 1 is an address
-
 PROBLEM_COLUMNS = ("topic", "queue_id", "cq_file", "unit_index")  # on every JSON Lines problem, CommitLog problems included
 PROBLEM_KEYS = ("code", *PROBLEM_COLUMNS, "phys_offset", "detail")
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from rmqdump.common.problems import Problem
-from rmqdump.readers.commitlog import Batch, Blank, CommitLog, SegmentFile, scan_file
+from rmqdump.readers.commitlog import Batch, CommitLog, SegmentFile, scan_file
 from rmqdump.readers.consumequeue import CQ_HOLE, UNIT_SIZE, ConsumeQueue, QueueUnits, read_units
 from rmqdump.readers.mapped import MappedFile
 from rmqdump.readers.store import Store
@@ -46,6 +46,7 @@ CQ_HOLE = CQ_HOLE
 CQ_DANGLING = "cq_dangling"
 CQ_NON_MONOTONIC = "cq_non_monotonic"
 CQ_MISSING_UNIT = "cq_missing_unit"
+
 
 PROBLEM_COLUMNS = ("topic", "queue_id", "cq_file", "unit_index")  # on every JSON Lines problem, CommitLog problems included
 PROBLEM_KEYS = ("code", *PROBLEM_COLUMNS, "phys_offset", "detail")
@@ -448,9 +449,7 @@ def record_windows(
     done = 0
     for b in cl.scan(check_crc=check_crc):
         table.add_columns(dispatch_columns(b, delays, keys=False))
-        for i in sorted(b.record_problems):
-            problems.extend(b.record_problems[i])
-        problems.extend(e for e in b.events if not isinstance(e, Blank))
+        problems.extend(b.problems())
         if on_bytes is not None:
             here = _batch_end(b)
             if here > done:
@@ -472,9 +471,7 @@ def _scan_file_task(args: tuple) -> tuple[DispatchColumns, list[Problem], int]:
     with MappedFile(path) as mf:
         for b in scan_file(seg, mf, start=start, end=end, check_crc=check_crc):
             table.add_columns(dispatch_columns(b, delays, keys=False))
-            for i in sorted(b.record_problems):
-                problems.extend(b.record_problems[i])
-            problems.extend(e for e in b.events if not isinstance(e, Blank))
+            problems.extend(b.problems())
     return table.part(), problems, end - start
 
 

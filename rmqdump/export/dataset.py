@@ -123,13 +123,11 @@ def scan_split(split: Split, note: Callable[[Problem], None], flag: Callable[[Pr
     seg = SegmentFile(split.path, split.base, split.size)
     with MappedFile(split.path) as mf:
         for b in scan_file(seg, mf, start=split.start, end=split.end, check_crc=split.check_crc):
-            for i in sorted(b.record_problems):
-                for p in b.record_problems[i]:
-                    (flag or note)(p)
+            for p in b.flagged():
+                (flag or note)(p)
             yield b
-            for e in b.events:
-                if isinstance(e, Problem):
-                    note(e)
+            for p in b.damage():
+                note(p)
 
 
 def split_batches(split: Split, result: SplitResult, *, with_body: bool = False, check_crc: bool = True) -> Iterator[pa.RecordBatch]:

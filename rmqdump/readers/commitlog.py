@@ -282,6 +282,18 @@ class Batch:
     def phys(self) -> np.ndarray:
         return self.cols["_pos"] + self.seg.base
 
+    def flagged(self) -> list[Problem]:
+        """Problems of records still decoded (CRC, phys field), in record order."""
+        return [p for i in sorted(self.record_problems) for p in self.record_problems[i]]
+
+    def damage(self) -> list[Problem]:
+        """Problems that ended the stretch (the events that are not a BLANK), in scan order."""
+        return [e for e in self.events if isinstance(e, Problem)]
+
+    def problems(self) -> list[Problem]:
+        """Every problem of the batch, in order: its records' first, then what ended it."""
+        return self.flagged() + self.damage()
+
     def raw(self, pos: int, length: int) -> bytes:
         return bytes(self.mf.view[pos : pos + length])
 

@@ -7,6 +7,9 @@ store/CommitLog.java, store/ConsumeQueue.java, store/index/IndexFile.java.
 
 from __future__ import annotations
 
+from schemas.consumequeue import BatchConsumeQueueUnit, ConsumeQueueExtHeader, ConsumeQueueUnit
+from schemas.indexfile import IndexEntry, IndexHeader, IndexSlot
+
 # CommitLog record magic codes (unsigned view of the Java int).
 MAGIC_V1 = 0xDAA320A7  # 1-byte topic length, every version
 MAGIC_V2 = 0xDAA320AB  # 2-byte topic length, 5.1.0+ for topics > 127 chars
@@ -80,10 +83,10 @@ TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 
 # ConsumeQueue
-CQ_UNIT_SIZE = 20
+CQ_UNIT_SIZE = ConsumeQueueUnit.sizeof()  # 20
 CQ_FILLER_SIZE = 0x7FFFFFFF  # fillPreBlank: (0, Integer.MAX_VALUE, 0)
 DEFAULT_CQ_UNITS_PER_FILE = 300_000
-BCQ_UNIT_SIZE = 46
+BCQ_UNIT_SIZE = BatchConsumeQueueUnit.sizeof()  # 46
 BCQ_COMPACTED_OFFSET_NONE = -1  # BatchConsumeQueue.INVALID_POS, what every unit carries
 DEFAULT_BCQ_FILE_SIZE = 300_000 * BCQ_UNIT_SIZE  # mapperFileSizeBatchConsumeQueue
 
@@ -91,7 +94,7 @@ DEFAULT_BCQ_FILE_SIZE = 300_000 * BCQ_UNIT_SIZE  # mapperFileSizeBatchConsumeQue
 # below EXT_ADDRESS_MAX is Long.MIN_VALUE + the ext unit's byte offset.
 EXT_ADDRESS_MAX = -(1 << 31) - 1  # Integer.MIN_VALUE - 1
 EXT_ADDRESS_BASE = -(1 << 63)  # Long.MIN_VALUE
-EXT_MIN_UNIT_SIZE = 20  # size(2) + tagsCode(8) + msgStoreTime(8) + bitMapSize(2)
+EXT_MIN_UNIT_SIZE = ConsumeQueueExtHeader.sizeof()  # 20: size(2) + tagsCode(8) + msgStoreTime(8) + bitMapSize(2)
 EXT_END_BLANK = 4  # END_BLANK_DATA_LENGTH: a unit never uses a file's last 4 bytes
 EXT_FILE_END = -1  # short written where the next unit does not fit (fullFillToEnd)
 DEFAULT_EXT_FILE_SIZE = 48 * 1024 * 1024  # mappedFileSizeConsumeQueueExt
@@ -104,9 +107,9 @@ RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
 SYSTEM_TOPIC_PREFIX = "rmq_sys_"  # TopicValidator: no multi-dispatch from these (nor from SCHEDULE_TOPIC_XXXX)
 
 # IndexFile
-INDEX_HEADER_SIZE = 40
-INDEX_SLOT_SIZE = 4
-INDEX_ENTRY_SIZE = 20
+INDEX_HEADER_SIZE = IndexHeader.sizeof()  # 40
+INDEX_SLOT_SIZE = IndexSlot.sizeof()  # 4
+INDEX_ENTRY_SIZE = IndexEntry.sizeof()  # 20
 DEFAULT_HASH_SLOTS = 5_000_000
 DEFAULT_INDEX_ENTRIES = 20_000_000
 INDEX_KEY_SEPARATOR = "#"

@@ -283,7 +283,7 @@ def test_byte_ranges_report_exactly_what_one_scan_reports(tmp_path_factory, dama
 
 def test_zero_stretches_are_skipped_exactly(tmp_path):
     """resync jumps a zero stretch in one read and still finds the first record after it."""
-    from rmqdump.readers.commitlog import _first_nonzero, resync
+    from rmqdump.readers.commitlog import first_nonzero, resync
     from rmqdump.readers.mapped import MappedFile
 
     cl = _copy("rmq4-crash", tmp_path)
@@ -291,7 +291,7 @@ def test_zero_stretches_are_skipped_exactly(tmp_path):
     empty = files[-1]  # the broker's preallocated next file: all zeros
     seg = CommitLog.open(cl).files[-1]
     with MappedFile(empty) as mf:
-        assert _first_nonzero(mf, 0, mf.size) is None
+        assert first_nonzero(mf, 0, mf.size) is None
         assert resync(seg, mf, 0) is None and resync(seg, mf, 5000) is None
     fname, off, m = _locate("rmq4-crash", 300)
     nxt = manifest("rmq4-crash")[301]
@@ -299,5 +299,5 @@ def test_zero_stretches_are_skipped_exactly(tmp_path):
     seg = next(s for s in CommitLog.open(cl).files if s.name == fname)
     with MappedFile(cl / fname) as mf:
         lead = next(i for i, b in enumerate(nxt["wroteBytes"].to_bytes(4, "big")) if b)  # totalSize's zero high bytes
-        assert _first_nonzero(mf, off, mf.size) == off + m["wroteBytes"] + lead
+        assert first_nonzero(mf, off, mf.size) == off + m["wroteBytes"] + lead
         assert resync(seg, mf, off) == nxt["wroteOffset"] - seg.base

@@ -76,3 +76,16 @@ def test_consumequeue_and_index_roundtrip(name):
             assert IndexEntry.build(IndexEntry.parse(e)) == e
     cp = (root / "checkpoint").read_bytes()
     assert Checkpoint.build(Checkpoint.parse(cp)) == cp
+
+
+def test_sizes_in_constants_are_the_declarations_sizes():
+    """The sizes the broker's Java names (ConsumeQueue.CQ_STORE_UNIT_SIZE, BatchConsumeQueue.CQ_STORE_UNIT_SIZE,
+    CqExtUnit.MIN_EXT_UNIT_SIZE, IndexHeader.INDEX_HEADER_SIZE, IndexFile.hashSlotSize / indexSize) come out of
+    the construct declarations, not a second typing."""
+    from schemas import BatchConsumeQueueUnit, ConsumeQueueExtHeader, ConsumeQueueUnit, IndexEntry, IndexSlot
+
+    assert (C.CQ_UNIT_SIZE, C.BCQ_UNIT_SIZE, C.EXT_MIN_UNIT_SIZE) == (20, 46, 20)
+    assert (C.INDEX_HEADER_SIZE, C.INDEX_SLOT_SIZE, C.INDEX_ENTRY_SIZE) == (40, 4, 20)
+    assert ConsumeQueueUnit.sizeof() == C.CQ_UNIT_SIZE and BatchConsumeQueueUnit.sizeof() == C.BCQ_UNIT_SIZE
+    assert ConsumeQueueExtHeader.sizeof() == C.EXT_MIN_UNIT_SIZE
+    assert (IndexHeader.sizeof(), IndexSlot.sizeof(), IndexEntry.sizeof()) == (C.INDEX_HEADER_SIZE, C.INDEX_SLOT_SIZE, C.INDEX_ENTRY_SIZE)

@@ -197,11 +197,8 @@ def scan_range(task) -> RangeResult:
     last_ts = None
     with MappedFile(seg.path) as mf:
         for b in scan_file(seg, mf, start=start, end=end, check_crc=check_crc):
-            for ev in b.events:
-                if isinstance(ev, Problem):
-                    damaged.append(ev)
-            for i in sorted(b.record_problems):
-                flagged.extend(b.record_problems[i])
+            damaged.extend(b.damage())
+            flagged.extend(b.flagged())
             if not len(b):
                 continue
             d = dispatch_columns(b, delays, keys=want_keys)

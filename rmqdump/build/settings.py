@@ -19,10 +19,11 @@ import numpy as np
 from rmqdump.common.problems import InputError
 from rmqdump.readers.consumequeue import ConsumeQueue
 from rmqdump.readers.fastpath import numpy_dtype
+from rmqdump.readers.indexfile import file_size as index_file_size
 from rmqdump.readers.rocksdbcq import is_rocksdb
-from rmqdump.readers.store import Store
+from rmqdump.readers.store import Store, read_index_header
 from rmqdump.scan.dispatch import DelayLevels
-from schemas import IndexEntry, IndexHeader, IndexSlot
+from schemas import IndexEntry, IndexSlot
 from schemas import constants as C
 
 _SLOT = numpy_dtype(IndexSlot.subcons[0])
@@ -32,7 +33,6 @@ BAD_BROKER_CONF = "bad_broker_conf"
 
 _NAME_RE = re.compile(r"^\d{20}$")
 _INDEX_NAME_RE = re.compile(r"^\d{17}$")
-_HEADER = numpy_dtype(IndexHeader)
 _ENTRY = numpy_dtype(IndexEntry)
 
 
@@ -72,10 +72,6 @@ class StoreSettings:
             "lmq": self.lmq,
             "source": dict(self.source),
         }
-
-
-def index_file_size(hash_slots: int, index_entries: int) -> int:
-    return C.INDEX_HEADER_SIZE + hash_slots * C.INDEX_SLOT_SIZE + index_entries * C.INDEX_ENTRY_SIZE
 
 
 def read_properties(path: str) -> dict[str, str]:
@@ -177,14 +173,6 @@ def _index_files(store: str) -> list[str]:
     return [os.path.join(root, n) for n in sorted(os.listdir(root)) if _INDEX_NAME_RE.match(n) and os.path.isfile(os.path.join(root, n))]
 
 
-def _read_header(path: str) -> np.void | None:
-    with open(path, "rb") as f:
-        raw = f.read(_HEADER.itemsize)
-    if len(raw) < _HEADER.itemsize:
-        return None
-    return np.frombuffer(raw, dtype=_HEADER)[0]
-
-
 def _index_sizing_fits(path: str, slots: int, entries: int, header) -> bool:
     """Do the file's slots and entries hold together under this sizing? (slot -> entry whose hash maps back to it)."""
     count = int(header["index_count"])
@@ -223,7 +211,7 @@ def infer_index_sizing(store: str) -> tuple[tuple[int, int] | None, str]:
     if len(sizes) > 1:
         return None, f"index files disagree on their size: {sorted(sizes)} bytes"
     (size,) = sizes
-    headers = [_read_header(p) for p in files]
+    headers = [read_index_header(p).header for p in files]
     if any(h is None for h in headers):
         return None, "an index file is shorter than its header"
     full = {int(h["index_count"]) for h in headers[:-1]}

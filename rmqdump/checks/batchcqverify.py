@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rmqdump.checks.cqverify import CQ_HOLE, CQ_NON_MONOTONIC, CommitLogExtent, RecordTable, _pointer_checks, _runs
+from rmqdump.checks.cqverify import CQ_HOLE, CQ_NON_MONOTONIC, CommitLogExtent, RecordTable, pointer_checks, position_runs
 from rmqdump.common.problems import Problem
 from rmqdump.readers.batchcq import BatchConsumeQueue, BatchUnits
 from rmqdump.readers.consumequeue import QueueUnits
@@ -65,10 +65,10 @@ def check_batch_order(q: BatchConsumeQueue) -> BatchOrder:
         elif fi == last_file:
             before_end[:last_pos] = True
         inner = np.flatnonzero(~valid & before_end)
-        for p, n in _runs(inner):
+        for p, n in position_runs(inner):
             probs.append(_problem(q, u, p, CQ_HOLE, f"{n} invalid unit{'s' if n > 1 else ''} followed by valid units: consumers skip or stall here", None))
         tail = np.flatnonzero(~valid & ~before_end & ~u.zero_mask())
-        for p, n in _runs(tail):
+        for p, n in position_runs(tail):
             probs.append(_problem(q, u, p, CQ_HOLE, f"{n} non-zero invalid unit{'s' if n > 1 else ''} after the queue's last valid unit", None))
         vpos = np.flatnonzero(valid)
         counted += int(vpos.size + inner.size + tail.size)
@@ -127,7 +127,7 @@ def check_batch_units_in_window(
     if not vpos.size:
         return [], np.zeros(0, np.int64)
     as_cq = QueueUnits(u.base_offset, u.offset, u.size, u.tags_code)
-    found, covered = _pointer_checks(as_cq, vpos, q.topic, q.queue_id, records, extent, True)
+    found, covered = pointer_checks(as_cq, vpos, q.topic, q.queue_id, records, extent, True)
     probs = [_problem(q, u, p, code, detail, phys) for p, code, detail, phys in found]
     # the two values a 20-byte unit does not have: store time and batch size
     co = u.offset[vpos]

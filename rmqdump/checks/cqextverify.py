@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rmqdump.checks.cqverify import CQ_TAGS_CODE_MISMATCH, RecordTable, _problems, real_mask
+from rmqdump.checks.cqverify import CQ_TAGS_CODE_MISMATCH, RecordTable, findings_to_problems, real_mask
 from rmqdump.common.problems import Problem
 from rmqdump.readers.consumequeue import QueueUnits
 from rmqdump.readers.cqext import CQ_EXT_BAD_ADDRESS, ConsumeQueueExt, is_ext_address
@@ -60,7 +60,7 @@ def check_ext_units_in_window(
         a = int(u.tags_code[j])
         where = f"{ext.locate(a)[0]}@{ext.locate(a)[1]}" if ext is not None else "no consumequeue_ext directory for this queue"
         found.append((j, CQ_EXT_BAD_ADDRESS, f"tagsCode {a} is an ext address (byte {a + (1 << 63)}) where no ext unit starts ({where})", int(u.offset[j])))
-    probs = _problems(found, u, topic, queue_id, cq_file_of)
+    probs = findings_to_problems(found, u, topic, queue_id, cq_file_of)
     co = u.offset[vpos]
     r = np.searchsorted(records.phys, co)
     rc = np.clip(r, 0, max(len(records) - 1, 0))
@@ -71,7 +71,7 @@ def check_ext_units_in_window(
     for j, ri in zip(hp[plain].tolist(), hr[plain].tolist(), strict=True):
         if tags[j] != records.tags_code[ri]:
             found.append((j, CQ_TAGS_CODE_MISMATCH, f"unit tagsCode {int(tags[j])}, record's is {int(records.tags_code[ri])}", int(u.offset[j])))
-    probs += _problems(found, u, topic, queue_id, cq_file_of)
+    probs += findings_to_problems(found, u, topic, queue_id, cq_file_of)
     if ext is None:
         return probs
     eu = ext.units()

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from rmqdump.common.problems import Problem
-from rmqdump.readers.commitlog import Batch, Blank, CommitLog, SegmentFile, scan_file
+from rmqdump.readers.commitlog import Batch, CommitLog, SegmentFile, scan_file
 from rmqdump.readers.consumequeue import CQ_HOLE, UNIT_SIZE, ConsumeQueue, QueueUnits, read_units
 from rmqdump.readers.mapped import MappedFile
 from rmqdump.readers.store import Store
@@ -47,9 +47,9 @@ CQ_DANGLING = "cq_dangling"
 CQ_NON_MONOTONIC = "cq_non_monotonic"
 CQ_MISSING_UNIT = "cq_missing_unit"
 
-EXT_ADDRESS_MAX = C.EXT_ADDRESS_MAX  # ConsumeQueueExt: tagsCode <= Integer.MIN_VALUE - 1 is an address
 
-PROBLEM_KEYS = ("code", "topic", "queue_id", "cq_file", "unit_index", "phys_offset", "detail")
+PROBLEM_COLUMNS = ("topic", "queue_id", "cq_file", "unit_index")  # on every JSON Lines problem, CommitLog problems included
+PROBLEM_KEYS = ("code", *PROBLEM_COLUMNS, "phys_offset", "detail")
 
 
 @dataclass
@@ -162,7 +162,7 @@ class UnitCheck:
     seen_real: bool  # a non-filler unit has been seen (fillers only pad the queue's start)
 
 
-def _runs(mask_idx: np.ndarray) -> list[tuple[int, int]]:
+def position_runs(mask_idx: np.ndarray) -> list[tuple[int, int]]:
     """Consecutive runs in a sorted array of positions: (first, length)."""
     if not len(mask_idx):
         return []
@@ -200,11 +200,11 @@ def _order_checks(u: QueueUnits, real: np.ndarray, filler: np.ndarray, last_vali
     invalid = ~real & ~filler
     zero = (off == 0) & (size == 0) & (tags == 0)
     inner = np.flatnonzero(invalid & (idx < last_valid))
-    for p, length in _runs(inner):
+    for p, length in position_runs(inner):
         what = "zero" if zero[p : p + length].all() else "invalid (offset < 0 or size <= 0)"
         found.append((p, CQ_HOLE, f"{length} {what} unit{'s' if length > 1 else ''} followed by valid units: consumers skip or stall here", None))
     tail_garbage = np.flatnonzero(invalid & (idx > last_valid) & ~zero)
-    for p, length in _runs(tail_garbage):
+    for p, length in position_runs(tail_garbage):
         found.append((p, CQ_HOLE, f"{length} non-zero invalid unit{'s' if length > 1 else ''} after the queue's last valid unit", None))
     vpos = np.flatnonzero(real)
     if vpos.size:
@@ -216,7 +216,7 @@ def _order_checks(u: QueueUnits, real: np.ndarray, filler: np.ndarray, last_vali
     return found, int(vpos.size + inner.size + tail_garbage.size), prev_offset
 
 
-def _pointer_checks(
+def pointer_checks(
     u: QueueUnits, vpos: np.ndarray, topic: str, queue_id: int, records: RecordTable, extent: CommitLogExtent, check_tags: bool
 ) -> tuple[Found, np.ndarray]:
     """Where the units at positions `vpos` point: the CommitLog's range, a record start, its values."""
@@ -262,7 +262,8 @@ def _pointer_checks(
     return found, hr[belongs].astype(np.int64)
 
 
-def _problems(found: Found, u: QueueUnits, topic: str, queue_id: int, cq_file_of) -> list[Problem]:
+def findings_to_problems(found: Found, u: QueueUnits, topic: str, queue_id: int, cq_file_of) -> list[Problem]:
+    """Findings as Problems, in unit order (then code), located by `cq_file_of`."""
     found.sort(key=lambda t: (t[0], t[1]))
     return [_unit_problem(code, topic, queue_id, int(u.index[p]), phys, detail, cq_file_of) for p, code, detail, phys in found]
 
@@ -302,8 +303,8 @@ def check_units(
     if last_valid_index is None:
         last_valid_index = int(u.index[vpos[-1]]) if vpos.size else -1
     found, counted, prev_offset = _order_checks(u, real, filler, last_valid_index, prev_offset)
-    more, covered = _pointer_checks(u, vpos, topic, queue_id, records, extent, check_tags)
-    return UnitCheck(_problems(found + more, u, topic, queue_id, cq_file_of), covered, counted, prev_offset, seen_real)
+    more, covered = pointer_checks(u, vpos, topic, queue_id, records, extent, check_tags)
+    return UnitCheck(findings_to_problems(found + more, u, topic, queue_id, cq_file_of), covered, counted, prev_offset, seen_real)
 
 
 def check_units_in_window(
@@ -332,8 +333,8 @@ def check_units_in_window(
         return [], np.zeros(0, np.int64), seen_real
     real, _, seen_real = real_mask(u, seen_real)
     vpos = np.flatnonzero(real & (u.offset >= lo) & (u.offset < hi))
-    found, covered = _pointer_checks(u, vpos, topic, queue_id, records, extent, check_tags)
-    return _problems(found, u, topic, queue_id, cq_file_of), covered, seen_real
+    found, covered = pointer_checks(u, vpos, topic, queue_id, records, extent, check_tags)
+    return findings_to_problems(found, u, topic, queue_id, cq_file_of), covered, seen_real
 
 
 def check_order(
@@ -353,7 +354,7 @@ def check_order(
         return UnitCheck([], np.zeros(0, np.int64), 0, prev_offset, seen_real)
     real, filler, seen_real = real_mask(u, seen_real)
     found, counted, prev_offset = _order_checks(u, real, filler, last_valid_index, prev_offset)
-    return UnitCheck(_problems(found, u, topic, queue_id, cq_file_of), np.zeros(0, np.int64), counted, prev_offset, seen_real)
+    return UnitCheck(findings_to_problems(found, u, topic, queue_id, cq_file_of), np.zeros(0, np.int64), counted, prev_offset, seen_real)
 
 
 def _unit_problem(code, topic, queue_id, unit_index, phys, detail, cq_file_of) -> Problem:
@@ -415,24 +416,6 @@ class VerifySummary:
         return {"kind": "summary", "queues": self.queues, "units": self.units, "messages": self.messages, "problems": self.problems}
 
 
-def problem_dict(p: Problem) -> dict:
-    """The JSON Lines shape of a verify finding: every key present, CommitLog problems included."""
-    d = {
-        "kind": "problem",
-        "code": p.code,
-        "topic": None,
-        "queue_id": None,
-        "cq_file": None,
-        "unit_index": None,
-        "phys_offset": p.phys_offset,
-        "detail": p.detail,
-    }
-    d.update(p.extra)
-    d["file"] = p.file
-    d["file_offset"] = p.file_offset
-    return d
-
-
 WINDOW_RECORDS = 1_000_000  # records joined at a time: about 41 MB of columns (twice that while a window is built)
 PARALLEL_MIN_BYTES = 64 << 20  # a CommitLog from this size on is scanned on both cores by default
 RANGE_BYTES = 128 << 20  # the unit of parallel work: records starting in one byte range of one file
@@ -466,9 +449,7 @@ def record_windows(
     done = 0
     for b in cl.scan(check_crc=check_crc):
         table.add_columns(dispatch_columns(b, delays, keys=False))
-        for i in sorted(b.record_problems):
-            problems.extend(b.record_problems[i])
-        problems.extend(e for e in b.events if not isinstance(e, Blank))
+        problems.extend(b.problems())
         if on_bytes is not None:
             here = _batch_end(b)
             if here > done:
@@ -490,9 +471,7 @@ def _scan_file_task(args: tuple) -> tuple[DispatchColumns, list[Problem], int]:
     with MappedFile(path) as mf:
         for b in scan_file(seg, mf, start=start, end=end, check_crc=check_crc):
             table.add_columns(dispatch_columns(b, delays, keys=False))
-            for i in sorted(b.record_problems):
-                problems.extend(b.record_problems[i])
-            problems.extend(e for e in b.events if not isinstance(e, Blank))
+            problems.extend(b.problems())
     return table.part(), problems, end - start
 
 
@@ -534,7 +513,8 @@ def _batch_end(b: Batch) -> int:
     return b.seg.base + (int(b.cols["_end"][-1]) if len(b) else 0)
 
 
-def _cq_locator(q: ConsumeQueue) -> Callable[[int], tuple[str, int]]:
+def cq_locator(q: ConsumeQueue) -> Callable[[int], tuple[str, int]]:
+    """unit index -> (where the unit lives, byte offset there), for reporting."""
     if hasattr(q, "locate"):  # a RocksDB ConsumeQueue: units live in the database, named by their key
         return q.locate
 
@@ -609,7 +589,7 @@ def verify(
 
     states: list[_QueueState] = []
     for q in queues:
-        where = _cq_locator(q)
+        where = cq_locator(q)
         last_valid = q.last_valid_index()
         prev, seen = -1, False
         ranges: list[tuple[int, int] | None] = []

@@ -23,7 +23,7 @@ import numpy as np
 
 from rmqdump.common.javahash import index_hash_many, java_hash_many
 from rmqdump.common.problems import Problem
-from rmqdump.readers.commitlog import Blank, CommitLog, commitlog_path
+from rmqdump.readers.commitlog import CommitLog, commitlog_path
 from rmqdump.readers.indexfile import LAYOUT_SIZE, IndexFile, IndexLayoutError, Layout, list_index_files
 from rmqdump.scan.dispatch import DelayLevels, DispatchColumns, DispatchJoin, dispatch_columns
 
@@ -78,13 +78,7 @@ class IndexVerifySummary:
         }
 
 
-def problem_dict(p: Problem) -> dict:
-    """The JSON Lines shape of a finding: every key present, CommitLog problems included."""
-    d = {"kind": "problem", "code": p.code, "index_file": None, "entry": None, "slot": None, "phys_offset": p.phys_offset, "detail": p.detail}
-    d.update(p.extra)
-    d["file"] = p.file
-    d["file_offset"] = p.file_offset
-    return d
+PROBLEM_COLUMNS = ("index_file", "entry", "slot")  # on every JSON Lines problem, CommitLog problems included
 
 
 @dataclass
@@ -162,9 +156,7 @@ def scan_commitlog(
     join = DispatchJoin()
     problems: list[Problem] = []
     for b in cl.scan(check_crc=False, from_offset=from_offset, to_offset=to_offset):
-        for i in sorted(b.record_problems):
-            problems.extend(b.record_problems[i])
-        problems.extend(e for e in b.events if not isinstance(e, Blank))
+        problems.extend(b.problems())
         join.add(dispatch_columns(b, delays, keys=True))
     return records_of(join.take()), problems
 

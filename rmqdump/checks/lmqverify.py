@@ -22,8 +22,8 @@ from rmqdump.checks.cqverify import (
     CQ_TOPIC_MISMATCH,
     CommitLogExtent,
     RecordTable,
-    _pointer_checks,
-    _problems,
+    findings_to_problems,
+    pointer_checks,
     real_mask,
 )
 from rmqdump.common.problems import Problem
@@ -60,7 +60,7 @@ def check_lmq_units_in_window(
         return [], set()
     real, _, _ = real_mask(u, seen_real)
     vpos = np.flatnonzero(real & (u.offset >= lo) & (u.offset < hi))
-    found, _ = _pointer_checks(u, vpos, topic, queue_id, records, extent, True)
+    found, _ = pointer_checks(u, vpos, topic, queue_id, records, extent, True)
     found = [f for f in found if f[1] not in _NOT_HERE]  # the record is the parent topic's, by design
     ok: set[tuple[str, int, int]] = set()
     co = u.offset[vpos]
@@ -86,7 +86,7 @@ def check_lmq_units_in_window(
             found.append((j, CQ_QUEUE_MISMATCH, f"an LMQ unit is in queue {C.LMQ_QUEUE_ID}, not {queue_id}", phys))
             continue
         ok.add((topic, idx, phys))  # the record's unit is here (a wrong size or tagsCode is reported above)
-    return _problems(found, u, topic, queue_id, cq_file_of), ok
+    return findings_to_problems(found, u, topic, queue_id, cq_file_of), ok
 
 
 def dispatching_records(cl: CommitLog, records: RecordTable) -> np.ndarray:

@@ -38,7 +38,7 @@ from construct import Struct
 from rmqdump.common import problems as P
 from rmqdump.common.problems import Problem
 from rmqdump.readers.checkpoint import Checkpoint
-from rmqdump.readers.commitlog import MIN_RECORD_SIZE, RELEASE_EVERY, Blank, SegmentFile, _first_nonzero, read_record, resync, scan_file
+from rmqdump.readers.commitlog import MIN_RECORD_SIZE, RELEASE_EVERY, Blank, SegmentFile, first_nonzero, read_record, resync, scan_file
 from rmqdump.readers.consumequeue import ConsumeQueue, QueueUnits, read_units
 from rmqdump.readers.fastpath import field_offset, field_struct, struct_format
 from rmqdump.readers.mapped import MappedFile
@@ -255,7 +255,7 @@ def _walk(files: list[SegmentFile], start: int, *, check_crc: bool, allow_v2: bo
 def _last_nonzero(mf: MappedFile, start: int, stop: int) -> int:
     """The position after the last non-zero byte of [start, stop) (start when all zeros), read backwards by pread."""
     stop = min(stop, mf.size)
-    if start >= stop or _first_nonzero(mf, start, stop) is None:
+    if start >= stop or first_nonzero(mf, start, stop) is None:
         return start
     fd = os.open(mf.path, os.O_RDONLY)
     try:
@@ -391,7 +391,7 @@ def _appended_after(files: list[SegmentFile], valid_end: int, walked: _Walked) -
                         continue
                     if magic == C.MAGIC_BLANK and total == size - p:
                         break
-                if _first_nonzero(mf, p, size) is None:
+                if first_nonzero(mf, p, size) is None:
                     break  # zeros to the end of the file: nothing was appended there
                 nxt = resync(seg, mf, p + 1) if p + 8 <= size else None
                 z = _last_nonzero(mf, p, size if nxt is None else nxt)

@@ -40,21 +40,43 @@ class Problem:
     phys_offset: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
-    def to_dict(self) -> dict[str, Any]:
-        d = {
-            "kind": "problem",
-            "code": self.code,
-            "file": self.file,
-            "file_offset": self.file_offset,
-            "phys_offset": self.phys_offset,
-            "detail": self.detail,
-        }
-        d.update(self.extra)
+    def to_dict(self, columns: tuple[str, ...] = (), **more: Any) -> dict[str, Any]:
+        """The JSON Lines object of this problem (`from_dict` reads it back).
+
+        columns: a command's location keys, present on every line (None where a
+        problem has none: a CommitLog problem in `cq verify`); file and
+        file_offset then come last. more: keys appended (an export's broker).
+        """
+        if columns:
+            d = {"kind": "problem", "code": self.code, **dict.fromkeys(columns), "phys_offset": self.phys_offset, "detail": self.detail}
+            d.update(self.extra)
+            d["file"] = self.file
+            d["file_offset"] = self.file_offset
+        else:
+            d = {
+                "kind": "problem",
+                "code": self.code,
+                "file": self.file,
+                "file_offset": self.file_offset,
+                "phys_offset": self.phys_offset,
+                "detail": self.detail,
+            }
+            d.update(self.extra)
+        d.update(more)
         return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Problem:
+        """The Problem `to_dict()` wrote (with no columns and nothing more)."""
+        extra = {k: v for k, v in d.items() if k not in _OWN_KEYS}
+        return cls(d["code"], d["file"], d["file_offset"], d["detail"], phys_offset=d["phys_offset"], extra=extra)
 
     def line(self) -> str:
         where = self.file if self.file_offset is None else f"{self.file}@{self.file_offset}"
         return f"{self.code}: {where}: {self.detail}"
+
+
+_OWN_KEYS = frozenset({"kind", "code", "file", "file_offset", "phys_offset", "detail"})
 
 
 class InputError(Exception):

@@ -112,12 +112,6 @@ class ExportResult:
         return d
 
 
-def problem_dict(broker: str, p: Problem) -> dict:
-    d = p.to_dict()
-    d["broker"] = broker
-    return d
-
-
 def problem_order(d: dict) -> tuple:
     return (d.get("broker") or "", d.get("file") or "", -1 if d.get("file_offset") is None else d["file_offset"], d.get("code") or "")
 
@@ -129,13 +123,11 @@ def scan_split(split: Split, note: Callable[[Problem], None], flag: Callable[[Pr
     seg = SegmentFile(split.path, split.base, split.size)
     with MappedFile(split.path) as mf:
         for b in scan_file(seg, mf, start=split.start, end=split.end, check_crc=split.check_crc):
-            for i in sorted(b.record_problems):
-                for p in b.record_problems[i]:
-                    (flag or note)(p)
+            for p in b.flagged():
+                (flag or note)(p)
             yield b
-            for e in b.events:
-                if isinstance(e, Problem):
-                    note(e)
+            for p in b.damage():
+                note(p)
 
 
 def split_batches(split: Split, result: SplitResult, *, with_body: bool = False, check_crc: bool = True) -> Iterator[pa.RecordBatch]:
@@ -144,7 +136,7 @@ def split_batches(split: Split, result: SplitResult, *, with_body: bool = False,
     def note(p: Problem) -> None:
         result.problem_count += 1
         if len(result.problems) < MAX_PROBLEMS:
-            result.problems.append(problem_dict(split.broker, p))
+            result.problems.append(p.to_dict(broker=split.broker))
 
     for b in scan_split(dataclasses.replace(split, check_crc=check_crc), note):
         for rb in arrowbatch.record_batches(b, split.broker, with_body=with_body):
@@ -291,7 +283,7 @@ def start_export(stores: list[StoreRef], out: str, fmt: str, engine: str, split_
     splits, layout = plan(stores, split_size)
     res = ExportResult(out, fmt, engine, len(stores), len({s.path for s in splits}), len(splits))
     for broker, p in layout:
-        res.add(SplitResult(problems=[problem_dict(broker, p)], problem_count=1))
+        res.add(SplitResult(problems=[p.to_dict(broker=broker)], problem_count=1))
     return splits, res
 
 

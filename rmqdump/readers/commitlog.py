@@ -282,6 +282,18 @@ class Batch:
     def phys(self) -> np.ndarray:
         return self.cols["_pos"] + self.seg.base
 
+    def flagged(self) -> list[Problem]:
+        """Problems of records still decoded (CRC, phys field), in record order."""
+        return [p for i in sorted(self.record_problems) for p in self.record_problems[i]]
+
+    def damage(self) -> list[Problem]:
+        """Problems that ended the stretch (the events that are not a BLANK), in scan order."""
+        return [e for e in self.events if isinstance(e, Problem)]
+
+    def problems(self) -> list[Problem]:
+        """Every problem of the batch, in order: its records' first, then what ended it."""
+        return self.flagged() + self.damage()
+
     def raw(self, pos: int, length: int) -> bytes:
         return bytes(self.mf.view[pos : pos + length])
 
@@ -500,7 +512,7 @@ def resync(seg: SegmentFile, mf: MappedFile, start: int) -> int | None:
     if start + 8 <= mf.size and not any(mf.view[start : start + 8]):
         # A zero stretch (the unwritten tail of a preallocated file, or a zeroed range): skip it
         # in one read; a magic's first byte is never zero, so no record's magic lies before it.
-        q = _first_nonzero(mf, start, mf.size)
+        q = first_nonzero(mf, start, mf.size)
         if q is None:
             return None
         lo = max(lo, q)
@@ -521,7 +533,7 @@ def _proof_in(seg: SegmentFile, mf: MappedFile, lo: int, hi: int) -> int | None:
     """The first provable record start (or valid BLANK) whose magic begins in [lo, hi)."""
     view, size = mf.view, mf.size
     stop = min(size, hi + 3)
-    cands = [_find(mf, nd, lo, stop) for nd in _NEEDLES]
+    cands = [mf.find(nd, lo, stop) for nd in _NEEDLES]
     while True:
         best = min((c for c in cands if c >= 0), default=-1)
         if best < 0:
@@ -537,20 +549,14 @@ def _proof_in(seg: SegmentFile, mf: MappedFile, lo: int, hi: int) -> int | None:
                 return p
         for j, c in enumerate(cands):
             if c == best:
-                cands[j] = _find(mf, _NEEDLES[j], best + 1, stop)
-
-
-def _find(mf: MappedFile, needle: bytes, start: int, stop: int) -> int:
-    if mf.size == 0:
-        return -1
-    return mf._mm.find(needle, start, stop)
+                cands[j] = mf.find(_NEEDLES[j], best + 1, stop)
 
 
 _ZERO_CHUNK = bytes(4 << 20)
 _ZERO_TAILS: dict[tuple, int] = {}  # file identity -> offset from which it is all zeros
 
 
-def _first_nonzero(mf: MappedFile, start: int, stop: int) -> int | None:
+def first_nonzero(mf: MappedFile, start: int, stop: int) -> int | None:
     """The first non-zero byte in [start, stop), or None.
 
     Read with pread, not through the map: a preallocated 1 GiB file is mostly
@@ -595,7 +601,7 @@ def diagnose_record(seg: SegmentFile, mf: MappedFile, p: int) -> tuple[list, int
     """diagnose() of a message record (in a DLedger file: the one inside an entry whose header holds together)."""
     size, path, base = mf.size, seg.path, seg.base
     if p + 8 > size:
-        if _first_nonzero(mf, p, size) is None:
+        if first_nonzero(mf, p, size) is None:
             return [Blank(path, p, base + p, size - p, "zeros")], None
         return [Problem(P.TRUNCATED_TAIL, path, p, f"{size - p} bytes at the end of the file are too short for a record", phys_offset=base + p)], None
     total, magic = _PREFIX.unpack_from(mf.view, p)
@@ -606,7 +612,7 @@ def diagnose_record(seg: SegmentFile, mf: MappedFile, p: int) -> tuple[list, int
         # The newest file's zero tail (most of a preallocated 1 GiB file): one
         # releasing pass, and resync only past the zeros (a record's magic is
         # nonzero, so none starts more than 4 bytes before the first nonzero byte).
-        nz = _first_nonzero(mf, p, size)
+        nz = first_nonzero(mf, p, size)
         if nz is None:
             return [Blank(path, p, base + p, size - p, "zeros")], None
         first = max(first, nz - 4)

@@ -18,7 +18,7 @@ import numpy as np
 
 from rmqdump.common import problems as P
 from rmqdump.common.problems import Problem
-from rmqdump.readers.commitlog import NAME_RE, Blank, CommitLog, SegmentFile, _find, _first_nonzero, diagnose_record
+from rmqdump.readers.commitlog import NAME_RE, Blank, CommitLog, SegmentFile, diagnose_record, first_nonzero
 from rmqdump.readers.fastpath import numpy_dtype, struct_format
 from rmqdump.readers.mapped import MappedFile
 from schemas import dledger as DL
@@ -55,7 +55,7 @@ def resync(seg: SegmentFile, mf: MappedFile, start: int) -> int | None:
     size = mf.size
     lo = start
     if start + 8 <= size and not any(mf.view[start : start + 8]):
-        q = _first_nonzero(mf, start, size)
+        q = first_nonzero(mf, start, size)
         if q is None:
             return None
         lo = max(lo, q - 3)  # the entry magic's first bytes are zeros
@@ -73,7 +73,7 @@ def resync(seg: SegmentFile, mf: MappedFile, start: int) -> int | None:
 def _proof_in(seg: SegmentFile, mf: MappedFile, lo: int, hi: int) -> int | None:
     size = mf.size
     stop = min(size, hi + 3)
-    cands = [_find(mf, nd, lo, stop) for nd in _NEEDLES]
+    cands = [mf.find(nd, lo, stop) for nd in _NEEDLES]
     while True:
         best = min((c for c in cands if c >= 0), default=-1)
         if best < 0:
@@ -85,21 +85,21 @@ def _proof_in(seg: SegmentFile, mf: MappedFile, lo: int, hi: int) -> int | None:
             return best
         for j, c in enumerate(cands):
             if c == best:
-                cands[j] = _find(mf, _NEEDLES[j], best + 1, stop)
+                cands[j] = mf.find(_NEEDLES[j], best + 1, stop)
 
 
 def diagnose(seg: SegmentFile, mf: MappedFile, p: int) -> tuple[list, int | None]:
     """What is at an entry position the walk could not take, and where the scan goes on."""
     size, path, base = mf.size, seg.path, seg.base
     if p + 8 > size or (p + HEADER > size and _BLANK.unpack_from(mf.view, p) != (DL.BLANK_MAGIC, size - p)):
-        if _first_nonzero(mf, p, size) is None:
+        if first_nonzero(mf, p, size) is None:
             return [Blank(path, p, base + p, size - p, "zeros")], None
         return [Problem(P.TRUNCATED_TAIL, path, p, f"{size - p} bytes at the end of the file are too short for an entry", phys_offset=base + p)], None
     magic, esize = _BLANK.unpack_from(mf.view, p)
     if magic == DL.BLANK_MAGIC and esize == size - p:
         return [Blank(path, p, base + p, esize, "blank")], None
     if magic == 0 and esize == 0:
-        nz = _first_nonzero(mf, p, size)
+        nz = first_nonzero(mf, p, size)
         if nz is None:
             return [Blank(path, p, base + p, size - p, "zeros")], None
     e = _entry_at(mf, p)

@@ -53,6 +53,12 @@ class MappedFile:
         if hi > lo:
             self._mm.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
 
+    def find(self, needle: bytes, start: int, stop: int) -> int:
+        """Offset of the first `needle` in [start, stop), or -1 (the map's own search: no copy)."""
+        if self._mm is None:
+            return -1
+        return self._mm.find(needle, start, stop)
+
     def close(self) -> None:
         if self._mm is not None:
             self.view.release()

@@ -33,10 +33,9 @@ COMMITLOG_DIR = "commitlog"
 CONSUMEQUEUE_DIR = "consumequeue"
 INDEX_DIR = "index"
 
-# Store layout problems and unsupported parts (stable codes).
+# Store layout problems (stable codes).
 CQ_BAD_DIR = "cq_bad_dir"
 INDEX_SHORT = "index_file_short"
-UNSUPPORTED = "unsupported"
 
 _INDEX_HEADER = numpy_dtype(IndexHeader)
 

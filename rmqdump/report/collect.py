@@ -17,7 +17,7 @@ from enum import Enum
 import numpy as np
 
 from rmqdump.checks import cqverify
-from rmqdump.checks.cqverify import VerifySummary, problem_dict, verify
+from rmqdump.checks.cqverify import PROBLEM_COLUMNS, VerifySummary, verify
 from rmqdump.checks.offsets import OffsetsReport, consumer_offsets
 from rmqdump.checks.recovery import DroppedRecord
 from rmqdump.common import problems as P
@@ -410,7 +410,7 @@ def collect(
     told = _Share(on_bytes, cl_bytes)
     for p in verify(store, check_crc=check_crc, summary=summary, on_bytes=told, workers=workers):
         if len(first) < limit:
-            first.append(problem_dict(p))
+            first.append(p.to_dict(PROBLEM_COLUMNS))
         row = damage_row(p)
         if row is None:
             continue

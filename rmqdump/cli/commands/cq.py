@@ -39,7 +39,7 @@ def verify_cmd(
 
     Example:  rmqdump cq verify -s store --format jsonl
     """
-    from rmqdump.checks.cqverify import WINDOW_RECORDS, VerifySummary, problem_dict, verify
+    from rmqdump.checks.cqverify import PROBLEM_COLUMNS, WINDOW_RECORDS, VerifySummary, verify
     from rmqdump.readers.store import Store
     from rmqdump.scan.dispatch import DelayLevels
     from schemas import constants as C
@@ -71,7 +71,7 @@ def verify_cmd(
                 st, topic=topic, queue_id=queue, check_crc=not no_crc, delays=delays, summary=summary, on_bytes=advance, window_records=window, workers=workers
             )
         for p in found:
-            d = problem_dict(p)
+            d = p.to_dict(PROBLEM_COLUMNS)
             if fmt is ListFormat.jsonl:
                 render.jsonl(d)
             else:

@@ -187,7 +187,7 @@ def verify_cmd(
 
     Example:  rmqdump index verify --store fixtures/real/rmq4-crash/store -f jsonl
     """
-    from rmqdump.checks.indexverify import IndexVerifySummary, problem_dict, verify
+    from rmqdump.checks.indexverify import PROBLEM_COLUMNS, IndexVerifySummary, verify
     from rmqdump.readers.commitlog import commitlog_path
 
     if not os.path.isdir(str(store)):
@@ -200,7 +200,7 @@ def verify_cmd(
     total = sum(os.path.getsize(os.path.join(cl_dir, n)) for n in os.listdir(cl_dir) if n.isdigit())
     with render.progress(total, "index verify") as advance:
         for p in verify(str(store), hash_slots=hash_slots, index_entries=index_entries, summary=s, on_bytes=advance):
-            d = problem_dict(p)
+            d = p.to_dict(PROBLEM_COLUMNS)
             if fmt is ListFormat.jsonl:
                 render.jsonl(d)
             else:

@@ -34,7 +34,6 @@ from rmqdump.build.indexbuild import IndexBuilder, IndexFileResult, index_file_n
 from rmqdump.build.settings import StoreSettings
 from rmqdump.common.problems import InputError, Problem
 from rmqdump.common.publish import publishing
-from rmqdump.engines.spark.verify import problem_from_json, problem_json
 from rmqdump.export.dataset import scan_split
 from rmqdump.readers.commitlog import CommitLog, commitlog_path
 from rmqdump.scan.dispatch import DelayLevels, dispatch_columns
@@ -131,7 +130,7 @@ def _records_fn(splits: list[Split], delays: DelayLevels, check_crc: bool, topic
                             kind=pa.array([kind] * n, pa.string()),
                             split_no=pa.array([no] * n, pa.int32()),
                             rec=pa.array(list(range(n)), pa.int64()),
-                            problem=pa.array([problem_json(p) for p in probs], pa.string()),
+                            problem=pa.array([json.dumps(p.to_dict()) for p in probs], pa.string()),
                         )
 
     return decode
@@ -151,7 +150,7 @@ def _cq_fn(out_dir: str, units_per_file: int, sync: bool, display_dir: str):
             t.column("tags_code").to_numpy(),
         )
         queues = cqb.finish()
-        payload = [("q", 0, json.dumps(q.__dict__)) for q in queues] + [("p", int(p.phys_offset or 0), problem_json(p)) for p in cqb.problems]
+        payload = [("q", 0, json.dumps(q.__dict__)) for q in queues] + [("p", int(p.phys_offset or 0), json.dumps(p.to_dict())) for p in cqb.problems]
         return pa.table(
             {"kind": [x[0] for x in payload], "seq": [x[1] for x in payload], "payload": [x[2] for x in payload]},
             schema=pa.schema([("kind", pa.string()), ("seq", pa.int64()), ("payload", pa.string())]),
@@ -228,7 +227,7 @@ def build_into_spark(spark, tmp: str, cl: CommitLog, settings: StoreSettings, op
         small = decoded.filter(F.col("kind") != "r").select("kind", "split_no", "rec", "key0", "scanned", "last_ts", "problem").collect()
         stats = {r["split_no"]: r for r in small if r["kind"] == "s"}
         for r in sorted((r for r in small if r["kind"] in ("p", "f")), key=lambda r: (r["split_no"], r["rec"])):
-            (report.damaged if r["kind"] == "p" else report.flagged).append(problem_from_json(r["problem"]))
+            (report.damaged if r["kind"] == "p" else report.flagged).append(Problem.from_dict(json.loads(r["problem"])))
         rec_base, key_base, nrec, nkey, last_ts = {}, {}, 0, 0, None
         for no in range(len(splits)):
             s = stats[no]
@@ -259,7 +258,7 @@ def build_into_spark(spark, tmp: str, cl: CommitLog, settings: StoreSettings, op
             )
             report.queues = sorted((_queue_result(json.loads(r["payload"])) for r in out if r["kind"] == "q"), key=lambda q: (q.topic, q.queue_id))
             report.problems.extend(
-                _dedupe_unsafe([problem_from_json(r["payload"]) for r in sorted((r for r in out if r["kind"] == "p"), key=lambda r: r["seq"])])
+                _dedupe_unsafe([Problem.from_dict(json.loads(r["payload"])) for r in sorted((r for r in out if r["kind"] == "p"), key=lambda r: r["seq"])])
             )
         if want_index:
             index_dir = os.path.join(tmp, "index")

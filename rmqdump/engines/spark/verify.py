@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from rmqdump.checks.cqverify import CommitLogExtent, RecordTable, VerifySummary, _cq_locator, check_units, missing_units
+from rmqdump.checks.cqverify import CommitLogExtent, RecordTable, VerifySummary, check_units, cq_locator, missing_units
 from rmqdump.common.problems import Problem
 from rmqdump.export.dataset import scan_split
 from rmqdump.readers.consumequeue import UNIT_SIZE, ConsumeQueue
@@ -39,15 +39,6 @@ RECORDS_DDL = (
 UNITS_DDL = "u_topic string, u_queue int, offset bigint"
 FINDINGS_DDL = "section int, a bigint, b bigint, seq int, problem string, units bigint"
 _REC_COLS = ["phys", "size", "topic", "queue_id", "queue_offset", "tags_code", "store_timestamp", "queued"]
-
-
-def problem_json(p: Problem) -> str:
-    return json.dumps({"code": p.code, "file": p.file, "file_offset": p.file_offset, "detail": p.detail, "phys_offset": p.phys_offset, "extra": p.extra})
-
-
-def problem_from_json(s: str) -> Problem:
-    d = json.loads(s)
-    return Problem(d["code"], d["file"], d["file_offset"], d["detail"], phys_offset=d["phys_offset"], extra=d["extra"])
 
 
 def _records_fn(splits: list[Split], delays: DelayLevels, check_crc: bool):
@@ -96,7 +87,7 @@ def _records_fn(splits: list[Split], delays: DelayLevels, check_crc: bool):
                 *[pa.nulls(n, f.type) for f in list(schema)[1:9]],
                 pa.array([no] * n, pa.int32()),
                 pa.array(list(range(n)), pa.int32()),
-                pa.array([problem_json(p) for p in found], pa.string()),
+                pa.array([json.dumps(p.to_dict()) for p in found], pa.string()),
             ],
             schema=schema,
         )
@@ -183,7 +174,7 @@ def _group_fn(plan: _Plan):
         cq = None
         if (t, qid) in plan.queues:
             cq = ConsumeQueue.open(plan.queues[(t, qid)], t, qid, plan.file_size)
-            where = _cq_locator(cq)
+            where = cq_locator(cq)
             last_valid = cq.last_valid_index()
             prev, seen = -1, False
             for chunk in cq.chunks():
@@ -203,12 +194,12 @@ def _group_fn(plan: _Plan):
                 units += res.units
                 covered[res.covered] = True
                 for p in res.problems:
-                    rows.append((0, plan.order[(t, qid)], 0, len(rows), problem_json(p)))
+                    rows.append((0, plan.order[(t, qid)], 0, len(rows), json.dumps(p.to_dict())))
         mine = (records.topic_id == records.topic_code(t)) & (records.queue_id == qid)
         selected = (plan.select_topic is None or t == plan.select_topic) and (plan.select_queue is None or qid == plan.select_queue)
         if selected:
             for p in missing_units(records, covered, select=mine, cq_file_of=lambda tt, qq, ix: _expected_path(plan, tt, qq, ix, cq)):
-                rows.append((1, p.phys_offset, 0, 0, problem_json(p)))
+                rows.append((1, p.phys_offset, 0, 0, json.dumps(p.to_dict())))
         n = len(rows)
         return pa.Table.from_arrays(
             [
@@ -263,7 +254,7 @@ def verify_spark(
         s.messages = int(stats["n"])
         data_end = int(stats["end"] or 0)
         for r in sorted(cl_problems, key=lambda r: (r["split_no"], r["seq"])):
-            out.append(problem_from_json(r["problem"]))
+            out.append(Problem.from_dict(json.loads(r["problem"])))
 
         plan = _Plan(
             root=store.root,
@@ -297,8 +288,8 @@ def verify_spark(
     unit_rows = sorted((r for r in findings if r["section"] == 0), key=lambda r: (r["a"], r["seq"]))
     missing = sorted((r for r in findings if r["section"] == 1), key=lambda r: r["a"])
     s.units = sum(r["units"] for r in findings if r["section"] == 2)
-    out.extend(problem_from_json(r["problem"]) for r in unit_rows)
-    out.extend(problem_from_json(r["problem"]) for r in missing)
+    out.extend(Problem.from_dict(json.loads(r["problem"])) for r in unit_rows)
+    out.extend(Problem.from_dict(json.loads(r["problem"])) for r in missing)
     s.problems = len(out)
     for p in out:
         s.codes[p.code] = s.codes.get(p.code, 0) + 1

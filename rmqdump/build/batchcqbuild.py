@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from rmqdump.build.cqbuild import QueueResult, safe_topic_dir
+from rmqdump.build.queuefiles import QueueFiles
 from rmqdump.common.problems import Problem
 from rmqdump.readers.batchcq import BCQ_DTYPE, BCQ_UNIT_SIZE
 from rmqdump.readers.commitlog import CommitLog, SegmentFile
@@ -47,25 +48,12 @@ class BatchConsumeQueueBuilder:
         self.units_per_file = file_size // BCQ_UNIT_SIZE
         if self.units_per_file < 1:
             raise ValueError(f"a Batch ConsumeQueue file of {file_size} bytes holds no 46-byte unit")
-        self.sync = sync
         self.queues: dict[tuple[str, int], QueueResult] = {}
         self.problems: list[Problem] = []
         self._count: dict[tuple[str, int], int] = {}
         self._last_phys: dict[tuple[str, int], int] = {}
         self._next: dict[tuple[str, int], int] = {}
-        self._fds: dict[str, int] = {}
-
-    def _fd(self, q: QueueResult, file_no: int) -> int:
-        name = f"{file_no * self.file_size:020d}"
-        path = os.path.join(self.out_dir, q.topic, str(q.queue_id), name)
-        fd = self._fds.get(path)
-        if fd is None:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-            os.ftruncate(fd, self.file_size)
-            self._fds[path] = fd
-            q.files.append(name)
-        return fd
+        self._files = QueueFiles(out_dir, file_size, sync=sync)
 
     def add(
         self,
@@ -114,7 +102,7 @@ class BatchConsumeQueueBuilder:
         while at < len(units):
             file_no, slot = divmod(n + at, self.units_per_file)
             k = min(len(units) - at, self.units_per_file - slot)
-            os.pwrite(self._fd(q, file_no), memoryview(units[at : at + k]).cast("B"), slot * BCQ_UNIT_SIZE)
+            os.pwrite(self._files.fd(q, file_no * self.file_size), memoryview(units[at : at + k]).cast("B"), slot * BCQ_UNIT_SIZE)
             at += k
         self._count[key] = n + len(units)
         self._last_phys[key] = int(phys[-1])
@@ -140,13 +128,10 @@ class BatchConsumeQueueBuilder:
         return sorted(self.queues.values(), key=lambda q: (q.topic, q.queue_id))
 
     def close(self) -> None:
-        while self._fds:
-            _, fd = self._fds.popitem()
-            if self.sync:
-                os.fsync(fd)
-            os.close(fd)
+        self._files.close()
 
-    abort = close
+    def abort(self) -> None:
+        self._files.abort()
 
 
 @dataclass

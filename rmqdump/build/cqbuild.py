@@ -20,11 +20,11 @@ would append at the next index instead and log "[BUG]".
 from __future__ import annotations
 
 import os
-from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from rmqdump.build.queuefiles import QueueFiles
 from rmqdump.common.problems import Problem
 from rmqdump.readers.fastpath import numpy_dtype
 from schemas import ConsumeQueueUnit
@@ -37,8 +37,6 @@ CQ_QUEUE_OFFSET_GAP = "cq_queue_offset_gap"
 CQ_DUPLICATE_QUEUE_OFFSET = "cq_duplicate_queue_offset"
 CQ_BAD_QUEUE_OFFSET = "cq_bad_queue_offset"
 CQ_UNSAFE_TOPIC = "cq_unsafe_topic_name"
-
-MAX_OPEN_FILES = 128
 
 
 def filler_units(n: int) -> np.ndarray:
@@ -98,8 +96,7 @@ class ConsumeQueueBuilder:
         self.queues: dict[tuple[str, int], QueueResult] = {}
         self.problems: list[Problem] = []
         self._unsafe: set[str] = set()
-        self._fds: OrderedDict[str, int] = OrderedDict()
-        self._created: set[str] = set()
+        self._files = QueueFiles(out_dir, self.file_size, sync=sync)
         self._last: dict[tuple[str, int], int] = {}  # last unit index written per queue
 
     # --- files ---
@@ -107,38 +104,11 @@ class ConsumeQueueBuilder:
     def _name(self, q: QueueResult, file_no: int) -> str:
         return os.path.join(q.topic, str(q.queue_id), f"{file_no * self.file_size:020d}")
 
-    def _path(self, q: QueueResult, file_no: int) -> str:
-        return os.path.join(self.out_dir, self._name(q, file_no))
-
     def _shown(self, q: QueueResult, file_no: int) -> str:
         return os.path.join(self.display_dir, self._name(q, file_no))
 
     def _fd(self, q: QueueResult, file_no: int, *, create: bool) -> int | None:
-        path = self._path(q, file_no)
-        fd = self._fds.get(path)
-        if fd is not None:
-            self._fds.move_to_end(path)
-            return fd
-        if path not in self._created:
-            if not create:
-                return None
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-            os.ftruncate(fd, self.file_size)
-            self._created.add(path)
-            q.files.append(os.path.basename(path))
-        else:
-            fd = os.open(path, os.O_WRONLY)
-        self._fds[path] = fd
-        while len(self._fds) > MAX_OPEN_FILES:
-            _, old = self._fds.popitem(last=False)
-            self._close_fd(old)
-        return fd
-
-    def _close_fd(self, fd: int) -> None:
-        if self.sync:
-            os.fsync(fd)
-        os.close(fd)
+        return self._files.fd(q, file_no * self.file_size, create=create)
 
     def _write(self, q: QueueResult, first_unit: int, units: np.ndarray, *, create: bool = True) -> None:
         """Write units at unit index first_unit (all inside one file)."""
@@ -276,9 +246,7 @@ class ConsumeQueueBuilder:
         q.next_offset = prev + 1
 
     def finish(self) -> list[QueueResult]:
-        while self._fds:
-            _, fd = self._fds.popitem(last=False)
-            self._close_fd(fd)
+        self._files.close()
         for q in self.queues.values():
             if q.gaps:
                 a, b, phys = q.first_gap
@@ -307,6 +275,4 @@ class ConsumeQueueBuilder:
         return sorted(self.queues.values(), key=lambda q: (q.topic, q.queue_id))
 
     def abort(self) -> None:
-        while self._fds:
-            _, fd = self._fds.popitem(last=False)
-            os.close(fd)
+        self._files.abort()

@@ -21,6 +21,7 @@ import os
 import numpy as np
 
 from rmqdump.build.cqbuild import QueueResult
+from rmqdump.build.queuefiles import QueueFiles
 from rmqdump.readers.cqext import EXT_HEADER
 from schemas import constants as C
 
@@ -38,22 +39,9 @@ class ConsumeQueueExtBuilder:
         self.unit_size = self.dtype.itemsize
         if self.unit_size > file_size - C.EXT_END_BLANK:
             raise ValueError(f"an ext unit of {self.unit_size} bytes does not fit a {file_size}-byte ext file")
-        self.sync = sync
         self.queues: dict[tuple[str, int], QueueResult] = {}
         self._wrote: dict[tuple[str, int], int] = {}  # bytes used in the queue (file base + position)
-        self._fds: dict[str, int] = {}
-
-    def _fd(self, q: QueueResult, base: int) -> int:
-        name = f"{base:020d}"
-        path = os.path.join(self.out_dir, q.topic, str(q.queue_id), name)
-        fd = self._fds.get(path)
-        if fd is None:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-            os.ftruncate(fd, self.file_size)
-            self._fds[path] = fd
-            q.files.append(name)
-        return fd
+        self._files = QueueFiles(out_dir, file_size, sync=sync)
 
     def put(self, topic: str, queue_id: int, tags_code: np.ndarray, store_ts: np.ndarray) -> np.ndarray:
         key = (topic, queue_id)
@@ -76,10 +64,10 @@ class ConsumeQueueExtBuilder:
             base, pos = wrote - wrote % fs, wrote % fs
             k = min(n - at, (fs - C.EXT_END_BLANK - pos) // us)
             if k <= 0:  # fullFillToEnd: a short -1 where the unit would not fit, then the next file
-                os.pwrite(self._fd(q, base), _END_MARK, pos)
+                os.pwrite(self._files.fd(q, base), _END_MARK, pos)
                 wrote = base + fs
                 continue
-            os.pwrite(self._fd(q, base), memoryview(units[at : at + k]).cast("B"), pos)
+            os.pwrite(self._files.fd(q, base), memoryview(units[at : at + k]).cast("B"), pos)
             addr[at : at + k] = C.EXT_ADDRESS_BASE + wrote + np.arange(k, dtype=np.int64) * us
             wrote += k * us
             at += k
@@ -88,10 +76,7 @@ class ConsumeQueueExtBuilder:
         return addr
 
     def close(self) -> None:
-        while self._fds:
-            _, fd = self._fds.popitem()
-            if self.sync:
-                os.fsync(fd)
-            os.close(fd)
+        self._files.close()
 
-    abort = close
+    def abort(self) -> None:
+        self._files.abort()

@@ -107,6 +107,25 @@ def test_layout_problems_are_named(tmp_path):
     assert hole.extra["unit_index"] == 120 and hole.extra["topic"] == "orders" and hole.extra["queue_id"] == 0
 
 
+@pytest.mark.parametrize(("name", "tree"), [("rmq4-basic", "consumequeue"), ("rmq53-batchcq", "batchconsumequeue"), ("rmq53-cqext", "consumequeue_ext")])
+def test_every_queue_tree_names_its_bad_queue_directories_the_same_way(tmp_path, name, tree):
+    """consumequeue, batchconsumequeue and consumequeue_ext are walked alike; a name that is no queue id never crashes."""
+    root = copy_store(name, tmp_path)
+    topic = sorted(p for p in (root / tree).iterdir() if p.is_dir())[0]
+    before = Store.open(root)
+    for bad in ("zz", "--1", "1-", "\u00b2"):  # "²" passes str.isdigit but is no queue id
+        (topic / bad).mkdir()
+    st = Store.open(root)
+    queues = {"consumequeue": "queues", "batchconsumequeue": "batch_queues", "consumequeue_ext": "ext_queues"}[tree]
+    assert sorted(getattr(st, queues)) == sorted(getattr(before, queues))
+    bad_dirs = sorted(p.file for p in st.problems if p.code == "cq_bad_dir")
+    if tree == "consumequeue_ext":  # the ext files only follow their ConsumeQueue: nothing to report
+        assert bad_dirs == []
+    else:
+        assert bad_dirs == sorted(str(topic / b) for b in ("zz", "--1", "1-", "\u00b2"))
+    assert [p for p in st.problems if p.code != "cq_bad_dir"] == before.problems
+
+
 def test_not_a_store(tmp_path):
     with pytest.raises(InputError) as e:
         Store.open(tmp_path / "missing")

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from rmqdump.common.problems import Problem
-from rmqdump.readers.consumequeue import CQ_BAD_FILE_NAME, CQ_FILE_SIZE, CQ_HOLE, NAME_RE, common_file_size
+from rmqdump.readers.consumequeue import CQ_BAD_FILE_NAME, CQ_FILE_SIZE, CQ_HOLE, NAME_RE, common_file_size, queue_dirs
 from rmqdump.readers.fastpath import numpy_dtype
 from rmqdump.readers.mapped import MappedFile
 from schemas import BatchConsumeQueueUnit
@@ -191,31 +191,7 @@ class BatchConsumeQueue:
 
 def find_batch_queues(root: str) -> tuple[list[BatchConsumeQueue], list[Problem]]:
     """Every batchconsumequeue/TOPIC/QUEUE_ID under a store root (the file size most of them share)."""
-    base = os.path.join(root, BATCH_DIR)
-    if not os.path.isdir(base):
-        return [], []
-    dirs: list[tuple[str, int, str]] = []
-    probs: list[Problem] = []
-    for topic in sorted(os.listdir(base)):
-        tdir = os.path.join(base, topic)
-        if not os.path.isdir(tdir):
-            continue
-        for q in sorted(os.listdir(tdir)):
-            qdir = os.path.join(tdir, q)
-            if not os.path.isdir(qdir):
-                continue
-            if not q.lstrip("-").isdigit():
-                probs.append(
-                    Problem(
-                        "cq_bad_dir",
-                        qdir,
-                        None,
-                        "queue directory name is not a queue id: ignored",
-                        extra={"topic": topic, "queue_id": None, "cq_file": qdir, "unit_index": None},
-                    )
-                )
-                continue
-            dirs.append((topic, int(q), qdir))
+    dirs, probs = queue_dirs(os.path.join(root, BATCH_DIR))
     sizes = [os.path.getsize(os.path.join(d, n)) for _, _, d in dirs for n in os.listdir(d) if NAME_RE.match(n)]
     fs = common_file_size(sizes + sizes[-1:]) if sizes else None
     queues = [BatchConsumeQueue.open(d, t, qid, fs) for t, qid, d in dirs]

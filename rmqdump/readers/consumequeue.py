@@ -24,11 +24,39 @@ from schemas import constants as C
 UNIT_DTYPE = numpy_dtype(ConsumeQueueUnit)
 UNIT_SIZE = UNIT_DTYPE.itemsize
 NAME_RE = re.compile(r"^\d{20}$")
+QUEUE_ID_RE = re.compile(r"-?[0-9]+")
 
 # Layout problems of a queue directory (stable codes).
+CQ_BAD_DIR = "cq_bad_dir"
 CQ_BAD_FILE_NAME = "cq_bad_file_name"
 CQ_FILE_SIZE = "cq_file_size"
 CQ_HOLE = "cq_hole"
+
+
+def queue_dirs(base: str) -> tuple[list[tuple[str, int, str]], list[Problem]]:
+    """(topic, queue id, path) of every base/TOPIC/QUEUE_ID directory, in name order.
+
+    The layout every per-queue directory tree shares (consumequeue, batchconsumequeue,
+    consumequeue_ext). A directory whose name is not a queue id is left out, with a cq_bad_dir problem.
+    """
+    dirs: list[tuple[str, int, str]] = []
+    probs: list[Problem] = []
+    if not os.path.isdir(base):
+        return dirs, probs
+    for topic in sorted(os.listdir(base)):
+        tdir = os.path.join(base, topic)
+        if not os.path.isdir(tdir):
+            continue
+        for q in sorted(os.listdir(tdir)):
+            qdir = os.path.join(tdir, q)
+            if not os.path.isdir(qdir):
+                continue
+            if not QUEUE_ID_RE.fullmatch(q):
+                extra = {"topic": topic, "queue_id": None, "cq_file": qdir, "unit_index": None}
+                probs.append(Problem(CQ_BAD_DIR, qdir, None, "queue directory name is not a queue id: ignored", extra=extra))
+                continue
+            dirs.append((topic, int(q), qdir))
+    return dirs, probs
 
 
 @dataclass(frozen=True)

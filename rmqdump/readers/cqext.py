@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from rmqdump.common.problems import Problem
-from rmqdump.readers.consumequeue import NAME_RE, common_file_size
+from rmqdump.readers.consumequeue import NAME_RE, common_file_size, queue_dirs
 from rmqdump.readers.fastpath import gather, numpy_dtype
 from rmqdump.readers.mapped import MappedFile
 from schemas import ConsumeQueueExtHeader
@@ -204,16 +204,6 @@ def _plausible_next(mf: MappedFile, p: int, limit: int) -> bool:
 
 
 def find_ext_queues(root: str) -> dict[tuple[str, int], ConsumeQueueExt]:
-    base = os.path.join(root, EXT_DIR)
-    out: dict[tuple[str, int], ConsumeQueueExt] = {}
-    if not os.path.isdir(base):
-        return out
-    for topic in sorted(os.listdir(base)):
-        tdir = os.path.join(base, topic)
-        if not os.path.isdir(tdir):
-            continue
-        for q in sorted(os.listdir(tdir)):
-            qdir = os.path.join(tdir, q)
-            if os.path.isdir(qdir) and q.lstrip("-").isdigit():
-                out[(topic, int(q))] = ConsumeQueueExt.open(qdir, topic, int(q))
-    return out
+    """Every consumequeue_ext/TOPIC/QUEUE_ID under a store root (directories not named by a queue id are skipped)."""
+    dirs, _ = queue_dirs(os.path.join(root, EXT_DIR))
+    return {(topic, qid): ConsumeQueueExt.open(qdir, topic, qid) for topic, qid, qdir in dirs}

@@ -22,7 +22,7 @@ from rmqdump.readers.batchcq import BatchConsumeQueue, find_batch_queues
 from rmqdump.readers.checkpoint import Checkpoint, read_checkpoint
 from rmqdump.readers.commitlog import CommitLog, commitlog_dir, frame_of
 from rmqdump.readers.configfiles import config_files
-from rmqdump.readers.consumequeue import ConsumeQueue, common_file_size
+from rmqdump.readers.consumequeue import ConsumeQueue, common_file_size, queue_dirs
 from rmqdump.readers.cqext import ConsumeQueueExt, find_ext_queues
 from rmqdump.readers.dledger import DLedgerDir
 from rmqdump.readers.fastpath import numpy_dtype
@@ -34,7 +34,6 @@ CONSUMEQUEUE_DIR = "consumequeue"
 INDEX_DIR = "index"
 
 # Store layout problems (stable codes).
-CQ_BAD_DIR = "cq_bad_dir"
 INDEX_SHORT = "index_file_short"
 
 _INDEX_HEADER = numpy_dtype(IndexHeader)
@@ -149,27 +148,8 @@ class Store:
             self.queues.update(queues)
             self.problems.extend(probs)
             return
-        dirs: list[tuple[str, int, str]] = []
-        for topic in sorted(os.listdir(cq_root)):
-            tdir = os.path.join(cq_root, topic)
-            if not os.path.isdir(tdir):
-                continue
-            for q in sorted(os.listdir(tdir)):
-                qdir = os.path.join(tdir, q)
-                if not os.path.isdir(qdir):
-                    continue
-                if not (q.isdigit() or (q.startswith("-") and q[1:].isdigit())):
-                    self.problems.append(
-                        Problem(
-                            CQ_BAD_DIR,
-                            qdir,
-                            None,
-                            "queue directory name is not a queue id: ignored",
-                            extra={"topic": topic, "queue_id": None, "cq_file": qdir, "unit_index": None},
-                        )
-                    )
-                    continue
-                dirs.append((topic, int(q), qdir))
+        dirs, probs = queue_dirs(cq_root)
+        self.problems.extend(probs)
         sizes = []
         for _, _, qdir in dirs:
             names = sorted(os.listdir(qdir))

@@ -94,6 +94,25 @@ def test_damaged_queues_and_index_give_the_healthy_bytes(tmp_path):
     assert index_bytes(tmp_path / "out") == index_bytes(store_root(name))
 
 
+def test_full_index_files_whose_slots_do_not_hash_back_prove_no_sizing(tmp_path):
+    """The full files' indexCount gives the sizing only if the oldest file's slots point at entries hashing to them."""
+    name = "rmq4-basic"
+    s = SETTINGS[name]
+    src = copy_store(name, tmp_path)
+    oldest = sorted((src / "index").iterdir())[0]
+    raw = bytearray(oldest.read_bytes())
+    slots = np.frombuffer(bytes(raw[C.INDEX_HEADER_SIZE : C.INDEX_HEADER_SIZE + 4 * s["hash_slots"]]), dtype=">i4")
+    a, b = np.flatnonzero(slots)[:2]  # two used slots swap their chain heads: each now names an entry of the other's hash
+    for slot, head in ((a, slots[b]), (b, slots[a])):
+        raw[C.INDEX_HEADER_SIZE + 4 * slot : C.INDEX_HEADER_SIZE + 4 * slot + 4] = int(head).to_bytes(4, "big")
+    oldest.write_bytes(bytes(raw))
+    r = run("rebuild", src, "--out", tmp_path / "out", "--cq-units-per-file", str(s["cq_units"]))
+    assert r.exit_code == 2 and r.stderr.count("\n") == 1
+    assert "settings_ambiguous" in r.stderr and f"indexCount {s['index_entries']} do not fit any slot count" in r.stderr
+    st = resolve(str(store_root(name)), cq_units=s["cq_units"])  # the undamaged store proves it
+    assert (st.hash_slots, st.index_entries) == (s["hash_slots"], s["index_entries"])
+
+
 def test_lone_partial_index_file_needs_the_flags(tmp_path):
     name = "rmq5-basic"
     src = copy_store(name, tmp_path)

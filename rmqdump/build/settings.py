@@ -14,26 +14,19 @@ import os
 import re
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from rmqdump.common.problems import InputError
 from rmqdump.readers.consumequeue import ConsumeQueue
-from rmqdump.readers.fastpath import numpy_dtype
 from rmqdump.readers.indexfile import file_size as index_file_size
+from rmqdump.readers.indexfile import infer_store_sizing, list_index_files
 from rmqdump.readers.rocksdbcq import is_rocksdb
-from rmqdump.readers.store import Store, read_index_header
+from rmqdump.readers.store import Store
 from rmqdump.scan.dispatch import DelayLevels
-from schemas import IndexEntry, IndexSlot
 from schemas import constants as C
-
-_SLOT = numpy_dtype(IndexSlot.subcons[0])
 
 SETTINGS_AMBIGUOUS = "settings_ambiguous"
 BAD_BROKER_CONF = "bad_broker_conf"
 
 _NAME_RE = re.compile(r"^\d{20}$")
-_INDEX_NAME_RE = re.compile(r"^\d{17}$")
-_ENTRY = numpy_dtype(IndexEntry)
 
 
 @dataclass(frozen=True)
@@ -166,70 +159,9 @@ def infer_bcq_file_size(store: str) -> tuple[int | None, str]:
     return size, f"inferred from {len(files)} Batch ConsumeQueue files of {size} bytes"
 
 
-def _index_files(store: str) -> list[str]:
-    root = os.path.join(store, "index")
-    if not os.path.isdir(root):
-        return []
-    return [os.path.join(root, n) for n in sorted(os.listdir(root)) if _INDEX_NAME_RE.match(n) and os.path.isfile(os.path.join(root, n))]
-
-
-def _index_sizing_fits(path: str, slots: int, entries: int, header) -> bool:
-    """Do the file's slots and entries hold together under this sizing? (slot -> entry whose hash maps back to it)."""
-    count = int(header["index_count"])
-    if not (1 <= count <= entries) or int(header["hash_slot_count"]) > slots:
-        return False
-    if count == 1:
-        return True
-    with open(path, "rb") as f:
-        f.seek(C.INDEX_HEADER_SIZE)
-        slot_vals = np.frombuffer(f.read(slots * C.INDEX_SLOT_SIZE), dtype=_SLOT)
-        f.seek(C.INDEX_HEADER_SIZE + slots * C.INDEX_SLOT_SIZE)
-        ents = np.frombuffer(f.read(count * C.INDEX_ENTRY_SIZE), dtype=_ENTRY)
-    if len(slot_vals) != slots or len(ents) != count:
-        return False
-    used = np.flatnonzero(slot_vals)
-    if len(used) != int(header["hash_slot_count"]):
-        return False
-    vals = slot_vals[used].astype(np.int64)
-    if (vals < 1).any() or (vals >= count).any():
-        return False
-    h = ents["key_hash"][vals].astype(np.int64)
-    return bool((h >= 0).all() and (h % slots == used).all() and int(ents["phys_offset"][1]) == int(header["begin_phy_offset"]))
-
-
 def infer_index_sizing(store: str) -> tuple[tuple[int, int] | None, str]:
-    """(hash slots, index entries) from the existing index files.
-
-    Every file but the newest was full when the broker started the next one,
-    so its indexCount is maxIndexNum; the file size then gives maxHashSlotNum.
-    A lone file only fits the broker defaults, checked against its own slots.
-    """
-    files = _index_files(store)
-    if not files:
-        return None, "no index files to infer from"
-    sizes = {os.path.getsize(p) for p in files}
-    if len(sizes) > 1:
-        return None, f"index files disagree on their size: {sorted(sizes)} bytes"
-    (size,) = sizes
-    headers = [read_index_header(p).header for p in files]
-    if any(h is None for h in headers):
-        return None, "an index file is shorter than its header"
-    full = {int(h["index_count"]) for h in headers[:-1]}
-    if len(full) == 1:
-        entries = full.pop()
-        rest = size - C.INDEX_HEADER_SIZE - entries * C.INDEX_ENTRY_SIZE
-        if entries > 1 and rest > 0 and rest % C.INDEX_SLOT_SIZE == 0:
-            slots = rest // C.INDEX_SLOT_SIZE
-            if _index_sizing_fits(files[0], slots, entries, headers[0]):
-                return (slots, entries), f"inferred from {len(files)} index files of {size} bytes (full files hold {entries - 1} entries)"
-        return None, f"index files of {size} bytes with indexCount {entries} do not fit any slot count"
-    if len(full) > 1:
-        return None, f"older index files disagree on indexCount: {sorted(full)}"
-    if size == index_file_size(C.DEFAULT_HASH_SLOTS, C.DEFAULT_INDEX_ENTRIES) and _index_sizing_fits(
-        files[0], C.DEFAULT_HASH_SLOTS, C.DEFAULT_INDEX_ENTRIES, headers[0]
-    ):
-        return (C.DEFAULT_HASH_SLOTS, C.DEFAULT_INDEX_ENTRIES), f"inferred from the one index file ({size} bytes, the default sizing)"
-    return None, f"one index file of {size} bytes: its size alone does not give the slot and entry counts"
+    """(hash slots, index entries) from the existing index files (readers.indexfile.infer_store_sizing)."""
+    return infer_store_sizing(list_index_files(store))
 
 
 def resolve(
@@ -289,7 +221,7 @@ def resolve(
                 if name not in source:
                     source[name] = why
             hash_slots, index_entries = inferred
-        elif not _index_files(store):
+        elif not list_index_files(store):
             if hash_slots is None:
                 hash_slots = C.DEFAULT_HASH_SLOTS
                 source["hash_slots"] = "broker default (the store has no index files)"

@@ -227,6 +227,71 @@ def _score_all(mf: MappedFile, header: Header, cands: list[tuple[int, int]]) -> 
     return scored
 
 
+def sizing_holds(mf: MappedFile, header: Header, slots: int, entries: int) -> bool:
+    """Does the file fit this sizing: its counts within it and its slots' head entries hashing back to them?
+
+    The check a sizing that is not scored against the others (one taken from
+    the store's full files, or the broker default) must pass.
+    """
+    count = header.index_count
+    if not (1 <= count <= entries) or header.hash_slot_count > slots or file_size(slots, entries) != mf.size:
+        return False
+    if count == 1:
+        return True
+    slot_vals = mf.data[HEADER_SIZE : HEADER_SIZE + slots * SLOT_SIZE].view(SLOT_DTYPE)["entry"]
+    used = np.flatnonzero(slot_vals)
+    if len(used) != header.hash_slot_count:
+        return False
+    heads = slot_vals[used].astype(np.int64)
+    if (heads < 1).any() or (heads >= count).any():
+        return False
+    start = HEADER_SIZE + slots * SLOT_SIZE
+    key_hash = mf.data[start + heads[:, None] * ENTRY_SIZE + np.arange(4)].view(_KEY_HASH).reshape(len(heads)).astype(np.int64)
+    first = mf.data[start + ENTRY_SIZE : start + 2 * ENTRY_SIZE].view(ENTRY_DTYPE)[0]
+    return bool((key_hash >= 0).all() and (key_hash % slots == used).all() and int(first["phys_offset"]) == header.begin_phy_offset)
+
+
+def infer_store_sizing(paths: list[str]) -> tuple[tuple[int, int] | None, str]:
+    """(hash slots, index entries) the broker created a store's index files with, proven by the files; else (None, why).
+
+    Every file but the newest was full when the broker started the next one,
+    so its indexCount is maxIndexNum (the "full" sizing of infer_layout); a lone
+    file only fits the broker defaults. Either must pass sizing_holds on the
+    oldest file. Stricter than infer_layout, which also accepts the sizing under
+    which a partial file's entries link best: a rebuild writes files the broker
+    will read, so it takes no sizing the store does not prove.
+    """
+    if not paths:
+        return None, "no index files to infer from"
+    sizes = {os.path.getsize(p) for p in paths}
+    if len(sizes) > 1:
+        return None, f"index files disagree on their size: {sorted(sizes)} bytes"
+    (size,) = sizes
+    if size < HEADER_SIZE:
+        return None, "an index file is shorter than its header"
+    headers = []
+    for p in paths:
+        with MappedFile(p) as mf:
+            headers.append(read_header(mf))
+    full = {h.index_count for h in headers[:-1]}
+    if len(full) > 1:
+        return None, f"older index files disagree on indexCount: {sorted(full)}"
+    if full:
+        entries = full.pop()
+        sizing = _fits(size, entries=entries) if entries > 1 else None
+        why = f"inferred from {len(paths)} index files of {size} bytes (full files hold {entries - 1} entries)"
+        fail = f"index files of {size} bytes with indexCount {entries} do not fit any slot count"
+    else:
+        sizing = (C.DEFAULT_HASH_SLOTS, C.DEFAULT_INDEX_ENTRIES) if size == file_size(C.DEFAULT_HASH_SLOTS, C.DEFAULT_INDEX_ENTRIES) else None
+        why = f"inferred from the one index file ({size} bytes, the default sizing)"
+        fail = f"one index file of {size} bytes: its size alone does not give the slot and entry counts"
+    if sizing is None:
+        return None, fail
+    with MappedFile(paths[0]) as mf:
+        ok = sizing_holds(mf, headers[0], *sizing)
+    return (sizing, why) if ok else (None, fail)
+
+
 @dataclass
 class ChainStep:
     """One entry met while walking a slot's chain."""

@@ -86,11 +86,16 @@ def file_size(hash_slots: int, index_entries: int) -> int:
     return HEADER_SIZE + hash_slots * SLOT_SIZE + index_entries * ENTRY_SIZE
 
 
+def parse_header(raw: bytes) -> Header:
+    """The header of an index file from its first HEADER_SIZE bytes."""
+    h = IndexHeader.parse(raw)
+    return Header(h.begin_timestamp, h.end_timestamp, h.begin_phy_offset, h.end_phy_offset, h.hash_slot_count, h.index_count)
+
+
 def read_header(mf: MappedFile) -> Header:
     if mf.size < HEADER_SIZE:
         raise IndexLayoutError(LAYOUT_SIZE, mf.path, f"{mf.size} bytes is shorter than the {HEADER_SIZE}-byte header", 0)
-    h = IndexHeader.parse(bytes(mf.view[:HEADER_SIZE]))
-    return Header(h.begin_timestamp, h.end_timestamp, h.begin_phy_offset, h.end_phy_offset, h.hash_slot_count, h.index_count)
+    return parse_header(bytes(mf.view[:HEADER_SIZE]))
 
 
 def _flag_hint() -> str:

@@ -15,8 +15,6 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from rmqdump.common.problems import InputError, Problem
 from rmqdump.readers.batchcq import BatchConsumeQueue, find_batch_queues
 from rmqdump.readers.checkpoint import Checkpoint, read_checkpoint
@@ -25,9 +23,9 @@ from rmqdump.readers.configfiles import config_files
 from rmqdump.readers.consumequeue import ConsumeQueue, common_file_size, queue_dirs
 from rmqdump.readers.cqext import ConsumeQueueExt, find_ext_queues
 from rmqdump.readers.dledger import DLedgerDir
-from rmqdump.readers.fastpath import numpy_dtype
+from rmqdump.readers.indexfile import HEADER_SIZE as INDEX_HEADER_SIZE
+from rmqdump.readers.indexfile import parse_header
 from rmqdump.readers.rocksdbcq import RocksDBConsumeQueues, is_rocksdb, open_queues
-from schemas import IndexHeader
 
 COMMITLOG_DIR = "commitlog"
 CONSUMEQUEUE_DIR = "consumequeue"
@@ -35,8 +33,6 @@ INDEX_DIR = "index"
 
 # Store layout problems (stable codes).
 INDEX_SHORT = "index_file_short"
-
-_INDEX_HEADER = numpy_dtype(IndexHeader)
 
 
 @dataclass(frozen=True)
@@ -69,12 +65,11 @@ class Unsupported:
 
 def read_index_header(path: str) -> IndexFileInfo:
     size = os.path.getsize(path)
-    if size < _INDEX_HEADER.itemsize:
+    if size < INDEX_HEADER_SIZE:
         return IndexFileInfo(path, size, None)
     with open(path, "rb") as f:
-        raw = f.read(_INDEX_HEADER.itemsize)
-    rec = np.frombuffer(raw, dtype=_INDEX_HEADER)[0]
-    return IndexFileInfo(path, size, {name: int(rec[name]) for name in _INDEX_HEADER.names})
+        raw = f.read(INDEX_HEADER_SIZE)
+    return IndexFileInfo(path, size, parse_header(raw).to_dict())
 
 
 @dataclass

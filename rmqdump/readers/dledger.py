@@ -286,7 +286,7 @@ def check_index(dl: DLedgerDir, cl: CommitLog, *, check_crc: bool = False, on_by
                 if end > told.get(b.seg.path, 0):
                     on_bytes(end - told.get(b.seg.path, 0))
                     told[b.seg.path] = end
-            res.problems.extend(e for e in b.events if isinstance(e, Problem))  # damaged entries: their units cannot be checked
+            res.problems.extend(b.damage())  # damaged entries: their units cannot be checked
             if not len(b) or b.entries is None:
                 continue
             ent = b.entries

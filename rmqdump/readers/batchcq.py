@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from rmqdump.common.problems import Problem
-from rmqdump.readers.consumequeue import CQ_BAD_FILE_NAME, CQ_FILE_SIZE, CQ_HOLE, NAME_RE, common_file_size, queue_dirs
+from rmqdump.readers.consumequeue import CQ_BAD_FILE_NAME, CQ_FILE_SIZE, CQ_HOLE, NAME_RE, common_file_size, queue_dirs, queue_files
 from rmqdump.readers.fastpath import numpy_dtype
 from rmqdump.readers.mapped import MappedFile
 from schemas import BatchConsumeQueueUnit
@@ -107,23 +107,8 @@ class BatchConsumeQueue:
 
     @classmethod
     def open(cls, path: str, topic: str, queue_id: int, file_size: int | None = None) -> BatchConsumeQueue:
-        files: list[BCQFile] = []
-        probs: list[Problem] = []
-        extra = {"topic": topic, "queue_id": queue_id, "unit_index": None}
-        try:
-            names = sorted(os.listdir(path))
-        except OSError as e:
-            names = []
-            probs.append(Problem("unreadable", path, None, e.strerror or str(e), extra={**extra, "cq_file": path}))
-        for n in names:
-            full = os.path.join(path, n)
-            if not os.path.isfile(full):
-                continue
-            if not NAME_RE.match(n):
-                probs.append(Problem(CQ_BAD_FILE_NAME, full, None, "not a 20-digit offset name: ignored", extra={**extra, "cq_file": full}))
-                continue
-            files.append(BCQFile(full, int(n), os.path.getsize(full)))
-        files.sort(key=lambda f: f.base)
+        found, probs = queue_files(path, lambda p: {"topic": topic, "queue_id": queue_id, "unit_index": None, "cq_file": p})
+        files = [BCQFile(*f) for f in found]
         if file_size is None:
             file_size = common_file_size([f.size for f in files])
         q = cls(topic, queue_id, path, files, file_size, probs)

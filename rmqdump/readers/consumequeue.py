@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -57,6 +57,31 @@ def queue_dirs(base: str) -> tuple[list[tuple[str, int, str]], list[Problem]]:
                 continue
             dirs.append((topic, int(q), qdir))
     return dirs, probs
+
+
+def queue_files(path: str, extra: Callable[[str], dict]) -> tuple[list[tuple[str, int, int]], list[Problem]]:
+    """(path, byte offset in the queue, size) of a queue directory's files, in offset order, and its problems.
+
+    Files not named by a 20-digit offset are left out (cq_bad_file_name); an
+    unreadable directory has no files (unreadable). extra(path) gives each
+    problem's extra fields.
+    """
+    files: list[tuple[str, int, int]] = []
+    probs: list[Problem] = []
+    try:
+        names = sorted(os.listdir(path))
+    except OSError as e:
+        return files, [Problem("unreadable", path, None, e.strerror or str(e), extra=extra(path))]
+    for n in names:
+        full = os.path.join(path, n)
+        if not os.path.isfile(full):
+            continue
+        if not NAME_RE.match(n):
+            probs.append(Problem(CQ_BAD_FILE_NAME, full, None, "not a 20-digit offset name: ignored", extra=extra(full)))
+            continue
+        files.append((full, int(n), os.path.getsize(full)))
+    files.sort(key=lambda f: f[1])
+    return files, probs
 
 
 @dataclass(frozen=True)
@@ -144,23 +169,8 @@ class ConsumeQueue:
     @classmethod
     def open(cls, path: str, topic: str, queue_id: int, file_size: int | None = None) -> ConsumeQueue:
         """Read a queue directory; `file_size` is the store's CQ file size (mappedFileSizeConsumeQueue) when known."""
-        files: list[CQFile] = []
-        probs: list[Problem] = []
-        extra = {"topic": topic, "queue_id": queue_id}
-        try:
-            names = sorted(os.listdir(path))
-        except OSError as e:
-            probs.append(Problem("unreadable", path, None, e.strerror or str(e), extra={**extra, "cq_file": path, "unit_index": None}))
-            names = []
-        for n in names:
-            full = os.path.join(path, n)
-            if not os.path.isfile(full):
-                continue
-            if not NAME_RE.match(n):
-                probs.append(Problem(CQ_BAD_FILE_NAME, full, None, "not a 20-digit offset name: ignored", extra={**extra, "cq_file": full, "unit_index": None}))
-                continue
-            files.append(CQFile(full, int(n), os.path.getsize(full)))
-        files.sort(key=lambda f: f.base)
+        found, probs = queue_files(path, lambda p: {"topic": topic, "queue_id": queue_id, "cq_file": p, "unit_index": None})
+        files = [CQFile(*f) for f in found]
         if file_size is None:
             file_size = common_file_size([f.size for f in files])
         q = cls(topic, queue_id, path, files, file_size, probs)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from rmqdump.common.problems import Problem
-from rmqdump.readers.consumequeue import NAME_RE, common_file_size, queue_dirs
+from rmqdump.readers.consumequeue import common_file_size, queue_dirs, queue_files
 from rmqdump.readers.fastpath import gather, numpy_dtype
 from rmqdump.readers.mapped import MappedFile
 from schemas import ConsumeQueueExtHeader
@@ -73,12 +73,8 @@ class ConsumeQueueExt:
 
     @classmethod
     def open(cls, path: str, topic: str, queue_id: int, file_size: int | None = None) -> ConsumeQueueExt:
-        files = []
-        for n in sorted(os.listdir(path)):
-            full = os.path.join(path, n)
-            if NAME_RE.match(n) and os.path.isfile(full):
-                files.append(ExtFile(full, int(n), os.path.getsize(full)))
-        files.sort(key=lambda f: f.base)
+        found, _ = queue_files(path, lambda p: {})  # the ext files only follow their ConsumeQueue: nothing to report
+        files = [ExtFile(*f) for f in found]
         if file_size is None:
             file_size = common_file_size([f.size for f in files])
         return cls(topic, queue_id, path, files, file_size)

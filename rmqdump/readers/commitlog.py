@@ -532,14 +532,9 @@ def resync(seg: SegmentFile, mf: MappedFile, start: int) -> int | None:
 def _proof_in(seg: SegmentFile, mf: MappedFile, lo: int, hi: int) -> int | None:
     """The first provable record start (or valid BLANK) whose magic begins in [lo, hi)."""
     view, size = mf.view, mf.size
-    stop = min(size, hi + 3)
-    cands = [mf.find(nd, lo, stop) for nd in _NEEDLES]
-    while True:
-        best = min((c for c in cands if c >= 0), default=-1)
-        if best < 0:
-            return None
-        p = best - 4
-        if cands[-1] == best:
+    for at, j in mf.find_each(_NEEDLES, lo, min(size, hi + 3)):
+        p = at - 4
+        if j == len(_NEEDLES) - 1:
             total, _ = _BLANK.unpack_from(view, p)
             if total == size - p:
                 return p
@@ -547,9 +542,7 @@ def _proof_in(seg: SegmentFile, mf: MappedFile, lo: int, hi: int) -> int | None:
             (phys,) = _PHYS.unpack_from(view, p + _PHYS_FIELD_OFFSET)
             if phys == seg.base + p:
                 return p
-        for j, c in enumerate(cands):
-            if c == best:
-                cands[j] = mf.find(_NEEDLES[j], best + 1, stop)
+    return None
 
 
 _ZERO_CHUNK = bytes(4 << 20)

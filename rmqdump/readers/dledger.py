@@ -72,20 +72,13 @@ def resync(seg: SegmentFile, mf: MappedFile, start: int) -> int | None:
 
 def _proof_in(seg: SegmentFile, mf: MappedFile, lo: int, hi: int) -> int | None:
     size = mf.size
-    stop = min(size, hi + 3)
-    cands = [mf.find(nd, lo, stop) for nd in _NEEDLES]
-    while True:
-        best = min((c for c in cands if c >= 0), default=-1)
-        if best < 0:
-            return None
-        if cands[1] == best:
-            if best + 8 <= size and _BLANK.unpack_from(mf.view, best)[1] == size - best:
-                return best
-        elif best + HEADER <= size and _entry_at(mf, best)["pos"] == seg.base + best:
-            return best
-        for j, c in enumerate(cands):
-            if c == best:
-                cands[j] = mf.find(_NEEDLES[j], best + 1, stop)
+    for at, j in mf.find_each(_NEEDLES, lo, min(size, hi + 3)):
+        if j == 1:
+            if at + 8 <= size and _BLANK.unpack_from(mf.view, at)[1] == size - at:
+                return at
+        elif at + HEADER <= size and _entry_at(mf, at)["pos"] == seg.base + at:
+            return at
+    return None
 
 
 def diagnose(seg: SegmentFile, mf: MappedFile, p: int) -> tuple[list, int | None]:

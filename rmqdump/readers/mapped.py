@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import mmap
 import os
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -58,6 +59,22 @@ class MappedFile:
         if self._mm is None:
             return -1
         return self._mm.find(needle, start, stop)
+
+    def find_each(self, needles: tuple[bytes, ...], start: int, stop: int) -> Iterator[tuple[int, int]]:
+        """(offset, needle number) of every occurrence of any of the needles in [start, stop), in offset order.
+
+        One search per needle and hit, so a caller that stops at the first hit it
+        accepts reads no further than that.
+        """
+        hits = [self.find(nd, start, stop) for nd in needles]
+        while True:
+            at = min((h for h in hits if h >= 0), default=-1)
+            if at < 0:
+                return
+            for j, h in enumerate(hits):
+                if h == at:
+                    yield at, j
+                    hits[j] = self.find(needles[j], at + 1, stop)
 
     def close(self) -> None:
         if self._mm is not None:

@@ -19,7 +19,7 @@ import numpy as np
 from rmqdump.common.problems import Problem
 from rmqdump.readers.consumequeue import CQ_BAD_FILE_NAME, CQ_FILE_SIZE, CQ_HOLE, NAME_RE, common_file_size, queue_dirs, queue_files
 from rmqdump.readers.fastpath import numpy_dtype
-from rmqdump.readers.mapped import MappedFile
+from rmqdump.readers.mapped import MappedFile, OffsetFile
 from schemas import BatchConsumeQueueUnit
 
 BATCH_DIR = "batchconsumequeue"
@@ -29,15 +29,8 @@ BCQ_UNIT_SIZE = BCQ_DTYPE.itemsize
 _COLUMNS = ("pos", "offset", "size", "tags_code", "store_time", "base_offset", "batch_size", "compacted_offset", "reserved")
 
 
-@dataclass(frozen=True)
-class BCQFile:
-    path: str
-    base: int  # byte offset in the queue, from the name
-    size: int
-
-    @property
-    def name(self) -> str:
-        return os.path.basename(self.path)
+class BCQFile(OffsetFile):
+    """One Batch ConsumeQueue file."""
 
 
 @dataclass

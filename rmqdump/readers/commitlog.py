@@ -30,7 +30,7 @@ from rmqdump.common import problems as P
 from rmqdump.common.problems import InputError, Problem
 from rmqdump.readers import kernel as K
 from rmqdump.readers.fastpath import field_struct, gather, numpy_dtype, struct_format
-from rmqdump.readers.mapped import MappedFile
+from rmqdump.readers.mapped import MappedFile, OffsetFile
 from rmqdump.readers.message import Message, decode_properties, format_host, offset_msg_id
 from schemas import BlankMarker, HostV4, HostV6, MessageRecord, RecordPrefix, message_header
 from schemas import constants as C
@@ -81,17 +81,8 @@ _DTYPES = _column_dtypes()
 _ENTRY = numpy_dtype(DL.EntryHeader)
 
 
-@dataclass(frozen=True)
-class SegmentFile:
+class SegmentFile(OffsetFile):
     """One CommitLog file: its name is its 20-digit start offset."""
-
-    path: str
-    base: int
-    size: int
-
-    @property
-    def name(self) -> str:
-        return os.path.basename(self.path)
 
     @property
     def frame(self) -> int:

@@ -17,7 +17,7 @@ import numpy as np
 
 from rmqdump.common.problems import Problem
 from rmqdump.readers.fastpath import numpy_dtype
-from rmqdump.readers.mapped import MappedFile
+from rmqdump.readers.mapped import MappedFile, OffsetFile
 from schemas import ConsumeQueueUnit
 from schemas import constants as C
 
@@ -84,11 +84,8 @@ def queue_files(path: str, extra: Callable[[str], dict]) -> tuple[list[tuple[str
     return files, probs
 
 
-@dataclass(frozen=True)
-class CQFile:
-    path: str
-    base: int  # byte offset in the queue, from the name
-    size: int
+class CQFile(OffsetFile):
+    """One ConsumeQueue file."""
 
     @property
     def first_index(self) -> int:
@@ -97,10 +94,6 @@ class CQFile:
     @property
     def units(self) -> int:
         return self.size // UNIT_SIZE
-
-    @property
-    def name(self) -> str:
-        return os.path.basename(self.path)
 
 
 @dataclass

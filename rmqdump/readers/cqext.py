@@ -19,7 +19,7 @@ import numpy as np
 from rmqdump.common.problems import Problem
 from rmqdump.readers.consumequeue import common_file_size, queue_dirs, queue_files
 from rmqdump.readers.fastpath import gather, numpy_dtype
-from rmqdump.readers.mapped import MappedFile
+from rmqdump.readers.mapped import MappedFile, OffsetFile
 from schemas import ConsumeQueueExtHeader
 from schemas import constants as C
 
@@ -36,11 +36,8 @@ def is_ext_address(tags_code: np.ndarray) -> np.ndarray:
     return tags_code <= C.EXT_ADDRESS_MAX
 
 
-@dataclass(frozen=True)
-class ExtFile:
-    path: str
-    base: int
-    size: int
+class ExtFile(OffsetFile):
+    """One ConsumeQueue ext file."""
 
 
 @dataclass

@@ -11,12 +11,26 @@ import contextlib
 import mmap
 import os
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import numpy as np
 
 from rmqdump.common.problems import InputError
 
 _PAGE = mmap.ALLOCATIONGRANULARITY
+
+
+@dataclass(frozen=True)
+class OffsetFile:
+    """One file of a log or queue directory, named by the 20-digit byte offset of its first byte in the whole."""
+
+    path: str
+    base: int  # byte offset, from the name
+    size: int
+
+    @property
+    def name(self) -> str:
+        return os.path.basename(self.path)
 
 
 class MappedFile:

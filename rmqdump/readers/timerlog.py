@@ -26,7 +26,7 @@ import numpy as np
 from rmqdump.common.problems import InputError, Problem
 from rmqdump.readers.commitlog import Blank, CommitLog
 from rmqdump.readers.fastpath import field_offset, numpy_dtype
-from rmqdump.readers.mapped import MappedFile
+from rmqdump.readers.mapped import MappedFile, OffsetFile
 from rmqdump.readers.message import Message
 from schemas import constants as C
 from schemas.timer import TimerCheck, TimerLogBlank, TimerLogUnit, TimerWheelSlot
@@ -65,15 +65,8 @@ TIMERCHECK_SHORT = "timercheck_short"
 TIMERCHECK_RESERVED = "timercheck_bad_reserved"
 
 
-@dataclass(frozen=True)
-class TimerLogFile:
-    path: str
-    base: int
-    size: int
-
-    @property
-    def name(self) -> str:
-        return os.path.basename(self.path)
+class TimerLogFile(OffsetFile):
+    """One timer log file."""
 
 
 @dataclass

@@ -122,24 +122,39 @@ def latency_plot(traffic: K.Traffic) -> str | None:
     return svg(fig)
 
 
+def _bars(rows: list, by: str, outer, inner, name, legend: tuple[str, str], colors: tuple[str, str], xlabel: str, title: str) -> str:
+    """The TOP_BARS rows with the largest by(row), largest on top: a pale outer(row) bar with the darker inner(row) one inside."""
+    rows = sorted(rows, key=lambda r: -getattr(r, by))
+    top = rows[:TOP_BARS][::-1]
+    fig, ax = _figure(max(1.6, 0.2 * len(top) + 0.8))
+    y = np.arange(len(top))
+    ax.barh(y, [outer(r) for r in top], color=colors[0], label=legend[0])
+    ax.barh(y, [inner(r) for r in top], height=0.45, color=colors[1], label=legend[1])
+    ax.set_yticks(y, [name(r) for r in top], fontsize=7)
+    ax.set_xlabel(xlabel)
+    ax.grid(axis="x", alpha=0.3)
+    ax.legend(fontsize=7, loc="lower right")
+    more = f" (top {TOP_BARS} of {len(rows)} by {by.replace('_', ' ')})" if len(rows) > TOP_BARS else ""
+    ax.set_title(f"{title}{more}")
+    return svg(fig)
+
+
 @_styled
 def queues_plot(info) -> str | None:
     qs = [q for q in info.queues if q.units or q.max_offset]
     if not qs:
         return None
-    qs.sort(key=lambda q: -q.max_offset)
-    top = qs[:TOP_BARS][::-1]
-    fig, ax = _figure(max(1.6, 0.2 * len(top) + 0.8))
-    y = np.arange(len(top))
-    ax.barh(y, [q.max_offset for q in top], color="#c6dbef", label="max offset")
-    ax.barh(y, [q.units for q in top], height=0.45, color="#1f77b4", label="units on disk")
-    ax.set_yticks(y, [f"{_short(q.topic, 40)}/{q.queue_id}" for q in top], fontsize=7)
-    ax.set_xlabel("queue offset")
-    ax.grid(axis="x", alpha=0.3)
-    ax.legend(fontsize=7, loc="lower right")
-    more = f" (top {TOP_BARS} of {len(qs)} by max offset)" if len(qs) > TOP_BARS else ""
-    ax.set_title(f"ConsumeQueues: units and max offset{more}")
-    return svg(fig)
+    return _bars(
+        qs,
+        "max_offset",
+        lambda q: q.max_offset,
+        lambda q: q.units,
+        lambda q: f"{_short(q.topic, 40)}/{q.queue_id}",
+        ("max offset", "units on disk"),
+        ("#c6dbef", "#1f77b4"),
+        "queue offset",
+        "ConsumeQueues: units and max offset",
+    )
 
 
 @_styled
@@ -149,19 +164,17 @@ def lag_plot(offsets) -> str | None:
     rows = [r for r in offsets.rows if r.lag is not None]
     if not rows:
         return None
-    rows.sort(key=lambda r: -r.lag)
-    top = rows[:TOP_BARS][::-1]
-    fig, ax = _figure(max(1.6, 0.2 * len(top) + 0.8))
-    y = np.arange(len(top))
-    ax.barh(y, [r.max_offset for r in top], color="#fdd0a2", label="queue max offset")
-    ax.barh(y, [r.committed for r in top], height=0.45, color="#e6550d", label="committed offset")
-    ax.set_yticks(y, [f"{_short(r.group, 24)} · {_short(r.topic, 24)}/{r.queue_id} (lag {r.lag})" for r in top], fontsize=7)
-    ax.set_xlabel("queue offset (lag = max - committed)")
-    ax.grid(axis="x", alpha=0.3)
-    ax.legend(fontsize=7, loc="lower right")
-    more = f" (top {TOP_BARS} of {len(rows)} by lag)" if len(rows) > TOP_BARS else ""
-    ax.set_title(f"Consumer groups: committed offset and lag per queue{more}")
-    return svg(fig)
+    return _bars(
+        rows,
+        "lag",
+        lambda r: r.max_offset,
+        lambda r: r.committed,
+        lambda r: f"{_short(r.group, 24)} · {_short(r.topic, 24)}/{r.queue_id} (lag {r.lag})",
+        ("queue max offset", "committed offset"),
+        ("#fdd0a2", "#e6550d"),
+        "queue offset (lag = max - committed)",
+        "Consumer groups: committed offset and lag per queue",
+    )
 
 
 @_styled

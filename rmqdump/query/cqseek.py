@@ -101,20 +101,8 @@ def dump_units(
             idx = int(u.index[k])
             if start is not None and idx < start:
                 continue
-            row = {
-                "kind": "unit",
-                "topic": q.topic,
-                "queue_id": q.queue_id,
-                "unit_index": idx,
-                "queue_offset": idx,
-                "cq_file": f.path,
-                "file_offset": idx * UNIT_SIZE - f.base,
-                "phys_offset": int(u.offset[k]),
-                "size": int(u.size[k]),
-                "tags_code": int(u.tags_code[k]),
-                "filler": is_filler,
-                "valid": bool(valid[k]) and not is_filler,
-            }
+            row = _unit_row(q, idx, f.path, idx * UNIT_SIZE - f.base, u.offset[k], u.size[k], u.tags_code[k])
+            row.update(filler=is_filler, valid=bool(valid[k]) and not is_filler)
             if ext is not None and int(u.tags_code[k]) <= C.EXT_ADDRESS_MAX:  # without ext files the broker reads it as a plain tagsCode
                 row.update(_ext_fields(ext, int(u.tags_code[k]), -1 if ext_k is None else int(ext_k[k])))
             if reader is not None and row["valid"]:
@@ -126,6 +114,22 @@ def dump_units(
             n += 1
             if limit is not None and n >= limit:
                 return
+
+
+def _unit_row(q, index: int, cq_file: str, file_offset, phys_offset, size, tags_code) -> dict:
+    """The fields every unit row of `cq dump` starts with, whatever the queue kind (the queue offset is the unit's index)."""
+    return {
+        "kind": "unit",
+        "topic": q.topic,
+        "queue_id": q.queue_id,
+        "unit_index": index,
+        "queue_offset": index,
+        "cq_file": cq_file,
+        "file_offset": int(file_offset),
+        "phys_offset": int(phys_offset),
+        "size": int(size),
+        "tags_code": int(tags_code),
+    }
 
 
 def _ext_fields(ext: ConsumeQueueExt | None, address: int, k: int) -> dict:
@@ -156,23 +160,8 @@ def dump_batch_units(q: BatchConsumeQueue, *, start: int | None = None, limit: i
                 continue  # the unwritten end of the file
             if start is not None and valid[k] and base + batch <= start:
                 continue
-            row = {
-                "kind": "unit",
-                "topic": q.topic,
-                "queue_id": q.queue_id,
-                "unit_index": base,
-                "queue_offset": base,
-                "cq_file": u.file.path,
-                "file_offset": int(u.pos[k]),
-                "phys_offset": int(u.offset[k]),
-                "size": int(u.size[k]),
-                "tags_code": int(u.tags_code[k]),
-                "store_time": int(u.store_time[k]),
-                "batch_size": batch,
-                "compacted_offset": int(u.compacted_offset[k]),
-                "filler": False,
-                "valid": bool(valid[k]),
-            }
+            row = _unit_row(q, base, u.file.path, u.pos[k], u.offset[k], u.size[k], u.tags_code[k])
+            row.update(store_time=int(u.store_time[k]), batch_size=batch, compacted_offset=int(u.compacted_offset[k]), filler=False, valid=bool(valid[k]))
             if reader is not None and row["valid"]:
                 row["record"] = record_summary(reader.read(row["phys_offset"]))
             yield row

@@ -244,39 +244,14 @@ def layout_file(f: TimerLogFile, m: MappedFile, last_read_time_ms: int | None) -
         zero = ~part.view(np.uint8).reshape(hi - lo, UNIT_SIZE).any(axis=1)
         size = part["size"]
         magic = part["magic"]
-        for k in np.flatnonzero(zero).tolist():
-            zeroed.append(
-                Problem(
-                    TIMERLOG_ZEROED_UNIT, f.path, (lo + k) * UNIT_SIZE, "52 zero bytes where a unit should be, with units after it", extra=_where(f, lo + k)
-                )
-            )
+        _flag(zeroed, f, lo, zero, TIMERLOG_ZEROED_UNIT, 0, "52 zero bytes where a unit should be, with units after it")
         bsz = ~zero & (size != UNIT_SIZE)
-        for k in np.flatnonzero(bsz).tolist():
-            bad_unit.append(
-                Problem(TIMERLOG_BAD_UNIT, f.path, (lo + k) * UNIT_SIZE, f"size field {int(size[k])}, a timer log unit is {UNIT_SIZE}", extra=_where(f, lo + k))
-            )
+        _flag(bad_unit, f, lo, bsz, TIMERLOG_BAD_UNIT, 0, f"size field {{}}, a timer log unit is {UNIT_SIZE}", size)
         bmg = ~zero & ~bsz & ~np.isin(magic, _VALID_MAGICS_ARR)
-        for k in np.flatnonzero(bmg).tolist():
-            bad_magic.append(
-                Problem(
-                    TIMERLOG_BAD_MAGIC,
-                    f.path,
-                    (lo + k) * UNIT_SIZE + _MAGIC_AT,
-                    f"magic {int(magic[k])} is not a combination of 1 (default), 2 (roll), 4 (delete)",
-                    extra=_where(f, lo + k),
-                )
-            )
+        _flag(bad_magic, f, lo, bmg, TIMERLOG_BAD_MAGIC, _MAGIC_AT, "magic {} is not a combination of 1 (default), 2 (roll), 4 (delete)", magic)
         good = ~zero & ~bsz & ~bmg
-        for k in np.flatnonzero(good & (part["reserved"] != 0)).tolist():
-            bad_res.append(
-                Problem(
-                    TIMERLOG_BAD_RESERVED,
-                    f.path,
-                    (lo + k) * UNIT_SIZE + _RESERVED_AT,
-                    f"reserved field {int(part['reserved'][k])}, the broker writes 0",
-                    extra=_where(f, lo + k),
-                )
-            )
+        res = part["reserved"]
+        _flag(bad_res, f, lo, good & (res != 0), TIMERLOG_BAD_RESERVED, _RESERVED_AT, "reserved field {}, the broker writes 0", res)
         out.good += int(good.sum())
         if last_read_time_ms is None:
             out.pending += int(good.sum())
@@ -286,6 +261,13 @@ def layout_file(f: TimerLogFile, m: MappedFile, last_read_time_ms: int | None) -
         m.release(lo * UNIT_SIZE, hi * UNIT_SIZE)
     probs.extend(zeroed + bad_unit + bad_magic + bad_res)
     return out
+
+
+def _flag(into: list[Problem], f: TimerLogFile, lo: int, mask: np.ndarray, code: str, at: int, detail: str, values: np.ndarray | None = None) -> None:
+    """A problem for each unit lo + k of f where mask[k], at byte `at` of the unit; detail names values[k] where it says {}."""
+    for k in np.flatnonzero(mask).tolist():
+        text = detail if values is None else detail.format(int(values[k]))
+        into.append(Problem(code, f.path, (lo + k) * UNIT_SIZE + at, text, extra=_where(f, lo + k)))
 
 
 def _where(f: TimerLogFile, k: int) -> dict:

@@ -38,11 +38,5 @@ ConsumeQueueExtHeader = Struct(
 )
 """The fixed part of a ConsumeQueue ext unit (size = 20 + bitmap_size)."""
 
-ConsumeQueueExtUnit = Struct(
-    "size" / Int16sb,
-    "tags_code" / Int64sb,
-    "msg_store_time" / Int64sb,
-    "bitmap_size" / Int16sb,
-    "filter_bitmap" / Bytes(this.bitmap_size),
-)
+ConsumeQueueExtUnit = Struct(*ConsumeQueueExtHeader.subcons, "filter_bitmap" / Bytes(this.bitmap_size))
 """One ConsumeQueue ext unit, the consumer-filter bitmap included."""

@@ -11,7 +11,12 @@ from __future__ import annotations
 
 from construct import Bytes, Const, Int32sb, Int64sb, Struct, this
 
+from schemas.consumequeue import ConsumeQueueUnit
+
 CTRL_1 = b"\x01"
+
+_TOPIC_HEAD = ("topic_length" / Int32sb, "sep1" / Const(CTRL_1), "topic" / Bytes(this.topic_length))
+"""How both column families' keys start: the topic's length, a separator, the topic."""
 
 RocksCQKeyTail = Struct(
     "sep2" / Const(CTRL_1),
@@ -21,21 +26,11 @@ RocksCQKeyTail = Struct(
 )
 """The fixed-size end of a `default` key, after the topic."""
 
-RocksCQKey = Struct(
-    "topic_length" / Int32sb,
-    "sep1" / Const(CTRL_1),
-    "topic" / Bytes(this.topic_length),
-    *RocksCQKeyTail.subcons,
-)
+RocksCQKey = Struct(*_TOPIC_HEAD, *RocksCQKeyTail.subcons)
 """Key of one unit in column family `default`."""
 
-RocksCQValue = Struct(
-    "commit_log_offset" / Int64sb,
-    "size" / Int32sb,
-    "tags_code" / Int64sb,
-    "store_time" / Int64sb,
-)
-"""Value of one unit (28 bytes)."""
+RocksCQValue = Struct(*ConsumeQueueUnit.subcons, "store_time" / Int64sb)
+"""Value of one unit (28 bytes): a file ConsumeQueue unit, then the store time."""
 
 RocksOffsetKeyTail = Struct(
     "sep2" / Const(CTRL_1),
@@ -44,12 +39,7 @@ RocksOffsetKeyTail = Struct(
     "queue_id" / Int32sb,
 )
 
-RocksOffsetKey = Struct(
-    "topic_length" / Int32sb,
-    "sep1" / Const(CTRL_1),
-    "topic" / Bytes(this.topic_length),
-    *RocksOffsetKeyTail.subcons,
-)
+RocksOffsetKey = Struct(*_TOPIC_HEAD, *RocksOffsetKeyTail.subcons)
 """Key in column family `offset`."""
 
 RocksOffsetValue = Struct(

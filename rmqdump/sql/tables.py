@@ -75,10 +75,13 @@ def _cols(*items: tuple[str, pa.DataType, str]) -> list[Column]:
     return [Column(*i) for i in items]
 
 
+_BROKER = ("broker", pa.string(), "broker name of the store")  # every table's first column: which store a row is from
+
+
 TABLES: dict[str, list[Column]] = {
     "messages": [Column(f.name, f.type, _MESSAGE_MEANING[f.name]) for f in arrowbatch.schema(with_body=True)],
     "units": _cols(
-        ("broker", pa.string(), "broker name of the store"),
+        _BROKER,
         ("topic", pa.string(), "topic (ConsumeQueue directory)"),
         ("queue_id", pa.int32(), "queue id (ConsumeQueue directory)"),
         ("queue_offset", pa.int64(), "unit index in the queue"),
@@ -90,7 +93,7 @@ TABLES: dict[str, list[Column]] = {
         ("status", pa.string(), "'ok', 'filler' (padding before a queue's first unit), or the cq verify problem code at this unit"),
     ),
     "index_entries": _cols(
-        ("broker", pa.string(), "broker name of the store"),
+        _BROKER,
         ("file", pa.string(), "IndexFile path"),
         ("entry", pa.int32(), "entry number (1 is the first)"),
         ("slot", pa.int32(), "hash slot the entry's key falls in (key_hash mod slots)"),
@@ -101,7 +104,7 @@ TABLES: dict[str, list[Column]] = {
         ("prev_entry", pa.int32(), "previous entry of the same slot's chain (0 ends it)"),
     ),
     "problems": _cols(
-        ("broker", pa.string(), "broker name of the store"),
+        _BROKER,
         ("code", pa.string(), "stable problem code (see the tables of `commitlog` and `cq verify`)"),
         ("file", pa.string(), "file the problem is in"),
         ("file_offset", pa.int64(), "byte offset in that file"),
@@ -112,7 +115,7 @@ TABLES: dict[str, list[Column]] = {
         ("unit_index", pa.int64(), "unit index (ConsumeQueue problems; for cq_missing_unit the message's queue offset)"),
     ),
     "offsets": _cols(
-        ("broker", pa.string(), "broker name of the store"),
+        _BROKER,
         ("group", pa.string(), "consumer group"),
         ("topic", pa.string(), "topic"),
         ("queue_id", pa.int32(), "queue id"),

@@ -26,8 +26,6 @@ from schemas import constants as C
 SETTINGS_AMBIGUOUS = "settings_ambiguous"
 BAD_BROKER_CONF = "bad_broker_conf"
 
-_NAME_RE = re.compile(r"^\d{20}$")
-
 
 @dataclass(frozen=True)
 class StoreSettings:

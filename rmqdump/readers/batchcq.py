@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from rmqdump.common.problems import Problem
-from rmqdump.readers.consumequeue import CQ_BAD_FILE_NAME, CQ_FILE_SIZE, CQ_HOLE, NAME_RE, common_file_size, queue_dirs, queue_files
+from rmqdump.readers.consumequeue import CQ_BAD_FILE_NAME, CQ_FILE_SIZE, CQ_HOLE, common_file_size, queue_dirs, queue_files
 from rmqdump.readers.fastpath import numpy_dtype
-from rmqdump.readers.mapped import MappedFile, OffsetFile
+from rmqdump.readers.mapped import OFFSET_NAME_RE, MappedFile, OffsetFile
 from schemas import BatchConsumeQueueUnit
 
 BATCH_DIR = "batchconsumequeue"
@@ -100,8 +100,7 @@ class BatchConsumeQueue:
 
     @classmethod
     def open(cls, path: str, topic: str, queue_id: int, file_size: int | None = None) -> BatchConsumeQueue:
-        found, probs = queue_files(path, lambda p: {"topic": topic, "queue_id": queue_id, "unit_index": None, "cq_file": p})
-        files = [BCQFile(*f) for f in found]
+        files, probs = queue_files(path, BCQFile, lambda p: {"topic": topic, "queue_id": queue_id, "unit_index": None, "cq_file": p})
         if file_size is None:
             file_size = common_file_size([f.size for f in files])
         q = cls(topic, queue_id, path, files, file_size, probs)
@@ -170,7 +169,7 @@ class BatchConsumeQueue:
 def find_batch_queues(root: str) -> tuple[list[BatchConsumeQueue], list[Problem]]:
     """Every batchconsumequeue/TOPIC/QUEUE_ID under a store root (the file size most of them share)."""
     dirs, probs = queue_dirs(os.path.join(root, BATCH_DIR))
-    sizes = [os.path.getsize(os.path.join(d, n)) for _, _, d in dirs for n in os.listdir(d) if NAME_RE.match(n)]
+    sizes = [os.path.getsize(os.path.join(d, n)) for _, _, d in dirs for n in os.listdir(d) if OFFSET_NAME_RE.match(n)]
     fs = common_file_size(sizes + sizes[-1:]) if sizes else None
     queues = [BatchConsumeQueue.open(d, t, qid, fs) for t, qid, d in dirs]
     for q in queues:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import itertools
 import os
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -30,14 +29,13 @@ from rmqdump.common import problems as P
 from rmqdump.common.problems import InputError, Problem
 from rmqdump.readers import kernel as K
 from rmqdump.readers.fastpath import field_struct, gather, numpy_dtype, struct_format
-from rmqdump.readers.mapped import MappedFile, OffsetFile
+from rmqdump.readers.mapped import OFFSET_NAME_RE, MappedFile, OffsetFile, offset_files
 from rmqdump.readers.message import Message, decode_properties, format_host, offset_msg_id
 from schemas import BlankMarker, HostV4, HostV6, MessageRecord, RecordPrefix, message_header
 from schemas import constants as C
 from schemas import dledger as DL
 from schemas.commitlog import PropertiesLength
 
-NAME_RE = re.compile(rf"^\d{{{C.COMMITLOG_NAME_DIGITS}}}$")
 MIN_RECORD_SIZE = K.MIN_RECORD_SIZE  # empty body, topic and properties
 BATCH_RECORDS = 32768
 KEYS_PER_RECORD = 4  # room for index keys per record of a batch (grown when a batch needs more)
@@ -124,7 +122,7 @@ def commitlog_path(root: str) -> str:
 
 def _has_files(d: str) -> bool:
     try:
-        return any(NAME_RE.match(n) and os.path.isfile(os.path.join(d, n)) for n in os.listdir(d))
+        return any(OFFSET_NAME_RE.match(n) and os.path.isfile(os.path.join(d, n)) for n in os.listdir(d))
     except OSError:
         return False
 
@@ -165,20 +163,14 @@ class CommitLog:
                 p = commitlog_dir(p)  # a store root was given
             if os.path.isdir(p):
                 try:
-                    names = sorted(os.listdir(p))
+                    files, others = offset_files(p, SegmentFile)
                 except OSError as e:
                     raise InputError("unreadable", p, e.strerror or str(e)) from None
-                for n in names:
-                    full = os.path.join(p, n)
-                    if not os.path.isfile(full):
-                        continue
-                    if not NAME_RE.match(n):
-                        probs.append(Problem(P.CL_BAD_FILE_NAME, full, None, "not a 20-digit offset name: ignored"))
-                        continue
-                    found.append(SegmentFile(full, int(n), os.path.getsize(full)))
+                found.extend(files)
+                probs.extend(Problem(P.CL_BAD_FILE_NAME, o, None, "not a 20-digit offset name: ignored") for o in others)
             elif os.path.isfile(p):
                 n = os.path.basename(p)
-                if not NAME_RE.match(n):
+                if not OFFSET_NAME_RE.match(n):
                     raise InputError("commitlog_bad_file_name", p, "a CommitLog file is named by its 20-digit start offset")
                 found.append(SegmentFile(p, int(n), os.path.getsize(p)))
             elif not os.path.exists(p):

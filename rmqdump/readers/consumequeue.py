@@ -17,13 +17,12 @@ import numpy as np
 
 from rmqdump.common.problems import Problem
 from rmqdump.readers.fastpath import numpy_dtype
-from rmqdump.readers.mapped import MappedFile, OffsetFile
+from rmqdump.readers.mapped import MappedFile, OffsetFile, offset_files
 from schemas import ConsumeQueueUnit
 from schemas import constants as C
 
 UNIT_DTYPE = numpy_dtype(ConsumeQueueUnit)
 UNIT_SIZE = UNIT_DTYPE.itemsize
-NAME_RE = re.compile(r"^\d{20}$")
 QUEUE_ID_RE = re.compile(r"-?[0-9]+")
 
 # Layout problems of a queue directory (stable codes).
@@ -59,29 +58,18 @@ def queue_dirs(base: str) -> tuple[list[tuple[str, int, str]], list[Problem]]:
     return dirs, probs
 
 
-def queue_files(path: str, extra: Callable[[str], dict]) -> tuple[list[tuple[str, int, int]], list[Problem]]:
-    """(path, byte offset in the queue, size) of a queue directory's files, in offset order, and its problems.
+def queue_files(path: str, kind: type[OffsetFile], extra: Callable[[str], dict]) -> tuple[list, list[Problem]]:
+    """A queue directory's files (of type kind), in offset order, and its problems.
 
     Files not named by a 20-digit offset are left out (cq_bad_file_name); an
     unreadable directory has no files (unreadable). extra(path) gives each
     problem's extra fields.
     """
-    files: list[tuple[str, int, int]] = []
-    probs: list[Problem] = []
     try:
-        names = sorted(os.listdir(path))
+        files, others = offset_files(path, kind)
     except OSError as e:
-        return files, [Problem("unreadable", path, None, e.strerror or str(e), extra=extra(path))]
-    for n in names:
-        full = os.path.join(path, n)
-        if not os.path.isfile(full):
-            continue
-        if not NAME_RE.match(n):
-            probs.append(Problem(CQ_BAD_FILE_NAME, full, None, "not a 20-digit offset name: ignored", extra=extra(full)))
-            continue
-        files.append((full, int(n), os.path.getsize(full)))
-    files.sort(key=lambda f: f[1])
-    return files, probs
+        return [], [Problem("unreadable", path, None, e.strerror or str(e), extra=extra(path))]
+    return files, [Problem(CQ_BAD_FILE_NAME, p, None, "not a 20-digit offset name: ignored", extra=extra(p)) for p in others]
 
 
 class CQFile(OffsetFile):
@@ -162,8 +150,7 @@ class ConsumeQueue:
     @classmethod
     def open(cls, path: str, topic: str, queue_id: int, file_size: int | None = None) -> ConsumeQueue:
         """Read a queue directory; `file_size` is the store's CQ file size (mappedFileSizeConsumeQueue) when known."""
-        found, probs = queue_files(path, lambda p: {"topic": topic, "queue_id": queue_id, "cq_file": p, "unit_index": None})
-        files = [CQFile(*f) for f in found]
+        files, probs = queue_files(path, CQFile, lambda p: {"topic": topic, "queue_id": queue_id, "cq_file": p, "unit_index": None})
         if file_size is None:
             file_size = common_file_size([f.size for f in files])
         q = cls(topic, queue_id, path, files, file_size, probs)

@@ -70,8 +70,7 @@ class ConsumeQueueExt:
 
     @classmethod
     def open(cls, path: str, topic: str, queue_id: int, file_size: int | None = None) -> ConsumeQueueExt:
-        found, _ = queue_files(path, lambda p: {})  # the ext files only follow their ConsumeQueue: nothing to report
-        files = [ExtFile(*f) for f in found]
+        files, _ = queue_files(path, ExtFile, lambda p: {})  # the ext files only follow their ConsumeQueue: nothing to report
         if file_size is None:
             file_size = common_file_size([f.size for f in files])
         return cls(topic, queue_id, path, files, file_size)

@@ -18,9 +18,9 @@ import numpy as np
 
 from rmqdump.common import problems as P
 from rmqdump.common.problems import Problem
-from rmqdump.readers.commitlog import NAME_RE, Blank, CommitLog, SegmentFile, diagnose_record, first_nonzero
+from rmqdump.readers.commitlog import Blank, CommitLog, SegmentFile, diagnose_record, first_nonzero
 from rmqdump.readers.fastpath import numpy_dtype, struct_format
-from rmqdump.readers.mapped import MappedFile
+from rmqdump.readers.mapped import MappedFile, offset_files
 from schemas import dledger as DL
 
 # Stable problem codes of DLedger files.
@@ -185,12 +185,7 @@ class DLedgerDir:
     def open(cls, path: str) -> DLedgerDir:
         probs: list[Problem] = []
         idx_dir = os.path.join(path, DL.INDEX_DIR)
-        files = []
-        if os.path.isdir(idx_dir):
-            for n in sorted(os.listdir(idx_dir)):
-                full = os.path.join(idx_dir, n)
-                if NAME_RE.match(n) and os.path.isfile(full):
-                    files.append(SegmentFile(full, int(n), os.path.getsize(full)))
+        files = offset_files(idx_dir, SegmentFile)[0] if os.path.isdir(idx_dir) else []
         state = {}
         for name in (DL.CHECKPOINT_FILE, DL.TERM_FILE):
             p = os.path.join(path, name)

@@ -10,14 +10,18 @@ from __future__ import annotations
 import contextlib
 import mmap
 import os
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
 
 from rmqdump.common.problems import InputError
+from schemas import constants as C
 
 _PAGE = mmap.ALLOCATIONGRANULARITY
+
+OFFSET_NAME_RE = re.compile(rf"^\d{{{C.COMMITLOG_NAME_DIGITS}}}$")  # CommitLog, ConsumeQueue and timer log files: the 20-digit offset
 
 
 @dataclass(frozen=True)
@@ -31,6 +35,24 @@ class OffsetFile:
     @property
     def name(self) -> str:
         return os.path.basename(self.path)
+
+
+def offset_files(path: str, kind: type[OffsetFile] = OffsetFile) -> tuple[list, list[str]]:
+    """The files of a directory named by their offset, in offset order, and the paths of its other files (in name order).
+
+    An unreadable directory raises OSError: each reader reports that its own way.
+    """
+    files, others = [], []
+    for n in sorted(os.listdir(path)):
+        full = os.path.join(path, n)
+        if not os.path.isfile(full):
+            continue
+        if OFFSET_NAME_RE.match(n):
+            files.append(kind(full, int(n), os.path.getsize(full)))
+        else:
+            others.append(full)
+    files.sort(key=lambda f: f.base)
+    return files, others
 
 
 class MappedFile:

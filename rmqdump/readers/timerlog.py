@@ -16,7 +16,6 @@ import bisect
 import functools
 import itertools
 import os
-import re
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -26,7 +25,7 @@ import numpy as np
 from rmqdump.common.problems import InputError, Problem
 from rmqdump.readers.commitlog import Blank, CommitLog
 from rmqdump.readers.fastpath import field_offset, numpy_dtype
-from rmqdump.readers.mapped import MappedFile, OffsetFile
+from rmqdump.readers.mapped import MappedFile, OffsetFile, offset_files
 from rmqdump.readers.message import Message
 from schemas import constants as C
 from schemas.timer import TimerCheck, TimerLogBlank, TimerLogUnit, TimerWheelSlot
@@ -46,7 +45,6 @@ CHECK_USED = CHECK_DTYPE.itemsize - CHECK_DTYPE["reserved"].itemsize
 _MAGIC_AT = field_offset(TimerLogUnit, "magic")
 _RESERVED_AT = field_offset(TimerLogUnit, "reserved")
 PRECISIONS = (100, 200, 500, 1000)  # MessageStoreConfig.setTimerPrecisionMs rounds down to one of these
-NAME_RE = re.compile(rf"^\d{{{C.COMMITLOG_NAME_DIGITS}}}$")
 _VALID_MAGICS = {C.TIMER_MAGIC_DEFAULT | r | d for r in (0, C.TIMER_MAGIC_ROLL) for d in (0, C.TIMER_MAGIC_DELETE)}
 _VALID_MAGICS_ARR = np.array(sorted(_VALID_MAGICS))
 
@@ -142,21 +140,11 @@ class TimerLog:
 
     @classmethod
     def open(cls, path: str) -> TimerLog:
-        probs: list[Problem] = []
-        found: list[TimerLogFile] = []
         try:
-            names = sorted(os.listdir(path))
+            found, others = offset_files(path, TimerLogFile)
         except OSError as e:
             raise InputError("unreadable", path, e.strerror or str(e)) from None
-        for n in names:
-            full = os.path.join(path, n)
-            if not os.path.isfile(full):
-                continue
-            if not NAME_RE.match(n):
-                probs.append(Problem(TIMERLOG_BAD_FILE_NAME, full, None, "not a 20-digit offset name: ignored"))
-                continue
-            found.append(TimerLogFile(full, int(n), os.path.getsize(full)))
-        found.sort(key=lambda f: f.base)
+        probs = [Problem(TIMERLOG_BAD_FILE_NAME, p, None, "not a 20-digit offset name: ignored") for p in others]
         steps = [b.base - a.base for a, b in itertools.pairwise(found) if b.base > a.base]
         pool = steps or [f.size for f in found]
         file_size = max(set(pool), key=lambda s: (pool.count(s), -s)) if pool else None

@@ -3,6 +3,8 @@
 The store is evidence: files are opened O_RDONLY and mapped ACCESS_READ.
 Long scans give pages back with MADV_DONTNEED as they go, so resident memory
 stays bounded however large the file is (the pages stay in the page cache).
+Also how the store's logs and queues name their files (OffsetFile,
+offset_files): by the byte offset of their first byte.
 """
 
 from __future__ import annotations

@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from rmqdump.common.problems import Problem
-from rmqdump.readers.consumequeue import CQ_BAD_FILE_NAME, CQ_FILE_SIZE, CQ_HOLE, common_file_size, queue_dirs, queue_files
+from rmqdump.readers.consumequeue import CQ_BAD_FILE_NAME, CQ_FILE_SIZE, CQ_HOLE, common_file_size, queue_dirs, queue_files, whole_units
 from rmqdump.readers.fastpath import numpy_dtype
-from rmqdump.readers.mapped import OFFSET_NAME_RE, MappedFile, OffsetFile
+from rmqdump.readers.mapped import OFFSET_NAME_RE, OffsetFile
 from schemas import BatchConsumeQueueUnit
 
 BATCH_DIR = "batchconsumequeue"
@@ -79,11 +79,7 @@ class BatchUnits:
 
 def read_batch_units(f: BCQFile) -> np.ndarray:
     """The whole units of one file as a structured (big-endian) array."""
-    n = f.size // BCQ_UNIT_SIZE
-    if n == 0:
-        return np.zeros(0, dtype=BCQ_DTYPE)
-    with MappedFile(f.path) as mf:
-        return mf.data[: n * BCQ_UNIT_SIZE].view(BCQ_DTYPE).copy()
+    return whole_units(f, BCQ_DTYPE)
 
 
 @dataclass

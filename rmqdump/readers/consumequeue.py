@@ -129,11 +129,16 @@ def read_units(f: CQFile) -> np.ndarray:
     own = getattr(f, "read_array", None)
     if own is not None:  # a stretch of a RocksDB ConsumeQueue (readers/rocksdbcq.py)
         return own()
-    n = f.size // UNIT_SIZE
+    return whole_units(f, UNIT_DTYPE)
+
+
+def whole_units(f: OffsetFile, dtype: np.dtype) -> np.ndarray:
+    """The whole fixed-size units (of a structured dtype) of one queue file, copied out of the map; a partial tail unit is left out."""
+    n = f.size // dtype.itemsize
     if n == 0:
-        return np.zeros(0, dtype=UNIT_DTYPE)
+        return np.zeros(0, dtype=dtype)
     with MappedFile(f.path) as mf:
-        return mf.data[: n * UNIT_SIZE].view(UNIT_DTYPE).copy()
+        return mf.data[: n * dtype.itemsize].view(dtype).copy()
 
 
 @dataclass

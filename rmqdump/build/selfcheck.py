@@ -7,6 +7,13 @@ self-check then runs the `cq verify` and `index verify` analyses on the files
 written, read back through the readers, with these columns standing in for
 the CommitLog scan those commands make; the spill is removed before the
 result is published.
+
+First comes a quick proof (quick_cq, quick_index): where the written files
+must hold exactly these columns, unit for unit and key for key (a clean
+whole-store rebuild), they are read back with the schema's dtypes and
+compared with them in whole-array passes. When that proves them, the
+analyses would find nothing and are not run; when it cannot, the analyses
+run and name what differs.
 """
 
 from __future__ import annotations
@@ -141,3 +148,208 @@ class ScanColumns:
         )
         probs = [p for p in self.problems if p.phys_offset is not None and a <= p.phys_offset < b]
         return rec, probs
+
+    # --- the quick proof: the written files equal what these columns say, or the analyses above explain why not ---
+
+    def quick_cq(self, cq_root: str, units_per_file: int) -> dict | None:
+        """cq verify's clean result when every queue's files hold exactly the units of its queued records, else None.
+
+        Proven from the bytes on disk (read with the schema's unit dtype):
+        every queue directory is one the columns name; its files are named
+        0, F, 2F.. at the full file size; unit i of a queue is its i-th
+        queued record (offset, size, tagsCode), with queueOffsets 0, 1, 2..
+        in CommitLog order; and every unit after the last is zero. Anything
+        else (holes, fillers, damage, a wrong byte) returns None: the caller
+        then runs the `cq verify` analysis, which names what differs.
+        """
+        from rmqdump.readers.consumequeue import UNIT_DTYPE, UNIT_SIZE
+
+        if self.problems:
+            return None
+        fsize = units_per_file * UNIT_SIZE
+        topics = list(self.tmap)
+        on_disk: set[tuple[str, str]] = set()
+        if os.path.isdir(cq_root):
+            for t in os.listdir(cq_root):
+                if not os.path.isdir(os.path.join(cq_root, t)):
+                    return None
+                on_disk.update((t, q) for q in os.listdir(os.path.join(cq_root, t)))
+        nxt: dict[tuple[str, int], int] = {}
+        cols = {k: self._col(k) for k in ("topic_id", "queue_id", "queue_offset", "phys", "size", "tags_code", "flags")}
+        for a in range(0, self.n, _QUICK_WINDOW):
+            c = {k: np.asarray(v[a : a + _QUICK_WINDOW]) for k, v in cols.items()}
+            idx = np.flatnonzero(c["flags"] & QUEUED)
+            if not len(idx):
+                continue
+            key = (c["topic_id"][idx].astype(np.int64) << 32) | (c["queue_id"][idx].astype(np.int64) & 0xFFFFFFFF)
+            order = np.argsort(key, kind="stable")
+            idx, key = idx[order], key[order]
+            cuts = np.flatnonzero(np.diff(key)) + 1
+            for s, e in zip(np.concatenate([[0], cuts]).tolist(), np.concatenate([cuts, [len(idx)]]).tolist(), strict=True):
+                m = idx[s:e]
+                q = (topics[int(c["topic_id"][m[0]])], int(c["queue_id"][m[0]]))
+                first = nxt.get(q, 0)
+                qo = c["queue_offset"][m]
+                if int(qo[0]) != first or int(qo[-1]) != first + len(m) - 1 or (len(m) > 1 and not (np.diff(qo) == 1).all()):
+                    return None
+                units = _read_units(os.path.join(cq_root, q[0], str(q[1])), first, len(m), units_per_file, UNIT_DTYPE)
+                if (
+                    units is None
+                    or not np.array_equal(units["commit_log_offset"], c["phys"][m])
+                    or not np.array_equal(units["size"], c["size"][m])
+                    or not np.array_equal(units["tags_code"], c["tags_code"][m])
+                ):
+                    return None
+                nxt[q] = first + len(m)
+        if on_disk != {(t, str(qid)) for t, qid in nxt}:
+            return None
+        for (t, qid), n in nxt.items():
+            qdir = os.path.join(cq_root, t, str(qid))
+            files = -(-n // units_per_file)
+            if sorted(os.listdir(qdir)) != [f"{i * fsize:020d}" for i in range(files)]:
+                return None
+            if any(os.path.getsize(os.path.join(qdir, f"{i * fsize:020d}")) != fsize for i in range(files)):
+                return None
+            rest = n % units_per_file
+            if rest:
+                tail = np.fromfile(os.path.join(qdir, f"{(files - 1) * fsize:020d}"), dtype=np.uint8, offset=rest * UNIT_SIZE)
+                if tail.any():
+                    return None
+        return {"queues": len(nxt), "units": sum(nxt.values()), "problems": 0, "codes": {}, "at_filler_units": {}}
+
+    def quick_index(self, index_root: str, hash_slots: int, index_entries: int) -> dict | None:
+        """index verify's clean result when the IndexFiles hold exactly these columns' keys, in put order, else None.
+
+        Proven from the bytes on disk (schema dtypes): the files, oldest
+        first, are full but the last, at the layout's size; their entries
+        1..indexCount-1 are the keys (hash, CommitLog offset) in put order,
+        with the timeDiff the header's beginTimestamp gives; the headers'
+        begin/end values are their first and last key's; and in each file
+        every entry's previous-index link goes to the previous entry of the
+        same slot, every used slot holds its newest entry, hashSlotCount
+        counts them. Anything else returns None and the caller runs the
+        `index verify` analysis.
+        """
+        from rmqdump.readers.indexfile import ENTRY_DTYPE, ENTRY_SIZE, HEADER_SIZE, SLOT_DTYPE, file_size, list_index_files
+
+        if self.problems:
+            return None
+        names = sorted(os.listdir(index_root)) if os.path.isdir(index_root) else []
+        paths = list_index_files(os.path.dirname(index_root))
+        if len(paths) != len(names):
+            return None
+        header_dt = _index_header_dtype()
+        size = file_size(hash_slots, index_entries)
+        entries_at = HEADER_SIZE + hash_slots * SLOT_DTYPE.itemsize
+        kp_all, kh_all = self._col("key_phys"), self._col("key_hash")
+        phys, store_ts = self._col("phys"), self._col("store_ts")
+        k = 0
+        prev_end_ts = prev_end_phy = 0
+        entries = 0
+        for i, path in enumerate(paths):
+            if os.path.getsize(path) != size:
+                return None
+            h = np.fromfile(path, dtype=header_dt, count=1)[0]
+            count = int(h["index_count"])
+            m = count - 1
+            if m < 0 or count > index_entries or k + m > self.nk or (i < len(paths) - 1 and count != index_entries):
+                return None
+            if m == 0:  # the empty successor of a file that filled: the inherited begin and end values, no slots
+                inherited = (prev_end_phy, prev_end_ts, prev_end_phy, prev_end_ts)
+                if i != len(paths) - 1 or k != self.nk or int(h["hash_slot_count"]) != 0:
+                    return None
+                if (int(h["begin_phy_offset"]), int(h["begin_timestamp"]), int(h["end_phy_offset"]), int(h["end_timestamp"])) != inherited:
+                    return None
+                slots = np.fromfile(path, dtype=SLOT_DTYPE, count=hash_slots, offset=HEADER_SIZE)
+                return None if slots["entry"].any() else {"files": len(paths), "entries": entries, "problems": 0, "codes": {}}
+            ent = np.fromfile(path, dtype=ENTRY_DTYPE, count=m, offset=entries_at + ENTRY_SIZE)
+            kp = np.asarray(kp_all[k : k + m])
+            kh = np.asarray(kh_all[k : k + m])
+            if not np.array_equal(ent["phys_offset"], kp) or not np.array_equal(ent["key_hash"], kh):
+                return None
+            st = np.asarray(store_ts)[np.searchsorted(phys, kp)]
+            begin = int(h["begin_timestamp"])
+            if (int(h["begin_phy_offset"]), begin, int(h["end_phy_offset"]), int(h["end_timestamp"])) != (int(kp[0]), int(st[0]), int(kp[-1]), int(st[-1])):
+                return None
+            td = np.zeros(m, dtype=np.int64)
+            if prev_end_ts > 0:
+                td[0] = st[0] - prev_end_ts
+            if begin > 0:
+                td[1:] = st[1:] - begin
+            td = np.minimum(np.maximum(td, 0) // 1000, _INT_MAX)  # a negative difference is 0 whichever way it is divided
+            if not np.array_equal(ent["time_diff"], td):
+                return None
+            slots = np.fromfile(path, dtype=SLOT_DTYPE, count=hash_slots, offset=HEADER_SIZE)["entry"].astype(np.int64)
+            if not _chains_ok(kh.astype(np.int64) % hash_slots, ent["prev_index"].astype(np.int64), slots, int(h["hash_slot_count"])):
+                return None
+            prev_end_ts, prev_end_phy = int(h["end_timestamp"]), int(h["end_phy_offset"])
+            k += m
+            entries += m
+        if k != self.nk:
+            return None
+        return {"files": len(paths), "entries": entries, "problems": 0, "codes": {}}
+
+
+_QUICK_WINDOW = 1 << 20
+_INT_MAX = (1 << 31) - 1
+
+
+def _index_header_dtype() -> np.dtype:
+    from rmqdump.readers.fastpath import numpy_dtype
+    from schemas import IndexHeader
+
+    return numpy_dtype(IndexHeader)
+
+
+def _read_units(qdir: str, first: int, n: int, units_per_file: int, dtype: np.dtype) -> np.ndarray | None:
+    """Units first..first+n-1 of a queue, read from its files (None when a file is missing or short)."""
+    parts = []
+    i = first
+    while i < first + n:
+        f, at = divmod(i, units_per_file)
+        take = min(units_per_file - at, first + n - i)
+        path = os.path.join(qdir, f"{f * units_per_file * dtype.itemsize:020d}")
+        try:
+            u = np.fromfile(path, dtype=dtype, count=take, offset=at * dtype.itemsize)
+        except OSError:
+            return None
+        if len(u) != take:
+            return None
+        parts.append(u)
+        i += take
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+
+def _chains_ok(slot: np.ndarray, prev: np.ndarray, slots: np.ndarray, hash_slot_count: int) -> bool:
+    """Entries 1..m of one file (their slots and previous-index links) and its slot table form the broker's chains.
+
+    Each link goes back to an entry of the same slot, no entry is the
+    previous of two, each used slot has exactly one chain end (link 0) and
+    its table value is the one entry nobody links to: then each slot's
+    entries form one chain, newest first, each linking to the one before it.
+    """
+    m = len(slot)
+    e = np.arange(1, m + 1, dtype=np.int64)
+    linked = prev != 0
+    if ((prev < 0) | (prev >= e)).any():
+        return False
+    lp = prev[linked]
+    if not np.array_equal(slot[lp - 1], slot[linked]):
+        return False
+    is_prev = np.zeros(m + 1, dtype=bool)
+    is_prev[lp] = True
+    if int(is_prev.sum()) != len(lp):  # an entry that is the previous of two
+        return False
+    used = np.zeros(len(slots), dtype=bool)
+    used[slot] = True
+    n_used = int(used.sum())
+    ends = slot[~linked]
+    if len(ends) != n_used or n_used != hash_slot_count:  # one chain end per used slot (each chain ends in its own slot)
+        return False
+    head_slots = np.flatnonzero(slots)
+    if not np.array_equal(head_slots, np.flatnonzero(used)):
+        return False
+    heads = slots[head_slots]
+    if ((heads < 1) | (heads > m)).any():
+        return False
+    return bool(np.array_equal(slot[heads - 1], head_slots) and not is_prev[heads].any())

@@ -1,0 +1,134 @@
+"""rebuild's self-check: the quick proof (written files equal the scan's columns) and the analyses it stands in for.
+
+The quick proof must give the very result of the `cq verify` / `index
+verify` analyses on a clean rebuild of the real stores, and must refuse
+(handing over to those analyses, which then report the damage) when a unit,
+an index entry, a slot or a chain link on disk is wrong.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+from conftest import SETTINGS, store_root
+
+import rmqdump.build.rebuild as R
+from rmqdump.build.rebuild import RebuildOptions, rebuild
+from rmqdump.build.selfcheck import ScanColumns
+from rmqdump.build.settings import resolve
+from rmqdump.readers.consumequeue import UNIT_DTYPE
+from rmqdump.readers.fastpath import numpy_dtype
+from rmqdump.readers.indexfile import ENTRY_DTYPE, HEADER_SIZE, SLOT_DTYPE
+from schemas import IndexHeader
+
+HEADER = numpy_dtype(IndexHeader)
+
+
+def _settings(name: str):
+    s = SETTINGS[name]
+    return resolve(str(store_root(name)), cq_units=s["cq_units"], hash_slots=s["hash_slots"], index_entries=s["index_entries"])
+
+
+def _spy(monkeypatch) -> dict:
+    """Record what each quick proof returned."""
+    seen: dict = {}
+    for name in ("quick_cq", "quick_index"):
+        orig = getattr(ScanColumns, name)
+
+        def wrapped(self, *a, _orig=orig, _name=name):
+            seen[_name] = _orig(self, *a)
+            return seen[_name]
+
+        monkeypatch.setattr(ScanColumns, name, wrapped)
+    return seen
+
+
+@pytest.mark.parametrize("name,workers", [("rmq4-basic", 1), ("rmq4-basic", 2), ("rmq4-flags", 1), ("rmq5-basic", 2)])
+def test_quick_proof_gives_the_analyses_result_on_clean_rebuilds(tmp_path, monkeypatch, name, workers):
+    st = _settings(name)
+    opts = RebuildOptions(workers=workers, sync=False)
+    seen = _spy(monkeypatch)
+    quick = rebuild(str(store_root(name)), str(tmp_path / "quick"), st, opts).verify
+    assert seen["quick_cq"] is not None and seen["quick_index"] is not None  # the proof was taken
+    assert quick["ok"] is True
+    monkeypatch.setattr(R, "_quick_checks", lambda *a: {})
+    full = rebuild(str(store_root(name)), str(tmp_path / "full"), st, opts).verify
+    assert quick == full
+    assert full["consumequeue"]["units"] > 0 and full["index"]["entries"] > 0
+
+
+def _first_index_file(tmp: str) -> str:
+    d = os.path.join(tmp, "index")
+    return os.path.join(d, sorted(os.listdir(d))[0])
+
+
+def _bad_unit(tmp: str, st) -> None:
+    """The third unit of the first queue points one byte further."""
+    base = os.path.join(tmp, "consumequeue")
+    topic = sorted(os.listdir(base))[0]
+    qdir = os.path.join(base, topic, sorted(os.listdir(os.path.join(base, topic)))[0])
+    path = os.path.join(qdir, sorted(os.listdir(qdir))[0])
+    u = np.fromfile(path, dtype=UNIT_DTYPE)
+    assert u["size"][2] > 0
+    u["commit_log_offset"][2] += 1
+    u.tofile(path)
+
+
+def _entries(path: str, st) -> tuple[np.ndarray, int]:
+    h = np.fromfile(path, dtype=HEADER, count=1)[0]
+    at = HEADER_SIZE + st.hash_slots * SLOT_DTYPE.itemsize
+    return np.fromfile(path, dtype=ENTRY_DTYPE, count=int(h["index_count"]), offset=at), at
+
+
+def _bad_entry(tmp: str, st) -> None:
+    """Entry 5's CommitLog offset moves by one byte."""
+    path = _first_index_file(tmp)
+    e, at = _entries(path, st)
+    e["phys_offset"][5] += 1
+    with open(path, "r+b") as f:
+        f.seek(at)
+        f.write(e.tobytes())
+
+
+def _bad_slot(tmp: str, st) -> None:
+    """A used slot points one entry back (to an older entry of its chain, or another slot's)."""
+    path = _first_index_file(tmp)
+    s = np.fromfile(path, dtype=SLOT_DTYPE, count=st.hash_slots, offset=HEADER_SIZE)
+    used = np.flatnonzero(s["entry"] > 1)
+    s["entry"][used[0]] -= 1
+    with open(path, "r+b") as f:
+        f.seek(HEADER_SIZE)
+        f.write(s.tobytes())
+
+
+def _bad_chain(tmp: str, st) -> None:
+    """An entry that follows another of its slot links to nothing: the older entries drop out of the chain."""
+    path = _first_index_file(tmp)
+    e, at = _entries(path, st)
+    linked = np.flatnonzero(e["prev_index"] > 0)
+    e["prev_index"][linked[0]] = 0
+    with open(path, "r+b") as f:
+        f.seek(at)
+        f.write(e.tobytes())
+
+
+@pytest.mark.parametrize("damage,part", [(_bad_unit, "consumequeue"), (_bad_entry, "index"), (_bad_slot, "index"), (_bad_chain, "index")])
+def test_damage_on_disk_fails_the_quick_proof_and_the_analysis_names_it(tmp_path, monkeypatch, damage, part):
+    name = "rmq4-basic"
+    st = _settings(name)
+    seen = _spy(monkeypatch)
+    orig = R.verify_output
+
+    def damaged(tmp, *a, **kw):
+        damage(tmp, st)
+        return orig(tmp, *a, **kw)
+
+    monkeypatch.setattr(R, "verify_output", damaged)
+    v = rebuild(str(store_root(name)), str(tmp_path / "out"), st, RebuildOptions(workers=1, sync=False)).verify
+    key = "quick_cq" if part == "consumequeue" else "quick_index"
+    assert seen[key] is None
+    other = "quick_index" if part == "consumequeue" else "quick_cq"
+    assert seen[other] is not None
+    assert v["ok"] is False and v[part]["ok"] is False and v[part]["problems"] > 0

@@ -41,7 +41,6 @@ from rmqdump.build.cqbuild import ConsumeQueueBuilder, QueueResult
 from rmqdump.build.indexbuild import IndexBuilder, IndexFileResult, key_chains
 from rmqdump.build.selfcheck import ScanColumns
 from rmqdump.build.settings import StoreSettings
-from rmqdump.common import problems as P
 from rmqdump.common.problems import InputError, Problem
 from rmqdump.common.publish import check_target, publishing
 from rmqdump.readers.commitlog import CommitLog, SegmentFile, commitlog_path, scan_file
@@ -520,14 +519,9 @@ def verify_output(
                 pool.join()
     finally:
         os.unlink(link)
-    commitlog_codes = set(_COMMITLOG_CODES)
     for part in ("consumequeue", "index"):
-        res = out.get(part)
-        if res is None:
-            continue
-        bad = {c: n for c, n in res["codes"].items() if c not in commitlog_codes}
-        res["ok"] = not bad
-        out["ok"] = out["ok"] and res["ok"]
+        if part in out:
+            out["ok"] = out["ok"] and out[part]["ok"]
     return out
 
 
@@ -563,24 +557,10 @@ def report_small(store: str) -> bool:
         return True
 
 
-_COMMITLOG_CODES = (
-    P.BAD_MAGIC,
-    P.BAD_TOTAL_SIZE,
-    P.RECORD_PAST_END,
-    P.SIZE_MISMATCH,
-    P.PHYS_OFFSET_MISMATCH,
-    P.BODY_CRC_MISMATCH,
-    P.PROP_CRC_MISMATCH,
-    P.BAD_PROPERTIES,
-    P.BAD_BLANK,
-    P.ZEROED_RANGE,
-    P.TRUNCATED_TAIL,
-    P.TRAILING_GARBAGE,
-    P.CL_BAD_FILE_NAME,
-    P.CL_FILE_SIZE,
-    P.CL_GAP,
-    P.CL_OVERLAP,
-)
+def _of_commitlog(tmp: str):
+    """Whether a finding is about the source CommitLog (its damage, reported with the rebuild), not about the files written."""
+    cl = os.path.realpath(commitlog_path(tmp))
+    return lambda p: os.path.realpath(p.file) == cl or os.path.realpath(os.path.dirname(p.file)) == cl
 
 
 def filler_holes(root: str) -> dict[tuple[str, int], list[tuple[int, int]]]:
@@ -630,6 +610,8 @@ def _run_cq_verify(tmp: str, settings: StoreSettings, options: RebuildOptions, h
     codes: dict[str, int] = {}
     at_fillers: dict[str, int] = {}
     holes = holes or {}
+    of_commitlog = _of_commitlog(tmp)
+    rebuilt = 0  # findings about the files written
     for t in topics:
         windows = columns.record_windows(cqverify.WINDOW_RECORDS) if columns is not None else None
         for p in cqverify.verify(store, topic=t, check_crc=False, delays=settings.delays, summary=summary, windows=windows):
@@ -638,7 +620,15 @@ def _run_cq_verify(tmp: str, settings: StoreSettings, options: RebuildOptions, h
             expected = i is not None and any(a <= i < b for a, b in ranges)
             bucket = at_fillers if expected else codes
             bucket[p.code] = bucket.get(p.code, 0) + 1
-    return {"queues": summary.queues, "units": summary.units, "problems": sum(codes.values()), "codes": codes, "at_filler_units": at_fillers}
+            rebuilt += not expected and not of_commitlog(p)
+    return {
+        "queues": summary.queues,
+        "units": summary.units,
+        "problems": sum(codes.values()),
+        "codes": codes,
+        "at_filler_units": at_fillers,
+        "ok": rebuilt == 0,
+    }
 
 
 def _run_index_verify(tmp: str, settings: StoreSettings, columns: ScanColumns | None = None) -> dict:
@@ -647,11 +637,14 @@ def _run_index_verify(tmp: str, settings: StoreSettings, columns: ScanColumns | 
     summary = indexverify.IndexVerifySummary()
     codes: dict[str, int] = {}
     records_in = columns.records_in if columns is not None else None
+    of_commitlog = _of_commitlog(tmp)
+    rebuilt = 0
     for p in indexverify.verify(
         tmp, hash_slots=settings.hash_slots, index_entries=settings.index_entries, delays=settings.delays, summary=summary, records_in=records_in
     ):
         codes[p.code] = codes.get(p.code, 0) + 1
-    return {"files": summary.index_files, "entries": summary.entries, "problems": sum(codes.values()), "codes": codes}
+        rebuilt += not of_commitlog(p)
+    return {"files": summary.index_files, "entries": summary.entries, "problems": sum(codes.values()), "codes": codes, "ok": rebuilt == 0}
 
 
 def rebuild(

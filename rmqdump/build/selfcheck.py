@@ -215,7 +215,7 @@ class ScanColumns:
                 tail = np.fromfile(os.path.join(qdir, f"{(files - 1) * fsize:020d}"), dtype=np.uint8, offset=rest * UNIT_SIZE)
                 if tail.any():
                     return None
-        return {"queues": len(nxt), "units": sum(nxt.values()), "problems": 0, "codes": {}, "at_filler_units": {}}
+        return {"queues": len(nxt), "units": sum(nxt.values()), "problems": 0, "codes": {}, "at_filler_units": {}, "ok": True}
 
     def quick_index(self, index_root: str, hash_slots: int, index_entries: int) -> dict | None:
         """index verify's clean result when the IndexFiles hold exactly these columns' keys, in put order, else None.
@@ -261,7 +261,7 @@ class ScanColumns:
                 if (int(h["begin_phy_offset"]), int(h["begin_timestamp"]), int(h["end_phy_offset"]), int(h["end_timestamp"])) != inherited:
                     return None
                 slots = np.fromfile(path, dtype=SLOT_DTYPE, count=hash_slots, offset=HEADER_SIZE)
-                return None if slots["entry"].any() else {"files": len(paths), "entries": entries, "problems": 0, "codes": {}}
+                return None if slots["entry"].any() else {"files": len(paths), "entries": entries, "problems": 0, "codes": {}, "ok": True}
             ent = np.fromfile(path, dtype=ENTRY_DTYPE, count=m, offset=entries_at + ENTRY_SIZE)
             kp = np.asarray(kp_all[k : k + m])
             kh = np.asarray(kh_all[k : k + m])
@@ -287,7 +287,7 @@ class ScanColumns:
             entries += m
         if k != self.nk:
             return None
-        return {"files": len(paths), "entries": entries, "problems": 0, "codes": {}}
+        return {"files": len(paths), "entries": entries, "problems": 0, "codes": {}, "ok": True}
 
 
 _QUICK_WINDOW = 1 << 20

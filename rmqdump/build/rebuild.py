@@ -46,6 +46,7 @@ from rmqdump.common.publish import check_target, publishing
 from rmqdump.readers.commitlog import CommitLog, SegmentFile, commitlog_path, scan_file
 from rmqdump.readers.mapped import MappedFile
 from rmqdump.scan.dispatch import DelayLevels, DispatchJoin, dispatch_columns
+from rmqdump.scan.splits import commitlog_splits
 from schemas import Checkpoint as CheckpointLayout
 from schemas import constants as C
 
@@ -176,14 +177,9 @@ class RangeResult:
 
 
 def plan_ranges(cl: CommitLog, range_bytes: int = RANGE_BYTES, to_offset: int | None = None) -> list[tuple[SegmentFile, int, int]]:
-    out = []
-    for seg in cl.files:
-        end = seg.size if to_offset is None else min(seg.size, to_offset - seg.base)
-        if end <= 0:
-            continue
-        for a in range(0, end, range_bytes):
-            out.append((seg, a, min(end, a + range_bytes)))
-    return out
+    """The scan's ranges (rmqdump.scan.splits, the one planner) with the CommitLog file each is read from."""
+    seg = {f.path: f for f in cl.files}
+    return [(seg[sp.path], sp.start, sp.end) for sp in commitlog_splits(cl, range_bytes, to_offset)]
 
 
 def scan_range(task) -> RangeResult:

@@ -85,10 +85,25 @@ def resolve_stores(values: list[str]) -> list[StoreRef]:
     return refs
 
 
-def file_splits(broker: str, path: str, base: int, size: int, split_size: int) -> list[Split]:
-    if size <= 0:
-        return []
-    return [Split(broker, path, base, s, min(s + split_size, size), size) for s in range(0, size, split_size)]
+def file_splits(broker: str, path: str, base: int, size: int, split_size: int, end: int | None = None) -> list[Split]:
+    """The ranges of one file, `split_size` bytes each, over its first `end` bytes (the whole file by default)."""
+    if split_size <= 0:
+        raise ValueError("split size must be positive")
+    stop = size if end is None else min(size, end)
+    return [Split(broker, path, base, s, min(s + split_size, stop), size) for s in range(0, stop, split_size)]
+
+
+def commitlog_splits(cl: CommitLog, split_size: int = DEFAULT_SPLIT, to_offset: int | None = None, broker: str = "") -> list[Split]:
+    """Every range of an opened CommitLog's files, in offset order; `to_offset` stops before that physical offset."""
+    return [sp for f in cl.files for sp in file_splits(broker, f.path, f.base, f.size, split_size, None if to_offset is None else to_offset - f.base)]
+
+
+def partition_count(splits: list[Split], parallelism: int, wanted: int | None = None, target: int = DEFAULT_SPLIT) -> int:
+    """How many partitions a Spark job over `splits` takes: `wanted`, else about `target` bytes each and at least
+    two per core; never more than one per range."""
+    if wanted is None:
+        wanted = max(2 * parallelism, -(-sum(sp.length for sp in splits) // target))
+    return max(1, min(len(splits), wanted))
 
 
 def plan(stores: list[StoreRef], split_size: int = DEFAULT_SPLIT) -> tuple[list[Split], list[tuple[str, Problem]]]:
@@ -100,6 +115,5 @@ def plan(stores: list[StoreRef], split_size: int = DEFAULT_SPLIT) -> tuple[list[
     for ref in stores:
         cl = CommitLog.open(ref.commitlog)
         problems.extend((ref.name, p) for p in cl.problems)
-        for f in cl.files:
-            splits.extend(file_splits(ref.name, f.path, f.base, f.size, split_size))
+        splits.extend(commitlog_splits(cl, split_size, broker=ref.name))
     return splits, problems

@@ -12,7 +12,6 @@ accumulators.
 from __future__ import annotations
 
 import json
-import math
 import time
 
 import pyarrow as pa
@@ -31,7 +30,7 @@ from rmqdump.export.dataset import (
     start_export,
     write_split,
 )
-from rmqdump.scan.splits import DEFAULT_SPLIT, Split, StoreRef
+from rmqdump.scan.splits import DEFAULT_SPLIT, Split, StoreRef, partition_count
 
 SPLIT_DDL = "broker string, path string, base bigint, start bigint, end bigint, size bigint"
 JSONL_DDL = "topic string, value string"
@@ -52,10 +51,7 @@ class ProblemsParam(AccumulatorParam):
 def splits_frame(spark, splits: list[Split], partitions: int | None = None):
     """The byte ranges as a DataFrame: one partition per range for real sizes, fewer for tiny test ranges."""
     rows = [(s.broker, s.path, s.base, s.start, s.end, s.size) for s in splits]
-    if partitions is None:
-        total = sum(s.length for s in splits)
-        partitions = max(2 * spark.sparkContext.defaultParallelism, math.ceil(total / TARGET_PARTITION_BYTES))
-    partitions = max(1, min(len(rows), partitions))
+    partitions = partition_count(splits, spark.sparkContext.defaultParallelism, partitions, TARGET_PARTITION_BYTES)
     rdd = spark.sparkContext.parallelize(rows, numSlices=partitions)
     return spark.createDataFrame(rdd, SPLIT_DDL)
 
@@ -131,10 +127,8 @@ def _export_arrow(
 ) -> None:
     sc = spark.sparkContext
     rows = [(i,) for i in range(len(splits))]
-    if partitions is None:
-        total = sum(s.length for s in splits)
-        partitions = max(2 * sc.defaultParallelism, math.ceil(total / TARGET_PARTITION_BYTES))
-    df = spark.createDataFrame(sc.parallelize(rows, max(1, min(len(rows), partitions))), "split_no int")
+    partitions = partition_count(splits, sc.defaultParallelism, partitions, TARGET_PARTITION_BYTES)
+    df = spark.createDataFrame(sc.parallelize(rows, partitions), "split_no int")
     with publishing(out, force=force, stores=[s.root for s in stores]) as tmp:
         done = df.mapInArrow(_writer_tasks(splits, tmp, fmt, with_body, check_crc), WRITTEN_DDL).collect()
     for r in sorted(done, key=lambda r: r["split_no"]):

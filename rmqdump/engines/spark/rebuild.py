@@ -37,7 +37,7 @@ from rmqdump.common.publish import publishing
 from rmqdump.export.dataset import scan_split
 from rmqdump.readers.commitlog import CommitLog, commitlog_path
 from rmqdump.scan.dispatch import DelayLevels, dispatch_columns
-from rmqdump.scan.splits import DEFAULT_SPLIT, Split, file_splits
+from rmqdump.scan.splits import DEFAULT_SPLIT, Split, commitlog_splits, partition_count
 
 SPARK_UNSUPPORTED = "spark_unsupported"
 
@@ -219,8 +219,8 @@ def build_into_spark(spark, tmp: str, cl: CommitLog, settings: StoreSettings, op
         raise InputError(SPARK_UNSUPPORTED, report.store, "index_after/to_offset are local-engine library options")
     want_cq, want_index = "consumequeue" in options.only, "index" in options.only
     sc = spark.sparkContext
-    splits = [sp for f in cl.files for sp in file_splits("", f.path, f.base, f.size, split_size)]
-    nparts = max(1, min(len(splits), max(2 * sc.defaultParallelism, sum(s.length for s in splits) // DEFAULT_SPLIT + 1)))
+    splits = commitlog_splits(cl, split_size)
+    nparts = partition_count(splits, sc.defaultParallelism)
     split_df = spark.createDataFrame(sc.parallelize([(i,) for i in range(len(splits))], nparts), "split_no int")
     decoded = split_df.mapInArrow(_records_fn(splits, settings.delays, options.check_crc, options.topics), RECORDS_DDL).persist(StorageLevel.MEMORY_AND_DISK)
     try:

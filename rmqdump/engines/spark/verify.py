@@ -29,7 +29,7 @@ from rmqdump.export.dataset import scan_split
 from rmqdump.readers.consumequeue import UNIT_SIZE, ConsumeQueue
 from rmqdump.readers.store import Store
 from rmqdump.scan.dispatch import DelayLevels, DispatchBatch, dispatch_of
-from rmqdump.scan.splits import DEFAULT_SPLIT, Split, file_splits
+from rmqdump.scan.splits import DEFAULT_SPLIT, Split, file_splits, partition_count
 from schemas import constants as C
 
 RECORDS_DDL = (
@@ -244,7 +244,7 @@ def verify_spark(
 
     splits = [sp for f in store.commitlog.files for sp in file_splits("", f.path, f.base, f.size, split_size)]
     sc = spark.sparkContext
-    nparts = max(1, min(len(splits), max(2 * sc.defaultParallelism, sum(sp.length for sp in splits) // DEFAULT_SPLIT + 1)))
+    nparts = partition_count(splits, sc.defaultParallelism)
     split_df = spark.createDataFrame(sc.parallelize([(i,) for i in range(len(splits))], nparts), "split_no int")
     rec_all = split_df.mapInArrow(_records_fn(splits, delays, check_crc), RECORDS_DDL).persist(StorageLevel.MEMORY_AND_DISK)
     try:

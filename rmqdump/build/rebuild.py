@@ -176,6 +176,9 @@ class RangeResult:
     indexed: np.ndarray | None = None  # records the IndexFile takes (not rolled back)
 
 
+_RANGE_COLUMNS = ("phys", "size", "store_ts", "tags_code", "queue_offset", "queue_id", "topic_id", "queued", "key_rec", "key_hash", "indexed")
+
+
 def plan_ranges(cl: CommitLog, range_bytes: int = RANGE_BYTES, to_offset: int | None = None) -> list[tuple[SegmentFile, int, int]]:
     """The scan's ranges (rmqdump.scan.splits, the one planner) with the CommitLog file each is read from."""
     seg = {f.path: f for f in cl.files}
@@ -202,26 +205,8 @@ def scan_range(task) -> RangeResult:
             last_ts = int(d.store_timestamp[-1])
             join.add(d.of_topics(topics_wanted))
     d = join.take()
-    r = RangeResult(
-        end - start,
-        records,
-        d.topics,
-        phys=d.phys,
-        size=d.size,
-        store_ts=d.store_timestamp,
-        tags_code=d.tags_code,
-        queue_offset=d.queue_offset,
-        queue_id=d.queue_id,
-        topic_id=d.topic_id,
-        queued=d.queued,
-        key_rec=d.key_rec,
-        key_hash=d.key_hash,
-        chains=None,
-        damaged=damaged,
-        flagged=flagged,
-        last_ts=last_ts,
-        indexed=d.indexed,
-    )
+    cols = {f: getattr(d, "store_timestamp" if f == "store_ts" else f) for f in _RANGE_COLUMNS}
+    r = RangeResult(end - start, records, d.topics, **cols, chains=None, damaged=damaged, flagged=flagged, last_ts=last_ts)
     if want_keys:
         h, slot, lp, order = key_chains(r.key_hash, hash_slots)
         r.chains = (h, slot, lp.astype(np.int32), order)  # small to send back; key_hash is in h (abs)

@@ -111,20 +111,8 @@ class ScanColumns:
         problems = list(self.problems)
         for a in range(0, self.n, window):
             c = {k: np.array(v[a : a + window]) for k, v in cols.items()}
-            yield (
-                RecordTable(
-                    phys=c["phys"],
-                    size=c["size"],
-                    topic_id=c["topic_id"],
-                    queue_id=c["queue_id"],
-                    queue_offset=c["queue_offset"],
-                    tags_code=c["tags_code"],
-                    store_timestamp=c["store_ts"],
-                    queued=(c["flags"] & QUEUED) > 0,
-                    topics=topics,
-                ),
-                problems,
-            )
+            same = {k: c[k] for k in ("phys", "size", "topic_id", "queue_id", "queue_offset", "tags_code")}
+            yield RecordTable(**same, store_timestamp=c["store_ts"], queued=(c["flags"] & QUEUED) > 0, topics=topics), problems
             problems = []
         yield RecordTable.empty(), problems  # the remainder, as record_windows ends
 

@@ -250,25 +250,28 @@ class ScanColumns:
                     return None
                 slots = np.fromfile(path, dtype=SLOT_DTYPE, count=hash_slots, offset=HEADER_SIZE)
                 return None if slots["entry"].any() else {"files": len(paths), "entries": entries, "problems": 0, "codes": {}, "ok": True}
-            ent = np.fromfile(path, dtype=ENTRY_DTYPE, count=m, offset=entries_at + ENTRY_SIZE)
-            kp = np.asarray(kp_all[k : k + m])
-            kh = np.asarray(kh_all[k : k + m])
-            if not np.array_equal(ent["phys_offset"], kp) or not np.array_equal(ent["key_hash"], kh):
-                return None
-            st = np.asarray(store_ts)[np.searchsorted(phys, kp)]
             begin = int(h["begin_timestamp"])
-            if (int(h["begin_phy_offset"]), begin, int(h["end_phy_offset"]), int(h["end_timestamp"])) != (int(kp[0]), int(st[0]), int(kp[-1]), int(st[-1])):
+            first_key = (int(kp_all[k]), int(store_ts[np.searchsorted(phys, kp_all[k])]))
+            chains = _Chains(m, hash_slots)
+            for c0 in range(0, m, _QUICK_WINDOW):
+                c1 = min(m, c0 + _QUICK_WINDOW)
+                ent = np.fromfile(path, dtype=ENTRY_DTYPE, count=c1 - c0, offset=entries_at + (1 + c0) * ENTRY_SIZE)
+                kp = np.asarray(kp_all[k + c0 : k + c1])
+                kh = np.asarray(kh_all[k + c0 : k + c1])
+                if not np.array_equal(ent["phys_offset"], kp) or not np.array_equal(ent["key_hash"], kh):
+                    return None
+                st = np.asarray(store_ts[np.searchsorted(phys, kp)])
+                td = st - begin if begin > 0 else np.zeros(len(st), dtype=np.int64)
+                if c0 == 0:
+                    td[0] = st[0] - prev_end_ts if prev_end_ts > 0 else 0
+                td = np.minimum(np.maximum(td, 0) // 1000, _INT_MAX)  # a negative difference is 0 whichever way it is divided
+                if not np.array_equal(ent["time_diff"], td) or not chains.add(c0, kh.astype(np.int64) % hash_slots, ent["prev_index"].astype(np.int64)):
+                    return None
+            last_key = (int(kp[-1]), int(st[-1]))
+            if (int(h["begin_phy_offset"]), begin, int(h["end_phy_offset"]), int(h["end_timestamp"])) != (*first_key, *last_key):
                 return None
-            td = np.zeros(m, dtype=np.int64)
-            if prev_end_ts > 0:
-                td[0] = st[0] - prev_end_ts
-            if begin > 0:
-                td[1:] = st[1:] - begin
-            td = np.minimum(np.maximum(td, 0) // 1000, _INT_MAX)  # a negative difference is 0 whichever way it is divided
-            if not np.array_equal(ent["time_diff"], td):
-                return None
-            slots = np.fromfile(path, dtype=SLOT_DTYPE, count=hash_slots, offset=HEADER_SIZE)["entry"].astype(np.int64)
-            if not _chains_ok(kh.astype(np.int64) % hash_slots, ent["prev_index"].astype(np.int64), slots, int(h["hash_slot_count"])):
+            slots = np.fromfile(path, dtype=SLOT_DTYPE, count=hash_slots, offset=HEADER_SIZE)["entry"].astype(np.int32)
+            if not chains.finish(slots, int(h["hash_slot_count"])):
                 return None
             prev_end_ts, prev_end_phy = int(h["end_timestamp"]), int(h["end_phy_offset"])
             k += m
@@ -278,7 +281,7 @@ class ScanColumns:
         return {"files": len(paths), "entries": entries, "problems": 0, "codes": {}, "ok": True}
 
 
-_QUICK_WINDOW = 1 << 20
+_QUICK_WINDOW = 1 << 19
 _INT_MAX = (1 << 31) - 1
 
 
@@ -308,36 +311,51 @@ def _read_units(qdir: str, first: int, n: int, units_per_file: int, dtype: np.dt
     return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 
-def _chains_ok(slot: np.ndarray, prev: np.ndarray, slots: np.ndarray, hash_slot_count: int) -> bool:
-    """Entries 1..m of one file (their slots and previous-index links) and its slot table form the broker's chains.
+class _Chains:
+    """Entries 1..m of one IndexFile (their slots and previous-index links, in chunks) and its slot table form the broker's chains.
 
     Each link goes back to an entry of the same slot, no entry is the
     previous of two, each used slot has exactly one chain end (link 0) and
     its table value is the one entry nobody links to: then each slot's
     entries form one chain, newest first, each linking to the one before it.
+    Held: a slot per entry, a mark per entry and per slot.
     """
-    m = len(slot)
-    e = np.arange(1, m + 1, dtype=np.int64)
-    linked = prev != 0
-    if ((prev < 0) | (prev >= e)).any():
-        return False
-    lp = prev[linked]
-    if not np.array_equal(slot[lp - 1], slot[linked]):
-        return False
-    is_prev = np.zeros(m + 1, dtype=bool)
-    is_prev[lp] = True
-    if int(is_prev.sum()) != len(lp):  # an entry that is the previous of two
-        return False
-    used = np.zeros(len(slots), dtype=bool)
-    used[slot] = True
-    n_used = int(used.sum())
-    ends = slot[~linked]
-    if len(ends) != n_used or n_used != hash_slot_count:  # one chain end per used slot (each chain ends in its own slot)
-        return False
-    head_slots = np.flatnonzero(slots)
-    if not np.array_equal(head_slots, np.flatnonzero(used)):
-        return False
-    heads = slots[head_slots]
-    if ((heads < 1) | (heads > m)).any():
-        return False
-    return bool(np.array_equal(slot[heads - 1], head_slots) and not is_prev[heads].any())
+
+    def __init__(self, m: int, hash_slots: int):
+        self.slot = np.zeros(m + 1, dtype=np.int32)  # by entry number
+        self.is_prev = np.zeros(m + 1, dtype=bool)
+        self.used = np.zeros(hash_slots, dtype=bool)
+        self.links = self.ends = 0
+
+    def add(self, c0: int, slot: np.ndarray, prev: np.ndarray) -> bool:
+        """Entries c0+1.. (their slots and links), in order."""
+        e = np.arange(c0 + 1, c0 + 1 + len(slot), dtype=np.int64)
+        self.slot[e] = slot
+        self.used[slot] = True
+        if ((prev < 0) | (prev >= e)).any():
+            return False
+        linked = prev != 0
+        lp = prev[linked]
+        if not np.array_equal(self.slot[lp], slot[linked]):
+            return False
+        if self.is_prev[lp].any():  # the previous of two entries
+            return False
+        self.is_prev[lp] = True
+        self.links += len(lp)
+        if int(np.count_nonzero(self.is_prev)) != self.links:  # twice in this chunk
+            return False
+        self.ends += len(slot) - len(lp)
+        return True
+
+    def finish(self, slots: np.ndarray, hash_slot_count: int) -> bool:
+        m = len(self.slot) - 1
+        n_used = int(np.count_nonzero(self.used))
+        if self.ends != n_used or n_used != hash_slot_count:  # one chain end per used slot (each chain ends in its own slot)
+            return False
+        head_slots = np.flatnonzero(slots)
+        if not np.array_equal(head_slots, np.flatnonzero(self.used)):
+            return False
+        heads = slots[head_slots]
+        if ((heads < 1) | (heads > m)).any():
+            return False
+        return bool(np.array_equal(self.slot[heads], head_slots) and not self.is_prev[heads].any())

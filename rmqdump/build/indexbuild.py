@@ -1,10 +1,10 @@
 """IndexFiles built from dispatch columns, byte for byte as the broker's IndexService builds them.
 
-The broker puts keys one at a time (IndexFile.putKey). The same files come
-out of whole batches: a key's slot is hash % slots; a stable sort by slot
-gives every entry its predecessor in the chain (the entry before it in the
-same slot, or what the slot held before the batch), and the slot's new value
-is its last entry. What the broker does around that, kept here:
+The broker puts keys one at a time (IndexFile.putKey): a key's slot is
+hash % slots, its entry links to what the slot held, and the slot then holds
+the entry. That step runs compiled over whole batches (readers.kernel_jit.
+index_put); timeDiffs and the entries are whole-array work. What the broker
+does around that, kept here:
 
 - entry numbers start at 1 (indexCount starts at 1; entry 0 stays zero) and
   a file is full at indexCount == maxIndexNum, i.e. after maxIndexNum - 1 keys;
@@ -37,6 +37,7 @@ import numpy as np
 
 from rmqdump.common.javahash import index_hash_many
 from rmqdump.readers.fastpath import numpy_dtype
+from rmqdump.readers.kernel import jit
 from schemas import IndexEntry, IndexHeader, IndexSlot
 from schemas import constants as C
 
@@ -160,19 +161,12 @@ class IndexBuilder:
 
     # --- building ---
 
-    def add(
-        self,
-        phys: np.ndarray,
-        store_ts: np.ndarray,
-        key_rec: np.ndarray,
-        key_hash: np.ndarray,
-        chains: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
-    ) -> None:
+    def add(self, phys: np.ndarray, store_ts: np.ndarray, key_rec: np.ndarray, key_hash: np.ndarray) -> None:
         """One batch of dispatched messages (every one, keyed or not) and their keys in put order.
 
         key_rec indexes the batch's messages (non-decreasing); key_hash is
-        Java hashCode("topic#key"). `chains` = key_chains(key_hash, slots),
-        when a worker process computed it already (key_hash is then unused).
+        Java hashCode("topic#key") or already the index hash (its abs, which
+        abs leaves as it is).
         """
         n = len(phys)
         if n == 0:
@@ -180,15 +174,12 @@ class IndexBuilder:
         base = self._records_seen
         self._records_seen += n
         key_rec = np.asarray(key_rec, dtype=np.int64)
+        h = index_hash_many(np.asarray(key_hash))
         if self._skip_below is not None and len(key_rec):
             keep = phys[key_rec] >= self._skip_below
             if not keep.all():
                 self.keys_skipped += int((~keep).sum())
-                key_rec = key_rec[keep]
-                key_hash = key_hash[keep] if chains is None else chains[0][keep]  # index hash: same slot, same chain
-                chains = None
-        if chains is None:
-            chains = key_chains(key_hash, self.hash_slots)
+                key_rec, h = key_rec[keep], h[keep]
         K = len(key_rec)
         k0 = 0
         while True:
@@ -207,25 +198,17 @@ class IndexBuilder:
                 return
             room = self.index_entries - self._cur.index_count
             k1 = min(K, k0 + room)
-            self._put(phys, store_ts, key_rec, chains, k0, k1)
+            self._put(phys, store_ts, key_rec[k0:k1], h[k0:k1])
             self._pending_after_record = base + int(key_rec[k1 - 1])
             k0 = k1
             if not self._full and k0 >= K:
                 return
 
-    def _put(self, phys, store_ts, key_rec, chains, k0: int, k1: int) -> None:
-        """Keys k0..k1 of the batch into the current file, which has room for them all."""
+    def _put(self, phys, store_ts, rec: np.ndarray, h: np.ndarray) -> None:
+        """These keys (their records, index hashes) into the current file, which has room for them all."""
         f = self._cur
-        h, slot, lp = (a[k0:k1] for a in chains[:3])
-        k = k1 - k0
-        if len(chains) > 3:  # these keys in slot order, from the batch's slot order
-            o = chains[3]
-            if k0 or k1 < len(o):
-                o = o[(o >= k0) & (o < k1)] - k0
-        else:
-            o = np.sort((slot.astype(np.int64) << 32) | np.arange(k, dtype=np.int64)) & 0xFFFFFFFF
+        k = len(rec)
         first = f.index_count
-        rec = key_rec[k0:k1]
         p = phys[rec]
         st = store_ts[rec]
         # timeDiff against the header's beginTimestamp as it is at each put
@@ -241,21 +224,9 @@ class IndexBuilder:
                 td[j:] = 0
             else:
                 td[j:] = np.minimum(np.maximum(st[j:] - f.begin_timestamp, 0) // 1000, INT_MAX)
-        # each entry follows the previous key of its slot in this file: inside these keys,
-        # or else whatever the slot holds (0 when the file is new since)
-        # (the 20 MB slot table is read and written in slot order: address order, not random)
-        inside = lp >= k0
-        s_sorted = slot[o]
-        before = np.empty(k, dtype=np.int32)
-        before[o] = self._slot_table[s_sorted]
-        prev = np.where(inside, lp - k0 + first, before).astype(np.int32)
-        f.hash_slot_count += int(np.count_nonzero(~inside & (before == 0)))
-        last = np.ones(k, dtype=bool)
-        last[lp[inside] - k0] = False
-        tail = last[o]
-        self._slot_table[s_sorted[tail]] = o[tail].astype(np.int32) + first
-
         rows = np.empty(k, dtype=_ENTRY)
+        prev = np.empty(k, dtype=np.int32)
+        f.hash_slot_count += int(jit().index_put(self._slot_table, h % np.int32(self.hash_slots), first, prev))
         rows["key_hash"] = h
         rows["phys_offset"] = p
         rows["time_diff"] = td
@@ -273,25 +244,6 @@ class IndexBuilder:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
-
-
-def key_chains(key_hash: np.ndarray, hash_slots: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(index hash, slot, previous key of the same slot or -1, keys in slot order) of keys in put order.
-
-    A stable sort by slot puts each key right after the previous key of its
-    slot; this part needs no file state, so worker processes compute it. The
-    slot order also lets the builder touch its slot table in address order.
-    """
-    h = index_hash_many(np.asarray(key_hash))
-    slot = h % np.int32(hash_slots)
-    # sorting (slot, position) pairs packed in one int64 is a stable sort by slot, several times faster
-    packed = np.sort((slot.astype(np.int64) << 32) | np.arange(len(h), dtype=np.int64))
-    ss = packed >> 32
-    order = packed & 0xFFFFFFFF
-    same = ss[1:] == ss[:-1]
-    lp = np.full(len(h), -1, dtype=np.int64)
-    lp[order[1:][same]] = order[:-1][same]
-    return h, slot, lp, order.astype(np.int32)
 
 
 def _time_diff(store_ts: int, begin: int) -> int:

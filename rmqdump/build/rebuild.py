@@ -38,9 +38,10 @@ import numpy as np
 from construct import ConstructError
 
 from rmqdump.build.cqbuild import ConsumeQueueBuilder, QueueResult
-from rmqdump.build.indexbuild import IndexBuilder, IndexFileResult, key_chains
+from rmqdump.build.indexbuild import IndexBuilder, IndexFileResult
 from rmqdump.build.selfcheck import ScanColumns
 from rmqdump.build.settings import StoreSettings
+from rmqdump.common.javahash import index_hash_many
 from rmqdump.common.problems import InputError, Problem
 from rmqdump.common.publish import check_target, publishing
 from rmqdump.readers.commitlog import CommitLog, SegmentFile, commitlog_path, scan_file
@@ -168,8 +169,7 @@ class RangeResult:
     topic_id: np.ndarray
     queued: np.ndarray
     key_rec: np.ndarray
-    key_hash: np.ndarray
-    chains: tuple | None  # indexbuild.key_chains of the keys
+    key_hash: np.ndarray  # the index hash (abs of hashCode) of each key, in put order
     damaged: list
     flagged: list
     last_ts: int | None
@@ -206,11 +206,9 @@ def scan_range(task) -> RangeResult:
             join.add(d.of_topics(topics_wanted))
     d = join.take()
     cols = {f: getattr(d, "store_timestamp" if f == "store_ts" else f) for f in _RANGE_COLUMNS}
-    r = RangeResult(end - start, records, d.topics, **cols, chains=None, damaged=damaged, flagged=flagged, last_ts=last_ts)
+    r = RangeResult(end - start, records, d.topics, **cols, damaged=damaged, flagged=flagged, last_ts=last_ts)
     if want_keys:
-        h, slot, lp, order = key_chains(r.key_hash, hash_slots)
-        r.chains = (h, slot, lp.astype(np.int32), order)  # small to send back; key_hash is in h (abs)
-        r.key_hash = np.zeros(0, dtype=np.int32)
+        r.key_hash = index_hash_many(r.key_hash)  # here, on the scan threads
     return r
 
 
@@ -303,7 +301,7 @@ def build_into(
                         cqb.add(r.topics, r.topic_id[q], r.queue_id[q], r.queue_offset[q], r.phys[q], r.size[q], tags[q])
                         five.add_lmq(cqb, task, r)
                 if ixb is not None:
-                    ixb.add(r.phys, r.store_ts, r.key_rec, r.key_hash, r.chains)
+                    ixb.add(r.phys, r.store_ts, r.key_rec, r.key_hash)
                     report.index_keys += len(r.key_rec)
             if on_bytes is not None:
                 on_bytes(r.nbytes)

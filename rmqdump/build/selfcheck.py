@@ -55,7 +55,7 @@ class ScanColumns:
         self._files = {k: open(os.path.join(self.dir, k), "wb") for k in (*_RECORD, *_KEY)}  # noqa: SIM115 (closed in finish)
 
     def add(self, r) -> None:
-        """One rebuild.RangeResult (its key hashes already turned into chains or not)."""
+        """One rebuild.RangeResult (its key hashes are index hashes)."""
         self.problems.extend(r.damaged)
         self.problems.extend(p for p in r.flagged if p.code not in _CRC_CODES)  # the verifiers scan without CRC checks
         if not len(r.phys):
@@ -72,13 +72,8 @@ class ScanColumns:
             "store_ts": r.store_ts,
             "flags": flags,
         }
-        kh = r.chains[0] if r.chains is not None else None
-        if kh is None and len(r.key_rec):
-            from rmqdump.common.javahash import index_hash_many
-
-            kh = index_hash_many(r.key_hash)
         cols["key_phys"] = r.phys[r.key_rec] if len(r.key_rec) else np.zeros(0, np.int64)
-        cols["key_hash"] = kh if kh is not None else np.zeros(0, np.int32)
+        cols["key_hash"] = r.key_hash if len(r.key_rec) else np.zeros(0, np.int32)
         for k, dt in {**_RECORD, **_KEY}.items():
             np.asarray(cols[k], dtype=dt).tofile(self._files[k])
         self.n += len(r.phys)

@@ -469,3 +469,22 @@ def scan(data, size, start, end, check_crc, out, keys, frame=0, base=0):
     if code != END:
         p = e0  # the caller diagnoses (or resumes at) the whole entry
     return n, nk, p, code, rep[:ntop].copy()
+
+
+@njit(cache=True, nogil=True)
+def index_put(slot_table, slot, first, prev_out):
+    """The chain step of IndexFile.putKey for keys in put order (their slots given), entries numbered from `first`.
+
+    Each key links to the entry its slot held (0: none) and the slot then
+    holds the key's entry. Returns how many keys found their slot empty
+    (the header's hashSlotCount grows by that).
+    """
+    empty = 0
+    for i in range(len(slot)):
+        s = slot[i]
+        p = slot_table[s]
+        if p == 0:
+            empty += 1
+        prev_out[i] = p
+        slot_table[s] = first + i
+    return empty

@@ -382,3 +382,26 @@ def test_self_check_from_the_scan_columns_equals_a_rescan(tmp_path, monkeypatch,
     assert cols["ok"] is not sabotage
     if sabotage:
         assert cols["consumequeue"]["codes"] and cols["index"]["codes"]
+
+
+def test_an_index_builder_failure_beside_the_scan_fails_the_rebuild_and_writes_nothing(tmp_path, monkeypatch):
+    """With two workers the index is built on a thread of its own: what it raises reaches the caller, and nothing is published."""
+    from rmqdump.build.indexbuild import IndexBuilder
+
+    calls = []
+    add = IndexBuilder.add
+
+    def failing(self, *a):
+        calls.append(1)
+        if len(calls) == 2:
+            raise OSError(28, "No space left on device")
+        return add(self, *a)
+
+    monkeypatch.setattr(IndexBuilder, "add", failing)
+    name = "rmq4-basic"
+    s = SETTINGS[name]
+    st = resolve(str(store_root(name)), cq_units=s["cq_units"], hash_slots=s["hash_slots"], index_entries=s["index_entries"])
+    with pytest.raises(OSError, match="No space left"):
+        rebuild(str(store_root(name)), str(tmp_path / "out"), st, RebuildOptions(workers=2, sync=False))
+    assert len(calls) >= 2
+    assert not (tmp_path / "out").exists() and os.listdir(tmp_path) == []

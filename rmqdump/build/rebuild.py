@@ -27,7 +27,9 @@ import contextlib
 import itertools
 import multiprocessing
 import os
+import queue
 import signal
+import threading
 import time
 from collections import deque
 from collections.abc import Callable
@@ -280,6 +282,7 @@ def build_into(
     report.workers = workers
     last_ts = last_queued_ts = None
     five = _FiveX.open(tmp, cl, settings, options, report) if want_cq else None
+    beside = _Beside(ixb) if ixb is not None and workers > 1 else None  # the index built beside the ConsumeQueues
     try:
         for task, r in zip(tasks, _results(tasks, workers), strict=False):
             report.records += r.records
@@ -301,7 +304,7 @@ def build_into(
                         cqb.add(r.topics, r.topic_id[q], r.queue_id[q], r.queue_offset[q], r.phys[q], r.size[q], tags[q])
                         five.add_lmq(cqb, task, r)
                 if ixb is not None:
-                    ixb.add(r.phys, r.store_ts, r.key_rec, r.key_hash)
+                    (beside.add if beside is not None else ixb.add)(r.phys, r.store_ts, r.key_rec, r.key_hash)
                     report.index_keys += len(r.key_rec)
             if on_bytes is not None:
                 on_bytes(r.nbytes)
@@ -309,9 +312,13 @@ def build_into(
             report.queues = cqb.finish()
             report.problems.extend(cqb.problems)
             five.finish()
+        if beside is not None:
+            beside.close()
         if ixb is not None:
             report.index_files = ixb.finish()
     except BaseException:
+        if beside is not None:
+            beside.close(quiet=True)
         if five is not None:
             five.abort()
         if cqb is not None:
@@ -320,6 +327,37 @@ def build_into(
             ixb.abort()
         raise
     report.checkpoint = write_checkpoint(tmp, report, last_ts, last_queued_ts, options.sync)
+
+
+class _Beside:
+    """A builder's add() calls, in order, on a thread of its own (its big steps run without the GIL), a few ranges ahead at most."""
+
+    def __init__(self, builder, depth: int = 4):
+        self.builder = builder
+        self.error: BaseException | None = None
+        self.queue: queue.Queue = queue.Queue(depth)
+        self.thread = threading.Thread(target=self._run, name="rmqdump-build", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while (args := self.queue.get()) is not None:
+            if self.error is None:
+                try:
+                    self.builder.add(*args)
+                except BaseException as e:  # raised in the caller's thread, at its next call or close()
+                    self.error = e
+
+    def add(self, *args) -> None:
+        if self.error is not None:
+            raise self.error
+        self.queue.put(args)
+
+    def close(self, quiet: bool = False) -> None:
+        """Wait until every call sent has run; raise what one raised."""
+        self.queue.put(None)
+        self.thread.join()
+        if self.error is not None and not quiet:
+            raise self.error
 
 
 class _FiveX:

@@ -308,13 +308,15 @@ def build_into(
                     report.index_keys += len(r.key_rec)
             if on_bytes is not None:
                 on_bytes(r.nbytes)
+        if beside is not None:
+            beside.finish()  # the index's last slots, header and fsync beside the ConsumeQueues' fsyncs
         if cqb is not None:
             report.queues = cqb.finish()
             report.problems.extend(cqb.problems)
             five.finish()
         if beside is not None:
-            beside.close()
-        if ixb is not None:
+            report.index_files = beside.close()
+        elif ixb is not None:
             report.index_files = ixb.finish()
     except BaseException:
         if beside is not None:
@@ -330,20 +332,25 @@ def build_into(
 
 
 class _Beside:
-    """A builder's add() calls, in order, on a thread of its own (its big steps run without the GIL), a few ranges ahead at most."""
+    """A builder's add() calls, then its finish(), in order on a thread of its own (its big steps run without the GIL),
+    a few ranges ahead at most."""
 
     def __init__(self, builder, depth: int = 4):
         self.builder = builder
         self.error: BaseException | None = None
+        self.result = None
         self.queue: queue.Queue = queue.Queue(depth)
         self.thread = threading.Thread(target=self._run, name="rmqdump-build", daemon=True)
         self.thread.start()
 
     def _run(self) -> None:
-        while (args := self.queue.get()) is not None:
+        while (item := self.queue.get()) is not None:
             if self.error is None:
                 try:
-                    self.builder.add(*args)
+                    if item == "finish":
+                        self.result = self.builder.finish()
+                    else:
+                        self.builder.add(*item)
                 except BaseException as e:  # raised in the caller's thread, at its next call or close()
                     self.error = e
 
@@ -352,12 +359,17 @@ class _Beside:
             raise self.error
         self.queue.put(args)
 
-    def close(self, quiet: bool = False) -> None:
-        """Wait until every call sent has run; raise what one raised."""
+    def finish(self) -> None:
+        """Have the builder finish after the calls sent (close() returns what it returned)."""
+        self.queue.put("finish")
+
+    def close(self, quiet: bool = False):
+        """Wait until every call sent has run; raise what one raised, else return finish()'s result."""
         self.queue.put(None)
         self.thread.join()
         if self.error is not None and not quiet:
             raise self.error
+        return self.result
 
 
 class _FiveX:

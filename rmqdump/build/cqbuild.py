@@ -39,6 +39,28 @@ CQ_BAD_QUEUE_OFFSET = "cq_bad_queue_offset"
 CQ_UNSAFE_TOPIC = "cq_unsafe_topic_name"
 
 
+def queue_members(n_topics: int, topic_id: np.ndarray, queue_id: np.ndarray) -> list[np.ndarray]:
+    """The positions of each (topic, queue) among these messages, in order, queue by queue."""
+    n = len(topic_id)
+    if n == 0:
+        return []
+    qmin, qmax = int(queue_id.min()), int(queue_id.max())
+    span = qmax - qmin + 1
+    if qmin >= 0 and span <= 4096 and n_topics * span <= 1 << 20:
+        # small ids: a queue key per message, the queues present by counting, no sort
+        key = topic_id.astype(np.int64) * span + (queue_id - qmin)
+        uniq = np.flatnonzero(np.bincount(key))
+    else:
+        key = (topic_id.astype(np.int64) << 32) | (queue_id.astype(np.int64) & 0xFFFFFFFF)
+        uniq = np.unique(key)
+    if len(uniq) <= 64:  # a few queues: one pass each beats a sort
+        return [np.flatnonzero(key == u) for u in uniq.tolist()]
+    packed = np.sort((np.searchsorted(uniq, key).astype(np.int64) << 32) | np.arange(n, dtype=np.int64))
+    order = packed & 0xFFFFFFFF
+    bounds = np.searchsorted(packed >> 32, np.arange(len(uniq) + 1))
+    return [order[bounds[j] : bounds[j + 1]] for j in range(len(uniq))]
+
+
 def filler_units(n: int) -> np.ndarray:
     u = np.zeros(n, dtype=UNIT)
     u["size"] = C.CQ_FILLER_SIZE
@@ -125,28 +147,10 @@ class ConsumeQueueBuilder:
         self, topics: list[str], topic_id: np.ndarray, queue_id: np.ndarray, queue_offset: np.ndarray, phys: np.ndarray, size: np.ndarray, tags_code: np.ndarray
     ) -> None:
         """Messages that get a unit, in CommitLog order; topic_id indexes `topics`."""
-        n = len(phys)
-        if n == 0:
+        if len(phys) == 0:
             return
-        qmin, qmax = int(queue_id.min()), int(queue_id.max())
-        span = qmax - qmin + 1
-        if qmin >= 0 and span <= 4096 and len(topics) * span <= 1 << 20:
-            # small ids: a queue key per message, the queues present by counting, no sort
-            key = topic_id.astype(np.int64) * span + (queue_id - qmin)
-            uniq = np.flatnonzero(np.bincount(key))
-            first = None
-        else:
-            key = (topic_id.astype(np.int64) << 32) | (queue_id.astype(np.int64) & 0xFFFFFFFF)
-            uniq, first = np.unique(key, return_index=True)
-        if len(uniq) <= 64:  # a few queues: one pass each beats a sort
-            members = [np.flatnonzero(key == u) for u in uniq.tolist()]
-        else:
-            packed = np.sort((np.searchsorted(uniq, key).astype(np.int64) << 32) | np.arange(n, dtype=np.int64))
-            order = packed & 0xFFFFFFFF
-            bounds = np.searchsorted(packed >> 32, np.arange(len(uniq) + 1))
-            members = [order[bounds[j] : bounds[j + 1]] for j in range(len(uniq))]
-        for j in range(len(uniq)):
-            i0 = int(members[j][0]) if first is None else int(first[j])
+        for sel in queue_members(len(topics), topic_id, queue_id):
+            i0 = int(sel[0])
             topic, qid = topics[int(topic_id[i0])], int(queue_id[i0])
             if not safe_topic_dir(topic):
                 if topic not in self._unsafe:
@@ -161,7 +165,6 @@ class ConsumeQueueBuilder:
                         )
                     )
                 continue
-            sel = members[j]
             self._add_queue(topic, qid, queue_offset[sel], phys[sel], size[sel], tags_code[sel])
 
     def _add_queue(self, topic: str, qid: int, qo: np.ndarray, phys: np.ndarray, size: np.ndarray, tags: np.ndarray) -> None:

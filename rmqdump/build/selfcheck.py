@@ -2,7 +2,7 @@
 
 While the builders write, each range's dispatch columns are appended to
 column files in the rebuild's temporary directory (about 45 bytes a record
-and 12 a key, on disk: memory stays bounded whatever the store's size). The
+and 20 a key, on disk: memory stays bounded whatever the store's size). The
 self-check then runs the `cq verify` and `index verify` analyses on the files
 written, read back through the readers, with these columns standing in for
 the CommitLog scan those commands make; the spill is removed before the
@@ -39,7 +39,7 @@ _RECORD = {
     "store_ts": np.int64,
     "flags": np.uint8,
 }
-_KEY = {"key_phys": np.int64, "key_hash": np.int32}  # the index hash (abs of hashCode), in put order
+_KEY = {"key_phys": np.int64, "key_hash": np.int32, "key_ts": np.int64}  # index hash (abs of hashCode), record's store time; in put order
 _CRC_CODES = (P.BODY_CRC_MISMATCH, P.PROP_CRC_MISMATCH)
 
 
@@ -74,6 +74,7 @@ class ScanColumns:
         }
         cols["key_phys"] = r.phys[r.key_rec] if len(r.key_rec) else np.zeros(0, np.int64)
         cols["key_hash"] = r.key_hash if len(r.key_rec) else np.zeros(0, np.int32)
+        cols["key_ts"] = r.store_ts[r.key_rec] if len(r.key_rec) else np.zeros(0, np.int64)
         for k, dt in {**_RECORD, **_KEY}.items():
             np.asarray(cols[k], dtype=dt).tofile(self._files[k])
         self.n += len(r.phys)
@@ -145,6 +146,7 @@ class ScanColumns:
         else (holes, fillers, damage, a wrong byte) returns None: the caller
         then runs the `cq verify` analysis, which names what differs.
         """
+        from rmqdump.build.cqbuild import queue_members
         from rmqdump.readers.consumequeue import UNIT_DTYPE, UNIT_SIZE
 
         if self.problems:
@@ -162,14 +164,8 @@ class ScanColumns:
         for a in range(0, self.n, _QUICK_WINDOW):
             c = {k: np.asarray(v[a : a + _QUICK_WINDOW]) for k, v in cols.items()}
             idx = np.flatnonzero(c["flags"] & QUEUED)
-            if not len(idx):
-                continue
-            key = (c["topic_id"][idx].astype(np.int64) << 32) | (c["queue_id"][idx].astype(np.int64) & 0xFFFFFFFF)
-            order = np.argsort(key, kind="stable")
-            idx, key = idx[order], key[order]
-            cuts = np.flatnonzero(np.diff(key)) + 1
-            for s, e in zip(np.concatenate([[0], cuts]).tolist(), np.concatenate([cuts, [len(idx)]]).tolist(), strict=True):
-                m = idx[s:e]
+            for sel in queue_members(len(topics), c["topic_id"][idx], c["queue_id"][idx]):
+                m = idx[sel]
                 q = (topics[int(c["topic_id"][m[0]])], int(c["queue_id"][m[0]]))
                 first = nxt.get(q, 0)
                 qo = c["queue_offset"][m]
@@ -224,8 +220,7 @@ class ScanColumns:
         header_dt = _index_header_dtype()
         size = file_size(hash_slots, index_entries)
         entries_at = HEADER_SIZE + hash_slots * SLOT_DTYPE.itemsize
-        kp_all, kh_all = self._col("key_phys"), self._col("key_hash")
-        phys, store_ts = self._col("phys"), self._col("store_ts")
+        kp_all, kh_all, kt_all = self._col("key_phys"), self._col("key_hash"), self._col("key_ts")
         k = 0
         prev_end_ts = prev_end_phy = 0
         entries = 0
@@ -246,7 +241,7 @@ class ScanColumns:
                 slots = np.fromfile(path, dtype=SLOT_DTYPE, count=hash_slots, offset=HEADER_SIZE)
                 return None if slots["entry"].any() else {"files": len(paths), "entries": entries, "problems": 0, "codes": {}, "ok": True}
             begin = int(h["begin_timestamp"])
-            first_key = (int(kp_all[k]), int(store_ts[np.searchsorted(phys, kp_all[k])]))
+            first_key = (int(kp_all[k]), int(kt_all[k]))
             chains = _Chains(m, hash_slots)
             for c0 in range(0, m, _QUICK_WINDOW):
                 c1 = min(m, c0 + _QUICK_WINDOW)
@@ -255,7 +250,7 @@ class ScanColumns:
                 kh = np.asarray(kh_all[k + c0 : k + c1])
                 if not np.array_equal(ent["phys_offset"], kp) or not np.array_equal(ent["key_hash"], kh):
                     return None
-                st = np.asarray(store_ts[np.searchsorted(phys, kp)])
+                st = np.asarray(kt_all[k + c0 : k + c1])
                 td = st - begin if begin > 0 else np.zeros(len(st), dtype=np.int64)
                 if c0 == 0:
                     td[0] = st[0] - prev_end_ts if prev_end_ts > 0 else 0

@@ -114,7 +114,21 @@ def _bad_chain(tmp: str, st) -> None:
         f.write(e.tobytes())
 
 
-@pytest.mark.parametrize("damage,part", [(_bad_unit, "consumequeue"), (_bad_entry, "index"), (_bad_slot, "index"), (_bad_chain, "index")])
+def _twice_linked(tmp: str, st) -> None:
+    """Entry b, which followed entry a, links to a's own previous entry instead: that one is now the previous of two."""
+    path = _first_index_file(tmp)
+    e, at = _entries(path, st)
+    prev = e["prev_index"].astype(np.int64)
+    b = next(i for i in range(1, len(e)) if prev[i] > 0 and prev[prev[i]] > 0)
+    e["prev_index"][b] = prev[prev[b]]
+    with open(path, "r+b") as f:
+        f.seek(at)
+        f.write(e.tobytes())
+
+
+@pytest.mark.parametrize(
+    "damage,part", [(_bad_unit, "consumequeue"), (_bad_entry, "index"), (_bad_slot, "index"), (_bad_chain, "index"), (_twice_linked, "index")]
+)
 def test_damage_on_disk_fails_the_quick_proof_and_the_analysis_names_it(tmp_path, monkeypatch, damage, part):
     name = "rmq4-basic"
     st = _settings(name)

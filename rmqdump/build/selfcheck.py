@@ -330,15 +330,15 @@ class _Chains:
             return False
         if self.is_prev[lp].any():  # the previous of two entries
             return False
-        self.is_prev[lp] = True
+        self.is_prev[lp] = True  # twice inside one chunk: finish() counts the marks
         self.links += len(lp)
-        if int(np.count_nonzero(self.is_prev)) != self.links:  # twice in this chunk
-            return False
         self.ends += len(slot) - len(lp)
         return True
 
     def finish(self, slots: np.ndarray, hash_slot_count: int) -> bool:
         m = len(self.slot) - 1
+        if int(np.count_nonzero(self.is_prev)) != self.links:  # an entry that is the previous of two
+            return False
         n_used = int(np.count_nonzero(self.used))
         if self.ends != n_used or n_used != hash_slot_count:  # one chain end per used slot (each chain ends in its own slot)
             return False

@@ -301,3 +301,26 @@ def test_zero_stretches_are_skipped_exactly(tmp_path):
         lead = next(i for i, b in enumerate(nxt["wroteBytes"].to_bytes(4, "big")) if b)  # totalSize's zero high bytes
         assert first_nonzero(mf, off, mf.size) == off + m["wroteBytes"] + lead
         assert resync(seg, mf, off) == nxt["wroteOffset"] - seg.base
+
+
+def test_zero_search_skips_holes_of_a_sparse_file(tmp_path):
+    """A sparse copy of a real CommitLog file: holes are zeros without being read, data after a hole is found."""
+    from rmqdump.readers.commitlog import first_nonzero
+    from rmqdump.readers.mapped import MappedFile
+
+    src = sorted(_copy("rmq4-crash", tmp_path).iterdir())[0]
+    body = src.read_bytes()
+    sparse = tmp_path / "sparse" / src.name
+    sparse.parent.mkdir()
+    size = len(body) + (8 << 20)
+    with open(sparse, "wb") as f:  # a hole, the record bytes at 4 MiB, a hole to the end
+        f.truncate(size)
+        f.seek(4 << 20)
+        f.write(body)
+    first = next(i for i, b in enumerate(body) if b)
+    with MappedFile(sparse) as mf:
+        assert first_nonzero(mf, 0, mf.size) == (4 << 20) + first
+        assert first_nonzero(mf, 0, 4 << 20) is None
+        last = len(body) - len(body.rstrip(b"\0"))
+        assert first_nonzero(mf, (4 << 20) + len(body) - last, mf.size) is None
+        assert first_nonzero(mf, (4 << 20) + len(body) - last - 1, mf.size) == (4 << 20) + len(body) - last - 1

@@ -17,6 +17,7 @@ ConsumeQueue hold.
 
 from __future__ import annotations
 
+import errno
 import itertools
 import os
 from collections.abc import Iterator
@@ -532,6 +533,30 @@ _ZERO_CHUNK = bytes(4 << 20)
 _ZERO_TAILS: dict[tuple, int] = {}  # file identity -> offset from which it is all zeros
 
 
+def _next_data(fd: int, pos: int, stop: int) -> tuple[int, int]:
+    """The next stretch [data, data_end) of [pos, stop) that may hold bytes other than zero.
+
+    A hole of a sparse file (a preallocated CommitLog copied with its holes
+    kept) reads as zeros by definition, so it is skipped without reading it;
+    where the file system cannot say (no SEEK_DATA), the whole rest is data.
+    """
+    if not hasattr(os, "SEEK_DATA"):
+        return pos, stop
+    try:
+        data = os.lseek(fd, pos, os.SEEK_DATA)
+    except OSError as e:
+        if e.errno == errno.ENXIO:  # holes only, up to the end of the file
+            return stop, stop
+        return pos, stop
+    if data >= stop:
+        return stop, stop
+    try:
+        hole = os.lseek(fd, data, os.SEEK_HOLE)
+    except OSError:
+        hole = stop
+    return data, min(max(hole, data + 1), stop)
+
+
 def first_nonzero(mf: MappedFile, start: int, stop: int) -> int | None:
     """The first non-zero byte in [start, stop), or None.
 
@@ -551,12 +576,15 @@ def first_nonzero(mf: MappedFile, start: int, stop: int) -> int | None:
             return None
         pos = start
         while pos < stop:
-            chunk = os.pread(fd, min(step, stop - pos), pos)
-            if not chunk:
-                break
-            if chunk != (_ZERO_CHUNK if len(chunk) == step else bytes(len(chunk))):
-                return pos + len(chunk) - len(chunk.lstrip(b"\0"))
-            pos += len(chunk)
+            pos, data_end = _next_data(fd, pos, stop)
+            while pos < data_end:
+                chunk = os.pread(fd, min(step, data_end - pos), pos)
+                if not chunk:
+                    pos = stop
+                    break
+                if chunk != (_ZERO_CHUNK if len(chunk) == step else bytes(len(chunk))):
+                    return pos + len(chunk) - len(chunk.lstrip(b"\0"))
+                pos += len(chunk)
         if stop == mf.size:  # remembered: the other byte ranges of this file need not read it again
             _ZERO_TAILS[key] = min(start, tail if tail is not None else start)
         return None

@@ -183,23 +183,24 @@ def test_kernel_equals_construct_under_damage(tmp_path_factory, flips, seed):
 @settings(max_examples=50, deadline=None)
 @given(data=st.binary(max_size=300), lo=st.integers(0, 20))
 def test_crc32_is_zlibs(data, lo):
-    """Both CRC paths of the kernel: its table code, and the zlib library it calls when it finds one."""
+    """Both CRC paths of the kernel: its table code, and the library it calls when it finds one (libdeflate, else zlib)."""
     jit = K.jit()
     buf = np.frombuffer(bytes(7) + data, dtype=np.uint8)
     start = min(lo, len(buf))
     assert jit.crc32(buf, start, len(buf) - start) == jit._crc(buf, start, len(buf) - start) == zlib.crc32(bytes(buf[start:]))
 
 
-def test_kernel_without_zlib_gives_the_same_batches(tmp_path):
-    """The table-code build of the kernel (no zlib library) agrees with construct on every record of a 5.3 store (body and property CRCs)."""
+@pytest.mark.parametrize(("crc", "library"), [("table", "kernel.ZLIB is None"), ("zlib", "kernel.ZLIB is not None")])
+def test_kernel_crc_paths_give_the_same_batches(tmp_path, crc, library):
+    """Each CRC-32 build of the kernel (table code; zlib's crc32 when libdeflate is not used) agrees with construct on every record of a 5.3 store (body and property CRCs)."""
     code = (
         "import sys; sys.path.insert(0, 'tests'); from test_kernel import _check_batches;"
         "from rmqdump.readers import kernel; from rmqdump.readers.commitlog import CommitLog;"
         "from conftest import store_root;"
         "n = _check_batches(CommitLog.open(store_root('rmq53-v2') / 'commitlog').scan(check_crc=True));"
-        "assert kernel.ZLIB is None and n > 0; print(n)"
+        f"assert kernel.DEFLATE is None and {library} and n > 0; print(n)"
     )
-    env = dict(os.environ, RMQDUMP_KERNEL_CRC="table", RMQDUMP_CACHE_DIR=str(tmp_path / "cache"))
+    env = dict(os.environ, RMQDUMP_KERNEL_CRC=crc, RMQDUMP_CACHE_DIR=str(tmp_path / "cache"))
     env.pop("NUMBA_CACHE_DIR", None)
     root = Path(__file__).resolve().parent.parent
     out = subprocess.run([sys.executable, "-c", code], env=env, cwd=root, capture_output=True, text=True)

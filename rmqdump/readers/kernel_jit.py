@@ -19,6 +19,7 @@ from rmqdump.readers.kernel import (
     COL,
     CRC_PREFIX,
     CRC_TABLES,
+    DEFLATE,
     DELAY_NONE,
     DELAY_PY,
     END,
@@ -122,7 +123,15 @@ def crc32(data, p, n):
     return c ^ np.int64(0xFFFFFFFF)
 
 
-if ZLIB:
+if DEFLATE:
+    _deflate_crc32 = types.ExternalFunction("libdeflate_crc32", types.uint32(types.uint32, types.intp, types.uintp))
+
+    @njit(cache=True, nogil=True)
+    def _crc(data, p, n):
+        """CRC-32 of data[p:p+n] by libdeflate (resolved by name from the library kernel.jit() loaded)."""
+        return np.int64(_deflate_crc32(np.uint32(0), data.ctypes.data + p, np.uintp(n)))
+
+elif ZLIB:
     _zlib_crc32 = types.ExternalFunction("crc32", types.uint64(types.uint64, types.intp, types.uint32))
 
     @njit(cache=True, nogil=True)

@@ -113,13 +113,13 @@ def test_cli_engine_spark(spark, tmp_path):
 
 
 def _verify_both(spark, root, **kw):
-    from rmqdump.checks.cqverify import PROBLEM_COLUMNS, VerifySummary, verify
+    from rmqdump.checks.cqverify import PROBLEM_COLUMNS, VerifyScope, VerifySummary, verify
     from rmqdump.engines.spark.verify import verify_spark
     from rmqdump.readers.store import Store
 
     s1, s2 = VerifySummary(), VerifySummary()
     local = [p.to_dict(PROBLEM_COLUMNS) for p in verify(Store.open(root), summary=s1, **kw)]
-    sp = [p.to_dict(PROBLEM_COLUMNS) for p in verify_spark(spark, Store.open(root), summary=s2, split_size=8192, **kw)]
+    sp = [p.to_dict(PROBLEM_COLUMNS) for p in verify_spark(spark, Store.open(root), VerifyScope(**kw), summary=s2, split_size=8192)]
     key = lambda d: json.dumps(d, sort_keys=True)  # noqa: E731
     assert sorted(sp, key=key) == sorted(local, key=key)
     assert s1.to_dict() == s2.to_dict() and s1.codes == s2.codes

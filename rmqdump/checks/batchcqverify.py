@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rmqdump.checks.cqverify import CQ_HOLE, CQ_NON_MONOTONIC, CommitLogExtent, RecordTable, pointer_checks, position_runs
+from rmqdump.checks.cqverify import CQ_HOLE, CQ_NON_MONOTONIC, RecordWindow, pointer_checks, position_runs
 from rmqdump.common.problems import Problem
 from rmqdump.readers.batchcq import BatchConsumeQueue, BatchUnits
 from rmqdump.readers.consumequeue import QueueUnits
@@ -119,21 +119,17 @@ def expected_batch_size(props: dict[str, str] | None) -> int | None:
     return 1
 
 
-def check_batch_units_in_window(
-    q: BatchConsumeQueue, u: BatchUnits, records: RecordTable, extent: CommitLogExtent, lo: int, hi: int, reader: RecordProps
-) -> tuple[list[Problem], np.ndarray]:
-    """Pointer checks of the valid units with lo <= offset < hi: (problems, record indices they cover)."""
-    vpos = np.flatnonzero(u.valid_mask() & (u.offset >= lo) & (u.offset < hi))
+def check_batch_units_in_window(q: BatchConsumeQueue, u: BatchUnits, window: RecordWindow, reader: RecordProps) -> tuple[list[Problem], np.ndarray]:
+    """Pointer checks of the valid units pointing into one window of records: (problems, record indices they cover)."""
+    records = window.records
+    vpos = np.flatnonzero(u.valid_mask() & (u.offset >= window.lo) & (u.offset < window.hi))
     if not vpos.size:
         return [], np.zeros(0, np.int64)
     as_cq = QueueUnits(u.base_offset, u.offset, u.size, u.tags_code)
-    found, covered = pointer_checks(as_cq, vpos, q.topic, q.queue_id, records, extent, True)
+    found, covered = pointer_checks(as_cq, vpos, q.topic, q.queue_id, records, window.extent, True)
     probs = [_problem(q, u, p, code, detail, phys) for p, code, detail, phys in found]
     # the two values a 20-byte unit does not have: store time and batch size
-    co = u.offset[vpos]
-    r = np.searchsorted(records.phys, co)
-    rc = np.clip(r, 0, max(len(records) - 1, 0))
-    hit = (r < len(records)) & (records.phys[rc] == co) if len(records) else np.zeros(len(co), dtype=bool)
+    hit, rc = records.rows_at(u.offset[vpos])
     hp, hr = vpos[hit], rc[hit]
     for k in np.flatnonzero(u.store_time[hp] != records.store_timestamp[hr]).tolist():
         j = int(hp[k])

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rmqdump.checks.cqverify import CQ_TAGS_CODE_MISMATCH, RecordTable, findings_to_problems, real_mask
+from rmqdump.checks.cqverify import CQ_TAGS_CODE_MISMATCH, RecordWindow, findings_to_problems
 from rmqdump.common.problems import Problem
 from rmqdump.readers.consumequeue import QueueUnits
 from rmqdump.readers.cqext import CQ_EXT_BAD_ADDRESS, ConsumeQueueExt, is_ext_address
@@ -39,18 +39,16 @@ def check_ext_units_in_window(
     topic: str,
     queue_id: int,
     ext: ConsumeQueueExt | None,
-    records: RecordTable,
-    lo: int,
-    hi: int,
+    window: RecordWindow,
     *,
     seen_real: bool,
     cq_file_of,
 ) -> list[Problem]:
-    """Tags of the valid units with lo <= offset < hi, through the ext file where they hold an address."""
+    """Tags of the valid units pointing into one window of records, through the ext file where they hold an address."""
     if len(u) == 0:
         return []
-    real, _, _ = real_mask(u, seen_real)
-    vpos = np.flatnonzero(real & (u.offset >= lo) & (u.offset < hi))
+    records = window.records
+    vpos, _ = window.pointing_in(u, seen_real)
     if not vpos.size:
         return []
     tags, k = resolve_tags(u, ext)
@@ -61,10 +59,7 @@ def check_ext_units_in_window(
         where = f"{ext.locate(a)[0]}@{ext.locate(a)[1]}" if ext is not None else "no consumequeue_ext directory for this queue"
         found.append((j, CQ_EXT_BAD_ADDRESS, f"tagsCode {a} is an ext address (byte {a + (1 << 63)}) where no ext unit starts ({where})", int(u.offset[j])))
     probs = findings_to_problems(found, u, topic, queue_id, cq_file_of)
-    co = u.offset[vpos]
-    r = np.searchsorted(records.phys, co)
-    rc = np.clip(r, 0, max(len(records) - 1, 0))
-    hit = (r < len(records)) & (records.phys[rc] == co) if len(records) else np.zeros(len(co), dtype=bool)
+    hit, rc = records.rows_at(u.offset[vpos])
     hp, hr = vpos[hit], rc[hit]
     plain = ~addr[hp]
     found = []

@@ -19,6 +19,7 @@ and Python objects are only made for the units that fail.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 from collections.abc import Callable, Iterable, Iterator
@@ -78,6 +79,13 @@ class RecordTable:
             return self.topics.index(topic)
         except ValueError:
             return -1
+
+    def rows_at(self, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The join of physical offsets with the records: (a record starts there, its row (clipped where none does))."""
+        r = np.searchsorted(self.phys, offsets)
+        rc = np.clip(r, 0, max(len(self) - 1, 0))
+        hit = (r < len(self)) & (self.phys[rc] == offsets) if len(self) else np.zeros(len(offsets), dtype=bool)
+        return hit, rc
 
     @property
     def data_end(self) -> int:
@@ -149,6 +157,21 @@ class CommitLogExtent:
         ok = i >= 0
         ic = np.clip(i, 0, None)
         return ok & (offsets < self.ends[ic])
+
+
+@dataclass(frozen=True)
+class RecordWindow:
+    """One window of CommitLog records and the unit offsets it answers for, [lo, hi): each unit is joined in one window."""
+
+    records: RecordTable
+    extent: CommitLogExtent
+    lo: int
+    hi: int
+
+    def pointing_in(self, u: QueueUnits, seen_real: bool) -> tuple[np.ndarray, bool]:
+        """Positions of u's valid non-filler units whose offset is in [lo, hi), and seen_real after u."""
+        real, _, seen_real = real_mask(u, seen_real)
+        return np.flatnonzero(real & (u.offset >= self.lo) & (u.offset < self.hi)), seen_real
 
 
 @dataclass
@@ -232,9 +255,7 @@ def pointer_checks(
         found.append((int(vpos[k]), CQ_OFFSET_OUT_OF_RANGE, f"offset {int(vo[k])} is in no CommitLog file", int(vo[k])))
     cand = vpos[~dangling & inside]
     co = off[cand]
-    r = np.searchsorted(records.phys, co)
-    rc = np.clip(r, 0, max(len(records) - 1, 0))
-    hit = (r < len(records)) & (records.phys[rc] == co) if len(records) else np.zeros(len(co), dtype=bool)
+    hit, rc = records.rows_at(co)
     for k in np.flatnonzero(~hit).tolist():
         found.append((int(cand[k]), CQ_NOT_MESSAGE_START, f"no valid record starts at offset {int(co[k])}", int(co[k])))
     hp, hr = cand[hit], rc[hit]
@@ -311,17 +332,14 @@ def check_units_in_window(
     units: QueueUnits | np.ndarray,
     topic: str,
     queue_id: int,
-    records: RecordTable,
-    extent: CommitLogExtent,
-    lo: int,
-    hi: int,
+    window: RecordWindow,
     *,
     first_index: int = 0,
     seen_real: bool = False,
     cq_file_of: Callable[[int], tuple[str, int]] | None = None,
     check_tags: bool = True,
 ) -> tuple[list[Problem], np.ndarray, bool]:
-    """Only the pointer checks, for the valid units with lo <= offset < hi (one window of records).
+    """Only the pointer checks, for the valid units pointing into one window of records.
 
     With the CommitLog cut into windows of records, each unit is joined in the
     window that holds its offset, so memory stays bounded; the order checks
@@ -331,9 +349,8 @@ def check_units_in_window(
     u = _as_units(units, first_index)
     if len(u) == 0:
         return [], np.zeros(0, np.int64), seen_real
-    real, _, seen_real = real_mask(u, seen_real)
-    vpos = np.flatnonzero(real & (u.offset >= lo) & (u.offset < hi))
-    found, covered = pointer_checks(u, vpos, topic, queue_id, records, extent, check_tags)
+    vpos, seen_real = window.pointing_in(u, seen_real)
+    found, covered = pointer_checks(u, vpos, topic, queue_id, window.records, window.extent, check_tags)
     return findings_to_problems(found, u, topic, queue_id, cq_file_of), covered, seen_real
 
 
@@ -411,6 +428,10 @@ class VerifySummary:
     messages: int = 0
     problems: int = 0
     codes: dict[str, int] = field(default_factory=dict)
+
+    def count(self, p: Problem) -> None:
+        self.problems += 1
+        self.codes[p.code] = self.codes.get(p.code, 0) + 1
 
     def to_dict(self) -> dict:
         return {"kind": "summary", "queues": self.queues, "units": self.units, "messages": self.messages, "problems": self.problems}
@@ -536,6 +557,42 @@ class _QueueState:
     ranges: list[tuple[int, int, bool] | None]  # per file: (min, max) offset of its real units, a real unit came before the file
 
 
+@dataclass(frozen=True)
+class VerifyScope:
+    """What a `cq verify` run covers (a queue selection) and how it reads records: shared by the local and Spark engines."""
+
+    topic: str | None = None
+    queue_id: int | None = None
+    check_crc: bool = True
+    delays: DelayLevels | None = None
+
+    def queues(self, store: Store) -> list[ConsumeQueue]:
+        return store.select_queues(self.topic, self.queue_id)
+
+    def layout_problems(self, store: Store, queues: list[ConsumeQueue]) -> list[Problem]:
+        """The store's layout problems, less those of queues outside the selection."""
+        wanted = {(q.topic, q.queue_id) for q in queues}
+
+        def elsewhere(p: Problem) -> bool:
+            return "topic" in p.extra and p.extra.get("queue_id") is not None and (p.extra.get("topic"), p.extra.get("queue_id")) not in wanted
+
+        return [p for p in store.problems if not elsewhere(p)]
+
+    def selects(self, topic: str, queue_id: int) -> bool:
+        return (self.topic is None or topic == self.topic) and (self.queue_id is None or queue_id == self.queue_id)
+
+    def record_select(self, records: RecordTable) -> np.ndarray | None:
+        """Which records are in the selected queues (None: all of them)."""
+        if self.topic is None and self.queue_id is None:
+            return None
+        select = np.ones(len(records), dtype=bool)
+        if self.topic is not None:
+            select &= records.topic_id == records.topic_code(self.topic)
+        if self.queue_id is not None:
+            select &= records.queue_id == self.queue_id
+        return select
+
+
 def verify(
     store: Store,
     *,
@@ -561,38 +618,43 @@ def verify(
     that have no unit. Memory is bounded by the window, not the store.
     """
     s = summary if summary is not None else VerifySummary()
-    queues = store.select_queues(topic, queue_id)
+    scope = VerifyScope(topic, queue_id, check_crc, delays)
+    if windows is None:
+        windows = record_windows(store.commitlog, check_crc=check_crc, delays=delays, window_records=window_records, on_bytes=on_bytes, workers=workers)
+    for p in _findings(store, scope, s, windows):
+        s.count(p)
+        yield p
+
+
+def _findings(store: Store, scope: VerifyScope, s: VerifySummary, windows: Iterable[tuple[RecordTable, list[Problem]]]) -> Iterator[Problem]:
+    """verify's findings in order; `s` gets the queue, unit and message counts."""
+    queues = scope.queues(store)
     s.queues = len(queues)
-
-    def emit(p: Problem) -> Problem:
-        s.problems += 1
-        s.codes[p.code] = s.codes.get(p.code, 0) + 1
-        return p
-
-    wanted = {(q.topic, q.queue_id) for q in queues}
-    for p in store.problems:
-        if "topic" in p.extra and p.extra.get("queue_id") is not None and (p.extra.get("topic"), p.extra.get("queue_id")) not in wanted:
-            continue
-        yield emit(p)
-
-    from rmqdump.checks import batchcqverify, cqextverify, lmqverify
-    from rmqdump.readers.recordprops import RecordProps, is_lmq
-
-    kinds = _Kinds.of(store, topic, queue_id)
+    yield from scope.layout_problems(store, queues)
+    kinds = _Kinds.of(store, scope)
     s.queues += len(kinds.batch)
-    for p in kinds.ext_problems():
-        yield emit(p)
+    yield from kinds.ext_problems()
     for _bq, order in kinds.batch_orders():
         s.units += order.units
-        for p in order.problems:
-            yield emit(p)
-
+        yield from order.problems
     states: list[_QueueState] = []
+    yield from _order_pass(queues, states, s)
+    from rmqdump.readers.recordprops import RecordProps
+
+    reader = RecordProps(store.commitlog)
+    try:
+        yield from _window_pass(store, scope, kinds, states, windows, s, reader)
+    finally:
+        reader.close()
+
+
+def _order_pass(queues: list[ConsumeQueue], states: list[_QueueState], s: VerifySummary) -> Iterator[Problem]:
+    """Per queue, file by file: the order checks, and (into `states`) the offset range of each file's real units."""
     for q in queues:
         where = cq_locator(q)
         last_valid = q.last_valid_index()
         prev, seen = -1, False
-        ranges: list[tuple[int, int] | None] = []
+        ranges: list[tuple[int, int, bool] | None] = []
         for chunk in q.chunks():
             seen_before = seen
             res = check_order(chunk, q.topic, q.queue_id, last_valid_index=last_valid, prev_offset=prev, seen_real=seen, cq_file_of=where)
@@ -601,93 +663,81 @@ def verify(
             real, _, _ = real_mask(chunk, seen_before)
             ro = chunk.offset[real]
             ranges.append((int(ro.min()), int(ro.max()), seen_before) if ro.size else None)
-            for p in res.problems:
-                yield emit(p)
+            yield from res.problems
         states.append(_QueueState(q, where, ranges))
 
-    check_tags = not kinds.has_ext
-    tcode = None
-    reader = RecordProps(store.commitlog)
 
-    def expected(t: str, qid: int, index: int) -> str | None:
-        q = store.queue(t, qid)
-        if q is not None:
-            return q.expected_path(index)
-        bq = store.batch_queues.get((t, qid))
-        if bq is not None:
-            return bq.expected_path(index)
-        fs = store.cq_file_size or C.DEFAULT_CQ_UNITS_PER_FILE * UNIT_SIZE
-        return os.path.join(store.root, "consumequeue", t, str(qid), f"{index * UNIT_SIZE // fs * fs:020d}")
-
+def _window_pass(store, scope, kinds, states, windows, s, reader) -> Iterator[Problem]:
+    """Window by window of CommitLog records: its scan problems, the units pointing into it, its records without a unit."""
     lo = -(1 << 63)
     data_end = store.commitlog.min_offset
-    if windows is None:
-        windows = record_windows(store.commitlog, check_crc=check_crc, delays=delays, window_records=window_records, on_bytes=on_bytes, workers=workers)
     for records, cl_problems in windows:
         s.messages += len(records)
-        for p in cl_problems:
-            yield emit(p)
+        yield from cl_problems
         last = len(records) == 0  # record_windows ends with the remainder (empty when the store divides evenly)
         hi = records.data_end if len(records) else data_end
         data_end = max(data_end, hi)
         if last:
             hi = 1 << 63  # everything from here on is past the end of the data
-        extent = CommitLogExtent.of(store.commitlog, data_end if last else 1 << 63)
-        covered = np.zeros(len(records), dtype=bool)
-        lmq_found: set = set()
-        for st in states:
-            for _f, rng, chunk in _chunks_in(st, lo, hi):
-                if is_lmq(st.q.topic):
-                    probs, ok = lmqverify.check_lmq_units_in_window(
-                        chunk, st.q.topic, st.q.queue_id, records, extent, lo, hi, seen_real=rng[2], cq_file_of=st.where, reader=reader
-                    )
-                    lmq_found |= ok
-                else:
-                    probs, cov, _ = check_units_in_window(
-                        chunk, st.q.topic, st.q.queue_id, records, extent, lo, hi, seen_real=rng[2], cq_file_of=st.where, check_tags=check_tags
-                    )
-                    covered[cov] = True
-                if kinds.has_ext and not is_lmq(st.q.topic):  # LMQ units carry the plain tagsCode, checked above
-                    ext = store.ext_queues.get((st.q.topic, st.q.queue_id))
-                    probs = probs + cqextverify.check_ext_units_in_window(
-                        chunk, st.q.topic, st.q.queue_id, ext, records, lo, hi, seen_real=rng[2], cq_file_of=st.where
-                    )
-                for p in probs:
-                    yield emit(p)
-        for bq, u in kinds.batch_chunks_in(lo, hi):
-            probs, cov = batchcqverify.check_batch_units_in_window(bq, u, records, extent, lo, hi, reader)
-            covered[cov] = True
-            for p in probs:
-                yield emit(p)
-        select = None
-        if topic is not None or queue_id is not None:
-            select = np.ones(len(records), dtype=bool)
-            if topic is not None:
-                tcode = records.topic_code(topic)
-                select &= records.topic_id == tcode
-            if queue_id is not None:
-                select &= records.queue_id == queue_id
-        for p in missing_units(records, covered, select=select, cq_file_of=expected):
-            yield emit(p)
-        if kinds.has_lmq:  # the records naming LMQ queues are searched for only when the store has LMQ queues
-            for p in lmqverify.missing_lmq_units(store.commitlog, records, lmq_found, reader=reader, expected_path=expected, select=kinds.lmq_selected):
-                yield emit(p)
-        lo = hi
+        window = RecordWindow(records, CommitLogExtent.of(store.commitlog, data_end if last else 1 << 63), lo, hi)
+        yield from _window_findings(store, scope, kinds, states, window, reader)
         if last:
-            break
-    else:  # the scan ended on a full window: units past its end are dangling
-        extent = CommitLogExtent.of(store.commitlog, data_end)
-        empty = RecordTable.empty()
-        for st in states:
-            for _f, rng, chunk in _chunks_in(st, lo, 1 << 63):
-                probs, _, _ = check_units_in_window(chunk, st.q.topic, st.q.queue_id, empty, extent, lo, 1 << 63, seen_real=rng[2], cq_file_of=st.where)
-                for p in probs:
-                    yield emit(p)
-        for bq, u in kinds.batch_chunks_in(lo, 1 << 63):
-            probs, _ = batchcqverify.check_batch_units_in_window(bq, u, empty, extent, lo, 1 << 63, reader)
-            for p in probs:
-                yield emit(p)
-    reader.close()
+            return
+        lo = hi
+    # the scan ended on a full window: units past its end are dangling
+    window = RecordWindow(RecordTable.empty(), CommitLogExtent.of(store.commitlog, data_end), lo, 1 << 63)
+    for st in states:
+        for _f, rng, chunk in _chunks_in(st, window.lo, window.hi):
+            yield from check_units_in_window(chunk, st.q.topic, st.q.queue_id, window, seen_real=rng[2], cq_file_of=st.where)[0]
+    from rmqdump.checks import batchcqverify
+
+    for bq, u in kinds.batch_chunks_in(window.lo, window.hi):
+        yield from batchcqverify.check_batch_units_in_window(bq, u, window, reader)[0]
+
+
+def _window_findings(store, scope: VerifyScope, kinds: _Kinds, states: list[_QueueState], window: RecordWindow, reader) -> Iterator[Problem]:
+    """The units of every kind of queue pointing into one window, then the window's records that no unit covers."""
+    from rmqdump.checks import batchcqverify, cqextverify, lmqverify
+    from rmqdump.readers.recordprops import is_lmq
+
+    records = window.records
+    covered = np.zeros(len(records), dtype=bool)
+    lmq_found: set = set()
+    for st in states:
+        lmq = is_lmq(st.q.topic)
+        for _f, rng, chunk in _chunks_in(st, window.lo, window.hi):
+            if lmq:
+                probs, ok = lmqverify.check_lmq_units_in_window(chunk, st.q.topic, st.q.queue_id, window, seen_real=rng[2], cq_file_of=st.where, reader=reader)
+                lmq_found |= ok
+            else:
+                probs, cov, _ = check_units_in_window(
+                    chunk, st.q.topic, st.q.queue_id, window, seen_real=rng[2], cq_file_of=st.where, check_tags=not kinds.has_ext
+                )
+                covered[cov] = True
+            if kinds.has_ext and not lmq:  # LMQ units carry the plain tagsCode, checked above
+                ext = store.ext_queues.get((st.q.topic, st.q.queue_id))
+                probs = probs + cqextverify.check_ext_units_in_window(chunk, st.q.topic, st.q.queue_id, ext, window, seen_real=rng[2], cq_file_of=st.where)
+            yield from probs
+    for bq, u in kinds.batch_chunks_in(window.lo, window.hi):
+        probs, cov = batchcqverify.check_batch_units_in_window(bq, u, window, reader)
+        covered[cov] = True
+        yield from probs
+    expected = functools.partial(expected_cq_path, store)
+    yield from missing_units(records, covered, select=scope.record_select(records), cq_file_of=expected)
+    if kinds.has_lmq:  # the records naming LMQ queues are searched for only when the store has LMQ queues
+        yield from lmqverify.missing_lmq_units(store.commitlog, records, lmq_found, reader=reader, expected_path=expected, select=kinds.lmq_selected)
+
+
+def expected_cq_path(store: Store, topic: str, queue_id: int, index: int) -> str | None:
+    """The ConsumeQueue (or Batch ConsumeQueue) file that should hold a queue's unit `index`."""
+    q = store.queue(topic, queue_id)
+    if q is not None:
+        return q.expected_path(index)
+    bq = store.batch_queues.get((topic, queue_id))
+    if bq is not None:
+        return bq.expected_path(index)
+    fs = store.cq_file_size or C.DEFAULT_CQ_UNITS_PER_FILE * UNIT_SIZE
+    return os.path.join(store.root, "consumequeue", topic, str(queue_id), f"{index * UNIT_SIZE // fs * fs:020d}")
 
 
 @dataclass
@@ -697,21 +747,20 @@ class _Kinds:
     store: Store
     batch: list
     has_ext: bool
-    topic: str | None
-    queue_id: int | None
+    scope: VerifyScope
     ranges: dict = field(default_factory=dict)
     has_lmq: bool = False
 
     @classmethod
-    def of(cls, store: Store, topic: str | None, queue_id: int | None) -> _Kinds:
+    def of(cls, store: Store, scope: VerifyScope) -> _Kinds:
         has_ext = bool(store.ext_queues) or os.path.isdir(os.path.join(store.root, "consumequeue_ext"))
         has_lmq = any(t.startswith(C.LMQ_PREFIX) for t, _ in store.queues)
-        return cls(store, store.select_batch_queues(topic, queue_id), has_ext, topic, queue_id, has_lmq=has_lmq)
+        return cls(store, store.select_batch_queues(scope.topic, scope.queue_id), has_ext, scope, has_lmq=has_lmq)
 
     def ext_problems(self) -> list[Problem]:
         out = []
         for (t, qid), ext in sorted(self.store.ext_queues.items()):
-            if (self.topic is None or t == self.topic) and (self.queue_id is None or qid == self.queue_id):
+            if self.scope.selects(t, qid):
                 ext.units()
                 out.extend(ext.problems)
         return out
@@ -733,7 +782,7 @@ class _Kinds:
                 yield bq, u
 
     def lmq_selected(self, name: str) -> bool:
-        return (self.topic is None or name == self.topic) and (self.queue_id is None or self.queue_id == 0)
+        return self.scope.selects(name, C.LMQ_QUEUE_ID)
 
 
 def _chunks_in(st: _QueueState, lo: int, hi: int):

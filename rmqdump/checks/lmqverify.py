@@ -20,11 +20,10 @@ from rmqdump.checks.cqverify import (
     CQ_QUEUE_MISMATCH,
     CQ_QUEUE_OFFSET_MISMATCH,
     CQ_TOPIC_MISMATCH,
-    CommitLogExtent,
     RecordTable,
+    RecordWindow,
     findings_to_problems,
     pointer_checks,
-    real_mask,
 )
 from rmqdump.common.problems import Problem
 from rmqdump.readers.commitlog import CommitLog
@@ -42,31 +41,25 @@ def check_lmq_units_in_window(
     u: QueueUnits,
     topic: str,
     queue_id: int,
-    records: RecordTable,
-    extent: CommitLogExtent,
-    lo: int,
-    hi: int,
+    window: RecordWindow,
     *,
     seen_real: bool,
     cq_file_of,
     reader: RecordProps,
 ) -> tuple[list[Problem], set[tuple[str, int, int]]]:
-    """Pointer checks of one LMQ queue's valid units with lo <= offset < hi.
+    """Pointer checks of one LMQ queue's valid units pointing into one window of records.
 
     Returns the problems and the (queue, offset, phys) of every unit that is
     right, for the record side (`missing_lmq_units`).
     """
     if len(u) == 0:
         return [], set()
-    real, _, _ = real_mask(u, seen_real)
-    vpos = np.flatnonzero(real & (u.offset >= lo) & (u.offset < hi))
-    found, _ = pointer_checks(u, vpos, topic, queue_id, records, extent, True)
+    records = window.records
+    vpos, _ = window.pointing_in(u, seen_real)
+    found, _ = pointer_checks(u, vpos, topic, queue_id, records, window.extent, True)
     found = [f for f in found if f[1] not in _NOT_HERE]  # the record is the parent topic's, by design
     ok: set[tuple[str, int, int]] = set()
-    co = u.offset[vpos]
-    r = np.searchsorted(records.phys, co)
-    rc = np.clip(r, 0, max(len(records) - 1, 0))
-    hit = (r < len(records)) & (records.phys[rc] == co) if len(records) else np.zeros(len(co), dtype=bool)
+    hit, rc = records.rows_at(u.offset[vpos])
     hv, hr = vpos[hit], rc[hit]
     for k, props in reader.each(records.phys[hr], records.size[hr]):
         j, ri = int(hv[k]), int(hr[k])

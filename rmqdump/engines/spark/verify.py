@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from rmqdump.checks.cqverify import CommitLogExtent, RecordTable, VerifySummary, check_units, cq_locator, missing_units
+from rmqdump.checks.cqverify import CommitLogExtent, RecordTable, VerifyScope, VerifySummary, check_units, cq_locator, missing_units
 from rmqdump.common.problems import Problem
 from rmqdump.export.dataset import scan_split
 from rmqdump.readers.consumequeue import UNIT_SIZE, ConsumeQueue
@@ -133,8 +133,7 @@ class _Plan:
     file_size: int | None
     extent: CommitLogExtent
     check_tags: bool
-    select_topic: str | None
-    select_queue: int | None
+    scope: VerifyScope
 
 
 def _expected_path(plan: _Plan, t: str, qid: int, index: int, cq: ConsumeQueue | None) -> str:
@@ -196,7 +195,7 @@ def _group_fn(plan: _Plan):
                 for p in res.problems:
                     rows.append((0, plan.order[(t, qid)], 0, len(rows), json.dumps(p.to_dict())))
         mine = (records.topic_id == records.topic_code(t)) & (records.queue_id == qid)
-        selected = (plan.select_topic is None or t == plan.select_topic) and (plan.select_queue is None or qid == plan.select_queue)
+        selected = plan.scope.selects(t, qid)
         if selected:
             for p in missing_units(records, covered, select=mine, cq_file_of=lambda tt, qq, ix: _expected_path(plan, tt, qq, ix, cq)):
                 rows.append((1, p.phys_offset, 0, 0, json.dumps(p.to_dict())))
@@ -216,31 +215,17 @@ def _group_fn(plan: _Plan):
     return check
 
 
-def verify_spark(
-    spark,
-    store: Store,
-    *,
-    topic: str | None = None,
-    queue_id: int | None = None,
-    check_crc: bool = True,
-    delays: DelayLevels | None = None,
-    summary: VerifySummary | None = None,
-    split_size: int = DEFAULT_SPLIT,
-) -> list[Problem]:
-    """Every finding of `cq verify`, in the local engine's order (rmqdump.checks.cqverify.verify)."""
+def verify_spark(spark, store: Store, scope: VerifyScope, *, summary: VerifySummary | None = None, split_size: int = DEFAULT_SPLIT) -> list[Problem]:
+    """Every finding of `cq verify` over `scope`, in the local engine's order (rmqdump.checks.cqverify.verify)."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
     s = summary if summary is not None else VerifySummary()
-    delays = delays or DelayLevels.parse()
-    queues = store.select_queues(topic, queue_id)
+    topic, queue_id, check_crc = scope.topic, scope.queue_id, scope.check_crc
+    delays = scope.delays or DelayLevels.parse()
+    queues = scope.queues(store)
     s.queues = len(queues)
-    out: list[Problem] = []
-    wanted = {(q.topic, q.queue_id) for q in queues}
-    for p in store.problems:
-        if "topic" in p.extra and (p.extra.get("topic"), p.extra.get("queue_id")) not in wanted and p.extra.get("queue_id") is not None:
-            continue
-        out.append(p)
+    out = scope.layout_problems(store, queues)
 
     splits = [sp for f in store.commitlog.files for sp in file_splits("", f.path, f.base, f.size, split_size)]
     sc = spark.sparkContext
@@ -263,8 +248,7 @@ def verify_spark(
             file_size=store.cq_file_size,
             extent=CommitLogExtent.of(store.commitlog, data_end),
             check_tags=not (store.ext_queues or os.path.isdir(os.path.join(store.root, "consumequeue_ext"))),
-            select_topic=topic,
-            select_queue=queue_id,
+            scope=scope,
         )
         qrows = [(q.topic, q.queue_id) for q in queues]
         queue_df = spark.createDataFrame(sc.parallelize(qrows, max(1, min(len(qrows), 2 * sc.defaultParallelism))), "topic string, queue_id int")
@@ -290,9 +274,8 @@ def verify_spark(
     s.units = sum(r["units"] for r in findings if r["section"] == 2)
     out.extend(Problem.from_dict(json.loads(r["problem"])) for r in unit_rows)
     out.extend(Problem.from_dict(json.loads(r["problem"])) for r in missing)
-    s.problems = len(out)
     for p in out:
-        s.codes[p.code] = s.codes.get(p.code, 0) + 1
+        s.count(p)
     return out
 
 
@@ -303,4 +286,4 @@ def run_verify(
     from rmqdump.engines.spark.session import session
 
     with session(master, conf, ship=ship) as spark:
-        return verify_spark(spark, store, summary=summary, **kw)
+        return verify_spark(spark, store, VerifyScope(**kw), summary=summary)

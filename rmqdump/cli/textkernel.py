@@ -9,14 +9,14 @@ property names, IPv6 hosts, times outside years 1-9999) marks the row
 `FALLBACK` and the caller renders that row through `Message`, so the kernels
 never decide what a value is, only how plain values are spelled.
 
-numba is imported on first use; compiled code is cached in a user cache
-directory (see `cache_dir`), so only the first run after an install compiles.
+numba is imported on first use; compiled code is cached in the scan kernel's
+user cache directory (rmqdump.readers.kernel.cache_dir), so only the first run
+after an install compiles.
 """
 
 from __future__ import annotations
 
 import json
-import os
 
 import numpy as np
 
@@ -121,15 +121,6 @@ def _packed(parts: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
     return np.frombuffer(b"".join(parts) or b"\0", dtype=np.uint8).copy(), offs
 
 
-def cache_dir() -> str:
-    """Where compiled code is kept: a directory the user can write, whatever the install directory."""
-    base = os.environ.get("RMQDUMP_CACHE_DIR")
-    if not base:
-        xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-        base = os.path.join(xdg, "rmqdump")
-    return os.path.join(base, "numba-text")
-
-
 _KERNELS = None
 
 
@@ -137,10 +128,9 @@ def kernels():
     """The compiled kernels (numba imported, and its cache directory set, on first use)."""
     global _KERNELS
     if _KERNELS is None:
-        os.environ.setdefault("NUMBA_CACHE_DIR", cache_dir())
-        import numba
+        from rmqdump.readers.kernel import jit
 
-        numba.config.CACHE_DIR = os.environ["NUMBA_CACHE_DIR"]
+        jit()  # sets numba's one cache directory (readers.kernel.cache_dir); the records come from its scan anyway
         from rmqdump.cli import textkernel_jit
 
         _KERNELS = textkernel_jit

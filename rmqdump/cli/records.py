@@ -37,6 +37,55 @@ def _pool():
     return _POOL
 
 
+class _Writer:
+    """Writes buffers to stdout in order from a thread, so the scan and the kernels go on while a pipe drains.
+
+    Every buffer handed over is the writer's alone (the kernels render into fresh arrays); at most
+    `ahead` wait. A write error (a closed pipe) is raised by the next put() or by close().
+    """
+
+    def __init__(self, ahead: int = 4):
+        import queue
+        import threading
+
+        self.q: queue.Queue = queue.Queue(maxsize=ahead)
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, name="rmqdump-write", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        out = sys.stdout.buffer
+        while True:
+            data = self.q.get()
+            if data is None:
+                break
+            if self.error is None:
+                try:
+                    out.write(data)
+                except BaseException as e:  # handed to the main thread
+                    self.error = e
+        if self.error is None:
+            try:
+                out.flush()
+            except BaseException as e:
+                self.error = e
+
+    def put(self, data) -> None:
+        self._raise()
+        self.q.put(data)
+
+    def close(self) -> None:
+        if self.thread.is_alive():
+            self.q.put(None)
+            self.thread.join()
+        self._raise()
+
+    def _raise(self) -> None:
+        if self.error is not None:
+            e, self.error = self.error, None
+            raise e
+
+
 _ENCODE = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
 CSV_COLUMNS = [
@@ -77,11 +126,22 @@ class RecordsOut:
         self.with_body = body != "none"
         self.filters = _filter_args(flt)
         self.done = False
+        self._writer = None if sys.stdout.isatty() else _Writer()  # a terminal gets rich's lines in between: written in place
+        if self._writer is not None:
+            sys.stdout.flush()
 
     # -- output
     def write_bytes(self, data) -> None:
+        if self._writer is not None:
+            self._writer.put(data)
+            return
         sys.stdout.flush()
         sys.stdout.buffer.write(data)
+
+    def finish(self) -> None:
+        """Everything written: the last buffers out of the writer thread (and its error raised, if any)."""
+        if self._writer is not None:
+            self._writer.close()
 
     def write_text(self, text: str) -> None:
         self.write_bytes(text.encode("utf-8", errors="surrogateescape"))

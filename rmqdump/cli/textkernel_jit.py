@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from numba import njit, types
+from numba.core import cgutils
+from numba.extending import intrinsic
 
 from rmqdump.cli.textkernel import (
     C_EMPTY_LIST,
@@ -76,6 +78,9 @@ from rmqdump.cli.textkernel import M as _M
 INT64_MIN_TEXT = np.frombuffer(b"-9223372036854775808", dtype=np.uint8).copy()
 MIN_MS = -62135596800000
 TEN = np.uint64(10)  # 0001-01-01T00:00:00.000Z
+HUNDRED = np.uint64(100)
+POW10 = np.array([10**k for k in range(20)], dtype=np.uint64)
+DIGIT_PAIRS = np.frombuffer("".join(f"{k:02d}" for k in range(100)).encode(), dtype=np.uint8).copy()
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -85,10 +90,26 @@ def _lit(out, o, lit):
     return o + lit.shape[0]
 
 
+@intrinsic
+def _memcpy(typingctx, dst, do, src, so, n):
+    """dst[do:do+n] = src[so:so+n] for uint8 arrays, as one llvm.memcpy (no per-byte index checks)."""
+
+    def codegen(context, builder, sig, args):
+        da = context.make_array(sig.args[0])(context, builder, args[0])
+        sa = context.make_array(sig.args[2])(context, builder, args[2])
+        cgutils.raw_memcpy(builder, builder.gep(da.data, [args[1]]), builder.gep(sa.data, [args[3]]), args[4], 1)
+        return context.get_dummy_value()
+
+    return types.none(dst, do, src, so, n), codegen
+
+
 @njit(cache=True, nogil=True, inline="always")
 def _copy(out, o, data, s, n):
-    for k in range(n):
-        out[o + k] = data[s + k]
+    if n > 16:
+        _memcpy(out, o, data, s, n)
+    else:
+        for k in range(n):
+            out[o + k] = data[s + k]
     return o + n
 
 
@@ -100,20 +121,23 @@ def _int(out, o, v):
         out[o] = 45
         o += 1
         v = -v
-    u = np.uint64(v)  # unsigned: division by ten without the floor correction
+    u = np.uint64(v)  # unsigned: division without the floor correction
     nd = 1
-    t = u
-    while t >= TEN:
-        t //= TEN
+    while nd < 20 and u >= POW10[nd]:
         nd += 1
-    p = o + nd - 1
-    while True:
-        q = u // TEN
-        out[p] = np.uint8(48 + (u - q * TEN))
+    p = o + nd
+    while u >= HUNDRED:  # two digits a division
+        q = u // HUNDRED
+        r = 2 * np.int64(u - q * HUNDRED)
+        p -= 2
+        out[p] = DIGIT_PAIRS[r]
+        out[p + 1] = DIGIT_PAIRS[r + 1]
         u = q
-        p -= 1
-        if u == 0:
-            break
+    if u >= TEN:
+        out[p - 2] = DIGIT_PAIRS[2 * np.int64(u)]
+        out[p - 1] = DIGIT_PAIRS[2 * np.int64(u) + 1]
+    else:
+        out[p - 1] = np.uint8(48 + u)
     return o + nd
 
 

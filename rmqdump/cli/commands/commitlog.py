@@ -52,17 +52,20 @@ def commitlog(
         render.fail(f"no_commitlog: {', '.join(paths)}: no CommitLog files found", 2)
     tally = Tally()
     w = writer(fmt.value, flt, tally, body=body.value, uncompress=uncompress)
-    with render.progress(sum(f.size for f in cl.files), "commitlog") as advance:
-        for item in list_records(cl, flt, check_crc=not no_crc, tally=tally, on_bytes=advance):
-            w.item(item)
-            if w.done:
-                break
-    w.close(len(cl.files))
+    try:
+        with render.progress(sum(f.size for f in cl.files), "commitlog") as advance:
+            for item in list_records(cl, flt, check_crc=not no_crc, tally=tally, on_bytes=advance):
+                w.item(item)
+                if w.done:
+                    break
+        w.close(len(cl.files))
+        if fmt is Format.jsonl:
+            summary = {"kind": "summary", "files": len(cl.files), "messages": tally.messages, "blanks": tally.blanks, "problems": tally.problems}
+            w.entry_dict(summary)
+    finally:
+        w.finish()
     if fmt is Format.table:
         render.err.print(f"{tally.messages} messages, {tally.blanks} end-of-file markers, {tally.problems} problems in {len(cl.files)} files", highlight=False)
-    elif fmt is Format.jsonl:
-        summary = {"kind": "summary", "files": len(cl.files), "messages": tally.messages, "blanks": tally.blanks, "problems": tally.problems}
-        w.entry_dict(summary)
     raise typer.Exit(1 if tally.problems else 0)
 
 

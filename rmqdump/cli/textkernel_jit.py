@@ -141,6 +141,12 @@ def _int(out, o, v):
     return o + nd
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _lit_int(out, o, lit, v):
+    """A literal, then an integer: the shape of most JSON fields."""
+    return _int(out, _lit(out, o, lit), v)
+
+
 @njit(cache=True, nogil=True)
 def _fixed(out, o, v, width):
     """v (>= 0) in exactly `width` digits, zero-padded."""
@@ -262,6 +268,21 @@ def _find_prop(d, its, itk, m, name):
     return -1
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _item_room():
+    """Room for one record's property items: (name starts, separators, ends)."""
+    return np.empty(MAX_ITEMS, np.int64), np.empty(MAX_ITEMS, np.int64), np.empty(MAX_ITEMS, np.int64)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _items(d, row, its, itk, ite):
+    """A row's property items (their count m) and which are KEYS, TAGS and UNIQ_KEY (t, g, u; -1 absent); m < 0: Python decides."""
+    m = _props(d, row[PROPS_POS], row[PROPS_LEN], its, itk, ite)
+    if m < 0:
+        return m, -1, -1, -1
+    return m, _find_prop(d, its, itk, m, N_KEYS), _find_prop(d, its, itk, m, N_TAGS), _find_prop(d, its, itk, m, N_UNIQ)
+
+
 @njit(cache=True, nogil=True)
 def _accepts(d, row, its, itk, ite, t, g, u, ftopic, ftag, fkey, fl):
     """The content filters (--topic, --tag, --key) on one record."""
@@ -277,9 +298,7 @@ def _accepts(d, row, its, itk, ite, t, g, u, ftopic, ftag, fkey, fl):
         j = itk[t] + 1
         e = ite[t]
         while j < e:
-            q = j
-            while q < e and d[q] != SEP_KEY:
-                q += 1
+            q = _token_end(d, j, e)
             if q > j and _is(d, j, q - j, fkey):
                 return True
             j = q + 1
@@ -312,14 +331,40 @@ def _hex(out, o, v, nbytes):
     return o + nbytes * 2
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _snippet(out, o, snip, offs, f):
+    """Snippet f of a packed table (textkernel.flag_snippets)."""
+    return _copy(out, o, snip, offs[f], offs[f + 1] - offs[f])
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _value(out, o, d, itk, ite, a):
+    """The value of property item a."""
+    return _copy(out, o, d, itk[a] + 1, ite[a] - itk[a] - 1)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _quoted(out, o, d, s, n):
+    """d[s:s+n] between double quotes."""
+    out[o] = 34
+    o = _copy(out, o + 1, d, s, n)
+    out[o] = 34
+    return o + 1
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _token_end(d, j, e):
+    """End of the KEYS token that starts at j (its separator, or e)."""
+    while j < e and d[j] != SEP_KEY:
+        j += 1
+    return j
+
+
 @njit(cache=True, nogil=True)
 def _value_or_null(out, o, d, itk, ite, a):
     if a < 0:
         return _lit(out, o, L_NULL)
-    out[o] = 34
-    o = _copy(out, o + 1, d, itk[a] + 1, ite[a] - itk[a] - 1)
-    out[o] = 34
-    return o + 1
+    return _quoted(out, o, d, itk[a] + 1, ite[a] - itk[a] - 1)
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -331,44 +376,25 @@ def _bool(out, o, v):
 
 @njit(cache=True, nogil=True)
 def _message_json(out, o, d, base, row, file_json, snip, snip_offs, its, itk, ite, m, t, g, u, close):
-    o = _lit(out, o, L_KIND)
-    o = _lit(out, o, file_json)
-    o = _lit(out, o, L_PHYS)
-    o = _int(out, o, base + row[POS])
-    o = _lit(out, o, L_TOTAL)
-    o = _int(out, o, row[TOTAL])
-    o = _lit(out, o, L_MAGIC)
-    o = _int(out, o, row[MAGIC_V])
-    o = _lit(out, o, L_BCRC)
-    o = _int(out, o, row[BCRC])
-    o = _lit(out, o, L_CRC)
-    o = _bool(out, o, row[CRC])
-    o = _lit(out, o, L_PCRC)
-    o = _bool(out, o, row[PCRC])
-    o = _lit(out, o, L_QID)
-    o = _int(out, o, row[QID])
-    o = _lit(out, o, L_FLAG)
-    o = _int(out, o, row[FLAG])
-    o = _lit(out, o, L_QOFF)
-    o = _int(out, o, row[QOFF])
-    o = _lit(out, o, L_SYSF)
-    o = _int(out, o, row[SYSF])
-    f = row[FLAG_IDX]
-    o = _copy(out, o, snip, snip_offs[f], snip_offs[f + 1] - snip_offs[f])
-    o = _lit(out, o, L_BORN_TS)
-    o = _int(out, o, row[BORN_TS])
-    o = _lit(out, o, L_BORN_HOST)
-    o = _v4_host(out, o, d, row[BORN_POS])
-    o = _lit(out, o, L_STORE_TS)
-    o = _int(out, o, row[STORE_TS])
-    o = _lit(out, o, L_STORE_HOST)
-    o = _v4_host(out, o, d, row[STORE_POS])
-    o = _lit(out, o, L_RECON)
-    o = _int(out, o, row[RECON])
-    o = _lit(out, o, L_PREP)
-    o = _int(out, o, row[PREP])
-    o = _lit(out, o, L_BODYLEN)
-    o = _int(out, o, row[BODYLEN])
+    o = _lit(out, _lit(out, o, L_KIND), file_json)
+    o = _lit_int(out, o, L_PHYS, base + row[POS])
+    o = _lit_int(out, o, L_TOTAL, row[TOTAL])
+    o = _lit_int(out, o, L_MAGIC, row[MAGIC_V])
+    o = _lit_int(out, o, L_BCRC, row[BCRC])
+    o = _bool(out, _lit(out, o, L_CRC), row[CRC])
+    o = _bool(out, _lit(out, o, L_PCRC), row[PCRC])
+    o = _lit_int(out, o, L_QID, row[QID])
+    o = _lit_int(out, o, L_FLAG, row[FLAG])
+    o = _lit_int(out, o, L_QOFF, row[QOFF])
+    o = _lit_int(out, o, L_SYSF, row[SYSF])
+    o = _snippet(out, o, snip, snip_offs, row[FLAG_IDX])
+    o = _lit_int(out, o, L_BORN_TS, row[BORN_TS])
+    o = _v4_host(out, _lit(out, o, L_BORN_HOST), d, row[BORN_POS])
+    o = _lit_int(out, o, L_STORE_TS, row[STORE_TS])
+    o = _v4_host(out, _lit(out, o, L_STORE_HOST), d, row[STORE_POS])
+    o = _lit_int(out, o, L_RECON, row[RECON])
+    o = _lit_int(out, o, L_PREP, row[PREP])
+    o = _lit_int(out, o, L_BODYLEN, row[BODYLEN])
     o = _lit(out, o, L_TOPIC)
     o = _copy(out, o, d, row[TOPIC_POS], row[TOPIC_LEN])
     o = _lit(out, o, L_PROPS)
@@ -376,14 +402,9 @@ def _message_json(out, o, d, base, row, file_json, snip, snip_offs, its, itk, it
         if a:
             out[o] = 44
             o += 1
-        out[o] = 34
-        o = _copy(out, o + 1, d, its[a], itk[a] - its[a])
-        out[o] = 34
-        out[o + 1] = 58
-        out[o + 2] = 34
-        o = _copy(out, o + 3, d, itk[a] + 1, ite[a] - itk[a] - 1)
-        out[o] = 34
-        o += 1
+        o = _quoted(out, o, d, its[a], itk[a] - its[a])
+        out[o] = 58
+        o = _quoted(out, o + 1, d, itk[a] + 1, ite[a] - itk[a] - 1)
     o = _lit(out, o, L_TAGS)
     o = _value_or_null(out, o, d, itk, ite, g)
     o = _lit(out, o, L_KEYS)
@@ -392,18 +413,13 @@ def _message_json(out, o, d, base, row, file_json, snip, snip_offs, its, itk, it
         e = ite[t]
         first = True
         while j < e:
-            q = j
-            while q < e and d[q] != SEP_KEY:
-                q += 1
+            q = _token_end(d, j, e)
             if q > j:
                 if not first:
                     out[o] = 44
                     o += 1
                 first = False
-                out[o] = 34
-                o = _copy(out, o + 1, d, j, q - j)
-                out[o] = 34
-                o += 1
+                o = _quoted(out, o, d, j, q - j)
             j = q + 1
     o = _lit(out, o, L_UNIQ)
     o = _value_or_null(out, o, d, itk, ite, u)
@@ -430,19 +446,14 @@ def _simple(d, row):
 def json_lines(d, base, mat, file_json, snip, snip_offs, ftopic, ftag, fkey, fl, close, out, ends, status):
     """One JSON object per row of `mat` into `out` (`close`: with its closing brace and newline; else the
     caller appends the body fields). ends[r] is where row r's text ends; status[r] TAKEN, FALLBACK or FILTERED."""
-    its = np.empty(MAX_ITEMS, np.int64)
-    itk = np.empty(MAX_ITEMS, np.int64)
-    ite = np.empty(MAX_ITEMS, np.int64)
+    its, itk, ite = _item_room()
     o = 0
     for r in range(mat.shape[0]):
         row = mat[r]
         st = FALLBACK
         if _simple(d, row):
-            m = _props(d, row[PROPS_POS], row[PROPS_LEN], its, itk, ite)
+            m, t, g, u = _items(d, row, its, itk, ite)
             if m >= 0:
-                t = _find_prop(d, its, itk, m, N_KEYS)
-                g = _find_prop(d, its, itk, m, N_TAGS)
-                u = _find_prop(d, its, itk, m, N_UNIQ)
                 if _accepts(d, row, its, itk, ite, t, g, u, ftopic, ftag, fkey, fl):
                     o = _message_json(out, o, d, base, row, file_json, snip, snip_offs, its, itk, ite, m, t, g, u, close)
                     st = TAKEN
@@ -517,9 +528,7 @@ def display_width(b, s, e):
 def table_cells(d, base, mat, tx, tx_offs, ftopic, ftag, fkey, fl, out, bounds, widths, status):
     """The table's cells of each row into `out`: cell c of row r is out[bounds[r, c]:bounds[r, c + 1]],
     widths[r, c] its terminal width."""
-    its = np.empty(MAX_ITEMS, np.int64)
-    itk = np.empty(MAX_ITEMS, np.int64)
-    ite = np.empty(MAX_ITEMS, np.int64)
+    its, itk, ite = _item_room()
     o = 0
     for r in range(mat.shape[0]):
         row = mat[r]
@@ -527,11 +536,8 @@ def table_cells(d, base, mat, tx, tx_offs, ftopic, ftag, fkey, fl, out, bounds, 
         st = FALLBACK
         ms = row[STORE_TS]
         if _simple(d, row) and MIN_MS <= ms <= MAX_MS:
-            m = _props(d, row[PROPS_POS], row[PROPS_LEN], its, itk, ite)
+            m, t, g, u = _items(d, row, its, itk, ite)
             if m >= 0:
-                t = _find_prop(d, its, itk, m, N_KEYS)
-                g = _find_prop(d, its, itk, m, N_TAGS)
-                u = _find_prop(d, its, itk, m, N_UNIQ)
                 if _accepts(d, row, its, itk, ite, t, g, u, ftopic, ftag, fkey, fl):
                     st = TAKEN
                     o = _int(out, o, base + row[POS])
@@ -547,16 +553,14 @@ def table_cells(d, base, mat, tx, tx_offs, ftopic, ftag, fkey, fl, out, bounds, 
                     o = _iso(out, o, ms)
                     bounds[r, 6] = o
                     if g >= 0:
-                        o = _copy(out, o, d, itk[g] + 1, ite[g] - itk[g] - 1)
+                        o = _value(out, o, d, itk, ite, g)
                     bounds[r, 7] = o
                     if t >= 0:
                         j = itk[t] + 1
                         e = ite[t]
                         first = True
                         while j < e:
-                            q = j
-                            while q < e and d[q] != SEP_KEY:
-                                q += 1
+                            q = _token_end(d, j, e)
                             if q > j:
                                 if not first:
                                     out[o] = SEP_KEY
@@ -566,10 +570,9 @@ def table_cells(d, base, mat, tx, tx_offs, ftopic, ftag, fkey, fl, out, bounds, 
                             j = q + 1
                     bounds[r, 8] = o
                     if u >= 0:
-                        o = _copy(out, o, d, itk[u] + 1, ite[u] - itk[u] - 1)
+                        o = _value(out, o, d, itk, ite, u)
                     bounds[r, 9] = o
-                    f = row[FLAG_IDX]
-                    o = _copy(out, o, tx, tx_offs[f], tx_offs[f + 1] - tx_offs[f])
+                    o = _snippet(out, o, tx, tx_offs, row[FLAG_IDX])
                     bounds[r, 10] = o
                     if row[CRC] < 0:
                         o = _lit(out, o, L_DASH)
@@ -641,8 +644,7 @@ def _message_csv(out, o, d, base, row, file_csv, snip, snip_offs, its, itk, ite,
     for col in (QID, FLAG, QOFF, SYSF):
         out[o] = 44
         o = _int(out, o + 1, row[col])
-    f = row[FLAG_IDX]
-    o = _copy(out, o, snip, snip_offs[f], snip_offs[f + 1] - snip_offs[f])  # ,transaction
+    o = _snippet(out, o, snip, snip_offs, row[FLAG_IDX])  # ,transaction
     out[o] = 44
     o = _int(out, o + 1, row[BORN_TS])
     out[o] = 44
@@ -659,7 +661,7 @@ def _message_csv(out, o, d, base, row, file_csv, snip, snip_offs, its, itk, ite,
     out[o] = 44
     o += 1
     if g >= 0:
-        o = _copy(out, o, d, itk[g] + 1, ite[g] - itk[g] - 1)
+        o = _value(out, o, d, itk, ite, g)
     out[o] = 44
     o += 1
     # keys: json.dumps of the list (", " between items), as one quoted CSV field unless empty
@@ -668,9 +670,7 @@ def _message_csv(out, o, d, base, row, file_csv, snip, snip_offs, its, itk, ite,
         j = itk[t] + 1
         e = ite[t]
         while j < e:
-            q = j
-            while q < e and d[q] != SEP_KEY:
-                q += 1
+            q = _token_end(d, j, e)
             if q > j:
                 o = _lit(out, o, C_LIST_OPEN if first else C_LIST_SEP)
                 first = False
@@ -680,7 +680,7 @@ def _message_csv(out, o, d, base, row, file_csv, snip, snip_offs, its, itk, ite,
     out[o] = 44
     o += 1
     if u >= 0:
-        o = _copy(out, o, d, itk[u] + 1, ite[u] - itk[u] - 1)
+        o = _value(out, o, d, itk, ite, u)
     out[o] = 44
     o += 1
     sp = row[STORE_POS]
@@ -694,8 +694,7 @@ def _message_csv(out, o, d, base, row, file_csv, snip, snip_offs, its, itk, ite,
     for a in range(m):
         o = _lit(out, o, C_MAP_OPEN if a == 0 else C_MAP_SEP)
         o = _copy(out, o, d, its[a], itk[a] - its[a])
-        o = _lit(out, o, C_MAP_COLON)
-        o = _copy(out, o, d, itk[a] + 1, ite[a] - itk[a] - 1)
+        o = _value(out, _lit(out, o, C_MAP_COLON), d, itk, ite, a)
     if m:
         o = _lit(out, o, C_MAP_CLOSE)
     return _lit(out, o, C_END)
@@ -705,19 +704,14 @@ def _message_csv(out, o, d, base, row, file_csv, snip, snip_offs, its, itk, ite,
 def csv_lines(d, base, mat, file_csv, snip, snip_offs, ftopic, ftag, fkey, fl, out, ends, status):
     """One CSV row (the columns of rmqdump.cli.records.CSV_COLUMNS) per row of `mat`, as `csv.writer` writes
     them; a text field that would need quoting (a comma) leaves the row to Python."""
-    its = np.empty(MAX_ITEMS, np.int64)
-    itk = np.empty(MAX_ITEMS, np.int64)
-    ite = np.empty(MAX_ITEMS, np.int64)
+    its, itk, ite = _item_room()
     o = 0
     for r in range(mat.shape[0]):
         row = mat[r]
         st = FALLBACK
         if _simple(d, row) and not _has(d, row[TOPIC_POS], row[TOPIC_LEN], 44):
-            m = _props(d, row[PROPS_POS], row[PROPS_LEN], its, itk, ite)
+            m, t, g, u = _items(d, row, its, itk, ite)
             if m >= 0:
-                t = _find_prop(d, its, itk, m, N_KEYS)
-                g = _find_prop(d, its, itk, m, N_TAGS)
-                u = _find_prop(d, its, itk, m, N_UNIQ)
                 plain = (g < 0 or not _has(d, itk[g] + 1, ite[g] - itk[g] - 1, 44)) and (u < 0 or not _has(d, itk[u] + 1, ite[u] - itk[u] - 1, 44))
                 if not plain:
                     st = FALLBACK

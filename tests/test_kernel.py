@@ -180,6 +180,25 @@ def test_kernel_equals_construct_under_damage(tmp_path_factory, flips, seed):
     _check_batches(CommitLog.open(tmp / "commitlog").scan(check_crc=True))
 
 
+@settings(max_examples=200, deadline=None)
+@given(
+    phys=st.lists(st.integers(0, 1 << 40), max_size=60, unique=True),
+    offsets=st.lists(st.integers(-5, (1 << 40) + 5), min_size=1, max_size=60),
+    ascending=st.booleans(),
+    reuse=st.integers(0, 60),
+)
+def test_join_offsets_is_searchsorted(phys, offsets, ascending, reuse):
+    """The compiled unit join answers as np.searchsorted does, for ascending offsets (a queue's) and any order."""
+    ph = np.array(sorted(phys), dtype=np.int64)
+    offs = offsets + ph[:reuse].tolist()  # offsets that hit records too
+    o = np.array(sorted(offs) if ascending else offs, dtype=np.int64)
+    rows = np.empty(len(o), dtype=np.int64)
+    hit = K.jit().join_offsets(ph, o, rows)
+    want = np.searchsorted(ph, o)
+    assert rows.tolist() == want.tolist()
+    assert hit.tolist() == [bool(r < len(ph) and ph[r] == x) for r, x in zip(want.tolist(), o.tolist(), strict=True)]
+
+
 @settings(max_examples=50, deadline=None)
 @given(data=st.binary(max_size=300), lo=st.integers(0, 20))
 def test_crc32_is_zlibs(data, lo):

@@ -82,10 +82,13 @@ class RecordTable:
 
     def rows_at(self, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The join of physical offsets with the records: (a record starts there, its row (clipped where none does))."""
-        r = np.searchsorted(self.phys, offsets)
-        rc = np.clip(r, 0, max(len(self) - 1, 0))
-        hit = (r < len(self)) & (self.phys[rc] == offsets) if len(self) else np.zeros(len(offsets), dtype=bool)
-        return hit, rc
+        if not len(self) or not len(offsets):
+            return np.zeros(len(offsets), dtype=bool), np.zeros(len(offsets), dtype=np.int64)
+        from rmqdump.readers.kernel import jit
+
+        rows = np.empty(len(offsets), dtype=np.int64)
+        hit = jit().join_offsets(self.phys, np.ascontiguousarray(offsets, dtype=np.int64), rows)
+        return hit, np.minimum(rows, len(self) - 1)
 
     @property
     def data_end(self) -> int:

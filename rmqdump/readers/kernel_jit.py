@@ -497,3 +497,39 @@ def index_put(slot_table, slot, first, prev_out):
         prev_out[i] = p
         slot_table[s] = first + i
     return empty
+
+
+@njit(cache=True, nogil=True)
+def join_offsets(phys, offsets, rows):
+    """rows[i] = the index of offsets[i] in the sorted `phys` (where it would go when absent); returns whether each is there.
+
+    A queue's unit offsets mostly ascend: each search gallops forward from the
+    previous answer (a merge join when they are dense, a few probes when they
+    skip other queues' records) and starts over where an offset steps back.
+    """
+    n = phys.shape[0]
+    hit = np.zeros(offsets.shape[0], np.bool_)
+    r = 0
+    prev = offsets[0] if offsets.shape[0] else 0
+    for i in range(offsets.shape[0]):
+        x = offsets[i]
+        if x < prev:
+            r = 0
+        prev = x
+        if r < n and phys[r] < x:
+            lo = r
+            step = 1
+            while lo + step < n and phys[lo + step] < x:
+                lo += step
+                step *= 2
+            hi = min(lo + step, n)
+            while lo < hi:  # first index in (lo, hi] with phys >= x; phys[lo] < x
+                mid = (lo + hi) // 2
+                if phys[mid] < x:
+                    lo = mid + 1
+                else:
+                    hi = mid
+            r = lo
+        rows[i] = r
+        hit[i] = r < n and phys[r] == x
+    return hit

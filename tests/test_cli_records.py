@@ -80,6 +80,10 @@ def test_damaged_store_problems_interleave_as_in_the_reference(tmp_path, monkeyp
     assert problems >= 3
     assert _lines(cl) == want
     assert _lines(cl, "--limit", "6") == _reference(cl, Filter(limit=6))[0]
+    monkeypatch.setattr(records, "AHEAD_MIN_LIMIT", 1)  # batches rendered ahead of the scan, the limit reached inside one
+    monkeypatch.setattr(records, "SUB_ROWS", 3)
+    assert _lines(cl, "--limit", "6") == _reference(cl, Filter(limit=6))[0]
+    assert _lines(cl, "--limit", "40") == _reference(cl, Filter(limit=40))[0]
 
 
 def test_body_modes_match_the_reference():

@@ -20,11 +20,14 @@ from rmqdump.common.problems import Problem
 from rmqdump.common.timeutil import iso
 from rmqdump.query.listing import Filter, Records, Tally, record_entries
 from rmqdump.readers.commitlog import Batch, Blank
+from rmqdump.readers.mapped import MappedFile
 from rmqdump.readers.message import Message
 from schemas import constants as C
 
 SUB_ROWS = 8192  # records rendered per kernel call: bounds the output buffer (a few MB)
 PARALLEL_ROWS = 2048  # from this many records a sub-batch is rendered by two threads
+AHEAD_SHARE = 1.0  # of a batch's sub-batches, rendered by the text thread while the next batch is scanned
+AHEAD_MIN_LIMIT = 1 << 17  # with a smaller --limit nothing is rendered ahead (it would render records never printed)
 _POOL = None
 
 
@@ -44,7 +47,7 @@ class _Writer:
     `ahead` wait. A write error (a closed pipe) is raised by the next put() or by close().
     """
 
-    def __init__(self, ahead: int = 4):
+    def __init__(self, ahead: int = 2):
         import queue
         import threading
 
@@ -129,6 +132,8 @@ class RecordsOut:
         self._writer = None if sys.stdout.isatty() else _Writer()  # a terminal gets rich's lines in between: written in place
         if self._writer is not None:
             sys.stdout.flush()
+        self._maps: dict[str, MappedFile] = {}  # the files of batches rendered ahead, mapped by us (the scan drops its pages)
+        self._ahead: dict[int, tuple[Batch, dict]] = {}  # id(batch) -> the batch and its sub-batches' renderings by the text thread
 
     # -- output
     def write_bytes(self, data) -> None:
@@ -140,8 +145,59 @@ class RecordsOut:
 
     def finish(self) -> None:
         """Everything written: the last buffers out of the writer thread (and its error raised, if any)."""
+        self._drop_ahead()
+        for mf in self._maps.values():
+            mf.close()
+        self._maps.clear()
         if self._writer is not None:
             self._writer.close()
+
+    # -- rendering ahead: the text thread renders batch k while the scan reads batch k+1
+    def renders_ahead(self) -> bool:
+        """Whether items may be handled one step late: render_ahead(records) before the scan goes on, item() after it."""
+        return self.can_render_ahead and self._writer is not None and (self.flt.limit is None or self.flt.limit >= AHEAD_MIN_LIMIT)
+
+    def render_ahead(self, rec: Records) -> None:
+        """Start rendering most of rec's sub-batches in the text thread; its batch reads our own map of its file from now on.
+
+        Called before the scan goes on: the scan gives back its pages and closes a file when it leaves it,
+        so the batch is moved to a map of ours, given back once the batch is written.
+        """
+        b = rec.batch
+        mf = self._maps.get(b.seg.path)
+        if mf is None:
+            mf = self._maps[b.seg.path] = MappedFile(b.seg.path, limit=b.mf.size)
+        b.mf = mf
+        parts = list(range(0, len(rec.rows), SUB_ROWS))
+        pool = _pool()
+        futures = {lo: pool.submit(self.kernel, b, rec.rows[lo : lo + SUB_ROWS], None, False) for lo in parts[: int(np.ceil(len(parts) * AHEAD_SHARE))]}
+        self._ahead[id(b)] = (b, futures)
+
+    def _drop_ahead(self) -> None:
+        for _b, futures in self._ahead.values():
+            for f in futures.values():
+                f.cancel() or f.exception()  # wait: nothing may still read a map we are about to close
+        self._ahead.clear()
+
+    def _rendered(self, b: Batch, rows: np.ndarray, lo: int):
+        ahead = self._ahead.get(id(b))
+        if ahead is None or ahead[0] is not b:
+            return self.kernel(b, rows, None)
+        f = ahead[1].pop(lo, None)
+        return f.result() if f is not None else self.kernel(b, rows, None, False)  # the text thread is busy with the next batch
+
+    def _done_with(self, b: Batch) -> None:
+        """A batch rendered ahead is written: its pages of our map given back, maps of files the scan has left closed."""
+        ahead = self._ahead.pop(id(b), None)
+        if ahead is None:
+            return
+        for f in ahead[1].values():  # left when the limit stopped the batch early
+            f.cancel() or f.exception()
+        if len(b):
+            b.mf.release(0, int(b.cols["_end"][-1]))
+        live = {x.seg.path for x, _ in self._ahead.values()}
+        for path in [p for p in self._maps if p not in live and p != b.seg.path]:
+            self._maps.pop(path).close()
 
     def write_text(self, text: str) -> None:
         self.write_bytes(text.encode("utf-8", errors="surrogateescape"))
@@ -150,8 +206,10 @@ class RecordsOut:
     def entry(self, e) -> None:
         raise NotImplementedError
 
-    def kernel(self, b: Batch, rows: np.ndarray, mat: np.ndarray):
-        """(status per row, text end per row, the text) for a sub-batch; None: every row through Python."""
+    def kernel(self, b: Batch, rows: np.ndarray, mat: np.ndarray, split: bool = True):
+        """(status per row, text end per row, the text) for a sub-batch; None: every row through Python.
+
+        split: both threads render it (else the calling thread alone)."""
         return None
 
     def taken(self, out: np.ndarray, ends: np.ndarray, status: np.ndarray, lo: int, hi: int, b: Batch, rows: np.ndarray) -> None:
@@ -159,9 +217,12 @@ class RecordsOut:
         start = int(ends[lo - 1]) if lo else 0
         self.write_bytes(memoryview(out)[start : int(ends[hi - 1])])
 
+    can_render_ahead = False  # a kernel that is a pure function of the batch (no state kept between calls)
+
     def item(self, item) -> None:
         if isinstance(item, Records):
             self.records(item)
+            self._done_with(item.batch)
             return
         if isinstance(item, Problem):
             self.tally.problems += 1
@@ -181,11 +242,11 @@ class RecordsOut:
             if lo == 0:
                 first_i = 0
             here = probs[(probs >= first_i) & (probs < end_i)]
-            self._part(b, part, here)
+            self._part(b, part, here, lo)
 
-    def _part(self, b: Batch, rows: np.ndarray, probs: np.ndarray) -> None:
+    def _part(self, b: Batch, rows: np.ndarray, probs: np.ndarray, lo: int = 0) -> None:
         n = len(rows)
-        res = self.kernel(b, rows, None) if n else None
+        res = self._rendered(b, rows, lo) if n else None
         if res is None:
             status = np.full(n, K.FALLBACK, dtype=np.int8)
             out = ends = None
@@ -250,19 +311,21 @@ class RecordsOut:
 class JsonLinesOut(RecordsOut):
     """One JSON object per line, exactly `json.dumps(entry.to_dict())` (plus body fields)."""
 
+    can_render_ahead = True
+
     def __init__(self, *a, **kw):
         super().__init__(*a, **kw)
-        self._file = None
+        self._file_json: dict[str, np.ndarray] = {}
 
-    def kernel(self, b, rows, _):
-        if self._file != b.seg.path:
-            self._file = b.seg.path
-            self._file_json = np.frombuffer(_ENCODE(b.seg.path).encode(), dtype=np.uint8).copy()
+    def kernel(self, b, rows, _, split=True):
+        file_json = self._file_json.get(b.seg.path)
+        if file_json is None:
+            file_json = self._file_json[b.seg.path] = np.frombuffer(_ENCODE(b.seg.path).encode(), dtype=np.uint8).copy()
         snip, snip_offs, _tx, _txo, idx = K.flag_snippets(b.cols["sys_flag"][rows])
         mat = rows_matrix(b, rows, idx)
         c = b.cols
         bound = (
-            K.FIXED_JSON + len(self._file_json) + int(np.diff(snip_offs).max()) + 400
+            K.FIXED_JSON + len(file_json) + int(np.diff(snip_offs).max()) + 400
             + c["topic_length"][rows].astype(np.int64) + 7 * c["properties_length"][rows].astype(np.int64)
         )  # fmt: skip
         n = len(rows)
@@ -273,9 +336,9 @@ class JsonLinesOut(RecordsOut):
         close = not self.with_body and b.entries is None  # else the line is finished here (body, DLedger entry fields)
 
         def part(lo: int, hi: int, at: int) -> int:
-            return json_lines(b.mf.data, b.seg.base, mat[lo:hi], self._file_json, snip, snip_offs, *self.filters, close, out[at:], ends[lo:hi], status[lo:hi])
+            return json_lines(b.mf.data, b.seg.base, mat[lo:hi], file_json, snip, snip_offs, *self.filters, close, out[at:], ends[lo:hi], status[lo:hi])
 
-        if n < PARALLEL_ROWS:
+        if n < PARALLEL_ROWS or not split:
             part(0, n, 0)
             return status, ends, out
         # Both cores: the kernel releases the GIL; the second half is written after the first half's

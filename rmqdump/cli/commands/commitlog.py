@@ -37,7 +37,7 @@ def commitlog(
     from rmqdump.cli import render
     from rmqdump.cli.records import writer
     from rmqdump.common.timeutil import parse_time
-    from rmqdump.query.listing import Filter, Tally, list_records
+    from rmqdump.query.listing import Filter, Records, Tally, list_records
     from rmqdump.readers.commitlog import CommitLog
 
     try:
@@ -54,10 +54,20 @@ def commitlog(
     w = writer(fmt.value, flt, tally, body=body.value, uncompress=uncompress)
     try:
         with render.progress(sum(f.size for f in cl.files), "commitlog") as advance:
+            late = w.renders_ahead()
+            held = None  # with `late`, each item is handled one step late: its batch is rendered while the scan reads the next
             for item in list_records(cl, flt, check_crc=not no_crc, tally=tally, on_bytes=advance):
-                w.item(item)
+                if late and isinstance(item, Records):
+                    w.render_ahead(item)
+                if late:
+                    item, held = held, item
+                if item is not None:
+                    w.item(item)
                 if w.done:
                     break
+            else:
+                if held is not None:
+                    w.item(held)
         w.close(len(cl.files))
         if fmt is Format.jsonl:
             summary = {"kind": "summary", "files": len(cl.files), "messages": tally.messages, "blanks": tally.blanks, "problems": tally.problems}

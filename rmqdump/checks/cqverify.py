@@ -466,8 +466,11 @@ def record_windows(
     if workers is None:  # both cores for a CommitLog worth it
         workers = min(2, os.cpu_count() or 1) if sum(f.size for f in cl.files) >= PARALLEL_MIN_BYTES else 1
     if workers > 1 and cl.files:
-        yield from _parallel_windows(cl, check_crc, delays, window_records, workers, on_bytes)
-        return
+        return _parallel_windows(cl, check_crc, delays, window_records, workers, on_bytes)
+    return _serial_windows(cl, check_crc, delays, window_records, on_bytes)
+
+
+def _serial_windows(cl: CommitLog, check_crc: bool, delays: DelayLevels, window_records: int, on_bytes) -> Iterator[tuple[RecordTable, list[Problem]]]:
     table = RecordTableBuilder()
     problems: list[Problem] = []
     done = 0
@@ -500,15 +503,24 @@ def _scan_file_task(args: tuple) -> tuple[DispatchColumns, list[Problem], int]:
 
 
 def _parallel_windows(cl: CommitLog, check_crc: bool, delays: DelayLevels, window_records: int, workers: int, on_bytes):
-    """Byte ranges scanned by `workers` threads (the scan kernel runs without the GIL), joined in CommitLog order."""
+    """Byte ranges scanned by `workers` threads (the scan kernel runs without the GIL), joined in CommitLog order.
+
+    The first ranges start at once, not at the first window asked for: the scan
+    runs while the caller does its own work first (verify's order pass).
+    """
     from collections import deque
     from concurrent.futures import ThreadPoolExecutor
 
     tasks = iter([(f.path, f.base, f.size, a, min(a + RANGE_BYTES, f.size), check_crc, delays.millis) for f in cl.files for a in range(0, f.size, RANGE_BYTES)])
+    ex = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rmqdump-scan")
+    pending = deque(ex.submit(_scan_file_task, t) for t in itertools.islice(tasks, workers + 1))
+    return _joined_windows(ex, tasks, pending, window_records, on_bytes)
+
+
+def _joined_windows(ex, tasks, pending, window_records: int, on_bytes) -> Iterator[tuple[RecordTable, list[Problem]]]:
     table = RecordTableBuilder()
     problems: list[Problem] = []
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rmqdump-scan") as ex:
-        pending = deque(ex.submit(_scan_file_task, t) for t in itertools.islice(tasks, workers + 1))
+    with ex:
         while pending:
             part, probs, nbytes = pending.popleft().result()
             nxt = next(tasks, None)

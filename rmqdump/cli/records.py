@@ -26,7 +26,6 @@ from schemas import constants as C
 
 SUB_ROWS = 8192  # records rendered per kernel call: bounds the output buffer (a few MB)
 PARALLEL_ROWS = 2048  # from this many records a sub-batch is rendered by two threads
-AHEAD_SHARE = 1.0  # of a batch's sub-batches, rendered by the text thread while the next batch is scanned
 AHEAD_MIN_LIMIT = 1 << 17  # with a smaller --limit nothing is rendered ahead (it would render records never printed)
 _POOL = None
 
@@ -158,7 +157,7 @@ class RecordsOut:
         return self.can_render_ahead and self._writer is not None and (self.flt.limit is None or self.flt.limit >= AHEAD_MIN_LIMIT)
 
     def render_ahead(self, rec: Records) -> None:
-        """Start rendering most of rec's sub-batches in the text thread; its batch reads our own map of its file from now on.
+        """Start rendering rec's sub-batches in the text thread; its batch reads our own map of its file from now on.
 
         Called before the scan goes on: the scan gives back its pages and closes a file when it leaves it,
         so the batch is moved to a map of ours, given back once the batch is written.
@@ -168,10 +167,8 @@ class RecordsOut:
         if mf is None:
             mf = self._maps[b.seg.path] = MappedFile(b.seg.path, limit=b.mf.size)
         b.mf = mf
-        parts = list(range(0, len(rec.rows), SUB_ROWS))
         pool = _pool()
-        futures = {lo: pool.submit(self.kernel, b, rec.rows[lo : lo + SUB_ROWS], None, False) for lo in parts[: int(np.ceil(len(parts) * AHEAD_SHARE))]}
-        self._ahead[id(b)] = (b, futures)
+        self._ahead[id(b)] = (b, {lo: pool.submit(self.kernel, b, rec.rows[lo : lo + SUB_ROWS], None, False) for lo in range(0, len(rec.rows), SUB_ROWS)})
 
     def _drop_ahead(self) -> None:
         for _b, futures in self._ahead.values():
@@ -183,8 +180,7 @@ class RecordsOut:
         ahead = self._ahead.get(id(b))
         if ahead is None or ahead[0] is not b:
             return self.kernel(b, rows, None)
-        f = ahead[1].pop(lo, None)
-        return f.result() if f is not None else self.kernel(b, rows, None, False)  # the text thread is busy with the next batch
+        return ahead[1].pop(lo).result()
 
     def _done_with(self, b: Batch) -> None:
         """A batch rendered ahead is written: its pages of our map given back, maps of files the scan has left closed."""

@@ -1,8 +1,8 @@
 """`rmqdump cq verify --engine spark`: the same findings as rmqdump.checks.cqverify.verify, computed by Spark.
 
 1. The CommitLog's byte ranges are decoded by mapInArrow into record headers
-   with their dispatch values (rmqdump.scan.dispatch.dispatch_of, the local
-   engine's own), plus the scan's problems as rows; the result is persisted.
+   with their dispatch values (rmqdump.scan.dispatch.dispatch_columns without
+   the index keys, as the local engine computes them), plus the scan's problems as rows; the result is persisted.
 2. Every selected queue's valid unit offsets are read by tasks (one row per
    queue in, offsets out) and joined to the records on the physical offset.
 3. Per (topic, queue) group, the records its units hit and the records that
@@ -28,7 +28,7 @@ from rmqdump.common.problems import Problem
 from rmqdump.export.dataset import scan_split
 from rmqdump.readers.consumequeue import UNIT_SIZE, ConsumeQueue
 from rmqdump.readers.store import Store
-from rmqdump.scan.dispatch import DelayLevels, DispatchBatch, dispatch_of
+from rmqdump.scan.dispatch import DelayLevels, DispatchColumns, dispatch_columns
 from rmqdump.scan.splits import DEFAULT_SPLIT, Split, file_splits, partition_count
 from schemas import constants as C
 
@@ -59,14 +59,15 @@ def _records_fn(splits: list[Split], delays: DelayLevels, check_crc: bool):
         ]
     )
 
-    def records(d: DispatchBatch) -> pa.RecordBatch:
+    def records(d: DispatchColumns) -> pa.RecordBatch:
         n = len(d)
+        topic = pa.DictionaryArray.from_arrays(pa.array(d.topic_id.astype(np.int32)), pa.array(d.topics, pa.string()))
         return pa.RecordBatch.from_arrays(
             [
                 pa.array(["r"] * n, pa.string()),
                 pa.array(d.phys.astype(np.int64)),
                 pa.array(d.size.astype(np.int32)),
-                pa.array(d.topic, pa.string()),
+                topic.cast(pa.string()),
                 pa.array(np.asarray(d.queue_id).astype(np.int32)),
                 pa.array(np.asarray(d.queue_offset).astype(np.int64)),
                 pa.array(d.tags_code.astype(np.int64)),
@@ -99,7 +100,7 @@ def _records_fn(splits: list[Split], delays: DelayLevels, check_crc: bool):
                 found: list[Problem] = []
                 for b in scan_split(Split(**{**split.__dict__, "check_crc": check_crc}), found.append):
                     if len(b):
-                        yield records(dispatch_of(b, delays))
+                        yield records(dispatch_columns(b, delays, keys=False))
                 if found:
                     yield problems(no, found)
 

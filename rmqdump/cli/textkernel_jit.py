@@ -360,6 +360,22 @@ def _token_end(d, j, e):
     return j
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _tokens(out, o, d, j, e, sep, quote):
+    """The non-empty KEYS tokens of d[j:e], `sep` between them, each in double quotes when `quote`."""
+    first = True
+    while j < e:
+        q = _token_end(d, j, e)
+        if q > j:
+            if not first:
+                out[o] = sep
+                o += 1
+            first = False
+            o = _quoted(out, o, d, j, q - j) if quote else _copy(out, o, d, j, q - j)
+        j = q + 1
+    return o
+
+
 @njit(cache=True, nogil=True)
 def _value_or_null(out, o, d, itk, ite, a):
     if a < 0:
@@ -409,18 +425,7 @@ def _message_json(out, o, d, base, row, file_json, snip, snip_offs, its, itk, it
     o = _value_or_null(out, o, d, itk, ite, g)
     o = _lit(out, o, L_KEYS)
     if t >= 0:
-        j = itk[t] + 1
-        e = ite[t]
-        first = True
-        while j < e:
-            q = _token_end(d, j, e)
-            if q > j:
-                if not first:
-                    out[o] = 44
-                    o += 1
-                first = False
-                o = _quoted(out, o, d, j, q - j)
-            j = q + 1
+        o = _tokens(out, o, d, itk[t] + 1, ite[t], 44, True)
     o = _lit(out, o, L_UNIQ)
     o = _value_or_null(out, o, d, itk, ite, u)
     o = _lit(out, o, L_MSGID)
@@ -556,18 +561,7 @@ def table_cells(d, base, mat, tx, tx_offs, ftopic, ftag, fkey, fl, out, bounds, 
                         o = _value(out, o, d, itk, ite, g)
                     bounds[r, 7] = o
                     if t >= 0:
-                        j = itk[t] + 1
-                        e = ite[t]
-                        first = True
-                        while j < e:
-                            q = _token_end(d, j, e)
-                            if q > j:
-                                if not first:
-                                    out[o] = SEP_KEY
-                                    o += 1
-                                first = False
-                                o = _copy(out, o, d, j, q - j)
-                            j = q + 1
+                        o = _tokens(out, o, d, itk[t] + 1, ite[t], SEP_KEY, False)
                     bounds[r, 8] = o
                     if u >= 0:
                         o = _value(out, o, d, itk, ite, u)

@@ -42,7 +42,7 @@ def export(
     fmt: ExportFormat = O.format_option(ExportFormat.parquet, "parquet, or jsonl (one JSON object per line)."),
     body: ExportBody = typer.Option(ExportBody.none, "--body", help="none, or raw: add the stored body bytes (Parquet binary; base64 in jsonl)."),
     engine: Engine = engine_option("the same rows, decoded by Spark tasks"),
-    workers: int = O.workers_option(1, "local engine: processes decoding byte ranges in parallel."),
+    workers: int = O.workers_option(None, "local engine: threads decoding byte ranges in parallel (default: two for a CommitLog over 64 MiB)."),
     master: str = master_option(),
     spark_conf: list[str] = spark_conf_option(),
     driver_memory: str = typer.Option("4g", "--driver-memory", help="spark engine: driver JVM memory."),

@@ -252,11 +252,11 @@ def _properties(view: memoryview, pos: np.ndarray, length: np.ndarray):
     return pmap, _strings(toffs, tbuf, tags), keys, _strings(uoffs, ubuf, uniq)
 
 
-def _topics(b: Batch, lo: int, hi: int) -> pa.Array:
+def _topics(b: Batch, sel) -> pa.Array:
     """Topic names from the scan's per-batch topic table: each distinct topic decoded once (invalid UTF-8 replaced)."""
     first = b.found["topic_first"]
     names = pa.array([b.topic(int(r)) for r in first.tolist()], pa.string())
-    return names.take(pa.array(b.found["topic_id"][lo:hi].astype(np.int32)))
+    return names.take(pa.array(b.found["topic_id"][sel].astype(np.int32)))
 
 
 def _flag_names(sys_flag: np.ndarray) -> pa.Array:
@@ -269,31 +269,44 @@ def _constant(value: str, n: int) -> pa.Array:
     return pa.array([value], pa.string()).take(pa.array(np.zeros(n, dtype=np.int32)))
 
 
-def _sliced(b: Batch, lo: int, hi: int):
-    cols = {k: v[lo:hi] for k, v in b.cols.items()}
-    crc = None if b.crc_ok is None else b.crc_ok[lo:hi]
-    pcrc = None if b.prop_crc is None else b.prop_crc[lo:hi]
+def _sliced(b: Batch, sel):
+    cols = {k: v[sel] for k, v in b.cols.items()}
+    crc = None if b.crc_ok is None else b.crc_ok[sel]
+    pcrc = None if b.prop_crc is None else b.prop_crc[sel]
     return cols, crc, pcrc
 
 
+def _by_topic(b: Batch, lo: int, hi: int) -> list:
+    """Records lo..hi grouped by topic (record order kept within a topic): a slice when there is one topic."""
+    tid = b.found["topic_id"][lo:hi]
+    if not len(tid) or (tid == tid[0]).all():
+        return [slice(lo, hi)]
+    order = np.argsort(tid, kind="stable")
+    cuts = np.flatnonzero(np.diff(tid[order])) + 1
+    return [lo + part for part in np.split(order, cuts)]
+
+
 def record_batches(
-    b: Batch, broker: str, *, with_body: bool = False, max_bytes: int = MAX_CHUNK_BYTES, columns: list[str] | None = None
+    b: Batch, broker: str, *, with_body: bool = False, max_bytes: int = MAX_CHUNK_BYTES, columns: list[str] | None = None, by_topic: bool = False
 ) -> Iterator[pa.RecordBatch]:
     """The batch's records as Arrow record batches of at most about `max_bytes` of records each.
 
     columns: only these columns, in this order (`rmqdump sql` decodes what a query names); default all.
+    by_topic: each record batch holds one topic's records (in record order), so a writer partitioning by
+    topic needs no take of every column.
     """
     if not len(b):
         return
     sch = schema(with_body) if columns is None else pa.schema([schema(True).field(c) for c in columns])
     for lo, hi in _chunks(b.cols["total_size"], max_bytes):
-        yield pa.RecordBatch.from_arrays(_columns(b, lo, hi, broker, sch), schema=sch)
+        for sel in _by_topic(b, lo, hi) if by_topic else [slice(lo, hi)]:
+            yield pa.RecordBatch.from_arrays(_columns(b, sel, broker, sch), schema=sch)
 
 
-def _columns(b: Batch, lo: int, hi: int, broker: str, sch: pa.Schema) -> list[pa.Array]:
-    """The arrays of `sch`'s columns for records lo..hi of the batch; each decoding step runs only if a column needs it."""
-    c, crc_ok, prop_crc = _sliced(b, lo, hi)
-    n = hi - lo
+def _columns(b: Batch, sel, broker: str, sch: pa.Schema) -> list[pa.Array]:
+    """The arrays of `sch`'s columns for records `sel` (a slice or indices) of the batch; each decoding step runs only if a column needs it."""
+    c, crc_ok, prop_crc = _sliced(b, sel)
+    n = len(c["_pos"])
     data, view = b.mf.data, b.mf.view
     done: dict[str, object] = {}
 
@@ -322,7 +335,7 @@ def _columns(b: Batch, lo: int, hi: int, broker: str, sch: pa.Schema) -> list[pa
         "transaction": lambda: _TRANSACTIONS.take(pa.array((c["sys_flag"] & C.TRANSACTION_MASK).astype(np.int32))),
         "born_host": lambda: _hosts(data, c["born_host_pos"], c["born_host_then"].astype(bool), want_raws=False)[0],
         "store_host": lambda: store_hosts()[0],
-        "topic": lambda: _topics(b, lo, hi),
+        "topic": lambda: _topics(b, sel),
         "properties": lambda: props(0),
         "tags": lambda: props(1),
         "keys": lambda: props(2),

@@ -143,7 +143,7 @@ def split_batches(split: Split, result: SplitResult, *, with_body: bool = False,
             result.problems.append(p.to_dict(broker=split.broker))
 
     for b in scan_split(dataclasses.replace(split, check_crc=check_crc), note, batch_records=EXPORT_BATCH_RECORDS):
-        for rb in arrowbatch.record_batches(b, split.broker, with_body=with_body):
+        for rb in arrowbatch.record_batches(b, split.broker, with_body=with_body, by_topic=True):
             result.messages += rb.num_rows
             yield rb
         if len(b):  # the batch is in Arrow (copies): its pages of the map can go now, not at the scan's next release

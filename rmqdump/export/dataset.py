@@ -38,10 +38,10 @@ from rmqdump.scan.splits import DEFAULT_SPLIT, Split, StoreRef, plan
 FORMATS = ("parquet", "jsonl")
 ROWS_PER_GROUP = 65536
 ROWS_PER_GROUP_WITH_BODY = 8192  # bodies are up to 4 MiB: keep a row group's buffer small
-BUFFER_BYTES = 24 << 20  # rows waiting for their row group, all topics together, per task (two run at once by default)
+BUFFER_BYTES = 16 << 20  # rows waiting for their row group, all topics together, per task (two run at once by default)
 MAX_OPEN_FILES = 128
 GROUP_BYTES = 64 << 20  # a task's least work when ranges are small
-# Records per scan batch (~35 MB of a 2 KB-record store): fewer cost Python time per batch, more hold map pages.
+# Records per scan batch (~20 MB of the benchmark store's 1.2 KB records): fewer cost Python time per batch, more hold map pages.
 EXPORT_BATCH_RECORDS = 16384
 MAX_PROBLEMS = 1000  # problems kept for the report; all are counted
 PARALLEL_MIN_BYTES = 64 << 20  # CommitLog bytes from which two threads run the ranges by default

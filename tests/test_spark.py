@@ -35,7 +35,7 @@ def spark_rows(spark, fleet, tmp_path_factory):
     from rmqdump.engines.spark.export import export_spark
 
     out = tmp_path_factory.mktemp("spark") / "fleet"
-    res = export_spark(spark, fleet, str(out), with_body=True)
+    res = export_spark(spark, fleet, str(out), with_body=True, writer="spark")
     assert res.problem_count == 0
     assert res.messages == sum(len(manifest(s)) for s in STORES)
     return read_dataset(out)
@@ -52,7 +52,7 @@ def test_spark_tiny_splits_same_rows(spark, fleet, spark_rows, tmp_path):
     """Ranges of 4 KiB over every real store: every record once, none lost, none twice."""
     from rmqdump.engines.spark.export import export_spark
 
-    res = export_spark(spark, fleet, str(tmp_path / "tiny"), with_body=True, split_size=4096)
+    res = export_spark(spark, fleet, str(tmp_path / "tiny"), with_body=True, split_size=4096, writer="spark")
     assert res.splits > 1000
     tiny = read_dataset(tmp_path / "tiny")
     assert len({(r["broker"], r["phys_offset"]) for r in tiny}) == len(tiny)
@@ -67,7 +67,7 @@ def test_spark_jsonl_equals_local_jsonl(spark, tmp_path):
     from rmqdump.engines.spark.export import export_spark
 
     stores = [StoreRef("rmq53-v2", str(REAL / "rmq53-v2" / "store")), StoreRef("rmq4-flags", str(REAL / "rmq4-flags" / "store"))]
-    export_spark(spark, stores, str(tmp_path / "s"), fmt="jsonl", with_body=True, split_size=16384)
+    export_spark(spark, stores, str(tmp_path / "s"), fmt="jsonl", with_body=True, split_size=16384, writer="spark")
     export_local(stores, str(tmp_path / "l"), fmt="jsonl", with_body=True)
     export_spark(spark, stores, str(tmp_path / "a"), fmt="jsonl", with_body=True, split_size=16384, writer="arrow")
     assert read_jsonl(tmp_path / "s") == read_jsonl(tmp_path / "l") == read_jsonl(tmp_path / "a")
@@ -86,12 +86,22 @@ def test_spark_damaged_store_same_rows_and_problems(spark, tmp_path):
         fh.write(b"\xee" * 3000)
     stores = [StoreRef("rmq4-basic", str(root))]
     local = export_local(stores, str(tmp_path / "l"))
-    sp = export_spark(spark, stores, str(tmp_path / "s"), split_size=8192)
+    sp = export_spark(spark, stores, str(tmp_path / "s"), split_size=8192, writer="spark")
     ar = export_spark(spark, stores, str(tmp_path / "a"), split_size=8192, writer="arrow")
     assert local.problem_count > 0
     assert sp.problems == local.problems == ar.problems and sp.problem_count == local.problem_count == ar.problem_count
     assert read_dataset(tmp_path / "a") == read_dataset(tmp_path / "l")
     assert read_dataset(tmp_path / "s") == read_dataset(tmp_path / "l") == reader_rows("rmq4-basic", root)
+
+
+def test_spark_writer_auto_picks_pyarrow_only_where_the_path_is_shared():
+    from rmqdump.engines.spark.export import pick_writer
+
+    assert pick_writer("auto", "/data/out", "local[2]") == "arrow"
+    assert pick_writer("auto", "/data/out", "spark://127.0.0.1:7077") == "arrow"
+    assert pick_writer("auto", "s3a://bucket/out", "local[2]") == "spark"  # a URI: only Spark's writer reaches it
+    assert pick_writer("auto", "/data/out", "yarn") == "spark"  # nodes elsewhere may not share the path
+    assert pick_writer("spark", "/data/out", "local[2]") == "spark" and pick_writer("arrow", "/data/out", "yarn") == "arrow"
 
 
 def test_cli_engine_spark(spark, tmp_path):

@@ -18,6 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from rmqdump.readers import kernel
 from rmqdump.readers.commitlog import Batch
 from rmqdump.readers.fastpath import field_struct, gather, numpy_dtype, struct_format
 from rmqdump.readers.message import decode_properties, flag_names, format_host, split_keys
@@ -111,43 +112,22 @@ def _chunks(total_size: np.ndarray, max_bytes: int) -> list[tuple[int, int]]:
     return out
 
 
-_INLINE = 12  # an Arrow binary view holds strings up to 12 bytes inline, longer ones as (prefix, buffer, offset)
+def _bitmap(valid: np.ndarray) -> pa.Buffer | None:
+    """An Arrow validity bitmap, or None when every row is valid."""
+    return None if valid.all() else pa.py_buffer(np.packbits(valid, bitorder="little"))
 
 
-def _binary(view: memoryview, pos: np.ndarray, length: np.ndarray, typ=pa.binary()) -> pa.Array:
-    """Byte strings cut out of the mapped file, as one Arrow array (one copy).
-
-    The strings are first described as Arrow binary views into the mapped
-    region (numpy builds the 16-byte views, no Python step per string); the
-    cast to `typ` is then the one copy.
+def _binary(data: np.ndarray, pos: np.ndarray, length: np.ndarray, typ=pa.binary(), valid: np.ndarray | None = None) -> pa.Array:
+    """Byte strings cut out of the mapped file as one Arrow array: offsets and data built by compiled code
+    (one copy, no Python step per string). A string type is checked to be UTF-8 (ArrowInvalid if not).
     """
     n = len(pos)
-    if n == 0:
-        return pa.array([], typ)
-    base = int(pos.min())
-    end = int((pos.astype(np.int64) + length).max())
-    if end - base >= 1 << 31:
-        data = b"".join([view[p : p + k] for p, k in zip(pos.tolist(), length.tolist(), strict=True)])
-        offsets = np.zeros(n + 1, dtype=np.int32)
-        np.cumsum(length, out=offsets[1:])
-        return pa.Array.from_buffers(typ, n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
-    region = np.frombuffer(view, dtype=np.uint8)[base:end]
-    rel = pos.astype(np.int64) - base
-    length = length.astype(np.int32)
-    views = np.zeros((n, 4), dtype=np.int32)  # length, prefix, buffer index (0), offset
-    views[:, 0] = length
-    big = np.flatnonzero(length > _INLINE)
-    if big.size:
-        views[big, 1] = gather(region, rel[big], np.dtype(np.int32))
-        views[big, 3] = rel[big]
-    small = np.flatnonzero(length <= _INLINE)
-    if small.size:
-        k = np.arange(_INLINE)
-        inline = region[np.minimum(rel[small, None] + k, len(region) - 1)] if len(region) else np.zeros((small.size, _INLINE), np.uint8)
-        inline[k[None, :] >= length[small, None]] = 0
-        views.view(np.uint8).reshape(n, 16)[small, 4:] = inline
-    vtype = pa.string_view() if typ == pa.string() else pa.binary_view()
-    return pa.Array.from_buffers(vtype, n, [None, pa.py_buffer(views), pa.py_buffer(region)]).cast(typ)
+    if n and int(np.maximum(length, 0).sum()) >= 1 << 31:
+        raise ValueError("a chunk holds 2 GiB of strings")  # chunks hold at most MAX_CHUNK_BYTES of records
+    offsets, buf = kernel.jit().pack_bytes(data, np.asarray(pos, np.int64), np.asarray(length, np.int64))
+    mask = None if valid is None else _bitmap(valid)
+    arr = pa.Array.from_buffers(pa.binary(), n, [mask, pa.py_buffer(offsets), pa.py_buffer(buf)], null_count=-1 if mask else 0)
+    return arr.cast(typ) if typ != pa.binary() else arr
 
 
 def _format_v4(octets: np.ndarray, ports: np.ndarray) -> pa.Array:
@@ -243,64 +223,40 @@ def _properties_py(view: memoryview, pos: np.ndarray, length: np.ndarray):
     return pmap, pa.array(tags, pa.string()), keys, pa.array(uniq, pa.string())
 
 
-def _offsets(rows: np.ndarray, n: int) -> pa.Array:
-    offs = np.zeros(n + 1, dtype=np.int32)
-    np.cumsum(np.bincount(rows, minlength=n), out=offs[1:])
-    return pa.array(offs)
-
-
-def _pick(names: pa.Array, values: pa.Array, rows: np.ndarray, n: int, name: str) -> pa.Array:
-    """The value of one property per row (null where absent); names are unique within a row."""
-    hit = np.flatnonzero(pc.equal(names, name).to_numpy(zero_copy_only=False))
-    idx = np.full(n, -1, dtype=np.int64)
-    idx[rows[hit]] = hit
-    return values.take(pa.array(idx, mask=idx < 0))
-
-
-def _name_twice(names: pa.Array, rows: np.ndarray) -> bool:
-    """Whether some record holds one property name twice (an integer sort over (row, name code))."""
-    coded = names.dictionary_encode()
-    key = rows.astype(np.int64) * len(coded.dictionary) + coded.indices.to_numpy(zero_copy_only=False)
-    key.sort()
-    return bool((key[1:] == key[:-1]).any())
+def _strings(offsets: np.ndarray, buf: np.ndarray, valid: np.ndarray | None = None) -> pa.Array:
+    """Compiled code's offsets and bytes as an Arrow string array (checked to be UTF-8: ArrowInvalid if not)."""
+    n = len(offsets) - 1
+    mask = None if valid is None else _bitmap(valid.view(bool))
+    arr = pa.Array.from_buffers(pa.binary(), n, [mask, pa.py_buffer(offsets), pa.py_buffer(buf)], null_count=-1 if mask else 0)
+    return arr.cast(pa.string())
 
 
 def _properties(view: memoryview, pos: np.ndarray, length: np.ndarray):
-    """The same values as _properties_py, with Arrow string kernels over the whole chunk.
+    """The same values as _properties_py, as Arrow buffers built by compiled code in one pass.
 
-    Chunks the kernels cannot take exactly as decode_properties does (invalid
-    UTF-8, a name twice in one record: the last value wins) go record by record.
+    Chunks it cannot take exactly as decode_properties does (invalid UTF-8, a
+    name twice in one record: the last value wins) go record by record.
     """
-    n = len(pos)
+    data = np.frombuffer(view, dtype=np.uint8)
+    pos, length = np.asarray(pos, np.int64), np.asarray(length, np.int64)
+    if int(length.sum()) >= 1 << 31:
+        raise ValueError("a chunk holds 2 GiB of properties")  # chunks hold at most MAX_CHUNK_BYTES of records
+    rows, noffs, nbuf, voffs, vbuf, toffs, tbuf, tags, uoffs, ubuf, uniq, krows, koffs, kbuf, twice = kernel.jit().properties_columns(data, pos, length)
+    if twice:
+        return _properties_py(view, pos, length)
     try:
-        text = _binary(view, pos, length).cast(pa.string())
+        pmap = pa.MapArray.from_arrays(pa.array(rows), _strings(noffs, nbuf), _strings(voffs, vbuf))
     except pa.ArrowInvalid:
         return _properties_py(view, pos, length)
-    items = pc.split_pattern(text, C.PROPERTY_SEPARATOR)
-    parent = pc.list_parent_indices(items).to_numpy()
-    pairs = pc.split_pattern(pc.list_flatten(items), C.NAME_VALUE_SEPARATOR, max_splits=1)
-    ok = pc.equal(pc.list_value_length(pairs), 2)  # empty items and items without a separator are dropped
-    pairs = pairs.filter(ok)
-    rows = parent[ok.to_numpy(zero_copy_only=False)]
-    names, values = pc.list_element(pairs, 0), pc.list_element(pairs, 1)
-    if len(names) and _name_twice(names, rows):
-        return _properties_py(view, pos, length)
-    pmap = pa.MapArray.from_arrays(_offsets(rows, n), names, values)
-    keys_text = _pick(names, values, rows, n, C.PROPERTY_KEYS)
-    tokens = pc.split_pattern(keys_text, C.KEY_SEPARATOR)
-    tparent = pc.list_parent_indices(tokens).to_numpy()
-    flat = pc.list_flatten(tokens)
-    nonempty = pc.not_equal(flat, "")
-    keys = pa.ListArray.from_arrays(_offsets(tparent[nonempty.to_numpy(zero_copy_only=False)], n), flat.filter(nonempty))
-    return pmap, _pick(names, values, rows, n, C.PROPERTY_TAGS), keys, _pick(names, values, rows, n, C.PROPERTY_UNIQ_KEY)
+    keys = pa.ListArray.from_arrays(pa.array(krows), _strings(koffs, kbuf))
+    return pmap, _strings(toffs, tbuf, tags), keys, _strings(uoffs, ubuf, uniq)
 
 
-def _topics(view: memoryview, pos: np.ndarray, length: np.ndarray) -> pa.Array:
-    raw = _binary(view, pos, length)
-    try:
-        return raw.cast(pa.string())
-    except pa.ArrowInvalid:
-        return pa.array([None if x is None else x.decode("utf-8", errors="replace") for x in raw.to_pylist()], pa.string())
+def _topics(b: Batch, sel) -> pa.Array:
+    """Topic names from the scan's per-batch topic table: each distinct topic decoded once (invalid UTF-8 replaced)."""
+    first = b.found["topic_first"]
+    names = pa.array([b.topic(int(r)) for r in first.tolist()], pa.string())
+    return names.take(pa.array(b.found["topic_id"][sel].astype(np.int32)))
 
 
 def _flag_names(sys_flag: np.ndarray) -> pa.Array:
@@ -313,31 +269,44 @@ def _constant(value: str, n: int) -> pa.Array:
     return pa.array([value], pa.string()).take(pa.array(np.zeros(n, dtype=np.int32)))
 
 
-def _sliced(b: Batch, lo: int, hi: int):
-    cols = {k: v[lo:hi] for k, v in b.cols.items()}
-    crc = None if b.crc_ok is None else b.crc_ok[lo:hi]
-    pcrc = None if b.prop_crc is None else b.prop_crc[lo:hi]
+def _sliced(b: Batch, sel):
+    cols = {k: v[sel] for k, v in b.cols.items()}
+    crc = None if b.crc_ok is None else b.crc_ok[sel]
+    pcrc = None if b.prop_crc is None else b.prop_crc[sel]
     return cols, crc, pcrc
 
 
+def _by_topic(b: Batch, lo: int, hi: int) -> list:
+    """Records lo..hi grouped by topic (record order kept within a topic): a slice when there is one topic."""
+    tid = b.found["topic_id"][lo:hi]
+    if not len(tid) or (tid == tid[0]).all():
+        return [slice(lo, hi)]
+    order = np.argsort(tid, kind="stable")
+    cuts = np.flatnonzero(np.diff(tid[order])) + 1
+    return [lo + part for part in np.split(order, cuts)]
+
+
 def record_batches(
-    b: Batch, broker: str, *, with_body: bool = False, max_bytes: int = MAX_CHUNK_BYTES, columns: list[str] | None = None
+    b: Batch, broker: str, *, with_body: bool = False, max_bytes: int = MAX_CHUNK_BYTES, columns: list[str] | None = None, by_topic: bool = False
 ) -> Iterator[pa.RecordBatch]:
     """The batch's records as Arrow record batches of at most about `max_bytes` of records each.
 
     columns: only these columns, in this order (`rmqdump sql` decodes what a query names); default all.
+    by_topic: each record batch holds one topic's records (in record order), so a writer partitioning by
+    topic needs no take of every column.
     """
     if not len(b):
         return
     sch = schema(with_body) if columns is None else pa.schema([schema(True).field(c) for c in columns])
     for lo, hi in _chunks(b.cols["total_size"], max_bytes):
-        yield pa.RecordBatch.from_arrays(_columns(b, lo, hi, broker, sch), schema=sch)
+        for sel in _by_topic(b, lo, hi) if by_topic else [slice(lo, hi)]:
+            yield pa.RecordBatch.from_arrays(_columns(b, sel, broker, sch), schema=sch)
 
 
-def _columns(b: Batch, lo: int, hi: int, broker: str, sch: pa.Schema) -> list[pa.Array]:
-    """The arrays of `sch`'s columns for records lo..hi of the batch; each decoding step runs only if a column needs it."""
-    c, crc_ok, prop_crc = _sliced(b, lo, hi)
-    n = hi - lo
+def _columns(b: Batch, sel, broker: str, sch: pa.Schema) -> list[pa.Array]:
+    """The arrays of `sch`'s columns for records `sel` (a slice or indices) of the batch; each decoding step runs only if a column needs it."""
+    c, crc_ok, prop_crc = _sliced(b, sel)
+    n = len(c["_pos"])
     data, view = b.mf.data, b.mf.view
     done: dict[str, object] = {}
 
@@ -366,14 +335,14 @@ def _columns(b: Batch, lo: int, hi: int, broker: str, sch: pa.Schema) -> list[pa
         "transaction": lambda: _TRANSACTIONS.take(pa.array((c["sys_flag"] & C.TRANSACTION_MASK).astype(np.int32))),
         "born_host": lambda: _hosts(data, c["born_host_pos"], c["born_host_then"].astype(bool), want_raws=False)[0],
         "store_host": lambda: store_hosts()[0],
-        "topic": lambda: _topics(view, c["topic_pos"], c["topic_length"]),
+        "topic": lambda: _topics(b, sel),
         "properties": lambda: props(0),
         "tags": lambda: props(1),
         "keys": lambda: props(2),
         "uniq_key": lambda: props(3),
         "msg_id": lambda: _msg_ids(phys(), store_hosts()[1], store_hosts()[2]),
         "broker": lambda: _constant(broker, n),
-        "body": lambda: _binary(view, c["body_pos"], c["body_length"]),
+        "body": lambda: _binary(data, c["body_pos"], c["body_length"]),
     }
     for name, src in _INT_COLUMNS.items():
         typ = sch.field(name).type if name in sch.names else None

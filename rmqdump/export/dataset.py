@@ -20,9 +20,8 @@ import time
 import urllib.parse
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
-from multiprocessing import get_context
 
 import numpy as np
 import pyarrow as pa
@@ -32,17 +31,20 @@ import pyarrow.parquet as pq
 from rmqdump.common.problems import Problem
 from rmqdump.common.publish import check_target, publishing
 from rmqdump.export import arrowbatch
-from rmqdump.readers.commitlog import Batch, SegmentFile, scan_file
+from rmqdump.readers.commitlog import BATCH_RECORDS, Batch, SegmentFile, scan_file
 from rmqdump.readers.mapped import MappedFile
 from rmqdump.scan.splits import DEFAULT_SPLIT, Split, StoreRef, plan
 
 FORMATS = ("parquet", "jsonl")
 ROWS_PER_GROUP = 65536
 ROWS_PER_GROUP_WITH_BODY = 8192  # bodies are up to 4 MiB: keep a row group's buffer small
-BUFFER_BYTES = 48 << 20  # rows waiting for their row group, all topics together
+BUFFER_BYTES = 16 << 20  # rows waiting for their row group, all topics together, per task (two run at once by default)
 MAX_OPEN_FILES = 128
 GROUP_BYTES = 64 << 20  # a task's least work when ranges are small
+# Records per scan batch (~20 MB of the benchmark store's 1.2 KB records): fewer cost Python time per batch, more hold map pages.
+EXPORT_BATCH_RECORDS = 16384
 MAX_PROBLEMS = 1000  # problems kept for the report; all are counted
+PARALLEL_MIN_BYTES = 64 << 20  # CommitLog bytes from which two threads run the ranges by default
 # Parquet columns with few distinct values per row group, the only ones dictionary-encoded: building a
 # dictionary for near-unique columns (offsets, ids, timestamps) costs write time and makes files bigger.
 DICTIONARY_COLUMNS = (
@@ -116,13 +118,15 @@ def problem_order(d: dict) -> tuple:
     return (d.get("broker") or "", d.get("file") or "", -1 if d.get("file_offset") is None else d["file_offset"], d.get("code") or "")
 
 
-def scan_split(split: Split, note: Callable[[Problem], None], flag: Callable[[Problem], None] | None = None) -> Iterator[Batch]:
+def scan_split(
+    split: Split, note: Callable[[Problem], None], flag: Callable[[Problem], None] | None = None, batch_records: int = BATCH_RECORDS
+) -> Iterator[Batch]:
     """The scan batches of one byte range; every problem the range owns goes to `note`, in scan order
     (or, for problems of records that were still decoded (CRC, phys field), to `flag` when given).
     """
     seg = SegmentFile(split.path, split.base, split.size)
     with MappedFile(split.path) as mf:
-        for b in scan_file(seg, mf, start=split.start, end=split.end, check_crc=split.check_crc):
+        for b in scan_file(seg, mf, start=split.start, end=split.end, check_crc=split.check_crc, batch_records=batch_records):
             for p in b.flagged():
                 (flag or note)(p)
             yield b
@@ -138,10 +142,12 @@ def split_batches(split: Split, result: SplitResult, *, with_body: bool = False,
         if len(result.problems) < MAX_PROBLEMS:
             result.problems.append(p.to_dict(broker=split.broker))
 
-    for b in scan_split(dataclasses.replace(split, check_crc=check_crc), note):
-        for rb in arrowbatch.record_batches(b, split.broker, with_body=with_body):
+    for b in scan_split(dataclasses.replace(split, check_crc=check_crc), note, batch_records=EXPORT_BATCH_RECORDS):
+        for rb in arrowbatch.record_batches(b, split.broker, with_body=with_body, by_topic=True):
             result.messages += rb.num_rows
             yield rb
+        if len(b):  # the batch is in Arrow (copies): its pages of the map can go now, not at the scan's next release
+            b.mf.release(int(b.cols["_pos"][0]), int(b.cols["_end"][-1]))
     result.bytes += split.length
 
 
@@ -254,8 +260,13 @@ class TopicParquetWriter:
         self.close()
 
 
+def default_workers(total_bytes: int) -> int:
+    """Two threads for a CommitLog worth it (memory grows with each), else one."""
+    return min(2, os.cpu_count() or 1) if total_bytes >= PARALLEL_MIN_BYTES else 1
+
+
 def write_split(index: int, group: list[Split], tmp: str, fmt: str, with_body: bool, check_crc: bool) -> SplitResult:
-    """Decode a task's ranges and write its part files under `tmp` (runs in a worker process)."""
+    """Decode a task's ranges and write its part files under `tmp` (a worker thread, or a Spark task)."""
     result = SplitResult()
     sch = arrowbatch.schema(with_body)
     batches = _group_batches(group, result, with_body, check_crc)
@@ -293,7 +304,7 @@ def export_local(
     *,
     fmt: str = "parquet",
     with_body: bool = False,
-    workers: int = 1,
+    workers: int | None = None,
     split_size: int = DEFAULT_SPLIT,
     force: bool = False,
     check_crc: bool = True,
@@ -305,6 +316,8 @@ def export_local(
     t0 = time.perf_counter()
     splits, res = start_export(stores, out, fmt, "local", split_size)
     with publishing(out, force=force, stores=[s.root for s in stores]) as tmp:
+        if workers is None:
+            workers = default_workers(sum(s.length for s in splits))
         groups = group_splits(splits, workers)
         sizes = [sum(s.length for s in g) for g in groups]
         order = sorted(range(len(groups)), key=lambda i: -sizes[i])
@@ -314,7 +327,7 @@ def export_local(
                 if on_bytes:
                     on_bytes(sizes[i])
         else:
-            with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as pool:
+            with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rmqdump-export") as pool:
                 futs = {pool.submit(write_split, i, groups[i], tmp, fmt, with_body, check_crc): i for i in order}
                 for fut in as_completed(futs):
                     res.add(fut.result())

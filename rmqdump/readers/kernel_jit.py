@@ -533,3 +533,147 @@ def join_offsets(phys, offsets, rows):
         rows[i] = r
         hit[i] = r < n and phys[r] == x
     return hit
+
+
+@njit(cache=True, nogil=True)
+def _is(data, s, k, name):
+    """Whether the k bytes at s are `name`."""
+    same = k == len(name)
+    i = 0
+    while same and i < k:
+        same = data[s + i] == name[i]
+        i += 1
+    return same
+
+
+@njit(cache=True, nogil=True)
+def _room(a, need):
+    """`a`, or a copy twice as long when `need` entries do not fit."""
+    if need <= len(a):
+        return a
+    b = np.empty(max(need, 2 * len(a)), a.dtype)
+    b[: len(a)] = a
+    return b
+
+
+@njit(cache=True, nogil=True)
+def _put(src, a, k, buf, offs, j):
+    """Append src[a:a + k] to buf as string j (offs[j] is its start); returns the end."""
+    t = offs[j]
+    for i in range(k):
+        buf[t + i] = src[a + i]
+    offs[j + 1] = t + k
+    return t + k
+
+
+@njit(cache=True, nogil=True)
+def properties_columns(data, pos, length):
+    """Each record's properties [pos, pos + length) as Arrow buffers, in one pass over the bytes.
+
+    The items (`name\x01value`, split on \x02) are taken as the broker's parser
+    takes them: items without a name/value separator are dropped, like empty
+    ones. Returns (row offsets into the items, name offsets and bytes, value
+    offsets and bytes, TAGS and UNIQ_KEY per record (offsets, bytes, present),
+    the KEYS tokens (row offsets, offsets, bytes: split on one space, empty
+    tokens dropped), 1 if some record holds one name twice: the last value wins
+    there, which these buffers do not express; the caller then takes the
+    records by the Python parser).
+    """
+    n = len(pos)
+    total = 0
+    for r in range(n):
+        total += length[r]
+    rows = np.zeros(n + 1, np.int32)
+    noffs = np.zeros(4 * n + 1, np.int32)
+    voffs = np.zeros(4 * n + 1, np.int32)
+    nbuf = np.empty(total, np.uint8)
+    vbuf = np.empty(total, np.uint8)
+    toffs = np.zeros(n + 1, np.int32)
+    tbuf = np.empty(total, np.uint8)
+    uoffs = np.zeros(n + 1, np.int32)
+    ubuf = np.empty(total, np.uint8)
+    tags = np.zeros(n, np.uint8)
+    uniq = np.zeros(n, np.uint8)
+    krows = np.zeros(n + 1, np.int32)
+    koffs = np.zeros(2 * n + 1, np.int32)
+    kbuf = np.empty(total, np.uint8)
+    k = 0
+    nk = 0
+    twice = 0
+    for r in range(n):
+        first = k
+        ti = ui = ki = -1
+        s = pos[r]
+        pe = s + length[r]
+        while s < pe:
+            e = s
+            while e < pe and data[e] != SEP_PROP:
+                e += 1
+            m = s
+            while m < e and data[m] != SEP_NV:
+                m += 1
+            if m < e:
+                if k + 2 > len(noffs):
+                    noffs = _room(noffs, k + 2)
+                    voffs = _room(voffs, k + 2)
+                a = _put(data, s, m - s, nbuf, noffs, k) - (m - s)
+                _put(data, m + 1, e - m - 1, vbuf, voffs, k)
+                for j in range(first, k):  # a handful of items per record
+                    if noffs[j + 1] - noffs[j] == m - s and _is(nbuf, noffs[j], m - s, nbuf[a : a + m - s]):
+                        twice = 1
+                if _is(data, s, m - s, _N_TAGS):
+                    ti = k
+                elif _is(data, s, m - s, _N_UNIQ):
+                    ui = k
+                elif _is(data, s, m - s, _N_KEYS):
+                    ki = k
+                k += 1
+            s = e + 1
+        rows[r + 1] = k
+        if ti >= 0:
+            tags[r] = 1
+            _put(vbuf, voffs[ti], voffs[ti + 1] - voffs[ti], tbuf, toffs, r)
+        else:
+            toffs[r + 1] = toffs[r]
+        if ui >= 0:
+            uniq[r] = 1
+            _put(vbuf, voffs[ui], voffs[ui + 1] - voffs[ui], ubuf, uoffs, r)
+        else:
+            uoffs[r + 1] = uoffs[r]
+        if ki >= 0:
+            a = voffs[ki]
+            ke = voffs[ki + 1]
+            while a <= ke:
+                b = a
+                while b < ke and vbuf[b] != SEP_KEY:
+                    b += 1
+                if b > a:
+                    if nk + 2 > len(koffs):
+                        koffs = _room(koffs, nk + 2)
+                    _put(vbuf, a, b - a, kbuf, koffs, nk)
+                    nk += 1
+                a = b + 1
+        krows[r + 1] = nk
+    return (
+        rows, noffs[: k + 1], nbuf[: noffs[k]], voffs[: k + 1], vbuf[: voffs[k]], toffs, tbuf[: toffs[n]], tags,
+        uoffs, ubuf[: uoffs[n]], uniq, krows, koffs[: nk + 1], kbuf[: koffs[nk]], twice,
+    )  # fmt: skip
+
+
+@njit(cache=True, nogil=True)
+def pack_bytes(data, pos, length):
+    """data[pos[i]:pos[i] + length[i]] end to end, with Arrow's int32 offsets (a negative length packs nothing)."""
+    n = len(pos)
+    offs = np.zeros(n + 1, np.int32)
+    t = 0
+    for i in range(n):
+        if length[i] > 0:
+            t += length[i]
+        offs[i + 1] = t
+    buf = np.empty(t, np.uint8)
+    for i in range(n):
+        a = offs[i]
+        p = pos[i]
+        for j in range(offs[i + 1] - a):
+            buf[a + j] = data[p + j]
+    return offs, buf

@@ -42,13 +42,16 @@ def export(
     fmt: ExportFormat = O.format_option(ExportFormat.parquet, "parquet, or jsonl (one JSON object per line)."),
     body: ExportBody = typer.Option(ExportBody.none, "--body", help="none, or raw: add the stored body bytes (Parquet binary; base64 in jsonl)."),
     engine: Engine = engine_option("the same rows, decoded by Spark tasks"),
-    workers: int = O.workers_option(1, "local engine: processes decoding byte ranges in parallel."),
+    workers: int = O.workers_option(None, "local engine: threads decoding byte ranges in parallel (default: two for a CommitLog over 64 MiB)."),
     master: str = master_option(),
     spark_conf: list[str] = spark_conf_option(),
     driver_memory: str = typer.Option("4g", "--driver-memory", help="spark engine: driver JVM memory."),
     ship: str = ship_option(),
     spark_writer: str = typer.Option(
-        "spark", "--spark-writer", help="spark engine: spark (Spark's Parquet writer, any output URI) or arrow (tasks write with pyarrow; shared path, faster)."
+        "auto",
+        "--spark-writer",
+        help="spark engine: arrow (tasks write with pyarrow; a path every executor shares; faster), spark (Spark's Parquet writer, any output URI), "
+        "or auto: arrow for a path when the master runs on this machine (local[N], a standalone master on this host), else spark.",
     ),
     split_size: str = typer.Option("256M", "--split-size", help="Bytes of CommitLog per task (128M-512M suits big stores)."),
     force: bool = O.force_option("Replace --out if it exists."),
@@ -71,8 +74,8 @@ def export(
         render.fail(f"usage: --split-size: {e}", 2)
     stores = resolve_stores(store)
     crc = not no_crc
-    if spark_writer not in ("spark", "arrow"):
-        render.fail(f"usage: --spark-writer must be spark or arrow, not {spark_writer!r}", 2)
+    if spark_writer not in ("auto", "spark", "arrow"):
+        render.fail(f"usage: --spark-writer must be auto, spark or arrow, not {spark_writer!r}", 2)
     if engine is Engine.local:
         from rmqdump.export.dataset import export_local  # pyarrow.dataset: imported only when exporting
 

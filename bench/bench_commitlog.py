@@ -11,11 +11,10 @@ first; each mode runs --repeat times and the fastest run is kept.
 Modes:
   count      CommitLog.scan(check_crc=False), counting records
   crc        CommitLog.scan(check_crc=True): body CRC of every record checked
-  props      rmqdump.scan.dispatch.dispatch: header columns + properties decoded per
-             record (topic, TAGS -> tagsCode, KEYS, UNIQ_KEY): the header-and-
-             properties scan the target (>= 500k messages/s) is about
-  columns    rmqdump.scan.dispatch.dispatch_columns: the same values as columns
-             (topic ids, tagsCode, index-key hashes), what rebuild/verify use
+  columns    rmqdump.scan.dispatch.dispatch_columns: header columns + properties
+             (topic ids, TAGS -> tagsCode, index-key hashes), what every command
+             computes with: the header-and-properties scan the target
+             (>= 500k messages/s) is about
   message    Batch.message(i) for every record: the full Message object, no output
   cli        `rmqdump commitlog DIR -f jsonl > /dev/null` (subprocess, wall clock)
   construct  schemas.MessageRecord.parse per record on a sample (--sample records)
@@ -38,7 +37,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_STORE = ROOT / "bench" / "data" / "gen-1m"
 GEN_ARGS = ["--size", "2GiB", "--count", "1000000", "--file-size", "1GiB", "--seed", "1"]
-MODES = ["count", "crc", "props", "columns", "message", "cli", "construct"]
+MODES = ["count", "crc", "columns", "message", "cli", "construct"]
 SECTION = "## commitlog"
 
 
@@ -61,15 +60,6 @@ def _child(mode: str, commitlog: str, sample: int) -> dict:
             n += len(b)
             bad += len(b.record_problems)
         extra["records_with_problems"] = bad
-    elif mode == "props":
-        from rmqdump.scan.dispatch import dispatch
-
-        keys = tagged = 0
-        for _, d in dispatch(cl):
-            n += len(d)
-            keys += sum(map(len, d.keys))
-            tagged += int((d.tags_code != 0).sum())
-        extra.update(keys=keys, tagged=tagged)
     elif mode == "columns":
         from rmqdump.scan.dispatch import DelayLevels, dispatch_columns
 
@@ -221,7 +211,6 @@ def render_section(facts: dict, mach: dict, rows: list[dict], args_line: str, lo
     what = {
         "count": "`CommitLog.scan(check_crc=False)`, count records",
         "crc": "`CommitLog.scan(check_crc=True)` (body CRC of every record)",
-        "props": "header + properties: `rmqdump.scan.dispatch.dispatch` (Python strings per record: topic, TAGS->tagsCode, KEYS, UNIQ_KEY)",
         "columns": "header + properties: `rmqdump.scan.dispatch.dispatch_columns` (columnar: topic ids, tagsCode, index-key hashes)",
         "message": "`Batch.message(i)` for every record (full Message objects, no output)",
         "cli": "`rmqdump commitlog DIR -f jsonl > /dev/null` (whole process, wall clock)",

@@ -33,12 +33,13 @@ from datetime import datetime, timezone
 
 import numpy as np
 
-from rmqdump.common.javahash import index_hash_many, java_hash_many
+from rmqdump.common.javahash import index_hash_many
 from rmqdump.query.lookup import Index
 from rmqdump.readers.commitlog import CommitLog
 from rmqdump.readers.indexfile import ENTRY_DTYPE, SLOT_DTYPE
-from rmqdump.scan.dispatch import dispatch
+from rmqdump.scan.dispatch import DelayLevels, dispatch_columns
 from schemas import IndexHeader
+from schemas import constants as C
 
 # The CLI as an operator runs it, reporting its own peak RSS on the last stderr line (ru_maxrss of
 # RUSAGE_CHILDREN would count the parent's pages copied by fork before exec).
@@ -60,14 +61,20 @@ def collect_keys(store: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[s
     """(phys, store timestamp, hash, "topic#key") of every index key, in put order."""
     phys, ts, hashes, names = [], [], [], []
     cl = CommitLog.open(os.path.join(store, "commitlog"))
-    for _b, d in dispatch(cl):
-        rec, keys = d.index_keys()
+    delays = DelayLevels.parse()
+    for b in cl.scan(check_crc=False):
+        d = dispatch_columns(b, delays)
+        rec = d.key_rec
         if not len(rec):
             continue
         phys.append(d.phys[rec].astype(np.int64))
         ts.append(np.asarray(d.store_timestamp, dtype=np.int64)[rec])
-        hashes.append(index_hash_many(java_hash_many(keys)).astype(np.int64))
-        names.extend(keys)
+        hashes.append(index_hash_many(d.key_hash).astype(np.int64))
+        # the key texts, at the kernel's key offsets (found in put order; ROLLBACK records have none, as in key_rec)
+        f, view = b.found, b.mf.view
+        indexed = (d.sys_flag[f["key_rec"]] & C.TRANSACTION_MASK) != C.TRANSACTION_ROLLBACK
+        for r, a, n in zip(f["key_rec"][indexed].tolist(), f["key_pos"][indexed].tolist(), f["key_len"][indexed].tolist(), strict=True):
+            names.append(f"{d.topics[d.topic_id[r]]}#{bytes(view[a : a + n]).decode('utf-8', errors='replace')}")
     return np.concatenate(phys), np.concatenate(ts), np.concatenate(hashes), names
 
 

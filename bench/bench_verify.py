@@ -4,7 +4,7 @@
 
 STORE is a store root. A generated store (bench/gen_store.py) has only a
 CommitLog; with --build-cq this script first writes its ConsumeQueues from the
-dispatch values of rmqdump.scan.dispatch (what the broker's CommitLogDispatcher
+dispatch columns of rmqdump.scan.dispatch (what the broker's CommitLogDispatcher
 gives the ConsumeQueue: offset, size, tagsCode at index = queueOffset),
 default broker sizing (300,000 units per file). That writer is bench-only
 code: rmqdump itself never writes into a store.
@@ -29,7 +29,7 @@ import numpy as np
 def build_cq(root: str, units_per_file: int = 300_000) -> int:
     from rmqdump.readers.commitlog import CommitLog
     from rmqdump.readers.consumequeue import UNIT_DTYPE
-    from rmqdump.scan.dispatch import DelayLevels, dispatch_of
+    from rmqdump.scan.dispatch import DelayLevels, dispatch_columns
 
     cl = CommitLog.open(os.path.join(root, "commitlog"))
     delays = DelayLevels.parse()
@@ -38,11 +38,10 @@ def build_cq(root: str, units_per_file: int = 300_000) -> int:
     for b in cl.scan(check_crc=False):
         if not len(b):
             continue
-        d = dispatch_of(b, delays)
+        d = dispatch_columns(b, delays, keys=False)
         q = d.queued
-        topics = np.array(d.topic, dtype=object)
-        for t in set(d.topic):
-            sel = q & (topics == t)
+        for tid, t in enumerate(d.topics):
+            sel = q & (d.topic_id == tid)
             for qid in np.unique(d.queue_id[sel]).tolist():
                 s = sel & (d.queue_id == qid)
                 rows = np.zeros(int(s.sum()), dtype=[("qoff", "i8"), ("u", UNIT_DTYPE)])

@@ -1,4 +1,4 @@
-"""The dispatch values computed from the CommitLog equal what the broker put in its ConsumeQueues."""
+"""The dispatch columns computed from the CommitLog equal what the broker put in its ConsumeQueues."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from conftest import STORES, manifest, store_root
 
 from rmqdump.readers.commitlog import CommitLog
 from rmqdump.readers.fastpath import numpy_dtype
-from rmqdump.scan.dispatch import DelayLevels, dispatch
+from rmqdump.scan.dispatch import DelayLevels, dispatch_columns
 from schemas import ConsumeQueueUnit
 
 UNIT = numpy_dtype(ConsumeQueueUnit)
@@ -34,9 +34,11 @@ def _broker_units(name: str) -> dict[tuple[str, int, int], tuple[int, int, int]]
 def test_dispatch_equals_broker_consumequeue(name):
     units = _broker_units(name)
     got = {}
-    for _, d in dispatch(CommitLog.open(store_root(name) / "commitlog"), DelayLevels.parse()):
+    delays = DelayLevels.parse()
+    for b in CommitLog.open(store_root(name) / "commitlog").scan(check_crc=False):
+        d = dispatch_columns(b, delays, keys=False)
         for i in np.flatnonzero(d.queued).tolist():
-            got[(d.topic[i], int(d.queue_id[i]), int(d.queue_offset[i]))] = (int(d.phys[i]), int(d.size[i]), int(d.tags_code[i]))
+            got[(d.topics[d.topic_id[i]], int(d.queue_id[i]), int(d.queue_offset[i]))] = (int(d.phys[i]), int(d.size[i]), int(d.tags_code[i]))
     if name == "rmq4-crash":  # its dispatch stopped after 1500 messages: the CQ holds exactly those
         assert len(got) == len(manifest(name)) == 2000
         assert len(units) == 1500

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import STORES, store_root
+from conftest import STORES, manifest, store_root
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -22,7 +22,7 @@ from rmqdump.readers import kernel as K
 from rmqdump.readers.commitlog import CommitLog, scan_file
 from rmqdump.readers.mapped import MappedFile
 from rmqdump.readers.message import decode_properties, java_crc32, parse_crc_digits, split_keys
-from rmqdump.scan.dispatch import DelayLevels, dispatch_columns, dispatch_of
+from rmqdump.scan.dispatch import DelayLevels, dispatch_columns
 from schemas import MessageRecord
 from schemas import constants as C
 
@@ -227,13 +227,35 @@ def test_kernel_crc_paths_give_the_same_batches(tmp_path, crc, library):
     assert int(out.stdout) == 1500
 
 
-def test_dispatch_strings_match_the_columns():
+def test_dispatch_columns_hash_the_manifests_keys():
+    """The columns' tagsCode, and their "topic#key" hashes (arithmetic on the kernel's key hashes, no strings built),
+    equal Java's hashCode of the manifest's TAGS and of the key text at the kernel's key offsets, which is the manifest's."""
+    by_offset = {m["wroteOffset"]: m for m in manifest("rmq4-flags")}
+    n = sched = 0
     for b in CommitLog.open(store_root("rmq4-flags") / "commitlog").scan(check_crc=False):
-        d, s = dispatch_columns(b, DELAYS), dispatch_of(b, DELAYS)
-        assert s.tags_code.tolist() == d.tags_code.tolist()
-        rec, keys = s.index_keys()
-        assert rec.tolist() == d.key_rec.tolist()
-        assert [java_hash(k) for k in keys] == d.key_hash.tolist()
+        d = dispatch_columns(b, DELAYS)
+        man = [by_offset[p] for p in d.phys.tolist()]
+        for i, m in enumerate(man):
+            level = int(m["properties"].get(C.PROPERTY_DELAY, 0)) if m["topic"] == C.SCHEDULE_TOPIC else 0
+            want_code = DELAYS.deliver_time(level, m["storeTimestamp"]) if level > 0 else java_hash(m["tags"]) if m["tags"] else 0
+            assert int(d.tags_code[i]) == want_code, m["seq"]
+            sched += level > 0
+        f, view = b.found, b.mf.view
+        texts: dict[int, list[str]] = {}
+        for r, a, k, u in zip(f["key_rec"].tolist(), f["key_pos"].tolist(), f["key_len"].tolist(), f["key_uniq"].tolist(), strict=True):
+            t = bytes(view[a : a + k]).decode("utf-8", errors="replace")
+            texts.setdefault(r, []).insert(0 if u else len(texts.get(r, [])), t)  # UNIQ_KEY first, as the broker puts it
+        want: list[tuple[int, str]] = []
+        for i, m in enumerate(man):
+            if m["sysFlag"] & C.TRANSACTION_MASK == C.TRANSACTION_ROLLBACK:
+                continue
+            from_manifest = ([m["uniqKey"]] if m.get("uniqKey") is not None else []) + [k for k in m.get("keys") or [] if k]
+            assert texts.get(i, []) == from_manifest, m["seq"]
+            want += [(i, f"{m['topic']}#{k}") for k in from_manifest]
+        assert d.key_rec.tolist() == [i for i, _ in want]
+        assert d.key_hash.tolist() == [java_hash(k) for _, k in want]
+        n += len(want)
+    assert n > 0 and sched > 0
 
 
 def test_cache_dir_is_the_users_and_numba_waits_for_a_scan(tmp_path):

@@ -27,7 +27,7 @@ from rmqdump.common.javahash import java_hash
 from rmqdump.readers.commitlog import CommitLog, scan_file
 from rmqdump.readers.fastpath import numpy_dtype
 from rmqdump.readers.mapped import MappedFile
-from rmqdump.scan.dispatch import DelayLevels, dispatch_columns, dispatch_of
+from rmqdump.scan.dispatch import DelayLevels, dispatch_columns
 from schemas import Checkpoint, IndexEntry, IndexHeader
 
 HEADER = numpy_dtype(IndexHeader)
@@ -228,23 +228,53 @@ def reference_dispatch(batch, delays):
     return topics, codes, keys, uniqs
 
 
+def manifest_tags_code(m: dict, delays: DelayLevels) -> int:
+    """The tagsCode the broker dispatches for a manifest entry: its delivery time if scheduled, else hashCode(TAGS)."""
+    level = m["properties"].get("DELAY") if m["topic"] == "SCHEDULE_TOPIC_XXXX" else None
+    if level is not None and int(level) > 0:
+        return delays.deliver_time(int(level), m["storeTimestamp"])
+    return java_hash(m["tags"]) if m["tags"] else 0
+
+
+def kernel_key_texts(batch) -> tuple[list[list[str]], list[str | None]]:
+    """Each record's KEYS tokens and UNIQ_KEY, read from the record bytes at the offsets the scan kernel found."""
+    keys: list[list[str]] = [[] for _ in range(len(batch))]
+    uniqs: list[str | None] = [None] * len(batch)
+    f, view = batch.found, batch.mf.view
+    for r, a, n, u in zip(f["key_rec"].tolist(), f["key_pos"].tolist(), f["key_len"].tolist(), f["key_uniq"].tolist(), strict=True):
+        text = bytes(view[a : a + n]).decode("utf-8", errors="replace")
+        if u:
+            uniqs[r] = text
+        else:
+            keys[r].append(text)
+    return keys, uniqs
+
+
 @pytest.mark.parametrize("name", STORES)
 def test_dispatch_equals_a_plain_parse(name):
-    """dispatch_of and dispatch_columns (what the rebuild uses) give a plain parse's tagsCode, keys and topics on every real record."""
+    """dispatch_columns (what every command computes with) gives the topics, tagsCode and index keys of a plain parse and of the manifest, on every real record."""
     cl = CommitLog.open(str(store_root(name) / "commitlog"))
     delays = DelayLevels.parse()
+    by_offset = {m["wroteOffset"]: m for m in manifest(name)}
     n = 0
     for b in cl.scan(check_crc=False):
         if not len(b):
             continue
         topics, codes, keys, uniqs = reference_dispatch(b, delays)
-        d, c = dispatch_of(b, delays), dispatch_columns(b, delays)
-        assert d.topic == topics and d.keys == keys and d.uniq_key == uniqs
-        assert np.array_equal(d.tags_code, codes) and np.array_equal(c.tags_code, codes)
+        c = dispatch_columns(b, delays)
+        man = [by_offset[p] for p in c.phys.tolist()]
+        assert topics == [m["topic"] for m in man]
         assert [c.topics[i] for i in c.topic_id.tolist()] == topics
-        rec, idx_keys = d.index_keys()
-        assert np.array_equal(rec, c.key_rec)
-        assert c.key_hash.tolist() == [java_hash(k) for k in idx_keys]
+        assert c.queue_id.tolist() == [m["queueId"] for m in man]
+        assert c.queue_offset.tolist() == [m["logicsOffset"] for m in man]
+        assert np.array_equal(c.tags_code, codes)
+        assert c.tags_code.tolist() == [manifest_tags_code(m, delays) for m in man]
+        k_keys, k_uniqs = kernel_key_texts(b)
+        assert k_keys == keys == [[k for k in m.get("keys") or [] if k] for m in man]
+        assert k_uniqs == uniqs == [m.get("uniqKey") for m in man]
+        want = [(i, k) for i, m in enumerate(man) for k in index_keys(m)]  # UNIQ_KEY, then KEYS; none for ROLLBACK
+        assert c.key_rec.tolist() == [i for i, _ in want]
+        assert c.key_hash.tolist() == [java_hash(k) for _, k in want]
         n += len(b)
     assert n == len(manifest(name))
 

@@ -9,14 +9,13 @@ message), the index keys, the transaction type.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
 
 from rmqdump.common.javahash import java_hash
 from rmqdump.readers import kernel as K
-from rmqdump.readers.commitlog import Batch, CommitLog
+from rmqdump.readers.commitlog import Batch
 from schemas import constants as C
 
 _UNITS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
@@ -46,101 +45,6 @@ class DelayLevels:
         return store_timestamp + self.millis[level - 1]
 
 
-@dataclass
-class DispatchBatch:
-    """Dispatch values of every record of one scan batch, in CommitLog order."""
-
-    phys: np.ndarray  # int64 physical offsets
-    size: np.ndarray  # int32 totalSize
-    topic: list[str]
-    queue_id: np.ndarray
-    queue_offset: np.ndarray
-    sys_flag: np.ndarray
-    store_timestamp: np.ndarray
-    tags_code: np.ndarray  # int64
-    keys: list[list[str]]  # KEYS tokens, empty ones dropped
-    uniq_key: list[str | None]
-
-    def __len__(self) -> int:
-        return len(self.phys)
-
-    @property
-    def transaction(self) -> np.ndarray:
-        return self.sys_flag & C.TRANSACTION_MASK
-
-    @property
-    def queued(self) -> np.ndarray:
-        """Records that get a ConsumeQueue unit: transaction type none or commit."""
-        t = self.transaction
-        return (t == C.TRANSACTION_NOT) | (t == C.TRANSACTION_COMMIT)
-
-    @property
-    def indexed(self) -> np.ndarray:
-        """Records the IndexFile takes: every type but rollback."""
-        return self.transaction != C.TRANSACTION_ROLLBACK
-
-    def index_keys(self) -> tuple[np.ndarray, list[str]]:
-        """(record index, "topic#key") for every index entry, in the order the broker puts them."""
-        rec: list[int] = []
-        keys: list[str] = []
-        indexed = self.indexed
-        for i in range(len(self)):
-            if not indexed[i]:
-                continue
-            t = self.topic[i]
-            u = self.uniq_key[i]
-            if u is not None:
-                rec.append(i)
-                keys.append(f"{t}#{u}")
-            for k in self.keys[i]:
-                rec.append(i)
-                keys.append(f"{t}#{k}")
-        return np.array(rec, dtype=np.int64), keys
-
-
-def dispatch_of(batch: Batch, delays: DelayLevels) -> DispatchBatch:
-    """The dispatch values of a batch: the columns of dispatch_columns, plus KEYS and UNIQ_KEY as strings.
-
-    Only the property values that become strings are decoded one by one
-    (tests prove the values equal a plain per-record parse on every real record).
-    """
-    n = len(batch)
-    cols = _columns(batch, delays, keys=False)
-    if n == 0:
-        z = np.zeros(0, dtype=np.int64)
-        return DispatchBatch(z, z.astype(np.int32), [], z, z, z, z, z, [], [])
-    found, view = batch.found, batch.mf.view
-    keys_l: list[list[str]] = [[] for _ in range(n)]
-    uniq_l: list[str | None] = [None] * n
-    for r, a, k, u in zip(found["key_rec"].tolist(), found["key_pos"].tolist(), found["key_len"].tolist(), found["key_uniq"].tolist(), strict=True):
-        text = bytes(view[a : a + k]).decode("utf-8", errors="replace")
-        if u:
-            uniq_l[r] = text
-        else:
-            keys_l[r].append(text)
-    table = np.empty(len(cols.topics), dtype=object)
-    table[:] = cols.topics
-    return DispatchBatch(
-        phys=cols.phys,
-        size=cols.size,
-        topic=table[cols.topic_id].tolist(),
-        queue_id=cols.queue_id,
-        queue_offset=cols.queue_offset,
-        sys_flag=cols.sys_flag,
-        store_timestamp=cols.store_timestamp,
-        tags_code=cols.tags_code,
-        keys=keys_l,
-        uniq_key=uniq_l,
-    )
-
-
-def dispatch(cl: CommitLog, delays: DelayLevels | None = None, *, check_crc: bool = False, **scan_kw) -> Iterator[tuple[Batch, DispatchBatch]]:
-    """Scan the CommitLog and give each batch with its dispatch values."""
-    delays = delays or DelayLevels.parse()
-    for b in cl.scan(check_crc=check_crc, **scan_kw):
-        yield b, dispatch_of(b, delays)
-
-
 # --- Columnar dispatch: the kernel's values (rmqdump.readers.kernel) turned into the dispatcher's ---
 #
 # The scan kernel found, per record, the topic (an id into the batch's topic
@@ -148,7 +52,7 @@ def dispatch(cl: CommitLog, delays: DelayLevels | None = None, *, check_crc: boo
 # every index key over its UTF-16 code units, as Java hashes strings. Here the
 # few values the kernel leaves to Python are filled in: a TAGS or key that is
 # not valid UTF-8 is decoded with replacement characters and hashed, a DELAY
-# that is not plain digits is read as before, and the hash of "topic#key" is
+# that is not plain digits is read by int(), and the hash of "topic#key" is
 # hashCode("topic#") * 31**len(key) + hashCode(key), so keys are never built
 # as strings.
 
@@ -166,7 +70,7 @@ _POW31 = _pow31(1 << 16)
 
 @dataclass
 class DispatchColumns:
-    """dispatch_of's values as columns only: what rebuild and verify compute with.
+    """The dispatch values of a run of records, as columns: what every command computes with.
 
     topic_id indexes `topics`; key_rec/key_hash list the index keys in the
     broker's put order (UNIQ_KEY, then each KEYS token; ROLLBACK records
@@ -289,11 +193,7 @@ def _java_hash_bytes(raw: bytes, cache: dict[bytes, tuple[int, int]]) -> tuple[i
 
 
 def dispatch_columns(batch: Batch, delays: DelayLevels, *, keys: bool = True) -> DispatchColumns:
-    """dispatch_of(batch) as columns (tests prove them equal to the broker's own files on every real record)."""
-    return _columns(batch, delays, keys)
-
-
-def _columns(batch: Batch, delays: DelayLevels, keys: bool) -> DispatchColumns:
+    """A batch's dispatch values (tests prove them equal to the broker's own files and the manifests on every real record)."""
     c = batch.cols
     n = len(batch)
     if n == 0:

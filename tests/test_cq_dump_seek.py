@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import HEALTHY, SETTINGS, copy_store, jsonl, manifest, run, run_proc, store_root
+from conftest import HEALTHY, SETTINGS, copy_store, jsonl, manifest, patch, run, run_proc, store_root
 
 from rmqdump.common.timeutil import iso
 from rmqdump.query.cqseek import seek
@@ -61,6 +61,22 @@ def test_dump_table_and_filler(tmp_path):
     assert r.returncode == 0 and r.stdout.count(" ok") >= 3
     r = run("cq", "dump", "-s", store_root("rmq5-basic"), "--topic", "nope", "--queue", "0")
     assert r.exit_code == 2 and "no_queue" in r.stderr
+
+
+def test_dump_resolve_exits_1_when_a_unit_is_not_its_record(tmp_path):
+    """A unit whose size (table) or offset (JSON Lines) no longer matches the broker's record: shown, and exit 1."""
+    root = copy_store("rmq4-basic", tmp_path)
+    recs = queue_recs("rmq4-basic", "orders", 1)
+    path = root / "consumequeue" / "orders" / "1" / f"{0:020d}"
+    patch(path, 2 * 20 + 8, (recs[2]["wroteBytes"] + 1).to_bytes(4, "big"))  # unit 2's size
+    patch(path, 3 * 20, (recs[4]["wroteOffset"]).to_bytes(8, "big"))  # unit 3 points at unit 4's record
+    r = run_proc("cq", "dump", "-s", root, "--topic", "orders", "--queue", "1", "--limit", "5", "--resolve")
+    assert r.returncode == 1 and r.stdout.count("\n 4 ") == 1, r.stdout  # the table shows all five units, and exits 1
+    r = run("cq", "dump", "-s", root, "--topic", "orders", "--queue", "1", "--from", "3", "--limit", "1", "--resolve", "-f", "jsonl")
+    (row,) = jsonl(r.stdout)
+    assert r.exit_code == 1 and row["record"]["queue_offset"] == recs[4]["logicsOffset"] == 4
+    r = run("cq", "dump", "-s", root, "--topic", "orders", "--queue", "1", "--from", "4", "--limit", "5", "--resolve", "-f", "jsonl")
+    assert r.exit_code == 0 and len(jsonl(r.stdout)) == 5
 
 
 def expected_seek(recs: list[dict], ts: int) -> int:

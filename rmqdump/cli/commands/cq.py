@@ -158,10 +158,12 @@ def dump_cmd(
             rows = dump_batch_units(bq, start=start, limit=limit, reader=reader if resolve else None)
         else:
             rows = dump_units(q, start=start, limit=limit, reader=reader if resolve else None, ext=st.ext_queues.get((topic, queue)))
+        unresolved = 0
         if fmt is ListFormat.jsonl:
             for r in rows:
                 render.jsonl(r)
                 n += 1
+                unresolved += resolve and not _resolves(r, topic, queue)
         else:
             cols = ["unit", "phys_offset", "size", "tags_code", "file@offset"]
             extra = ["batch_size", "store_time"] if bq is not None else ["ext_address", "filter_bitmap"] if (topic, queue) in st.ext_queues else []
@@ -171,6 +173,7 @@ def dump_cmd(
             t = Table(*cols, box=None, header_style="bold")
             for r in rows:
                 n += 1
+                unresolved += resolve and not _resolves(r, topic, queue)
                 cells = [
                     str(r["unit_index"]),
                     str(r["phys_offset"]),
@@ -190,22 +193,28 @@ def dump_cmd(
                     elif not rec["ok"]:
                         cells += ["", "", "", "", f"[red]{rec['code']}[/red]"]
                     else:
-                        if "lmq_offsets" in rec:  # an LMQ unit points at its parent topic's record, which names this queue
-                            good = rec["total_size"] == r["size"] and r["unit_index"] in rec["lmq_offsets"]
-                        else:
-                            good = (
-                                rec["total_size"] == r["size"] and rec["topic"] == topic and rec["queue_id"] == queue and rec["queue_offset"] == r["unit_index"]
-                            )
                         cells += [
                             iso(rec["store_timestamp"]),
                             f"{rec['queue_id']}/{rec['queue_offset']}",
                             rec["tags"] or "",
                             " ".join(rec["keys"]),
-                            "ok" if good else "[red]MISMATCH[/red]",
+                            "ok" if _resolves(r, topic, queue) else "[red]MISMATCH[/red]",
                         ]
                 t.add_row(*cells)
             render.out.print(t)
-    raise typer.Exit(0 if n else 1)
+    raise typer.Exit(1 if not n or unresolved else 0)
+
+
+def _resolves(row: dict, topic: str, queue: int) -> bool:
+    """Whether a valid unit's record is readable and is the message the unit says (fillers and invalid units pass)."""
+    rec = row.get("record")
+    if row["filler"] or not row["valid"] or rec is None:
+        return True
+    if not rec["ok"]:
+        return False
+    if "lmq_offsets" in rec:  # an LMQ unit points at its parent topic's record, which names this queue
+        return rec["total_size"] == row["size"] and row["unit_index"] in rec["lmq_offsets"]
+    return rec["total_size"] == row["size"] and rec["topic"] == topic and rec["queue_id"] == queue and rec["queue_offset"] == row["unit_index"]
 
 
 def _with_records(rows, reader):

@@ -20,7 +20,8 @@ from __future__ import annotations
 import errno
 import itertools
 import os
-from collections.abc import Iterator
+import sys
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -249,7 +250,7 @@ class Batch:
 
     seg: SegmentFile
     mf: MappedFile
-    cols: dict[str, np.ndarray]
+    cols: Mapping[str, np.ndarray]  # Columns: made on first use
     crc_ok: np.ndarray | None
     prop_crc: np.ndarray | None  # 1 ok, 0 mismatch, -1 absent
     events: list = field(default_factory=list)
@@ -402,43 +403,83 @@ def _record_problems(seg: SegmentFile, cols, crc_ok, prop_crc) -> dict[int, list
     return out
 
 
-def _empty_columns() -> dict[str, np.ndarray]:
-    """The columns of a batch without records, so consumers need no special case."""
-    return {name: np.zeros(0, dtype=dt) for name, dt in _DTYPES.items()}
-
-
 _DISPATCH = ("topic_id", "tags_hash", "tags_slow", "tags_pos", "tags_len", "delay", "delay_pos", "delay_len")
 
 
+class Columns(Mapping):
+    """A batch's record columns, as views into the kernel's output rows, each made only when first asked for.
+
+    An int64 column is the kernel's row itself; a narrower one (the schema
+    field's dtype) is converted once, on first use: a consumer that reads 8
+    of the 24 columns pays for 8.
+    """
+
+    __slots__ = ("_made", "_n", "_out")
+
+    def __init__(self, out: np.ndarray, n: int):
+        self._out, self._n, self._made = out, n, {}
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        col = self._made.get(name)
+        if col is None:
+            dt = _DTYPES[name]  # KeyError for a name that is no column
+            col = self._made[name] = self._out[K.COL[name], : self._n].astype(dt, copy=False)
+        return col
+
+    def __iter__(self):
+        return iter(_DTYPES)
+
+    def __len__(self) -> int:
+        return len(_DTYPES)
+
+    def __contains__(self, name) -> bool:
+        return name in _DTYPES
+
+
+_DISPATCH = ("topic_id", "tags_hash", "tags_slow", "tags_pos", "tags_len", "delay", "delay_pos", "delay_len")
+_POOL = 4  # output arrays kept for reuse per walk (a batch consumers still hold keeps its own)
+
+
 class _Kernel:
-    """Runs the kernel batch after batch over one walk, into output arrays reused from batch to batch."""
+    """Runs the kernel batch after batch over one walk.
+
+    Each batch's columns are views into an output array of its own, so a
+    batch is never copied; an array is reused for a later batch once nothing
+    refers to it any more (no batch or column of it is alive).
+    """
 
     def __init__(self, records: int):
         self.jit = K.jit()
-        self.out = np.empty((len(K.COLUMNS), records), dtype=np.int64)
+        self.records = records
+        self.pool: list[np.ndarray] = []
         self.keys = np.empty((len(K.KEY_COLUMNS), max(records * KEYS_PER_RECORD, KEY_ROOM_MIN)), dtype=np.int64)
 
-    def run(self, seg: SegmentFile, mf: MappedFile, pos: int, end: int, check_crc: bool) -> tuple[Batch, int, int]:
-        """One batch of records from `pos`, where the walk stopped, and why (a kernel stop code).
+    def _out(self) -> np.ndarray:
+        for out in self.pool:
+            if sys.getrefcount(out) <= 3:  # the pool's reference, the loop's and getrefcount's argument: free
+                return out
+        out = np.empty((len(K.COLUMNS), self.records), dtype=np.int64)
+        if len(self.pool) < _POOL:
+            self.pool.append(out)
+        return out
 
-        The batch's columns are compact copies: nothing of it holds on to the
-        kernel's output arrays (an exported or joined batch keeps only its own).
-        """
-        out = self.out
+    def run(self, seg: SegmentFile, mf: MappedFile, pos: int, end: int, check_crc: bool) -> tuple[Batch, int, int]:
+        """One batch of records from `pos`, where the walk stopped, and why (a kernel stop code)."""
+        out = self._out()
         while True:
             n, nk, p, code, reps = self.jit.scan(mf.data, mf.size, pos, end, check_crc, out, self.keys, seg.frame, seg.base)
             if code == K.FULL and n == 0:  # one record with more keys than room: make room
                 self.keys = np.empty((self.keys.shape[0], self.keys.shape[1] * 2), dtype=np.int64)
                 continue
             break
-        cols = {name: out[K.COL[name], :n].astype(dt) for name, dt in _DTYPES.items()}
+        cols = Columns(out, n)
         crc_ok = prop_crc = None
         if check_crc:
             crc_ok = out[K.COL["crc"], :n] == 1
             prop_crc = out[K.COL["prop_crc"], :n].astype(np.int8)
-        found = {name: out[K.COL[name], :n].copy() for name in _DISPATCH}
+        found = {name: out[K.COL[name], :n] for name in _DISPATCH}
         found["topic_first"] = reps
-        for name in K.KEY_COLUMNS:
+        for name in K.KEY_COLUMNS:  # copied: the key room is reused from batch to batch
             found["key_" + name] = self.keys[K.KCOL[name], :nk].copy()
         batch = Batch(seg, mf, cols, crc_ok, prop_crc, [], _record_problems(seg, cols, crc_ok, prop_crc), found)
         if seg.frame:

@@ -29,7 +29,7 @@ import numpy as np
 
 from rmqdump.common.problems import Problem
 from rmqdump.readers.commitlog import Batch, CommitLog, SegmentFile, scan_file
-from rmqdump.readers.consumequeue import CQ_HOLE, UNIT_SIZE, ConsumeQueue, QueueUnits, read_units
+from rmqdump.readers.consumequeue import CQ_HOLE, UNIT_SIZE, ConsumeQueue, QueueUnits, reads_cached
 from rmqdump.readers.mapped import MappedFile
 from rmqdump.readers.store import Store
 from rmqdump.scan.dispatch import DelayLevels, DispatchColumns, DispatchJoin, dispatch_columns
@@ -636,9 +636,10 @@ def verify(
     scope = VerifyScope(topic, queue_id, check_crc, delays)
     if windows is None:
         windows = record_windows(store.commitlog, check_crc=check_crc, delays=delays, window_records=window_records, on_bytes=on_bytes, workers=workers)
-    for p in _findings(store, scope, s, windows):
-        s.count(p)
-        yield p
+    with reads_cached():  # each queue file read once: by the order pass, then by the windows its units point into
+        for p in _findings(store, scope, s, windows):
+            s.count(p)
+            yield p
 
 
 def _findings(store: Store, scope: VerifyScope, s: VerifySummary, windows: Iterable[tuple[RecordTable, list[Problem]]]) -> Iterator[Problem]:
@@ -805,4 +806,4 @@ def _chunks_in(st: _QueueState, lo: int, hi: int):
     for f, rng in zip(st.q.files, st.ranges, strict=True):
         if rng is None or rng[1] < lo or rng[0] >= hi:
             continue
-        yield f, rng, st.q.read_file(f) if hasattr(st.q, "read_file") else QueueUnits.from_array(read_units(f), f.first_index)
+        yield f, rng, st.q.read_file(f)

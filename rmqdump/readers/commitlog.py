@@ -17,7 +17,6 @@ ConsumeQueue hold.
 
 from __future__ import annotations
 
-import errno
 import itertools
 import os
 import sys
@@ -31,7 +30,7 @@ from rmqdump.common import problems as P
 from rmqdump.common.problems import InputError, Problem
 from rmqdump.readers import kernel as K
 from rmqdump.readers.fastpath import field_struct, gather, numpy_dtype, struct_format
-from rmqdump.readers.mapped import OFFSET_NAME_RE, MappedFile, OffsetFile, offset_files
+from rmqdump.readers.mapped import OFFSET_NAME_RE, MappedFile, OffsetFile, next_data, offset_files
 from rmqdump.readers.message import Message, decode_properties, format_host, offset_msg_id
 from schemas import BlankMarker, HostV4, HostV6, MessageRecord, RecordPrefix, message_header
 from schemas import constants as C
@@ -574,30 +573,6 @@ _ZERO_CHUNK = bytes(4 << 20)
 _ZERO_TAILS: dict[tuple, int] = {}  # file identity -> offset from which it is all zeros
 
 
-def _next_data(fd: int, pos: int, stop: int) -> tuple[int, int]:
-    """The next stretch [data, data_end) of [pos, stop) that may hold bytes other than zero.
-
-    A hole of a sparse file (a preallocated CommitLog copied with its holes
-    kept) reads as zeros by definition, so it is skipped without reading it;
-    where the file system cannot say (no SEEK_DATA), the whole rest is data.
-    """
-    if not hasattr(os, "SEEK_DATA"):
-        return pos, stop
-    try:
-        data = os.lseek(fd, pos, os.SEEK_DATA)
-    except OSError as e:
-        if e.errno == errno.ENXIO:  # holes only, up to the end of the file
-            return stop, stop
-        return pos, stop
-    if data >= stop:
-        return stop, stop
-    try:
-        hole = os.lseek(fd, data, os.SEEK_HOLE)
-    except OSError:
-        hole = stop
-    return data, min(max(hole, data + 1), stop)
-
-
 def first_nonzero(mf: MappedFile, start: int, stop: int) -> int | None:
     """The first non-zero byte in [start, stop), or None.
 
@@ -617,7 +592,7 @@ def first_nonzero(mf: MappedFile, start: int, stop: int) -> int | None:
             return None
         pos = start
         while pos < stop:
-            pos, data_end = _next_data(fd, pos, stop)
+            pos, data_end = next_data(fd, pos, stop)
             while pos < data_end:
                 chunk = os.pread(fd, min(step, data_end - pos), pos)
                 if not chunk:

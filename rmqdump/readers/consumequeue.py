@@ -8,16 +8,18 @@ int64/int32 columns so checks can run on them directly (and on other engines).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from rmqdump.common.problems import Problem
+from rmqdump.common.problems import InputError, Problem
 from rmqdump.readers.fastpath import numpy_dtype
-from rmqdump.readers.mapped import MappedFile, OffsetFile, offset_files
+from rmqdump.readers.mapped import OffsetFile, next_data, offset_files
 from schemas import ConsumeQueueUnit
 from schemas import constants as C
 
@@ -133,12 +135,112 @@ def read_units(f: CQFile) -> np.ndarray:
 
 
 def whole_units(f: OffsetFile, dtype: np.dtype) -> np.ndarray:
-    """The whole fixed-size units (of a structured dtype) of one queue file, copied out of the map; a partial tail unit is left out."""
-    n = f.size // dtype.itemsize
-    if n == 0:
-        return np.zeros(0, dtype=dtype)
-    with MappedFile(f.path) as mf:
-        return mf.data[: n * dtype.itemsize].view(dtype).copy()
+    """The whole fixed-size units (of a structured dtype) of one queue file, read into an array of ours; a partial tail unit is left out."""
+    return _read_whole(f.path, f.size // dtype.itemsize * dtype.itemsize)[0].view(dtype)
+
+
+def _read_whole(path: str, length: int) -> tuple[np.ndarray, int]:
+    """The first `length` bytes of a file, and where its last non-zero byte ends (0: all zeros).
+
+    Read once with pread, holes skipped: a preallocated queue file is mostly
+    an unwritten zero tail, which is left as untouched zero pages of the
+    array (never read, copied or made resident).
+    """
+    buf = np.zeros(length, dtype=np.uint8)  # calloc: pages not written stay shared zero pages
+    if not length:
+        return buf, 0
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError as e:
+        raise InputError("unreadable", path, e.strerror or str(e)) from None
+    end = 0
+    try:
+        mv = memoryview(buf)
+        pos = 0
+        while pos < length:
+            pos, data_end = next_data(fd, pos, length)
+            while pos < data_end:
+                got = os.preadv(fd, [mv[pos:data_end]], pos)
+                if not got:
+                    data_end = pos = length
+                    break
+                pos += got
+                end = pos
+    except OSError as e:
+        raise InputError("unreadable", path, e.strerror or str(e)) from None
+    finally:
+        os.close(fd)
+    return buf, _nonzero_end(buf, end)
+
+
+def _nonzero_end(buf: np.ndarray, end: int) -> int:
+    """Where the last non-zero byte of buf[:end] ends (0: all zeros), searched backwards a window at a time."""
+    step = 1 << 16
+    while end > 0:
+        lo = max(0, end - step)
+        nz = np.flatnonzero(buf[lo:end])
+        if nz.size:
+            return lo + int(nz[-1]) + 1
+        end = lo
+    return 0
+
+
+_CACHE: OrderedDict[tuple, tuple[QueueUnits, int]] | None = None  # during reads_cached(): file -> its units and their bytes, most recent last
+CACHE_BYTES = 96 << 20  # resident bytes of cached units (a verify reads a queue file in its order pass and again per window)
+_cached_bytes = 0
+
+
+@contextlib.contextmanager
+def reads_cached():
+    """Within it, file_units reads each queue file once (while the files read fit CACHE_BYTES)."""
+    global _CACHE, _cached_bytes
+    if _CACHE is not None:  # already inside one
+        yield
+        return
+    _CACHE, _cached_bytes = OrderedDict(), 0
+    try:
+        yield
+    finally:
+        _CACHE, _cached_bytes = None, 0
+
+
+def file_units(f: CQFile) -> QueueUnits:
+    """One ConsumeQueue file's whole units as native columns (inside reads_cached(): read once while they fit).
+
+    The arrays are read-only (they are shared by every reader of the file);
+    the columns of the zero tail are zero pages never touched.
+    """
+    global _cached_bytes
+    key = None
+    if _CACHE is not None:
+        try:
+            st = os.stat(f.path)
+            key = (f.path, f.base, f.size, st.st_ino, st.st_size, st.st_mtime_ns)
+        except OSError:
+            pass
+    hit = _CACHE.get(key) if key else None
+    if hit is not None:
+        _CACHE.move_to_end(key)
+        return hit[0]
+    n = f.size // UNIT_SIZE
+    raw, end = _read_whole(f.path, n * UNIT_SIZE)
+    m = -(-end // UNIT_SIZE)  # units up to the last non-zero byte; those after it are all zeros
+    arr = raw.view(UNIT_DTYPE)[:m]
+    u = QueueUnits(np.arange(f.first_index, f.first_index + n, dtype=np.int64), np.zeros(n, np.int64), np.zeros(n, np.int32), np.zeros(n, np.int64))
+    u.offset[:m] = arr["commit_log_offset"]
+    u.size[:m] = arr["size"]
+    u.tags_code[:m] = arr["tags_code"]
+    for a in (u.index, u.offset, u.size, u.tags_code):
+        a.flags.writeable = False
+    if key:
+        cost = n * 8 + m * (8 + 4 + 8)  # the index column, and the columns' pages written
+        if cost <= CACHE_BYTES:
+            _CACHE[key] = (u, cost)
+            _cached_bytes += cost
+            while _cached_bytes > CACHE_BYTES:
+                _, (_, old) = _CACHE.popitem(last=False)
+                _cached_bytes -= old
+    return u
 
 
 @dataclass
@@ -230,10 +332,14 @@ class ConsumeQueue:
         fs = self.file_size or C.DEFAULT_CQ_UNITS_PER_FILE * UNIT_SIZE
         return os.path.join(self.path, f"{index * UNIT_SIZE // fs * fs:020d}")
 
+    def read_file(self, f: CQFile) -> QueueUnits:
+        """One of the queue's files, read (once while it fits the cache: see file_units)."""
+        return file_units(f)
+
     def chunks(self) -> Iterator[QueueUnits]:
         """The units file by file (bounded memory for long queues)."""
         for f in self.files:
-            yield QueueUnits.from_array(read_units(f), f.first_index)
+            yield self.read_file(f)
 
     def units(self) -> QueueUnits:
         """Every unit of the queue, files concatenated (indices jump over missing files)."""
@@ -242,7 +348,7 @@ class ConsumeQueue:
     def last_valid_index(self) -> int:
         """Index of the queue's last unit with offset >= 0 and size > 0 (-1 if none), reading files from the end."""
         for f in reversed(self.files):
-            u = QueueUnits.from_array(read_units(f), f.first_index)
+            u = self.read_file(f)
             v = np.flatnonzero(u.valid_mask())
             if v.size:
                 return int(u.index[v[-1]])
@@ -254,7 +360,7 @@ class ConsumeQueue:
         if last < 0:
             return (self.files[0].first_index if self.files else 0, self.files[0].first_index if self.files else 0)
         for f in self.files:
-            u = QueueUnits.from_array(read_units(f), f.first_index)
+            u = self.read_file(f)
             real = np.flatnonzero(u.valid_mask() & ~u.filler_mask())
             if real.size:
                 return int(u.index[real[0]]), last + 1

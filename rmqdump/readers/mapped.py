@@ -10,6 +10,7 @@ offset_files): by the byte offset of their first byte.
 from __future__ import annotations
 
 import contextlib
+import errno
 import mmap
 import os
 import re
@@ -127,3 +128,27 @@ class MappedFile:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def next_data(fd: int, pos: int, stop: int) -> tuple[int, int]:
+    """The next stretch [data, data_end) of [pos, stop) that may hold bytes other than zero.
+
+    A hole of a sparse file (a preallocated CommitLog copied with its holes
+    kept) reads as zeros by definition, so it is skipped without reading it;
+    where the file system cannot say (no SEEK_DATA), the whole rest is data.
+    """
+    if not hasattr(os, "SEEK_DATA"):
+        return pos, stop
+    try:
+        data = os.lseek(fd, pos, os.SEEK_DATA)
+    except OSError as e:
+        if e.errno == errno.ENXIO:  # holes only, up to the end of the file
+            return stop, stop
+        return pos, stop
+    if data >= stop:
+        return stop, stop
+    try:
+        hole = os.lseek(fd, data, os.SEEK_HOLE)
+    except OSError:
+        hole = stop
+    return data, min(max(hole, data + 1), stop)

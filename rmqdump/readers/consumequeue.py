@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
@@ -185,8 +184,8 @@ def _nonzero_end(buf: np.ndarray, end: int) -> int:
     return 0
 
 
-_CACHE: OrderedDict[tuple, tuple[QueueUnits, int]] | None = None  # during reads_cached(): file -> its units and their bytes, most recent last
-CACHE_BYTES = 96 << 20  # resident bytes of cached units (a verify reads a queue file in its order pass and again per window)
+_CACHE: dict[tuple, QueueUnits] | None = None  # during reads_cached(): file identity -> its units
+CACHE_BYTES = 96 << 20  # bytes of cached units at most (a verify reads a queue file in its order pass and again per window)
 _cached_bytes = 0
 
 
@@ -197,7 +196,7 @@ def reads_cached():
     if _CACHE is not None:  # already inside one
         yield
         return
-    _CACHE, _cached_bytes = OrderedDict(), 0
+    _CACHE, _cached_bytes = {}, 0
     try:
         yield
     finally:
@@ -220,8 +219,7 @@ def file_units(f: CQFile) -> QueueUnits:
             pass
     hit = _CACHE.get(key) if key else None
     if hit is not None:
-        _CACHE.move_to_end(key)
-        return hit[0]
+        return hit
     n = f.size // UNIT_SIZE
     raw, end = _read_whole(f.path, n * UNIT_SIZE)
     m = -(-end // UNIT_SIZE)  # units up to the last non-zero byte; those after it are all zeros
@@ -233,13 +231,10 @@ def file_units(f: CQFile) -> QueueUnits:
     for a in (u.index, u.offset, u.size, u.tags_code):
         a.flags.writeable = False
     if key:
-        cost = n * 8 + m * (8 + 4 + 8)  # the index column, and the columns' pages written
-        if cost <= CACHE_BYTES:
-            _CACHE[key] = (u, cost)
+        cost = n * (8 + 8 + 4 + 8)  # as if every page of the columns were resident
+        if _cached_bytes + cost <= CACHE_BYTES:  # kept while they fit, never evicted: a run reads the files in the same order each pass
+            _CACHE[key] = u
             _cached_bytes += cost
-            while _cached_bytes > CACHE_BYTES:
-                _, (_, old) = _CACHE.popitem(last=False)
-                _cached_bytes -= old
     return u
 
 

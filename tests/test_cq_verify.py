@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -148,3 +149,51 @@ def test_problem_lines_of_commitlog_damage_have_the_same_shape(tmp_path):
     for p in probs:
         assert set(p) >= ISSUE_KEYS
     assert [p["code"] for p in probs if not p["code"].startswith("cq_")] == ["bad_magic"]
+
+
+def _construct_units(raw: bytes) -> list[tuple[int, int, int]]:
+    from schemas import ConsumeQueueUnit
+
+    n = len(raw) // ConsumeQueueUnit.sizeof()
+    units = [ConsumeQueueUnit.parse(raw[i * 20 : i * 20 + 20]) for i in range(n)]
+    return [(u.commit_log_offset, u.size, u.tags_code) for u in units]
+
+
+def _as_tuples(u) -> list[tuple[int, int, int]]:
+    return list(zip(u.offset.tolist(), u.size.tolist(), u.tags_code.tolist(), strict=True))
+
+
+@pytest.mark.parametrize("name", HEALTHY)
+def test_file_units_equal_constructs_parse_of_every_real_queue_file(name):
+    from rmqdump.readers.consumequeue import file_units, reads_cached
+
+    st = Store.open(str(store_root(REAL / name)))
+    files = [f for q in st.queues.values() for f in q.files]
+    assert files
+    with reads_cached():
+        for f in files:
+            raw = Path(f.path).read_bytes()
+            u = file_units(f)
+            assert _as_tuples(u) == _construct_units(raw)
+            assert u.index.tolist() == list(range(f.first_index, f.first_index + len(raw) // 20))
+            assert file_units(f) is u  # read once in a run
+    assert file_units(files[0]) is not file_units(files[0])  # outside a run nothing is kept
+
+
+def test_file_units_of_a_sparse_file_read_its_data_and_zeros(tmp_path):
+    """A preallocated queue file copied with its holes: units before, between and after holes all read."""
+    from rmqdump.readers.consumequeue import CQFile, file_units
+
+    src = next((REAL / "rmq4-basic").glob("store/consumequeue/TopicTest/0/00000000000000000000"))
+    real = src.read_bytes()
+    size = 3 << 20
+    path = tmp_path / "00000000000000000000"
+    with open(path, "wb") as fh:
+        fh.truncate(size)  # a hole of 3 MiB
+        fh.write(real)  # data at the start
+        fh.seek(1 << 20)
+        fh.write(real)  # data after a hole
+    whole = path.read_bytes()
+    u = file_units(CQFile(str(path), 0, size))
+    assert len(u) == size // 20
+    assert _as_tuples(u) == _construct_units(whole)

@@ -44,13 +44,10 @@ from schemas import constants as C
 # The CLI as an operator runs it, reporting its own peak RSS on the last stderr line (ru_maxrss of
 # RUSAGE_CHILDREN would count the parent's pages copied by fork before exec).
 _CHILD = (
-    "import resource, sys, runpy\n"
+    "import atexit, resource, sys, runpy\n"
     "sys.argv = ['rmqdump', *sys.argv[1:]]\n"
-    "code = 0\n"
-    "try:\n    runpy.run_module('rmqdump', run_name='__main__')\n"
-    "except SystemExit as e:\n    code = e.code\n"
-    "print('peak_rss_mb', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, file=sys.stderr)\n"
-    "sys.exit(code)\n"
+    "atexit.register(lambda: print('peak_rss_mb', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, file=sys.stderr, flush=True))\n"
+    "runpy.run_module('rmqdump', run_name='__main__')\n"
 )
 
 SLOTS = 5_000_000

@@ -115,15 +115,19 @@ _BASELINE: list[int] = []
 MAX_GROWTH = [0]  # RSS before the first command: the interpreter and libraries, as a fresh rmqdump has them
 
 _FRESH_PEAK = """
-import resource, runpy, sys
+import atexit, resource, runpy, sys
+
+
+def peak():  # at exit, which rmqdump's own exit path runs too
+    sys.stdout.flush()
+    hwm = [line for line in open("/proc/self/status") if line.startswith("VmHWM:")]  # ru_maxrss would count the forking parent
+    sys.stderr.write("%d\\n" % (int(hwm[0].split()[1]) * 1024 if hwm else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024))
+    sys.stderr.flush()
+
+
+atexit.register(peak)
 sys.argv = ["rmqdump", "commitlog", sys.argv[1], "-f", "jsonl", "-n", "1"]
-try:
-    runpy.run_module("rmqdump", run_name="__main__")
-except SystemExit:
-    pass
-sys.stdout.flush()
-hwm = [line for line in open("/proc/self/status") if line.startswith("VmHWM:")]  # ru_maxrss would count the forking parent
-sys.stderr.write("%d\\n" % (int(hwm[0].split()[1]) * 1024 if hwm else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024))
+runpy.run_module("rmqdump", run_name="__main__")
 """
 
 

@@ -309,14 +309,10 @@ def test_random_damage_is_reported_never_raised(damaged, target, pos, junk, cut)
 
 
 _PEAK = """
-import resource, sys
+import atexit, resource, sys
 from rmqdump.cli.app import main
-try:
-    main()
-except SystemExit:
-    pass
-finally:
-    print("PEAK", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)
+atexit.register(lambda: print("PEAK", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr, flush=True))  # rmqdump's exit runs it
+main()
 """
 
 

@@ -256,9 +256,9 @@ def run_rows(a) -> tuple[list[Row], list[str]]:
                 def first_run(k):
                     cache = tempfile.mkdtemp(prefix="rmqdump-cache-")
                     env = dict(os.environ, RMQDUMP_CACHE_DIR=cache)
-                    t = sum(timed([*R, "commitlog", str(SMALL_STORE), *f], env=env).seconds for f in (["-f", "jsonl"], []))
+                    both = [timed([*R, "commitlog", str(SMALL_STORE), *f], env=env) for f in (["-f", "jsonl"], [])]
                     shutil.rmtree(cache, ignore_errors=True)
-                    return Run(t, 0, 0)
+                    return Run(sum(x.seconds for x in both), max(x.rss_kb for x in both), 0)
 
                 for k in range(a.repeat):
                     r = first_run(k)

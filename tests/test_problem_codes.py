@@ -416,6 +416,9 @@ def test_units_pointing_at_a_blank_marker_and_past_the_commitlog(tmp_path):
         (0, str(cq), 0, blank, "not_a_message"),
         (1, str(cq), 20, 10**9, "cq_offset_out_of_range"),
     ]
+    last = max((root / "commitlog").iterdir())
+    end = int(last.name) + last.stat().st_size
+    assert units[1]["record"]["detail"] == f"offset {10**9} is in no CommitLog file (they hold 0..{end})"
 
 
 @produces("offset_out_of_range")

@@ -37,7 +37,7 @@ class RecordReader:
     def read(self, phys: int) -> Message | Problem:
         seg = self.cl.file_for(phys)
         if seg is None:
-            return Problem("cq_offset_out_of_range", "", None, f"offset {phys} is in no CommitLog file", phys_offset=phys)
+            return self.cl.out_of_range("cq_offset_out_of_range", phys)
         mf = self._open.get(seg.path)
         if mf is None:
             mf = self._open[seg.path] = MappedFile(seg.path)

@@ -202,6 +202,12 @@ class CommitLog:
                 return f
         return None
 
+    def out_of_range(self, code: str, phys_offset: int) -> Problem:
+        """An offset in no CommitLog file, located at the CommitLog's directory (no file holds it)."""
+        where = os.path.dirname(self.files[0].path) if self.files else "commitlog"
+        first, end = self.min_offset, (self.files[-1].base + self.files[-1].size if self.files else 0)
+        return Problem(code, where, None, f"offset {phys_offset} is in no CommitLog file (they hold {first}..{end})", phys_offset=phys_offset)
+
     def scan(self, *, from_offset: int | None = None, to_offset: int | None = None, check_crc: bool = True) -> Iterator[Batch]:
         """Batches of records in offset order, from `from_offset` (a record start or any byte) to `to_offset`."""
         for seg in self.files:
@@ -220,7 +226,7 @@ class CommitLog:
         """The record starting exactly at a physical offset, or the problem found there."""
         seg = self.file_for(phys_offset)
         if seg is None:
-            return Problem("offset_out_of_range", "", None, f"offset {phys_offset} is in no CommitLog file", phys_offset=phys_offset)
+            return self.out_of_range("offset_out_of_range", phys_offset)
         with MappedFile(seg.path) as mf:
             return read_record(seg, mf, phys_offset - seg.base, check_crc=check_crc, with_body=with_body)
 

@@ -623,13 +623,19 @@ def diagnose(seg: SegmentFile, mf: MappedFile, p: int) -> tuple[list, int | None
     return diagnose_record(seg, mf, p)
 
 
+def short_tail(seg: SegmentFile, mf: MappedFile, p: int, what: str) -> tuple[list, None]:
+    """The end of a file from p, too short to hold `what`: a zero tail, or a truncated one; the scan ends there."""
+    size = mf.size
+    if first_nonzero(mf, p, size) is None:
+        return [Blank(seg.path, p, seg.base + p, size - p, "zeros")], None
+    return [Problem(P.TRUNCATED_TAIL, seg.path, p, f"{size - p} bytes at the end of the file are too short for {what}", phys_offset=seg.base + p)], None
+
+
 def diagnose_record(seg: SegmentFile, mf: MappedFile, p: int) -> tuple[list, int | None]:
     """diagnose() of a message record (in a DLedger file: the one inside an entry whose header holds together)."""
     size, path, base = mf.size, seg.path, seg.base
     if p + 8 > size:
-        if first_nonzero(mf, p, size) is None:
-            return [Blank(path, p, base + p, size - p, "zeros")], None
-        return [Problem(P.TRUNCATED_TAIL, path, p, f"{size - p} bytes at the end of the file are too short for a record", phys_offset=base + p)], None
+        return short_tail(seg, mf, p, "a record")
     total, magic = _PREFIX.unpack_from(mf.view, p)
     if magic == C.MAGIC_BLANK and total == size - p:
         return [Blank(path, p, base + p, total, "blank")], None

@@ -18,7 +18,7 @@ import numpy as np
 
 from rmqdump.common import problems as P
 from rmqdump.common.problems import Problem
-from rmqdump.readers.commitlog import Blank, CommitLog, SegmentFile, diagnose_record, first_nonzero
+from rmqdump.readers.commitlog import Blank, CommitLog, SegmentFile, diagnose_record, first_nonzero, short_tail
 from rmqdump.readers.fastpath import numpy_dtype, struct_format
 from rmqdump.readers.mapped import MappedFile, offset_files
 from schemas import dledger as DL
@@ -85,9 +85,7 @@ def diagnose(seg: SegmentFile, mf: MappedFile, p: int) -> tuple[list, int | None
     """What is at an entry position the walk could not take, and where the scan goes on."""
     size, path, base = mf.size, seg.path, seg.base
     if p + 8 > size or (p + HEADER > size and _BLANK.unpack_from(mf.view, p) != (DL.BLANK_MAGIC, size - p)):
-        if first_nonzero(mf, p, size) is None:
-            return [Blank(path, p, base + p, size - p, "zeros")], None
-        return [Problem(P.TRUNCATED_TAIL, path, p, f"{size - p} bytes at the end of the file are too short for an entry", phys_offset=base + p)], None
+        return short_tail(seg, mf, p, "an entry")
     magic, esize = _BLANK.unpack_from(mf.view, p)
     if magic == DL.BLANK_MAGIC and esize == size - p:
         return [Blank(path, p, base + p, esize, "blank")], None

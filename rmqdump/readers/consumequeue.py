@@ -238,8 +238,30 @@ def file_units(f: CQFile) -> QueueUnits:
     return u
 
 
+class UnitChunks:
+    """What a queue offers from its `files` (a list) and its `read_file(f)`, whatever holds the units (files, RocksDB)."""
+
+    def chunks(self) -> Iterator[QueueUnits]:
+        """The units file by file (bounded memory for long queues)."""
+        for f in self.files:
+            yield self.read_file(f)
+
+    def units(self) -> QueueUnits:
+        """Every unit of the queue, files concatenated (indices jump over missing files)."""
+        return QueueUnits.concat(list(self.chunks()))
+
+    def last_valid_index(self) -> int:
+        """Index of the queue's last unit with offset >= 0 and size > 0 (-1 if none), reading files from the end."""
+        for f in reversed(self.files):
+            u = self.read_file(f)
+            v = np.flatnonzero(u.valid_mask())
+            if v.size:
+                return int(u.index[v[-1]])
+        return -1
+
+
 @dataclass
-class ConsumeQueue:
+class ConsumeQueue(UnitChunks):
     """One consumequeue/TOPIC/QUEUE_ID directory: its files in order and their layout problems."""
 
     topic: str
@@ -330,24 +352,6 @@ class ConsumeQueue:
     def read_file(self, f: CQFile) -> QueueUnits:
         """One of the queue's files, read (once while it fits the cache: see file_units)."""
         return file_units(f)
-
-    def chunks(self) -> Iterator[QueueUnits]:
-        """The units file by file (bounded memory for long queues)."""
-        for f in self.files:
-            yield self.read_file(f)
-
-    def units(self) -> QueueUnits:
-        """Every unit of the queue, files concatenated (indices jump over missing files)."""
-        return QueueUnits.concat(list(self.chunks()))
-
-    def last_valid_index(self) -> int:
-        """Index of the queue's last unit with offset >= 0 and size > 0 (-1 if none), reading files from the end."""
-        for f in reversed(self.files):
-            u = self.read_file(f)
-            v = np.flatnonzero(u.valid_mask())
-            if v.size:
-                return int(u.index[v[-1]])
-        return -1
 
     def bounds(self) -> tuple[int, int]:
         """(min offset, max offset) as the broker reports them: first real unit, last valid unit + 1."""

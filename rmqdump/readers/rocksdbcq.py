@@ -22,7 +22,7 @@ import numpy as np
 from construct import Struct
 
 from rmqdump.common.problems import InputError, Problem
-from rmqdump.readers.consumequeue import UNIT_DTYPE, UNIT_SIZE, QueueUnits
+from rmqdump.readers.consumequeue import UNIT_DTYPE, UNIT_SIZE, QueueUnits, UnitChunks
 from rmqdump.readers.fastpath import numpy_dtype, struct_format
 from schemas import RocksCheckpointValue, RocksCQValue, RocksOffsetValue
 from schemas.rocksdbcq import CTRL_1, RocksCQKey, RocksCQKeyTail, RocksOffsetKeyTail
@@ -265,7 +265,7 @@ class RocksDBConsumeQueues:
 
 
 @dataclass
-class RocksQueue:
+class RocksQueue(UnitChunks):
     """One topic/queue of a RocksDB ConsumeQueue, read like a ConsumeQueue directory."""
 
     db: RocksDBConsumeQueues
@@ -361,21 +361,6 @@ class RocksQueue:
 
     def read_file(self, f: RocksChunk) -> QueueUnits:
         return QueueUnits.from_array(f.read_array(), f.first_index)
-
-    def chunks(self):
-        for f in self.files:
-            yield self.read_file(f)
-
-    def units(self) -> QueueUnits:
-        return QueueUnits.concat(list(self.chunks()))
-
-    def last_valid_index(self) -> int:
-        for f in reversed(self.files):
-            u = self.read_file(f)
-            v = np.flatnonzero(u.valid_mask())
-            if v.size:
-                return int(u.index[v[-1]])
-        return -1
 
     def bounds(self) -> tuple[int, int]:
         if not self.files:

@@ -165,6 +165,19 @@ def _cont(data, i, b, lo, hi):
     return i < b and lo <= data[i] <= hi
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _put_key(keys, k, rec, data, a, b, uniq):
+    """Index key k: record rec's text data[a:b] (UNIQ_KEY when uniq), with its Java hash and UTF-16 length."""
+    hv, un, sl = _hash(data, a, b)
+    keys[_K_REC, k] = rec
+    keys[_K_POS, k] = a
+    keys[_K_LEN, k] = b - a
+    keys[_K_UNITS, k] = un
+    keys[_K_HASH, k] = hv
+    keys[_K_SLOW, k] = sl
+    keys[_K_UNIQ, k] = uniq
+
+
 @njit(cache=True, nogil=True)
 def _hash(data, a, b):
     """Java hashCode (unsigned 32-bit) and UTF-16 length of the UTF-8 bytes [a, b), and 1 if they are not valid UTF-8.
@@ -331,14 +344,7 @@ def scan(data, size, start, end, check_crc, out, keys, frame=0, base=0):
         room = True
         if ua >= 0:
             if nk < kcap:
-                hv, un, sl = _hash(data, ua, ub)
-                keys[_K_REC, nk] = n
-                keys[_K_POS, nk] = ua
-                keys[_K_LEN, nk] = ub - ua
-                keys[_K_UNITS, nk] = un
-                keys[_K_HASH, nk] = hv
-                keys[_K_SLOW, nk] = sl
-                keys[_K_UNIQ, nk] = 1
+                _put_key(keys, nk, n, data, ua, ub, 1)
                 nk += 1
             else:
                 room = False
@@ -350,14 +356,7 @@ def scan(data, size, start, end, check_crc, out, keys, frame=0, base=0):
                     b += 1
                 if b > a:
                     if nk < kcap:
-                        hv, un, sl = _hash(data, a, b)
-                        keys[_K_REC, nk] = n
-                        keys[_K_POS, nk] = a
-                        keys[_K_LEN, nk] = b - a
-                        keys[_K_UNITS, nk] = un
-                        keys[_K_HASH, nk] = hv
-                        keys[_K_SLOW, nk] = sl
-                        keys[_K_UNIQ, nk] = 0
+                        _put_key(keys, nk, n, data, a, b, 0)
                         nk += 1
                     else:
                         room = False

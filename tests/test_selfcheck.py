@@ -12,7 +12,7 @@ import os
 
 import numpy as np
 import pytest
-from conftest import SETTINGS, store_root
+from conftest import SETTINGS, manifest, store_root
 
 import rmqdump.build.rebuild as R
 from rmqdump.build.rebuild import RebuildOptions, rebuild
@@ -56,7 +56,10 @@ def test_quick_proof_gives_the_analyses_result_on_clean_rebuilds(tmp_path, monke
     monkeypatch.setattr(R, "_quick_checks", lambda *a: {})
     full = rebuild(str(store_root(name)), str(tmp_path / "full"), st, opts).verify
     assert quick == full
-    assert full["consumequeue"]["units"] > 0 and full["index"]["entries"] > 0
+    # and both count what the broker put: a unit per queued message, an entry per UNIQ_KEY and KEYS token (not for a rollback)
+    ms = manifest(name)
+    assert quick["consumequeue"]["units"] == sum(1 for m in ms if m["sysFlag"] & 0xC in (0, 8))
+    assert quick["index"]["entries"] == sum(bool(m["uniqKey"]) + sum(1 for k in m["keys"] if k) for m in ms if m["sysFlag"] & 0xC != 0xC)
 
 
 def _first_index_file(tmp: str) -> str:

@@ -9,6 +9,7 @@ against, so the text is the same either way.
 
 from __future__ import annotations
 
+import abc
 import json
 import sys
 
@@ -120,7 +121,7 @@ def _filter_args(flt: Filter):
     return enc(flt.topic), enc(flt.tag), enc(flt.key), np.array([flt.topic is not None, flt.tag is not None, flt.key is not None], dtype=np.int64)
 
 
-class RecordsOut:
+class RecordsOut(abc.ABC):
     """Writes the listing to stdout; counts messages and problems in `tally`; stops at `flt.limit`."""
 
     def __init__(self, flt: Filter, tally: Tally, *, body: str = "none", uncompress: bool = False):
@@ -199,8 +200,9 @@ class RecordsOut:
         self.write_bytes(text.encode("utf-8", errors="surrogateescape"))
 
     # -- what subclasses render
+    @abc.abstractmethod
     def entry(self, e) -> None:
-        raise NotImplementedError
+        """Write one scan entry (a message, a blank or a problem) through Python: what the kernel does not take."""
 
     def kernel(self, b: Batch, rows: np.ndarray, mat: np.ndarray, split: bool = True):
         """(status per row, text end per row, the text) for a sub-batch; None: every row through Python.
@@ -300,8 +302,8 @@ class RecordsOut:
         self.tally.messages += count
         return True
 
-    def close(self, files: int) -> None:
-        pass
+    def close(self, files: int) -> None:  # noqa: B027 - a hook: JSON Lines ends with its last record, the table overrides it
+        """After the last batch: a format's closing lines (none by default)."""
 
 
 class JsonLinesOut(RecordsOut):

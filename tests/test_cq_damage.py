@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from conftest import SETTINGS, copy_store, flip, jsonl, manifest, patch, run
 
+from rmqdump.engines.local import LocalMap
 from rmqdump.readers.fastpath import field_offset
 from schemas import message_header
 
@@ -290,7 +291,7 @@ def test_windowed_join_gives_the_same_findings(store):
     def findings(window: int, workers: int = 1) -> list[tuple]:
         got = [
             (p.code, p.extra.get("topic"), p.extra.get("queue_id"), p.extra.get("unit_index"), p.phys_offset, p.file_offset)
-            for p in verify_lib(Store.open(store), window_records=window, workers=workers)
+            for p in verify_lib(Store.open(store), window_records=window, mapper=LocalMap(workers))
         ]
         return sorted(got, key=repr)
 

@@ -11,6 +11,7 @@ import pyarrow.dataset as ds
 import pytest
 from conftest import REAL, STORES, copy_store, manifest, run, store_root
 
+from rmqdump.engines.local import LocalMap
 from rmqdump.export import arrowbatch
 from rmqdump.export.dataset import export_local, topic_partitioning
 from rmqdump.readers.commitlog import CommitLog
@@ -114,7 +115,7 @@ def test_fleet_tiny_splits_two_workers_same_rows(tmp_path):
     splits, _ = plan(stores, 4096)
     assert len(splits) > 1000
     whole = export_local(stores, str(tmp_path / "whole"))
-    tiny = export_local(stores, str(tmp_path / "tiny"), workers=2, split_size=4096)
+    tiny = export_local(stores, str(tmp_path / "tiny"), mapper=LocalMap(2), split_size=4096)
     assert tiny.messages == whole.messages == sum(len(manifest(s)) for s in STORES)
     a, b = read_dataset(tmp_path / "whole"), read_dataset(tmp_path / "tiny")
     assert a == b

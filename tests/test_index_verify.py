@@ -10,6 +10,7 @@ from conftest import HEALTHY, REAL, copy_store, jsonl, manifest, run, store_root
 
 from rmqdump.checks import indexverify as iv
 from rmqdump.checks.indexverify import IndexVerifySummary, verify
+from rmqdump.engines.local import LocalMap
 from rmqdump.readers.fastpath import field_offset
 from rmqdump.readers.indexfile import IndexFile, list_index_files
 from schemas import IndexEntry, IndexHeader
@@ -252,11 +253,11 @@ def test_small_commitlog_windows_give_the_same_findings(store, monkeypatch, tmp_
         at = f.entry_offset(k) + field_offset(IndexEntry, "phys_offset")
     _put(path, at, phys + 3, 8)
 
-    def run_verify():
+    def run_verify(**kw):
         s = IndexVerifySummary()
-        return sorted((p.code, p.extra.get("entry"), p.phys_offset, p.detail) for p in iv.verify(root, summary=s)), s.to_dict()
+        return sorted((p.code, p.extra.get("entry"), p.phys_offset, p.detail) for p in iv.verify(root, summary=s, **kw)), s.to_dict()
 
     whole = run_verify()
-    monkeypatch.setattr(iv, "WINDOW", 4096)
-    assert run_verify() == whole
+    assert run_verify(range_bytes=4096) == whole
+    assert run_verify(range_bytes=4096, mapper=LocalMap(2)) == whole
     assert ("index_entry_not_record", k, phys + 3) in {x[:3] for x in whole[0]}

@@ -24,6 +24,7 @@ from rmqdump.build.indexbuild import index_file_name
 from rmqdump.build.rebuild import RebuildOptions, rebuild
 from rmqdump.build.settings import resolve
 from rmqdump.common.javahash import java_hash
+from rmqdump.engines.local import LocalMap
 from rmqdump.readers.commitlog import CommitLog, scan_file
 from rmqdump.readers.fastpath import numpy_dtype
 from rmqdump.readers.mapped import MappedFile
@@ -401,7 +402,7 @@ def test_self_check_from_the_scan_columns_equals_a_rescan(tmp_path, monkeypatch,
         monkeypatch.setattr(IndexBuilder, "add", bad_ix)
     s = SETTINGS[name]
     st = resolve(str(store_root(name)), cq_units=s["cq_units"], hash_slots=s["hash_slots"], index_entries=s["index_entries"])
-    opts = RebuildOptions(workers=workers, sync=False)  # 2: the two verifiers in forked processes
+    opts = RebuildOptions(mapper=LocalMap(workers), sync=False)  # 2: the two verifiers side by side
     reports = []
     for from_columns in (True, False):
         monkeypatch.setattr(R, "VERIFY_FROM_COLUMNS", from_columns)
@@ -432,6 +433,6 @@ def test_an_index_builder_failure_beside_the_scan_fails_the_rebuild_and_writes_n
     s = SETTINGS[name]
     st = resolve(str(store_root(name)), cq_units=s["cq_units"], hash_slots=s["hash_slots"], index_entries=s["index_entries"])
     with pytest.raises(OSError, match="No space left"):
-        rebuild(str(store_root(name)), str(tmp_path / "out"), st, RebuildOptions(workers=2, sync=False))
+        rebuild(str(store_root(name)), str(tmp_path / "out"), st, RebuildOptions(mapper=LocalMap(2), sync=False))
     assert len(calls) >= 2
     assert not (tmp_path / "out").exists() and os.listdir(tmp_path) == []

@@ -18,6 +18,7 @@ import rmqdump.build.rebuild as R
 from rmqdump.build.rebuild import RebuildOptions, rebuild
 from rmqdump.build.selfcheck import ScanColumns
 from rmqdump.build.settings import resolve
+from rmqdump.engines.local import LocalMap
 from rmqdump.readers.consumequeue import UNIT_DTYPE
 from rmqdump.readers.fastpath import numpy_dtype
 from rmqdump.readers.indexfile import ENTRY_DTYPE, HEADER_SIZE, SLOT_DTYPE
@@ -48,7 +49,7 @@ def _spy(monkeypatch) -> dict:
 @pytest.mark.parametrize("name,workers", [("rmq4-basic", 1), ("rmq4-basic", 2), ("rmq4-flags", 1), ("rmq5-basic", 2)])
 def test_quick_proof_gives_the_analyses_result_on_clean_rebuilds(tmp_path, monkeypatch, name, workers):
     st = _settings(name)
-    opts = RebuildOptions(workers=workers, sync=False)
+    opts = RebuildOptions(mapper=LocalMap(workers), sync=False)
     seen = _spy(monkeypatch)
     quick = rebuild(str(store_root(name)), str(tmp_path / "quick"), st, opts).verify
     assert seen["quick_cq"] is not None and seen["quick_index"] is not None  # the proof was taken
@@ -143,7 +144,7 @@ def test_damage_on_disk_fails_the_quick_proof_and_the_analysis_names_it(tmp_path
         return orig(tmp, *a, **kw)
 
     monkeypatch.setattr(R, "verify_output", damaged)
-    v = rebuild(str(store_root(name)), str(tmp_path / "out"), st, RebuildOptions(workers=1, sync=False)).verify
+    v = rebuild(str(store_root(name)), str(tmp_path / "out"), st, RebuildOptions(mapper=LocalMap(1), sync=False)).verify
     key = "quick_cq" if part == "consumequeue" else "quick_index"
     assert seen[key] is None
     other = "quick_index" if part == "consumequeue" else "quick_cq"

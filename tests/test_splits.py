@@ -7,7 +7,6 @@ import itertools
 import pytest
 from conftest import store_root
 
-from rmqdump.build.rebuild import plan_ranges
 from rmqdump.readers.commitlog import CommitLog, commitlog_path
 from rmqdump.scan.splits import Split, commitlog_splits, partition_count
 
@@ -27,8 +26,6 @@ def test_ranges_cover_every_byte_once_and_stop_at_to_offset(size):
     cut = commitlog_splits(cl, size, to_offset=stop)
     assert cut[-1].base + cut[-1].end == stop and all(sp.base + sp.end <= stop for sp in cut)
     assert {sp.path for sp in cut} == {files[0][0], files[1][0]}
-    # rebuild's ranges are these, with the file each is read from
-    assert [(seg.path, a, b) for seg, a, b in plan_ranges(cl, size, stop)] == [(sp.path, sp.start, sp.end) for sp in cut]
 
 
 def _splits(n: int, length: int) -> list[Split]:

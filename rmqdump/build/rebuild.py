@@ -24,16 +24,9 @@ exactly, which spares the analyses on a clean rebuild.
 from __future__ import annotations
 
 import contextlib
-import itertools
-import multiprocessing
 import os
-import queue
-import signal
-import threading
 import time
-from collections import deque
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -43,13 +36,14 @@ from rmqdump.build.cqbuild import ConsumeQueueBuilder, QueueResult
 from rmqdump.build.indexbuild import IndexBuilder, IndexFileResult
 from rmqdump.build.selfcheck import ScanColumns
 from rmqdump.build.settings import StoreSettings
+from rmqdump.common.background import Background
 from rmqdump.common.javahash import index_hash_many
 from rmqdump.common.problems import InputError, Problem
 from rmqdump.common.publish import check_target, publishing
-from rmqdump.readers.commitlog import CommitLog, SegmentFile, commitlog_path, scan_file
-from rmqdump.readers.mapped import MappedFile
-from rmqdump.scan.dispatch import DelayLevels, DispatchJoin, dispatch_columns
-from rmqdump.scan.splits import commitlog_splits
+from rmqdump.readers.commitlog import CommitLog, SegmentFile, commitlog_path
+from rmqdump.scan.dispatch import DelayLevels
+from rmqdump.scan.ranges import Mapper, RangeScan, ScanOptions, scan_range
+from rmqdump.scan.splits import Split, commitlog_splits
 from schemas import Checkpoint as CheckpointLayout
 from schemas import constants as C
 
@@ -57,9 +51,7 @@ NOT_A_STORE = "not_a_store"
 NO_COMMITLOG = "no_commitlog"
 
 PARTS = ("consumequeue", "index")
-RANGE_BYTES = 64 << 20
 VERIFY_FROM_COLUMNS = True  # the self-check compares with the build's own scan (False: it scans the CommitLog again, as the commands do)
-PARALLEL_MIN_BYTES = 64 << 20
 
 
 @dataclass
@@ -67,7 +59,7 @@ class RebuildOptions:
     only: tuple[str, ...] = PARTS
     topics: frozenset[str] | None = None
     check_crc: bool = False
-    workers: int | None = None  # None: both cores for a big CommitLog, 1 for a small one
+    mapper: Mapper = map  # how ranges are mapped: builtin map (one thread) or an engine's (rmqdump.engines.local.LocalMap)
     force: bool = False
     verify: bool = True
     sync: bool = True
@@ -175,78 +167,30 @@ class RangeResult:
     damaged: list
     flagged: list
     last_ts: int | None
+    split: Split | None = None
     indexed: np.ndarray | None = None  # records the IndexFile takes (not rolled back)
 
 
 _RANGE_COLUMNS = ("phys", "size", "store_ts", "tags_code", "queue_offset", "queue_id", "topic_id", "queued", "key_rec", "key_hash", "indexed")
 
 
-def plan_ranges(cl: CommitLog, range_bytes: int = RANGE_BYTES, to_offset: int | None = None) -> list[tuple[SegmentFile, int, int]]:
-    """The scan's ranges (rmqdump.scan.splits, the one planner) with the CommitLog file each is read from."""
-    seg = {f.path: f for f in cl.files}
-    return [(seg[sp.path], sp.start, sp.end) for sp in commitlog_splits(cl, range_bytes, to_offset)]
-
-
-def scan_range(task) -> RangeResult:
-    """Worker: dispatch columns of the records starting in [start, end) of one CommitLog file."""
-    seg, start, end, delays, check_crc, hash_slots, topics_wanted = task
-    want_keys = hash_slots is not None
-    join = DispatchJoin()
-    damaged: list = []
-    flagged: list = []
-    records = 0
-    last_ts = None
-    with MappedFile(seg.path) as mf:
-        for b in scan_file(seg, mf, start=start, end=end, check_crc=check_crc):
-            damaged.extend(b.damage())
-            flagged.extend(b.flagged())
-            if not len(b):
-                continue
-            d = dispatch_columns(b, delays, keys=want_keys)
-            records += len(d)
-            last_ts = int(d.store_timestamp[-1])
-            join.add(d.of_topics(topics_wanted))
-    d = join.take()
+def range_result(scan: RangeScan) -> RangeResult:
+    """What the builders take of a range's scan; the index hashes computed here, on the scan's worker."""
+    d = scan.columns
     cols = {f: getattr(d, "store_timestamp" if f == "store_ts" else f) for f in _RANGE_COLUMNS}
-    r = RangeResult(end - start, records, d.topics, **cols, damaged=damaged, flagged=flagged, last_ts=last_ts)
-    if want_keys:
-        r.key_hash = index_hash_many(r.key_hash)  # here, on the scan threads
+    r = RangeResult(scan.nbytes, scan.records, d.topics, **cols, damaged=scan.damaged, flagged=scan.flagged, last_ts=scan.last_ts, split=scan.split)
+    if len(r.key_hash):
+        r.key_hash = index_hash_many(r.key_hash)
     return r
 
 
-def _results(tasks: list, workers: int):
-    """RangeResults in task order; with workers > 1 from scan threads, a bounded window ahead.
-
-    Threads, not processes: the scan kernel runs without the GIL (as do the
-    numpy steps around it), the compiled code is loaded once, and results
-    need no pickling.
-    """
-    if workers <= 1:
-        for t in tasks:
-            yield scan_range(t)
-        return
-    it = iter(tasks)
-    ex = ThreadPoolExecutor(workers, thread_name_prefix="rmqdump-scan")
-    pending: deque = deque(ex.submit(scan_range, t) for t in itertools.islice(it, 2 * workers))
-    try:
-        while pending:
-            r = pending.popleft().result()
-            nxt = next(it, None)
-            if nxt is not None:
-                pending.append(ex.submit(scan_range, nxt))
-            yield r
-    finally:
-        ex.shutdown(wait=True, cancel_futures=True)
+def _scan_and_reduce(options: ScanOptions):
+    return lambda split: range_result(scan_range(split, options))
 
 
-def _worker_signals() -> None:
-    """Workers leave Ctrl-C to the parent (which stops them) and end quietly on SIGTERM."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-
-
-def default_workers(total_bytes: int) -> int:
-    return min(2, os.cpu_count() or 1) if total_bytes >= PARALLEL_MIN_BYTES else 1
+def mapper_workers(mapper: Mapper) -> int:
+    """How many workers a mapper runs (an engine's LocalMap says; builtin map is one)."""
+    return int(getattr(mapper, "workers", 1))
 
 
 # --- the rebuild ---
@@ -276,15 +220,14 @@ def build_into(
         os.makedirs(os.path.join(tmp, "index"))
         ixb = IndexBuilder(os.path.join(tmp, "index"), settings.hash_slots, settings.index_entries, after=options.index_after, sync=options.sync)
     slots = settings.hash_slots if want_index else None
-    tasks = [(seg, a, b, delays, options.check_crc, slots, options.topics) for seg, a, b in plan_ranges(cl, to_offset=options.to_offset)]
-    total = sum(b - a for _, a, b, *_ in tasks)
-    workers = options.workers if options.workers else default_workers(total)
-    report.workers = workers
+    splits = commitlog_splits(cl, to_offset=options.to_offset, check_crc=options.check_crc)
+    scan = ScanOptions(keys=slots is not None, delays=delays, topics=options.topics)
+    workers = report.workers = mapper_workers(options.mapper)
     last_ts = last_queued_ts = None
     five = _FiveX.open(tmp, cl, settings, options, report) if want_cq else None
-    beside = _Beside(ixb) if ixb is not None and workers > 1 else None  # the index built beside the ConsumeQueues
+    beside = _beside(ixb) if ixb is not None and workers > 1 else None  # the index built beside the ConsumeQueues
     try:
-        for task, r in zip(tasks, _results(tasks, workers), strict=False):
+        for r in options.mapper(_scan_and_reduce(scan), splits):
             report.records += r.records
             report.damaged.extend(r.damaged)
             report.flagged.extend(r.flagged)
@@ -302,14 +245,15 @@ def build_into(
                         q = five.add_batch(r, q)  # BatchCQ topics' records go to batchconsumequeue/
                         tags = five.ext_tags(r, q)  # ext addresses when consumequeue_ext/ is written
                         cqb.add(r.topics, r.topic_id[q], r.queue_id[q], r.queue_offset[q], r.phys[q], r.size[q], tags[q])
-                        five.add_lmq(cqb, task, r)
+                        five.add_lmq(cqb, r)
                 if ixb is not None:
-                    (beside.add if beside is not None else ixb.add)(r.phys, r.store_ts, r.key_rec, r.key_hash)
+                    if beside is not None:
+                        beside.put((r.phys, r.store_ts, r.key_rec, r.key_hash))
+                    else:
+                        ixb.add(r.phys, r.store_ts, r.key_rec, r.key_hash)
                     report.index_keys += len(r.key_rec)
             if on_bytes is not None:
                 on_bytes(r.nbytes)
-        if beside is not None:
-            beside.finish()  # the index's last slots, header and fsync beside the ConsumeQueues' fsyncs
         if cqb is not None:
             report.queues = cqb.finish()
             report.problems.extend(cqb.problems)
@@ -331,45 +275,10 @@ def build_into(
     report.checkpoint = write_checkpoint(tmp, report, last_ts, last_queued_ts, options.sync)
 
 
-class _Beside:
+def _beside(builder) -> Background:
     """A builder's add() calls, then its finish(), in order on a thread of its own (its big steps run without the GIL),
-    a few ranges ahead at most."""
-
-    def __init__(self, builder, depth: int = 4):
-        self.builder = builder
-        self.error: BaseException | None = None
-        self.result = None
-        self.queue: queue.Queue = queue.Queue(depth)
-        self.thread = threading.Thread(target=self._run, name="rmqdump-build", daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        while (item := self.queue.get()) is not None:
-            if self.error is None:
-                try:
-                    if item == "finish":
-                        self.result = self.builder.finish()
-                    else:
-                        self.builder.add(*item)
-                except BaseException as e:  # raised in the caller's thread, at its next call or close()
-                    self.error = e
-
-    def add(self, *args) -> None:
-        if self.error is not None:
-            raise self.error
-        self.queue.put(args)
-
-    def finish(self) -> None:
-        """Have the builder finish after the calls sent (close() returns what it returned)."""
-        self.queue.put("finish")
-
-    def close(self, quiet: bool = False):
-        """Wait until every call sent has run; raise what one raised, else return finish()'s result."""
-        self.queue.put(None)
-        self.thread.join()
-        if self.error is not None and not quiet:
-            raise self.error
-        return self.result
+    a few ranges ahead at most: close() returns what finish() returned."""
+    return Background(lambda args: builder.add(*args), builder.finish, ahead=4, name="rmqdump-build")
 
 
 class _FiveX:
@@ -433,12 +342,12 @@ class _FiveX:
             self.bcq.add(r.topics[int(r.topic_id[m[0]])], int(r.queue_id[m[0]]), r.phys[m], r.size[m], r.tags_code[m], r.store_ts[m], base, batch)
         return q & ~sel
 
-    def add_lmq(self, cqb: ConsumeQueueBuilder, task, r) -> None:
+    def add_lmq(self, cqb: ConsumeQueueBuilder, r: RangeResult) -> None:
         """The LMQ units of the records of one range (queue id 0, at the offsets their properties give)."""
         if not self.report.settings.lmq:
             return
-        seg, a, b = task[0], task[1], task[2]
-        units = self.extras.lmq_units(seg, a, b, r.phys, r.size, r.queued, lambda i: r.topics[int(r.topic_id[i])])
+        sp = r.split
+        units = self.extras.lmq_units(SegmentFile(sp.path, sp.base, sp.size), sp.start, sp.end, r.phys, r.size, r.queued, lambda i: r.topics[int(r.topic_id[i])])
         if self.options.topics:
             units = [u for u in units if u[0] in self.options.topics]
         if not units:
@@ -531,21 +440,9 @@ def verify_output(
     link = os.path.join(tmp, top)
     os.symlink(os.path.join(store, top), link)
     try:
-        if options.workers == 1 or len(jobs) < 2 or (options.workers is None and report_small(store)):
-            for part, fn, args in jobs:
-                out[part] = fn(*args)
-        else:
-            # each analysis in its own process, side by side: their memory goes when they end
-            ctx = multiprocessing.get_context("fork")
-            pool = ctx.Pool(len(jobs), initializer=_worker_signals, maxtasksperchild=1)
-            try:
-                pending = [(part, pool.apply_async(fn, args)) for part, fn, args in jobs]
-                for part, res in pending:
-                    out[part] = res.get()
-                pool.close()
-            finally:
-                pool.terminate()
-                pool.join()
+        # side by side on the engine's workers (threads: numpy's big steps run without the GIL)
+        for part, res in zip([j[0] for j in jobs], options.mapper(_run_job, jobs), strict=True):
+            out[part] = res
     finally:
         os.unlink(link)
     for part in ("consumequeue", "index"):
@@ -570,20 +467,13 @@ def _quick_checks(tmp: str, settings: StoreSettings, options: RebuildOptions, co
         jobs["consumequeue"] = (columns.quick_cq, os.path.join(tmp, "consumequeue"), settings.cq_units_per_file)
     if "index" in options.only:
         jobs["index"] = (columns.quick_index, os.path.join(tmp, "index"), settings.hash_slots, settings.index_entries)
-    if options.workers == 1 or len(jobs) < 2:
-        return {part: fn(*args) for part, (fn, *args) in jobs.items()}
-    with ThreadPoolExecutor(len(jobs), thread_name_prefix="rmqdump-check") as ex:  # numpy's big steps run without the GIL
-        futures = {part: ex.submit(fn, *args) for part, (fn, *args) in jobs.items()}
-        return {part: f.result() for part, f in futures.items()}
+    return dict(zip(jobs, options.mapper(lambda job: job[0](*job[1:]), jobs.values()), strict=True))
 
 
-def report_small(store: str) -> bool:
-    """A CommitLog small enough that forking verifiers costs more than it saves."""
-    cl_dir = commitlog_path(store)
-    try:
-        return sum(e.stat().st_size for e in os.scandir(cl_dir) if e.is_file()) < PARALLEL_MIN_BYTES
-    except OSError:
-        return True
+def _run_job(job: tuple):
+    """One (part, fn, args) analysis of the self-check."""
+    _, fn, args = job
+    return fn(*args)
 
 
 def _of_commitlog(tmp: str):

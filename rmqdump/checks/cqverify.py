@@ -20,7 +20,6 @@ and Python objects are only made for the units that fail.
 from __future__ import annotations
 
 import functools
-import itertools
 import os
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -28,11 +27,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from rmqdump.common.problems import Problem
-from rmqdump.readers.commitlog import Batch, CommitLog, SegmentFile, scan_file
+from rmqdump.readers.commitlog import CommitLog
 from rmqdump.readers.consumequeue import CQ_HOLE, UNIT_SIZE, ConsumeQueue, QueueUnits, reads_cached
-from rmqdump.readers.mapped import MappedFile
 from rmqdump.readers.store import Store
-from rmqdump.scan.dispatch import DelayLevels, DispatchColumns, DispatchJoin, dispatch_columns
+from rmqdump.scan.dispatch import DelayLevels, DispatchColumns, DispatchJoin
+from rmqdump.scan.ranges import Mapper, RangeScan, ScanOptions, scan_range
+from rmqdump.scan.splits import DEFAULT_SPLIT, commitlog_splits
 from schemas import constants as C
 
 # Unit problems (stable codes; the CommitLog scan adds its own codes).
@@ -441,8 +441,6 @@ class VerifySummary:
 
 
 WINDOW_RECORDS = 1_000_000  # records joined at a time: about 41 MB of columns (twice that while a window is built)
-PARALLEL_MIN_BYTES = 64 << 20  # a CommitLog from this size on is scanned on both cores by default
-RANGE_BYTES = 128 << 20  # the unit of parallel work: records starting in one byte range of one file
 
 
 def record_windows(
@@ -452,87 +450,34 @@ def record_windows(
     delays: DelayLevels | None = None,
     window_records: int = WINDOW_RECORDS,
     on_bytes=None,
-    workers: int | None = 1,
+    mapper: Mapper = map,
+    range_bytes: int = DEFAULT_SPLIT,
 ) -> Iterator[tuple[RecordTable, list[Problem]]]:
     """Scan the CommitLog once, in offset order, as record tables of about `window_records` records.
 
-    Each table comes with the scan problems found while reading it; the last
-    one may be empty. Consecutive tables cover consecutive offset ranges.
-    With workers > 1 byte ranges of the files are scanned by that many threads
-    (together they give exactly the serial scan's records and problems), and a
-    window holds whole ranges.
+    The planner's byte ranges are read by `scan_range`, mapped by `mapper`
+    (builtin map, or an engine's: threads give the same tables), and a window
+    holds whole ranges. Each table comes with the scan problems found while
+    reading it; the last one may be empty. Consecutive tables cover
+    consecutive offset ranges. The ranges start being read now, not at the
+    first table asked for.
     """
-    delays = delays or DelayLevels.parse()
-    if workers is None:  # both cores for a CommitLog worth it
-        workers = min(2, os.cpu_count() or 1) if sum(f.size for f in cl.files) >= PARALLEL_MIN_BYTES else 1
-    if workers > 1 and cl.files:
-        return _parallel_windows(cl, check_crc, delays, window_records, workers, on_bytes)
-    return _serial_windows(cl, check_crc, delays, window_records, on_bytes)
+    options = ScanOptions(keys=False, delays=delays or DelayLevels.parse())
+    scans = mapper(functools.partial(scan_range, options=options), commitlog_splits(cl, range_bytes, check_crc=check_crc))
+    return _windows(scans, window_records, on_bytes)
 
 
-def _serial_windows(cl: CommitLog, check_crc: bool, delays: DelayLevels, window_records: int, on_bytes) -> Iterator[tuple[RecordTable, list[Problem]]]:
+def _windows(scans: Iterable[RangeScan], window_records: int, on_bytes) -> Iterator[tuple[RecordTable, list[Problem]]]:
     table = RecordTableBuilder()
     problems: list[Problem] = []
-    done = 0
-    for b in cl.scan(check_crc=check_crc):
-        table.add_columns(dispatch_columns(b, delays, keys=False))
-        problems.extend(b.problems())
+    for r in scans:
+        table.add_part(r.columns)
+        problems += r.problems
         if on_bytes is not None:
-            here = _batch_end(b)
-            if here > done:
-                on_bytes(here - done)
-                done = here
+            on_bytes(r.nbytes)
         if table.n >= window_records:
             yield table.build(), problems
             table, problems = RecordTableBuilder(), []
-    yield table.build(), problems
-
-
-def _scan_file_task(args: tuple) -> tuple[DispatchColumns, list[Problem], int]:
-    """One byte range of a CommitLog file in a scan thread: its compact record columns and scan problems."""
-    path, base, size, start, end, check_crc, millis = args
-    seg = SegmentFile(path, base, size)
-    delays = DelayLevels(tuple(millis))
-    table = RecordTableBuilder()
-    problems: list[Problem] = []
-    with MappedFile(path) as mf:
-        for b in scan_file(seg, mf, start=start, end=end, check_crc=check_crc):
-            table.add_columns(dispatch_columns(b, delays, keys=False))
-            problems.extend(b.problems())
-    return table.part(), problems, end - start
-
-
-def _parallel_windows(cl: CommitLog, check_crc: bool, delays: DelayLevels, window_records: int, workers: int, on_bytes):
-    """Byte ranges scanned by `workers` threads (the scan kernel runs without the GIL), joined in CommitLog order.
-
-    The first ranges start at once, not at the first window asked for: the scan
-    runs while the caller does its own work first (verify's order pass).
-    """
-    from collections import deque
-    from concurrent.futures import ThreadPoolExecutor
-
-    tasks = iter([(f.path, f.base, f.size, a, min(a + RANGE_BYTES, f.size), check_crc, delays.millis) for f in cl.files for a in range(0, f.size, RANGE_BYTES)])
-    ex = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rmqdump-scan")
-    pending = deque(ex.submit(_scan_file_task, t) for t in itertools.islice(tasks, workers + 1))
-    return _joined_windows(ex, tasks, pending, window_records, on_bytes)
-
-
-def _joined_windows(ex, tasks, pending, window_records: int, on_bytes) -> Iterator[tuple[RecordTable, list[Problem]]]:
-    table = RecordTableBuilder()
-    problems: list[Problem] = []
-    with ex:
-        while pending:
-            part, probs, nbytes = pending.popleft().result()
-            nxt = next(tasks, None)
-            if nxt is not None:  # at most workers + 1 files in flight: memory stays bounded
-                pending.append(ex.submit(_scan_file_task, nxt))
-            table.add_part(part)
-            problems.extend(probs)
-            if on_bytes is not None:
-                on_bytes(nbytes)
-            if table.n >= window_records:
-                yield table.build(), problems
-                table, problems = RecordTableBuilder(), []
     yield table.build(), problems
 
 
@@ -543,10 +488,6 @@ def scan_records(cl: CommitLog, *, check_crc: bool = True, delays: DelayLevels |
         tables.append(t)
         problems.extend(ps)
     return tables[0], problems
-
-
-def _batch_end(b: Batch) -> int:
-    return b.seg.base + (int(b.cols["_end"][-1]) if len(b) else 0)
 
 
 def cq_locator(q: ConsumeQueue) -> Callable[[int], tuple[str, int]]:
@@ -618,7 +559,8 @@ def verify(
     summary: VerifySummary | None = None,
     on_bytes=None,
     window_records: int = WINDOW_RECORDS,
-    workers: int | None = 1,
+    mapper: Mapper = map,
+    range_bytes: int = DEFAULT_SPLIT,
     windows: Iterable[tuple[RecordTable, list[Problem]]] | None = None,
 ) -> Iterator[Problem]:
     """Every finding of `cq verify` on a store.
@@ -635,7 +577,9 @@ def verify(
     s = summary if summary is not None else VerifySummary()
     scope = VerifyScope(topic, queue_id, check_crc, delays)
     if windows is None:
-        windows = record_windows(store.commitlog, check_crc=check_crc, delays=delays, window_records=window_records, on_bytes=on_bytes, workers=workers)
+        windows = record_windows(
+            store.commitlog, check_crc=check_crc, delays=delays, window_records=window_records, on_bytes=on_bytes, mapper=mapper, range_bytes=range_bytes
+        )
     with reads_cached():  # each queue file read once: by the order pass, then by the windows its units point into
         for p in _findings(store, scope, s, windows):
             s.count(p)

@@ -23,9 +23,11 @@ import numpy as np
 
 from rmqdump.common.javahash import index_hash_many, java_hash_many
 from rmqdump.common.problems import Problem
-from rmqdump.readers.commitlog import CommitLog, commitlog_path
+from rmqdump.readers.commitlog import CommitLog, commitlog_path, frame_of
 from rmqdump.readers.indexfile import LAYOUT_SIZE, IndexFile, IndexLayoutError, Layout, list_index_files
-from rmqdump.scan.dispatch import DelayLevels, DispatchColumns, DispatchJoin, dispatch_columns
+from rmqdump.scan.dispatch import DelayLevels, DispatchColumns
+from rmqdump.scan.ranges import Mapper, RangeScan, ScanOptions, scan_range
+from rmqdump.scan.splits import DEFAULT_SPLIT, Split, commitlog_splits
 
 HEADER_COUNT = "index_header_count"
 HEADER_SLOT_COUNT = "index_header_slot_count"
@@ -54,7 +56,6 @@ NO_INDEX = "index_no_files"
 _PAIR = np.dtype([("phys", "<i8"), ("hash", "<i8")])
 MAX_LISTED = 5
 CHUNK = 1 << 20  # entries checked at a time
-WINDOW = 256 << 20  # CommitLog bytes whose records and keys are held at a time
 GATHER_SPAN = 1 << 20  # entries (20 MiB of the file) read before their pages are given back
 
 
@@ -148,17 +149,14 @@ class Records:
         return got[1], got[2]
 
 
-def scan_commitlog(
-    cl: CommitLog, delays: DelayLevels | None = None, from_offset: int | None = None, to_offset: int | None = None
-) -> tuple[Records, list[Problem]]:
-    """The records starting in [from_offset, to_offset) and the keys they index, with the scan's problems."""
-    delays = delays or DelayLevels.parse()
-    join = DispatchJoin()
-    problems: list[Problem] = []
-    for b in cl.scan(check_crc=False, from_offset=from_offset, to_offset=to_offset):
-        problems.extend(b.problems())
-        join.add(dispatch_columns(b, delays, keys=True))
-    return records_of(join.take()), problems
+def _records_of(scan: RangeScan) -> tuple[Records, list[Problem]]:
+    return records_of(scan.columns), scan.problems
+
+
+def phys_window(sp: Split) -> tuple[int, int]:
+    """The physical offsets [a, b) of the records that start in a range (DLedger: past their entry header)."""
+    frame = frame_of(sp.path)
+    return sp.base + (sp.start + frame if sp.start else 0), sp.base + (sp.end + frame if sp.end < sp.size else sp.size)
 
 
 def records_of(d: DispatchColumns) -> Records:
@@ -530,6 +528,8 @@ def verify(
     summary: IndexVerifySummary | None = None,
     on_bytes=None,
     records_in: Callable[[int, int], tuple[Records, list[Problem]]] | None = None,
+    mapper: Mapper = map,
+    range_bytes: int = DEFAULT_SPLIT,
 ) -> Iterator[Problem]:
     """Every finding of `index verify` on a store root (`on_bytes(n)` is told of each CommitLog stretch done).
 
@@ -582,24 +582,28 @@ def verify(
         spans = [(f, f.header.begin_phy_offset, f.header.end_phy_offset) for f, st in zip(files, states, strict=True) if st.last >= 1]
         short = _Shortfall()
         carry = None  # the previous window's last record: an entry may point into its middle
-        for seg in cl.files:
-            for a in range(seg.base, seg.base + seg.size, WINDOW):
-                b = min(a + WINDOW, seg.base + seg.size)
-                rec, cl_probs = records_in(a, b) if records_in is not None else scan_commitlog(cl, delays, a, b)
-                s.messages += len(rec.phys)
-                s.indexed_keys += rec.indexed_keys
-                for p in cl_probs:
-                    yield emit(p)
-                ca = np.zeros(len(rec.key_table), dtype=np.int64)
-                ctx = rec.with_record_before(carry) if a > seg.base else rec
-                for f, st in zip(files, states, strict=True):
-                    yield from map(emit, _check_records(f, st, ctx, ca, a, b))
-                yield from map(emit, _duplicates(files, states, rec, ca, a, b))
-                yield from map(emit, _missing(spans, rec, ca, cl, short))
-                if len(rec.phys):
-                    carry = (int(rec.phys[-1]), int(rec.size[-1]), int(rec.store_ts[-1]))
-                if on_bytes is not None:
-                    on_bytes(b - a)
+        splits = commitlog_splits(cl, range_bytes)
+        if records_in is None:
+            options = ScanOptions(keys=True, delays=delays or DelayLevels.parse())
+            scans = mapper(lambda sp: _records_of(scan_range(sp, options)), splits)
+        else:
+            scans = (records_in(*phys_window(sp)) for sp in splits)
+        for sp, (rec, cl_probs) in zip(splits, scans, strict=True):
+            a, b = phys_window(sp)
+            s.messages += len(rec.phys)
+            s.indexed_keys += rec.indexed_keys
+            for p in cl_probs:
+                yield emit(p)
+            ca = np.zeros(len(rec.key_table), dtype=np.int64)
+            ctx = rec.with_record_before(carry) if sp.start > 0 else rec
+            for f, st in zip(files, states, strict=True):
+                yield from map(emit, _check_records(f, st, ctx, ca, a, b))
+            yield from map(emit, _duplicates(files, states, rec, ca, a, b))
+            yield from map(emit, _missing(spans, rec, ca, cl, short))
+            if len(rec.phys):
+                carry = (int(rec.phys[-1]), int(rec.size[-1]), int(rec.store_ts[-1]))
+            if on_bytes is not None:
+                on_bytes(sp.length)
         if not files:
             if s.indexed_keys:
                 yield emit(

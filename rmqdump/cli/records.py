@@ -17,6 +17,7 @@ import numpy as np
 
 from rmqdump.cli import render
 from rmqdump.cli import textkernel as K
+from rmqdump.common.background import Background
 from rmqdump.common.problems import Problem
 from rmqdump.common.timeutil import iso
 from rmqdump.query.listing import Filter, Records, Tally, record_entries
@@ -40,53 +41,14 @@ def _pool():
     return _POOL
 
 
-class _Writer:
-    """Writes buffers to stdout in order from a thread, so the scan and the kernels go on while a pipe drains.
+def _writer(ahead: int = 2) -> Background:
+    """Buffers written to stdout in order from a thread, so the scan and the kernels go on while a pipe drains.
 
-    Every buffer handed over is the writer's alone (the kernels render into fresh arrays); at most
-    `ahead` wait. A write error (a closed pipe) is raised by the next put() or by close().
+    Every buffer handed over is the writer's alone (the kernels render into fresh arrays); a write
+    error (a closed pipe) is raised by the next put() or by close().
     """
-
-    def __init__(self, ahead: int = 2):
-        import queue
-        import threading
-
-        self.q: queue.Queue = queue.Queue(maxsize=ahead)
-        self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._run, name="rmqdump-write", daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        out = sys.stdout.buffer
-        while True:
-            data = self.q.get()
-            if data is None:
-                break
-            if self.error is None:
-                try:
-                    out.write(data)
-                except BaseException as e:  # handed to the main thread
-                    self.error = e
-        if self.error is None:
-            try:
-                out.flush()
-            except BaseException as e:
-                self.error = e
-
-    def put(self, data) -> None:
-        self._raise()
-        self.q.put(data)
-
-    def close(self) -> None:
-        if self.thread.is_alive():
-            self.q.put(None)
-            self.thread.join()
-        self._raise()
-
-    def _raise(self) -> None:
-        if self.error is not None:
-            e, self.error = self.error, None
-            raise e
+    out = sys.stdout.buffer
+    return Background(out.write, out.flush, ahead=ahead, name="rmqdump-write")
 
 
 _ENCODE = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
@@ -129,7 +91,7 @@ class RecordsOut(abc.ABC):
         self.with_body = body != "none"
         self.filters = _filter_args(flt)
         self.done = False
-        self._writer = None if sys.stdout.isatty() else _Writer()  # a terminal gets rich's lines in between: written in place
+        self._writer = None if sys.stdout.isatty() else _writer()  # a terminal gets rich's lines in between: written in place
         if self._writer is not None:
             sys.stdout.flush()
         self._maps: dict[str, MappedFile] = {}  # the files of batches rendered ahead, mapped by us (the scan drops its pages)

@@ -1,10 +1,10 @@
 """Every message of one or more stores as a dataset: the local engine of `rmqdump export`.
 
 Work is cut into byte ranges (rmqdump.scan.splits); each range is decoded by
-scan_file and turned into Arrow by rmqdump.export.arrowbatch, the same two steps the
+rmqdump.scan.ranges.range_batches and turned into Arrow by rmqdump.export.arrowbatch, the same two steps the
 Spark engine runs inside mapInArrow, so the engines differ only in who runs
-the ranges. `--workers N` runs ranges in N processes; each range writes its
-own part files, so workers never share a file. The dataset is written into a
+the ranges (`mapper`: the local engine's threads, or builtin map); each task
+writes its own part files, so workers never share a file. The dataset is written into a
 temporary directory beside the target and renamed into place when complete
 (rmqdump.common.publish).
 """
@@ -20,7 +20,6 @@ import time
 import urllib.parse
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -31,8 +30,7 @@ import pyarrow.parquet as pq
 from rmqdump.common.problems import Problem
 from rmqdump.common.publish import check_target, publishing
 from rmqdump.export import arrowbatch
-from rmqdump.readers.commitlog import BATCH_RECORDS, Batch, SegmentFile, scan_file
-from rmqdump.readers.mapped import MappedFile
+from rmqdump.scan.ranges import Mapper, range_batches
 from rmqdump.scan.splits import DEFAULT_SPLIT, Split, StoreRef, plan
 
 FORMATS = ("parquet", "jsonl")
@@ -44,7 +42,6 @@ GROUP_BYTES = 64 << 20  # a task's least work when ranges are small
 # Records per scan batch (~20 MB of the benchmark store's 1.2 KB records): fewer cost Python time per batch, more hold map pages.
 EXPORT_BATCH_RECORDS = 16384
 MAX_PROBLEMS = 1000  # problems kept for the report; all are counted
-PARALLEL_MIN_BYTES = 64 << 20  # CommitLog bytes from which two threads run the ranges by default
 # Parquet columns with few distinct values per row group, the only ones dictionary-encoded: building a
 # dictionary for near-unique columns (offsets, ids, timestamps) costs write time and makes files bigger.
 DICTIONARY_COLUMNS = (
@@ -118,22 +115,6 @@ def problem_order(d: dict) -> tuple:
     return (d.get("broker") or "", d.get("file") or "", -1 if d.get("file_offset") is None else d["file_offset"], d.get("code") or "")
 
 
-def scan_split(
-    split: Split, note: Callable[[Problem], None], flag: Callable[[Problem], None] | None = None, batch_records: int = BATCH_RECORDS
-) -> Iterator[Batch]:
-    """The scan batches of one byte range; every problem the range owns goes to `note`, in scan order
-    (or, for problems of records that were still decoded (CRC, phys field), to `flag` when given).
-    """
-    seg = SegmentFile(split.path, split.base, split.size)
-    with MappedFile(split.path) as mf:
-        for b in scan_file(seg, mf, start=split.start, end=split.end, check_crc=split.check_crc, batch_records=batch_records):
-            for p in b.flagged():
-                (flag or note)(p)
-            yield b
-            for p in b.damage():
-                note(p)
-
-
 def split_batches(split: Split, result: SplitResult, *, with_body: bool = False, check_crc: bool = True) -> Iterator[pa.RecordBatch]:
     """The messages of one byte range as Arrow batches; problems and counts go into `result`."""
 
@@ -142,12 +123,16 @@ def split_batches(split: Split, result: SplitResult, *, with_body: bool = False,
         if len(result.problems) < MAX_PROBLEMS:
             result.problems.append(p.to_dict(broker=split.broker))
 
-    for b in scan_split(dataclasses.replace(split, check_crc=check_crc), note, batch_records=EXPORT_BATCH_RECORDS):
+    for b in range_batches(dataclasses.replace(split, check_crc=check_crc), batch_records=EXPORT_BATCH_RECORDS):
+        for p in b.flagged():  # problems of records still decoded, before them; what ended the batch, after
+            note(p)
         for rb in arrowbatch.record_batches(b, split.broker, with_body=with_body, by_topic=True):
             result.messages += rb.num_rows
             yield rb
         if len(b):  # the batch is in Arrow (copies): its pages of the map can go now, not at the scan's next release
             b.mf.release(int(b.cols["_pos"][0]), int(b.cols["_end"][-1]))
+        for p in b.damage():
+            note(p)
     result.bytes += split.length
 
 
@@ -260,11 +245,6 @@ class TopicParquetWriter:
         self.close()
 
 
-def default_workers(total_bytes: int) -> int:
-    """Two threads for a CommitLog worth it (memory grows with each), else one."""
-    return min(2, os.cpu_count() or 1) if total_bytes >= PARALLEL_MIN_BYTES else 1
-
-
 def write_split(index: int, group: list[Split], tmp: str, fmt: str, with_body: bool, check_crc: bool) -> SplitResult:
     """Decode a task's ranges and write its part files under `tmp` (a worker thread, or a Spark task)."""
     result = SplitResult()
@@ -304,7 +284,7 @@ def export_local(
     *,
     fmt: str = "parquet",
     with_body: bool = False,
-    workers: int | None = None,
+    mapper: Mapper = map,
     split_size: int = DEFAULT_SPLIT,
     force: bool = False,
     check_crc: bool = True,
@@ -316,23 +296,13 @@ def export_local(
     t0 = time.perf_counter()
     splits, res = start_export(stores, out, fmt, "local", split_size)
     with publishing(out, force=force, stores=[s.root for s in stores]) as tmp:
-        if workers is None:
-            workers = default_workers(sum(s.length for s in splits))
-        groups = group_splits(splits, workers)
+        groups = group_splits(splits, int(getattr(mapper, "workers", 1)))
         sizes = [sum(s.length for s in g) for g in groups]
-        order = sorted(range(len(groups)), key=lambda i: -sizes[i])
-        if workers <= 1 or len(groups) <= 1:
-            for i in order:
-                res.add(write_split(i, groups[i], tmp, fmt, with_body, check_crc))
-                if on_bytes:
-                    on_bytes(sizes[i])
-        else:
-            with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rmqdump-export") as pool:
-                futs = {pool.submit(write_split, i, groups[i], tmp, fmt, with_body, check_crc): i for i in order}
-                for fut in as_completed(futs):
-                    res.add(fut.result())
-                    if on_bytes:
-                        on_bytes(sizes[futs[fut]])
+        order = sorted(range(len(groups)), key=lambda i: -sizes[i])  # the biggest first: the last task to finish is a small one
+        for i, r in zip(order, mapper(lambda i: write_split(i, groups[i], tmp, fmt, with_body, check_crc), order), strict=True):
+            res.add(r)
+            if on_bytes:
+                on_bytes(sizes[i])
     res.problems.sort(key=problem_order)
     res.seconds = time.perf_counter() - t0
     return res

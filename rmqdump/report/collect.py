@@ -26,6 +26,7 @@ from rmqdump.query.storeinfo import StoreInfo, store_info, walk_bytes
 from rmqdump.readers.indexfile import IndexFile, iter_entries, list_index_files
 from rmqdump.readers.store import Store
 from rmqdump.scan.dispatch import DelayLevels, dispatch_columns
+from rmqdump.scan.ranges import Mapper
 
 RATE_MAX_BINS = 200  # time bins of the rate plot; the bin width grows to keep within this
 # Bin widths (ms), each a multiple of the one before, so counts re-bin exactly when the span grows.
@@ -392,7 +393,7 @@ def collect(
     *,
     check_crc: bool = True,
     limit: int = 200,
-    workers: int = 1,
+    mapper: Mapper = map,
     on_bytes: Callable[[int], None] | None = None,
 ) -> Report:
     """Everything the page shows. on_bytes(n): CommitLog bytes walked, collect_bytes() in all.
@@ -408,7 +409,7 @@ def collect(
     holes_placed = 0
     cl_bytes = sum(f.size for f in store.commitlog.files)
     told = _Share(on_bytes, cl_bytes)
-    for p in verify(store, check_crc=check_crc, summary=summary, on_bytes=told, workers=workers):
+    for p in verify(store, check_crc=check_crc, summary=summary, on_bytes=told, mapper=mapper):
         if len(first) < limit:
             first.append(p.to_dict(PROBLEM_COLUMNS))
         row = damage_row(p)

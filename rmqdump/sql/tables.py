@@ -23,10 +23,10 @@ from rmqdump.checks import cqverify
 from rmqdump.checks.offsets import consumer_offsets
 from rmqdump.common.problems import InputError, Problem
 from rmqdump.export import arrowbatch
-from rmqdump.export.dataset import scan_split
 from rmqdump.readers.consumequeue import UNIT_SIZE, QueueUnits, read_units
 from rmqdump.readers.indexfile import open_all
 from rmqdump.readers.store import Store
+from rmqdump.scan.ranges import range_batches
 from rmqdump.scan.splits import StoreRef, plan
 
 INDEX_CHUNK = 1 << 20  # entries turned into one batch (about 40 MB of columns), then their pages are given back
@@ -190,7 +190,7 @@ def messages(stores: list[StoreRef], columns: list[str], on_bytes: Callable[[int
     crc = "crc_ok" in columns or "prop_crc_ok" in columns
     for split in splits:
         split = dataclasses.replace(split, check_crc=crc)
-        for b in scan_split(split, lambda p: None):
+        for b in range_batches(split):
             yield from arrowbatch.record_batches(b, split.broker, with_body="body" in columns, columns=columns)
         if on_bytes:
             on_bytes(split.length)

@@ -27,7 +27,7 @@ def verify_cmd(
     ),
     fmt: ListFormat = O.format_option(ListFormat.table, "table or jsonl."),
     window: int = typer.Option(None, "--window", min=1, help="CommitLog records joined at a time (bounds memory: about 50 bytes each; default 1,000,000)."),
-    workers: int = O.workers_option(None, "Threads scanning byte ranges of the CommitLog in parallel (default: both cores for a CommitLog over 64 MiB)."),
+    workers: int = O.workers_option(),
     engine: Engine = engine_option("the same findings, computed by Spark"),
     master: str = master_option(),
     spark_conf: list[str] = spark_conf_option(),
@@ -67,8 +67,11 @@ def verify_cmd(
 
             found = run_verify(st, master, spark_conf, ship=ship, topic=topic, queue_id=queue, check_crc=not no_crc, delays=delays, summary=summary)
         else:
+            from rmqdump.engines.local import local_map
+
+            mapper = local_map(workers, total)
             found = verify(
-                st, topic=topic, queue_id=queue, check_crc=not no_crc, delays=delays, summary=summary, on_bytes=advance, window_records=window, workers=workers
+                st, topic=topic, queue_id=queue, check_crc=not no_crc, delays=delays, summary=summary, on_bytes=advance, window_records=window, mapper=mapper
             )
         for p in found:
             d = p.to_dict(PROBLEM_COLUMNS)

@@ -42,7 +42,7 @@ def export(
     fmt: ExportFormat = O.format_option(ExportFormat.parquet, "parquet, or jsonl (one JSON object per line)."),
     body: ExportBody = typer.Option(ExportBody.none, "--body", help="none, or raw: add the stored body bytes (Parquet binary; base64 in jsonl)."),
     engine: Engine = engine_option("the same rows, decoded by Spark tasks"),
-    workers: int = O.workers_option(None, "local engine: threads decoding byte ranges in parallel (default: two for a CommitLog over 64 MiB)."),
+    workers: int = O.workers_option(),
     master: str = master_option(),
     spark_conf: list[str] = spark_conf_option(),
     driver_memory: str = typer.Option("4g", "--driver-memory", help="spark engine: driver JVM memory."),
@@ -77,10 +77,13 @@ def export(
     if spark_writer not in ("auto", "spark", "arrow"):
         render.fail(f"usage: --spark-writer must be auto, spark or arrow, not {spark_writer!r}", 2)
     if engine is Engine.local:
+        from rmqdump.engines.local import WORKER_MEMORY, local_map
         from rmqdump.export.dataset import export_local  # pyarrow.dataset: imported only when exporting
 
-        with render.progress(_total_bytes(stores), "export") as advance:
-            res = export_local(stores, out, fmt=fmt.value, with_body=with_body, workers=workers, split_size=split, force=force, check_crc=crc, on_bytes=advance)
+        total = _total_bytes(stores)
+        with render.progress(total, "export") as advance:
+            mapper = local_map(workers, total, per_worker=2 * WORKER_MEMORY)  # a task holds a range's batches and its Parquet buffers
+            res = export_local(stores, out, fmt=fmt.value, with_body=with_body, mapper=mapper, split_size=split, force=force, check_crc=crc, on_bytes=advance)
     else:
         from rmqdump.engines.spark.export import export_spark
         from rmqdump.engines.spark.session import session

@@ -175,6 +175,7 @@ def verify_cmd(
     fmt: ListFormat = O.format_option(ListFormat.table, "table or jsonl (one problem object per finding, then a summary)."),
     hash_slots: int = hash_slots_option(),
     index_entries: int = index_entries_option(),
+    workers: int = O.workers_option(),
 ):
     """Check every index file against itself and against the CommitLog, both ways.
 
@@ -188,6 +189,7 @@ def verify_cmd(
     Example:  rmqdump index verify --store fixtures/real/rmq4-crash/store -f jsonl
     """
     from rmqdump.checks.indexverify import PROBLEM_COLUMNS, IndexVerifySummary, verify
+    from rmqdump.engines.local import local_map
     from rmqdump.readers.commitlog import commitlog_path
 
     if not os.path.isdir(str(store)):
@@ -199,7 +201,8 @@ def verify_cmd(
     rows = []
     total = sum(os.path.getsize(os.path.join(cl_dir, n)) for n in os.listdir(cl_dir) if n.isdigit())
     with render.progress(total, "index verify") as advance:
-        for p in verify(str(store), hash_slots=hash_slots, index_entries=index_entries, summary=s, on_bytes=advance):
+        mapper = local_map(workers, total)
+        for p in verify(str(store), hash_slots=hash_slots, index_entries=index_entries, summary=s, on_bytes=advance, mapper=mapper):
             d = p.to_dict(PROBLEM_COLUMNS)
             if fmt is ListFormat.jsonl:
                 render.jsonl(d)

@@ -83,8 +83,11 @@ def out_option(help: str, required: bool = True):
     return typer.Option(... if required else None, "--out", "-o", help=help)
 
 
-def workers_option(default: int | None, help: str) -> int:
-    return typer.Option(default, "--workers", "-j", min=1, help=help)
+WORKERS_HELP = "Threads reading byte ranges of the CommitLog in parallel (default: every usable core, as far as memory allows, for a CommitLog over 64 MiB; the output is the same for any N)."
+
+
+def workers_option(help: str = WORKERS_HELP) -> int:
+    return typer.Option(None, "--workers", "-j", min=1, help=help)
 
 
 def body_option(help: str = "Print bodies as text, hex or base64.") -> BodyMode:

@@ -122,7 +122,7 @@ def rebuild_cmd(
     broker_conf: Path = typer.Option(
         None, "--broker-conf", help="A broker.conf to take mappedFileSizeConsumeQueue, maxHashSlotNum, maxIndexNum, messageDelayLevel from."
     ),
-    workers: int = O.workers_option(None, "Threads scanning the CommitLog (default: every core for a CommitLog over 64 MiB)."),
+    workers: int = O.workers_option(),
     check_crc: bool = O.crc_option("Also check body CRCs and report mismatches (slower; such records are still dispatched, as the broker does)."),
     no_verify: bool = typer.Option(False, "--no-verify", help="Skip the cq verify / index verify pass over the result."),
     no_sync: bool = typer.Option(False, "--no-sync", help="Do not fsync the new files before renaming them into place."),
@@ -161,18 +161,19 @@ def rebuild_cmd(
         bcq_file_size=bcq_file_size,
         ext_bitmap_bits=ext_bitmap_bits,
     )
+    from rmqdump.engines.local import local_map
+    from rmqdump.readers.commitlog import CommitLog, commitlog_path
+
+    total = sum(f.size for f in CommitLog.open(commitlog_path(str(store))).files)
     options = RebuildOptions(
         only=(only.value,) if only else PARTS,
         topics=frozenset(topic) if topic else None,
         check_crc=check_crc,
-        workers=workers,
+        mapper=local_map(workers, total),
         force=force,
         verify=not no_verify,
         sync=not no_sync,
     )
-    from rmqdump.readers.commitlog import CommitLog, commitlog_path
-
-    total = sum(f.size for f in CommitLog.open(commitlog_path(str(store))).files)
     old = signal.signal(signal.SIGTERM, _on_term)
     try:
         with render.progress(total, "rebuild") as advance:

@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from rmqdump.cli import render
-from rmqdump.cli.commands.options import store_option
+from rmqdump.cli.commands.options import store_option, workers_option
 
 
 def report(
@@ -16,7 +16,7 @@ def report(
     force: bool = typer.Option(False, "--force", help="Replace --out if it exists."),
     limit: int = typer.Option(200, "--limit", "-n", min=0, help="Problems listed one by one on the page (the rest are counted)."),
     no_crc: bool = typer.Option(False, "--no-crc", help="Skip body/property CRC checks (faster; CRC damage then goes unseen)."),
-    workers: int = typer.Option(1, "--workers", "-j", min=1, help="Processes for the verify pass's CommitLog scan (one file per task)."),
+    workers: int = workers_option(),
 ):
     """One HTML page (no network needed: inline SVG plots, no script) with the info summary, the recovery preview,
     message rate and latency, queues and consumer lag, a damage map along the CommitLog, index files and the problems.
@@ -26,6 +26,7 @@ def report(
     Example:  rmqdump report -s /data/rocketmq/store --out incident-1234.html
     """
     from rmqdump.common.publish import check_target, publishing  # imported here: `rmqdump --help` loads no numpy
+    from rmqdump.engines.local import local_map
     from rmqdump.readers.store import Store
     from rmqdump.report.collect import collect, collect_bytes
     from rmqdump.report.page import render as render_page
@@ -33,7 +34,8 @@ def report(
     st = Store.open(store)
     check_target(str(out), force=force, stores=[st.root], kind="file")  # before the long part: fail fast
     with render.progress(collect_bytes(st), "report") as advance:  # on a terminal only
-        rep = collect(st, check_crc=not no_crc, limit=limit, workers=workers, on_bytes=advance)
+        mapper = local_map(workers, sum(f.size for f in st.commitlog.files))
+        rep = collect(st, check_crc=not no_crc, limit=limit, mapper=mapper, on_bytes=advance)
     page = render_page(rep)
     with publishing(str(out), force=force, stores=[st.root], kind="file") as tmp, open(tmp, "w", encoding="utf-8") as f:
         f.write(page)

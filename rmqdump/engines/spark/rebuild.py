@@ -34,9 +34,9 @@ from rmqdump.build.indexbuild import IndexBuilder, IndexFileResult, index_file_n
 from rmqdump.build.settings import StoreSettings
 from rmqdump.common.problems import InputError, Problem
 from rmqdump.common.publish import publishing
-from rmqdump.export.dataset import scan_split
 from rmqdump.readers.commitlog import CommitLog, commitlog_path
-from rmqdump.scan.dispatch import DelayLevels, dispatch_columns
+from rmqdump.scan.dispatch import DelayLevels
+from rmqdump.scan.ranges import ScanOptions, scan_range
 from rmqdump.scan.splits import DEFAULT_SPLIT, Split, commitlog_splits, partition_count
 
 SPARK_UNSUPPORTED = "spark_unsupported"
@@ -48,7 +48,7 @@ RECORDS_DDL = (
 RESULT_DDL = "kind string, seq bigint, payload string"
 
 
-def _records_fn(splits: list[Split], delays: DelayLevels, check_crc: bool, topics_wanted: frozenset[str] | None):
+def _records_fn(splits: list[Split], delays: DelayLevels, topics_wanted: frozenset[str] | None):
     fields = [
         ("kind", pa.string()),
         ("split_no", pa.int32()),
@@ -73,23 +73,16 @@ def _records_fn(splits: list[Split], delays: DelayLevels, check_crc: bool, topic
         n = len(next(iter(cols.values())))
         return pa.RecordBatch.from_arrays([cols[f] if f in cols else pa.nulls(n, t) for f, t in fields], schema=schema)
 
+    options = ScanOptions(keys=True, delays=delays, topics=topics_wanted)
+
     def decode(batches):
         for batch in batches:
             for no in batch.column("split_no").to_pylist():
-                found: list[Problem] = []
-                flagged: list[Problem] = []
-                scanned, last_ts, rec_base, key_base = 0, None, 0, 0
-                split = splits[no]
-                for b in scan_split(Split(**{**split.__dict__, "check_crc": check_crc}), found.append, flagged.append):
-                    if not len(b):
-                        continue
-                    d = dispatch_columns(b, delays, keys=True)
-                    scanned += len(d)
-                    last_ts = int(d.store_timestamp[-1])
-                    d = d.of_topics(topics_wanted)
-                    m = len(d)
-                    if m == 0:
-                        continue
+                scan = scan_range(splits[no], options)
+                d = scan.columns
+                m = len(d)
+                rec_base = key_base = 0
+                if m:
                     counts = d.key_counts()
                     offs = np.zeros(m + 1, dtype=np.int32)
                     np.cumsum(counts, out=offs[1:])
@@ -99,8 +92,8 @@ def _records_fn(splits: list[Split], delays: DelayLevels, check_crc: bool, topic
                         no,
                         kind=pa.array(["r"] * m, pa.string()),
                         split_no=pa.array(np.full(m, no, dtype=np.int32)),
-                        rec=pa.array(np.arange(rec_base, rec_base + m, dtype=np.int64)),
-                        key0=pa.array(key_base + offs[:-1].astype(np.int64)),
+                        rec=pa.array(np.arange(m, dtype=np.int64)),
+                        key0=pa.array(offs[:-1].astype(np.int64)),
                         phys=pa.array(d.phys.astype(np.int64)),
                         size=pa.array(d.size.astype(np.int32)),
                         store_ts=pa.array(d.store_timestamp.astype(np.int64)),
@@ -111,8 +104,8 @@ def _records_fn(splits: list[Split], delays: DelayLevels, check_crc: bool, topic
                         queued=pa.array(d.queued),
                         key_hashes=hashes,
                     )
-                    rec_base += m
-                    key_base += int(offs[-1])
+                    rec_base, key_base = m, int(offs[-1])
+                scanned, last_ts, found, flagged = scan.records, scan.last_ts, scan.damaged, scan.flagged
                 yield rows(
                     no,
                     kind=pa.array(["s"], pa.string()),
@@ -219,10 +212,10 @@ def build_into_spark(spark, tmp: str, cl: CommitLog, settings: StoreSettings, op
         raise InputError(SPARK_UNSUPPORTED, report.store, "index_after/to_offset are local-engine library options")
     want_cq, want_index = "consumequeue" in options.only, "index" in options.only
     sc = spark.sparkContext
-    splits = commitlog_splits(cl, split_size)
+    splits = commitlog_splits(cl, split_size, check_crc=options.check_crc)
     nparts = partition_count(splits, sc.defaultParallelism)
     split_df = spark.createDataFrame(sc.parallelize([(i,) for i in range(len(splits))], nparts), "split_no int")
-    decoded = split_df.mapInArrow(_records_fn(splits, settings.delays, options.check_crc, options.topics), RECORDS_DDL).persist(StorageLevel.MEMORY_AND_DISK)
+    decoded = split_df.mapInArrow(_records_fn(splits, settings.delays, options.topics), RECORDS_DDL).persist(StorageLevel.MEMORY_AND_DISK)
     try:
         small = decoded.filter(F.col("kind") != "r").select("kind", "split_no", "rec", "key0", "scanned", "last_ts", "problem").collect()
         stats = {r["split_no"]: r for r in small if r["kind"] == "s"}

@@ -25,11 +25,11 @@ import pyarrow.compute as pc
 
 from rmqdump.checks.cqverify import CommitLogExtent, RecordTable, VerifyScope, VerifySummary, check_units, cq_locator, missing_units
 from rmqdump.common.problems import Problem
-from rmqdump.export.dataset import scan_split
 from rmqdump.readers.consumequeue import UNIT_SIZE, ConsumeQueue
 from rmqdump.readers.store import Store
-from rmqdump.scan.dispatch import DelayLevels, DispatchColumns, dispatch_columns
-from rmqdump.scan.splits import DEFAULT_SPLIT, Split, file_splits, partition_count
+from rmqdump.scan.dispatch import DelayLevels, DispatchColumns
+from rmqdump.scan.ranges import ScanOptions, scan_range
+from rmqdump.scan.splits import DEFAULT_SPLIT, Split, commitlog_splits, partition_count
 from schemas import constants as C
 
 RECORDS_DDL = (
@@ -41,7 +41,7 @@ FINDINGS_DDL = "section int, a bigint, b bigint, seq int, problem string, units 
 _REC_COLS = ["phys", "size", "topic", "queue_id", "queue_offset", "tags_code", "store_timestamp", "queued"]
 
 
-def _records_fn(splits: list[Split], delays: DelayLevels, check_crc: bool):
+def _records_fn(splits: list[Split], delays: DelayLevels):
     schema = pa.schema(
         [
             ("kind", pa.string()),
@@ -93,16 +93,16 @@ def _records_fn(splits: list[Split], delays: DelayLevels, check_crc: bool):
             schema=schema,
         )
 
+    options = ScanOptions(keys=False, delays=delays)
+
     def decode(batches):
         for batch in batches:
             for no in batch.column("split_no").to_pylist():
-                split = splits[no]
-                found: list[Problem] = []
-                for b in scan_split(Split(**{**split.__dict__, "check_crc": check_crc}), found.append):
-                    if len(b):
-                        yield records(dispatch_columns(b, delays, keys=False))
-                if found:
-                    yield problems(no, found)
+                scan = scan_range(splits[no], options)
+                if len(scan.columns):
+                    yield records(scan.columns)
+                if scan.problems:
+                    yield problems(no, scan.problems)
 
     return decode
 
@@ -228,11 +228,11 @@ def verify_spark(spark, store: Store, scope: VerifyScope, *, summary: VerifySumm
     s.queues = len(queues)
     out = scope.layout_problems(store, queues)
 
-    splits = [sp for f in store.commitlog.files for sp in file_splits("", f.path, f.base, f.size, split_size)]
+    splits = commitlog_splits(store.commitlog, split_size, check_crc=check_crc)
     sc = spark.sparkContext
     nparts = partition_count(splits, sc.defaultParallelism)
     split_df = spark.createDataFrame(sc.parallelize([(i,) for i in range(len(splits))], nparts), "split_no int")
-    rec_all = split_df.mapInArrow(_records_fn(splits, delays, check_crc), RECORDS_DDL).persist(StorageLevel.MEMORY_AND_DISK)
+    rec_all = split_df.mapInArrow(_records_fn(splits, delays), RECORDS_DDL).persist(StorageLevel.MEMORY_AND_DISK)
     try:
         cl_problems = rec_all.filter(F.col("kind") == "p").select("split_no", "seq", "problem").collect()
         records = rec_all.filter(F.col("kind") == "r")

@@ -1,0 +1,88 @@
+"""One byte range of one CommitLog file, read: the only place a range is turned into records.
+
+Every CommitLog-wide pass (cq verify, index verify, rebuild, export, the Spark
+tasks) maps a function over the planner's ranges (rmqdump.scan.splits), and
+that function starts here: `range_batches` walks the range as the scan
+kernel's batches, `scan_range` reduces them to the dispatch columns and the
+problems the range owns. Whichever engine maps it, and however many workers,
+a range gives the same answer, so `-j1` and `-jN` agree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+
+from rmqdump.common.problems import Problem
+from rmqdump.readers.commitlog import Batch, SegmentFile, scan_file
+from rmqdump.readers.mapped import MappedFile
+from rmqdump.scan.dispatch import DelayLevels, DispatchColumns, DispatchJoin, dispatch_columns
+from rmqdump.scan.splits import Split
+
+Mapper = Callable[[Callable, Iterable], Iterator]  # fn, items -> fn's results in item order (builtin map, or an engine's)
+
+
+def range_batches(split: Split, *, batch_records: int | None = None) -> Iterator[Batch]:
+    """The scan kernel's batches of the records starting in the range (CRCs checked as `split.check_crc` says).
+
+    The file is mapped only up to `split.size`, the planner's data size of the
+    file: bytes past the CommitLog's configured file size are a layout
+    problem, never records.
+    """
+    seg = SegmentFile(split.path, split.base, split.size)
+    kw = {} if batch_records is None else {"batch_records": batch_records}
+    with MappedFile(split.path, limit=split.size) as mf:
+        yield from scan_file(seg, mf, start=split.start, end=split.end, check_crc=split.check_crc, **kw)
+
+
+@dataclass(frozen=True)
+class ScanOptions:
+    """What a pass takes from each record: index keys or not, the delay levels (tagsCode of delayed messages), a topic filter."""
+
+    keys: bool = False
+    delays: DelayLevels = field(default_factory=DelayLevels.parse)
+    topics: frozenset[str] | None = None
+
+
+@dataclass
+class RangeScan:
+    """The records of one range as dispatch columns, and the problems the range owns.
+
+    `problems` is in scan order (each batch's record problems, then what ended
+    the batch); `flagged` are the problems of records still decoded (CRC,
+    physicalOffset field), `damaged` those that stopped the walk.
+    """
+
+    split: Split
+    columns: DispatchColumns  # of the wanted topics
+    records: int  # records decoded in the range, every topic
+    last_ts: int | None  # store time of the range's last record, every topic
+    problems: list[Problem]
+    flagged: list[Problem]
+    damaged: list[Problem]
+
+    @property
+    def nbytes(self) -> int:
+        return self.split.length
+
+
+def scan_range(split: Split, options: ScanOptions = ScanOptions()) -> RangeScan:
+    """The range's dispatch columns (of `options.topics`, keys when asked) and problems."""
+    join = DispatchJoin()
+    problems: list[Problem] = []
+    flagged: list[Problem] = []
+    damaged: list[Problem] = []
+    records = 0
+    last_ts = None
+    for b in range_batches(split):
+        f, d = b.flagged(), b.damage()
+        problems += f + d
+        flagged += f
+        damaged += d
+        if not len(b):
+            continue
+        cols = dispatch_columns(b, options.delays, keys=options.keys)
+        records += len(cols)
+        last_ts = int(cols.store_timestamp[-1])
+        join.add(cols.of_topics(options.topics))
+    return RangeScan(split, join.take(), records, last_ts, problems, flagged, damaged)

@@ -38,6 +38,7 @@ from rmqdump.query.lookup import Index
 from rmqdump.readers.commitlog import CommitLog
 from rmqdump.readers.indexfile import ENTRY_DTYPE, SLOT_DTYPE
 from rmqdump.scan.dispatch import DelayLevels, dispatch_columns
+from rmqdump.scan.walk import scan_commitlog
 from schemas import IndexHeader
 from schemas import constants as C
 
@@ -59,7 +60,7 @@ def collect_keys(store: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[s
     phys, ts, hashes, names = [], [], [], []
     cl = CommitLog.open(os.path.join(store, "commitlog"))
     delays = DelayLevels.parse()
-    for b in cl.scan(check_crc=False):
+    for b in scan_commitlog(cl, check_crc=False):
         d = dispatch_columns(b, delays)
         rec = d.key_rec
         if not len(rec):

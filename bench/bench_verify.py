@@ -25,6 +25,8 @@ import time
 
 import numpy as np
 
+from rmqdump.scan.walk import scan_commitlog
+
 
 def build_cq(root: str, units_per_file: int = 300_000) -> int:
     from rmqdump.readers.commitlog import CommitLog
@@ -35,7 +37,7 @@ def build_cq(root: str, units_per_file: int = 300_000) -> int:
     delays = DelayLevels.parse()
     per_queue: dict[tuple[str, int], list[np.ndarray]] = {}
     n = 0
-    for b in cl.scan(check_crc=False):
+    for b in scan_commitlog(cl, check_crc=False):
         if not len(b):
             continue
         d = dispatch_columns(b, delays, keys=False)
@@ -100,7 +102,8 @@ def run_verify(root: str, check_crc: bool, window: int | None, workers: int) -> 
 
 def run_join_only(root: str) -> dict:
     """The vectorized unit checks alone, on a record table already built: what verify adds to the scan."""
-    from rmqdump.checks.cqverify import CommitLogExtent, check_units, scan_records
+    from rmqdump.checks.cqunits import CommitLogExtent, check_units
+    from rmqdump.checks.cqverify import scan_records
     from rmqdump.readers.store import Store
 
     st = Store.open(root)

@@ -69,3 +69,6 @@ PropertiesLength = Int16sb
 
 BlankMarker = Struct("total_size" / Int32sb, "magic" / Int32ub)
 """Written where the next record does not fit: totalSize = bytes left in the file."""
+
+
+MIN_RECORD_SIZE = message_header().sizeof() + TopicLengthV1.sizeof() + PropertiesLength.sizeof()  # empty body, topic and properties

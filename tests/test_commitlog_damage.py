@@ -247,8 +247,8 @@ def test_random_damage_never_loses_undamaged_records(tmp_path_factory, damages, 
 
 def _ranged(cl_dir: Path, step: int):
     """Scan every file in byte ranges of `step`, as the parallel engines do."""
-    from rmqdump.readers.commitlog import scan_file
     from rmqdump.readers.mapped import MappedFile
+    from rmqdump.scan.walk import scan_file
 
     msgs, events = [], []
     cl = CommitLog.open(cl_dir)
@@ -283,8 +283,8 @@ def test_byte_ranges_report_exactly_what_one_scan_reports(tmp_path_factory, dama
 
 def test_zero_stretches_are_skipped_exactly(tmp_path):
     """resync jumps a zero stretch in one read and still finds the first record after it."""
-    from rmqdump.readers.commitlog import first_nonzero, resync
     from rmqdump.readers.mapped import MappedFile
+    from rmqdump.scan.resync import first_nonzero, resync
 
     cl = _copy("rmq4-crash", tmp_path)
     files = sorted(cl.iterdir())
@@ -305,8 +305,8 @@ def test_zero_stretches_are_skipped_exactly(tmp_path):
 
 def test_zero_search_skips_holes_of_a_sparse_file(tmp_path):
     """A sparse copy of a real CommitLog file: holes are zeros without being read, data after a hole is found."""
-    from rmqdump.readers.commitlog import first_nonzero
     from rmqdump.readers.mapped import MappedFile
+    from rmqdump.scan.resync import first_nonzero
 
     src = sorted(_copy("rmq4-crash", tmp_path).iterdir())[0]
     body = src.read_bytes()

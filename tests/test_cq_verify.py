@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 from conftest import HEALTHY, REAL, copy_store, jsonl, manifest, run, run_proc, store_root
 
-from rmqdump.checks.cqverify import PROBLEM_KEYS, CommitLogExtent, check_units, missing_units, scan_records
+from rmqdump.checks.cqunits import PROBLEM_KEYS, CommitLogExtent, check_units, missing_units
+from rmqdump.checks.cqverify import scan_records
 from rmqdump.readers.consumequeue import read_units
 from rmqdump.readers.store import Store
 

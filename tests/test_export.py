@@ -16,6 +16,7 @@ from rmqdump.export import arrowbatch
 from rmqdump.export.dataset import export_local, topic_partitioning
 from rmqdump.readers.commitlog import CommitLog
 from rmqdump.scan.splits import StoreRef, default_name, plan, resolve_stores
+from rmqdump.scan.walk import scan_commitlog
 
 CRC_PROP = "__CRC32#"
 
@@ -79,7 +80,7 @@ def reader_rows(name: str, root: Path | None = None, with_body: bool = False) ->
     """What the CommitLog reader's Message.to_dict() says, plus broker: the JSON Lines meaning."""
     cl = CommitLog.open(str((root or store_root(name)) / "commitlog"))
     rows = []
-    for b in cl.scan():
+    for b in scan_commitlog(cl):
         for i in range(len(b)):
             m = b.message(i, with_body=with_body)
             d = m.to_dict()
@@ -91,7 +92,7 @@ def reader_rows(name: str, root: Path | None = None, with_body: bool = False) ->
 
 
 def test_columns_are_the_message_fields():
-    for b in CommitLog.open(str(store_root("rmq4-basic") / "commitlog")).scan():
+    for b in scan_commitlog(CommitLog.open(str(store_root("rmq4-basic") / "commitlog"))):
         keys = [*b.message(0).to_dict(), "broker"]
         break
     assert arrowbatch.schema().names == keys
@@ -248,7 +249,7 @@ def test_vectorized_properties_decode_like_decode_properties(raws):
 
 def test_vectorized_properties_on_every_real_record():
     for name in STORES:
-        for b in CommitLog.open(str(store_root(name) / "commitlog")).scan():
+        for b in scan_commitlog(CommitLog.open(str(store_root(name) / "commitlog"))):
             if len(b):
                 c = b.cols
                 fast = [a.to_pylist() for a in arrowbatch._properties(b.mf.view, c["properties_pos"], c["properties_length"])]

@@ -18,11 +18,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rmqdump.common.javahash import java_hash
-from rmqdump.readers import kernel as K
-from rmqdump.readers.commitlog import CommitLog, scan_file
+from rmqdump.readers.commitlog import CommitLog
 from rmqdump.readers.mapped import MappedFile
 from rmqdump.readers.message import decode_properties, java_crc32, parse_crc_digits, split_keys
+from rmqdump.scan import layout as K
 from rmqdump.scan.dispatch import DelayLevels, dispatch_columns
+from rmqdump.scan.walk import kernel, scan_commitlog, scan_file
 from schemas import MessageRecord
 from schemas import constants as C
 
@@ -91,14 +92,14 @@ def _check_batches(batches) -> int:
 @pytest.mark.parametrize("name", STORES)
 def test_kernel_equals_construct_on_every_real_record(name):
     cl = CommitLog.open(store_root(name) / "commitlog")
-    assert _check_batches(cl.scan(check_crc=True)) > 0
+    assert _check_batches(scan_commitlog(cl, check_crc=True)) > 0
 
 
 def test_real_stores_hold_non_ascii_keys_and_scheduled_records():
     """The kernel's UTF-8 -> UTF-16 hashing and the DELAY path are exercised by the real records above."""
     non_ascii = sched = 0
     for name in STORES:
-        for b in CommitLog.open(store_root(name) / "commitlog").scan(check_crc=False):
+        for b in scan_commitlog(CommitLog.open(store_root(name) / "commitlog"), check_crc=False):
             non_ascii += int((b.found["key_units"] != b.found["key_len"]).sum())
             non_ascii += sum(1 for i in range(len(b)) if not b.properties_bytes(i).isascii())
             sched += sum(1 for i in range(len(b)) if b.topic(i) == C.SCHEDULE_TOPIC)
@@ -140,7 +141,7 @@ def test_kernel_equals_reference_on_crafted_properties(tmp_path, topic, props):
     two = _record(topic, props, len(one), template)
     (tmp_path / "commitlog").mkdir()
     (tmp_path / "commitlog" / "00000000000000000000").write_bytes(one + two + bytes(64))
-    assert _check_batches(CommitLog.open(tmp_path / "commitlog").scan(check_crc=True)) == 2
+    assert _check_batches(scan_commitlog(CommitLog.open(tmp_path / "commitlog"), check_crc=True)) == 2
 
 
 def _ranged(cl_dir: Path, step: int, records: int):
@@ -177,7 +178,7 @@ def test_kernel_equals_construct_under_damage(tmp_path_factory, flips, seed):
         data = bytearray(f.read_bytes())
         data[pos % len(data)] ^= 1 << bit
         f.write_bytes(bytes(data))
-    _check_batches(CommitLog.open(tmp / "commitlog").scan(check_crc=True))
+    _check_batches(scan_commitlog(CommitLog.open(tmp / "commitlog"), check_crc=True))
 
 
 @settings(max_examples=200, deadline=None)
@@ -193,7 +194,7 @@ def test_join_offsets_is_searchsorted(phys, offsets, ascending, reuse):
     offs = offsets + ph[:reuse].tolist()  # offsets that hit records too
     o = np.array(sorted(offs) if ascending else offs, dtype=np.int64)
     rows = np.empty(len(o), dtype=np.int64)
-    hit = K.jit().join_offsets(ph, o, rows)
+    hit = kernel().join_offsets(ph, o, rows)
     want = np.searchsorted(ph, o)
     assert rows.tolist() == want.tolist()
     assert hit.tolist() == [bool(r < len(ph) and ph[r] == x) for r, x in zip(want.tolist(), o.tolist(), strict=True)]
@@ -203,21 +204,21 @@ def test_join_offsets_is_searchsorted(phys, offsets, ascending, reuse):
 @given(data=st.binary(max_size=300), lo=st.integers(0, 20))
 def test_crc32_is_zlibs(data, lo):
     """Both CRC paths of the kernel: its table code, and the library it calls when it finds one (libdeflate, else zlib)."""
-    jit = K.jit()
+    jit = kernel()
     buf = np.frombuffer(bytes(7) + data, dtype=np.uint8)
     start = min(lo, len(buf))
     assert jit.crc32(buf, start, len(buf) - start) == jit._crc(buf, start, len(buf) - start) == zlib.crc32(bytes(buf[start:]))
 
 
-@pytest.mark.parametrize(("crc", "library"), [("table", "kernel.ZLIB is None"), ("zlib", "kernel.ZLIB is not None")])
+@pytest.mark.parametrize(("crc", "library"), [("table", "native.crc_library()[0] == 'table'"), ("zlib", "native.crc_library()[0] == 'zlib'")])
 def test_kernel_crc_paths_give_the_same_batches(tmp_path, crc, library):
     """Each CRC-32 build of the kernel (table code; zlib's crc32 when libdeflate is not used) agrees with construct on every record of a 5.3 store (body and property CRCs)."""
     code = (
         "import sys; sys.path.insert(0, 'tests'); from test_kernel import _check_batches;"
-        "from rmqdump.readers import kernel; from rmqdump.readers.commitlog import CommitLog;"
-        "from conftest import store_root;"
-        "n = _check_batches(CommitLog.open(store_root('rmq53-v2') / 'commitlog').scan(check_crc=True));"
-        f"assert kernel.DEFLATE is None and {library} and n > 0; print(n)"
+        "from rmqdump.scan import native; from rmqdump.readers.commitlog import CommitLog;"
+        "from rmqdump.scan.walk import scan_commitlog; from conftest import store_root;"
+        "n = _check_batches(scan_commitlog(CommitLog.open(store_root('rmq53-v2') / 'commitlog'), check_crc=True));"
+        f"assert {library} and n > 0; print(n)"
     )
     env = dict(os.environ, RMQDUMP_KERNEL_CRC=crc, RMQDUMP_CACHE_DIR=str(tmp_path / "cache"))
     env.pop("NUMBA_CACHE_DIR", None)
@@ -232,7 +233,7 @@ def test_dispatch_columns_hash_the_manifests_keys():
     equal Java's hashCode of the manifest's TAGS and of the key text at the kernel's key offsets, which is the manifest's."""
     by_offset = {m["wroteOffset"]: m for m in manifest("rmq4-flags")}
     n = sched = 0
-    for b in CommitLog.open(store_root("rmq4-flags") / "commitlog").scan(check_crc=False):
+    for b in scan_commitlog(CommitLog.open(store_root("rmq4-flags") / "commitlog"), check_crc=False):
         d = dispatch_columns(b, DELAYS)
         man = [by_offset[p] for p in d.phys.tolist()]
         for i, m in enumerate(man):
@@ -265,7 +266,7 @@ def test_cache_dir_is_the_users_and_numba_waits_for_a_scan(tmp_path):
     code = (
         "import sys, rmqdump.cli.app, rmqdump.readers.commitlog, rmqdump.scan.dispatch;"
         "assert 'numba' not in sys.modules, 'numba imported before a scan';"
-        "from rmqdump.readers import kernel; kernel.jit(); import numba;"
+        "from rmqdump.scan.walk import kernel; kernel(); import numba;"
         "print(numba.config.CACHE_DIR)"
     )
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout.strip()

@@ -6,7 +6,7 @@ import json
 
 from conftest import copy_store, jsonl, manifest, run
 
-from rmqdump.checks import cqverify, indexverify
+from rmqdump.checks import cqunits, cqverify, indexverify
 from rmqdump.common.problems import Problem
 from rmqdump.readers.store import Store
 
@@ -32,12 +32,12 @@ def test_verify_lines_are_to_dict_of_the_problems_with_the_command_columns(tmp_p
     lines = [d for d in jsonl(res.stdout) if d["kind"] == "problem"]
     probs = list(cqverify.verify(Store.open(str(root))))
     assert {"bad_magic", "cq_dangling"} <= {p.code for p in probs}
-    assert lines == [p.to_dict(cqverify.PROBLEM_COLUMNS) for p in probs]
+    assert lines == [p.to_dict(cqunits.PROBLEM_COLUMNS) for p in probs]
     for d in lines:  # every column on every line, file and file_offset last
-        assert list(d)[: 2 + len(cqverify.PROBLEM_COLUMNS)] == ["kind", "code", *cqverify.PROBLEM_COLUMNS]
+        assert list(d)[: 2 + len(cqunits.PROBLEM_COLUMNS)] == ["kind", "code", *cqunits.PROBLEM_COLUMNS]
         assert list(d)[-2:] == ["file", "file_offset"]
     commitlog_line = next(d for d in lines if d["code"] == "bad_magic")
-    assert all(commitlog_line[c] is None for c in cqverify.PROBLEM_COLUMNS)
+    assert all(commitlog_line[c] is None for c in cqunits.PROBLEM_COLUMNS)
     assert commitlog_line["phys_offset"] == manifest("rmq4-crash")[10]["wroteOffset"]
 
 

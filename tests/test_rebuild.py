@@ -25,10 +25,11 @@ from rmqdump.build.rebuild import RebuildOptions, rebuild
 from rmqdump.build.settings import resolve
 from rmqdump.common.javahash import java_hash
 from rmqdump.engines.local import LocalMap
-from rmqdump.readers.commitlog import CommitLog, scan_file
+from rmqdump.readers.commitlog import CommitLog
 from rmqdump.readers.fastpath import numpy_dtype
 from rmqdump.readers.mapped import MappedFile
 from rmqdump.scan.dispatch import DelayLevels, dispatch_columns
+from rmqdump.scan.walk import scan_commitlog, scan_file
 from schemas import Checkpoint, IndexEntry, IndexHeader
 
 HEADER = numpy_dtype(IndexHeader)
@@ -258,7 +259,7 @@ def test_dispatch_equals_a_plain_parse(name):
     delays = DelayLevels.parse()
     by_offset = {m["wroteOffset"]: m for m in manifest(name)}
     n = 0
-    for b in cl.scan(check_crc=False):
+    for b in scan_commitlog(cl, check_crc=False):
         if not len(b):
             continue
         topics, codes, keys, uniqs = reference_dispatch(b, delays)

@@ -123,7 +123,8 @@ def test_cli_engine_spark(spark, tmp_path):
 
 
 def _verify_both(spark, root, **kw):
-    from rmqdump.checks.cqverify import PROBLEM_COLUMNS, VerifyScope, VerifySummary, verify
+    from rmqdump.checks.cqunits import PROBLEM_COLUMNS
+    from rmqdump.checks.cqverify import VerifyScope, VerifySummary, verify
     from rmqdump.engines.spark.verify import verify_spark
     from rmqdump.readers.store import Store
 

@@ -20,11 +20,10 @@ would append at the next index instead and log "[BUG]".
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
 
 import numpy as np
 
-from rmqdump.build.queuefiles import QueueFiles
+from rmqdump.build.queuefiles import QueueFiles, QueueResult
 from rmqdump.common.problems import Problem
 from rmqdump.readers.fastpath import numpy_dtype
 from schemas import ConsumeQueueUnit
@@ -70,40 +69,6 @@ def filler_units(n: int) -> np.ndarray:
 def safe_topic_dir(topic: str) -> bool:
     """A topic name usable as one directory name (the broker only allows [%|a-zA-Z0-9_-])."""
     return bool(topic) and topic not in (".", "..") and "/" not in topic and "\0" not in topic and "\\" not in topic
-
-
-@dataclass
-class QueueResult:
-    topic: str
-    queue_id: int
-    first_offset: int = -1  # queueOffset of the first unit
-    next_offset: int = 0  # one past the last unit
-    units: int = 0
-    pre_blank: int = 0  # fillPreBlank units before the first unit
-    gap_units: int = 0  # filler units written into holes
-    gaps: int = 0
-    duplicates: int = 0
-    files: list[str] = field(default_factory=list)
-    first_gap: tuple[int, int, int] | None = None  # (from offset, to offset, phys of the unit after)
-    gap_ranges: list[tuple[int, int]] = field(default_factory=list)  # [from, to) queue offsets filled with fillers
-    first_dup: tuple[int, int] | None = None  # (queue offset, phys)
-
-    @property
-    def dir(self) -> str:
-        return os.path.join(self.topic, str(self.queue_id))
-
-    def to_dict(self) -> dict:
-        return {
-            "topic": self.topic,
-            "queue_id": self.queue_id,
-            "first_offset": self.first_offset,
-            "next_offset": self.next_offset,
-            "units": self.units,
-            "pre_blank": self.pre_blank,
-            "gap_units": self.gap_units,
-            "duplicates": self.duplicates,
-            "files": len(self.files),
-        }
 
 
 class ConsumeQueueBuilder:

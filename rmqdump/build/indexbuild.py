@@ -2,7 +2,7 @@
 
 The broker puts keys one at a time (IndexFile.putKey): a key's slot is
 hash % slots, its entry links to what the slot held, and the slot then holds
-the entry. That step runs compiled over whole batches (readers.kernel_jit.
+the entry. That step runs compiled over whole batches (scan.kernel.
 index_put); timeDiffs and the entries are whole-array work. What the broker
 does around that, kept here:
 
@@ -37,7 +37,7 @@ import numpy as np
 
 from rmqdump.common.javahash import index_hash_many
 from rmqdump.readers.fastpath import numpy_dtype
-from rmqdump.readers.kernel import jit
+from rmqdump.scan.walk import kernel
 from schemas import IndexEntry, IndexHeader, IndexSlot
 from schemas import constants as C
 
@@ -226,7 +226,7 @@ class IndexBuilder:
                 td[j:] = np.minimum(np.maximum(st[j:] - f.begin_timestamp, 0) // 1000, INT_MAX)
         rows = np.empty(k, dtype=_ENTRY)
         prev = np.empty(k, dtype=np.int32)
-        f.hash_slot_count += int(jit().index_put(self._slot_table, h % np.int32(self.hash_slots), first, prev))
+        f.hash_slot_count += int(kernel().index_put(self._slot_table, h % np.int32(self.hash_slots), first, prev))
         rows["key_hash"] = h
         rows["phys_offset"] = p
         rows["time_diff"] = td

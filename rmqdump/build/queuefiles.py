@@ -11,12 +11,43 @@ from __future__ import annotations
 
 import os
 from collections import OrderedDict
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from rmqdump.build.cqbuild import QueueResult
+from dataclasses import dataclass, field
 
 MAX_OPEN_FILES = 128
+
+
+@dataclass
+class QueueResult:
+    topic: str
+    queue_id: int
+    first_offset: int = -1  # queueOffset of the first unit
+    next_offset: int = 0  # one past the last unit
+    units: int = 0
+    pre_blank: int = 0  # fillPreBlank units before the first unit
+    gap_units: int = 0  # filler units written into holes
+    gaps: int = 0
+    duplicates: int = 0
+    files: list[str] = field(default_factory=list)
+    first_gap: tuple[int, int, int] | None = None  # (from offset, to offset, phys of the unit after)
+    gap_ranges: list[tuple[int, int]] = field(default_factory=list)  # [from, to) queue offsets filled with fillers
+    first_dup: tuple[int, int] | None = None  # (queue offset, phys)
+
+    @property
+    def dir(self) -> str:
+        return os.path.join(self.topic, str(self.queue_id))
+
+    def to_dict(self) -> dict:
+        return {
+            "topic": self.topic,
+            "queue_id": self.queue_id,
+            "first_offset": self.first_offset,
+            "next_offset": self.next_offset,
+            "units": self.units,
+            "pre_blank": self.pre_blank,
+            "gap_units": self.gap_units,
+            "duplicates": self.duplicates,
+            "files": len(self.files),
+        }
 
 
 class QueueFiles:

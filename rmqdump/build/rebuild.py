@@ -32,8 +32,9 @@ from dataclasses import dataclass, field
 import numpy as np
 from construct import ConstructError
 
-from rmqdump.build.cqbuild import ConsumeQueueBuilder, QueueResult
+from rmqdump.build.cqbuild import ConsumeQueueBuilder
 from rmqdump.build.indexbuild import IndexBuilder, IndexFileResult
+from rmqdump.build.queuefiles import QueueResult
 from rmqdump.build.selfcheck import ScanColumns
 from rmqdump.build.settings import StoreSettings
 from rmqdump.common.background import Background

@@ -100,7 +100,7 @@ class ScanColumns:
     # --- for cq verify: record tables of about `window` records, in offset order ---
 
     def record_windows(self, window: int) -> Iterator[tuple[object, list[Problem]]]:
-        from rmqdump.checks.cqverify import RecordTable
+        from rmqdump.checks.cqunits import RecordTable
 
         cols = {k: self._col(k) for k in _RECORD}
         topics = list(self.tmap)

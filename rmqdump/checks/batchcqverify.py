@@ -16,14 +16,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rmqdump.checks.cqverify import CQ_HOLE, CQ_NON_MONOTONIC, RecordWindow, pointer_checks, position_runs
+from rmqdump.checks.cqunits import CQ_HOLE, CQ_NON_MONOTONIC, RecordWindow, pointer_checks, position_runs
 from rmqdump.common.problems import Problem
 from rmqdump.readers.batchcq import BatchConsumeQueue, BatchUnits
 from rmqdump.readers.consumequeue import QueueUnits
 from rmqdump.readers.recordprops import RecordProps
 from schemas import constants as C
 
-# stable codes (with the shared cq_* codes of cqverify)
+# stable codes (with the shared cq_* codes of cqunits)
 CQ_BATCH_OFFSET_GAP = "cq_batch_offset_gap"
 CQ_BATCH_SIZE_MISMATCH = "cq_batch_size_mismatch"
 CQ_BATCH_FIELD_INVALID = "cq_batch_field_invalid"

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rmqdump.checks.cqverify import CQ_TAGS_CODE_MISMATCH, RecordWindow, findings_to_problems
+from rmqdump.checks.cqunits import CQ_TAGS_CODE_MISMATCH, RecordWindow, findings_to_problems
 from rmqdump.common.problems import Problem
 from rmqdump.readers.consumequeue import QueueUnits
 from rmqdump.readers.cqext import CQ_EXT_BAD_ADDRESS, ConsumeQueueExt, is_ext_address

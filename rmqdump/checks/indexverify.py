@@ -28,6 +28,7 @@ from rmqdump.readers.indexfile import LAYOUT_SIZE, IndexFile, IndexLayoutError, 
 from rmqdump.scan.dispatch import DelayLevels, DispatchColumns
 from rmqdump.scan.ranges import Mapper, RangeScan, ScanOptions, scan_range
 from rmqdump.scan.splits import DEFAULT_SPLIT, Split, commitlog_splits
+from rmqdump.scan.walk import read_at
 
 HEADER_COUNT = "index_header_count"
 HEADER_SLOT_COUNT = "index_header_slot_count"
@@ -198,7 +199,7 @@ def _unique_pairs(pairs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def index_keys_of(cl: CommitLog, phys: int) -> list[tuple[str, int]]:
     """(topic#key, index hash) of the record at phys, as the broker indexes them (none for a ROLLBACK)."""
-    m = cl.read_at(phys, check_crc=False)
+    m = read_at(cl, phys, check_crc=False)
     if isinstance(m, Problem) or m.transaction == "rollback":
         return []
     names = ([f"{m.topic}#{m.uniq_key}"] if m.uniq_key is not None else []) + [f"{m.topic}#{k}" for k in m.keys]
@@ -490,7 +491,7 @@ def _check_header_ends(f: IndexFile, st: _FileState, cl: CommitLog) -> Iterator[
     first, final = f.step(1), f.step(last)
 
     def stored(phys: int) -> int | None:
-        m = cl.read_at(phys, check_crc=False) if cl.file_for(phys) is not None else None
+        m = read_at(cl, phys, check_crc=False) if cl.file_for(phys) is not None else None
         return None if m is None or isinstance(m, Problem) else m.store_timestamp
 
     if st.first_live and hd.begin_phy_offset != first.phys_offset:

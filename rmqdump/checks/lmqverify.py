@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rmqdump.checks.cqverify import (
+from rmqdump.checks.cqunits import (
     CQ_MISSING_UNIT,
     CQ_QUEUE_MISMATCH,
     CQ_QUEUE_OFFSET_MISMATCH,

@@ -38,15 +38,17 @@ from construct import Struct
 from rmqdump.common import problems as P
 from rmqdump.common.problems import Problem
 from rmqdump.readers.checkpoint import Checkpoint
-from rmqdump.readers.commitlog import MIN_RECORD_SIZE, RELEASE_EVERY, Blank, SegmentFile, first_nonzero, read_record, resync, scan_file
+from rmqdump.readers.commitlog import Blank, SegmentFile
 from rmqdump.readers.consumequeue import ConsumeQueue, QueueUnits, read_units
 from rmqdump.readers.fastpath import field_offset, field_struct, struct_format
 from rmqdump.readers.mapped import MappedFile
 from rmqdump.readers.message import Message, decode_properties, split_keys
 from rmqdump.readers.store import Store
+from rmqdump.scan.resync import first_nonzero, resync
+from rmqdump.scan.walk import RELEASE_EVERY, read_record, scan_file
 from schemas import RecordPrefix, message_header
 from schemas import constants as C
-from schemas.commitlog import PropertiesLength, TopicLengthV1, TopicLengthV2
+from schemas.commitlog import MIN_RECORD_SIZE, PropertiesLength, TopicLengthV1, TopicLengthV2
 
 NORMAL_THIRD_LAST = "third_last"  # 4.x .. 5.3.1
 NORMAL_FROM_CQ = "from_cq"  # 5.3.2+

@@ -21,7 +21,8 @@ from rmqdump.common.javahash import java_hash
 from rmqdump.common.problems import Problem
 from rmqdump.readers.commitlog import CommitLog
 from rmqdump.readers.fastpath import field_offset
-from rmqdump.readers.timerlog import SLOT_SIZE, TimerRecord, TimerStore, TimerUnits, records_at
+from rmqdump.readers.timerlog import SLOT_SIZE, TimerRecord, TimerStore, TimerUnits
+from rmqdump.scan.walk import messages_at, scan_commitlog
 from schemas import constants as C
 from schemas.timer import TimerCheck, TimerLogUnit, TimerWheelSlot
 
@@ -83,6 +84,11 @@ class TimerVerifySummary:
             "problems": self.problems,
             "codes": dict(sorted(self.codes.items())),
         }
+
+
+def records_at(cl: CommitLog, offsets: np.ndarray, *, check_crc: bool = False) -> dict[int, TimerRecord]:
+    """What the timer units need of the records starting exactly at these physical offsets (one scan over their stretch)."""
+    return {k: TimerRecord.of(m) for k, m in messages_at(cl, offsets, check_crc=check_crc).items()}
 
 
 def verify_timers(
@@ -239,7 +245,7 @@ def _data_end(cl: CommitLog) -> int:
     """End of the last record of the newest CommitLog file holding any (one file scanned; remembered per CommitLog)."""
     end = cl.min_offset
     for seg in reversed(cl.files):
-        for b in cl.scan(from_offset=seg.base, to_offset=seg.base + seg.size, check_crc=False):
+        for b in scan_commitlog(cl, from_offset=seg.base, to_offset=seg.base + seg.size, check_crc=False):
             if len(b):
                 end = seg.base + int(b.cols["_end"][-1])
         if end > cl.min_offset:

@@ -1,8 +1,8 @@
 """How `rmqdump commitlog` writes what it lists: JSON Lines, a streamed table, or CSV.
 
 Batches of records are rendered whole by the compiled kernels of
-rmqdump.cli.textkernel and written as one buffer each; a record the kernels
-leave to Python (see textkernel), and every record with problems, goes through
+rmqdump.text and written as one buffer each; a record the kernels
+leave to Python (see rmqdump.text), and every record with problems, goes through
 rmqdump.query.listing.record_entries, the reference the kernels are tested
 against, so the text is the same either way.
 """
@@ -16,14 +16,16 @@ import sys
 import numpy as np
 
 from rmqdump.cli import render
-from rmqdump.cli import textkernel as K
 from rmqdump.common.background import Background
 from rmqdump.common.problems import Problem
 from rmqdump.common.timeutil import iso
 from rmqdump.query.listing import Filter, Records, Tally, record_entries
-from rmqdump.readers.commitlog import Batch, Blank
+from rmqdump.readers.commitlog import Blank
 from rmqdump.readers.mapped import MappedFile
 from rmqdump.readers.message import Message
+from rmqdump.scan.walk import Batch
+from rmqdump.text import batches as TB
+from rmqdump.text import spelling as K
 from schemas import constants as C
 
 SUB_ROWS = 8192  # records rendered per kernel call: bounds the output buffer (a few MB)
@@ -63,7 +65,7 @@ TABLE_COLUMNS = ["offset", "size", "topic", "q", "qoffset", "stored (UTC)", "tag
 
 
 def rows_matrix(b: Batch, rows: np.ndarray, flag_idx: np.ndarray) -> np.ndarray:
-    """The kernels' input: one int64 row per record, columns textkernel.MATRIX."""
+    """The kernels' input: one int64 row per record, columns rmqdump.text.spelling.MATRIX."""
     c = b.cols
     mat = np.empty((len(rows), len(K.MATRIX)), dtype=np.int64)
     for j, name in enumerate(K.MATRIX):
@@ -281,7 +283,7 @@ class JsonLinesOut(RecordsOut):
         file_json = self._file_json.get(b.seg.path)
         if file_json is None:
             file_json = self._file_json[b.seg.path] = np.frombuffer(_ENCODE(b.seg.path).encode(), dtype=np.uint8).copy()
-        snip, snip_offs, _tx, _txo, idx = K.flag_snippets(b.cols["sys_flag"][rows])
+        snip, snip_offs, _tx, _txo, idx = TB.flag_snippets(b.cols["sys_flag"][rows])
         mat = rows_matrix(b, rows, idx)
         c = b.cols
         bound = (
@@ -292,7 +294,7 @@ class JsonLinesOut(RecordsOut):
         out = np.empty(int(bound.sum()), dtype=np.uint8)
         ends = np.empty(n, dtype=np.int64)
         status = np.empty(n, dtype=np.int8)
-        json_lines = K.kernels().json_lines
+        json_lines = TB.kernels().json_lines
         close = not self.with_body and b.entries is None  # else the line is finished here (body, DLedger entry fields)
 
         def part(lo: int, hi: int, at: int) -> int:
@@ -386,14 +388,14 @@ class CsvOut(RecordsOut):
             one = io.StringIO()
             csv.writer(one, lineterminator="\n").writerow([b.seg.path])
             self._file_csv = np.frombuffer(one.getvalue()[:-1].encode(), dtype=np.uint8).copy()
-        snip, snip_offs, idx = K.csv_snippets(b.cols["sys_flag"][rows])
+        snip, snip_offs, idx = TB.csv_snippets(b.cols["sys_flag"][rows])
         mat = rows_matrix(b, rows, idx)
         c = b.cols
         bound = 500 + len(self._file_csv) + c["topic_length"][rows].astype(np.int64) + 9 * c["properties_length"][rows].astype(np.int64)
         out = np.empty(int(bound.sum()), dtype=np.uint8)
         ends = np.empty(len(rows), dtype=np.int64)
         status = np.empty(len(rows), dtype=np.int8)
-        K.kernels().csv_lines(b.mf.data, b.seg.base, mat, self._file_csv, snip, snip_offs, *self.filters, out, ends, status)
+        TB.kernels().csv_lines(b.mf.data, b.seg.base, mat, self._file_csv, snip, snip_offs, *self.filters, out, ends, status)
         return status, ends, out
 
     def taken(self, out, ends, status, lo, hi, b, rows):
@@ -487,7 +489,7 @@ class TableOut(RecordsOut):
     def kernel(self, b, rows, _):
         if self.with_body:
             return None
-        _s, _so, tx, tx_offs, idx = K.flag_snippets(b.cols["sys_flag"][rows])
+        _s, _so, tx, tx_offs, idx = TB.flag_snippets(b.cols["sys_flag"][rows])
         mat = rows_matrix(b, rows, idx)
         c = b.cols
         bound = 200 + c["topic_length"][rows].astype(np.int64) + 3 * c["properties_length"][rows].astype(np.int64)
@@ -496,7 +498,7 @@ class TableOut(RecordsOut):
         bounds = np.empty((n, K.TABLE_CELLS + 1), dtype=np.int64)
         widths = np.zeros((n, K.TABLE_CELLS), dtype=np.int64)
         status = np.empty(n, dtype=np.int8)
-        table_cells = K.kernels().table_cells
+        table_cells = TB.kernels().table_cells
 
         def part(lo: int, hi: int, at: int) -> None:
             table_cells(b.mf.data, b.seg.base, mat[lo:hi], tx, tx_offs, *self.filters, cells[at:], bounds[lo:hi], widths[lo:hi], status[lo:hi])
@@ -522,7 +524,7 @@ class TableOut(RecordsOut):
         self._head()
         size = int((bounds[hi - 1, -1] - bounds[lo, 0]) + (hi - lo) * (int(self.colw.sum()) + 2 * K.TABLE_CELLS + 1))
         buf = np.empty(size, dtype=np.uint8)
-        n = K.kernels().table_lines(cells, bounds, widths, self.colw, status, lo, hi, buf)
+        n = TB.kernels().table_lines(cells, bounds, widths, self.colw, status, lo, hi, buf)
         self.write_bytes(memoryview(buf)[:n])
 
 

@@ -15,12 +15,13 @@ import numpy as np
 
 from rmqdump.common.problems import InputError, Problem
 from rmqdump.readers.batchcq import BatchConsumeQueue
-from rmqdump.readers.commitlog import CommitLog, read_record
+from rmqdump.readers.commitlog import CommitLog
 from rmqdump.readers.consumequeue import UNIT_SIZE, ConsumeQueue, QueueUnits
 from rmqdump.readers.cqext import ConsumeQueueExt
 from rmqdump.readers.mapped import MappedFile
 from rmqdump.readers.message import Message
 from rmqdump.readers.recordprops import is_lmq, multi_dispatch
+from rmqdump.scan.walk import read_record
 from schemas import constants as C
 
 SEEK_UNREADABLE = "seek_record_unreadable"

@@ -20,6 +20,7 @@ from rmqdump.readers.commitlog import CommitLog, commitlog_path
 from rmqdump.readers.indexfile import IndexFile, key_hash, open_all
 from rmqdump.readers.message import Message
 from rmqdump.readers.msgid import OffsetMsgId, UniqKey, id_bytes
+from rmqdump.scan.walk import read_at
 
 SECOND = 1000
 RECORD_CACHE = 4096
@@ -237,7 +238,7 @@ class Index:
         """The record at phys; the last few thousand are kept, as one message is found under each of its keys."""
         m = self._records.get(phys)
         if m is None:
-            m = self.commitlog.read_at(phys)
+            m = read_at(self.commitlog, phys)
             self._records[phys] = m
             if len(self._records) > RECORD_CACHE:
                 self._records.popitem(last=False)
@@ -250,7 +251,7 @@ class Index:
         oid = OffsetMsgId.decode(text)
         if oid.phys_offset < 0 or self.commitlog.file_for(oid.phys_offset) is None:
             return None
-        m = self.commitlog.read_at(oid.phys_offset)
+        m = read_at(self.commitlog, oid.phys_offset)
         if isinstance(m, Message) and m.msg_id == oid.text:
             return m
         return None

@@ -15,20 +15,22 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from rmqdump.checks.dledgerindex import check_index
 from rmqdump.checks.recovery import RecoveryPreview, preview, preview_bytes
 from rmqdump.common.problems import Problem
 from rmqdump.query.cqseek import RecordReader
 from rmqdump.query.timers import timer_summary
 from rmqdump.readers.batchcq import BatchConsumeQueue
 from rmqdump.readers.checkpoint import Checkpoint
-from rmqdump.readers.commitlog import SegmentFile, scan_file
+from rmqdump.readers.commitlog import SegmentFile
 from rmqdump.readers.configfiles import ConfigFile, read_config
-from rmqdump.readers.dledger import UNIT_SIZE, check_index
+from rmqdump.readers.dledger import UNIT_SIZE
 from rmqdump.readers.mapped import MappedFile
 from rmqdump.readers.message import Message
 from rmqdump.readers.recordprops import is_lmq
 from rmqdump.readers.store import IndexFileInfo, Store, Unsupported
 from rmqdump.readers.timerlog import TimerStore
+from rmqdump.scan.walk import scan_file
 
 
 @dataclass

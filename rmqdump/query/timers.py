@@ -11,8 +11,9 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from rmqdump.checks.timerverify import records_at
 from rmqdump.readers.commitlog import CommitLog
-from rmqdump.readers.timerlog import SLOT_SIZE, TimerStore, records_at
+from rmqdump.readers.timerlog import SLOT_SIZE, TimerStore
 from schemas import constants as C
 
 STATES = ("pending", "fired")

@@ -12,10 +12,11 @@ import os
 
 import numpy as np
 
-from rmqdump.readers.commitlog import MIN_RECORD_SIZE, CommitLog
+from rmqdump.readers.commitlog import CommitLog
 from rmqdump.readers.fastpath import ColumnarParser, gather, numpy_dtype
 from schemas import MessageRecord, RecordPrefix
 from schemas import constants as C
+from schemas.commitlog import MIN_RECORD_SIZE
 
 _PARSER = ColumnarParser(MessageRecord)
 _PREFIX = numpy_dtype(RecordPrefix)  # totalSize, magic

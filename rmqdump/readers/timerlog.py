@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from rmqdump.common.problems import InputError, Problem
-from rmqdump.readers.commitlog import Blank, CommitLog
+from rmqdump.readers.commitlog import Blank
 from rmqdump.readers.fastpath import field_offset, numpy_dtype
 from rmqdump.readers.mapped import MappedFile, OffsetFile, offset_files
 from rmqdump.readers.message import Message
@@ -414,23 +414,6 @@ class TimerRecord:
     @classmethod
     def of(cls, m: Message) -> TimerRecord:
         return cls(m.phys_offset, m.total_size, m.topic, m.queue_offset, m.properties, m.keys, m.uniq_key)
-
-
-def records_at(cl: CommitLog, offsets: np.ndarray, *, check_crc: bool = False) -> dict[int, TimerRecord]:
-    """The records starting exactly at these physical offsets, by one CommitLog scan over their range."""
-    want = np.unique(offsets[offsets >= 0])
-    found: dict[int, TimerRecord] = {}
-    if not want.size or not cl.files:
-        return found
-    lo, hi = int(want[0]), int(want[-1]) + 1
-    for batch in cl.scan(from_offset=lo, to_offset=hi, check_crc=check_crc):
-        if not len(batch):
-            continue
-        phys = batch.phys
-        hit = np.flatnonzero(np.isin(phys, want))
-        for i in hit.tolist():
-            found[int(phys[i])] = TimerRecord.of(batch.message(i))
-    return found
 
 
 def timer_paths(root: str) -> dict[str, str | None]:

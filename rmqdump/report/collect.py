@@ -16,8 +16,9 @@ from enum import Enum
 
 import numpy as np
 
-from rmqdump.checks import cqverify
-from rmqdump.checks.cqverify import PROBLEM_COLUMNS, VerifySummary, verify
+from rmqdump.checks import cqunits
+from rmqdump.checks.cqunits import PROBLEM_COLUMNS
+from rmqdump.checks.cqverify import VerifySummary, verify
 from rmqdump.checks.offsets import OffsetsReport, consumer_offsets
 from rmqdump.checks.recovery import DroppedRecord
 from rmqdump.common import problems as P
@@ -27,6 +28,7 @@ from rmqdump.readers.indexfile import IndexFile, iter_entries, list_index_files
 from rmqdump.readers.store import Store
 from rmqdump.scan.dispatch import DelayLevels, dispatch_columns
 from rmqdump.scan.ranges import Mapper
+from rmqdump.scan.walk import scan_commitlog
 
 RATE_MAX_BINS = 200  # time bins of the rate plot; the bin width grows to keep within this
 # Bin widths (ms), each a multiple of the one before, so counts re-bin exactly when the span grows.
@@ -194,7 +196,7 @@ def scan_traffic(store: Store, on_bytes: Callable[[int], None] | None = None) ->
     t = Traffic()
     delays = DelayLevels.parse()
     done = store.commitlog.min_offset
-    for b in store.commitlog.scan(check_crc=False):
+    for b in scan_commitlog(store.commitlog, check_crc=False):
         if len(b):
             d = dispatch_columns(b, delays, keys=False)
             t.add(d.topic_id.astype(np.int64), d.topics, d.store_timestamp, b.cols["born_timestamp"])
@@ -259,9 +261,9 @@ def damage_row(p: Problem) -> str | None:
         return ZERO
     if c in _LAYOUT_CODES:
         return CL_LAYOUT
-    if c == cqverify.CQ_HOLE:
+    if c == cqunits.CQ_HOLE:
         return CQ_HOLES
-    if c == cqverify.CQ_MISSING_UNIT:
+    if c == cqunits.CQ_MISSING_UNIT:
         return CQ_MISSING
     if c.startswith("cq_"):
         return CQ_BAD

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from rmqdump.common.javahash import java_hash
-from rmqdump.readers import kernel as K
-from rmqdump.readers.commitlog import Batch
+from rmqdump.scan import layout as K
+from rmqdump.scan.walk import Batch
 from schemas import constants as C
 
 _UNITS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from rmqdump.checks import cqverify
+from rmqdump.checks import cqunits, cqverify
 from rmqdump.checks.offsets import consumer_offsets
 from rmqdump.common.problems import InputError, Problem
 from rmqdump.export import arrowbatch
@@ -155,7 +155,7 @@ class UnitStatus:
         per_queue: dict[tuple[str, int], tuple[list[int], list[int]]] = {}
         for p in found:
             i = p.extra.get("unit_index")
-            if p.code == cqverify.CQ_MISSING_UNIT or i is None or p.extra.get("topic") is None:
+            if p.code == cqunits.CQ_MISSING_UNIT or i is None or p.extra.get("topic") is None:
                 continue
             cid = code_ids.setdefault(p.code, len(code_ids))
             idx, ids = per_queue.setdefault((p.extra["topic"], p.extra["queue_id"]), ([], []))

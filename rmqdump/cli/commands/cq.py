@@ -39,7 +39,8 @@ def verify_cmd(
 
     Example:  rmqdump cq verify -s store --format jsonl
     """
-    from rmqdump.checks.cqverify import PROBLEM_COLUMNS, WINDOW_RECORDS, VerifySummary, verify
+    from rmqdump.checks.cqunits import PROBLEM_COLUMNS
+    from rmqdump.checks.cqverify import WINDOW_RECORDS, VerifySummary, verify
     from rmqdump.readers.store import Store
     from rmqdump.scan.dispatch import DelayLevels
     from schemas import constants as C

@@ -29,8 +29,9 @@ import numpy as np
 import pyarrow as pa
 
 from rmqdump.build import rebuild as R
-from rmqdump.build.cqbuild import CQ_UNSAFE_TOPIC, ConsumeQueueBuilder, QueueResult
+from rmqdump.build.cqbuild import CQ_UNSAFE_TOPIC, ConsumeQueueBuilder
 from rmqdump.build.indexbuild import IndexBuilder, IndexFileResult, index_file_name
+from rmqdump.build.queuefiles import QueueResult
 from rmqdump.build.settings import StoreSettings
 from rmqdump.common.problems import InputError, Problem
 from rmqdump.common.publish import publishing

@@ -7,8 +7,8 @@
    queue in, offsets out) and joined to the records on the physical offset.
 3. Per (topic, queue) group, the records its units hit and the records that
    belong to it are rebuilt into a RecordTable, and the local engine's pure
-   functions run on it: cqverify.check_units over the queue's files, chunk by
-   chunk with the same carry, then cqverify.missing_units. No check is
+   functions run on it: cqunits.check_units over the queue's files, chunk by
+   chunk with the same carry, then cqunits.missing_units. No check is
    written here; only where rows go.
 The driver puts the findings back into the local engine's order.
 """
@@ -23,7 +23,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from rmqdump.checks.cqverify import CommitLogExtent, RecordTable, VerifyScope, VerifySummary, check_units, cq_locator, missing_units
+from rmqdump.checks.cqunits import CommitLogExtent, RecordTable, check_units, missing_units
+from rmqdump.checks.cqverify import VerifyScope, VerifySummary, cq_locator
 from rmqdump.common.problems import Problem
 from rmqdump.readers.consumequeue import UNIT_SIZE, ConsumeQueue
 from rmqdump.readers.store import Store

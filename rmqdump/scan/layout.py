@@ -1,20 +1,14 @@
-"""The compiled CommitLog scan kernel: its layout constants and where its compile cache lives.
+"""The scan kernel's layout constants, computed from the construct declarations in schemas/.
 
-Every byte offset, width and signedness the kernel uses is computed here from
-the construct declarations in schemas/ and frozen into the compiled code as
-constants (tests pin the kernel's columns to construct's parse). numba itself
-is imported only when a scan first runs (`jit()`), so commands that scan
-nothing start without it. Compiled code is cached in a user cache directory
-(`$XDG_CACHE_HOME/rmqdump`, else `~/.cache/rmqdump`; or `$RMQDUMP_CACHE_DIR`),
-keyed by a fingerprint of these constants: a schema change never runs stale code.
+Every byte offset, width and signedness the kernel (rmqdump.scan.kernel) uses
+is computed here and frozen into the compiled code as constants (tests pin the
+kernel's columns to construct's parse); `fingerprint()` keys the compile cache
+by them, so a schema change never runs stale code.
 """
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import hashlib
-import os
 import zlib
 
 import numpy as np
@@ -22,7 +16,7 @@ import numpy as np
 from rmqdump.readers.fastpath import field_offset, numpy_dtype
 from schemas import HostV4, HostV6, MessageRecord, message_header
 from schemas import constants as C
-from schemas.commitlog import PropertiesLength, TopicLengthV1, TopicLengthV2
+from schemas.commitlog import MIN_RECORD_SIZE, PropertiesLength, TopicLengthV1, TopicLengthV2
 from schemas.dledger import ENTRY_MAGIC, EntryHeader
 
 
@@ -55,7 +49,6 @@ BORN_V6, STORE_V6 = C.FLAG_BORNHOST_V6, C.FLAG_STOREHOST_V6
 TOPIC_LEN_V1 = _width_signed(TopicLengthV1)
 TOPIC_LEN_V2 = _width_signed(TopicLengthV2)
 PROPS_LEN = _width_signed(PropertiesLength)
-MIN_RECORD_SIZE = message_header().sizeof() + TopicLengthV1.sizeof() + PropertiesLength.sizeof()
 assert [sc.name for sc in MessageRecord.subcons[len(HEADER_FIELDS) :]] == ["body", "topic_length", "topic", "properties_length", "properties"]
 
 # DLedger framing (scan's `frame` argument): an entry header before each record, checked and skipped.
@@ -113,76 +106,3 @@ def fingerprint() -> str:
     h.update(repr((FRAME_SIZE, FRAME_MAGIC, sorted(FRAME_FIELDS.items()))).encode())
     h.update(repr((sorted((k, v.tobytes()) for k, v in NAMES.items()), SEP_NV, SEP_PROP, SEP_KEY, COLUMNS, KEY_COLUMNS)).encode())
     return h.hexdigest()[:16]
-
-
-def cache_dir(crc: str = "table") -> str:
-    """Where compiled code is kept: a directory the user can write, whatever the install directory."""
-    base = os.environ.get("RMQDUMP_CACHE_DIR")
-    if not base:
-        xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-        base = os.path.join(xdg, "rmqdump")
-    return os.path.join(base, f"numba-{fingerprint()}-{crc}")
-
-
-ZLIB: str | None = None  # the zlib the kernel calls for CRC-32, when there is one; else its own table code
-
-
-def _find_zlib() -> str | None:
-    """A zlib whose crc32 gives zlib.crc32's answer (it is 2-3x faster than table code)."""
-    if os.environ.get("RMQDUMP_KERNEL_CRC") == "table":
-        return None
-    for name in ("libz.so.1", ctypes.util.find_library("z")):
-        if not name:
-            continue
-        try:
-            fn = ctypes.CDLL(name).crc32
-        except (OSError, AttributeError):
-            continue
-        fn.restype, fn.argtypes = ctypes.c_ulong, [ctypes.c_ulong, ctypes.c_char_p, ctypes.c_uint]
-        if fn(0, b"123456789", 9) == zlib.crc32(b"123456789"):
-            return name
-    return None
-
-
-DEFLATE: str | None = None  # libdeflate, when there is one: its CRC-32 folds with carry-less multiplies, ~3x zlib's
-
-
-def _find_deflate() -> str | None:
-    """A libdeflate whose libdeflate_crc32 gives zlib.crc32's answer (RMQDUMP_KERNEL_CRC=zlib or table: not looked for)."""
-    if os.environ.get("RMQDUMP_KERNEL_CRC") in ("zlib", "table"):
-        return None
-    for name in ("libdeflate.so.0", ctypes.util.find_library("deflate")):
-        if not name:
-            continue
-        try:
-            fn = ctypes.CDLL(name).libdeflate_crc32
-        except (OSError, AttributeError):
-            continue
-        fn.restype, fn.argtypes = ctypes.c_uint32, [ctypes.c_uint32, ctypes.c_char_p, ctypes.c_size_t]
-        if fn(0, b"123456789", 9) == zlib.crc32(b"123456789"):
-            return name
-    return None
-
-
-_JIT = None
-
-
-def jit():
-    """The compiled kernel module (numba imported and the cache directory set on first use)."""
-    global _JIT, ZLIB, DEFLATE
-    if _JIT is None:
-        DEFLATE = _find_deflate()
-        ZLIB = None if DEFLATE else _find_zlib()
-        d = cache_dir("deflate" if DEFLATE else "zlib" if ZLIB else "table")
-        d = os.environ.setdefault("NUMBA_CACHE_DIR", d)
-        import numba
-
-        numba.config.CACHE_DIR = d  # also when numba was imported before us
-        if DEFLATE or ZLIB:
-            import llvmlite.binding
-
-            llvmlite.binding.load_library_permanently(DEFLATE or ZLIB)
-        from rmqdump.readers import kernel_jit
-
-        _JIT = kernel_jit
-    return _JIT

@@ -1,4 +1,4 @@
-"""Compiled text of CommitLog records: JSON Lines and table cells, a whole batch per call.
+"""How the compiled text kernels spell CommitLog records: the fixed text between values, the row matrix, status codes.
 
 The listing prints at the scan's pace only if no record becomes a Python
 object on the way out. These kernels read the batch's columns and the mapped
@@ -9,14 +9,11 @@ property names, IPv6 hosts, times outside years 1-9999) marks the row
 `FALLBACK` and the caller renders that row through `Message`, so the kernels
 never decide what a value is, only how plain values are spelled.
 
-numba is imported on first use; compiled code is cached in the scan kernel's
-user cache directory (rmqdump.readers.kernel.cache_dir), so only the first run
-after an install compiles.
+The kernels themselves are rmqdump.text.kernel, reached through
+rmqdump.text.batches.kernels() (numba set up first).
 """
 
 from __future__ import annotations
-
-import json
 
 import numpy as np
 
@@ -87,51 +84,3 @@ HEX_UPPER = _b("0123456789ABCDEF")
 HEX_LOWER = _b("0123456789abcdef")
 FIXED_JSON = sum(len(x) for x in (L_KIND, L_PHYS, L_TOTAL, L_MAGIC, L_BCRC, L_CRC, L_PCRC, L_QID, L_FLAG, L_QOFF, L_SYSF, L_BORN_TS, L_BORN_HOST,
                                   L_STORE_TS, L_STORE_HOST, L_RECON, L_PREP, L_BODYLEN, L_TOPIC, L_PROPS, L_TAGS, L_KEYS, L_UNIQ, L_MSGID, L_END))  # fmt: skip
-
-
-def flag_snippets(sys_flags: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Per distinct sysFlag: the JSON of `sys_flag_names` and `transaction`, and the table's tx cell.
-
-    Returns (json bytes, json offsets, tx bytes, tx offsets, index of each row's sysFlag). The CSV's
-    `,transaction` is csv_snippets.
-    """
-    from rmqdump.readers.message import flag_names, transaction_name
-
-    uniq, inverse = np.unique(sys_flags, return_inverse=True)
-    js, tx = [], []
-    for f in uniq.tolist():
-        names = json.dumps(flag_names(int(f)), ensure_ascii=False, separators=(",", ":"))
-        name = transaction_name(int(f))
-        js.append(f',"sys_flag_names":{names},"transaction":{json.dumps(name, ensure_ascii=False)}'.encode())
-        tx.append(b"" if name == "none" else name.encode())
-    return (*_packed(js), *_packed(tx), inverse.reshape(len(sys_flags)).astype(np.int64))
-
-
-def csv_snippets(sys_flags: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per distinct sysFlag the CSV text `,transaction`; (bytes, offsets, index of each row's sysFlag)."""
-    from rmqdump.readers.message import transaction_name
-
-    uniq, inverse = np.unique(sys_flags, return_inverse=True)
-    return (*_packed([("," + transaction_name(int(f))).encode() for f in uniq.tolist()]), inverse.reshape(len(sys_flags)).astype(np.int64))
-
-
-def _packed(parts: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
-    offs = np.zeros(len(parts) + 1, dtype=np.int64)
-    np.cumsum([len(p) for p in parts], out=offs[1:])
-    return np.frombuffer(b"".join(parts) or b"\0", dtype=np.uint8).copy(), offs
-
-
-_KERNELS = None
-
-
-def kernels():
-    """The compiled kernels (numba imported, and its cache directory set, on first use)."""
-    global _KERNELS
-    if _KERNELS is None:
-        from rmqdump.readers.kernel import jit
-
-        jit()  # sets numba's one cache directory (readers.kernel.cache_dir); the records come from its scan anyway
-        from rmqdump.cli import textkernel_jit
-
-        _KERNELS = textkernel_jit
-    return _KERNELS

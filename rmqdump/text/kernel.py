@@ -1,4 +1,4 @@
-"""The numba code of rmqdump.cli.textkernel (import that module, not this one: it sets the cache up first)."""
+"""The numba code that spells records as text (import it through rmqdump.text.batches.kernels(): numba is set up first)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from rmqdump.cli.textkernel import (
+from rmqdump.text.spelling import (
     C_EMPTY_LIST,
     C_EMPTY_MAP,
     C_END,
@@ -68,7 +68,7 @@ from rmqdump.cli.textkernel import (
     TAKEN,
     V4_ADDR,
 )
-from rmqdump.cli.textkernel import M as _M
+from rmqdump.text.spelling import M as _M
 
 (POS, TOTAL, MAGIC_V, BCRC, QID, FLAG, QOFF, SYSF, BORN_TS, BORN_POS, BORN_V6, STORE_TS, STORE_POS, STORE_V6, RECON, PREP, BODYLEN, TOPIC_POS, TOPIC_LEN,
  PROPS_POS, PROPS_LEN, CRC, PCRC, FLAG_IDX) = (_M[k] for k in (
@@ -333,7 +333,7 @@ def _hex(out, o, v, nbytes):
 
 @njit(cache=True, nogil=True, inline="always")
 def _snippet(out, o, snip, offs, f):
-    """Snippet f of a packed table (textkernel.flag_snippets)."""
+    """Snippet f of a packed table (rmqdump.text.batches.flag_snippets)."""
     return _copy(out, o, snip, offs[f], offs[f + 1] - offs[f])
 
 

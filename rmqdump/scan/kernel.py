@@ -1,4 +1,4 @@
-"""The compiled record walk (numba): imported through rmqdump.readers.kernel.jit() only.
+"""The compiled record walk (numba): imported through rmqdump.scan.walk.kernel() only (numba set up first).
 
 `scan` walks one byte range of a mapped CommitLog file by totalSize and, per
 record, checks what the columnar parser checked (prefix, sizes, every length
@@ -14,12 +14,11 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, types
 
-from rmqdump.readers.kernel import (
+from rmqdump.scan.layout import (
     BORN_V6,
     COL,
     CRC_PREFIX,
     CRC_TABLES,
-    DEFLATE,
     DELAY_NONE,
     DELAY_PY,
     END,
@@ -40,9 +39,9 @@ from rmqdump.readers.kernel import (
     TOPIC_LEN_V1,
     TOPIC_LEN_V2,
     WIDTHS,
-    ZLIB,
     F,
 )
+from rmqdump.scan.native import crc_library
 from schemas import constants as C
 
 _T = CRC_TABLES.astype(np.int64)
@@ -123,20 +122,22 @@ def crc32(data, p, n):
     return c ^ np.int64(0xFFFFFFFF)
 
 
-if DEFLATE:
+_CRC_KIND = crc_library()[0]
+
+if _CRC_KIND == "deflate":
     _deflate_crc32 = types.ExternalFunction("libdeflate_crc32", types.uint32(types.uint32, types.intp, types.uintp))
 
     @njit(cache=True, nogil=True)
     def _crc(data, p, n):
-        """CRC-32 of data[p:p+n] by libdeflate (resolved by name from the library kernel.jit() loaded)."""
+        """CRC-32 of data[p:p+n] by libdeflate (resolved by name from the library native.configure() loaded)."""
         return np.int64(_deflate_crc32(np.uint32(0), data.ctypes.data + p, np.uintp(n)))
 
-elif ZLIB:
+elif _CRC_KIND == "zlib":
     _zlib_crc32 = types.ExternalFunction("crc32", types.uint64(types.uint64, types.intp, types.uint32))
 
     @njit(cache=True, nogil=True)
     def _crc(data, p, n):
-        """CRC-32 of data[p:p+n] by zlib's crc32 (resolved by name from the zlib kernel.jit() loaded)."""
+        """CRC-32 of data[p:p+n] by zlib's crc32 (resolved by name from the zlib native.configure() loaded)."""
         return np.int64(_zlib_crc32(np.uint64(0), data.ctypes.data + p, np.uint32(n)))
 
 else:

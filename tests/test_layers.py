@@ -1,0 +1,131 @@
+"""The tree is the architecture: each layer imports only the layers below it (and itself), and no modules import each
+other in a circle, lazily or not."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import rmqdump
+
+ROOT = Path(rmqdump.__file__).parent
+REPO = ROOT.parent
+
+# Lowest first. A module may import its own layer and the ones before it.
+LAYERS = [
+    ("schemas",),
+    ("rmqdump.common",),
+    ("rmqdump.readers",),
+    ("rmqdump.scan",),
+    ("rmqdump.checks", "rmqdump.build", "rmqdump.export"),
+    ("rmqdump.query", "rmqdump.sql", "rmqdump.report"),
+    ("rmqdump.engines",),
+    ("rmqdump.text",),
+    ("rmqdump.cli", "rmqdump.__main__"),
+]
+
+
+def layer_of(module: str) -> int | None:
+    for i, names in enumerate(LAYERS):
+        if any(module == n or module.startswith(n + ".") for n in names):
+            return i
+    return None
+
+
+def module_name(path: Path) -> str:
+    rel = path.relative_to(REPO).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def imports_of(path: Path) -> set[str]:
+    """Every project module a file imports, at its top or inside a function."""
+    mod = module_name(path)
+    package = mod if path.name == "__init__.py" else mod.rsplit(".", 1)[0]
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*up, base] if base else up)
+            names = [base] + [f"{base}.{a.name}" for a in node.names]
+        else:
+            continue
+        out |= {n for n in names if n.split(".")[0] in ("rmqdump", "schemas")}
+    return out
+
+
+def project_modules() -> dict[str, Path]:
+    files = [*ROOT.rglob("*.py"), *(REPO / "schemas").rglob("*.py")]
+    return {module_name(p): p for p in files}
+
+
+def resolve(name: str, modules: dict[str, Path]) -> str | None:
+    """The project module an imported name is (a `from pkg import mod` names a module; `from mod import f` the module)."""
+    while name and name not in modules:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def graph() -> dict[str, set[str]]:
+    modules = project_modules()
+    return {m: {t for n in imports_of(p) if (t := resolve(n, modules)) and t != m} for m, p in modules.items()}
+
+
+def test_every_module_has_a_layer():
+    assert [m for m in project_modules() if layer_of(m) is None and m not in ("rmqdump", "schemas")] == []
+
+
+def upward(g: dict[str, set[str]]) -> list[str]:
+    bad = []
+    for m, targets in g.items():
+        lm = layer_of(m)
+        for t in targets:
+            lt = layer_of(t)
+            if lm is not None and lt is not None and lt > lm:
+                bad.append(f"{m} -> {t}")
+    return sorted(bad)
+
+
+def cycles(g: dict[str, set[str]]) -> list[str]:
+    found = []
+    state: dict[str, int] = {}
+
+    def visit(m: str, stack: list[str]) -> None:
+        state[m] = 1
+        stack.append(m)
+        for t in sorted(g.get(m, ())):
+            if t in ("rmqdump", "schemas"):
+                continue
+            if state.get(t) == 1:
+                found.append(" -> ".join([*stack[stack.index(t) :], t]))
+            elif t not in state:
+                visit(t, stack)
+        stack.pop()
+        state[m] = 2
+
+    for m in sorted(g):
+        if m not in state:
+            visit(m, [])
+    return found
+
+
+def test_no_module_imports_a_layer_above_its_own():
+    assert upward(graph()) == []
+
+
+def test_no_import_cycles():
+    assert cycles(graph()) == []
+
+
+def test_the_checks_find_a_planted_upward_import_and_cycle():
+    g = graph()
+    assert "rmqdump.scan.walk" in g["rmqdump.scan.ranges"]  # real imports are read
+    g["rmqdump.readers.commitlog"] = g["rmqdump.readers.commitlog"] | {"rmqdump.scan.walk"}
+    assert upward(g) == ["rmqdump.readers.commitlog -> rmqdump.scan.walk"]
+    assert any("rmqdump.readers.commitlog" in c and "rmqdump.scan.walk" in c for c in cycles(g))

@@ -284,7 +284,7 @@ def test_dispatch_equals_a_plain_parse(name):
 @pytest.mark.parametrize("name", ["rmq4-flags", "rmq53-v2"])
 def test_dispatch_columns_fallback_paths_agree(name, monkeypatch):
     """The paths taken only for key-heavy records (the kernel runs out of key room) or tiny batches give the same values."""
-    import rmqdump.readers.commitlog as CL
+    import rmqdump.scan.walk as CL
 
     delays = DelayLevels.parse()
 

@@ -91,22 +91,29 @@ class ScanColumns:
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def _col(self, name: str) -> np.ndarray:
+        """A whole column, mapped: for binary searches, which touch a few pages of it."""
         dt = {**_RECORD, **_KEY}[name]
         count = self.nk if name in _KEY else self.n
         if count == 0:
             return np.zeros(0, dtype=dt)
         return np.memmap(os.path.join(self.dir, name), dtype=dt, mode="r", shape=(count,))
 
+    def _read(self, name: str, a: int, b: int) -> np.ndarray:
+        """Rows [a, b) of a column, read (not mapped): a pass over the whole column keeps none of it resident."""
+        dt = np.dtype({**_RECORD, **_KEY}[name])
+        if b <= a:
+            return np.zeros(0, dtype=dt)
+        return np.fromfile(os.path.join(self.dir, name), dtype=dt, count=b - a, offset=a * dt.itemsize)
+
     # --- for cq verify: record tables of about `window` records, in offset order ---
 
     def record_windows(self, window: int) -> Iterator[tuple[object, list[Problem]]]:
         from rmqdump.checks.cqunits import RecordTable
 
-        cols = {k: self._col(k) for k in _RECORD}
         topics = list(self.tmap)
         problems = list(self.problems)
         for a in range(0, self.n, window):
-            c = {k: np.array(v[a : a + window]) for k, v in cols.items()}
+            c = {k: self._read(k, a, min(self.n, a + window)) for k in _RECORD}
             same = {k: c[k] for k in ("phys", "size", "topic_id", "queue_id", "queue_offset", "tags_code")}
             yield RecordTable(**same, store_timestamp=c["store_ts"], queued=(c["flags"] & QUEUED) > 0, topics=topics), problems
             problems = []
@@ -121,12 +128,13 @@ class ScanColumns:
         i0, i1 = (int(x) for x in np.searchsorted(phys, [a, b]))
         kp = self._col("key_phys")
         j0, j1 = (int(x) for x in np.searchsorted(kp, [a, b]))
-        table, counts = key_pairs(np.array(kp[j0:j1]), np.array(self._col("key_hash")[j0:j1], dtype=np.int64))
+        del phys, kp  # the maps: only the searches' pages were touched
+        table, counts = key_pairs(self._read("key_phys", j0, j1), self._read("key_hash", j0, j1).astype(np.int64))
         rec = Records(
-            np.array(phys[i0:i1]),
-            np.array(self._col("size")[i0:i1], dtype=np.int64),
-            np.array(self._col("store_ts")[i0:i1]),
-            (np.array(self._col("flags")[i0:i1]) & INDEXED) > 0,
+            self._read("phys", i0, i1),
+            self._read("size", i0, i1).astype(np.int64),
+            self._read("store_ts", i0, i1),
+            (self._read("flags", i0, i1) & INDEXED) > 0,
             table,
             counts,
         )
@@ -160,9 +168,8 @@ class ScanColumns:
                     return None
                 on_disk.update((t, q) for q in os.listdir(os.path.join(cq_root, t)))
         nxt: dict[tuple[str, int], int] = {}
-        cols = {k: self._col(k) for k in ("topic_id", "queue_id", "queue_offset", "phys", "size", "tags_code", "flags")}
         for a in range(0, self.n, _QUICK_WINDOW):
-            c = {k: np.asarray(v[a : a + _QUICK_WINDOW]) for k, v in cols.items()}
+            c = {k: self._read(k, a, min(self.n, a + _QUICK_WINDOW)) for k in ("topic_id", "queue_id", "queue_offset", "phys", "size", "tags_code", "flags")}
             idx = np.flatnonzero(c["flags"] & QUEUED)
             for sel in queue_members(len(topics), c["topic_id"][idx], c["queue_id"][idx]):
                 m = idx[sel]
@@ -220,7 +227,6 @@ class ScanColumns:
         header_dt = _index_header_dtype()
         size = file_size(hash_slots, index_entries)
         entries_at = HEADER_SIZE + hash_slots * SLOT_DTYPE.itemsize
-        kp_all, kh_all, kt_all = self._col("key_phys"), self._col("key_hash"), self._col("key_ts")
         k = 0
         prev_end_ts = prev_end_phy = 0
         entries = 0
@@ -241,16 +247,16 @@ class ScanColumns:
                 slots = np.fromfile(path, dtype=SLOT_DTYPE, count=hash_slots, offset=HEADER_SIZE)
                 return None if slots["entry"].any() else {"files": len(paths), "entries": entries, "problems": 0, "codes": {}, "ok": True}
             begin = int(h["begin_timestamp"])
-            first_key = (int(kp_all[k]), int(kt_all[k]))
+            first_key = (int(self._read("key_phys", k, k + 1)[0]), int(self._read("key_ts", k, k + 1)[0]))
             chains = _Chains(m, hash_slots)
             for c0 in range(0, m, _QUICK_WINDOW):
                 c1 = min(m, c0 + _QUICK_WINDOW)
                 ent = np.fromfile(path, dtype=ENTRY_DTYPE, count=c1 - c0, offset=entries_at + (1 + c0) * ENTRY_SIZE)
-                kp = np.asarray(kp_all[k + c0 : k + c1])
-                kh = np.asarray(kh_all[k + c0 : k + c1])
+                kp = self._read("key_phys", k + c0, k + c1)
+                kh = self._read("key_hash", k + c0, k + c1)
                 if not np.array_equal(ent["phys_offset"], kp) or not np.array_equal(ent["key_hash"], kh):
                     return None
-                st = np.asarray(kt_all[k + c0 : k + c1])
+                st = self._read("key_ts", k + c0, k + c1)
                 td = st - begin if begin > 0 else np.zeros(len(st), dtype=np.int64)
                 if c0 == 0:
                     td[0] = st[0] - prev_end_ts if prev_end_ts > 0 else 0

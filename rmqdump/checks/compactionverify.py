@@ -220,7 +220,7 @@ def _units(q: CompactionQueue, by_offset: dict[int, _Rec], probs: list[Problem],
         end = end_unit_mask(u)
         s.units += int(vpos.size)
 
-        def bad(k: int, code: str, detail: str) -> None:
+        def bad(k: int, code: str, detail: str, u=u, path=path) -> None:
             probs.append(Problem(code, path, int(u.pos[k]), detail, phys_offset=int(u.offset[k]), extra=q.extra(path, int(u.base_offset[k]))))
 
         for k in np.flatnonzero(~valid).tolist():
@@ -275,7 +275,12 @@ def _retention(q: CompactionQueue, cp: int, recs: list[_Rec], orig: dict[int, Or
         if n is not None and n is not x:
             dup.add(x.r.offset)
             probs.append(
-                _at(q, P.COMPACTION_DUPLICATE_SURVIVOR, x, f"key {x.r.key!r} also survives at queue offset {n.r.queue_offset} (both at or before the checkpoint {cp})")
+                _at(
+                    q,
+                    P.COMPACTION_DUPLICATE_SURVIVOR,
+                    x,
+                    f"key {x.r.key!r} also survives at queue offset {n.r.queue_offset} (both at or before the checkpoint {cp})",
+                )
             )
     if not has_commitlog or not orig:
         return probs
@@ -288,7 +293,14 @@ def _retention(q: CompactionQueue, cp: int, recs: list[_Rec], orig: dict[int, Or
     for x in compacted:
         o = latest.get(x.r.key) if x.r.key is not None else None
         if o is not None and o.queue_offset > x.r.queue_offset and x.r.offset not in dup:
-            probs.append(_at(q, P.COMPACTION_STALE_SURVIVOR, x, f"key {x.r.key!r} has a newer put at queue offset {o.queue_offset} (CommitLog {o.phys}), before the checkpoint {cp}"))
+            probs.append(
+                _at(
+                    q,
+                    P.COMPACTION_STALE_SURVIVOR,
+                    x,
+                    f"key {x.r.key!r} has a newer put at queue offset {o.queue_offset} (CommitLog {o.phys}), before the checkpoint {cp}",
+                )
+            )
     for o in sorted(latest.values(), key=lambda o: o.queue_offset):
         if not is_tombstone(o.body_length) and o.queue_offset not in kept:
             probs.append(
@@ -332,7 +344,12 @@ def _checkpoint_vs_files(q: CompactionQueue, cp: int, recs: list[_Rec]) -> list[
         if lo is not None and lo <= cp < hi:
             first = next(x for x in xs if x.r.queue_offset > cp)
             probs.append(
-                _at(q, P.COMPACTION_CHECKPOINT_MISMATCH, first, f"file holds queue offsets {lo}..{hi}: both sides of the checkpoint {cp} (a round rewrites whole files)")
+                _at(
+                    q,
+                    P.COMPACTION_CHECKPOINT_MISMATCH,
+                    first,
+                    f"file holds queue offsets {lo}..{hi}: both sides of the checkpoint {cp} (a round rewrites whole files)",
+                )
             )
         compacted = hi is not None and hi <= cp
         if prev_end is not None and f.base > prev_end and not (prev_compacted and not compacted):

@@ -219,7 +219,9 @@ def open_queue(topic: str, queue_id: int, log_dir: str, cq_dir: str) -> Compacti
     cq_size = common_file_size([f.size for f in cq_files] + [f.size for f in cq_files[:1]]) if cq_files else None
     for f in cq_files:
         if cq_size and f.size != cq_size:
-            probs.append(Problem(P.COMPACTION_FILE_SIZE, f.path, f.size, f"file is {f.size} bytes, the queue's others {cq_size}", extra={**extra, "cq_file": f.path}))
+            probs.append(
+                Problem(P.COMPACTION_FILE_SIZE, f.path, f.size, f"file is {f.size} bytes, the queue's others {cq_size}", extra={**extra, "cq_file": f.path})
+            )
     logs = {f.name: f for f in log.files}
     cqs = {f.name: f for f in cq_files}
     for name in sorted(set(logs) ^ set(cqs)):
@@ -282,7 +284,6 @@ def queue_units_bounds(q: CompactionQueue) -> tuple[int, int, int]:
 
 def record_props(batch: Batch, i: int) -> dict[str, str]:
     return decode_properties(batch.properties_bytes(i))[0]
-
 
 
 @dataclass(frozen=True)

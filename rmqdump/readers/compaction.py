@@ -15,6 +15,7 @@ first file written after the checkpoint, which is not a gap in the data.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -25,8 +26,8 @@ from rmqdump.common import problems as P
 from rmqdump.common.javahash import java_hash
 from rmqdump.common.problems import Problem
 from rmqdump.readers.batchcq import BatchUnits
-from rmqdump.readers.commitlog import Batch, CommitLog
-from rmqdump.readers.configfiles import read_config
+from rmqdump.readers.commitlog import Batch, CommitLog, SegmentFile
+from rmqdump.readers.configfiles import loads_fastjson
 from rmqdump.readers.consumequeue import QUEUE_ID_RE, common_file_size, queue_dirs, whole_units
 from rmqdump.readers.fastpath import numpy_dtype
 from rmqdump.readers.mapped import OffsetFile, offset_files
@@ -36,7 +37,6 @@ from schemas import constants as C
 
 SCQ_DTYPE = numpy_dtype(SparseConsumeQueueUnit)
 SCQ_UNIT_SIZE = SCQ_DTYPE.itemsize
-_REMAP = {P.CL_BAD_FILE_NAME: P.COMPACTION_BAD_FILE_NAME, P.CL_FILE_SIZE: P.COMPACTION_FILE_SIZE}  # CommitLog.open's layout codes, here
 
 
 def split_queue_key(key: str) -> tuple[str, int] | None:
@@ -88,11 +88,11 @@ def read_checkpoint(compaction_root: str) -> Checkpoint:
     for p in (path, path + ".bak"):
         if not os.path.isfile(p):
             continue
-        cf = read_config(p)
-        if cf.error is not None:
-            ck.problems.append(Problem(P.COMPACTION_CHECKPOINT_UNREADABLE, p, None, cf.error))
+        data, at, error = _load_json(p)
+        if error is not None:
+            ck.problems.append(Problem(P.COMPACTION_CHECKPOINT_UNREADABLE, p, at, error + (" (the broker falls back to the .bak)" if p == path else "")))
             continue
-        table = cf.data.get("queueOffsetMap") if isinstance(cf.data, dict) else None
+        table = data.get("queueOffsetMap") if isinstance(data, dict) else None
         if not isinstance(table, dict):
             ck.problems.append(Problem(P.COMPACTION_CHECKPOINT_UNREADABLE, p, None, "no queueOffsetMap object"))
             continue
@@ -106,6 +106,25 @@ def read_checkpoint(compaction_root: str) -> Checkpoint:
             ck.offsets[where] = v
         break
     return ck
+
+
+def _load_json(path: str) -> tuple[object, int | None, str | None]:
+    """(data, None, None), or (None, byte offset, why) for a file that is empty, not UTF-8 or not (fastjson) JSON."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except OSError as e:
+        return None, None, e.strerror or str(e)
+    if not raw.strip():
+        return None, None, "empty file"
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        return None, e.start, "not UTF-8"
+    try:
+        return loads_fastjson(text), None, None
+    except json.JSONDecodeError as e:
+        return None, len(text[: e.pos].encode()), f"not JSON: {e.msg}"
 
 
 @dataclass
@@ -196,27 +215,33 @@ def end_unit_mask(u: BatchUnits) -> np.ndarray:
     )
 
 
+def _files(d: str, kind, extra: dict, probs: list[Problem]) -> tuple[list, list[str]]:
+    try:
+        return offset_files(d, kind)
+    except OSError as e:
+        probs.append(Problem("unreadable", d, None, e.strerror or str(e), extra=extra))
+        return [], []
+
+
 def open_queue(topic: str, queue_id: int, log_dir: str, cq_dir: str) -> CompactionQueue:
     """One queue's two directories (either may be missing) and what is wrong with their files' names and sizes."""
     extra = {"topic": topic, "queue_id": queue_id, "cq_file": None, "unit_index": None}
     probs: list[Problem] = []
+    log_files: list[SegmentFile] = []
     if os.path.isdir(log_dir):
-        log = CommitLog.open(log_dir)
-        for p in log.problems:
-            if p.code == P.CL_GAP:  # names jump after the compacted files: checked against the checkpoint instead
-                continue
-            probs.append(Problem(_REMAP.get(p.code, p.code), p.file, p.file_offset, p.detail, phys_offset=p.phys_offset, extra=extra))
-    else:
-        log = CommitLog([], [], None)
+        log_files, others = _files(log_dir, SegmentFile, extra, probs)
+        probs.extend(Problem(P.COMPACTION_BAD_FILE_NAME, o, None, "not a 20-digit offset name: ignored", extra=extra) for o in others)
+    # files are preallocated to one size; their names jump after the compacted files, so the size is not the step between names
+    log_size = common_file_size([f.size for f in log_files] + [f.size for f in log_files[:1]]) if log_files else None
+    log = CommitLog(log_files, [], log_size)
     cq_files: list[OffsetFile] = []
     if os.path.isdir(cq_dir):
-        try:
-            cq_files, others = offset_files(cq_dir)
-        except OSError as e:
-            others = []
-            probs.append(Problem("unreadable", cq_dir, None, e.strerror or str(e), extra=extra))
+        cq_files, others = _files(cq_dir, OffsetFile, extra, probs)
         probs.extend(Problem(P.COMPACTION_BAD_FILE_NAME, o, None, "not a 20-digit offset name: ignored", extra=extra) for o in others)
     cq_size = common_file_size([f.size for f in cq_files] + [f.size for f in cq_files[:1]]) if cq_files else None
+    for f in log_files:
+        if log_size and f.size != log_size:
+            probs.append(Problem(P.COMPACTION_FILE_SIZE, f.path, f.size, f"file is {f.size} bytes, the queue's others {log_size}", extra=extra))
     for f in cq_files:
         if cq_size and f.size != cq_size:
             probs.append(

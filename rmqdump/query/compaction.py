@@ -16,7 +16,6 @@ from rmqdump.common.problems import Problem
 from rmqdump.readers.commitlog import CommitLog
 from rmqdump.readers.compaction import (
     CompactionFiles,
-    CompactionQueue,
     Original,
     compaction_key,
     is_tombstone,
@@ -48,14 +47,14 @@ def consumer_view(
                     got.code, got.file, got.file_offset, got.detail, phys_offset=got.phys_offset, extra={**q.extra(f.path, u["base_offset"]), **got.extra}
                 )
                 continue
-            yield _row(q, got, mine.get(got.queue_offset), cp, f.path, pos)
+            yield _row(got, mine.get(got.queue_offset), cp, f.path, pos)
 
 
-def _row(q: CompactionQueue, m: Message, o: Original | None, cp: int, cq_file: str | None, cq_pos: int | None) -> dict:
+def _row(m: Message, o: Original | None, cp: int, cq_file: str | None, cq_pos: int | None) -> dict:
     return {
         "kind": "message",
-        "topic": q.topic,
-        "queue_id": q.queue_id,
+        "topic": m.topic,  # the record's own (verify tells a record of another queue)
+        "queue_id": m.queue_id,
         "queue_offset": m.queue_offset,
         "keys": compaction_key(m.properties),
         "uniq_key": m.uniq_key,

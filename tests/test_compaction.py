@@ -559,3 +559,46 @@ def test_tags_code_is_the_java_hash():
     """The units' tagsCode is String.hashCode of TAGS (MessageExtBrokerInner.tagsString2tagsCode)."""
     tags = {r["queueOffset"]: r["tags"] for r in records(0)}
     assert {u["tagsCode"] for u in units(0) if not u.get("endMarker") and tags[u["queueOffset"]] == "Upsert"} == {java_hash("Upsert")}
+
+
+# --- rebuild: the compaction queue files again from the compaction logs ----------------------------
+
+
+def test_rebuild_writes_the_compaction_cq_byte_identical(tmp_path):
+    out = tmp_path / "out"
+    # the store's README gives the index sizing and the ConsumeQueue file size (12000 bytes = 600 units)
+    res = run("rebuild", store_root(NAME), "--out", out, "--hash-slots", 500, "--index-entries", 6000, "--cq-units-per-file", 600, "-f", "jsonl")
+    assert res.exit_code == 0
+    src = store_root(NAME) / "compaction" / "compactionCq"
+    want = sorted(p.relative_to(src) for p in src.rglob("*") if p.is_file())
+    got = sorted(p.relative_to(out / "compaction" / "compactionCq") for p in (out / "compaction" / "compactionCq").rglob("*") if p.is_file())
+    assert got == want and len(want) == 7
+    for rel in want:
+        assert (out / "compaction" / "compactionCq" / rel).read_bytes() == (src / rel).read_bytes(), rel
+    rows = [r for r in jsonl(res.stdout) if r["kind"] == "compaction_cq"]
+    assert sorted((r["queue_id"], r["units"], r["end_units"]) for r in rows) == [
+        (q, len(records(q)), sum(1 for u in units(q) if u.get("endMarker"))) for q in (0, 1)
+    ]
+    assert not [p for p in out.iterdir() if p.name.startswith(".")]  # no temporary left beside it
+    only_normal = run(
+        "rebuild", store_root(NAME), "--out", tmp_path / "n", "--hash-slots", 500, "--index-entries", 6000, "--cq-units-per-file", 600, "-t", "NormalTopicC"
+    )
+    assert only_normal.exit_code == 0 and not (tmp_path / "n" / "compaction").exists()
+
+
+def test_rebuild_compaction_cq_too_small(tmp_path):
+    """Queue files too small for a log file's records: the records without room are named, at their log bytes."""
+    from rmqdump.build.compactioncqbuild import rebuild_compaction_cq
+
+    size = 2 * UNIT
+    res = rebuild_compaction_cq(str(store_root(NAME)), str(tmp_path / "out"), force=False, sync=False, cq_file_size=size, topics=frozenset({TOPIC}))
+    want = []
+    for q in (0, 1):
+        for f in tq(q)["compactionLogFiles"]:
+            recs = [r for r in f["records"] if "queueOffset" in r]
+            want += [("compaction_cq_overflow", str(store_root(NAME) / f["file"]), r["pos"]) for r in recs[2:]]
+    assert sorted((p.code, p.file, p.file_offset) for p in res.problems) == sorted(want)
+    for q in (0, 1):
+        for f in tq(q)["compactionCqFiles"]:
+            data = (tmp_path / "out" / f["file"]).read_bytes()
+            assert data == (store_root(NAME) / f["file"]).read_bytes()[:size]  # the first two units, as the broker wrote them

@@ -17,7 +17,7 @@ from conftest import REAL, copy_store, flip, jsonl, patch, run, store_root
 
 from rmqdump.common.javahash import java_hash
 from rmqdump.readers.commitlog import CommitLog
-from rmqdump.readers.compaction import end_unit_mask, find_compaction, originals, read_checkpoint, split_queue_key
+from rmqdump.readers.compaction import find_compaction, read_checkpoint, split_queue_key
 from rmqdump.readers.fastpath import field_offset
 from schemas import SparseConsumeQueueUnit, message_header
 
@@ -80,33 +80,31 @@ def commitlog_file(phys: int) -> tuple[str, int]:
 
 
 def test_every_record_equals_truth():
-    cf = find_compaction(str(store_root(NAME)))
-    orig = originals(CommitLog.open(str(store_root(NAME) / "commitlog")), {TOPIC})
-    for q in cf.queues:
-        recs, probs = q.records()
-        assert probs == []
+    for qid in (0, 1):
+        res = run("compaction", "log", "-s", store_root(NAME), "-t", TOPIC, "-q", qid, "-f", "jsonl")
+        assert res.exit_code == 0
         got = [
             {
-                "file": os.path.relpath(r.message.file, store_root(NAME)),
-                "pos": r.offset - int(os.path.basename(r.message.file)),
-                "offset": r.offset,
-                "totalSize": r.message.total_size,
-                "magic": f"0x{r.message.magic:08X}",
-                "queueId": r.message.queue_id,
-                "queueOffset": r.queue_offset,
-                "physicalOffsetField": r.offset,
-                "keys": r.key,
-                "uniqKey": r.message.uniq_key,
-                "bodyLength": r.message.body_length,
-                "bodyCRC": r.message.body_crc,
-                "storeTimestamp": r.message.store_timestamp,
-                "tags": r.message.tags,
-                "commitLogWroteOffset": orig[(TOPIC, q.queue_id)][r.queue_offset].phys,
+                "file": os.path.relpath(r["file"], store_root(NAME)),
+                "pos": r["file_offset"],
+                "offset": r["compaction_log_offset"],
+                "totalSize": r["total_size"],
+                "queueId": r["queue_id"],
+                "queueOffset": r["queue_offset"],
+                "keys": r["compaction_key"],
+                "uniqKey": r["uniq_key"],
+                "bodyLength": r["body_length"],
+                "bodyCRC": r["body_crc"],
+                "storeTimestamp": r["store_timestamp"],
+                "tags": r["tags"],
+                "commitLogWroteOffset": r["phys_offset"],
             }
-            for r in recs
+            for r in jsonl(res.stdout)
         ]
-        want = [{k: v for k, v in r.items() if k != "putSeq"} for r in records(q.queue_id)]
-        assert got == want
+        drop = ("putSeq", "magic", "physicalOffsetField")  # every record is a V1 message whose offset field is its own offset:
+        assert {(r["magic"], r["physicalOffsetField"] - r["offset"]) for r in records(qid)} == {("0xDAA320A7", 0)}
+        assert all(r["magic_version"] == 1 and r["crc_ok"] for r in jsonl(res.stdout))
+        assert got == [{k: v for k, v in r.items() if k not in drop} for r in records(qid)]
 
 
 def test_file_ends_equal_truth():
@@ -130,29 +128,27 @@ def test_file_ends_equal_truth():
 
 
 def test_every_unit_equals_truth():
-    cf = find_compaction(str(store_root(NAME)))
-    for q in cf.queues:
+    for qid in (0, 1):
+        res = run("compaction", "units", "-s", store_root(NAME), "-t", TOPIC, "-q", qid, "-f", "jsonl")
+        assert res.exit_code == 0
         got = []
-        for u in q.unit_files():
-            for k in range(len(u)):
-                if u.zero_mask()[k] and u.compacted_offset[k] == 0:
-                    continue  # unwritten
-                row = u.row(k)
-                d = {
-                    "pos": row["pos"],
-                    "compactionLogOffset": row["offset"],
-                    "size": row["size"],
-                    "tagsCode": row["tags_code"],
-                    "storeTime": row["store_time"],
-                    "queueOffset": row["base_offset"],
-                    "batchNum": row["batch_size"],
-                    "compactedOffset": row["compacted_offset"],
-                    "reserved": row["reserved"],
-                }
-                if end_unit_mask(u)[k]:
-                    d["endMarker"] = True
-                got.append({**d, "file": os.path.relpath(u.file.path, store_root(NAME))})
-        assert got == units(q.queue_id)
+        for r in jsonl(res.stdout):
+            d = {
+                "pos": r["file_offset"],
+                "compactionLogOffset": r["compaction_log_offset"],
+                "size": r["size"],
+                "tagsCode": r["tags_code"],
+                "storeTime": r["store_time"],
+                "queueOffset": r["queue_offset"],
+                "batchNum": r["batch_num"],
+                "compactedOffset": r["compacted_offset"],
+                "reserved": r["reserved"],
+            }
+            if r["end"]:
+                d["endMarker"] = True
+            assert r["valid"] != r["end"]
+            got.append({**d, "file": os.path.relpath(r["cq_file"], store_root(NAME))})
+        assert got == units(qid)
 
 
 def test_checkpoint_equals_truth(tmp_path):
@@ -250,6 +246,13 @@ def test_info_shows_compaction_queues():
 def test_store_without_compaction(tmp_path):
     res = run("compaction", "verify", "-s", store_root("rmq4-basic"))
     assert res.exit_code == 2 and res.stderr.startswith("rmqdump: no_compaction: ") and len(res.stderr.splitlines()) == 1
+    # a 5.x store without compaction topics has an empty compaction/ (and checkpoint): nothing to show, nothing wrong
+    assert (store_root("rmq53-v2") / "compaction" / "position-checkpoint").is_file()
+    res = run("info", "-s", store_root("rmq53-v2"), "--no-recovery", "-f", "jsonl")
+    assert res.exit_code == 0 and not [r for r in jsonl(res.stdout) if r["kind"].startswith("compaction")]
+    assert verify(store_root("rmq53-v2")) == (0, [])
+    res = run("compaction", "log", "-s", store_root(NAME), "-t", "NormalTopicC")
+    assert res.exit_code == 2 and res.stderr.startswith("rmqdump: no_queue: ")
 
 
 # --- damage: each problem where its bytes are -------------------------------------------------------

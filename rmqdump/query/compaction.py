@@ -17,7 +17,9 @@ from rmqdump.readers.commitlog import CommitLog
 from rmqdump.readers.compaction import (
     CompactionFiles,
     Original,
+    batch_records,
     compaction_key,
+    end_unit_mask,
     is_tombstone,
     originals,
     queue_units_bounds,
@@ -166,3 +168,52 @@ def compaction_summary(cf: CompactionFiles) -> list[dict]:
         )
     rows.append(cf.checkpoint.to_dict())
     return rows
+
+
+def log_rows(
+    cf: CompactionFiles, cl: CommitLog, topic: str, queue_id: int | None = None, *, on_bytes: Callable[[int], None] | None = None
+) -> Iterator[dict | Problem]:
+    """Every compaction-log record as `commitlog` lists a message, with `compaction_log_offset` (its own offset) and
+    `phys_offset` (its original's CommitLog offset, None when the CommitLog no longer holds it); the scan's problems in place."""
+    queues = cf.select(topic, queue_id)
+    orig = originals(cl, {topic}, on_bytes=on_bytes) if cl.files and queues else {}
+    for q in queues:
+        mine = orig.get((q.topic, q.queue_id), {})
+        for b in q.scan():
+            for i, r in batch_records(b):
+                d = r.message.to_dict()
+                o = mine.get(r.queue_offset) if r.message.topic == q.topic and r.message.queue_id == q.queue_id else None
+                d["file_offset"] = int(b.cols["_pos"][i])
+                d["compaction_log_offset"] = r.offset
+                d["phys_offset"] = None if o is None else o.phys
+                d["compaction_key"] = r.key
+                yield d
+            yield from b.problems()
+
+
+def unit_rows(cf: CompactionFiles, topic: str, queue_id: int | None = None) -> Iterator[dict]:
+    """Every unit of the compaction queues as written: valid ones, end units and any other non-zero unit (the zero tail left out)."""
+    for q in cf.select(topic, queue_id):
+        for u in q.unit_files():
+            valid, end, zero = u.valid_mask(), end_unit_mask(u), u.zero_mask()
+            for k in range(len(u)):
+                if zero[k] and int(u.compacted_offset[k]) == 0 and int(u.reserved[k]) == 0:
+                    continue
+                r = u.row(k)
+                yield {
+                    "kind": "unit",
+                    "topic": q.topic,
+                    "queue_id": q.queue_id,
+                    "cq_file": u.file.path,
+                    "file_offset": r["pos"],
+                    "compaction_log_offset": r["offset"],
+                    "size": r["size"],
+                    "tags_code": r["tags_code"],
+                    "store_time": r["store_time"],
+                    "queue_offset": r["base_offset"],
+                    "batch_num": r["batch_size"],
+                    "compacted_offset": r["compacted_offset"],
+                    "reserved": r["reserved"],
+                    "valid": bool(valid[k]),
+                    "end": bool(end[k]),
+                }

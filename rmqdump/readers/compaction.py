@@ -284,7 +284,8 @@ def find_compaction(store_root: str) -> CompactionFiles | None:
     probs: list[Problem] = []
     for base in (log_base, cq_base):
         dirs, dprobs = queue_dirs(base)
-        probs.extend(Problem(P.COMPACTION_BAD_FILE_NAME, p.file, None, p.detail, extra=p.extra) for p in dprobs)
+        why = " (the broker fails to load compaction/ on it)" if base == log_base else ""
+        probs.extend(Problem(P.COMPACTION_BAD_FILE_NAME, p.file, None, p.detail + why, extra=p.extra) for p in dprobs)
         for t, qid, _ in dirs:
             found[(t, qid)] = None
     queues = [open_queue(t, qid, os.path.join(log_base, t, str(qid)), os.path.join(cq_base, t, str(qid))) for t, qid in sorted(found)]

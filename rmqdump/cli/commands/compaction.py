@@ -112,8 +112,7 @@ def view_cmd(
 
     st = Store.open(store)
     cf = _files(st)
-    if not cf.select(topic, queue):
-        render.fail(f"no_queue: {cf.root}/compactionLog/{topic}{'' if queue is None else '/' + str(queue)}: no such compaction queue", 2)
+    _queues(cf, topic, queue)
     with render.progress(sum(f.size for f in st.commitlog.files), "compaction view") as advance:
         if key is not None:
             rows = key_history(cf, st.commitlog, topic, key, queue, on_bytes=advance)
@@ -141,6 +140,109 @@ def view_cmd(
     raise typer.Exit(1 if bad or not good else 0)
 
 
+def _queues(cf, topic: str, queue):
+    if not cf.select(topic, queue):
+        render.fail(f"no_queue: {cf.root}/compactionLog/{topic}{'' if queue is None else '/' + str(queue)}: no such compaction queue", 2)
+
+
+def log_cmd(
+    store: Path = store_option(),
+    topic: str = O.topic_option("The compaction topic.", required=True),
+    queue: int = O.queue_option(),
+    fmt: ListFormat = O.format_option(ListFormat.table, "table or jsonl."),
+):
+    """The records of a compaction log, each with its compaction-log offset and its original's CommitLog offset.
+
+    JSON Lines rows are `commitlog`'s message rows, with `compaction_log_offset`, `phys_offset` (the original's,
+    null when the CommitLog no longer holds it) and `compaction_key` (the whole KEYS string). Exit 0, 1 when the
+    log has problems or no records, 2 unusable input.
+
+    Example:  rmqdump compaction log -s store -t CompactKV -q 0 -f jsonl
+    """
+    from rmqdump.common.problems import Problem
+    from rmqdump.common.timeutil import iso
+    from rmqdump.query.compaction import log_rows
+    from rmqdump.readers.store import Store
+
+    st = Store.open(store)
+    cf = _files(st)
+    _queues(cf, topic, queue)
+    with render.progress(sum(f.size for f in st.commitlog.files), "compaction log") as advance:
+        rows = list(log_rows(cf, st.commitlog, topic, queue, on_bytes=advance))
+    bad = [r for r in rows if isinstance(r, Problem)]
+    if fmt is ListFormat.jsonl:
+        for r in rows:
+            render.jsonl(r.to_dict() if isinstance(r, Problem) else r)
+    else:
+        from rich.table import Table
+
+        t = Table(
+            "file@offset", "compaction log", "CommitLog", "queue", "q-offset", "size", "keys", "tags", "body", "stored (UTC)", box=None, header_style="bold"
+        )
+        for r in rows:
+            if isinstance(r, Problem):
+                t.add_row(f"{Path(r.file).name}@{r.file_offset}", r.code, "", "", "", "", "", "", "", r.detail)
+                continue
+            t.add_row(
+                f"{Path(r['file']).name}@{r['file_offset']}",
+                str(r["compaction_log_offset"]),
+                _s(r["phys_offset"]),
+                str(r["queue_id"]),
+                str(r["queue_offset"]),
+                str(r["total_size"]),
+                r["compaction_key"] or "",
+                r["tags"] or "",
+                str(r["body_length"]),
+                iso(r["store_timestamp"]),
+            )
+        render.out.print(t, markup=False)
+    raise typer.Exit(1 if bad or not rows else 0)
+
+
+def units_cmd(
+    store: Path = store_option(),
+    topic: str = O.topic_option("The compaction topic.", required=True),
+    queue: int = O.queue_option(),
+    fmt: ListFormat = O.format_option(ListFormat.table, "table or jsonl."),
+):
+    """The SparseConsumeQueue units of a compaction topic as written: valid units, end units, other non-zero units.
+
+    Exit 0, 1 when there is no unit, 2 unusable input.
+
+    Example:  rmqdump compaction units -s store -t CompactKV -q 1 -f jsonl
+    """
+    from rmqdump.query.compaction import unit_rows
+    from rmqdump.readers.store import Store
+
+    st = Store.open(store)
+    cf = _files(st)
+    _queues(cf, topic, queue)
+    rows = list(unit_rows(cf, topic, queue))
+    if fmt is ListFormat.jsonl:
+        for r in rows:
+            render.jsonl(r)
+    else:
+        from rich.table import Table
+
+        cols = ("file@offset", "compaction log", "size", "tags_code", "store_time", "q-offset", "batch", "compacted", "reserved", "")
+        t = Table(*cols, box=None, header_style="bold")
+        for r in rows:
+            note = "end" if r["end"] else "" if r["valid"] else "invalid"
+            vals = (
+                r["compaction_log_offset"],
+                r["size"],
+                r["tags_code"],
+                r["store_time"],
+                r["queue_offset"],
+                r["batch_num"],
+                r["compacted_offset"],
+                r["reserved"],
+            )
+            t.add_row(f"{Path(r['cq_file']).name}@{r['file_offset']}", *map(str, vals), note)
+        render.out.print(t, markup=False)
+    raise typer.Exit(0 if rows else 1)
+
+
 def add_to_cq_verify(st, topic, queue, check_crc: bool, summary, fmt: ListFormat, rows: list[tuple]) -> None:
     """`cq verify` covers compaction topics too: their problems, counted in its summary, in its format (a store without compaction/ adds nothing)."""
     from rmqdump.checks.compactionverify import verify
@@ -164,4 +266,6 @@ def _s(v) -> str:
 def register(app, guarded) -> None:
     compaction_app.command("verify")(guarded(verify_cmd))
     compaction_app.command("view")(guarded(view_cmd))
+    compaction_app.command("log")(guarded(log_cmd))
+    compaction_app.command("units")(guarded(units_cmd))
     app.add_typer(compaction_app, name="compaction")

@@ -174,7 +174,7 @@ def _compaction(st, fmt: ListFormat) -> bool:
     from rmqdump.readers.compaction import find_compaction
 
     cf = find_compaction(st.root)
-    if cf is None:
+    if cf is None or not (cf.queues or cf.checkpoint.entries or cf.problems):  # 5.x brokers leave an empty compaction/ in every store
         return False
     rows = compaction_summary(cf)
     if fmt is ListFormat.jsonl:

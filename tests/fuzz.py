@@ -709,6 +709,15 @@ def _valid_units(cq_dir: Path) -> list[int]:
     return out
 
 
+def _queue_key(k: str) -> bool:
+    """TOPIC_QID as CompactionPositionMgr writes it: a topic, `_`, the queue id in decimal (no leading zeros, no sign but -)."""
+    topic, _, qid = k.rpartition("_")
+    try:
+        return bool(topic) and qid.isascii() and str(int(qid)) == qid
+    except ValueError:
+        return False
+
+
 def compaction_case(ctx: dict, ex) -> None:
     kind, edits = ex
     for k, f in ctx["files"].items():
@@ -725,7 +734,7 @@ def compaction_case(ctx: dict, ex) -> None:
             return  # not JSON to us (fastjson may still read it): any answer without a traceback
         table = data.get("queueOffsetMap") if isinstance(data, dict) else None
         if isinstance(table, dict):
-            want = {k: v for k, v in table.items() if type(v) is int and "_" in k and k.rpartition("_")[2].lstrip("-").isdigit() and k.rpartition("_")[0]}
+            want = {k: v for k, v in table.items() if type(v) is int and _queue_key(k)}
         else:
             want = json.loads(ctx["orig"]["checkpoint"])["queueOffsetMap"]  # the .bak, left as the broker wrote it
         if ck["queue_offsets"] != want:

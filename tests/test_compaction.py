@@ -159,6 +159,11 @@ def test_checkpoint_equals_truth(tmp_path):
     # topics contain `_`: the queue id follows the last one
     (tmp_path / "position-checkpoint").write_text('{"queueOffsetMap":{"My_Topic_12":7,"a_b_0":3}}')
     assert read_checkpoint(str(tmp_path)).offsets == {("My_Topic", 12): 7, ("a_b", 0): 3}
+    # an entry the broker never looks up (it asks for topic + "_" + queueId) is reported, not read as that queue's
+    (tmp_path / "position-checkpoint").write_text('{"queueOffsetMap":{"T_0":7,"T_00":9,"T_x":1,"T_1":true}}')
+    ck = read_checkpoint(str(tmp_path))
+    assert ck.offsets == {("T", 0): 7}
+    assert [(p.code, p.file) for p in ck.problems] == [("compaction_checkpoint_unreadable", str(tmp_path / "position-checkpoint"))] * 3
 
 
 def test_consumer_view_equals_truth():

@@ -33,6 +33,7 @@ from rmqdump.readers.compaction import (
     find_compaction,
     is_tombstone,
     originals,
+    split_queue_key,
 )
 from rmqdump.readers.fastpath import field_offset
 from schemas import constants as C
@@ -113,7 +114,7 @@ def verify(
             found, last = check_queue(q, cp, orig.get((q.topic, q.queue_id), {}), bool(cl.files), reader, s, check_crc)
             probs += found
             if cp != C.COMPACTION_CHECKPOINT_NONE and (last is None or cp > last):
-                key = next(k for k, w in zip(cf.checkpoint.entries, cf.checkpoint.offsets, strict=True) if w == (q.topic, q.queue_id))
+                key = next((k for k in cf.checkpoint.entries if split_queue_key(k) == (q.topic, q.queue_id)), f"{q.topic}_{q.queue_id}")
                 probs.append(_ck_problem(cf, key, q.topic, q.queue_id, f"checkpoint {cp} is past the compaction log's last queue offset {last}"))
     finally:
         reader.close()
@@ -126,9 +127,10 @@ def _checkpoint_entries(cf: CompactionFiles, topic: str | None, queue_id: int | 
     """Checkpoint entries for queues that have no compaction files."""
     have = {(q.topic, q.queue_id) for q in cf.queues}
     out = []
-    for k, (t, qid) in zip(cf.checkpoint.entries, cf.checkpoint.offsets, strict=True):
+    for k, v in cf.checkpoint.entries.items():
+        t, qid = split_queue_key(k)  # entries are the keys that split
         if (topic is None or t == topic) and (queue_id is None or qid == queue_id) and (t, qid) not in have:
-            out.append(_ck_problem(cf, k, t, qid, f"checkpoint entry {k} ({cf.checkpoint.offsets[(t, qid)]}) names a queue with no compaction files"))
+            out.append(_ck_problem(cf, k, t, qid, f"checkpoint entry {k} ({v}) names a queue with no compaction files"))
     return out
 
 

@@ -40,9 +40,9 @@ SCQ_UNIT_SIZE = SCQ_DTYPE.itemsize
 
 
 def split_queue_key(key: str) -> tuple[str, int] | None:
-    """`TOPIC_QID` -> (TOPIC, QID), split at the last `_` (topics contain `_`); None when it is not that shape."""
+    """`TOPIC_QID` -> (TOPIC, QID), split at the last `_` (topics contain `_`); None when it is not that shape (as the broker writes it)."""
     topic, sep, qid = key.rpartition("_")
-    if not sep or not topic or not QUEUE_ID_RE.fullmatch(qid):
+    if not sep or not topic or not QUEUE_ID_RE.fullmatch(qid) or str(int(qid)) != qid:  # the broker looks up topic + "_" + queueId
         return None
     return topic, int(qid)
 

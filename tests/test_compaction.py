@@ -610,3 +610,17 @@ def test_rebuild_compaction_cq_too_small(tmp_path):
         for f in tq(q)["compactionCqFiles"]:
             data = (tmp_path / "out" / f["file"]).read_bytes()
             assert data == (store_root(NAME) / f["file"]).read_bytes()[:size]  # the first two units, as the broker wrote them
+
+
+def test_view_names_an_unreadable_record(tmp_path):
+    """A unit whose record was zeroed: the consumer view says so at the record's bytes (exit 1) and serves the others."""
+    root = copy_store(NAME, tmp_path)
+    r, path = _rec(root, 1, 4)
+    patch(path, r["pos"], bytes(8))  # totalSize and magic: zeros where the record starts
+    res = run("compaction", "view", "-s", root, "-t", TOPIC, "-q", 1, "-f", "jsonl")
+    assert res.exit_code == 1
+    rows = jsonl(res.stdout)
+    assert [(x["code"], x["file"], x["file_offset"], x["phys_offset"], x["queue_id"], x["unit_index"]) for x in rows if x["kind"] == "problem"] == [
+        ("zeroed_range", path, r["pos"], r["offset"], 1, r["queueOffset"])
+    ]
+    assert [x["queue_offset"] for x in rows if x["kind"] == "message"] == [v["queueOffset"] for v in tq(1)["consumerView"] if v["queueOffset"] != r["queueOffset"]]

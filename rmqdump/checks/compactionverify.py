@@ -173,7 +173,7 @@ def _records(q: CompactionQueue, orig: dict[int, Original], has_commitlog: bool,
     held_from = min(orig) if orig else None
     recs: list[_Rec] = []
     for b in q.scan(check_crc=check_crc):
-        probs.extend(Problem(p.code, p.file, p.file_offset, p.detail, phys_offset=p.phys_offset, extra={**q.extra(), **p.extra}) for p in b.problems())
+        probs.extend(q.located(p) for p in b.problems())
         for i, r in batch_records(b):
             m = r.message
             x = _Rec(r, b.seg.path, m.phys_offset - b.seg.base)

@@ -45,9 +45,7 @@ def consumer_view(
         for f, pos, u in q.units():
             got = q.log.read_at(u["offset"])
             if isinstance(got, Problem):
-                yield Problem(
-                    got.code, got.file, got.file_offset, got.detail, phys_offset=got.phys_offset, extra={**q.extra(f.path, u["base_offset"]), **got.extra}
-                )
+                yield q.located(got, f.path, u["base_offset"])
                 continue
             yield _row(got, mine.get(got.queue_offset), cp, f.path, pos)
 
@@ -188,7 +186,7 @@ def log_rows(
                 d["phys_offset"] = None if o is None else o.phys
                 d["compaction_key"] = r.key
                 yield d
-            yield from b.problems()
+            yield from (q.located(p) for p in b.problems())
 
 
 def unit_rows(cf: CompactionFiles, topic: str, queue_id: int | None = None) -> Iterator[dict]:

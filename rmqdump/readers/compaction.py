@@ -175,17 +175,9 @@ class CompactionQueue:
         """The log's records in offset order, batch by batch (what ended each stretch in `events`)."""
         return self.log.scan(check_crc=check_crc)
 
-    def records(self, *, check_crc: bool = True) -> tuple[list[LogRecord], list[Problem]]:
-        """Every record of the log, and the problems of its bytes (the zero tail and BLANK marker are not problems)."""
-        recs: list[LogRecord] = []
-        probs: list[Problem] = []
-        for b in self.scan(check_crc=check_crc):
-            recs.extend(r for _, r in batch_records(b))
-            probs.extend(self._located(p) for p in b.problems())
-        return recs, probs
-
-    def _located(self, p: Problem) -> Problem:
-        return Problem(p.code, p.file, p.file_offset, p.detail, phys_offset=p.phys_offset, extra={**self.extra(), **p.extra})
+    def located(self, p: Problem, cq_file: str | None = None, queue_offset: int | None = None) -> Problem:
+        """A problem found in this queue's files, with the queue's location keys."""
+        return Problem(p.code, p.file, p.file_offset, p.detail, phys_offset=p.phys_offset, extra={**self.extra(cq_file, queue_offset), **p.extra})
 
     def unit_files(self) -> Iterator[BatchUnits]:
         """The CQ's units, file by file (each file's whole 46-byte units)."""
@@ -268,10 +260,6 @@ class CompactionFiles:
 
     def select(self, topic: str | None = None, queue_id: int | None = None) -> list[CompactionQueue]:
         return [q for q in self.queues if (topic is None or q.topic == topic) and (queue_id is None or q.queue_id == queue_id)]
-
-    @property
-    def topics(self) -> list[str]:
-        return sorted({q.topic for q in self.queues})
 
 
 def find_compaction(store_root: str) -> CompactionFiles | None:

@@ -623,4 +623,6 @@ def test_view_names_an_unreadable_record(tmp_path):
     assert [(x["code"], x["file"], x["file_offset"], x["phys_offset"], x["queue_id"], x["unit_index"]) for x in rows if x["kind"] == "problem"] == [
         ("zeroed_range", path, r["pos"], r["offset"], 1, r["queueOffset"])
     ]
-    assert [x["queue_offset"] for x in rows if x["kind"] == "message"] == [v["queueOffset"] for v in tq(1)["consumerView"] if v["queueOffset"] != r["queueOffset"]]
+    assert [x["queue_offset"] for x in rows if x["kind"] == "message"] == [
+        v["queueOffset"] for v in tq(1)["consumerView"] if v["queueOffset"] != r["queueOffset"]
+    ]

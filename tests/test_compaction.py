@@ -224,7 +224,7 @@ def test_clean_store_verifies_clean():
     assert (code, probs) == (0, [])
     res = run("compaction", "verify", "-s", store_root(NAME), "-f", "jsonl")
     s = jsonl(res.stdout)[-1]
-    assert (s["queues"], s["records"], s["units"]) == (2, len(records(0)) + len(records(1)), len(records(0)) + len(records(1)))
+    assert (s["queues"], s["records"], s["units"], s["commitlog_compared"]) == (2, len(records(0)) + len(records(1)), len(records(0)) + len(records(1)), True)
     res = run("cq", "verify", "-s", store_root(NAME), "-f", "jsonl")
     assert res.exit_code == 0 and jsonl(res.stdout)[-1]["problems"] == 0
 
@@ -625,4 +625,24 @@ def test_view_names_an_unreadable_record(tmp_path):
     ]
     assert [x["queue_offset"] for x in rows if x["kind"] == "message"] == [
         v["queueOffset"] for v in tq(1)["consumerView"] if v["queueOffset"] != r["queueOffset"]
+    ]
+
+
+def test_verify_without_the_commitlog(tmp_path):
+    """The CommitLog gone: the compaction files are still checked against each other, and the summary says what was not."""
+    root = copy_store(NAME, tmp_path)
+    for f in (root / "commitlog").iterdir():
+        f.unlink()
+    res = run("compaction", "verify", "-s", root, "-f", "jsonl")
+    assert res.exit_code == 0
+    assert jsonl(res.stdout) == [
+        {
+            "kind": "summary",
+            "queues": 2,
+            "records": len(records(0)) + len(records(1)),
+            "units": len(records(0)) + len(records(1)),
+            "problems": 0,
+            "codes": {},
+            "commitlog_compared": False,
+        }
     ]

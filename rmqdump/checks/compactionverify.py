@@ -50,13 +50,22 @@ class Summary:
     units: int = 0
     problems: int = 0
     codes: dict[str, int] = field(default_factory=dict)
+    commitlog: bool = True  # False: no CommitLog files, so nothing was compared with the originals
 
     def count(self, p: Problem) -> None:
         self.problems += 1
         self.codes[p.code] = self.codes.get(p.code, 0) + 1
 
     def to_dict(self) -> dict:
-        return {"kind": "summary", "queues": self.queues, "records": self.records, "units": self.units, "problems": self.problems, "codes": self.codes}
+        return {
+            "kind": "summary",
+            "queues": self.queues,
+            "records": self.records,
+            "units": self.units,
+            "problems": self.problems,
+            "codes": self.codes,
+            "commitlog_compared": self.commitlog,
+        }
 
 
 @dataclass
@@ -103,6 +112,7 @@ def verify(
         return []
     queues = cf.select(topic, queue_id)
     s.queues += len(queues)
+    s.commitlog = bool(cl.files)
     picked = {(q.topic, q.queue_id) for q in queues}
     probs = [p for p in cf.problems if p.extra.get("topic") is None or (p.extra.get("topic"), p.extra.get("queue_id")) in picked]
     probs += _checkpoint_entries(cf, topic, queue_id)

@@ -88,7 +88,10 @@ def verify_cmd(
     else:
         print_problem_table(problem_rows(found, st))
         codes = ", ".join(f"{k} {v}" for k, v in sorted(s.codes.items()))
-        render.err.print(f"{s.queues} compaction queues, {s.records} log records, {s.units} units: {s.problems} problems{' (' + codes + ')' if codes else ''}")
+        absent = "" if s.commitlog else " (no CommitLog files: the records were not compared with their originals)"
+        render.err.print(
+            f"{s.queues} compaction queues, {s.records} log records, {s.units} units: {s.problems} problems{' (' + codes + ')' if codes else ''}{absent}"
+        )
     raise typer.Exit(1 if s.problems else 0)
 
 

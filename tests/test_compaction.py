@@ -646,3 +646,36 @@ def test_verify_without_the_commitlog(tmp_path):
             "commitlog_compared": False,
         }
     ]
+
+
+def test_sql_compacted_table_and_problems(tmp_path):
+    """`sql` offers the consumer view as the `compacted` table, and the compaction findings in `problems`."""
+    q = "SELECT topic, queue_id, queue_offset, keys, uniq_key, phys_offset, compaction_log_offset, part FROM compacted ORDER BY queue_id, queue_offset"
+    res = run("sql", "-s", store_root(NAME), "-f", "jsonl", q)
+    assert res.exit_code == 0
+    want = [
+        {
+            "topic": TOPIC,
+            "queue_id": qid,
+            "queue_offset": v["queueOffset"],
+            "keys": v["keys"],
+            "uniq_key": v["uniqKey"],
+            "phys_offset": v["commitLogWroteOffset"],
+            "compaction_log_offset": v["compactionLogOffset"],
+            "part": "compacted" if v["queueOffset"] <= tq(qid)["checkpointOffset"] else "after_checkpoint",
+        }
+        for qid in (0, 1)
+        for v in tq(qid)["consumerView"]
+    ]
+    assert jsonl(res.stdout) == want
+    root = copy_store(NAME, tmp_path)
+    r, path = _rec(root, 1, 5)
+    flip(path, r["pos"] + field_at("store_timestamp") + 7)
+    res = run("sql", "-s", root, "-f", "jsonl", "SELECT code, file, file_offset FROM problems ORDER BY code")
+    u, ufile = _unit_of(1, r["queueOffset"])
+    assert jsonl(res.stdout) == [
+        {"code": "compaction_cq_store_time_mismatch", "file": str(root / ufile), "file_offset": u["pos"]},
+        {"code": "compaction_record_differs", "file": path, "file_offset": r["pos"] + field_at("store_timestamp") + 7},
+    ]
+    res = run("sql", "-s", root, "-f", "jsonl", "SELECT count(*) AS n FROM units WHERE status <> 'ok'")
+    assert jsonl(res.stdout) == [{"n": 0}]  # the plain ConsumeQueue units are not the compaction queue's

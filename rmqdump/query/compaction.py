@@ -34,11 +34,11 @@ def part_of(queue_offset: int, cp: int) -> str:
 
 
 def consumer_view(
-    cf: CompactionFiles, cl: CommitLog, topic: str, queue_id: int | None = None, *, on_bytes: Callable[[int], None] | None = None
+    cf: CompactionFiles, cl: CommitLog, topic: str | None, queue_id: int | None = None, *, on_bytes: Callable[[int], None] | None = None
 ) -> Iterator[dict | Problem]:
-    """Rows of kind `message`, queue by queue in unit order; a Problem where a unit's record cannot be read."""
+    """Rows of kind `message`, queue by queue in unit order (every compaction topic's when topic is None); a Problem where a unit's record cannot be read."""
     queues = cf.select(topic, queue_id)
-    orig = originals(cl, {topic}, on_bytes=on_bytes) if cl.files and queues else {}
+    orig = originals(cl, {q.topic for q in queues}, on_bytes=on_bytes) if cl.files and queues else {}
     for q in queues:
         cp = cf.checkpoint.offset(q.topic, q.queue_id)
         mine = orig.get((q.topic, q.queue_id), {})

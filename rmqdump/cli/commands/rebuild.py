@@ -187,14 +187,14 @@ def rebuild_cmd(
                 rep = run_rebuild(str(store), str(out), settings, options, master, spark_conf, ship=ship)
             else:
                 rep = rebuild(str(store), str(out), settings, options, on_bytes=advance)
+        from rmqdump.build.compactioncqbuild import rebuild_compaction_cq
+
+        comp = rebuild_compaction_cq(str(store), str(out), force=force, sync=not no_sync, topics=options.topics) if "consumequeue" in options.only else None
     except KeyboardInterrupt:
         render.fail(f"interrupted: {out}: nothing was written (the temporary directory was removed)", 2)
     finally:
         signal.signal(signal.SIGTERM, old)
     s = rep.summary()
-    from rmqdump.build.compactioncqbuild import rebuild_compaction_cq
-
-    comp = rebuild_compaction_cq(str(store), str(out), force=force, sync=not no_sync, topics=options.topics) if "consumequeue" in options.only else None
     from rmqdump.readers.rocksdbcq import is_rocksdb
 
     if is_rocksdb(str(Path(store) / "consumequeue")):

@@ -2,7 +2,7 @@
 
 from schemas.checkpoint import Checkpoint
 from schemas.commitlog import BlankMarker, HostV4, HostV6, MessageRecord, RecordPrefix, message_header
-from schemas.consumequeue import BatchConsumeQueueUnit, ConsumeQueueExtHeader, ConsumeQueueExtUnit, ConsumeQueueUnit
+from schemas.consumequeue import BatchConsumeQueueUnit, ConsumeQueueExtHeader, ConsumeQueueExtUnit, ConsumeQueueUnit, SparseConsumeQueueUnit
 from schemas.indexfile import IndexEntry, IndexHeader, IndexSlot, index_file
 from schemas.msgid import OffsetMsgIdV4, OffsetMsgIdV6, UniqKeyV4, UniqKeyV6, offset_msg_id, uniq_key
 from schemas.rocksdbcq import RocksCheckpointValue, RocksCQKey, RocksCQValue, RocksOffsetKey, RocksOffsetValue
@@ -29,6 +29,7 @@ __all__ = [
     "RocksCheckpointValue",
     "RocksOffsetKey",
     "RocksOffsetValue",
+    "SparseConsumeQueueUnit",
     "TimerCheck",
     "TimerLogBlank",
     "TimerLogUnit",

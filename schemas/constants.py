@@ -139,3 +139,11 @@ COMMITLOG_NAME_DIGITS = 20
 DEFAULT_COMMITLOG_FILE_SIZE = 1 << 30
 CHECKPOINT_SIZE = 4096
 MAX_MESSAGE_SIZE = 4 * 1024 * 1024  # broker default maxMessageSize
+
+# Compaction topics (store/kv/CompactionStore.java, CompactionLog.java, CompactionPositionMgr.java)
+COMPACTION_DIR = "compaction"  # under the store root
+COMPACTION_LOG_DIR = "compactionLog"  # compaction/compactionLog/TOPIC/QID/: CommitLog records, physicalOffset = own offset
+COMPACTION_CQ_DIR = "compactionCq"  # compaction/compactionCq/TOPIC/QID/: SparseConsumeQueue, file names = the log files'
+COMPACTION_CHECKPOINT = "position-checkpoint"  # JSON {"queueOffsetMap": {"TOPIC_QID": last compacted queue offset}}
+COMPACTION_CHECKPOINT_NONE = -1  # CompactionPositionMgr.getOffset for a queue never compacted
+SCQ_END_OFFSET = -1  # SparseConsumeQueue.putEndPositionInfo: the unit closing a full file

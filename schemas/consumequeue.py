@@ -1,7 +1,9 @@
 """ConsumeQueue units.
 
 store/ConsumeQueue.java (CQ_STORE_UNIT_SIZE = 20),
-store/queue/BatchConsumeQueue.java (CQ_STORE_UNIT_SIZE = 46) and
+store/queue/BatchConsumeQueue.java (CQ_STORE_UNIT_SIZE = 46; its subclass
+store/queue/SparseConsumeQueue.java, the compaction topics' `compactionCq`,
+writes the same 46-byte unit) and
 store/ConsumeQueueExt.java (CqExtUnit: variable size, written as size,
 tagsCode, msgStoreTime, bitMapSize, bitmap; checked against the bytes of
 fixtures/real/rmq53-cqext).
@@ -29,6 +31,11 @@ BatchConsumeQueueUnit = Struct(
     "reserved" / Int32sb,
 )
 """One Batch ConsumeQueue unit; units are appended in order, msg_base_offset is the queue offset of its first message."""
+
+SparseConsumeQueueUnit = BatchConsumeQueueUnit
+"""One unit of a compaction topic's SparseConsumeQueue (compaction/compactionCq/TOPIC/QID/): the Batch layout, with
+commit_log_offset holding the compaction-log offset of its record and batch_size 1. A full file ends with an end unit
+(offset -1, compacted_offset -1, every other field 0)."""
 
 ConsumeQueueExtHeader = Struct(
     "size" / Int16sb,

@@ -39,7 +39,7 @@ ROOT = HERE.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from schemas import Checkpoint, ConsumeQueueUnit, IndexEntry, IndexHeader, IndexSlot, message_header  # noqa: E402
+from schemas import Checkpoint, ConsumeQueueUnit, IndexEntry, IndexHeader, IndexSlot, SparseConsumeQueueUnit, message_header  # noqa: E402
 from schemas import constants as C  # noqa: E402
 
 REAL = ROOT / "fixtures" / "real"
@@ -667,6 +667,98 @@ def decompress_case(ctx: dict, ex) -> None:
             raise FuzzFailure(f"record {rec['offset']}: listed body differs from its decompression")
 
 
+# Compaction topics: a SparseConsumeQueue file, a compaction-log file or the position checkpoint of a copy of
+# fixtures/real/rmq53-compaction, damaged. `compaction view` answers one row per valid unit (offset >= 0, size > 0,
+# queue offset >= 0, batchNum > 0), in order, each a message read at the unit's offset or the problem found there;
+# a listed message is the record the log bytes hold at that offset; the checkpoint `info` reports is the file's
+# (when it is JSON) or, when the broker would fall back to it, the .bak's.
+
+COMPACT_TOPIC, COMPACT_QUEUE, COMPACT_FILE = "CompactKV", 1, "00000000000000601128"
+SCQ_UNIT = SparseConsumeQueueUnit.sizeof()
+SCQ_FORMAT = ">qiqqqhii"  # SparseConsumeQueueUnit: offset, size, tagsCode, storeTime, queue offset, batchNum, compactedOffset, reserved
+assert struct.calcsize(SCQ_FORMAT) == SCQ_UNIT
+
+
+def compaction_setup(ws: Path) -> dict:
+    store = _copy_store("rmq53-compaction", ws, ("commitlog", "compaction"))
+    comp = store / "compaction"
+    cq_dir = comp / "compactionCq" / COMPACT_TOPIC / str(COMPACT_QUEUE)
+    log = comp / "compactionLog" / COMPACT_TOPIC / str(COMPACT_QUEUE) / COMPACT_FILE
+    files = {"cq": cq_dir / COMPACT_FILE, "log": log, "checkpoint": comp / "position-checkpoint"}
+    return {"store": store, "cq_dir": cq_dir, "log_dir": log.parent, "files": files, "orig": {k: f.read_bytes() for k, f in files.items()}}
+
+
+def compaction_strategy(ctx: dict) -> st.SearchStrategy:
+    return st.one_of(
+        st.tuples(st.just("cq"), damage(len(ctx["orig"]["cq"]), tail=2 * SCQ_UNIT)),
+        st.tuples(st.just("log"), damage(len(ctx["orig"]["log"]))),
+        st.tuples(st.just("checkpoint"), damage(len(ctx["orig"]["checkpoint"]), tail=8)),
+    )
+
+
+def _valid_units(cq_dir: Path) -> list[int]:
+    out = []
+    for f in sorted(cq_dir.iterdir()):
+        if len(f.name) != 20 or not f.name.isdigit():
+            continue
+        b = f.read_bytes()
+        for i in range(0, len(b) - SCQ_UNIT + 1, SCQ_UNIT):
+            off, size, _, _, qo, batch, _, _ = struct.unpack_from(SCQ_FORMAT, b, i)
+            if off >= 0 and size > 0 and qo >= 0 and batch > 0:
+                out.append(off)
+    return out
+
+
+def _queue_key(k: str) -> bool:
+    """TOPIC_QID as CompactionPositionMgr writes it: a topic, `_`, the queue id in decimal (no leading zeros, no sign but -)."""
+    topic, _, qid = k.rpartition("_")
+    try:
+        return bool(topic) and qid.isascii() and str(int(qid)) == qid
+    except ValueError:
+        return False
+
+
+def compaction_case(ctx: dict, ex) -> None:
+    kind, edits = ex
+    for k, f in ctx["files"].items():
+        write(f, apply(ctx["orig"][k], edits) if k == kind else ctx["orig"][k])
+    s = str(ctx["store"])
+    if kind == "checkpoint":
+        o = invoke("info", "-s", s, "-f", "jsonl", "--no-recovery")
+        if o.code == 2:
+            raise FuzzFailure(f"info refused a damaged compaction checkpoint: {o.stderr.strip()}")
+        (ck,) = o.rows("compaction_checkpoint")
+        try:
+            data = json.loads(ctx["files"]["checkpoint"].read_bytes().decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            return  # not JSON to us (fastjson may still read it): any answer without a traceback
+        table = data.get("queueOffsetMap") if isinstance(data, dict) else None
+        if isinstance(table, dict):
+            want = {k: v for k, v in table.items() if type(v) is int and _queue_key(k)}
+        else:
+            want = json.loads(ctx["orig"]["checkpoint"])["queueOffsetMap"]  # the .bak, left as the broker wrote it
+        if ck["queue_offsets"] != want:
+            raise FuzzFailure(f"checkpoint entries {ck['queue_offsets']}, the bytes hold {want}")
+        invoke("compaction", "verify", "-s", s, "-f", "jsonl")
+        return
+    o = invoke("compaction", "view", "-s", s, "-t", COMPACT_TOPIC, "-q", str(COMPACT_QUEUE), "-f", "jsonl")
+    if o.code == 2:
+        raise FuzzFailure(f"compaction view refused the store: {o.stderr.strip()}")
+    rows = o.rows()
+    got = [r["compaction_log_offset"] if r["kind"] == "message" else r["phys_offset"] for r in rows]
+    want = _valid_units(ctx["cq_dir"])
+    if got != want:
+        raise FuzzFailure(f"compaction view answered {len(got)} rows, the queue has {len(want)} valid units (first difference: {_first_diff(got, want)})")
+    logs = {int(f.name): f.read_bytes() for f in ctx["log_dir"].iterdir() if len(f.name) == 20 and f.name.isdigit()}
+    for r in o.rows("message"):
+        base = max(b for b in logs if b <= r["compaction_log_offset"])
+        data, pos = logs[base], r["compaction_log_offset"] - base
+        size, _, _, qid, _, qo = struct.unpack_from(">iiiiiq", data, pos)
+        if (size, qid, qo) != (r["size"], r["queue_id"], r["queue_offset"]):
+            raise FuzzFailure(f"listed message at {r['compaction_log_offset']} is not what the log holds there: {(size, qid, qo)}")
+    invoke("compaction", "verify", "-s", s, "-f", "jsonl")
+
+
 TARGETS: dict[str, Target] = {
     t.name: t
     for t in (
@@ -676,6 +768,7 @@ TARGETS: dict[str, Target] = {
         Target("config", config_setup, config_strategy, config_case),
         Target("offsets", offsets_setup, offsets_strategy, offsets_case),
         Target("decompress", decompress_setup, decompress_strategy, decompress_case),
+        Target("compaction", compaction_setup, compaction_strategy, compaction_case),
     )
 }
 

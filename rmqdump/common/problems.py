@@ -29,6 +29,31 @@ ZEROED_RANGE = "zeroed_range"
 TRUNCATED_TAIL = "truncated_tail"
 TRAILING_GARBAGE = "trailing_garbage"
 DECOMPRESS_FAILED = "decompress_failed"
+# Compaction topics (compaction/): file layout and checkpoint
+COMPACTION_BAD_FILE_NAME = "compaction_bad_file_name"
+COMPACTION_FILE_SIZE = "compaction_file_size"
+COMPACTION_FILE_UNPAIRED = "compaction_file_unpaired"
+COMPACTION_LOG_GAP = "compaction_log_gap"
+COMPACTION_CHECKPOINT_UNREADABLE = "compaction_checkpoint_unreadable"
+COMPACTION_CHECKPOINT_MISMATCH = "compaction_checkpoint_mismatch"
+# Compaction topics: log records against the CommitLog and their units
+COMPACTION_RECORD_WRONG_QUEUE = "compaction_record_wrong_queue"
+COMPACTION_RECORD_DIFFERS = "compaction_record_differs"
+COMPACTION_RECORD_NO_ORIGINAL = "compaction_record_no_original"
+COMPACTION_RECORD_NO_UNIT = "compaction_record_no_unit"
+COMPACTION_CQ_BAD_POINTER = "compaction_cq_bad_pointer"
+COMPACTION_CQ_SIZE_MISMATCH = "compaction_cq_size_mismatch"
+COMPACTION_CQ_TAGS_MISMATCH = "compaction_cq_tags_mismatch"
+COMPACTION_CQ_STORE_TIME_MISMATCH = "compaction_cq_store_time_mismatch"
+COMPACTION_CQ_QUEUE_OFFSET_MISMATCH = "compaction_cq_queue_offset_mismatch"
+COMPACTION_CQ_INVALID_UNIT = "compaction_cq_invalid_unit"
+COMPACTION_CQ_ORDER = "compaction_cq_order"
+# Compaction topics: the retention rule (CompactionLog.shouldRetainMsg)
+COMPACTION_DUPLICATE_SURVIVOR = "compaction_duplicate_survivor"
+COMPACTION_TOMBSTONE_KEPT = "compaction_tombstone_kept"
+COMPACTION_STALE_SURVIVOR = "compaction_stale_survivor"
+COMPACTION_SURVIVOR_LOST = "compaction_survivor_lost"
+COMPACTION_RECORD_MISSING = "compaction_record_missing"
 
 
 @dataclass(frozen=True)

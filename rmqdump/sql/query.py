@@ -131,8 +131,8 @@ def check_temp_dir(path: str, stores: list[StoreRef]) -> str:
 
 def scans(p: Plan) -> int:
     """How many passes over the CommitLogs the plan makes (for the progress bar): messages, problems and
-    units.status each scan once (problems are streamed, not kept, so the two verify runs are not shared)."""
-    return int("messages" in p.columns) + int("problems" in p.columns) + int("status" in p.columns.get("units", []))
+    units.status and compacted each scan once (problems are streamed, not kept, so the two verify runs are not shared)."""
+    return int("messages" in p.columns) + int("problems" in p.columns) + int("status" in p.columns.get("units", [])) + int("compacted" in p.columns)
 
 
 def add_functions(con: duckdb.DuckDBPyConnection) -> None:
@@ -147,6 +147,7 @@ def _reader(name: str, stores: list[StoreRef], cols: list[str], on_bytes, failed
         "index_entries": lambda: T.index_entries(stores, cols),
         "problems": lambda: T.problems(stores, cols, on_bytes),
         "offsets": lambda: T.offsets(stores, cols),
+        "compacted": lambda: T.compacted(stores, cols, on_bytes),
     }
 
     def batches():

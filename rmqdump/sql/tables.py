@@ -19,10 +19,12 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from rmqdump.checks import cqunits, cqverify
+from rmqdump.checks import compactionverify, cqunits, cqverify
 from rmqdump.checks.offsets import consumer_offsets
 from rmqdump.common.problems import InputError, Problem
 from rmqdump.export import arrowbatch
+from rmqdump.query.compaction import consumer_view
+from rmqdump.readers.compaction import find_compaction
 from rmqdump.readers.consumequeue import UNIT_SIZE, QueueUnits, read_units
 from rmqdump.readers.indexfile import open_all
 from rmqdump.readers.store import Store
@@ -105,7 +107,7 @@ TABLES: dict[str, list[Column]] = {
     ),
     "problems": _cols(
         _BROKER,
-        ("code", pa.string(), "stable problem code (see the tables of `commitlog` and `cq verify`)"),
+        ("code", pa.string(), "stable problem code (see the tables of `commitlog`, `cq verify` and `compaction verify`)"),
         ("file", pa.string(), "file the problem is in"),
         ("file_offset", pa.int64(), "byte offset in that file"),
         ("phys_offset", pa.int64(), "physical offset concerned"),
@@ -113,6 +115,21 @@ TABLES: dict[str, list[Column]] = {
         ("topic", pa.string(), "queue's topic (ConsumeQueue problems)"),
         ("queue_id", pa.int32(), "queue id (ConsumeQueue problems)"),
         ("unit_index", pa.int64(), "unit index (ConsumeQueue problems; for cq_missing_unit the message's queue offset)"),
+    ),
+    "compacted": _cols(
+        _BROKER,
+        ("topic", pa.string(), "compaction topic (cleanup.policy=COMPACTION)"),
+        ("queue_id", pa.int32(), "queue id"),
+        ("queue_offset", pa.int64(), "queue offset of the message a consumer of the compacted queue gets, in order"),
+        ("keys", pa.string(), "KEYS property, whole: the compaction key"),
+        ("uniq_key", pa.string(), "UNIQ_KEY property (the client msgId)"),
+        ("phys_offset", pa.int64(), "CommitLog offset of the original (null when the CommitLog no longer holds it)"),
+        ("compaction_log_offset", pa.int64(), "offset of the copy in the compaction log"),
+        ("part", pa.string(), "'compacted' (at or before the compaction checkpoint) or 'after_checkpoint'"),
+        ("size", pa.int32(), "record size in bytes"),
+        ("store_timestamp", pa.int64(), "broker store time, epoch ms"),
+        ("tags", pa.string(), "TAGS property"),
+        ("body_length", pa.int32(), "body size (0: a tombstone)"),
     ),
     "offsets": _cols(
         _BROKER,
@@ -144,6 +161,12 @@ PROBLEM_BATCH = 10_000  # problems per Arrow batch
 def verify_findings(ref: StoreRef, on_bytes: Callable[[int], None] | None = None) -> Iterator[Problem]:
     """What `cq verify` reports on one store, as it finds it (its memory is bounded by its windows)."""
     return cqverify.verify(Store.open(ref.root), on_bytes=on_bytes)
+
+
+def compaction_findings(ref: StoreRef) -> Iterator[Problem]:
+    """What `cq verify` adds for the compaction topics (`compaction verify`); kept out of units.status: they are not ConsumeQueue units."""
+    st = Store.open(ref.root)
+    yield from compactionverify.verify(st.root, st.commitlog)
 
 
 class UnitStatus:
@@ -255,7 +278,7 @@ def index_entries(stores: list[StoreRef], columns: list[str]) -> Iterator[pa.Rec
 
 
 def problems(stores: list[StoreRef], columns: list[str], on_bytes: Callable[[int], None] | None = None) -> Iterator[pa.RecordBatch]:
-    """What `cq verify` reports on each store (layout, CommitLog and ConsumeQueue findings), streamed in its order."""
+    """What `cq verify` reports on each store (layout, CommitLog, ConsumeQueue and compaction findings), streamed in its order."""
     schema = arrow_schema("problems", columns)
     get = {
         "code": lambda p: p.code,
@@ -269,9 +292,22 @@ def problems(stores: list[StoreRef], columns: list[str], on_bytes: Callable[[int
     }
     for ref in stores:
         get["broker"] = lambda p, name=ref.name: name
-        found = verify_findings(ref, on_bytes)
+        found = itertools.chain(verify_findings(ref, on_bytes), compaction_findings(ref))
         while chunk := list(itertools.islice(found, PROBLEM_BATCH)):
             yield _batch(schema, {c: [get[c](p) for p in chunk] for c in columns})
+
+
+def compacted(stores: list[StoreRef], columns: list[str], on_bytes: Callable[[int], None] | None = None) -> Iterator[pa.RecordBatch]:
+    """What consumers of each compaction topic's queues get (`compaction view`); units whose record cannot be read are left out."""
+    schema = arrow_schema("compacted", columns)
+    for ref in stores:
+        cf = find_compaction(ref.root)
+        if cf is None or not cf.queues:
+            continue
+        rows = [r for r in consumer_view(cf, Store.open(ref.root).commitlog, None, on_bytes=on_bytes) if not isinstance(r, Problem)]
+        for lo in range(0, len(rows), PROBLEM_BATCH):
+            chunk = rows[lo : lo + PROBLEM_BATCH]
+            yield _batch(schema, {c: [ref.name] * len(chunk) if c == "broker" else [r[c] for r in chunk] for c in columns})
 
 
 def offsets(stores: list[StoreRef], columns: list[str]) -> Iterator[pa.RecordBatch]:

@@ -92,6 +92,9 @@ def verify_cmd(
                 )
                 if len(rows) >= 500:
                     _flush(rows)
+    from rmqdump.cli.commands.compaction import add_to_cq_verify
+
+    add_to_cq_verify(st, topic, queue, not no_crc, summary, fmt, rows)
     if fmt is ListFormat.jsonl:
         render.jsonl(summary.to_dict())
     else:

@@ -168,6 +168,46 @@ def _table(info: StoreInfo) -> None:
             o.print(f"  [red]the broker would refuse to load[/red]: {e}")
 
 
+def _compaction(st, fmt: ListFormat) -> bool:
+    """Compaction topics (compaction/): per queue its files, sizes, units and checkpoint; True when their layout has problems."""
+    from rmqdump.query.compaction import compaction_summary
+    from rmqdump.readers.compaction import find_compaction
+
+    cf = find_compaction(st.root)
+    if cf is None or not (cf.queues or cf.checkpoint.entries or cf.problems):  # 5.x brokers leave an empty compaction/ in every store
+        return False
+    rows = compaction_summary(cf)
+    if fmt is ListFormat.jsonl:
+        for row in rows:
+            render.jsonl(row)
+        for p in cf.problems:
+            render.jsonl(p.to_dict())
+        return bool(cf.problems)
+    from rich.table import Table
+
+    o = render.out
+    t = Table("topic", "queue", "checkpoint", "log files", "log bytes", "cq files", "cq bytes", "units", "min", "max", box=None, header_style="bold")
+    for r in rows[:-1]:
+        t.add_row(
+            r["topic"],
+            str(r["queue_id"]),
+            str(r["checkpoint"]),
+            " ".join(n.lstrip("0") or "0" for n in r["log_files"]),
+            str(r["log_bytes"]),
+            str(len(r["cq_files"])),
+            str(r["cq_bytes"]),
+            str(r["units"]),
+            str(r["min_offset"]),
+            str(r["max_offset"]),
+        )
+    ck = rows[-1]
+    o.print(f"[bold]Compaction topics[/bold] ({len(rows) - 1} queues; checkpoint {ck['used'] or ck['path'] + ' missing'}: {ck['queue_offsets']})", markup=True)
+    o.print(t)
+    for p in cf.problems:
+        o.print(p.line(), markup=False)
+    return bool(cf.problems)
+
+
 def info(
     store: Path = store_option(),
     fmt: ListFormat = O.format_option(ListFormat.table, "table or jsonl."),
@@ -190,8 +230,9 @@ def info(
         _jsonl(inf)
     else:
         _table(inf)
+    compaction_bad = _compaction(st, fmt)
     r = inf.recovery
-    bad = bool(inf.problems) or (r is not None and (r.truncated_bytes > 0 or bool(r.load_errors)))
+    bad = bool(inf.problems) or compaction_bad or (r is not None and (r.truncated_bytes > 0 or bool(r.load_errors)))
     raise typer.Exit(1 if bad else 0)
 
 

@@ -188,6 +188,9 @@ def rebuild_cmd(
                 rep = run_rebuild(str(store), str(out), settings, options, master, spark_conf, ship=ship)
             else:
                 rep = rebuild(str(store), str(out), settings, options, on_bytes=advance)
+        from rmqdump.build.compactioncqbuild import rebuild_compaction_cq
+
+        comp = rebuild_compaction_cq(str(store), str(out), force=force, sync=not no_sync, topics=options.topics) if "consumequeue" in options.only else None
     except KeyboardInterrupt:
         render.fail(f"interrupted: {out}: nothing was written (the temporary directory was removed)", 2)
     finally:
@@ -207,10 +210,20 @@ def rebuild_cmd(
             render.jsonl({"kind": "queue", **q.to_dict()})
         for f in rep.index_files:
             render.jsonl({"kind": "index_file", **f.to_dict()})
+        for row in [] if comp is None else [*(p.to_dict() for p in comp.problems), *(q.to_dict() for q in comp.queues)]:
+            render.jsonl(row)
         render.jsonl(s)
     else:
         _print_table(rep, s)
-    raise typer.Exit(0 if rep.ok else 1)
+        if comp is not None:
+            render.out.print(
+                f"compaction: {comp.out}: {len(comp.queues)} queues, {sum(q.units for q in comp.queues)} units, "
+                f"{sum(q.end_units for q in comp.queues)} end units (files of {comp.cq_file_size} bytes, from the compaction logs)",
+                markup=False,
+            )
+            for p in comp.problems:
+                render.out.print(f"problem: {p.line()}", markup=False)
+    raise typer.Exit(0 if rep.ok and not (comp and comp.problems) else 1)
 
 
 def register(app, guarded) -> None:

@@ -1,0 +1,274 @@
+"""`rmqdump compaction verify|view`: compaction topics (cleanup.policy=COMPACTION) and what their consumers get."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from rmqdump.cli import render
+from rmqdump.cli.commands import options as O
+from rmqdump.cli.commands.options import ListFormat, store_option
+
+compaction_app = typer.Typer(
+    help="Compaction topics: verify the compaction log and queue against the CommitLog, show what a consumer gets.", no_args_is_help=True, rich_markup_mode=None
+)
+
+
+def _files(st):
+    from rmqdump.readers.compaction import find_compaction
+
+    cf = find_compaction(st.root)
+    if cf is None:
+        render.fail(f"no_compaction: {st.root}/compaction: no compaction directory in this store", 2)
+    return cf
+
+
+def problem_rows(problems, st) -> list[tuple]:
+    """Table rows of problems, in the columns `cq verify` shows."""
+    out = []
+    for p in problems:
+        e = p.extra
+        out.append(
+            (
+                p.code,
+                e.get("topic") or "",
+                "" if e.get("queue_id") is None else str(e["queue_id"]),
+                "" if e.get("unit_index") is None else str(e["unit_index"]),
+                "" if p.phys_offset is None else str(p.phys_offset),
+                st.rel(p.file) + ("" if p.file_offset is None else f"@{p.file_offset}"),
+                p.detail,
+            )
+        )
+    return out
+
+
+def print_problem_table(rows: list[tuple]) -> None:
+    if not rows:
+        return
+    from rich.table import Table
+
+    t = Table(box=None, header_style="bold")
+    t.add_column("code", no_wrap=True)
+    for name in ("topic", "queue", "q-offset", "offset"):
+        t.add_column(name, overflow="fold")
+    t.add_column("file@offset", overflow="fold")
+    t.add_column("detail", overflow="fold")
+    for r in rows:
+        t.add_row(*r)
+    render.out.print(t, markup=False)
+
+
+def verify_cmd(
+    store: Path = store_option(),
+    topic: str = O.topic_option(),
+    queue: int = O.queue_option(),
+    no_crc: bool = O.no_crc_option("Skip body/property CRC checks of the compaction-log records (faster)."),
+    fmt: ListFormat = O.format_option(ListFormat.table, "table or jsonl."),
+):
+    """Check the compaction log, its queue and checkpoint against each other, the CommitLog and the retention rule.
+
+    Exit 0 clean, 1 problems found, 2 unusable input.
+
+    Example:  rmqdump compaction verify -s store -f jsonl
+    """
+    from rmqdump.checks.compactionverify import Summary, verify
+    from rmqdump.checks.cqunits import PROBLEM_COLUMNS
+    from rmqdump.readers.store import Store
+
+    st = Store.open(store)
+    _files(st)
+    s = Summary()
+    with render.progress(sum(f.size for f in st.commitlog.files), "compaction verify") as advance:
+        found = verify(st.root, st.commitlog, topic=topic, queue_id=queue, check_crc=not no_crc, summary=s, on_bytes=advance)
+    if fmt is ListFormat.jsonl:
+        for p in found:
+            render.jsonl(p.to_dict(PROBLEM_COLUMNS))
+        render.jsonl(s.to_dict())
+    else:
+        print_problem_table(problem_rows(found, st))
+        codes = ", ".join(f"{k} {v}" for k, v in sorted(s.codes.items()))
+        absent = "" if s.commitlog else " (no CommitLog files: the records were not compared with their originals)"
+        render.err.print(
+            f"{s.queues} compaction queues, {s.records} log records, {s.units} units: {s.problems} problems{' (' + codes + ')' if codes else ''}{absent}"
+        )
+    raise typer.Exit(1 if s.problems else 0)
+
+
+def view_cmd(
+    store: Path = store_option(),
+    topic: str = O.topic_option("The compaction topic.", required=True),
+    queue: int = O.queue_option(),
+    key: str = typer.Option(None, "--key", help="The history of one key (the whole KEYS string): every put, which is served, why the others are not."),
+    fmt: ListFormat = O.format_option(ListFormat.table, "table or jsonl."),
+):
+    """What a consumer of the compacted queue gets, in order; with --key, the history of one key.
+
+    Exit 0, 1 when nothing is found (or a unit's record cannot be read), 2 unusable input.
+
+    Example:  rmqdump compaction view -s store -t CompactKV -q 0 --key item-007 -f jsonl
+    """
+    from rmqdump.common.problems import Problem
+    from rmqdump.common.timeutil import iso
+    from rmqdump.query.compaction import consumer_view, key_history
+    from rmqdump.readers.store import Store
+
+    st = Store.open(store)
+    cf = _files(st)
+    _queues(cf, topic, queue)
+    with render.progress(sum(f.size for f in st.commitlog.files), "compaction view") as advance:
+        if key is not None:
+            rows = key_history(cf, st.commitlog, topic, key, queue, on_bytes=advance)
+        else:
+            rows = list(consumer_view(cf, st.commitlog, topic, queue, on_bytes=advance))
+    bad = [r for r in rows if isinstance(r, Problem)]
+    good = [r for r in rows if not isinstance(r, Problem)]
+    if fmt is ListFormat.jsonl:
+        for r in rows:
+            render.jsonl(r.to_dict() if isinstance(r, Problem) else r)
+    else:
+        from rich.table import Table
+
+        cols = ["queue", "q-offset", "keys", "uniq_key", "CommitLog", "compaction log", "part", "stored (UTC)"]
+        cols += ["served", "why"] if key is not None else ["tags", "body"]
+        t = Table(*cols, box=None, header_style="bold")
+        for r in good:
+            cells = [str(r["queue_id"]), str(r["queue_offset"]), r["keys"] or "", r["uniq_key"] or "", _s(r["phys_offset"]), _s(r["compaction_log_offset"])]
+            cells += [r["part"], iso(r["store_timestamp"])]
+            cells += ["yes" if r["served"] else "no", r["why"]] if key is not None else [r["tags"] or "", str(r["body_length"])]
+            t.add_row(*cells)
+        render.out.print(t, markup=False)
+        for p in bad:
+            render.err.print(p.line(), markup=False)
+    raise typer.Exit(1 if bad or not good else 0)
+
+
+def _queues(cf, topic: str, queue):
+    if not cf.select(topic, queue):
+        render.fail(f"no_queue: {cf.root}/compactionLog/{topic}{'' if queue is None else '/' + str(queue)}: no such compaction queue", 2)
+
+
+def log_cmd(
+    store: Path = store_option(),
+    topic: str = O.topic_option("The compaction topic.", required=True),
+    queue: int = O.queue_option(),
+    fmt: ListFormat = O.format_option(ListFormat.table, "table or jsonl."),
+):
+    """The records of a compaction log, each with its compaction-log offset and its original's CommitLog offset.
+
+    JSON Lines rows are `commitlog`'s message rows, with `compaction_log_offset`, `phys_offset` (the original's,
+    null when the CommitLog no longer holds it) and `compaction_key` (the whole KEYS string). Exit 0, 1 when the
+    log has problems or no records, 2 unusable input.
+
+    Example:  rmqdump compaction log -s store -t CompactKV -q 0 -f jsonl
+    """
+    from rmqdump.common.problems import Problem
+    from rmqdump.common.timeutil import iso
+    from rmqdump.query.compaction import log_rows
+    from rmqdump.readers.store import Store
+
+    st = Store.open(store)
+    cf = _files(st)
+    _queues(cf, topic, queue)
+    with render.progress(sum(f.size for f in st.commitlog.files), "compaction log") as advance:
+        rows = list(log_rows(cf, st.commitlog, topic, queue, on_bytes=advance))
+    bad = [r for r in rows if isinstance(r, Problem)]
+    if fmt is ListFormat.jsonl:
+        for r in rows:
+            render.jsonl(r.to_dict() if isinstance(r, Problem) else r)
+    else:
+        from rich.table import Table
+
+        t = Table(
+            "file@offset", "compaction log", "CommitLog", "queue", "q-offset", "size", "keys", "tags", "body", "stored (UTC)", box=None, header_style="bold"
+        )
+        for r in rows:
+            if isinstance(r, Problem):
+                t.add_row(f"{Path(r.file).name}@{r.file_offset}", r.code, "", "", "", "", "", "", "", r.detail)
+                continue
+            t.add_row(
+                f"{Path(r['file']).name}@{r['file_offset']}",
+                str(r["compaction_log_offset"]),
+                _s(r["phys_offset"]),
+                str(r["queue_id"]),
+                str(r["queue_offset"]),
+                str(r["total_size"]),
+                r["compaction_key"] or "",
+                r["tags"] or "",
+                str(r["body_length"]),
+                iso(r["store_timestamp"]),
+            )
+        render.out.print(t, markup=False)
+    raise typer.Exit(1 if bad or not rows else 0)
+
+
+def units_cmd(
+    store: Path = store_option(),
+    topic: str = O.topic_option("The compaction topic.", required=True),
+    queue: int = O.queue_option(),
+    fmt: ListFormat = O.format_option(ListFormat.table, "table or jsonl."),
+):
+    """The SparseConsumeQueue units of a compaction topic as written: valid units, end units, other non-zero units.
+
+    Exit 0, 1 when there is no unit, 2 unusable input.
+
+    Example:  rmqdump compaction units -s store -t CompactKV -q 1 -f jsonl
+    """
+    from rmqdump.query.compaction import unit_rows
+    from rmqdump.readers.store import Store
+
+    st = Store.open(store)
+    cf = _files(st)
+    _queues(cf, topic, queue)
+    rows = list(unit_rows(cf, topic, queue))
+    if fmt is ListFormat.jsonl:
+        for r in rows:
+            render.jsonl(r)
+    else:
+        from rich.table import Table
+
+        cols = ("file@offset", "compaction log", "size", "tags_code", "store_time", "q-offset", "batch", "compacted", "reserved", "")
+        t = Table(*cols, box=None, header_style="bold")
+        for r in rows:
+            note = "end" if r["end"] else "" if r["valid"] else "invalid"
+            vals = (
+                r["compaction_log_offset"],
+                r["size"],
+                r["tags_code"],
+                r["store_time"],
+                r["queue_offset"],
+                r["batch_num"],
+                r["compacted_offset"],
+                r["reserved"],
+            )
+            t.add_row(f"{Path(r['cq_file']).name}@{r['file_offset']}", *map(str, vals), note)
+        render.out.print(t, markup=False)
+    raise typer.Exit(0 if rows else 1)
+
+
+def add_to_cq_verify(st, topic, queue, check_crc: bool, summary, fmt: ListFormat, rows: list[tuple]) -> None:
+    """`cq verify` covers compaction topics too: their problems, counted in its summary, in its format (a store without compaction/ adds nothing)."""
+    from rmqdump.checks.compactionverify import verify
+    from rmqdump.checks.cqunits import PROBLEM_COLUMNS
+
+    for p in verify(st.root, st.commitlog, topic=topic, queue_id=queue, check_crc=check_crc):
+        summary.count(p)
+        if fmt is ListFormat.jsonl:
+            render.jsonl(p.to_dict(PROBLEM_COLUMNS))
+        else:
+            e = p.extra
+            q, u = e.get("queue_id"), e.get("unit_index")
+            phys = "" if p.phys_offset is None else str(p.phys_offset)
+            rows.append((p.code, e.get("topic") or "", "" if q is None else str(q), "" if u is None else str(u), phys, st.rel(p.file), p.detail))
+
+
+def _s(v) -> str:
+    return "" if v is None else str(v)
+
+
+def register(app, guarded) -> None:
+    compaction_app.command("verify")(guarded(verify_cmd))
+    compaction_app.command("view")(guarded(view_cmd))
+    compaction_app.command("log")(guarded(log_cmd))
+    compaction_app.command("units")(guarded(units_cmd))
+    app.add_typer(compaction_app, name="compaction")

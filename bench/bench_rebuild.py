@@ -25,8 +25,8 @@ import sys
 import tempfile
 import time
 
-from rmqdump.build.rebuild import RebuildOptions, rebuild
-from rmqdump.build.settings import resolve
+from rmqdump.builders.rebuild import RebuildOptions, rebuild
+from rmqdump.builders.settings import resolve
 from rmqdump.readers.commitlog import CommitLog
 from schemas import constants as C
 

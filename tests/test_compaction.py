@@ -597,7 +597,7 @@ def test_rebuild_writes_the_compaction_cq_byte_identical(tmp_path):
 
 def test_rebuild_compaction_cq_too_small(tmp_path):
     """Queue files too small for a log file's records: the records without room are named, at their log bytes."""
-    from rmqdump.build.compactioncqbuild import rebuild_compaction_cq
+    from rmqdump.builders.compactioncqbuild import rebuild_compaction_cq
 
     size = 2 * UNIT
     res = rebuild_compaction_cq(str(store_root(NAME)), str(tmp_path / "out"), force=False, sync=False, cq_file_size=size, topics=frozenset({TOPIC}))

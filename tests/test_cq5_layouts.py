@@ -136,7 +136,7 @@ def test_ext_files_roll_over_as_the_broker_does(tmp_path):
     """A unit that would reach into a file's last 4 bytes goes to the next file after a short -1; the walk reads it back."""
     import numpy as np
 
-    from rmqdump.build.cqextbuild import ConsumeQueueExtBuilder
+    from rmqdump.builders.cqextbuild import ConsumeQueueExtBuilder
     from rmqdump.readers.cqext import ConsumeQueueExt
 
     b = ConsumeQueueExtBuilder(str(tmp_path), 1000, 112, sync=False)  # 34-byte units: 29 fit before the last 4 bytes

@@ -1,7 +1,7 @@
 """ConsumeQueueBuilder on random queue-offset sequences: the real stores cover the healthy case; here holes,
 repeats, queues that start late and batch cuts, against a plain description of the files it promises.
 
-Promise (rmqdump.build.cqbuild): a unit goes to index = queueOffset, the first message of an offset keeps it, an
+Promise (rmqdump.builders.cqbuild): a unit goes to index = queueOffset, the first message of an offset keeps it, an
 offset not above the last one written is skipped; a file exists iff it holds a unit; in it, offsets before the
 queue's first unit are fillPreBlank fillers (first unit's file only), offsets between the first and last unit
 without a message are fillers, offsets after the last unit stay zero.
@@ -16,7 +16,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rmqdump.build.cqbuild import UNIT, ConsumeQueueBuilder
+from rmqdump.builders.cqbuild import UNIT, ConsumeQueueBuilder
 from schemas import constants as C
 
 

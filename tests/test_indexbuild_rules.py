@@ -16,7 +16,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rmqdump.build.indexbuild import IndexBuilder, index_file_name
+from rmqdump.builders.indexbuild import IndexBuilder, index_file_name
 from rmqdump.common.javahash import index_hash
 from rmqdump.readers.fastpath import numpy_dtype
 from schemas import IndexEntry, IndexHeader

@@ -17,7 +17,7 @@ LAYERS = [
     ("rmqdump.common",),
     ("rmqdump.readers",),
     ("rmqdump.scan",),
-    ("rmqdump.checks", "rmqdump.build", "rmqdump.export"),
+    ("rmqdump.checks", "rmqdump.builders", "rmqdump.export"),
     ("rmqdump.query", "rmqdump.sql", "rmqdump.report"),
     ("rmqdump.engines",),
     ("rmqdump.text",),

@@ -13,8 +13,8 @@ import pytest
 import test_cq5_rebuild as cq5
 from conftest import SETTINGS, jsonl, run, store_root
 
-from rmqdump.build import queuefiles
-from rmqdump.build.queuefiles import QueueFiles
+from rmqdump.builders import queuefiles
+from rmqdump.builders.queuefiles import QueueFiles
 
 CASES = {
     # store: (extra rebuild flags, the queue file directories compared with the broker's)

@@ -20,9 +20,9 @@ import numpy as np
 import pytest
 from conftest import REAL, SETTINGS, STORES, jsonl, manifest, run, store_root
 
-from rmqdump.build.indexbuild import index_file_name
-from rmqdump.build.rebuild import RebuildOptions, rebuild
-from rmqdump.build.settings import resolve
+from rmqdump.builders.indexbuild import index_file_name
+from rmqdump.builders.rebuild import RebuildOptions, rebuild
+from rmqdump.builders.settings import resolve
 from rmqdump.common.javahash import java_hash
 from rmqdump.engines.local import LocalMap
 from rmqdump.readers.commitlog import CommitLog
@@ -382,10 +382,10 @@ def test_self_check_from_the_scan_columns_equals_a_rescan(tmp_path, monkeypatch,
     With `sabotage` the builders are fed a wrong tagsCode for one record in
     ten and no index key for one in seven: both self-checks must see it.
     """
-    import rmqdump.build.rebuild as R
-    from rmqdump.build.cqbuild import ConsumeQueueBuilder
-    from rmqdump.build.indexbuild import IndexBuilder
-    from rmqdump.build.selfcheck import SPILL_DIR
+    import rmqdump.builders.rebuild as R
+    from rmqdump.builders.cqbuild import ConsumeQueueBuilder
+    from rmqdump.builders.indexbuild import IndexBuilder
+    from rmqdump.builders.selfcheck import SPILL_DIR
 
     if sabotage:
         cq_add, ix_add = ConsumeQueueBuilder.add, IndexBuilder.add
@@ -418,7 +418,7 @@ def test_self_check_from_the_scan_columns_equals_a_rescan(tmp_path, monkeypatch,
 
 def test_an_index_builder_failure_beside_the_scan_fails_the_rebuild_and_writes_nothing(tmp_path, monkeypatch):
     """With two workers the index is built on a thread of its own: what it raises reaches the caller, and nothing is published."""
-    from rmqdump.build.indexbuild import IndexBuilder
+    from rmqdump.builders.indexbuild import IndexBuilder
 
     calls = []
     add = IndexBuilder.add

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 from conftest import REAL, SETTINGS, copy_store, jsonl, manifest, run, store_root
 
-from rmqdump.build.rebuild import filler_holes
-from rmqdump.build.settings import resolve
+from rmqdump.builders.rebuild import filler_holes
+from rmqdump.builders.settings import resolve
 from rmqdump.common.publish import TMP_MARK
 from rmqdump.readers.fastpath import numpy_dtype
 from schemas import ConsumeQueueUnit

@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 from conftest import SETTINGS, manifest, store_root
 
-import rmqdump.build.rebuild as R
-from rmqdump.build.rebuild import RebuildOptions, rebuild
-from rmqdump.build.selfcheck import ScanColumns
-from rmqdump.build.settings import resolve
+import rmqdump.builders.rebuild as R
+from rmqdump.builders.rebuild import RebuildOptions, rebuild
+from rmqdump.builders.selfcheck import ScanColumns
+from rmqdump.builders.settings import resolve
 from rmqdump.engines.local import LocalMap
 from rmqdump.readers.consumequeue import UNIT_DTYPE
 from rmqdump.readers.fastpath import numpy_dtype

@@ -178,8 +178,8 @@ def _tree(d: Path) -> dict[str, bytes]:
 
 
 def _rebuild_both(spark, root, tmp_path, **opts):
-    from rmqdump.build.rebuild import RebuildOptions, rebuild
-    from rmqdump.build.settings import resolve
+    from rmqdump.builders.rebuild import RebuildOptions, rebuild
+    from rmqdump.builders.settings import resolve
     from rmqdump.engines.spark.rebuild import rebuild_spark
 
     settings = resolve(str(root), **{k: opts.pop(k) for k in ("index_entries", "hash_slots") if k in opts})
@@ -212,8 +212,8 @@ def test_spark_rebuild_same_bytes(spark, name, tmp_path):
 def test_spark_rebuild_topics_and_full_last_index_file(spark, tmp_path):
     """--topic, and maxIndexNum chosen so the keys fill a file exactly before a message without keys:
     the broker then makes an empty successor file. Also a topic set with no keys at all (one empty file)."""
-    from rmqdump.build.rebuild import RebuildOptions, rebuild
-    from rmqdump.build.settings import resolve
+    from rmqdump.builders.rebuild import RebuildOptions, rebuild
+    from rmqdump.builders.settings import resolve
 
     name = "rmq4-flags"
     root = REAL / name / "store"

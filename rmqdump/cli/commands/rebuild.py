@@ -144,8 +144,8 @@ def rebuild_cmd(
 
     Example:  rmqdump rebuild fixtures/real/rmq4-basic/store --out /tmp/rebuilt
     """
-    from rmqdump.build.rebuild import PARTS, RebuildOptions, check_paths, rebuild
-    from rmqdump.build.settings import resolve
+    from rmqdump.builders.rebuild import PARTS, RebuildOptions, check_paths, rebuild
+    from rmqdump.builders.settings import resolve
 
     if (store is None) == (store_opt is None):
         render.fail("usage: rmqdump rebuild: give the store once, as STOREDIR or --store/-s (see 'rmqdump rebuild --help')", 2)
@@ -188,7 +188,7 @@ def rebuild_cmd(
                 rep = run_rebuild(str(store), str(out), settings, options, master, spark_conf, ship=ship)
             else:
                 rep = rebuild(str(store), str(out), settings, options, on_bytes=advance)
-        from rmqdump.build.compactioncqbuild import rebuild_compaction_cq
+        from rmqdump.builders.compactioncqbuild import rebuild_compaction_cq
 
         comp = rebuild_compaction_cq(str(store), str(out), force=force, sync=not no_sync, topics=options.topics) if "consumequeue" in options.only else None
     except KeyboardInterrupt:

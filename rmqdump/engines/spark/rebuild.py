@@ -28,11 +28,11 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from rmqdump.build import rebuild as R
-from rmqdump.build.cqbuild import CQ_UNSAFE_TOPIC, ConsumeQueueBuilder
-from rmqdump.build.indexbuild import IndexBuilder, IndexFileResult, index_file_name
-from rmqdump.build.queuefiles import QueueResult
-from rmqdump.build.settings import StoreSettings
+from rmqdump.builders import rebuild as R
+from rmqdump.builders.cqbuild import CQ_UNSAFE_TOPIC, ConsumeQueueBuilder
+from rmqdump.builders.indexbuild import IndexBuilder, IndexFileResult, index_file_name
+from rmqdump.builders.queuefiles import QueueResult
+from rmqdump.builders.settings import StoreSettings
 from rmqdump.common.problems import InputError, Problem
 from rmqdump.common.publish import publishing
 from rmqdump.readers.commitlog import CommitLog, commitlog_path

@@ -23,7 +23,7 @@ import os
 
 import numpy as np
 
-from rmqdump.build.queuefiles import QueueFiles, QueueResult
+from rmqdump.builders.queuefiles import QueueFiles, QueueResult
 from rmqdump.common.problems import Problem
 from rmqdump.readers.fastpath import numpy_dtype
 from schemas import ConsumeQueueUnit

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rmqdump.build.cqbuild import safe_topic_dir
-from rmqdump.build.queuefiles import QueueFiles, QueueResult
+from rmqdump.builders.cqbuild import safe_topic_dir
+from rmqdump.builders.queuefiles import QueueFiles, QueueResult
 from rmqdump.common.problems import Problem
 from rmqdump.readers.batchcq import BCQ_DTYPE, BCQ_UNIT_SIZE
 from rmqdump.readers.commitlog import CommitLog, SegmentFile

@@ -20,7 +20,7 @@ import os
 
 import numpy as np
 
-from rmqdump.build.queuefiles import QueueFiles, QueueResult
+from rmqdump.builders.queuefiles import QueueFiles, QueueResult
 from rmqdump.readers.cqext import EXT_HEADER
 from schemas import constants as C
 

@@ -154,7 +154,7 @@ class ScanColumns:
         else (holes, fillers, damage, a wrong byte) returns None: the caller
         then runs the `cq verify` analysis, which names what differs.
         """
-        from rmqdump.build.cqbuild import queue_members
+        from rmqdump.builders.cqbuild import queue_members
         from rmqdump.readers.consumequeue import UNIT_DTYPE, UNIT_SIZE
 
         if self.problems:

@@ -17,7 +17,7 @@ OUTDIR and renamed into place at the end (rmqdump.common.publish), so an
 interrupted rebuild leaves OUTDIR absent (or as it was), never half-written.
 The result is then checked with the `cq verify` and `index verify` analyses:
 the files written, read back, against the columns of this same scan
-(rmqdump.build.selfcheck), after a quick proof that they equal those columns
+(rmqdump.builders.selfcheck), after a quick proof that they equal those columns
 exactly, which spares the analyses on a clean rebuild.
 """
 
@@ -32,11 +32,11 @@ from dataclasses import dataclass, field
 import numpy as np
 from construct import ConstructError
 
-from rmqdump.build.cqbuild import ConsumeQueueBuilder
-from rmqdump.build.indexbuild import IndexBuilder, IndexFileResult
-from rmqdump.build.queuefiles import QueueResult
-from rmqdump.build.selfcheck import ScanColumns
-from rmqdump.build.settings import StoreSettings
+from rmqdump.builders.cqbuild import ConsumeQueueBuilder
+from rmqdump.builders.indexbuild import IndexBuilder, IndexFileResult
+from rmqdump.builders.queuefiles import QueueResult
+from rmqdump.builders.selfcheck import ScanColumns
+from rmqdump.builders.settings import StoreSettings
 from rmqdump.common.background import Background
 from rmqdump.common.javahash import index_hash_many
 from rmqdump.common.problems import InputError, Problem
@@ -283,14 +283,14 @@ def _beside(builder) -> Background:
 
 
 class _FiveX:
-    """The 5.x queue kinds a rebuild writes besides consumequeue/: Batch ConsumeQueues and LMQ units (build.batchcqbuild)."""
+    """The 5.x queue kinds a rebuild writes besides consumequeue/: Batch ConsumeQueues and LMQ units (builders.batchcqbuild)."""
 
     def __init__(self, bcq, ext, extras, options: RebuildOptions, report: RebuildReport):
         self.bcq, self.ext, self.extras, self.options, self.report = bcq, ext, extras, options, report
 
     @classmethod
     def open(cls, tmp: str, cl: CommitLog, settings: StoreSettings, options: RebuildOptions, report: RebuildReport) -> _FiveX:
-        from rmqdump.build.batchcqbuild import BatchConsumeQueueBuilder, Extras, source_batch_topics
+        from rmqdump.builders.batchcqbuild import BatchConsumeQueueBuilder, Extras, source_batch_topics
 
         topics = source_batch_topics(report.store)
         bcq = None
@@ -300,7 +300,7 @@ class _FiveX:
             )
         ext = None
         if settings.ext_bitmap_bits is not None:
-            from rmqdump.build.cqextbuild import ConsumeQueueExtBuilder
+            from rmqdump.builders.cqextbuild import ConsumeQueueExtBuilder
 
             ext = ConsumeQueueExtBuilder(os.path.join(tmp, "consumequeue_ext"), settings.ext_file_size, settings.ext_bitmap_bits, sync=options.sync)
             report.notes.append(
@@ -453,7 +453,7 @@ def verify_output(
 
 
 def _quick_checks(tmp: str, settings: StoreSettings, options: RebuildOptions, columns: ScanColumns | None) -> dict:
-    """The self-check's quick proofs (build.selfcheck): a part proven clean needs no analysis; None where it cannot prove it.
+    """The self-check's quick proofs (builders.selfcheck): a part proven clean needs no analysis; None where it cannot prove it.
 
     Taken only where the written files must equal the columns unit for unit
     and key for key: a whole-store build of plain ConsumeQueues and of the
@@ -485,7 +485,7 @@ def _of_commitlog(tmp: str):
 
 def filler_holes(root: str) -> dict[tuple[str, int], list[tuple[int, int]]]:
     """[from, to) runs of filler units after each queue's first real unit, read back from root/consumequeue."""
-    from rmqdump.build.cqbuild import UNIT
+    from rmqdump.builders.cqbuild import UNIT
 
     out: dict[tuple[str, int], list[tuple[int, int]]] = {}
     base = os.path.join(root, "consumequeue")

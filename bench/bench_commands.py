@@ -237,7 +237,7 @@ def run_rows(a) -> tuple[list[Row], list[str]]:
                 def val(r, spark=spark):
                     s = summary_of(r.stdout)
                     secs = r.seconds - (s.get("spark_startup_seconds", 0.0) if spark else 0.0)
-                    return s["bytes"] / secs / 1e6
+                    return s["record_bytes"] / secs / 1e6
 
                 repeat(row, cmd, val, capture=True)
                 shutil.rmtree(out, ignore_errors=True)

@@ -81,7 +81,7 @@ def main() -> None:
         for label, extra in runs:
             out = os.path.join(base, "".join(ch if ch.isalnum() else "_" for ch in label))
             summary, wall, peak = run([*exe, "-o", out, *extra])
-            mb = summary["bytes"] / 1e6
+            mb = summary["record_bytes"] / 1e6
             startup = summary.get("spark_startup_seconds")
             print(
                 f"| {label} | {summary['messages']} | {mb:.0f} | {summary['seconds']:.1f} | {mb / summary['seconds']:.0f} | "

@@ -142,6 +142,8 @@ def test_cli_jsonl_with_body(tmp_path):
     assert r.exit_code == 0, r.stderr
     summary = json.loads(r.stdout)
     assert summary["messages"] == len(manifest("rmq53-v2")) and summary["problems"] == 0
+    assert summary["record_bytes"] == sum(m["wroteBytes"] for m in manifest("rmq53-v2"))  # the records, not the files' zero tails
+    assert summary["bytes"] == sum(p.stat().st_size for p in (store_root("rmq53-v2") / "commitlog").iterdir())
     rows = read_jsonl(out)
     for row in rows:
         assert row.pop("body_encoding") == "base64"

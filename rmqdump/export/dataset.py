@@ -64,9 +64,10 @@ DICTIONARY_COLUMNS = (
 @dataclass
 class SplitResult:
     messages: int = 0
-    bytes: int = 0
+    bytes: int = 0  # of the files' ranges read, preallocated zeros included
     problems: list[dict] = field(default_factory=list)
     problem_count: int = 0
+    record_bytes: int = 0  # of the records decoded (their totalSize): what MB/s is measured on
 
 
 @dataclass
@@ -79,6 +80,7 @@ class ExportResult:
     splits: int
     messages: int = 0
     bytes: int = 0
+    record_bytes: int = 0
     problems: list[dict] = field(default_factory=list)
     problem_count: int = 0
     seconds: float = 0.0
@@ -87,6 +89,7 @@ class ExportResult:
     def add(self, r: SplitResult) -> None:
         self.messages += r.messages
         self.bytes += r.bytes
+        self.record_bytes += r.record_bytes
         self.problem_count += r.problem_count
         room = MAX_PROBLEMS - len(self.problems)
         if room > 0:
@@ -103,6 +106,7 @@ class ExportResult:
             "splits": self.splits,
             "messages": self.messages,
             "bytes": self.bytes,
+            "record_bytes": self.record_bytes,
             "problems": self.problem_count,
             "seconds": round(self.seconds, 3),
         }
@@ -126,6 +130,8 @@ def split_batches(split: Split, result: SplitResult, *, with_body: bool = False,
     for b in range_batches(dataclasses.replace(split, check_crc=check_crc), batch_records=EXPORT_BATCH_RECORDS):
         for p in b.flagged():  # problems of records still decoded, before them; what ended the batch, after
             note(p)
+        if len(b):
+            result.record_bytes += int(b.cols["total_size"].sum())
         for rb in arrowbatch.record_batches(b, split.broker, with_body=with_body, by_topic=True):
             result.messages += rb.num_rows
             yield rb

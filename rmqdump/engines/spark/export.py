@@ -69,12 +69,12 @@ def _decoder(with_body: bool, check_crc: bool, fmt: str, problems, counts):
                     else:
                         yield pa.RecordBatch.from_arrays([rb.column("topic"), pa.array(jsonl_lines(rb), pa.string())], names=["topic", "value"])
                 problems.add((res.problem_count, res.problems))
-                counts.add((res.messages, res.bytes))
+                counts.add((res.messages, res.bytes, res.record_bytes))
 
     return decode
 
 
-WRITTEN_DDL = "split_no int, messages bigint, bytes bigint, problem_count bigint, problems string"
+WRITTEN_DDL = "split_no int, messages bigint, bytes bigint, record_bytes bigint, problem_count bigint, problems string"
 WRITERS = ("auto", "spark", "arrow")
 
 
@@ -96,21 +96,23 @@ def _writer_tasks(splits: list[Split], target: str, fmt: str, with_body: bool, c
                 no = row["split_no"]
                 r = write_split(no, [splits[no]], target, fmt, with_body, check_crc)
                 yield pa.RecordBatch.from_pylist(
-                    [{"split_no": no, "messages": r.messages, "bytes": r.bytes, "problem_count": r.problem_count, "problems": json.dumps(r.problems)}],
+                    [{"split_no": no, "messages": r.messages, "bytes": r.bytes, "record_bytes": r.record_bytes, "problem_count": r.problem_count, "problems": json.dumps(r.problems)}],
                     schema=pa.schema(
-                        [("split_no", pa.int32()), ("messages", pa.int64()), ("bytes", pa.int64()), ("problem_count", pa.int64()), ("problems", pa.string())]
+                        [("split_no", pa.int32()), ("messages", pa.int64()), ("bytes", pa.int64()), ("record_bytes", pa.int64()), ("problem_count", pa.int64()), ("problems", pa.string())]
                     ),
                 )
 
     return write
 
 
-class _Pair(AccumulatorParam):
+class _Counts(AccumulatorParam):
+    """(messages, bytes, record bytes) summed over the tasks."""
+
     def zero(self, value):
-        return (0, 0)
+        return (0, 0, 0)
 
     def addInPlace(self, a, b):
-        return (a[0] + b[0], a[1] + b[1])
+        return tuple(x + y for x, y in zip(a, b, strict=True))
 
 
 def _write(writer, out: str, fmt: str, remote: bool, force: bool, stores: list[StoreRef]) -> None:
@@ -142,7 +144,7 @@ def _export_arrow(
     with publishing(out, force=force, stores=[s.root for s in stores]) as tmp:
         done = df.mapInArrow(_writer_tasks(splits, tmp, fmt, with_body, check_crc), WRITTEN_DDL).collect()
     for r in sorted(done, key=lambda r: r["split_no"]):
-        res.add(SplitResult(r["messages"], r["bytes"], json.loads(r["problems"]), r["problem_count"]))
+        res.add(SplitResult(r["messages"], r["bytes"], json.loads(r["problems"]), r["problem_count"], r["record_bytes"]))
 
 
 def _has_scheme(path: str) -> bool:
@@ -183,7 +185,7 @@ def export_spark(
         res.seconds = time.perf_counter() - t0
         return res
     problems = sc.accumulator((0, []), ProblemsParam())
-    counts = sc.accumulator((0, 0), _Pair())
+    counts = sc.accumulator((0, 0, 0), _Counts())
     df = splits_frame(spark, splits, partitions)
     ddl = arrowbatch.spark_ddl(with_body) if fmt == "parquet" else JSONL_DDL
     decoded = df.mapInArrow(_decoder(with_body, check_crc, fmt, problems, counts), ddl)
@@ -201,6 +203,6 @@ def export_spark(
     res.problem_count += n
     res.problems.extend(found[: max(0, MAX_PROBLEMS - len(res.problems))])
     res.problems.sort(key=problem_order)
-    res.messages, res.bytes = counts.value
+    res.messages, res.bytes, res.record_bytes = counts.value
     res.seconds = time.perf_counter() - t0
     return res

@@ -81,7 +81,7 @@ def _child(mode: str, commitlog: str, sample: int) -> dict:
             n += len(b)
     elif mode == "construct":
         from rmqdump.readers.mapped import MappedFile
-        from schemas import MessageRecord
+        from rmqdump.schemas import MessageRecord
 
         seg = cl.files[0]
         spans = []

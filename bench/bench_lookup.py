@@ -39,8 +39,8 @@ from rmqdump.readers.commitlog import CommitLog
 from rmqdump.readers.indexfile import ENTRY_DTYPE, SLOT_DTYPE
 from rmqdump.scan.dispatch import DelayLevels, dispatch_columns
 from rmqdump.scan.walk import scan_commitlog
-from schemas import IndexHeader
-from schemas import constants as C
+from rmqdump.schemas import IndexHeader
+from rmqdump.schemas import constants as C
 
 # The CLI as an operator runs it, reporting its own peak RSS on the last stderr line (ru_maxrss of
 # RUSAGE_CHILDREN would count the parent's pages copied by fork before exec).

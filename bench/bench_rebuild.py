@@ -28,7 +28,7 @@ import time
 from rmqdump.builders.rebuild import RebuildOptions, rebuild
 from rmqdump.builders.settings import resolve
 from rmqdump.readers.commitlog import CommitLog
-from schemas import constants as C
+from rmqdump.schemas import constants as C
 
 
 def warm(paths: list[str]) -> None:

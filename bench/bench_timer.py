@@ -33,7 +33,7 @@ import time
 import numpy as np
 
 from rmqdump.readers.timerlog import CHECK_DTYPE, SLOT_DTYPE, SLOT_SIZE, UNIT_DTYPE, UNIT_SIZE, TimerStore
-from schemas import constants as C
+from rmqdump.schemas import constants as C
 
 
 def gen(src: str, dest: str, units: int, file_units: int = 1_000_000) -> dict:

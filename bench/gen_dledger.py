@@ -27,8 +27,8 @@ from gen_store import parse_size  # bench/ is on sys.path when run as a script
 from rmqdump.readers.commitlog import CommitLog
 from rmqdump.readers.fastpath import field_offset, struct_format
 from rmqdump.scan.walk import scan_commitlog
-from schemas import dledger as DL
-from schemas import message_header
+from rmqdump.schemas import dledger as DL
+from rmqdump.schemas import message_header
 
 HEADER = struct_format(DL.EntryHeader)
 UNIT = struct_format(DL.IndexUnit)

@@ -50,8 +50,8 @@ import numpy as np
 from construct import Bytes, Container, IfThenElse
 
 from rmqdump.readers.fastpath import numpy_dtype
-from schemas import BlankMarker, MessageRecord, message_header
-from schemas import constants as C
+from rmqdump.schemas import BlankMarker, MessageRecord, message_header
+from rmqdump.schemas import constants as C
 
 DEFAULT_TOPICS = ("TopicTest", "orders", "payments-events")
 TAGS = ("TagA", "TagB", "TagC", "PAY-OK", "order_created", "订单创建")

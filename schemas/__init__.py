@@ -1,12 +1,12 @@
 """Byte layouts of the RocketMQ store, declared once with construct. No I/O."""
 
-from schemas.checkpoint import Checkpoint
-from schemas.commitlog import BlankMarker, HostV4, HostV6, MessageRecord, RecordPrefix, message_header
-from schemas.consumequeue import BatchConsumeQueueUnit, ConsumeQueueExtHeader, ConsumeQueueExtUnit, ConsumeQueueUnit, SparseConsumeQueueUnit
-from schemas.indexfile import IndexEntry, IndexHeader, IndexSlot, index_file
-from schemas.msgid import OffsetMsgIdV4, OffsetMsgIdV6, UniqKeyV4, UniqKeyV6, offset_msg_id, uniq_key
-from schemas.rocksdbcq import RocksCheckpointValue, RocksCQKey, RocksCQValue, RocksOffsetKey, RocksOffsetValue
-from schemas.timer import TimerCheck, TimerLogBlank, TimerLogUnit, TimerWheelSlot
+from .checkpoint import Checkpoint
+from .commitlog import BlankMarker, HostV4, HostV6, MessageRecord, RecordPrefix, message_header
+from .consumequeue import BatchConsumeQueueUnit, ConsumeQueueExtHeader, ConsumeQueueExtUnit, ConsumeQueueUnit, SparseConsumeQueueUnit
+from .indexfile import IndexEntry, IndexHeader, IndexSlot, index_file
+from .msgid import OffsetMsgIdV4, OffsetMsgIdV6, UniqKeyV4, UniqKeyV6, offset_msg_id, uniq_key
+from .rocksdbcq import RocksCheckpointValue, RocksCQKey, RocksCQValue, RocksOffsetKey, RocksOffsetValue
+from .timer import TimerCheck, TimerLogBlank, TimerLogUnit, TimerWheelSlot
 
 __all__ = [
     "BatchConsumeQueueUnit",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from construct import Bytes, Int64sb, Struct
 
-from schemas.constants import CHECKPOINT_SIZE
+from .constants import CHECKPOINT_SIZE
 
 _FIELDS = [
     "physic_msg_timestamp" / Int64sb,

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from construct import Bytes, IfThenElse, Int8ub, Int16sb, Int16ub, Int32sb, Int32ub, Int64sb, Struct, this
 
-from schemas.constants import FLAG_BORNHOST_V6, FLAG_STOREHOST_V6, MAGIC_V2
+from .constants import FLAG_BORNHOST_V6, FLAG_STOREHOST_V6, MAGIC_V2
 
 HostV4 = Struct("address" / Bytes(4), "port" / Int32sb)
 HostV6 = Struct("address" / Bytes(16), "port" / Int32sb)

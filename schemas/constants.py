@@ -7,8 +7,8 @@ store/CommitLog.java, store/ConsumeQueue.java, store/index/IndexFile.java.
 
 from __future__ import annotations
 
-from schemas.consumequeue import BatchConsumeQueueUnit, ConsumeQueueExtHeader, ConsumeQueueUnit
-from schemas.indexfile import IndexEntry, IndexHeader, IndexSlot
+from .consumequeue import BatchConsumeQueueUnit, ConsumeQueueExtHeader, ConsumeQueueUnit
+from .indexfile import IndexEntry, IndexHeader, IndexSlot
 
 # CommitLog record magic codes (unsigned view of the Java int).
 MAGIC_V1 = 0xDAA320A7  # 1-byte topic length, every version

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from construct import Bytes, Const, Int32sb, Int64sb, Struct, this
 
-from schemas.consumequeue import ConsumeQueueUnit
+from .consumequeue import ConsumeQueueUnit
 
 CTRL_1 = b"\x01"
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from construct import Bytes, Int32sb, Int64sb, Struct
 
-from schemas.constants import TIMERCHECK_SIZE
+from .constants import TIMERCHECK_SIZE
 
 TimerLogUnit = Struct(
     "size" / Int32sb,  # always 52

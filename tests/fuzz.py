@@ -39,8 +39,8 @@ ROOT = HERE.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from schemas import Checkpoint, ConsumeQueueUnit, IndexEntry, IndexHeader, IndexSlot, SparseConsumeQueueUnit, message_header  # noqa: E402
-from schemas import constants as C  # noqa: E402
+from rmqdump.schemas import Checkpoint, ConsumeQueueUnit, IndexEntry, IndexHeader, IndexSlot, SparseConsumeQueueUnit, message_header  # noqa: E402
+from rmqdump.schemas import constants as C  # noqa: E402
 
 REAL = ROOT / "fixtures" / "real"
 RSS_LIMIT = 500 << 20

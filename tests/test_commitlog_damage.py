@@ -21,7 +21,7 @@ from rmqdump.query.listing import Filter, list_commitlog
 from rmqdump.readers.commitlog import CommitLog
 from rmqdump.readers.fastpath import field_offset
 from rmqdump.readers.message import Message
-from schemas import message_header
+from rmqdump.schemas import message_header
 
 HDR = message_header()
 

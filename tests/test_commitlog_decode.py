@@ -8,7 +8,7 @@ import hashlib
 import pytest
 from conftest import STORES, jsonl, manifest, run, store_root
 
-from schemas import constants as C
+from rmqdump.schemas import constants as C
 
 FIELDS = {
     "topic": "topic",

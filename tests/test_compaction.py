@@ -20,7 +20,7 @@ from rmqdump.readers.commitlog import CommitLog
 from rmqdump.readers.compaction import find_compaction, read_checkpoint, split_queue_key
 from rmqdump.readers.fastpath import field_offset
 from rmqdump.scan.walk import scan_commitlog
-from schemas import SparseConsumeQueueUnit, message_header
+from rmqdump.schemas import SparseConsumeQueueUnit, message_header
 
 NAME = "rmq53-compaction"
 TOPIC = "CompactKV"

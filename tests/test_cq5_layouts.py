@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 
 from rmqdump.readers.batchcq import BCQ_UNIT_SIZE, find_batch_queues
 from rmqdump.readers.cqext import find_ext_queues
-from schemas import BatchConsumeQueueUnit, ConsumeQueueExtHeader, ConsumeQueueExtUnit
-from schemas import constants as C
+from rmqdump.schemas import BatchConsumeQueueUnit, ConsumeQueueExtHeader, ConsumeQueueExtUnit
+from rmqdump.schemas import constants as C
 
 
 def test_batch_unit_schema_parses_and_rebuilds_every_real_unit():

@@ -15,7 +15,7 @@ from conftest import SETTINGS, copy_store, flip, jsonl, manifest, patch, run
 
 from rmqdump.engines.local import LocalMap
 from rmqdump.readers.fastpath import field_offset
-from schemas import message_header
+from rmqdump.schemas import message_header
 
 NAME = "rmq4-basic"
 CQ_FILE = SETTINGS[NAME]["cq_units"] * 20

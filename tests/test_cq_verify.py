@@ -158,7 +158,7 @@ def test_problem_lines_of_commitlog_damage_have_the_same_shape(tmp_path):
 
 
 def _construct_units(raw: bytes) -> list[tuple[int, int, int]]:
-    from schemas import ConsumeQueueUnit
+    from rmqdump.schemas import ConsumeQueueUnit
 
     n = len(raw) // ConsumeQueueUnit.sizeof()
     units = [ConsumeQueueUnit.parse(raw[i * 20 : i * 20 + 20]) for i in range(n)]

@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rmqdump.builders.cqbuild import UNIT, ConsumeQueueBuilder
-from schemas import constants as C
+from rmqdump.schemas import constants as C
 
 
 def expected(events, units_per_file: int) -> tuple[dict[str, bytes], int]:

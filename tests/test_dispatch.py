@@ -12,7 +12,7 @@ from rmqdump.readers.commitlog import CommitLog
 from rmqdump.readers.fastpath import numpy_dtype
 from rmqdump.scan.dispatch import DelayLevels, dispatch_columns
 from rmqdump.scan.walk import scan_commitlog
-from schemas import ConsumeQueueUnit
+from rmqdump.schemas import ConsumeQueueUnit
 
 UNIT = numpy_dtype(ConsumeQueueUnit)
 

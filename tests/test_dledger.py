@@ -24,8 +24,8 @@ from rmqdump.readers.fastpath import numpy_dtype
 from rmqdump.readers.mapped import MappedFile
 from rmqdump.readers.store import Store
 from rmqdump.scan.walk import read_at, scan_commitlog, scan_file
-from schemas import MessageRecord
-from schemas import dledger as DL
+from rmqdump.schemas import MessageRecord
+from rmqdump.schemas import dledger as DL
 
 NAME = "rmq53-dledger"
 FILE_SIZE = 131072  # mappedFileSizeCommitLog (README.txt)

@@ -11,7 +11,7 @@ from conftest import STORES, store_root
 from rmqdump.readers.commitlog import CommitLog
 from rmqdump.readers.fastpath import field_offset, numpy_dtype, struct_format
 from rmqdump.scan.walk import scan_commitlog
-from schemas import ConsumeQueueUnit, IndexEntry, MessageRecord, RecordPrefix, message_header
+from rmqdump.schemas import ConsumeQueueUnit, IndexEntry, MessageRecord, RecordPrefix, message_header
 
 
 def test_dtypes_follow_the_schemas():

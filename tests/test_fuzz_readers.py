@@ -19,7 +19,7 @@ def test_reader_fuzzed_through_the_cli(reader, tmp_path):
 def test_decompression_is_bounded():
     """A zstd frame of RLE blocks that would expand to 250 MiB is refused, not expanded."""
     from rmqdump.readers.message import DECOMPRESSED_LIMIT, decompress
-    from schemas import constants as C
+    from rmqdump.schemas import constants as C
 
     flag = C.FLAG_COMPRESSED | (2 << C.COMPRESSION_SHIFT)
     assert C.COMPRESSION_NAMES[2] == "zstd"

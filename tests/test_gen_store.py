@@ -23,8 +23,8 @@ from construct import Container
 from rmqdump.readers.commitlog import Blank, CommitLog
 from rmqdump.readers.message import format_host
 from rmqdump.scan.walk import scan_commitlog
-from schemas import BlankMarker, MessageRecord
-from schemas import constants as C
+from rmqdump.schemas import BlankMarker, MessageRecord
+from rmqdump.schemas import constants as C
 
 GEN = ROOT / "bench" / "gen_store.py"
 FILE_SIZE = 256 * 1024

@@ -13,7 +13,7 @@ from conftest import REAL, SETTINGS, STORES, copy_store, jsonl, manifest, run, s
 from rmqdump.query.lookup import Index, store_topics
 from rmqdump.readers.fastpath import field_offset
 from rmqdump.readers.indexfile import IndexFile, key_hash, list_index_files
-from schemas import IndexEntry
+from rmqdump.schemas import IndexEntry
 
 ROLLBACK = 0xC
 

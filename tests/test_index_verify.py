@@ -13,7 +13,7 @@ from rmqdump.checks.indexverify import IndexVerifySummary, verify
 from rmqdump.engines.local import LocalMap
 from rmqdump.readers.fastpath import field_offset
 from rmqdump.readers.indexfile import IndexFile, list_index_files
-from schemas import IndexEntry, IndexHeader
+from rmqdump.schemas import IndexEntry, IndexHeader
 
 ROLLBACK = 0xC
 

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from rmqdump.builders.indexbuild import IndexBuilder, index_file_name
 from rmqdump.common.javahash import index_hash
 from rmqdump.readers.fastpath import numpy_dtype
-from schemas import IndexEntry, IndexHeader
+from rmqdump.schemas import IndexEntry, IndexHeader
 
 HEADER = numpy_dtype(IndexHeader)
 ENTRY = numpy_dtype(IndexEntry)

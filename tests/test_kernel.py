@@ -24,8 +24,8 @@ from rmqdump.readers.message import decode_properties, java_crc32, parse_crc_dig
 from rmqdump.scan import layout as K
 from rmqdump.scan.dispatch import DelayLevels, dispatch_columns
 from rmqdump.scan.walk import kernel, scan_commitlog, scan_file
-from schemas import MessageRecord
-from schemas import constants as C
+from rmqdump.schemas import MessageRecord
+from rmqdump.schemas import constants as C
 
 DELAYS = DelayLevels.parse()
 FIELDS = (

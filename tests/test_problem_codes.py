@@ -19,7 +19,7 @@ from conftest import ROOT, SETTINGS, copy_store, flip, jsonl, manifest, patch, r
 
 from rmqdump.readers.fastpath import field_offset
 from rmqdump.readers.indexfile import IndexFile, list_index_files
-from schemas import IndexEntry, IndexHeader, message_header
+from rmqdump.schemas import IndexEntry, IndexHeader, message_header
 
 HEADER = message_header()
 PRODUCED: set[str] = set()  # codes the tests below produce (the coverage test reads it)

@@ -20,7 +20,7 @@ import pytest
 from conftest import REAL, jsonl, manifest, patch, run, store_root
 
 from rmqdump.readers.fastpath import field_offset
-from schemas import (
+from rmqdump.schemas import (
     BatchConsumeQueueUnit,
     ConsumeQueueUnit,
     RocksCQKey,
@@ -32,7 +32,7 @@ from schemas import (
     TimerWheelSlot,
     message_header,
 )
-from schemas import constants as C
+from rmqdump.schemas import constants as C
 
 # --- the timer store: `rmqdump timer verify` ----------------------------------------------------------------
 

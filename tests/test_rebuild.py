@@ -30,7 +30,7 @@ from rmqdump.readers.fastpath import numpy_dtype
 from rmqdump.readers.mapped import MappedFile
 from rmqdump.scan.dispatch import DelayLevels, dispatch_columns
 from rmqdump.scan.walk import scan_commitlog, scan_file
-from schemas import Checkpoint, IndexEntry, IndexHeader
+from rmqdump.schemas import Checkpoint, IndexEntry, IndexHeader
 
 HEADER = numpy_dtype(IndexHeader)
 ENTRY = numpy_dtype(IndexEntry)

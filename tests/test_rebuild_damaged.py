@@ -19,8 +19,8 @@ from rmqdump.builders.rebuild import filler_holes
 from rmqdump.builders.settings import resolve
 from rmqdump.common.publish import TMP_MARK
 from rmqdump.readers.fastpath import numpy_dtype
-from schemas import ConsumeQueueUnit
-from schemas import constants as C
+from rmqdump.schemas import ConsumeQueueUnit
+from rmqdump.schemas import constants as C
 
 UNIT = numpy_dtype(ConsumeQueueUnit)
 

@@ -11,7 +11,7 @@ from conftest import HEALTHY, REAL, SETTINGS, copy_store, jsonl, manifest, run, 
 from rmqdump.checks.recovery import NORMAL_FROM_CQ, preview
 from rmqdump.readers.fastpath import field_offset
 from rmqdump.readers.store import Store
-from schemas import message_header
+from rmqdump.schemas import message_header
 
 RECOVERED = json.loads((REAL / "rmq4-crash" / "recovered.json").read_text())
 

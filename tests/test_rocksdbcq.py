@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from conftest import REAL, flip, jsonl, manifest, run
 
-from schemas import RocksCQKey, RocksCQValue, RocksOffsetKey, RocksOffsetValue
+from rmqdump.schemas import RocksCQKey, RocksCQValue, RocksOffsetKey, RocksOffsetValue
 
 NAME = "rmq53-rocksdbcq"
 ROOT = REAL / NAME / "store"
@@ -230,7 +230,7 @@ def test_a_flipped_byte_in_a_data_block_is_a_corruption_at_its_block(tmp_path, a
 
 
 def test_rebuild_writes_the_file_based_consumequeue_and_says_so(tmp_path):
-    from schemas import ConsumeQueueUnit
+    from rmqdump.schemas import ConsumeQueueUnit
 
     out = tmp_path / "out"
     r = run("rebuild", ROOT, "--out", out, "--hash-slots", "500", "--index-entries", "2000", "--cq-units-per-file", "120", "-f", "jsonl")

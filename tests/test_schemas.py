@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from conftest import STORES, manifest, store_root
 
-from schemas import Checkpoint, ConsumeQueueUnit, IndexEntry, IndexHeader, MessageRecord, message_header
-from schemas import constants as C
+from rmqdump.schemas import Checkpoint, ConsumeQueueUnit, IndexEntry, IndexHeader, MessageRecord, message_header
+from rmqdump.schemas import constants as C
 
 
 def _records(name: str):
@@ -82,7 +82,7 @@ def test_sizes_in_constants_are_the_declarations_sizes():
     """The sizes the broker's Java names (ConsumeQueue.CQ_STORE_UNIT_SIZE, BatchConsumeQueue.CQ_STORE_UNIT_SIZE,
     CqExtUnit.MIN_EXT_UNIT_SIZE, IndexHeader.INDEX_HEADER_SIZE, IndexFile.hashSlotSize / indexSize) come out of
     the construct declarations, not a second typing."""
-    from schemas import BatchConsumeQueueUnit, ConsumeQueueExtHeader, ConsumeQueueUnit, IndexEntry, IndexSlot
+    from rmqdump.schemas import BatchConsumeQueueUnit, ConsumeQueueExtHeader, ConsumeQueueUnit, IndexEntry, IndexSlot
 
     assert (C.CQ_UNIT_SIZE, C.BCQ_UNIT_SIZE, C.EXT_MIN_UNIT_SIZE) == (20, 46, 20)
     assert (C.INDEX_HEADER_SIZE, C.INDEX_SLOT_SIZE, C.INDEX_ENTRY_SIZE) == (40, 4, 20)

@@ -22,7 +22,7 @@ from rmqdump.engines.local import LocalMap
 from rmqdump.readers.consumequeue import UNIT_DTYPE
 from rmqdump.readers.fastpath import numpy_dtype
 from rmqdump.readers.indexfile import ENTRY_DTYPE, HEADER_SIZE, SLOT_DTYPE
-from schemas import IndexHeader
+from rmqdump.schemas import IndexHeader
 
 HEADER = numpy_dtype(IndexHeader)
 

@@ -14,7 +14,7 @@ from rmqdump.readers.checkpoint import read_checkpoint
 from rmqdump.readers.consumequeue import UNIT_DTYPE, ConsumeQueue, read_units
 from rmqdump.readers.fastpath import numpy_dtype
 from rmqdump.readers.store import Store
-from schemas import ConsumeQueueUnit
+from rmqdump.schemas import ConsumeQueueUnit
 
 CRASH = json.loads((REAL / "rmq4-crash" / "crash.json").read_text())
 

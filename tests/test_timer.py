@@ -14,8 +14,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rmqdump.common.javahash import java_hash
-from schemas import constants as C
-from schemas.timer import TimerCheck, TimerLogUnit, TimerWheelSlot
+from rmqdump.schemas import constants as C
+from rmqdump.schemas.timer import TimerCheck, TimerLogUnit, TimerWheelSlot
 
 NAME = "rmq53-timer"
 ARCHIVE = REAL / NAME / "store.tar.gz"

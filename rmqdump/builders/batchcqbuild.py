@@ -31,7 +31,7 @@ from rmqdump.common.problems import Problem
 from rmqdump.readers.batchcq import BCQ_DTYPE, BCQ_UNIT_SIZE
 from rmqdump.readers.commitlog import CommitLog, SegmentFile
 from rmqdump.readers.recordprops import RecordProps, find_all, multi_dispatch
-from schemas import constants as C
+from rmqdump.schemas import constants as C
 
 CQ_BATCH_OFFSET_GAP = "cq_batch_offset_gap"
 

@@ -23,8 +23,8 @@ from rmqdump.readers.compaction import CompactionQueue, find_compaction
 from rmqdump.readers.fastpath import struct_format
 from rmqdump.scan.compaction import batch_records
 from rmqdump.scan.walk import scan_commitlog
-from schemas import SparseConsumeQueueUnit
-from schemas import constants as C
+from rmqdump.schemas import SparseConsumeQueueUnit
+from rmqdump.schemas import constants as C
 
 UNIT = struct_format(SparseConsumeQueueUnit)
 END_UNIT = UNIT.pack(C.SCQ_END_OFFSET, 0, 0, 0, 0, 0, C.BCQ_COMPACTED_OFFSET_NONE, 0)

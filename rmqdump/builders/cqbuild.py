@@ -26,8 +26,8 @@ import numpy as np
 from rmqdump.builders.queuefiles import QueueFiles, QueueResult
 from rmqdump.common.problems import Problem
 from rmqdump.readers.fastpath import numpy_dtype
-from schemas import ConsumeQueueUnit
-from schemas import constants as C
+from rmqdump.schemas import ConsumeQueueUnit
+from rmqdump.schemas import constants as C
 
 UNIT = numpy_dtype(ConsumeQueueUnit)
 

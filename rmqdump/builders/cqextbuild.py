@@ -22,7 +22,7 @@ import numpy as np
 
 from rmqdump.builders.queuefiles import QueueFiles, QueueResult
 from rmqdump.readers.cqext import EXT_HEADER
-from schemas import constants as C
+from rmqdump.schemas import constants as C
 
 _END_MARK = np.array([C.EXT_FILE_END], dtype=">i2").tobytes()
 

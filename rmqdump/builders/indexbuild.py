@@ -38,8 +38,8 @@ import numpy as np
 from rmqdump.common.javahash import index_hash_many
 from rmqdump.readers.fastpath import numpy_dtype
 from rmqdump.scan.walk import kernel
-from schemas import IndexEntry, IndexHeader, IndexSlot
-from schemas import constants as C
+from rmqdump.schemas import IndexEntry, IndexHeader, IndexSlot
+from rmqdump.schemas import constants as C
 
 _SLOT = numpy_dtype(IndexSlot.subcons[0])  # the big-endian slot value
 

@@ -45,8 +45,8 @@ from rmqdump.readers.commitlog import CommitLog, SegmentFile, commitlog_path
 from rmqdump.scan.dispatch import DelayLevels
 from rmqdump.scan.ranges import Mapper, RangeScan, ScanOptions, scan_range
 from rmqdump.scan.splits import Split, commitlog_splits
-from schemas import Checkpoint as CheckpointLayout
-from schemas import constants as C
+from rmqdump.schemas import Checkpoint as CheckpointLayout
+from rmqdump.schemas import constants as C
 
 NOT_A_STORE = "not_a_store"
 NO_COMMITLOG = "no_commitlog"

@@ -283,7 +283,7 @@ _INT_MAX = (1 << 31) - 1
 
 def _index_header_dtype() -> np.dtype:
     from rmqdump.readers.fastpath import numpy_dtype
-    from schemas import IndexHeader
+    from rmqdump.schemas import IndexHeader
 
     return numpy_dtype(IndexHeader)
 

@@ -21,7 +21,7 @@ from rmqdump.readers.indexfile import infer_store_sizing, list_index_files
 from rmqdump.readers.rocksdbcq import is_rocksdb
 from rmqdump.readers.store import Store
 from rmqdump.scan.dispatch import DelayLevels
-from schemas import constants as C
+from rmqdump.schemas import constants as C
 
 SETTINGS_AMBIGUOUS = "settings_ambiguous"
 BAD_BROKER_CONF = "bad_broker_conf"

@@ -21,7 +21,7 @@ from rmqdump.common.problems import Problem
 from rmqdump.readers.batchcq import BatchConsumeQueue, BatchUnits
 from rmqdump.readers.consumequeue import QueueUnits
 from rmqdump.readers.recordprops import RecordProps
-from schemas import constants as C
+from rmqdump.schemas import constants as C
 
 # stable codes (with the shared cq_* codes of cqunits)
 CQ_BATCH_OFFSET_GAP = "cq_batch_offset_gap"

@@ -27,8 +27,8 @@ from rmqdump.readers.compaction import CompactionFiles, CompactionQueue, LogReco
 from rmqdump.readers.fastpath import field_offset
 from rmqdump.scan.compaction import Original, batch_records, originals
 from rmqdump.scan.walk import scan_commitlog
-from schemas import constants as C
-from schemas import message_header
+from rmqdump.schemas import constants as C
+from rmqdump.schemas import message_header
 
 PHYS_FIELD = field_offset(message_header(), "phys_offset")  # the 8 bytes a compaction-log copy rewrites
 PHYS_FIELD_END = PHYS_FIELD + 8

@@ -33,7 +33,7 @@ from rmqdump.readers.store import Store
 from rmqdump.scan.dispatch import DelayLevels
 from rmqdump.scan.ranges import Mapper, RangeScan, ScanOptions, scan_range
 from rmqdump.scan.splits import DEFAULT_SPLIT, commitlog_splits
-from schemas import constants as C
+from rmqdump.schemas import constants as C
 
 
 @dataclass

@@ -16,7 +16,7 @@ from rmqdump.common.problems import Problem
 from rmqdump.readers.commitlog import CommitLog
 from rmqdump.readers.dledger import CHECKPOINT_AHEAD, HEADER, INDEX_MISMATCH, INDEX_MISSING, INDEX_SEQUENCE, UNIT, DLedgerDir, IndexUnits
 from rmqdump.scan.walk import scan_commitlog
-from schemas import dledger as DL
+from rmqdump.schemas import dledger as DL
 
 
 @dataclass

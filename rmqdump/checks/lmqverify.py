@@ -29,7 +29,7 @@ from rmqdump.common.problems import Problem
 from rmqdump.readers.commitlog import CommitLog
 from rmqdump.readers.consumequeue import QueueUnits
 from rmqdump.readers.recordprops import RecordProps, find_all, multi_dispatch
-from schemas import constants as C
+from rmqdump.schemas import constants as C
 
 CQ_LMQ_NOT_DISPATCHED = "cq_lmq_not_dispatched"  # the record's INNER_MULTI_DISPATCH does not name this queue
 

@@ -46,9 +46,9 @@ from rmqdump.readers.message import Message, decode_properties, split_keys
 from rmqdump.readers.store import Store
 from rmqdump.scan.resync import first_nonzero, resync
 from rmqdump.scan.walk import RELEASE_EVERY, read_record, scan_file
-from schemas import RecordPrefix, message_header
-from schemas import constants as C
-from schemas.commitlog import MIN_RECORD_SIZE, PropertiesLength, TopicLengthV1, TopicLengthV2
+from rmqdump.schemas import RecordPrefix, message_header
+from rmqdump.schemas import constants as C
+from rmqdump.schemas.commitlog import MIN_RECORD_SIZE, PropertiesLength, TopicLengthV1, TopicLengthV2
 
 NORMAL_THIRD_LAST = "third_last"  # 4.x .. 5.3.1
 NORMAL_FROM_CQ = "from_cq"  # 5.3.2+

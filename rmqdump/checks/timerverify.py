@@ -23,8 +23,8 @@ from rmqdump.readers.commitlog import CommitLog
 from rmqdump.readers.fastpath import field_offset
 from rmqdump.readers.timerlog import SLOT_SIZE, TimerRecord, TimerStore, TimerUnits
 from rmqdump.scan.walk import messages_at, scan_commitlog
-from schemas import constants as C
-from schemas.timer import TimerCheck, TimerLogUnit, TimerWheelSlot
+from rmqdump.schemas import constants as C
+from rmqdump.schemas.timer import TimerCheck, TimerLogUnit, TimerWheelSlot
 
 CHUNK = 50_000  # units whose records one CommitLog scan looks up
 

@@ -24,9 +24,9 @@ from rmqdump.readers.commitlog import Blank
 from rmqdump.readers.mapped import MappedFile
 from rmqdump.readers.message import Message
 from rmqdump.scan.walk import Batch
+from rmqdump.schemas import constants as C
 from rmqdump.text import batches as TB
 from rmqdump.text import spelling as K
-from schemas import constants as C
 
 SUB_ROWS = 8192  # records rendered per kernel call: bounds the output buffer (a few MB)
 PARALLEL_ROWS = 2048  # from this many records a sub-batch is rendered by two threads

@@ -21,8 +21,8 @@ import pyarrow.compute as pc
 from rmqdump.readers.fastpath import field_struct, gather, numpy_dtype, struct_format
 from rmqdump.readers.message import decode_properties, flag_names, format_host, split_keys
 from rmqdump.scan.walk import Batch, kernel
-from schemas import HostV4, HostV6, OffsetMsgIdV4
-from schemas import constants as C
+from rmqdump.schemas import HostV4, HostV6, OffsetMsgIdV4
+from rmqdump.schemas import constants as C
 
 _HOSTS = {False: struct_format(HostV4), True: struct_format(HostV6)}
 _PORT = field_struct(OffsetMsgIdV4, "port")[1]

@@ -22,7 +22,7 @@ from rmqdump.readers.mapped import MappedFile
 from rmqdump.readers.message import Message
 from rmqdump.readers.recordprops import is_lmq, multi_dispatch
 from rmqdump.scan.walk import read_record
-from schemas import constants as C
+from rmqdump.schemas import constants as C
 
 SEEK_UNREADABLE = "seek_record_unreadable"
 

@@ -16,7 +16,7 @@ from rmqdump.common.problems import Problem
 from rmqdump.readers.commitlog import Blank, CommitLog
 from rmqdump.readers.message import Message, decompress
 from rmqdump.scan.walk import Batch, scan_commitlog
-from schemas import constants as C
+from rmqdump.schemas import constants as C
 
 
 @dataclass

@@ -14,7 +14,7 @@ import numpy as np
 from rmqdump.checks.timerverify import records_at
 from rmqdump.readers.commitlog import CommitLog
 from rmqdump.readers.timerlog import SLOT_SIZE, TimerStore
-from schemas import constants as C
+from rmqdump.schemas import constants as C
 
 STATES = ("pending", "fired")
 CHUNK = 50_000  # units whose records are looked up by one CommitLog scan

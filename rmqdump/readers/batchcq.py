@@ -20,7 +20,7 @@ from rmqdump.common.problems import Problem
 from rmqdump.readers.consumequeue import CQ_BAD_FILE_NAME, CQ_FILE_SIZE, CQ_HOLE, common_file_size, queue_dirs, queue_files, whole_units
 from rmqdump.readers.fastpath import numpy_dtype
 from rmqdump.readers.mapped import OFFSET_NAME_RE, OffsetFile
-from schemas import BatchConsumeQueueUnit
+from rmqdump.schemas import BatchConsumeQueueUnit
 
 BATCH_DIR = "batchconsumequeue"
 BCQ_DTYPE = numpy_dtype(BatchConsumeQueueUnit)

@@ -13,8 +13,8 @@ import numpy as np
 
 from rmqdump.common.problems import InputError
 from rmqdump.readers.fastpath import numpy_dtype
-from schemas import Checkpoint as CheckpointLayout
-from schemas import constants as C
+from rmqdump.schemas import Checkpoint as CheckpointLayout
+from rmqdump.schemas import constants as C
 
 _DTYPE = numpy_dtype(CheckpointLayout)
 RECOVERY_MARGIN_MS = 3000  # StoreCheckpoint.getMinTimestamp subtracts 3 s

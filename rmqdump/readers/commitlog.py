@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from rmqdump.common import problems as P
 from rmqdump.common.problems import InputError, Problem
 from rmqdump.readers.mapped import OFFSET_NAME_RE, OffsetFile, offset_files
-from schemas import dledger as DL
+from rmqdump.schemas import dledger as DL
 
 FRAME_SIZE = DL.EntryHeader.sizeof()
 

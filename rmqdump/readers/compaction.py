@@ -32,8 +32,8 @@ from rmqdump.readers.consumequeue import QUEUE_ID_RE, common_file_size, queue_di
 from rmqdump.readers.fastpath import numpy_dtype
 from rmqdump.readers.mapped import OffsetFile, offset_files
 from rmqdump.readers.message import Message
-from schemas import SparseConsumeQueueUnit
-from schemas import constants as C
+from rmqdump.schemas import SparseConsumeQueueUnit
+from rmqdump.schemas import constants as C
 
 SCQ_DTYPE = numpy_dtype(SparseConsumeQueueUnit)
 SCQ_UNIT_SIZE = SCQ_DTYPE.itemsize

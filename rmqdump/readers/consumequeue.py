@@ -19,8 +19,8 @@ import numpy as np
 from rmqdump.common.problems import InputError, Problem
 from rmqdump.readers.fastpath import numpy_dtype
 from rmqdump.readers.mapped import OffsetFile, next_data, offset_files
-from schemas import ConsumeQueueUnit
-from schemas import constants as C
+from rmqdump.schemas import ConsumeQueueUnit
+from rmqdump.schemas import constants as C
 
 UNIT_DTYPE = numpy_dtype(ConsumeQueueUnit)
 UNIT_SIZE = UNIT_DTYPE.itemsize

@@ -20,8 +20,8 @@ from rmqdump.common.problems import Problem
 from rmqdump.readers.consumequeue import common_file_size, queue_dirs, queue_files
 from rmqdump.readers.fastpath import gather, numpy_dtype
 from rmqdump.readers.mapped import MappedFile, OffsetFile
-from schemas import ConsumeQueueExtHeader
-from schemas import constants as C
+from rmqdump.schemas import ConsumeQueueExtHeader
+from rmqdump.schemas import constants as C
 
 EXT_DIR = "consumequeue_ext"
 EXT_HEADER = numpy_dtype(ConsumeQueueExtHeader)

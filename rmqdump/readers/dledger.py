@@ -18,7 +18,7 @@ from rmqdump.common.problems import Problem
 from rmqdump.readers.commitlog import SegmentFile
 from rmqdump.readers.fastpath import numpy_dtype
 from rmqdump.readers.mapped import MappedFile, offset_files
-from schemas import dledger as DL
+from rmqdump.schemas import dledger as DL
 
 # Stable problem codes of DLedger files.
 BAD_ENTRY_MAGIC = "dledger_bad_entry_magic"

@@ -21,8 +21,8 @@ from rmqdump.common.javahash import index_hash, java_hash
 from rmqdump.common.problems import InputError
 from rmqdump.readers.fastpath import numpy_dtype
 from rmqdump.readers.mapped import MappedFile
-from schemas import IndexEntry, IndexHeader, IndexSlot
-from schemas import constants as C
+from rmqdump.schemas import IndexEntry, IndexHeader, IndexSlot
+from rmqdump.schemas import constants as C
 
 _KEY_HASH = numpy_dtype(IndexEntry.subcons[0])
 

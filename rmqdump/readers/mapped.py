@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from rmqdump.common.problems import InputError
-from schemas import constants as C
+from rmqdump.schemas import constants as C
 
 _PAGE = mmap.ALLOCATIONGRANULARITY
 

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rmqdump.readers.fastpath import struct_format
-from schemas import OffsetMsgIdV4, OffsetMsgIdV6
-from schemas import constants as C
+from rmqdump.schemas import OffsetMsgIdV4, OffsetMsgIdV6
+from rmqdump.schemas import constants as C
 
 
 def decode_properties(raw: bytes) -> tuple[dict[str, str], bool]:

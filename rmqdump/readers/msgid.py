@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from rmqdump.readers.message import format_address
-from schemas import OffsetMsgIdV4, OffsetMsgIdV6, UniqKeyV4, UniqKeyV6
+from rmqdump.schemas import OffsetMsgIdV4, OffsetMsgIdV6, UniqKeyV4, UniqKeyV6
 
 SHORT_HEX = 32  # IPv4 forms
 LONG_HEX = 56  # IPv6 forms

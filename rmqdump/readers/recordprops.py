@@ -14,9 +14,9 @@ import numpy as np
 
 from rmqdump.readers.commitlog import CommitLog
 from rmqdump.readers.fastpath import ColumnarParser, gather, numpy_dtype
-from schemas import MessageRecord, RecordPrefix
-from schemas import constants as C
-from schemas.commitlog import MIN_RECORD_SIZE
+from rmqdump.schemas import MessageRecord, RecordPrefix
+from rmqdump.schemas import constants as C
+from rmqdump.schemas.commitlog import MIN_RECORD_SIZE
 
 _PARSER = ColumnarParser(MessageRecord)
 _PREFIX = numpy_dtype(RecordPrefix)  # totalSize, magic

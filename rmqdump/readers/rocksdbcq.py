@@ -24,8 +24,8 @@ from construct import Struct
 from rmqdump.common.problems import InputError, Problem
 from rmqdump.readers.consumequeue import UNIT_DTYPE, UNIT_SIZE, QueueUnits, UnitChunks
 from rmqdump.readers.fastpath import numpy_dtype, struct_format
-from schemas import RocksCheckpointValue, RocksCQValue, RocksOffsetValue
-from schemas.rocksdbcq import CTRL_1, RocksCQKey, RocksCQKeyTail, RocksOffsetKeyTail
+from rmqdump.schemas import RocksCheckpointValue, RocksCQValue, RocksOffsetValue
+from rmqdump.schemas.rocksdbcq import CTRL_1, RocksCQKey, RocksCQKeyTail, RocksOffsetKeyTail
 
 VALUE_DTYPE = numpy_dtype(RocksCQValue)
 VALUE_SIZE = VALUE_DTYPE.itemsize

@@ -27,8 +27,8 @@ from rmqdump.readers.commitlog import Blank
 from rmqdump.readers.fastpath import field_offset, numpy_dtype
 from rmqdump.readers.mapped import MappedFile, OffsetFile, offset_files
 from rmqdump.readers.message import Message
-from schemas import constants as C
-from schemas.timer import TimerCheck, TimerLogBlank, TimerLogUnit, TimerWheelSlot
+from rmqdump.schemas import constants as C
+from rmqdump.schemas.timer import TimerCheck, TimerLogBlank, TimerLogUnit, TimerWheelSlot
 
 TIMERLOG_DIR = "timerlog"
 TIMERWHEEL_FILE = "timerwheel"

@@ -17,7 +17,7 @@ from rmqdump.readers.commitlog import CommitLog
 from rmqdump.readers.compaction import LogRecord, compaction_key, tags_code
 from rmqdump.readers.message import decode_properties
 from rmqdump.scan.walk import Batch, scan_commitlog
-from schemas import constants as C
+from rmqdump.schemas import constants as C
 
 
 def batch_records(batch: Batch) -> Iterator[tuple[int, LogRecord]]:

@@ -17,10 +17,10 @@ from rmqdump.readers.commitlog import Blank, SegmentFile
 from rmqdump.readers.fastpath import struct_format
 from rmqdump.readers.mapped import MappedFile
 from rmqdump.scan.resync import HEADER, entry_at, first_nonzero, resync
-from schemas import MessageRecord, RecordPrefix
-from schemas import constants as C
-from schemas import dledger as DL
-from schemas.commitlog import MIN_RECORD_SIZE
+from rmqdump.schemas import MessageRecord, RecordPrefix
+from rmqdump.schemas import constants as C
+from rmqdump.schemas import dledger as DL
+from rmqdump.schemas.commitlog import MIN_RECORD_SIZE
 
 _PREFIX = struct_format(RecordPrefix)
 _BLANK_ENTRY = struct_format(DL.BlankEntry)

@@ -42,7 +42,7 @@ from rmqdump.scan.layout import (
     F,
 )
 from rmqdump.scan.native import crc_library
-from schemas import constants as C
+from rmqdump.schemas import constants as C
 
 _T = CRC_TABLES.astype(np.int64)
 _OFF = HEADER_OFFSETS

@@ -14,10 +14,10 @@ import zlib
 import numpy as np
 
 from rmqdump.readers.fastpath import field_offset, numpy_dtype
-from schemas import HostV4, HostV6, MessageRecord, message_header
-from schemas import constants as C
-from schemas.commitlog import MIN_RECORD_SIZE, PropertiesLength, TopicLengthV1, TopicLengthV2
-from schemas.dledger import ENTRY_MAGIC, EntryHeader
+from rmqdump.schemas import HostV4, HostV6, MessageRecord, message_header
+from rmqdump.schemas import constants as C
+from rmqdump.schemas.commitlog import MIN_RECORD_SIZE, PropertiesLength, TopicLengthV1, TopicLengthV2
+from rmqdump.schemas.dledger import ENTRY_MAGIC, EntryHeader
 
 
 def _field(con, name):

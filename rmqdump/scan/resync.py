@@ -14,9 +14,9 @@ import os
 from rmqdump.readers.commitlog import SegmentFile
 from rmqdump.readers.fastpath import field_struct, struct_format
 from rmqdump.readers.mapped import MappedFile, next_data
-from schemas import BlankMarker, RecordPrefix, message_header
-from schemas import constants as C
-from schemas import dledger as DL
+from rmqdump.schemas import BlankMarker, RecordPrefix, message_header
+from rmqdump.schemas import constants as C
+from rmqdump.schemas import dledger as DL
 
 RESYNC_WINDOW = 16 << 20
 HEADER = DL.EntryHeader.sizeof()

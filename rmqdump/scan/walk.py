@@ -31,9 +31,9 @@ from rmqdump.scan import layout as K
 from rmqdump.scan.damage import diagnose
 from rmqdump.scan.native import configure
 from rmqdump.scan.resync import resync
-from schemas import HostV4, HostV6, message_header
-from schemas import dledger as DL
-from schemas.commitlog import PropertiesLength
+from rmqdump.schemas import HostV4, HostV6, message_header
+from rmqdump.schemas import dledger as DL
+from rmqdump.schemas.commitlog import PropertiesLength
 
 BATCH_RECORDS = 32768
 KEYS_PER_RECORD = 4  # room for index keys per record of a batch (grown when a batch needs more)

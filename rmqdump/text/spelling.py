@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from schemas import HostV4, HostV6
-from schemas import constants as C
+from rmqdump.schemas import HostV4, HostV6
+from rmqdump.schemas import constants as C
 
 # Row status written by the kernels
 TAKEN, FALLBACK, FILTERED = 0, 1, 2

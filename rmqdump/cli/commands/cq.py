@@ -43,7 +43,7 @@ def verify_cmd(
     from rmqdump.checks.cqverify import WINDOW_RECORDS, VerifySummary, verify
     from rmqdump.readers.store import Store
     from rmqdump.scan.dispatch import DelayLevels
-    from schemas import constants as C
+    from rmqdump.schemas import constants as C
 
     delay_levels = C.DEFAULT_DELAY_LEVELS if delay_levels is None else delay_levels
     window = WINDOW_RECORDS if window is None else window

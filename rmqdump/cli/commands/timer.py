@@ -111,7 +111,7 @@ def verify_cmd(
     Example:  rmqdump timer verify -s store -f jsonl
     """
     from rmqdump.checks.timerverify import TimerVerifySummary, verify_timers
-    from schemas import constants as C
+    from rmqdump.schemas import constants as C
 
     st, ts = _open(store, precision)
     q = st.queue(C.TIMER_TOPIC, 0)

@@ -43,7 +43,7 @@ from rmqdump.common.problems import InputError
 DEFAULT_MASTER = "local[*]"
 DEFAULT_DRIVER_MEMORY = "4g"
 SHIP_MODES = ("auto", "zip", "venv", "none")
-SHIPPED_PACKAGES = ("rmqdump", "schemas", "construct")
+SHIPPED_PACKAGES = ("rmqdump", "construct")  # rmqdump.schemas inside rmqdump (a link to schemas/ in a checkout)
 ENV_ALIAS = "rmqdump_env"  # the directory spark.archives unpacks the driver's environment into
 # Left out of the packed environment: every Spark installation puts its own pyspark and py4j on the
 # workers' PYTHONPATH (and they must match the cluster's Spark, not the driver's pip install).
@@ -91,7 +91,7 @@ def package_zip() -> str:
             mod = importlib.import_module(name)
             root = os.path.dirname(os.path.abspath(mod.__file__))
             base = os.path.dirname(root)
-            for d, dirs, files in os.walk(root):
+            for d, dirs, files in os.walk(root, followlinks=True):
                 dirs[:] = [x for x in dirs if x != "__pycache__"]
                 for f in files:
                     if f.endswith(".py"):

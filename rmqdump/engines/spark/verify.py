@@ -31,7 +31,7 @@ from rmqdump.readers.store import Store
 from rmqdump.scan.dispatch import DelayLevels, DispatchColumns
 from rmqdump.scan.ranges import ScanOptions, scan_range
 from rmqdump.scan.splits import DEFAULT_SPLIT, Split, commitlog_splits, partition_count
-from schemas import constants as C
+from rmqdump.schemas import constants as C
 
 RECORDS_DDL = (
     "kind string, phys bigint, size int, topic string, queue_id int, queue_offset bigint, tags_code bigint, "

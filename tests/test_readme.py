@@ -1,6 +1,6 @@
 """The README's set-up commands are the ones CI runs, every command it documents exists, and its examples are true.
 
-Every ```console block is run (each `$ ` line in bash, in a scratch directory that sees `fixtures/`, with
+Every ```console block of the README and of docs/*.md is run (each `$ ` line in bash, in a scratch directory that sees `fixtures/`, with
 `/tmp/` redirected into it) and its output compared with what the block shows, line for line. Only what
 cannot repeat is masked: timings, the checkout's absolute path, and a line `  ...` standing for lines left out.
 """
@@ -50,9 +50,12 @@ def test_every_command_has_help_with_an_example():
         assert "Example" in r.stdout, f"`rmqdump {' '.join(parts)} --help` has no Example"
 
 
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+
 def _console_blocks() -> list[tuple[str, list[tuple[str, list[str]]]]]:
-    """(first command, [(command, expected output lines)]) per console block."""
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    """(first command, [(command, expected output lines)]) per console block of the README and docs/."""
+    text = "\n".join(p.read_text(encoding="utf-8") for p in DOCS)
     out = []
     for block in re.findall(r"```console\n(.*?)\n```", text, flags=re.S):
         steps: list[tuple[str, list[str]]] = []
@@ -86,6 +89,16 @@ def _matches(want: list[str], got: list[str]) -> bool:
 
 
 BLOCKS = _console_blocks()
+
+
+def test_the_readme_links_every_page_of_docs_and_every_link_resolves():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    pages = sorted(p.name for p in (ROOT / "docs").glob("*.md"))
+    assert pages and [p for p in pages if f"(docs/{p})" not in readme] == []
+    for doc in DOCS:
+        for target in re.findall(r"\]\(([^)#]+)\)", doc.read_text(encoding="utf-8")):
+            if "://" not in target:
+                assert (doc.parent / target).exists(), f"{doc.name}: broken link {target}"
 
 
 def test_the_readme_has_console_examples_for_every_command():

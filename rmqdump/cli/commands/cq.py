@@ -9,7 +9,7 @@ import typer
 
 from rmqdump.cli import render
 from rmqdump.cli.commands import options as O
-from rmqdump.cli.commands.options import Engine, ListFormat, engine_option, master_option, ship_option, spark_conf_option, store_option
+from rmqdump.cli.commands.options import Engine, ListFormat, Ship, engine_option, master_option, ship_option, spark_conf_option, store_option
 
 if TYPE_CHECKING:
     from rmqdump.readers.store import Store
@@ -31,7 +31,7 @@ def verify_cmd(
     engine: Engine = engine_option("the same findings, computed by Spark"),
     master: str = master_option(),
     spark_conf: list[str] = spark_conf_option(),
-    ship: str = ship_option(),
+    ship: Ship = ship_option(),
 ):
     """Cross-check every unit against its record and every message against its unit.
 
@@ -66,7 +66,7 @@ def verify_cmd(
             if st.queue_kinds_5x():
                 render.fail(f"usage: --engine spark does not check {', '.join(st.queue_kinds_5x())} queues yet; use --engine local", 2)
 
-            found = run_verify(st, master, spark_conf, ship=ship, topic=topic, queue_id=queue, check_crc=not no_crc, delays=delays, summary=summary)
+            found = run_verify(st, master, spark_conf, ship=ship.value, topic=topic, queue_id=queue, check_crc=not no_crc, delays=delays, summary=summary)
         else:
             from rmqdump.engines.local import local_map
 

@@ -10,7 +10,7 @@ import typer
 
 from rmqdump.cli import render
 from rmqdump.cli.commands import options as O
-from rmqdump.cli.commands.options import Engine, engine_option, master_option, ship_option, spark_conf_option
+from rmqdump.cli.commands.options import Engine, Ship, SparkWriter, engine_option, master_option, ship_option, spark_conf_option, spark_writer_option
 
 
 class ExportFormat(str, Enum):
@@ -46,14 +46,9 @@ def export(
     master: str = master_option(),
     spark_conf: list[str] = spark_conf_option(),
     driver_memory: str = typer.Option("4g", "--driver-memory", help="spark engine: driver JVM memory."),
-    ship: str = ship_option(),
-    spark_writer: str = typer.Option(
-        "auto",
-        "--spark-writer",
-        help="spark engine: arrow (tasks write with pyarrow; a path every executor shares; faster), spark (Spark's Parquet writer, any output URI), "
-        "or auto: arrow for a path when the master runs on this machine (local[N], a standalone master on this host), else spark.",
-    ),
-    split_size: str = typer.Option("256M", "--split-size", help="Bytes of CommitLog per task (128M-512M suits big stores)."),
+    ship: Ship = ship_option(),
+    spark_writer: SparkWriter = spark_writer_option(),
+    split_size: str = typer.Option("128M", "--split-size", help="Bytes of CommitLog per range (128M-512M suits big stores)."),
     force: bool = O.force_option("Replace --out if it exists."),
     no_crc: bool = O.no_crc_option("Skip the body and property CRC checks (crc_ok and prop_crc_ok are then null)."),
 ):
@@ -74,8 +69,6 @@ def export(
         render.fail(f"usage: --split-size: {e}", 2)
     stores = resolve_stores(store)
     crc = not no_crc
-    if spark_writer not in ("auto", "spark", "arrow"):
-        render.fail(f"usage: --spark-writer must be auto, spark or arrow, not {spark_writer!r}", 2)
     if engine is Engine.local:
         from rmqdump.engines.local import WORKER_MEMORY, local_map
         from rmqdump.export.dataset import export_local  # pyarrow.dataset: imported only when exporting
@@ -89,9 +82,9 @@ def export(
         from rmqdump.engines.spark.session import session
 
         t0 = time.perf_counter()
-        with session(master, spark_conf, driver_memory=driver_memory, ship=ship) as spark:
+        with session(master, spark_conf, driver_memory=driver_memory, ship=ship.value) as spark:
             startup = time.perf_counter() - t0
-            res = export_spark(spark, stores, out, fmt=fmt.value, with_body=with_body, split_size=split, force=force, check_crc=crc, writer=spark_writer)
+            res = export_spark(spark, stores, out, fmt=fmt.value, with_body=with_body, split_size=split, force=force, check_crc=crc, writer=spark_writer.value)
         res.startup_seconds = startup
     for p in res.problems:
         render.err.print(f"{p['broker']}: {p['code']}: {p['file']}@{p['file_offset']}: {p['detail']}", markup=False, highlight=False)

@@ -114,12 +114,34 @@ def master_option() -> str:
     return typer.Option("local[*]", "--master", help="spark engine: the Spark master URL (spark://host:7077, yarn, k8s://..., local[N]).")
 
 
-def ship_option() -> str:
+class Ship(str, Enum):
+    auto = "auto"
+    zip = "zip"
+    venv = "venv"
+    none = "none"
+
+
+class SparkWriter(str, Enum):
+    auto = "auto"
+    spark = "spark"
+    arrow = "arrow"
+
+
+def ship_option() -> Ship:
     return typer.Option(
-        "auto",
+        Ship.auto,
         "--ship",
         help="spark engine: auto (zip rmqdump to executors unless local), zip, venv (also pack this environment for the executors: spark.archives), "
         "or none (installed on every node).",
+    )
+
+
+def spark_writer_option() -> SparkWriter:
+    return typer.Option(
+        SparkWriter.auto,
+        "--spark-writer",
+        help="spark engine: arrow (tasks write with pyarrow; a path every executor shares; faster), spark (Spark's Parquet writer, any output URI), "
+        "or auto: arrow for a path when the master runs on this machine (local[N], a standalone master on this host), else spark.",
     )
 
 

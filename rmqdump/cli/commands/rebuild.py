@@ -11,7 +11,7 @@ import typer
 
 from rmqdump.cli import render
 from rmqdump.cli.commands import options as O
-from rmqdump.cli.commands.options import Engine, ListFormat, engine_option, master_option, ship_option, spark_conf_option
+from rmqdump.cli.commands.options import Engine, ListFormat, Ship, engine_option, master_option, ship_option, spark_conf_option
 from rmqdump.common.timeutil import iso
 
 TABLE_ROWS = 50  # queues / index files listed in the table output
@@ -130,7 +130,7 @@ def rebuild_cmd(
     engine: Engine = engine_option("the same bytes, built by Spark; OUTDIR on a filesystem the executors share"),
     master: str = master_option(),
     spark_conf: list[str] = spark_conf_option(),
-    ship: str = ship_option(),
+    ship: Ship = ship_option(),
 ):
     """Rebuild ConsumeQueues, IndexFiles and checkpoint from the CommitLog into OUTDIR, byte-identical to the broker's.
 
@@ -185,7 +185,7 @@ def rebuild_cmd(
                 if kinds:
                     render.fail(f"usage: --engine spark does not build {', '.join(kinds)} queues yet; use --engine local", 2)
 
-                rep = run_rebuild(str(store), str(out), settings, options, master, spark_conf, ship=ship)
+                rep = run_rebuild(str(store), str(out), settings, options, master, spark_conf, ship=ship.value)
             else:
                 rep = rebuild(str(store), str(out), settings, options, on_bytes=advance)
         from rmqdump.builders.compactioncqbuild import rebuild_compaction_cq

@@ -25,6 +25,12 @@ index_app = typer.Typer(
     rich_markup_mode=None,  # plain click help: rich and markdown-it cost start-up time
 )
 
+FLEET_HELP = (
+    "Store root (default: .). Repeat it, or give a glob such as 'brokers/*/store' (NAME=DIR names a broker): the stores are searched "
+    "in parallel and every hit names its broker."
+)
+
+
 MESSAGE_COLUMNS = ["offset", "size", "topic", "q", "qoffset", "stored (UTC)", "tags", "keys", "uniq_key", "index entry"]
 
 
@@ -36,13 +42,14 @@ def index_entries_option():
     return typer.Option(None, "--index-entries", min=1, help="The broker's maxIndexNum (default: inferred from the file).")
 
 
-def print_messages(messages: list[Message]) -> None:
+def print_messages(messages: list[Message], brokers: bool = False) -> None:
     from rich.table import Table
 
-    t = Table(*MESSAGE_COLUMNS, box=None, pad_edge=False, header_style="bold")
+    t = Table(*(["broker"] if brokers else []), *MESSAGE_COLUMNS, box=None, pad_edge=False, header_style="bold")
     for m in messages:
         where = f"{m.extra.get('index_file', '')}#{m.extra.get('index_entry', '')}" if "index_file" in m.extra else "-"
         t.add_row(
+            *([m.extra.get("broker", "")] if brokers else []),
             str(m.phys_offset),
             str(m.total_size),
             m.topic,
@@ -89,7 +96,7 @@ def _summary(res: LookupResult) -> dict:
 def lookup(
     key: str = typer.Argument(None, help="A key (one KEYS token) or a UNIQ_KEY."),
     msg_id: str = typer.Option(None, "--id", help="A message id instead of KEY: an offset msgId is read directly, a UNIQ_KEY looked up in the index."),
-    store: Path = store_option(),
+    store: list[str] = O.stores_option(FLEET_HELP),
     topics: list[str] = O.topic_option("Topic of the message (repeatable). Default: every topic in consumequeue/ and config/topics.json."),
     since: str = O.since_option(),
     until: str = O.until_option(),
@@ -107,10 +114,6 @@ def lookup(
 
     Example:  rmqdump index lookup k1_0 --store fixtures/real/rmq4-basic/store -t orders --explain
     """
-    from rmqdump.query.lookup import Index, resolve_id
-    from rmqdump.readers.indexfile import list_index_files
-    from rmqdump.readers.msgid import MsgIdError
-
     if (key is None) == (msg_id is None):
         render.fail("usage: give either KEY or --id ID", 2)
     try:
@@ -118,11 +121,102 @@ def lookup(
         e = parse_time(until) - 1 if until else None  # the index walk's end is inclusive (like queryMessage); --until is not
     except ValueError as err:
         render.fail(f"usage: {err}", 2)
-    if not list_index_files(str(store)):
-        raise InputError("index_no_files", os.path.join(str(store), "index"), "no index files (a store root holds index/yyyyMMddHHmmssSSS files)")
-    with Index(str(store), hash_slots, index_entries) as idx:
+    refs = fleet(store)
+    if refs is None:
+        messages = _lookup_one(str(store[0] if store else "."), key, msg_id, topics, b, e, limit, hash_slots, index_entries, fmt, explain)
+        raise typer.Exit(0 if messages else 1)
+    found: list = []
+    for ref, got in zip(refs, fleet_map(refs)(lambda ref: lookup_quiet(ref.root, key, msg_id, topics, b, e, limit, hash_slots, index_entries), refs), strict=True):
+        found += emit_broker(ref.name, got, fmt, explain)
+    if fmt is not ListFormat.jsonl and found:
+        print_messages(found, brokers=True)
+    raise typer.Exit(0 if found else 1)
+
+
+def fleet(values: list[str] | None):
+    """The stores of a fleet (StoreRefs), or None when one plain store root was given (the single-store output)."""
+    import glob
+
+    from rmqdump.scan.splits import resolve_stores
+
+    if not values or (len(values) == 1 and "=" not in values[0] and not glob.has_magic(values[0])):
+        return None
+    return resolve_stores(values)
+
+
+def fleet_map(refs):
+    """The local engine over the stores: one thread per store, as many as the cores."""
+    from rmqdump.engines.local import LocalMap, usable_cores
+
+    return LocalMap(min(len(refs), usable_cores()))
+
+
+def emit_broker(broker: str, got, fmt: ListFormat, explain: bool) -> list:
+    """One store's answer in a fleet lookup: its walks and summary named by broker, or its one-line error; its messages
+    (as JSON Lines now; for the table, returned: the caller prints one table of every broker's)."""
+    if isinstance(got, InputError):
+        if fmt is ListFormat.jsonl:
+            render.jsonl({"kind": "problem", "broker": broker, "code": got.code, "file": got.path, "file_offset": got.offset, "detail": got.detail})
+        else:
+            render.err.print(f"{broker}: {got.line()}", highlight=False, markup=False)
+        return []
+    messages, res, decoded = got
+    for m in messages:
+        m.extra["broker"] = broker
+    if fmt is ListFormat.jsonl:
+        if decoded is not None:
+            render.jsonl({"broker": broker, **decoded})
+        if explain and res is not None:
+            for w in res.walks:
+                render.jsonl({"broker": broker, **w.to_dict()})
+        for m in messages:
+            render.jsonl({"broker": broker, **m.to_dict()})
+        if res is not None:
+            render.jsonl({"broker": broker, **_summary(res)})
+        return messages
+    if explain and res is not None:
+        render.out.print(f"broker {broker}:", markup=False, highlight=False)
+        print_explain(res)
+    if res is not None:
+        render.err.print(f"{broker}: {_summary_line(_summary(res))}", highlight=False, markup=False)
+    return messages
+
+
+def lookup_quiet(root: str, key, msg_id, topics, b, e, limit, hash_slots, index_entries):
+    """One store of a fleet lookup, printing nothing: (messages, lookup result, decoded id) or the InputError met."""
+    from rmqdump.query.lookup import Index, resolve_id
+    from rmqdump.readers.indexfile import list_index_files
+    from rmqdump.readers.msgid import MsgIdError
+
+    try:
+        if not list_index_files(root):
+            raise InputError("index_no_files", os.path.join(root, "index"), "no index files (a store root holds index/yyyyMMddHHmmssSSS files)")
+        with Index(root, hash_slots, index_entries) as idx:
+            if not topics and not idx.topics:
+                raise InputError("no_topics", root, "the store names no topics (no consumequeue/ directories, no config/topics.json): pass --topic")
+            if msg_id is not None:
+                try:
+                    r = resolve_id(idx, msg_id, topics or None, begin=b, end=e, max_messages=limit)
+                except MsgIdError as err:
+                    raise InputError("msgid_bad", msg_id, str(err)) from None
+                return r.messages, r.lookup, r.decoded(_now_ms())
+            res = idx.lookup(key, topics or None, begin=b, end=e, max_messages=limit)
+            return res.messages, res, None
+    except InputError as err:
+        return err
+
+
+def _lookup_one(root, key, msg_id, topics, b, e, limit, hash_slots, index_entries, fmt, explain) -> list:
+    """The single-store lookup, printed as it goes."""
+    from rmqdump.query.lookup import Index, resolve_id
+    from rmqdump.readers.indexfile import list_index_files
+    from rmqdump.readers.msgid import MsgIdError
+
+    if not list_index_files(root):
+        raise InputError("index_no_files", os.path.join(root, "index"), "no index files (a store root holds index/yyyyMMddHHmmssSSS files)")
+    with Index(root, hash_slots, index_entries) as idx:
         if not topics and not idx.topics:
-            raise InputError("no_topics", str(store), "the store names no topics (no consumequeue/ directories, no config/topics.json): pass --topic")
+            raise InputError("no_topics", root, "the store names no topics (no consumequeue/ directories, no config/topics.json): pass --topic")
         if msg_id is not None:
             try:
                 r = resolve_id(idx, msg_id, topics or None, begin=b, end=e, max_messages=limit)
@@ -135,7 +229,7 @@ def lookup(
             res = idx.lookup(key, topics or None, begin=b, end=e, max_messages=limit)
             messages = res.messages
         emit_lookup(messages, res, fmt, explain)
-    raise typer.Exit(0 if messages else 1)
+    return messages
 
 
 def _now_ms() -> int:
@@ -160,14 +254,16 @@ def emit_lookup(messages: list[Message], res: LookupResult | None, fmt: ListForm
     if messages:
         print_messages(messages)
     if res is not None:
-        s = _summary(res)
-        render.err.print(
-            f"{s['found']} messages; discarded {s['discarded_collisions']} hash collisions and {s['same_slot_other_hashes']} same-slot entries of other keys"
-            + (f"; {s['outside_window']} outside the time window" if s["outside_window"] else "")
-            + (f"; {s['unreadable']} entries point at unreadable records" if s["unreadable"] else "")
-            + ("; stopped at --limit" if s["truncated"] else ""),
-            highlight=False,
-        )
+        render.err.print(_summary_line(_summary(res)), highlight=False)
+
+
+def _summary_line(s: dict) -> str:
+    return (
+        f"{s['found']} messages; discarded {s['discarded_collisions']} hash collisions and {s['same_slot_other_hashes']} same-slot entries of other keys"
+        + (f"; {s['outside_window']} outside the time window" if s["outside_window"] else "")
+        + (f"; {s['unreadable']} entries point at unreadable records" if s["unreadable"] else "")
+        + ("; stopped at --limit" if s["truncated"] else "")
+    )
 
 
 def verify_cmd(

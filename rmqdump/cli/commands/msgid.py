@@ -3,19 +3,28 @@
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import typer
 
 from rmqdump.cli import render
 from rmqdump.cli.commands import options as O
-from rmqdump.cli.commands.index import emit_lookup, hash_slots_option, index_entries_option
-from rmqdump.cli.commands.options import ListFormat, store_option
+from rmqdump.cli.commands.index import (
+    FLEET_HELP,
+    emit_broker,
+    emit_lookup,
+    fleet,
+    fleet_map,
+    hash_slots_option,
+    index_entries_option,
+    lookup_quiet,
+    print_messages,
+)
+from rmqdump.cli.commands.options import ListFormat
 
 
 def msgid(
     text: str = typer.Argument(..., help="An offset msgId or a UNIQ_KEY (32 or 56 hex characters)."),
-    store: Path = store_option(),
+    store: list[str] = O.stores_option(FLEET_HELP),
     topics: list[str] = O.topic_option("Look the UNIQ_KEY up in this topic only (repeatable)."),
     fmt: ListFormat = O.format_option(ListFormat.table, "table or jsonl."),
     explain: bool = typer.Option(False, "--explain", help="Show the index walk of a UNIQ_KEY lookup."),
@@ -37,8 +46,16 @@ def msgid(
     from rmqdump.query.lookup import Index, resolve_id
     from rmqdump.readers.msgid import MsgIdError
 
+    refs = fleet(store)
+    if refs is not None:
+        found: list = []
+        for ref, got in zip(refs, fleet_map(refs)(lambda ref: lookup_quiet(ref.root, None, text, topics, None, None, None, hash_slots, index_entries), refs), strict=True):
+            found += emit_broker(ref.name, got, fmt, explain)
+        if fmt is not ListFormat.jsonl and found:
+            print_messages(found, brokers=True)
+        raise typer.Exit(0 if found else 1)
     try:
-        with Index(str(store), hash_slots, index_entries) as idx:
+        with Index(str(store[0] if store else "."), hash_slots, index_entries) as idx:
             r = resolve_id(idx, text, topics or None)
     except MsgIdError as e:
         render.fail(f"msgid_bad: {e}", 2)

@@ -1,0 +1,249 @@
+"""Write what checks.salvage found: the records to re-send, the flagged ones, and a manifest, into one new directory.
+
+OUT/messages.parquet (or .jsonl): every intact record a restart loses or no
+consumer reaches, with the columns `rmqdump export` writes (body included),
+plus `reason` and `raw` (the record's bytes as stored), in physical order:
+what a producer needs to send each message again. OUT/flagged.parquet: stale
+tails and damaged records, evidence only. OUT/manifest.json: counts by reason
+and topic, byte ranges, the damage, the recovery that decides it all, and the
+sha256 of each file. Written beside OUT and renamed into place
+(common.publish), never inside the store.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from rmqdump.checks import salvage as S
+from rmqdump.common.problems import Problem
+from rmqdump.common.publish import publishing
+from rmqdump.export import arrowbatch
+from rmqdump.readers.store import Store
+
+FORMATS = ("parquet", "jsonl")
+MANIFEST = "manifest.json"
+SETS = {"messages": S.TO_RESEND, "flagged": S.FLAGGED}
+ROWS_PER_GROUP = 8192  # bodies and raw bytes: keep a row group's buffer small
+_REASON_CODES = {r: i for i, r in enumerate(S.REASONS)}
+_REASONS = pa.array(S.REASONS, pa.string())
+
+
+def schema() -> pa.Schema:
+    return pa.schema([*arrowbatch.FIELDS, arrowbatch.BODY_FIELD, ("reason", pa.string()), arrowbatch.RAW_FIELD])
+
+
+def _base_schema() -> pa.Schema:
+    return pa.schema([*arrowbatch.FIELDS, arrowbatch.BODY_FIELD, arrowbatch.RAW_FIELD])
+
+
+def jsonl_line(row: dict) -> str:
+    """A row as one JSON object: properties as an object, body and raw in base64."""
+    row["properties"] = dict(row["properties"])
+    for k in ("body", "raw"):
+        row[k] = base64.b64encode(row[k]).decode()
+    row["body_encoding"] = row["raw_encoding"] = "base64"
+    return json.dumps(row, ensure_ascii=False, separators=(",", ":"))
+
+
+class _Sink:
+    """One output file, Parquet or JSON Lines, written batch after batch."""
+
+    def __init__(self, path: str, fmt: str):
+        self.path, self.fmt, self.rows = path, fmt, 0
+        self.pq = pq.ParquetWriter(path, schema(), compression="snappy") if fmt == "parquet" else None
+        self.fh = open(path, "w", encoding="utf-8") if fmt == "jsonl" else None
+
+    def write(self, rb: pa.RecordBatch) -> None:
+        self.rows += rb.num_rows
+        if self.pq is not None:
+            self.pq.write_batch(rb, row_group_size=ROWS_PER_GROUP)
+        else:
+            self.fh.writelines(jsonl_line(r) + "\n" for r in rb.to_pylist())
+
+    def close(self) -> None:
+        if self.pq is not None:
+            self.pq.close()
+        if self.fh is not None:
+            self.fh.close()
+
+
+def _sha256(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+@dataclass
+class _Ranges:
+    """Byte ranges [start, end) of one reason's records, adjacent records merged; the first RANGES_LISTED kept."""
+
+    listed: list[list[int]] = field(default_factory=list)
+    count: int = 0
+    last_end: int = -1
+
+    def add(self, start: np.ndarray, end: np.ndarray) -> None:
+        if not len(start):
+            return
+        breaks = np.flatnonzero(start[1:] != end[:-1]) + 1
+        firsts, lasts = np.concatenate([[0], breaks]), np.concatenate([breaks - 1, [len(start) - 1]])
+        for s, e in zip(start[firsts].tolist(), end[lasts].tolist(), strict=True):
+            if s == self.last_end:  # continues the previous range
+                if self.count == len(self.listed):
+                    self.listed[-1][1] = e
+            else:
+                self.count += 1
+                if len(self.listed) < S.RANGES_LISTED:
+                    self.listed.append([s, e])
+            self.last_end = e
+
+
+@dataclass
+class SalvageResult:
+    store: str
+    out: str
+    format: str
+    recovery: dict = field(default_factory=dict)
+    counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(S.REASONS, 0))
+    bytes: dict[str, int] = field(default_factory=lambda: dict.fromkeys(S.REASONS, 0))
+    topics: dict[str, dict[str, int]] = field(default_factory=dict)
+    ranges: dict[str, _Ranges] = field(default_factory=lambda: {r: _Ranges() for r in S.REASONS})
+    damage: list[dict] = field(default_factory=list)
+    damage_count: int = 0
+    damage_bytes: int = 0
+    files: list[dict] = field(default_factory=list)
+    records_scanned: int = 0
+    filters: dict = field(default_factory=dict)
+    seconds: float = 0.0
+
+    @property
+    def salvaged(self) -> int:
+        """Records written to either set."""
+        return sum(self.counts.values())
+
+    def note_damage(self, p: Problem) -> None:
+        self.damage_count += 1
+        self.damage_bytes += int(p.extra.get("skipped") or 0)
+        if len(self.damage) < S.RANGES_LISTED:
+            self.damage.append(p.to_dict())
+
+    def to_dict(self) -> dict:
+        return {
+            "kind": "salvage",
+            "store": self.store,
+            "out": self.out,
+            "format": self.format,
+            "recovery": self.recovery,
+            "filters": self.filters,
+            "records_scanned": self.records_scanned,
+            "salvaged": {name: sum(self.counts[r] for r in reasons) for name, reasons in SETS.items()},
+            "counts": self.counts,
+            "bytes": self.bytes,
+            "topics": self.topics,
+            "ranges": {r: self.ranges[r].listed for r in S.REASONS},
+            "ranges_total": {r: self.ranges[r].count for r in S.REASONS},
+            "damage": self.damage,
+            "damage_count": self.damage_count,
+            "damage_bytes": self.damage_bytes,
+            "files": self.files,
+            "seconds": round(self.seconds, 3),
+        }
+
+
+def _recovery(p: S.Plan) -> dict:
+    r = p.preview
+    return {
+        "abnormal": r.abnormal,
+        "scan_from": r.scan_from,
+        "valid_end": r.valid_end,
+        "stop": r.stop,
+        "data_end": r.valid_end + r.truncated_bytes,
+        "dropped_messages": r.truncated_messages,
+        "commitlog_files_deleted": r.commitlog_files_dropped,
+        "redispatch_from": r.redispatch_from,
+    }
+
+
+def _take(res: SalvageResult, c: S.Classified, sinks: dict[str, _Sink], broker: str) -> None:
+    b = c.batch
+    res.records_scanned += len(b)
+    sel = np.flatnonzero(c.reason != S.NONE)
+    if not sel.size:
+        return
+    pos, size, tid = b.cols["_pos"], b.cols["total_size"], b.found["topic_id"]
+    for name, reasons in SETS.items():
+        codes = [_REASON_CODES[r] for r in reasons]
+        rows = sel[np.isin(c.reason[sel], codes)]
+        if not rows.size:
+            continue
+        rb = arrowbatch.selected(b, rows, broker, _base_schema())
+        reason = _REASONS.take(pa.array(c.reason[rows].astype(np.int32)))
+        sinks[name].write(rb.add_column(rb.num_columns - 1, pa.field("reason", pa.string()), reason))
+        for code in codes:
+            these = rows[c.reason[rows] == code]
+            if not these.size:
+                continue
+            r = S.REASONS[code]
+            start = pos[these].astype(np.int64) + b.seg.base
+            end = start + size[these]
+            res.counts[r] += len(these)
+            res.bytes[r] += int(size[these].sum())
+            res.ranges[r].add(start, end)
+            for t, n in zip(*np.unique(tid[these], return_counts=True), strict=True):
+                per = res.topics.setdefault(c.topics[int(t)], {})
+                per[r] = per.get(r, 0) + int(n)
+
+
+def salvage(
+    store: Store,
+    out: str,
+    *,
+    fmt: str = "parquet",
+    force: bool = False,
+    check_crc: bool = True,
+    topics: list[str] | None = None,
+    since: int | None = None,
+    until: int | None = None,
+    broker: str = "",
+    sync: bool = True,
+    on_bytes: Callable[[int], None] | None = None,
+) -> SalvageResult:
+    """Scan the store once, write both sets and the manifest into `out` (published atomically); the result is the manifest."""
+    if fmt not in FORMATS:
+        raise ValueError(f"format must be one of {FORMATS}")
+    t0 = time.perf_counter()
+    res = SalvageResult(store.root, os.path.abspath(out), fmt, filters={"topic": topics or None, "since": since, "until": until})
+    with publishing(out, force=force, stores=[store.root], kind="dir", sync=sync) as tmp:
+        p = S.plan(store, check_crc=check_crc, topics=topics, since=since, until=until, on_bytes=on_bytes)
+        res.recovery = _recovery(p)
+        for pr in store.commitlog.problems:
+            res.note_damage(pr)
+        sinks = {name: _Sink(os.path.join(tmp, f"{name}.{fmt}"), fmt) for name in SETS}
+        try:
+            for item in S.scan(store, p, check_crc=check_crc, on_bytes=on_bytes):
+                if isinstance(item, list):
+                    for pr in item:
+                        res.note_damage(pr)
+                else:
+                    _take(res, item, sinks, broker)
+        finally:
+            for s in sinks.values():
+                s.close()
+        for name, s in sinks.items():
+            res.files.append({"name": os.path.basename(s.path), "set": name, "rows": s.rows, "bytes": os.path.getsize(s.path), "sha256": _sha256(s.path)})
+        res.seconds = time.perf_counter() - t0
+        with open(os.path.join(tmp, MANIFEST), "w", encoding="utf-8") as f:
+            json.dump(res.to_dict(), f, ensure_ascii=False, indent=1)
+            f.write("\n")
+    return res

@@ -61,7 +61,7 @@ class _Sink:
     def __init__(self, path: str, fmt: str):
         self.path, self.fmt, self.rows = path, fmt, 0
         self.pq = pq.ParquetWriter(path, schema(), compression="snappy") if fmt == "parquet" else None
-        self.fh = open(path, "w", encoding="utf-8") if fmt == "jsonl" else None
+        self.fh = open(path, "w", encoding="utf-8") if fmt == "jsonl" else None  # noqa: SIM115 (closed by close(), like the Parquet writer)
 
     def write(self, rb: pa.RecordBatch) -> None:
         self.rows += rb.num_rows

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from enum import Enum
 from pathlib import Path
 
@@ -63,10 +64,13 @@ def salvage_cmd(
 
     Example:  rmqdump salvage /data/rocketmq/store --out /backup/salvaged
     """
-    from rmqdump.build.rebuild import check_paths
+    from rmqdump.build.rebuild import NO_COMMITLOG, NOT_A_STORE
     from rmqdump.checks.recovery import preview_bytes
+    from rmqdump.common.problems import InputError
+    from rmqdump.common.publish import check_target
     from rmqdump.common.timeutil import parse_time
     from rmqdump.export.salvage import salvage
+    from rmqdump.readers.commitlog import commitlog_path
     from rmqdump.readers.store import Store
     from rmqdump.scan.splits import default_name
 
@@ -78,13 +82,26 @@ def salvage_cmd(
         t_until = parse_time(until) if until else None
     except ValueError as e:
         render.fail(f"usage: rmqdump salvage: {e}", 2)
-    root, _ = check_paths(str(store), str(out), force)
+    root = os.path.realpath(store)
+    if not os.path.isdir(root):
+        raise InputError(NOT_A_STORE, str(store), "not a directory")
+    if not os.path.isdir(commitlog_path(root)):
+        raise InputError(NO_COMMITLOG, commitlog_path(str(store)), "a store root holds commitlog/: nothing to salvage from")
+    check_target(str(out), force=force, stores=[root], kind="dir")
     st = Store.open(root)
     total = preview_bytes(st) + sum(f.size for f in st.commitlog.files)
     with render.progress(total, "salvage") as advance:
         res = salvage(
-            st, str(out), fmt=fmt.value, force=force, check_crc=not no_crc, topics=topic or None, since=t_since, until=t_until,
-            broker=default_name(root), on_bytes=advance,
+            st,
+            str(out),
+            fmt=fmt.value,
+            force=force,
+            check_crc=not no_crc,
+            topics=topic or None,
+            since=t_since,
+            until=t_until,
+            broker=default_name(root),
+            on_bytes=advance,
         )
     _print_table(res.to_dict())
     raise typer.Exit(1 if res.salvaged else 0)

@@ -156,9 +156,11 @@ def _zeroed_properties(b: Batch) -> np.ndarray:
     c = b.cols
     length = c["properties_length"].astype(np.int64)
     offsets, buf = kernel.jit().pack_bytes(b.mf.data, c["properties_pos"].astype(np.int64), length)
-    zeros = np.concatenate([[0], np.cumsum(buf == 0, dtype=np.int64)])
-    offsets = offsets.astype(np.int64)
-    return zeros[offsets[1:]] > zeros[offsets[:-1]]
+    out = np.zeros(len(length), dtype=bool)
+    zeros = np.flatnonzero(buf == 0)  # almost always none: one pass, no per-record work
+    if zeros.size:
+        out[np.unique(np.searchsorted(offsets, zeros, side="right") - 1)] = True
+    return out
 
 
 def _regressed(p: Plan, topics: list[str], tid: np.ndarray, qid: np.ndarray, qoff: np.ndarray, ok: np.ndarray) -> np.ndarray:

@@ -33,7 +33,7 @@ from rmqdump.readers.store import Store
 FORMATS = ("parquet", "jsonl")
 MANIFEST = "manifest.json"
 SETS = {"messages": S.TO_RESEND, "flagged": S.FLAGGED}
-ROWS_PER_GROUP = 8192  # bodies and raw bytes: keep a row group's buffer small
+ROWS_PER_GROUP = 4096  # bodies and raw bytes (~10 MB a group for 1.2 KB records): keep the buffers small
 _REASON_CODES = {r: i for i, r in enumerate(S.REASONS)}
 _REASONS = pa.array(S.REASONS, pa.string())
 
@@ -187,9 +187,11 @@ def _take(res: SalvageResult, c: S.Classified, sinks: dict[str, _Sink], broker: 
         rows = sel[np.isin(c.reason[sel], codes)]
         if not rows.size:
             continue
-        rb = arrowbatch.selected(b, rows, broker, _base_schema())
-        reason = _REASONS.take(pa.array(c.reason[rows].astype(np.int32)))
-        sinks[name].write(rb.add_column(rb.num_columns - 1, pa.field("reason", pa.string()), reason))
+        for lo in range(0, len(rows), ROWS_PER_GROUP):  # a row group at a time: bodies and raw bytes are copies
+            part = rows[lo : lo + ROWS_PER_GROUP]
+            rb = arrowbatch.selected(b, part, broker, _base_schema())
+            reason = _REASONS.take(pa.array(c.reason[part].astype(np.int32)))
+            sinks[name].write(rb.add_column(rb.num_columns - 1, pa.field("reason", pa.string()), reason))
         for code in codes:
             these = rows[c.reason[rows] == code]
             if not these.size:
@@ -223,7 +225,7 @@ def salvage(
     if fmt not in FORMATS:
         raise ValueError(f"format must be one of {FORMATS}")
     t0 = time.perf_counter()
-    res = SalvageResult(store.root, os.path.abspath(out), fmt, filters={"topic": topics or None, "since": since, "until": until})
+    res = SalvageResult(os.path.abspath(store.root), os.path.abspath(out), fmt, filters={"topic": topics or None, "since": since, "until": until})
     with publishing(out, force=force, stores=[store.root], kind="dir", sync=sync) as tmp:
         p = S.plan(store, check_crc=check_crc, topics=topics, since=since, until=until, on_bytes=on_bytes)
         res.recovery = _recovery(p)

@@ -35,6 +35,7 @@ def _print_table(d: dict) -> None:
         p(f"damage: {d['damage_count']} stretches ({d['damage_bytes']} bytes) not decodable, listed in manifest.json")
         for x in d["damage"][:TABLE_ROWS]:
             p(f"  {x['code']}: {x['file']}@{x['file_offset']}: {x['detail']}", markup=False)
+    p("files:")
     for f in d["files"]:
         p(f"  {f['name']}: {f['rows']} rows, {f['bytes']} bytes, sha256 {f['sha256']}")
 
@@ -82,13 +83,13 @@ def salvage_cmd(
         t_until = parse_time(until) if until else None
     except ValueError as e:
         render.fail(f"usage: rmqdump salvage: {e}", 2)
-    root = os.path.realpath(store)
+    root = os.path.realpath(store)  # only to refuse an output inside it; messages name the store as given
     if not os.path.isdir(root):
         raise InputError(NOT_A_STORE, str(store), "not a directory")
     if not os.path.isdir(commitlog_path(root)):
         raise InputError(NO_COMMITLOG, commitlog_path(str(store)), "a store root holds commitlog/: nothing to salvage from")
     check_target(str(out), force=force, stores=[root], kind="dir")
-    st = Store.open(root)
+    st = Store.open(str(store))
     total = preview_bytes(st) + sum(f.size for f in st.commitlog.files)
     with render.progress(total, "salvage") as advance:
         res = salvage(

@@ -84,7 +84,7 @@ def _kept_units(q, valid_end: int) -> tuple[list[np.ndarray], list[np.ndarray], 
         v = u.valid_mask()
         keep = v.copy()
         bad = np.flatnonzero(~v)
-        if bad.size and v[bad[-1] :].any():
+        if bad.size and v[bad[0] :].any():
             damaged = True  # an invalid unit with valid ones after it: not the zero tail of a preallocated file
         if i >= tail_from:
             if cut:
@@ -203,7 +203,7 @@ def classify(p: Plan, b: Batch) -> Classified:
     stale = _regressed(p, topics, tid, c["queue_id"], c["queue_offset"], ok)
     t = c["sys_flag"] & C.TRANSACTION_MASK
     queued = (t == C.TRANSACTION_NOT) | (t == C.TRANSACTION_COMMIT)
-    before = ~after & ok & ~stale & queued & ((phys < p.redispatch_from) | (phys >= p.valid_end))
+    before = ~after & ok & ~stale & queued & (phys < p.redispatch_from)  # from there on the restart dispatches it again
     missing = before & ~p.reach.reached(phys, size)
     reason[ok & after & ~stale] = REASONS.index(AFTER_STOP)
     reason[ok & stale] = REASONS.index(STALE_TAIL)

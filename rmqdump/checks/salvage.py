@@ -48,6 +48,7 @@ REASONS = (AFTER_STOP, UNDISPATCHED, CQ_DAMAGED, STALE_TAIL, DAMAGED, KEPT_DAMAG
 TO_RESEND = (AFTER_STOP, UNDISPATCHED, CQ_DAMAGED)
 FLAGGED = (STALE_TAIL, DAMAGED, KEPT_DAMAGED)
 NONE = -1  # reason code of a record that needs nothing
+BATCH_RECORDS = 16384  # records per scan batch: the pages and Arrow copies of one batch are what salvage holds
 RANGES_LISTED = 1000  # byte ranges (and damage entries) described one by one; past that only counted
 
 
@@ -230,7 +231,7 @@ def scan(store: Store, p: Plan, *, check_crc: bool = True, on_bytes: Callable[[i
     for seg in store.commitlog.files:
         done = 0
         with MappedFile(seg.path) as mf:
-            for b in scan_file(seg, mf, check_crc=check_crc):
+            for b in scan_file(seg, mf, check_crc=check_crc, batch_records=BATCH_RECORDS):
                 yield classify(p, b)
                 dmg = b.damage()
                 if dmg:

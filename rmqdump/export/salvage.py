@@ -16,6 +16,8 @@ import base64
 import hashlib
 import json
 import os
+import queue
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -28,6 +30,7 @@ from rmqdump.checks import salvage as S
 from rmqdump.common.problems import Problem
 from rmqdump.common.publish import publishing
 from rmqdump.export import arrowbatch
+from rmqdump.export.dataset import DICTIONARY_COLUMNS
 from rmqdump.readers.store import Store
 
 FORMATS = ("parquet", "jsonl")
@@ -55,34 +58,80 @@ def jsonl_line(row: dict) -> str:
     return json.dumps(row, ensure_ascii=False, separators=(",", ":"))
 
 
-class _Sink:
-    """One output file, Parquet or JSON Lines, written batch after batch."""
+class _HashingFile:
+    """A binary file that also feeds every byte written to sha256: the manifest's hash without reading the file back."""
 
-    def __init__(self, path: str, fmt: str):
-        self.path, self.fmt, self.rows = path, fmt, 0
-        self.pq = pq.ParquetWriter(path, schema(), compression="snappy") if fmt == "parquet" else None
-        self.fh = open(path, "w", encoding="utf-8") if fmt == "jsonl" else None  # noqa: SIM115 (closed by close(), like the Parquet writer)
+    def __init__(self, path: str):
+        self.f = open(path, "wb")  # noqa: SIM115 (closed by close(): the Parquet writer owns it meanwhile)
+        self.sha = hashlib.sha256()
+        self.closed = False
 
-    def write(self, rb: pa.RecordBatch) -> None:
-        self.rows += rb.num_rows
-        if self.pq is not None:
-            self.pq.write_batch(rb, row_group_size=ROWS_PER_GROUP)
-        else:
-            self.fh.writelines(jsonl_line(r) + "\n" for r in rb.to_pylist())
+    def write(self, data) -> int:
+        self.sha.update(data)
+        return self.f.write(data)
+
+    def tell(self) -> int:
+        return self.f.tell()
+
+    def flush(self) -> None:
+        self.f.flush()
 
     def close(self) -> None:
-        if self.pq is not None:
-            self.pq.close()
-        if self.fh is not None:
-            self.fh.close()
+        if not self.closed:
+            self.f.close()
+            self.closed = True
 
 
-def _sha256(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            h.update(chunk)
-    return h.hexdigest()
+class _Sink:
+    """One output file, Parquet or JSON Lines, written batch after batch by a thread of its own.
+
+    Encoding Parquet and hashing release the GIL, so they overlap with the
+    scan and the Arrow building of the next records; the queue holds a few
+    row groups at most, so memory stays bounded.
+    """
+
+    def __init__(self, path: str, fmt: str, names: list[str]):
+        self.path, self.fmt, self.rows = path, fmt, 0
+        self.file = _HashingFile(path)
+        self.pq = None
+        if fmt == "parquet":
+            dictionary = [c for c in DICTIONARY_COLUMNS if c.split(".")[0] in names]
+            self.pq = pq.ParquetWriter(self.file, schema(), compression="snappy", use_dictionary=dictionary)
+        self.queue: queue.Queue = queue.Queue(maxsize=2)
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, name=f"rmqdump-salvage-{os.path.basename(path)}", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while (rb := self.queue.get()) is not None:
+            if self.error is not None:
+                continue  # drain: the producer learns of the error at its next write
+            try:
+                if self.pq is not None:
+                    self.pq.write_batch(rb, row_group_size=ROWS_PER_GROUP)
+                else:
+                    self.file.write("".join(jsonl_line(r) + "\n" for r in rb.to_pylist()).encode("utf-8"))
+            except BaseException as e:  # handed to the producer
+                self.error = e
+
+    def write(self, rb: pa.RecordBatch) -> None:
+        if self.error is not None:
+            raise self.error
+        self.rows += rb.num_rows
+        self.queue.put(rb)
+
+    def close(self) -> str:
+        """Finish the file; its sha256."""
+        self.queue.put(None)
+        self.thread.join()
+        try:
+            if self.pq is not None and self.error is None:
+                self.pq.close()
+        finally:
+            self.file.close()
+        if self.error is not None:
+            raise self.error
+        return self.file.sha.hexdigest()
 
 
 @dataclass
@@ -231,7 +280,9 @@ def salvage(
         res.recovery = _recovery(p)
         for pr in store.commitlog.problems:
             res.note_damage(pr)
-        sinks = {name: _Sink(os.path.join(tmp, f"{name}.{fmt}"), fmt) for name in SETS}
+        names = schema().names
+        sinks = {name: _Sink(os.path.join(tmp, f"{name}.{fmt}"), fmt, names) for name in SETS}
+        hashes: dict[str, str] = {}
         try:
             for item in S.scan(store, p, check_crc=check_crc, on_bytes=on_bytes):
                 if isinstance(item, list):
@@ -240,10 +291,10 @@ def salvage(
                 else:
                     _take(res, item, sinks, broker)
         finally:
-            for s in sinks.values():
-                s.close()
+            for name, s in sinks.items():
+                hashes[name] = s.close()
         for name, s in sinks.items():
-            res.files.append({"name": os.path.basename(s.path), "set": name, "rows": s.rows, "bytes": os.path.getsize(s.path), "sha256": _sha256(s.path)})
+            res.files.append({"name": os.path.basename(s.path), "set": name, "rows": s.rows, "bytes": os.path.getsize(s.path), "sha256": hashes[name]})
         res.seconds = time.perf_counter() - t0
         with open(os.path.join(tmp, MANIFEST), "w", encoding="utf-8") as f:
             json.dump(res.to_dict(), f, ensure_ascii=False, indent=1)

@@ -290,6 +290,9 @@ def salvage(
                         res.note_damage(pr)
                 else:
                     _take(res, item, sinks, broker)
+                    b = item.batch
+                    if len(b):  # taken (Arrow holds copies): its pages of the map can go, as export does
+                        b.mf.release(int(b.cols["_pos"][0]), int(b.cols["_end"][-1]))
         finally:
             for name, s in sinks.items():
                 hashes[name] = s.close()

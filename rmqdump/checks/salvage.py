@@ -25,12 +25,14 @@ Stretches the scan cannot decode at all are listed as damage (code, offsets, len
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
 from rmqdump.checks.recovery import RecoveryPreview, preview
+from rmqdump.common.problems import Problem
 from rmqdump.readers import kernel
 from rmqdump.readers.commitlog import Batch, scan_file
 from rmqdump.readers.consumequeue import QueueUnits, read_units
@@ -125,15 +127,6 @@ def reach(store: Store, valid_end: int) -> Reach:
 
 
 @dataclass
-class Classified:
-    """One scan batch and the reason code (index into REASONS, NONE for nothing) of each of its records."""
-
-    batch: Batch
-    reason: np.ndarray  # int8
-    topics: list[str]  # the batch's topic names, by its topic id
-
-
-@dataclass
 class Plan:
     """What the classification needs from the store, worked out once before the scan."""
 
@@ -144,7 +137,6 @@ class Plan:
     topics: frozenset[str] | None = None
     since: int | None = None
     until: int | None = None
-    queue_max: dict[tuple[str, int], int] = field(default_factory=dict)  # highest queue offset seen, in physical order
 
 
 def plan(store: Store, *, check_crc: bool = True, topics=None, since=None, until=None, on_bytes: Callable[[int], None] | None = None) -> Plan:
@@ -164,81 +156,139 @@ def _zeroed_properties(b: Batch) -> np.ndarray:
     return out
 
 
-def _regressed(p: Plan, topics: list[str], tid: np.ndarray, qid: np.ndarray, qoff: np.ndarray, ok: np.ndarray) -> np.ndarray:
-    """Records (among `ok`) whose queue offset is not above the highest its queue reached before them; updates p.queue_max."""
-    out = np.zeros(len(tid), dtype=bool)
-    idx = np.flatnonzero(ok)
+@dataclass
+class Survey:
+    """What classification needs of every record, as compact columns in physical order (no body, no bytes)."""
+
+    phys: np.ndarray  # int64
+    size: np.ndarray  # int32
+    ok: np.ndarray  # bool: CRCs hold (where checked) and the properties hold no zero byte
+    topic: np.ndarray  # int32 index into `topics`
+    queue_id: np.ndarray  # int32
+    queue_offset: np.ndarray  # int64
+    sys_flag: np.ndarray  # int32
+    store_timestamp: np.ndarray  # int64
+    topics: list[str]
+    damage: list[Problem]  # what ended a stretch the scan could not decode, in order
+
+    def __len__(self) -> int:
+        return len(self.phys)
+
+
+def survey(store: Store, *, check_crc: bool = True, on_bytes: Callable[[int], None] | None = None) -> Survey:
+    """One pass of the scan over every CommitLog file, keeping ~40 bytes a record (independent of the recovery preview)."""
+    cols: dict[str, list[np.ndarray]] = {k: [] for k in ("phys", "size", "ok", "topic", "queue_id", "queue_offset", "sys_flag", "store_timestamp")}
+    names: dict[str, int] = {}
+    damage: list[Problem] = []
+    for seg in store.commitlog.files:
+        done = 0
+        with MappedFile(seg.path) as mf:
+            for b in scan_file(seg, mf, check_crc=check_crc, batch_records=BATCH_RECORDS):
+                n = len(b)
+                if n:
+                    c = b.cols
+                    crc = np.ones(n, dtype=bool) if b.crc_ok is None else b.crc_ok.astype(bool)
+                    pcrc = np.ones(n, dtype=bool) if b.prop_crc is None else b.prop_crc != 0
+                    ids = np.array([names.setdefault(b.topic(int(r)), len(names)) for r in b.found["topic_first"]], dtype=np.int32)
+                    cols["phys"].append(c["_pos"].astype(np.int64) + seg.base)
+                    cols["size"].append(c["total_size"].astype(np.int32))
+                    cols["ok"].append(crc & pcrc & ~_zeroed_properties(b))
+                    cols["topic"].append(ids[b.found["topic_id"]])
+                    cols["queue_id"].append(c["queue_id"].astype(np.int32))
+                    cols["queue_offset"].append(c["queue_offset"].astype(np.int64))
+                    cols["sys_flag"].append(c["sys_flag"].astype(np.int32))
+                    cols["store_timestamp"].append(c["store_timestamp"].astype(np.int64))
+                    end = int(c["_end"][-1])
+                    if on_bytes is not None:
+                        on_bytes(end - done)
+                    done = end
+                damage.extend(b.damage())
+            if on_bytes is not None and seg.size > done:
+                on_bytes(seg.size - done)
+    empty = {"ok": bool, "size": np.int32, "topic": np.int32, "queue_id": np.int32, "sys_flag": np.int32}
+    arrays = {k: np.concatenate(v) if v else np.zeros(0, empty.get(k, np.int64)) for k, v in cols.items()}
+    return Survey(**arrays, topics=list(names), damage=damage)
+
+
+def _regressed(sv: Survey) -> np.ndarray:
+    """Records (intact ones) whose queue offset is not above the highest their queue reached earlier in the CommitLog."""
+    out = np.zeros(len(sv), dtype=bool)
+    idx = np.flatnonzero(sv.ok)
     if not idx.size:
         return out
-    key = tid[idx].astype(np.int64) << 32 | (qid[idx].astype(np.int64) & 0xFFFFFFFF)
-    order = np.argsort(key, kind="stable")
-    ks = key[order]
-    cuts = np.flatnonzero(np.diff(ks)) + 1
-    for part in np.split(order, cuts):
-        rows = idx[part]
-        k = key[part[0]]
-        name = (topics[int(k >> 32)], int(np.int32(k & 0xFFFFFFFF)))
-        qo = qoff[rows]
-        before = p.queue_max.get(name, -1)
-        run = np.maximum.accumulate(np.concatenate([[before], qo]))
-        out[rows] = qo <= run[:-1]
-        p.queue_max[name] = int(run[-1])
+    key = sv.topic[idx].astype(np.int64) << 32 | (sv.queue_id[idx].astype(np.int64) & 0xFFFFFFFF)
+    order = np.argsort(key, kind="stable")  # by queue, physical order kept within each
+    ks, qo = key[order], sv.queue_offset[idx[order]]
+    first = np.concatenate([[True], ks[1:] != ks[:-1]])
+    seg = np.cumsum(first) - 1
+    # a running maximum that starts afresh at each queue: lift every queue above the ones before it
+    span = int(qo.max()) - int(qo.min()) + 2
+    if span * (int(seg[-1]) + 1) < 1 << 62:
+        lifted = seg * span + (qo - int(qo.min()) + 1)
+        run = np.maximum.accumulate(lifted)
+        prev = np.concatenate([[0], run[:-1]])
+        prev[first] = 0
+        out[idx[order]] = lifted <= prev
+        return out
+    starts = [*np.flatnonzero(first).tolist(), len(ks)]  # offsets too far apart to lift (damaged headers): queue by queue
+    for a, b in itertools.pairwise(starts):
+        q = qo[a:b]
+        prev = np.concatenate([[np.iinfo(np.int64).min], np.maximum.accumulate(q)[:-1]])
+        out[idx[order[a:b]]] = q <= prev
     return out
 
 
-def classify(p: Plan, b: Batch) -> Classified:
-    """The reason of each record of one batch (batches must come in physical order: stale tails are found by order)."""
-    n = len(b)
+def classify(p: Plan, sv: Survey) -> np.ndarray:
+    """The reason (index into REASONS, NONE for nothing) of every surveyed record."""
+    n = len(sv)
     reason = np.full(n, NONE, dtype=np.int8)
-    topics = [b.topic(int(r)) for r in b.found["topic_first"]] if n else []
     if not n:
-        return Classified(b, reason, topics)
-    c = b.cols
-    phys = b.phys.astype(np.int64)
-    size = c["total_size"]
-    tid = b.found["topic_id"]
-    crc = np.ones(n, dtype=bool) if b.crc_ok is None else b.crc_ok.astype(bool)
-    pcrc = np.ones(n, dtype=bool) if b.prop_crc is None else b.prop_crc != 0
-    ok = crc & pcrc & ~_zeroed_properties(b)
+        return reason
+    ok, phys = sv.ok, sv.phys
     after = phys >= p.valid_end
-    stale = _regressed(p, topics, tid, c["queue_id"], c["queue_offset"], ok)
-    t = c["sys_flag"] & C.TRANSACTION_MASK
+    stale = _regressed(sv)
+    t = sv.sys_flag & C.TRANSACTION_MASK
     queued = (t == C.TRANSACTION_NOT) | (t == C.TRANSACTION_COMMIT)
     before = ~after & ok & ~stale & queued & (phys < p.redispatch_from)  # from there on the restart dispatches it again
-    missing = before & ~p.reach.reached(phys, size)
+    missing = before & ~p.reach.reached(phys, sv.size)
     reason[ok & after & ~stale] = REASONS.index(AFTER_STOP)
     reason[ok & stale] = REASONS.index(STALE_TAIL)
     reason[~ok & after] = REASONS.index(DAMAGED)
     reason[~ok & ~after] = REASONS.index(KEPT_DAMAGED)
     if missing.any():
         dq = p.reach.damaged_queues
-        qid = c["queue_id"]
         for i in np.flatnonzero(missing).tolist():
-            reason[i] = REASONS.index(CQ_DAMAGED if (topics[int(tid[i])], int(qid[i])) in dq else UNDISPATCHED)
+            reason[i] = REASONS.index(CQ_DAMAGED if (sv.topics[int(sv.topic[i])], int(sv.queue_id[i])) in dq else UNDISPATCHED)
     keep = np.ones(n, dtype=bool)
     if p.topics is not None:
-        keep &= np.array([tn in p.topics for tn in topics], dtype=bool)[tid]
+        keep &= np.array([tn in p.topics for tn in sv.topics], dtype=bool)[sv.topic]
     if p.since is not None:
-        keep &= c["store_timestamp"] >= p.since
+        keep &= sv.store_timestamp >= p.since
     if p.until is not None:
-        keep &= c["store_timestamp"] < p.until
+        keep &= sv.store_timestamp < p.until
     reason[~keep] = NONE
-    return Classified(b, reason, topics)
+    return reason
 
 
-def scan(store: Store, p: Plan, *, check_crc: bool = True, on_bytes: Callable[[int], None] | None = None) -> Iterator[Classified | list]:
-    """Every batch of the CommitLog, file after file, classified; damage (Problems) is yielded as lists between them."""
+def records(store: Store, phys: np.ndarray, *, check_crc: bool = True) -> Iterator[tuple[Batch, np.ndarray, np.ndarray]]:
+    """The records at `phys` (sorted record starts the survey found), read again: (batch, their indices in it, their indices in phys).
+
+    Each file is scanned from its first wanted record to its last, so only the stretches that hold them are read twice.
+    """
     for seg in store.commitlog.files:
-        done = 0
+        lo, hi = (int(x) for x in np.searchsorted(phys, [seg.base, seg.base + seg.size]))
+        if lo == hi:
+            continue
+        want = phys[lo:hi]
         with MappedFile(seg.path) as mf:
-            for b in scan_file(seg, mf, check_crc=check_crc, batch_records=BATCH_RECORDS):
-                yield classify(p, b)
-                dmg = b.damage()
-                if dmg:
-                    yield dmg
-                if len(b) and on_bytes is not None:
-                    end = int(b.cols["_end"][-1])
-                    on_bytes(end - done)
-                    done = end
-            if on_bytes is not None and seg.size > done:
-                on_bytes(seg.size - done)
+            for b in scan_file(seg, mf, start=int(want[0] - seg.base), check_crc=check_crc, batch_records=BATCH_RECORDS):
+                if not len(b):
+                    continue
+                bp = b.cols["_pos"].astype(np.int64) + seg.base
+                at = np.searchsorted(want, bp)
+                hit = (at < len(want)) & (want[np.minimum(at, len(want) - 1)] == bp)
+                idx = np.flatnonzero(hit)
+                if idx.size:
+                    yield b, idx, lo + at[idx]
+                if bp[-1] >= want[-1]:
+                    break

@@ -20,6 +20,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -224,35 +225,31 @@ def _recovery(p: S.Plan) -> dict:
     }
 
 
-def _take(res: SalvageResult, c: S.Classified, sinks: dict[str, _Sink], broker: str) -> None:
-    b = c.batch
-    res.records_scanned += len(b)
-    sel = np.flatnonzero(c.reason != S.NONE)
-    if not sel.size:
-        return
-    pos, size, tid = b.cols["_pos"], b.cols["total_size"], b.found["topic_id"]
+def _take(res: SalvageResult, b, idx: np.ndarray, reason: np.ndarray, sinks: dict[str, _Sink], broker: str) -> None:
+    """Records `idx` of batch `b`, with their reason codes, into their set's file and the counts."""
+    pos, size = b.cols["_pos"], b.cols["total_size"]
+    topics = [b.topic(int(r)) for r in b.found["topic_first"]]
+    tid = b.found["topic_id"]
     for name, reasons in SETS.items():
         codes = [_REASON_CODES[r] for r in reasons]
-        rows = sel[np.isin(c.reason[sel], codes)]
-        if not rows.size:
-            continue
+        pick = np.isin(reason, codes)
+        rows, why = idx[pick], reason[pick]
         for lo in range(0, len(rows), ROWS_PER_GROUP):  # a row group at a time: bodies and raw bytes are copies
             part = rows[lo : lo + ROWS_PER_GROUP]
             rb = arrowbatch.selected(b, part, broker, _base_schema())
-            reason = _REASONS.take(pa.array(c.reason[part].astype(np.int32)))
-            sinks[name].write(rb.add_column(rb.num_columns - 1, pa.field("reason", pa.string()), reason))
+            col = _REASONS.take(pa.array(why[lo : lo + ROWS_PER_GROUP].astype(np.int32)))
+            sinks[name].write(rb.add_column(rb.num_columns - 1, pa.field("reason", pa.string()), col))
         for code in codes:
-            these = rows[c.reason[rows] == code]
+            these = rows[why == code]
             if not these.size:
                 continue
             r = S.REASONS[code]
             start = pos[these].astype(np.int64) + b.seg.base
-            end = start + size[these]
             res.counts[r] += len(these)
             res.bytes[r] += int(size[these].sum())
-            res.ranges[r].add(start, end)
+            res.ranges[r].add(start, start + size[these])
             for t, n in zip(*np.unique(tid[these], return_counts=True), strict=True):
-                per = res.topics.setdefault(c.topics[int(t)], {})
+                per = res.topics.setdefault(topics[int(t)], {})
                 per[r] = per.get(r, 0) + int(n)
 
 
@@ -270,29 +267,31 @@ def salvage(
     sync: bool = True,
     on_bytes: Callable[[int], None] | None = None,
 ) -> SalvageResult:
-    """Scan the store once, write both sets and the manifest into `out` (published atomically); the result is the manifest."""
+    """Survey every record (beside the recovery preview, in a second thread), sort them into reasons, read the chosen
+    ones again into both sets, and write the manifest; all into `out`, published atomically. The result is the manifest."""
     if fmt not in FORMATS:
         raise ValueError(f"format must be one of {FORMATS}")
     t0 = time.perf_counter()
     res = SalvageResult(os.path.abspath(store.root), os.path.abspath(out), fmt, filters={"topic": topics or None, "since": since, "until": until})
     with publishing(out, force=force, stores=[store.root], kind="dir", sync=sync) as tmp:
-        p = S.plan(store, check_crc=check_crc, topics=topics, since=since, until=until, on_bytes=on_bytes)
+        with ThreadPoolExecutor(1, thread_name_prefix="rmqdump-salvage-preview") as ex:  # the two passes run side by side
+            planned = ex.submit(S.plan, store, check_crc=check_crc, topics=topics, since=since, until=until, on_bytes=on_bytes)
+            sv = S.survey(store, check_crc=check_crc, on_bytes=on_bytes)
+            p = planned.result()
         res.recovery = _recovery(p)
-        for pr in store.commitlog.problems:
+        res.records_scanned = len(sv)
+        for pr in [*store.commitlog.problems, *sv.damage]:
             res.note_damage(pr)
+        reason = S.classify(p, sv)
+        wanted = np.flatnonzero(reason != S.NONE)
         names = schema().names
         sinks = {name: _Sink(os.path.join(tmp, f"{name}.{fmt}"), fmt, names) for name in SETS}
         hashes: dict[str, str] = {}
         try:
-            for item in S.scan(store, p, check_crc=check_crc, on_bytes=on_bytes):
-                if isinstance(item, list):
-                    for pr in item:
-                        res.note_damage(pr)
-                else:
-                    _take(res, item, sinks, broker)
-                    b = item.batch
-                    if len(b):  # taken (Arrow holds copies): its pages of the map can go, as export does
-                        b.mf.release(int(b.cols["_pos"][0]), int(b.cols["_end"][-1]))
+            for b, idx, at in S.records(store, sv.phys[wanted], check_crc=check_crc):
+                _take(res, b, idx, reason[wanted[at]], sinks, broker)
+                # taken (Arrow holds copies): its pages of the map can go, as export does
+                b.mf.release(int(b.cols["_pos"][0]), int(b.cols["_end"][-1]))
         finally:
             for name, s in sinks.items():
                 hashes[name] = s.close()

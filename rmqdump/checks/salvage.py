@@ -5,8 +5,9 @@ stops at the first record it cannot prove and truncates there: every record
 from that point on is gone after a restart, in the kept file or in the files
 it deletes. Before that point a record can still be out of reach when no
 ConsumeQueue unit the broker keeps points at it and the restart does not
-dispatch it again. One pass over the whole CommitLog, in physical order,
-sorts each record into a reason:
+dispatch it again. A survey of the whole CommitLog keeps a few columns of
+every record; whole-array passes over them, in physical order, sort each
+record into a reason, and `records` reads the chosen ones again:
 
 to re-send (the producer's message, intact):
   after_recovery_stop  at or past the broker's new end (its body CRC checks)

@@ -98,7 +98,7 @@ class _Sink:
         if fmt == "parquet":
             dictionary = [c for c in DICTIONARY_COLUMNS if c.split(".")[0] in names]
             self.pq = pq.ParquetWriter(self.file, schema(), compression="snappy", use_dictionary=dictionary)
-        self.queue: queue.Queue = queue.Queue(maxsize=2)
+        self.queue: queue.Queue = queue.Queue(maxsize=1)
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._run, name=f"rmqdump-salvage-{os.path.basename(path)}", daemon=True)
         self.thread.start()
@@ -284,12 +284,14 @@ def salvage(
             res.note_damage(pr)
         reason = S.classify(p, sv)
         wanted = np.flatnonzero(reason != S.NONE)
+        chosen, why = sv.phys[wanted], reason[wanted]
+        del sv, reason, wanted, p  # the write holds only the chosen records' offsets and reasons
         names = schema().names
         sinks = {name: _Sink(os.path.join(tmp, f"{name}.{fmt}"), fmt, names) for name in SETS}
         hashes: dict[str, str] = {}
         try:
-            for b, idx, at in S.records(store, sv.phys[wanted], check_crc=check_crc):
-                _take(res, b, idx, reason[wanted[at]], sinks, broker)
+            for b, idx, at in S.records(store, chosen, check_crc=check_crc):
+                _take(res, b, idx, why[at], sinks, broker)
                 # taken (Arrow holds copies): its pages of the map can go, as export does
                 b.mf.release(int(b.cols["_pos"][0]), int(b.cols["_end"][-1]))
         finally:

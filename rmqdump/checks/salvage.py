@@ -274,22 +274,30 @@ def classify(p: Plan, sv: Survey) -> np.ndarray:
 def records(store: Store, phys: np.ndarray, *, check_crc: bool = True) -> Iterator[tuple[Batch, np.ndarray, np.ndarray]]:
     """The records at `phys` (sorted record starts the survey found), read again: (batch, their indices in it, their indices in phys).
 
-    Each file is scanned from its first wanted record to its last, so only the stretches that hold them are read twice.
+    Each file is scanned from its first wanted record on, so only the stretches that hold them are read twice;
+    should a start not resync onto its record, the file is scanned again from its start (as the survey did) for
+    the ones missed.
     """
     for seg in store.commitlog.files:
         lo, hi = (int(x) for x in np.searchsorted(phys, [seg.base, seg.base + seg.size]))
         if lo == hi:
             continue
         want = phys[lo:hi]
+        got = np.zeros(len(want), dtype=bool)
         with MappedFile(seg.path) as mf:
-            for b in scan_file(seg, mf, start=int(want[0] - seg.base), check_crc=check_crc, batch_records=BATCH_RECORDS):
-                if not len(b):
-                    continue
-                bp = b.cols["_pos"].astype(np.int64) + seg.base
-                at = np.searchsorted(want, bp)
-                hit = (at < len(want)) & (want[np.minimum(at, len(want) - 1)] == bp)
-                idx = np.flatnonzero(hit)
-                if idx.size:
-                    yield b, idx, lo + at[idx]
-                if bp[-1] >= want[-1]:
+            for start in (int(want[0] - seg.base), 0):
+                for b in scan_file(seg, mf, start=start, check_crc=check_crc, batch_records=BATCH_RECORDS):
+                    if not len(b):
+                        continue
+                    bp = b.cols["_pos"].astype(np.int64) + seg.base
+                    at = np.searchsorted(want, bp)
+                    hit = (at < len(want)) & (want[np.minimum(at, len(want) - 1)] == bp)
+                    hit[hit] &= ~got[at[hit]]
+                    idx = np.flatnonzero(hit)
+                    if idx.size:
+                        got[at[idx]] = True
+                        yield b, idx, lo + at[idx]
+                    if got.all() or bp[-1] >= want[-1]:
+                        break
+                if got.all():
                     break

@@ -14,6 +14,7 @@ tail built from the store's own records, are checked against the same truths.
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import os
 import shutil
@@ -129,8 +130,6 @@ def test_salvage_plus_what_the_broker_serves_is_every_intact_put(scenario, tmp_p
     assert man["counts"]["after_recovery_stop"] + man["counts"]["undispatched"] + man["counts"]["cq_damaged"] == len(resend)
     assert sum(man["topics"].get(t, {}).get("after_recovery_stop", 0) for t in man["topics"]) == man["counts"]["after_recovery_stop"]
     for f in man["files"]:
-        import hashlib
-
         assert hashlib.sha256((tmp_path / "out" / f["name"]).read_bytes()).hexdigest() == f["sha256"]
     assert code == (1 if resend or flagged else 0)
 

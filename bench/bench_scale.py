@@ -42,7 +42,7 @@ def timed(cmd: list[str], env: dict | None = None) -> tuple[float, int, int, str
     """(wall seconds, peak RSS KB, exit code, stdout) of one run under /usr/bin/time -v."""
     with tempfile.NamedTemporaryFile("r", suffix=".time") as tf:
         p = subprocess.run(["/usr/bin/time", "-v", "-o", tf.name, *cmd], capture_output=True, text=True, env=env)
-        text = open(tf.name).read()
+        text = Path(tf.name).read_text()
     wall = rss = 0.0
     for line in text.splitlines():
         line = line.strip()

@@ -61,6 +61,7 @@ FIELDS = [
     ("broker", pa.string()),
 ]
 BODY_FIELD = ("body", pa.binary())
+RAW_FIELD = ("raw", pa.binary())  # the whole record as stored (rmqdump salvage)
 
 _INT_COLUMNS = {
     "total_size": "total_size",
@@ -302,6 +303,11 @@ def record_batches(
             yield pa.RecordBatch.from_arrays(_columns(b, sel, broker, sch), schema=sch)
 
 
+def selected(b: Batch, sel: np.ndarray, broker: str, sch: pa.Schema) -> pa.RecordBatch:
+    """Records `sel` (indices into the batch) with the columns of `sch`: any of FIELDS, BODY_FIELD, RAW_FIELD."""
+    return pa.RecordBatch.from_arrays(_columns(b, sel, broker, sch), schema=sch)
+
+
 def _columns(b: Batch, sel, broker: str, sch: pa.Schema) -> list[pa.Array]:
     """The arrays of `sch`'s columns for records `sel` (a slice or indices) of the batch; each decoding step runs only if a column needs it."""
     c, crc_ok, prop_crc = _sliced(b, sel)
@@ -342,6 +348,7 @@ def _columns(b: Batch, sel, broker: str, sch: pa.Schema) -> list[pa.Array]:
         "msg_id": lambda: _msg_ids(phys(), store_hosts()[1], store_hosts()[2]),
         "broker": lambda: _constant(broker, n),
         "body": lambda: _binary(data, c["body_pos"], c["body_length"]),
+        "raw": lambda: _binary(data, c["_pos"], c["total_size"]),
     }
     for name, src in _INT_COLUMNS.items():
         typ = sch.field(name).type if name in sch.names else None

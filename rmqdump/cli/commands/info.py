@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -47,7 +48,19 @@ def _jsonl(info: StoreInfo) -> None:
     for p in info.problems:
         render.jsonl(p.to_dict())
     if info.recovery is not None:
-        render.jsonl(info.recovery.to_dict())
+        d = info.recovery.to_dict()
+        if _drops_intact(info.recovery):
+            d["salvage"] = _salvage_hint(info.root)
+        render.jsonl(d)
+
+
+def _drops_intact(r) -> bool:
+    """The restart drops at least one record that is intact: `rmqdump salvage` gives those back."""
+    return any(d.state == "intact" for d in r.dropped)
+
+
+def _salvage_hint(root: str) -> str:
+    return f"rmqdump salvage {shlex.quote(root)} --out DIR"
 
 
 DROPPED_SHOWN = 20
@@ -160,6 +173,8 @@ def _table(info: StoreInfo) -> None:
             from rmqdump.checks.recovery import DROPPED_LISTED
 
             o.print(f"    ... {r.truncated_messages - min(len(r.dropped), DROPPED_SHOWN)} more (every one, up to {DROPPED_LISTED}, in -f jsonl)")
+        if _drops_intact(r):
+            o.print(f"  give the intact ones back first: {_salvage_hint(info.root)}", markup=False, highlight=False)
         if r.commitlog_files_dropped:
             o.print(f"  CommitLog files deleted: {', '.join(r.commitlog_files_dropped)}")
         o.print(f"  re-dispatch into ConsumeQueues from {r.redispatch_from}; index rebuilt from {r.index_redispatch_from}")

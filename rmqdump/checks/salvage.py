@@ -1,0 +1,322 @@
+"""Which CommitLog records a restart would lose or no consumer can reach, and why: what `rmqdump salvage` gives back.
+
+The broker's recovery (checks.recovery.preview, which agrees with the broker)
+stops at the first record it cannot prove and truncates there: every record
+from that point on is gone after a restart, in the kept file or in the files
+it deletes. Before that point a record can still be out of reach when no
+ConsumeQueue unit the broker keeps points at it and the restart does not
+dispatch it again. A survey of the whole CommitLog keeps a few columns of
+every record; whole-array passes over them, in physical order, sort each
+record into a reason, and `records` reads the chosen ones again:
+
+to re-send (the producer's message, intact):
+  after_recovery_stop  at or past the broker's new end (its body CRC checks)
+  undispatched         before it, a queued type, no unit and no re-dispatch reaches it
+  cq_damaged           the same, in a queue whose ConsumeQueue files are damaged
+flagged (evidence, not to re-send):
+  stale_tail           its queue offset is not above one its queue reached earlier in
+                       the CommitLog: written before the records in front of it, the
+                       leftover of an older run past a later write position (#10017)
+  damaged              past the new end, decodes but fails a CRC or holds zeroed properties
+  kept_damaged         the broker keeps and serves it, but it fails a CRC or its
+                       properties hold zero bytes (a lost page): what consumers get
+                       is not what was sent
+Stretches the scan cannot decode at all are listed as damage (code, offsets, length).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from rmqdump.checks.recovery import RecoveryPreview, preview
+from rmqdump.common.problems import Problem
+from rmqdump.readers.consumequeue import QueueUnits, read_units
+from rmqdump.readers.mapped import MappedFile
+from rmqdump.readers.store import Store
+from rmqdump.scan.ranges import Mapper, range_batches
+from rmqdump.scan.splits import Split, commitlog_splits
+from rmqdump.scan.walk import Batch, kernel, scan_file
+from rmqdump.schemas import constants as C
+
+AFTER_STOP = "after_recovery_stop"
+UNDISPATCHED = "undispatched"
+CQ_DAMAGED = "cq_damaged"
+STALE_TAIL = "stale_tail"
+DAMAGED = "damaged"
+KEPT_DAMAGED = "kept_damaged"
+REASONS = (AFTER_STOP, UNDISPATCHED, CQ_DAMAGED, STALE_TAIL, DAMAGED, KEPT_DAMAGED)
+TO_RESEND = (AFTER_STOP, UNDISPATCHED, CQ_DAMAGED)
+FLAGGED = (STALE_TAIL, DAMAGED, KEPT_DAMAGED)
+NONE = -1  # reason code of a record that needs nothing
+BATCH_RECORDS = 16384  # records per scan batch: the pages and Arrow copies of one batch are what salvage holds
+RANGES_LISTED = 1000  # byte ranges (and damage entries) described one by one; past that only counted
+
+
+@dataclass
+class Reach:
+    """The CommitLog offsets the broker serves through a ConsumeQueue unit after a restart."""
+
+    offsets: np.ndarray  # sorted physical offsets of the units it keeps
+    sizes: np.ndarray  # their sizes, in the same order
+    damaged_queues: set[tuple[str, int]]  # queues with a hole, an invalid unit or a layout problem
+
+    def reached(self, phys: np.ndarray, size: np.ndarray) -> np.ndarray:
+        if not len(self.offsets):
+            return np.zeros(len(phys), dtype=bool)
+        at = np.searchsorted(self.offsets, phys)
+        at_c = np.minimum(at, len(self.offsets) - 1)
+        return (at < len(self.offsets)) & (self.offsets[at_c] == phys) & (self.sizes[at_c] == size)
+
+
+def _kept_units(q, valid_end: int) -> tuple[list[np.ndarray], list[np.ndarray], bool]:
+    """(offsets, sizes, damaged) of the units a restart keeps in one queue.
+
+    ConsumeQueue.recover reads the last three files up to the first unit with
+    offset < 0 or size <= 0 (or a file not full) and drops what follows;
+    truncateDirtyLogicFiles drops units at or past the CommitLog's new end.
+    """
+    files = list(q.files)
+    damaged = bool(q.problems)
+    offs, sizes = [], []
+    tail_from = max(0, len(files) - 3)
+    cut = False
+    for i, f in enumerate(files):
+        u = QueueUnits.from_array(read_units(f), f.first_index)
+        v = u.valid_mask()
+        keep = v.copy()
+        bad = np.flatnonzero(~v)
+        if bad.size and v[bad[0] :].any():
+            damaged = True  # an invalid unit with valid ones after it: not the zero tail of a preallocated file
+        if i >= tail_from:
+            if cut:
+                keep[:] = False
+            else:
+                k = int(bad[0]) if bad.size else len(u)
+                keep[k:] = False
+                if k < (q.file_size or f.size) // 20 or bad.size:
+                    cut = True
+        keep &= u.offset < valid_end
+        offs.append(u.offset[keep])
+        sizes.append(u.size[keep])
+    return offs, sizes, damaged
+
+
+def reach(store: Store, valid_end: int) -> Reach:
+    offs: list[np.ndarray] = []
+    sizes: list[np.ndarray] = []
+    damaged: set[tuple[str, int]] = set()
+    for key, q in store.queues.items():
+        o, s, bad = _kept_units(q, valid_end)
+        offs += o
+        sizes += s
+        if bad:
+            damaged.add(key)
+    for key, bq in store.batch_queues.items():
+        if bq.problems:
+            damaged.add(key)
+        for u in bq.chunks():
+            keep = u.valid_mask() & (u.offset < valid_end)
+            offs.append(u.offset[keep])
+            sizes.append(u.size[keep])
+    o = np.concatenate(offs) if offs else np.zeros(0, np.int64)
+    s = np.concatenate(sizes) if sizes else np.zeros(0, np.int32)
+    order = np.argsort(o, kind="stable")
+    return Reach(o[order], s[order], damaged)
+
+
+@dataclass
+class Plan:
+    """What the classification needs from the store, worked out once before the scan."""
+
+    preview: RecoveryPreview
+    reach: Reach
+    redispatch_from: int
+    valid_end: int
+    topics: frozenset[str] | None = None
+    since: int | None = None
+    until: int | None = None
+
+
+def plan(store: Store, *, check_crc: bool = True, topics=None, since=None, until=None, on_bytes: Callable[[int], None] | None = None) -> Plan:
+    p = preview(store, check_crc=check_crc, on_bytes=on_bytes)
+    return Plan(p, reach(store, p.valid_end), p.redispatch_from, p.valid_end, frozenset(topics) if topics else None, since, until)
+
+
+def _zeroed_properties(b: Batch) -> np.ndarray:
+    """Records whose properties hold a zero byte: producers never write one (names and values are text, separators 1 and 2)."""
+    c = b.cols
+    length = c["properties_length"].astype(np.int64)
+    offsets, buf = kernel().pack_bytes(b.mf.data, c["properties_pos"].astype(np.int64), length)
+    out = np.zeros(len(length), dtype=bool)
+    zeros = np.flatnonzero(buf == 0)  # almost always none: one pass, no per-record work
+    if zeros.size:
+        out[np.unique(np.searchsorted(offsets, zeros, side="right") - 1)] = True
+    return out
+
+
+@dataclass
+class Survey:
+    """What classification needs of every record, as compact columns in physical order (no body, no bytes)."""
+
+    phys: np.ndarray  # int64
+    size: np.ndarray  # int32
+    ok: np.ndarray  # bool: CRCs hold (where checked) and the properties hold no zero byte
+    topic: np.ndarray  # int32 index into `topics`
+    queue_id: np.ndarray  # int32
+    queue_offset: np.ndarray  # int64
+    sys_flag: np.ndarray  # int32
+    store_timestamp: np.ndarray  # int64
+    topics: list[str]
+    damage: list[Problem]  # what ended a stretch the scan could not decode, in order
+
+    def __len__(self) -> int:
+        return len(self.phys)
+
+
+_SURVEY_DTYPES = {
+    "phys": np.int64,
+    "size": np.int32,
+    "ok": bool,
+    "topic": np.int32,
+    "queue_id": np.int32,
+    "queue_offset": np.int64,
+    "sys_flag": np.int32,
+    "store_timestamp": np.int64,
+}
+
+
+def survey_range(split: Split) -> tuple[dict[str, np.ndarray], list[str], list[Problem], int]:
+    """One byte range's compact columns (topic ids into the range's own topic list), its damage, and its bytes."""
+    cols: dict[str, list[np.ndarray]] = {k: [] for k in _SURVEY_DTYPES}
+    names: dict[str, int] = {}
+    damage: list[Problem] = []
+    for b in range_batches(split, batch_records=BATCH_RECORDS):
+        n = len(b)
+        if n:
+            c = b.cols
+            crc = np.ones(n, dtype=bool) if b.crc_ok is None else b.crc_ok.astype(bool)
+            pcrc = np.ones(n, dtype=bool) if b.prop_crc is None else b.prop_crc != 0
+            ids = np.array([names.setdefault(b.topic(int(r)), len(names)) for r in b.found["topic_first"]], dtype=np.int32)
+            cols["phys"].append(c["_pos"].astype(np.int64) + b.seg.base)
+            cols["size"].append(c["total_size"].astype(np.int32))
+            cols["ok"].append(crc & pcrc & ~_zeroed_properties(b))
+            cols["topic"].append(ids[b.found["topic_id"]])
+            cols["queue_id"].append(c["queue_id"].astype(np.int32))
+            cols["queue_offset"].append(c["queue_offset"].astype(np.int64))
+            cols["sys_flag"].append(c["sys_flag"].astype(np.int32))
+            cols["store_timestamp"].append(c["store_timestamp"].astype(np.int64))
+        damage.extend(b.damage())
+    arrays = {k: np.concatenate(v) if v else np.zeros(0, _SURVEY_DTYPES[k]) for k, v in cols.items()}
+    return arrays, list(names), damage, split.length
+
+
+def survey(store: Store, *, check_crc: bool = True, on_bytes: Callable[[int], None] | None = None, mapper: Mapper = map) -> Survey:
+    """Every record's compact columns (~40 bytes a record), range by range on the one scan path, joined in CommitLog order."""
+    cols: dict[str, list[np.ndarray]] = {k: [] for k in _SURVEY_DTYPES}
+    names: dict[str, int] = {}
+    damage: list[Problem] = []
+    for arrays, topics, dmg, nbytes in mapper(survey_range, commitlog_splits(store.commitlog, check_crc=check_crc)):
+        remap = np.array([names.setdefault(t, len(names)) for t in topics], dtype=np.int32)
+        for k, v in arrays.items():
+            cols[k].append(remap[v] if k == "topic" and len(v) else v)
+        damage.extend(dmg)
+        if on_bytes is not None:
+            on_bytes(nbytes)
+    arrays = {k: np.concatenate(v) if v else np.zeros(0, _SURVEY_DTYPES[k]) for k, v in cols.items()}
+    return Survey(**arrays, topics=list(names), damage=damage)
+
+
+def _regressed(sv: Survey) -> np.ndarray:
+    """Records (intact ones) whose queue offset is not above the highest their queue reached earlier in the CommitLog."""
+    out = np.zeros(len(sv), dtype=bool)
+    idx = np.flatnonzero(sv.ok)
+    if not idx.size:
+        return out
+    key = sv.topic[idx].astype(np.int64) << 32 | (sv.queue_id[idx].astype(np.int64) & 0xFFFFFFFF)
+    order = np.argsort(key, kind="stable")  # by queue, physical order kept within each
+    ks, qo = key[order], sv.queue_offset[idx[order]]
+    first = np.concatenate([[True], ks[1:] != ks[:-1]])
+    seg = np.cumsum(first) - 1
+    # a running maximum that starts afresh at each queue: lift every queue above the ones before it
+    span = int(qo.max()) - int(qo.min()) + 2
+    if span * (int(seg[-1]) + 1) < 1 << 62:
+        lifted = seg * span + (qo - int(qo.min()) + 1)
+        run = np.maximum.accumulate(lifted)
+        prev = np.concatenate([[0], run[:-1]])
+        prev[first] = 0
+        out[idx[order]] = lifted <= prev
+        return out
+    starts = [*np.flatnonzero(first).tolist(), len(ks)]  # offsets too far apart to lift (damaged headers): queue by queue
+    for a, b in itertools.pairwise(starts):
+        q = qo[a:b]
+        prev = np.concatenate([[np.iinfo(np.int64).min], np.maximum.accumulate(q)[:-1]])
+        out[idx[order[a:b]]] = q <= prev
+    return out
+
+
+def classify(p: Plan, sv: Survey) -> np.ndarray:
+    """The reason (index into REASONS, NONE for nothing) of every surveyed record."""
+    n = len(sv)
+    reason = np.full(n, NONE, dtype=np.int8)
+    if not n:
+        return reason
+    ok, phys = sv.ok, sv.phys
+    after = phys >= p.valid_end
+    stale = _regressed(sv)
+    t = sv.sys_flag & C.TRANSACTION_MASK
+    queued = (t == C.TRANSACTION_NOT) | (t == C.TRANSACTION_COMMIT)
+    before = ~after & ok & ~stale & queued & (phys < p.redispatch_from)  # from there on the restart dispatches it again
+    missing = before & ~p.reach.reached(phys, sv.size)
+    reason[ok & after & ~stale] = REASONS.index(AFTER_STOP)
+    reason[ok & stale] = REASONS.index(STALE_TAIL)
+    reason[~ok & after] = REASONS.index(DAMAGED)
+    reason[~ok & ~after] = REASONS.index(KEPT_DAMAGED)
+    if missing.any():
+        dq = p.reach.damaged_queues
+        for i in np.flatnonzero(missing).tolist():
+            reason[i] = REASONS.index(CQ_DAMAGED if (sv.topics[int(sv.topic[i])], int(sv.queue_id[i])) in dq else UNDISPATCHED)
+    keep = np.ones(n, dtype=bool)
+    if p.topics is not None:
+        keep &= np.array([tn in p.topics for tn in sv.topics], dtype=bool)[sv.topic]
+    if p.since is not None:
+        keep &= sv.store_timestamp >= p.since
+    if p.until is not None:
+        keep &= sv.store_timestamp < p.until
+    reason[~keep] = NONE
+    return reason
+
+
+def records(store: Store, phys: np.ndarray, *, check_crc: bool = True) -> Iterator[tuple[Batch, np.ndarray, np.ndarray]]:
+    """The records at `phys` (sorted record starts the survey found), read again: (batch, their indices in it, their indices in phys).
+
+    Each file is scanned from its first wanted record on, so only the stretches that hold them are read twice;
+    should a start not resync onto its record, the file is scanned again from its start (as the survey did) for
+    the ones missed.
+    """
+    for seg in store.commitlog.files:
+        lo, hi = (int(x) for x in np.searchsorted(phys, [seg.base, seg.base + seg.size]))
+        if lo == hi:
+            continue
+        want = phys[lo:hi]
+        got = np.zeros(len(want), dtype=bool)
+        with MappedFile(seg.path, limit=store.commitlog.file_size) as mf:
+            for start in (int(want[0] - seg.base), 0):
+                for b in scan_file(seg, mf, start=start, check_crc=check_crc, batch_records=BATCH_RECORDS):
+                    if not len(b):
+                        continue
+                    bp = b.cols["_pos"].astype(np.int64) + seg.base
+                    at = np.searchsorted(want, bp)
+                    hit = (at < len(want)) & (want[np.minimum(at, len(want) - 1)] == bp)
+                    hit[hit] &= ~got[at[hit]]
+                    idx = np.flatnonzero(hit)
+                    if idx.size:
+                        got[at[idx]] = True
+                        yield b, idx, lo + at[idx]
+                    if got.all() or bp[-1] >= want[-1]:
+                        break
+                if got.all():
+                    break

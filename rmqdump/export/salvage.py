@@ -1,0 +1,308 @@
+"""Write what checks.salvage found: the records to re-send, the flagged ones, and a manifest, into one new directory.
+
+OUT/messages.parquet (or .jsonl): every intact record a restart loses or no
+consumer reaches, with the columns `rmqdump export` writes (body included),
+plus `reason` and `raw` (the record's bytes as stored), in physical order:
+what a producer needs to send each message again. OUT/flagged.parquet: stale
+tails and damaged records, evidence only. OUT/manifest.json: counts by reason
+and topic, byte ranges, the damage, the recovery that decides it all, and the
+sha256 of each file. Written beside OUT and renamed into place
+(common.publish), never inside the store.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import queue
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from rmqdump.checks import salvage as S
+from rmqdump.common.problems import Problem
+from rmqdump.common.publish import publishing
+from rmqdump.export import arrowbatch
+from rmqdump.export.dataset import DICTIONARY_COLUMNS
+from rmqdump.readers.store import Store
+from rmqdump.scan.ranges import Mapper
+
+FORMATS = ("parquet", "jsonl")
+MANIFEST = "manifest.json"
+SETS = {"messages": S.TO_RESEND, "flagged": S.FLAGGED}
+ROWS_PER_GROUP = 4096  # bodies and raw bytes (~10 MB a group for 1.2 KB records): keep the buffers small
+_REASON_CODES = {r: i for i, r in enumerate(S.REASONS)}
+_REASONS = pa.array(S.REASONS, pa.string())
+
+
+def schema() -> pa.Schema:
+    return pa.schema([*arrowbatch.FIELDS, arrowbatch.BODY_FIELD, ("reason", pa.string()), arrowbatch.RAW_FIELD])
+
+
+def _base_schema() -> pa.Schema:
+    return pa.schema([*arrowbatch.FIELDS, arrowbatch.BODY_FIELD, arrowbatch.RAW_FIELD])
+
+
+def jsonl_line(row: dict) -> str:
+    """A row as one JSON object: properties as an object, body and raw in base64."""
+    row["properties"] = dict(row["properties"])
+    for k in ("body", "raw"):
+        row[k] = base64.b64encode(row[k]).decode()
+    row["body_encoding"] = row["raw_encoding"] = "base64"
+    return json.dumps(row, ensure_ascii=False, separators=(",", ":"))
+
+
+class _HashingFile:
+    """A binary file that also feeds every byte written to sha256: the manifest's hash without reading the file back."""
+
+    def __init__(self, path: str):
+        self.f = open(path, "wb")  # noqa: SIM115 (closed by close(): the Parquet writer owns it meanwhile)
+        self.sha = hashlib.sha256()
+        self.closed = False
+
+    def write(self, data) -> int:
+        self.sha.update(data)
+        return self.f.write(data)
+
+    def tell(self) -> int:
+        return self.f.tell()
+
+    def flush(self) -> None:
+        self.f.flush()
+
+    def close(self) -> None:
+        if not self.closed:
+            self.f.close()
+            self.closed = True
+
+
+class _Sink:
+    """One output file, Parquet or JSON Lines, written batch after batch by a thread of its own.
+
+    Encoding Parquet and hashing release the GIL, so they overlap with the
+    scan and the Arrow building of the next records; the queue holds a few
+    row groups at most, so memory stays bounded.
+    """
+
+    def __init__(self, path: str, fmt: str, names: list[str]):
+        self.path, self.fmt, self.rows = path, fmt, 0
+        self.file = _HashingFile(path)
+        self.pq = None
+        if fmt == "parquet":
+            dictionary = [c for c in DICTIONARY_COLUMNS if c.split(".")[0] in names]
+            self.pq = pq.ParquetWriter(self.file, schema(), compression="snappy", use_dictionary=dictionary)
+        self.queue: queue.Queue = queue.Queue(maxsize=1)
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, name=f"rmqdump-salvage-{os.path.basename(path)}", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while (rb := self.queue.get()) is not None:
+            if self.error is not None:
+                continue  # drain: the producer learns of the error at its next write
+            try:
+                if self.pq is not None:
+                    self.pq.write_batch(rb, row_group_size=ROWS_PER_GROUP)
+                else:
+                    self.file.write("".join(jsonl_line(r) + "\n" for r in rb.to_pylist()).encode("utf-8"))
+            except BaseException as e:  # handed to the producer
+                self.error = e
+
+    def write(self, rb: pa.RecordBatch) -> None:
+        if self.error is not None:
+            raise self.error
+        self.rows += rb.num_rows
+        self.queue.put(rb)
+
+    def close(self) -> str:
+        """Finish the file; its sha256."""
+        self.queue.put(None)
+        self.thread.join()
+        try:
+            if self.pq is not None and self.error is None:
+                self.pq.close()
+        finally:
+            self.file.close()
+        if self.error is not None:
+            raise self.error
+        return self.file.sha.hexdigest()
+
+
+@dataclass
+class _Ranges:
+    """Byte ranges [start, end) of one reason's records, adjacent records merged; the first RANGES_LISTED kept."""
+
+    listed: list[list[int]] = field(default_factory=list)
+    count: int = 0
+    last_end: int = -1
+
+    def add(self, start: np.ndarray, end: np.ndarray) -> None:
+        if not len(start):
+            return
+        breaks = np.flatnonzero(start[1:] != end[:-1]) + 1
+        firsts, lasts = np.concatenate([[0], breaks]), np.concatenate([breaks - 1, [len(start) - 1]])
+        for s, e in zip(start[firsts].tolist(), end[lasts].tolist(), strict=True):
+            if s == self.last_end:  # continues the previous range
+                if self.count == len(self.listed):
+                    self.listed[-1][1] = e
+            else:
+                self.count += 1
+                if len(self.listed) < S.RANGES_LISTED:
+                    self.listed.append([s, e])
+            self.last_end = e
+
+
+@dataclass
+class SalvageResult:
+    store: str
+    out: str
+    format: str
+    recovery: dict = field(default_factory=dict)
+    counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(S.REASONS, 0))
+    bytes: dict[str, int] = field(default_factory=lambda: dict.fromkeys(S.REASONS, 0))
+    topics: dict[str, dict[str, int]] = field(default_factory=dict)
+    ranges: dict[str, _Ranges] = field(default_factory=lambda: {r: _Ranges() for r in S.REASONS})
+    damage: list[dict] = field(default_factory=list)
+    damage_count: int = 0
+    damage_bytes: int = 0
+    files: list[dict] = field(default_factory=list)
+    records_scanned: int = 0
+    filters: dict = field(default_factory=dict)
+    seconds: float = 0.0
+
+    @property
+    def salvaged(self) -> int:
+        """Records written to either set."""
+        return sum(self.counts.values())
+
+    def note_damage(self, p: Problem) -> None:
+        self.damage_count += 1
+        self.damage_bytes += int(p.extra.get("skipped") or 0)
+        if len(self.damage) < S.RANGES_LISTED:
+            self.damage.append(p.to_dict())
+
+    def to_dict(self) -> dict:
+        return {
+            "kind": "salvage",
+            "store": self.store,
+            "out": self.out,
+            "format": self.format,
+            "recovery": self.recovery,
+            "filters": self.filters,
+            "records_scanned": self.records_scanned,
+            "salvaged": {name: sum(self.counts[r] for r in reasons) for name, reasons in SETS.items()},
+            "counts": self.counts,
+            "bytes": self.bytes,
+            "topics": self.topics,
+            "ranges": {r: self.ranges[r].listed for r in S.REASONS},
+            "ranges_total": {r: self.ranges[r].count for r in S.REASONS},
+            "damage": self.damage,
+            "damage_count": self.damage_count,
+            "damage_bytes": self.damage_bytes,
+            "files": self.files,
+            "seconds": round(self.seconds, 3),
+        }
+
+
+def _recovery(p: S.Plan) -> dict:
+    r = p.preview
+    return {
+        "abnormal": r.abnormal,
+        "scan_from": r.scan_from,
+        "valid_end": r.valid_end,
+        "stop": r.stop,
+        "data_end": r.valid_end + r.truncated_bytes,
+        "dropped_messages": r.truncated_messages,
+        "commitlog_files_deleted": r.commitlog_files_dropped,
+        "redispatch_from": r.redispatch_from,
+    }
+
+
+def _take(res: SalvageResult, b, idx: np.ndarray, reason: np.ndarray, sinks: dict[str, _Sink], broker: str) -> None:
+    """Records `idx` of batch `b`, with their reason codes, into their set's file and the counts."""
+    pos, size = b.cols["_pos"], b.cols["total_size"]
+    topics = [b.topic(int(r)) for r in b.found["topic_first"]]
+    tid = b.found["topic_id"]
+    for name, reasons in SETS.items():
+        codes = [_REASON_CODES[r] for r in reasons]
+        pick = np.isin(reason, codes)
+        rows, why = idx[pick], reason[pick]
+        for lo in range(0, len(rows), ROWS_PER_GROUP):  # a row group at a time: bodies and raw bytes are copies
+            part = rows[lo : lo + ROWS_PER_GROUP]
+            rb = arrowbatch.selected(b, part, broker, _base_schema())
+            col = _REASONS.take(pa.array(why[lo : lo + ROWS_PER_GROUP].astype(np.int32)))
+            sinks[name].write(rb.add_column(rb.num_columns - 1, pa.field("reason", pa.string()), col))
+        for code in codes:
+            these = rows[why == code]
+            if not these.size:
+                continue
+            r = S.REASONS[code]
+            start = pos[these].astype(np.int64) + b.seg.base
+            res.counts[r] += len(these)
+            res.bytes[r] += int(size[these].sum())
+            res.ranges[r].add(start, start + size[these])
+            for t, n in zip(*np.unique(tid[these], return_counts=True), strict=True):
+                per = res.topics.setdefault(topics[int(t)], {})
+                per[r] = per.get(r, 0) + int(n)
+
+
+def salvage(
+    store: Store,
+    out: str,
+    *,
+    fmt: str = "parquet",
+    force: bool = False,
+    check_crc: bool = True,
+    topics: list[str] | None = None,
+    since: int | None = None,
+    until: int | None = None,
+    broker: str = "",
+    sync: bool = True,
+    on_bytes: Callable[[int], None] | None = None,
+    mapper: Mapper = map,
+) -> SalvageResult:
+    """Survey every record (beside the recovery preview, in a second thread), sort them into reasons, read the chosen
+    ones again into both sets, and write the manifest; all into `out`, published atomically. The result is the manifest."""
+    if fmt not in FORMATS:
+        raise ValueError(f"format must be one of {FORMATS}")
+    t0 = time.perf_counter()
+    res = SalvageResult(os.path.abspath(store.root), os.path.abspath(out), fmt, filters={"topic": topics or None, "since": since, "until": until})
+    with publishing(out, force=force, stores=[store.root], kind="dir", sync=sync) as tmp:
+        with ThreadPoolExecutor(1, thread_name_prefix="rmqdump-salvage-preview") as ex:  # the two passes run side by side
+            planned = ex.submit(S.plan, store, check_crc=check_crc, topics=topics, since=since, until=until, on_bytes=on_bytes)
+            sv = S.survey(store, check_crc=check_crc, on_bytes=on_bytes, mapper=mapper)
+            p = planned.result()
+        res.recovery = _recovery(p)
+        res.records_scanned = len(sv)
+        for pr in [*store.commitlog.problems, *sv.damage]:
+            res.note_damage(pr)
+        reason = S.classify(p, sv)
+        wanted = np.flatnonzero(reason != S.NONE)
+        chosen, why = sv.phys[wanted], reason[wanted]
+        del sv, reason, wanted, p  # the write holds only the chosen records' offsets and reasons
+        names = schema().names
+        sinks = {name: _Sink(os.path.join(tmp, f"{name}.{fmt}"), fmt, names) for name in SETS}
+        hashes: dict[str, str] = {}
+        try:
+            for b, idx, at in S.records(store, chosen, check_crc=check_crc):
+                _take(res, b, idx, why[at], sinks, broker)
+                # taken (Arrow holds copies): its pages of the map can go, as export does
+                b.mf.release(int(b.cols["_pos"][0]), int(b.cols["_end"][-1]))
+        finally:
+            for name, s in sinks.items():
+                hashes[name] = s.close()
+        for name, s in sinks.items():
+            res.files.append({"name": os.path.basename(s.path), "set": name, "rows": s.rows, "bytes": os.path.getsize(s.path), "sha256": hashes[name]})
+        res.seconds = time.perf_counter() - t0
+        with open(os.path.join(tmp, MANIFEST), "w", encoding="utf-8") as f:
+            json.dump(res.to_dict(), f, ensure_ascii=False, indent=1)
+            f.write("\n")
+    return res

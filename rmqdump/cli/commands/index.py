@@ -11,6 +11,7 @@ import typer
 from rmqdump.cli import render
 from rmqdump.cli.commands import options as O
 from rmqdump.cli.commands.options import ListFormat, store_option
+from rmqdump.cli.fleet import FLEET_HELP, fleet, fleet_map
 from rmqdump.common.problems import InputError
 from rmqdump.common.timeutil import iso, parse_time
 
@@ -24,12 +25,6 @@ index_app = typer.Typer(
     no_args_is_help=True,
     rich_markup_mode=None,  # plain click help: rich and markdown-it cost start-up time
 )
-
-FLEET_HELP = (
-    "Store root (default: .). Repeat it, or give a glob such as 'brokers/*/store' (NAME=DIR names a broker): the stores are searched "
-    "in parallel and every hit names its broker."
-)
-
 
 MESSAGE_COLUMNS = ["offset", "size", "topic", "q", "qoffset", "stored (UTC)", "tags", "keys", "uniq_key", "index entry"]
 
@@ -131,24 +126,6 @@ def lookup(
     if fmt is not ListFormat.jsonl and found:
         print_messages(found, brokers=True)
     raise typer.Exit(0 if found else 1)
-
-
-def fleet(values: list[str] | None):
-    """The stores of a fleet (StoreRefs), or None when one plain store root was given (the single-store output)."""
-    import glob
-
-    from rmqdump.scan.splits import resolve_stores
-
-    if not values or (len(values) == 1 and "=" not in values[0] and not glob.has_magic(values[0])):
-        return None
-    return resolve_stores(values)
-
-
-def fleet_map(refs):
-    """The local engine over the stores: one thread per store, as many as the cores."""
-    from rmqdump.engines.local import LocalMap, usable_cores
-
-    return LocalMap(min(len(refs), usable_cores()))
 
 
 def emit_broker(broker: str, got, fmt: ListFormat, explain: bool) -> list:

@@ -10,7 +10,8 @@ import typer
 
 from rmqdump.cli import render
 from rmqdump.cli.commands import options as O
-from rmqdump.cli.commands.options import ListFormat, store_option
+from rmqdump.cli.commands.options import ListFormat
+from rmqdump.cli.fleet import fleet, fleet_map
 from rmqdump.common.timeutil import iso
 
 if TYPE_CHECKING:
@@ -224,7 +225,10 @@ def _compaction(st, fmt: ListFormat) -> bool:
 
 
 def info(
-    store: Path = store_option(),
+    store: list[str] = O.stores_option(
+        "Store root (default: .). Repeat it, or give a glob such as 'brokers/*/store' (NAME=DIR names a broker): one summary row per broker, "
+        "and the totals."
+    ),
     fmt: ListFormat = O.format_option(ListFormat.table, "table or jsonl."),
     no_recovery: bool = typer.Option(False, "--no-recovery", help="Skip the recovery preview (it walks the CommitLog from where the broker would)."),
     no_crc: bool = O.no_crc_option("Recovery preview without the body CRC check (the broker checks it by default)."),
@@ -238,7 +242,10 @@ def info(
     from rmqdump.query.storeinfo import store_info, walk_bytes
     from rmqdump.readers.store import Store
 
-    st = Store.open(store)
+    refs = fleet(store)
+    if refs is not None:
+        raise typer.Exit(_fleet(refs, fmt, not no_recovery, not no_crc))
+    st = Store.open(store[0] if store else ".")
     with render.progress(walk_bytes(st, with_recovery=not no_recovery), "info") as advance:  # on a terminal only
         inf = store_info(st, with_recovery=not no_recovery, check_crc=not no_crc, on_bytes=advance)
     if fmt is ListFormat.jsonl:
@@ -249,6 +256,92 @@ def info(
     r = inf.recovery
     bad = bool(inf.problems) or compaction_bad or (r is not None and (r.truncated_bytes > 0 or bool(r.load_errors)))
     raise typer.Exit(1 if bad else 0)
+
+
+FLEET_COLUMNS = ["broker", "state", "CommitLog files", "data bytes", "queues", "units", "index files", "problems", "restart drops", "recovery"]
+
+
+def broker_row(broker: str, inf: StoreInfo) -> dict:
+    """One broker's line of a fleet summary."""
+    r = inf.recovery
+    cl = inf.commitlog
+    return {
+        "kind": "broker",
+        "broker": broker,
+        "root": inf.root,
+        "abort": inf.abort,
+        "commitlog_files": cl.files,
+        "data_bytes": cl.data_end - cl.min_offset,
+        "queues": len(inf.queues),
+        "units": sum(q.units for q in inf.queues),
+        "index_files": len(inf.index_files),
+        "problems": len(inf.problems),
+        "restart_drops_messages": None if r is None else r.truncated_messages,
+        "restart_drops_bytes": None if r is None else r.truncated_bytes,
+        "recovery": None if r is None else ("abnormal" if r.abnormal else "normal"),
+        "recovery_stop": None if r is None else r.stop,
+    }
+
+
+def _fleet(refs, fmt: ListFormat, with_recovery: bool, check_crc: bool) -> int:
+    """info over several stores, side by side: a row per broker and the totals; 1 when any has problems or would drop data."""
+    from rmqdump.common.problems import InputError
+    from rmqdump.query.storeinfo import store_info
+    from rmqdump.readers.store import Store
+
+    def one(ref):
+        try:
+            return store_info(Store.open(ref.root), with_recovery=with_recovery, check_crc=check_crc)
+        except InputError as e:
+            return e
+
+    rows, errors = [], []
+    for ref, got in zip(refs, fleet_map(refs)(one, refs), strict=True):
+        if isinstance(got, InputError):
+            errors.append({"kind": "problem", "broker": ref.name, "code": got.code, "file": got.path, "file_offset": got.offset, "detail": got.detail})
+        else:
+            rows.append(broker_row(ref.name, got))
+    total = {
+        "kind": "fleet",
+        "brokers": len(refs),
+        "unreadable": len(errors),
+        "unclean": sum(r["abort"] for r in rows),
+        **{k: sum(r[k] or 0 for r in rows) for k in ("commitlog_files", "data_bytes", "queues", "units", "index_files", "problems", "restart_drops_messages")},
+    }
+    if fmt is ListFormat.jsonl:
+        for d in (*rows, *errors, total):
+            render.jsonl(d)
+    else:
+        from rich.table import Table
+
+        t = Table(*FLEET_COLUMNS, box=None, header_style="bold")
+        for r in rows:
+            drops = "-" if r["restart_drops_messages"] is None else f"{r['restart_drops_messages']} msgs / {r['restart_drops_bytes']} B"
+            t.add_row(
+                r["broker"],
+                "abort (unclean)" if r["abort"] else "clean",
+                str(r["commitlog_files"]),
+                str(r["data_bytes"]),
+                str(r["queues"]),
+                str(r["units"]),
+                str(r["index_files"]),
+                str(r["problems"]),
+                drops,
+                r["recovery"] or "-",
+            )
+        t.add_row(
+            f"total ({total['brokers']})",
+            f"{total['unclean']} unclean",
+            *(str(total[k]) for k in ("commitlog_files", "data_bytes", "queues", "units", "index_files", "problems")),
+            f"{total['restart_drops_messages']} msgs",
+            "",
+            style="bold",
+        )
+        render.out.print(t)
+        for e in errors:
+            render.err.print(f"{e['broker']}: {e['code']}: {e['file']}: {e['detail']}", highlight=False, markup=False)
+    bad = errors or any(r["problems"] or r["restart_drops_bytes"] for r in rows)
+    return 1 if bad else 0
 
 
 def register(app, guarded) -> None:

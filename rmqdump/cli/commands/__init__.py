@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib
 
-MODULES = ["commitlog", "export", "info", "cq", "offsets", "index", "msgid", "rebuild", "report", "sql", "timer"]
+MODULES = ["commitlog", "export", "info", "cq", "offsets", "index", "msgid", "rebuild", "repair", "report", "sql", "timer"]
 
 
 def register(app, guarded) -> None:

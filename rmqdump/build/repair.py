@@ -66,7 +66,6 @@ LEFT = "left"
 SPLIT_BYTES = 64 << 20
 COPY_CHUNK = 8 << 20
 BEFORE_WINDOW = 4 << 20  # the broker's default maxMessageSize: the record before a range starts within it
-_ZERO = bytes(COPY_CHUNK)
 
 
 @dataclass
@@ -132,6 +131,7 @@ class RepairReport:
     holes: list[dict] = field(default_factory=list)  # queue offsets left without a message
     copied: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)
     seconds: float = 0.0
 
     @property
@@ -163,6 +163,7 @@ class RepairReport:
             "recovery_path": "normal (no abort file)",
             "rebuild": None if rb is None else {k: v for k, v in rb.summary().items() if k not in ("kind", "store", "out", "settings")},
             "notes": self.notes,
+            "timings": {k: round(v, 3) for k, v in self.timings.items()},
             "seconds": round(self.seconds, 3),
         }
 
@@ -188,8 +189,9 @@ class _Finds:
 
 
 def _scan_split(task) -> _Finds:
-    """Worker: what the broker's recovery would stop at among the records starting in [start, end) of one file."""
-    seg, start, end, limit = task
+    """Worker: what the broker's recovery would stop at among the records starting in [start, end) of one file;
+    with a destination, that byte range is also copied there (while it is in the page cache)."""
+    seg, start, end, limit, dst = task
     out = _Finds()
     file_end = seg.base + seg.size
     with MappedFile(seg.path, limit=limit) as mf:
@@ -205,9 +207,7 @@ def _scan_split(task) -> _Finds:
                     out.good_end = max(out.good_end, seg.base + int(cols["_end"][good[-1]]))
                 for i in np.flatnonzero(bad).tolist():
                     pos = int(cols["_pos"][i])
-                    out.spans.append(
-                        (seg.base + pos, seg.base + int(cols["_end"][i]), P.BODY_CRC_MISMATCH, "body CRC does not match bodyCRC", seg.path)
-                    )
+                    out.spans.append((seg.base + pos, seg.base + int(cols["_end"][i]), P.BODY_CRC_MISMATCH, "body CRC does not match bodyCRC", seg.path))
                 out.flagged.extend(p for p in b.flagged() if p.code != P.BODY_CRC_MISMATCH)
             for e in b.events:
                 if isinstance(e, Problem):
@@ -216,6 +216,8 @@ def _scan_split(task) -> _Finds:
                     out.spans.append((e.phys_offset, stop, e.code, e.detail, e.file))
                 elif isinstance(e, Blank) and e.marker == "zeros":
                     out.zero_tails.append((e.phys_offset, file_end, e.file))
+    if dst is not None:
+        _copy_range(seg.path, dst, start, end)
     return out
 
 
@@ -235,15 +237,34 @@ def _merge(spans: list[tuple[int, int, str, str, str]]) -> list[DamagedRange]:
     return out
 
 
-def find_damage(cl: CommitLog, workers: int = 1) -> tuple[list[DamagedRange], int, int, list[Problem]]:
-    """(damaged ranges, end of the last intact record, records scanned, records flagged but accepted)."""
+def find_damage(
+    cl: CommitLog, workers: int = 1, copy_to: str | None = None, on_bytes: Callable[[int], None] | None = None
+) -> tuple[list[DamagedRange], int, int, list[Problem]]:
+    """(damaged ranges, end of the last intact record, records scanned, records flagged but accepted).
+
+    With `copy_to`, every CommitLog file is also copied into that directory as it is scanned (zero stretches left as holes).
+    """
     seg_of = {f.path: f for f in cl.files}
-    tasks = [(seg_of[sp.path], sp.start, sp.end, cl.file_size) for sp in commitlog_splits(cl, SPLIT_BYTES)]
-    if workers > 1 and len(tasks) > 1:
-        with ThreadPoolExecutor(workers, thread_name_prefix="rmqdump-repair") as ex:  # the scan kernel runs without the GIL
-            finds = list(ex.map(_scan_split, tasks))
-    else:
-        finds = [_scan_split(t) for t in tasks]
+    dst = {}
+    if copy_to is not None:
+        for f in cl.files:
+            dst[f.path] = os.path.join(copy_to, os.path.basename(f.path))
+            fd = os.open(dst[f.path], os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            try:
+                os.ftruncate(fd, f.size)
+            finally:
+                os.close(fd)
+    tasks = [(seg_of[sp.path], sp.start, sp.end, cl.file_size, dst.get(sp.path)) for sp in commitlog_splits(cl, SPLIT_BYTES)]
+    finds = []
+    ex = ThreadPoolExecutor(workers, thread_name_prefix="rmqdump-repair") if workers > 1 and len(tasks) > 1 else None
+    try:  # threads: the scan kernel, pread and pwrite run without the GIL
+        for t, f in zip(tasks, ex.map(_scan_split, tasks) if ex is not None else map(_scan_split, tasks), strict=True):
+            finds.append(f)
+            if on_bytes is not None:
+                on_bytes(t[2] - t[1])
+    finally:
+        if ex is not None:
+            ex.shutdown(wait=True, cancel_futures=True)
     spans = [s for f in finds for s in f.spans]
     data_end = max((f.good_end for f in finds), default=-1)
     data_end = max(data_end, cl.min_offset)
@@ -324,30 +345,45 @@ def _bytes_for(r: DamagedRange) -> bytes:
 # --- writing ---
 
 
-def _copy_file(src: str, dst: str, size: int, sync: bool) -> None:
-    """Copy one CommitLog file, leaving its zero stretches as holes (a preallocated file is mostly zeros)."""
+def _copy_range(src: str, dst: str, start: int, end: int) -> None:
+    """Copy bytes [start, end) of one CommitLog file into its (pre-sized) copy, in the kernel (copy_file_range).
+
+    Only the stretches the file system says hold data are copied: the holes of
+    a sparse preallocated file (the broker's setLength) stay holes.
+    """
     fin = os.open(src, os.O_RDONLY)
     try:
-        fout = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        fout = os.open(dst, os.O_WRONLY)
         try:
-            os.ftruncate(fout, size)
-            pos = 0
-            while pos < size:
-                pos, data_end = next_data(fin, pos, size)
+            pos = start
+            while pos < end:
+                pos, data_end = next_data(fin, pos, end)
                 while pos < data_end:
-                    chunk = os.pread(fin, min(COPY_CHUNK, data_end - pos), pos)
-                    if not chunk:
-                        pos = size
-                        break
-                    if chunk != (_ZERO if len(chunk) == COPY_CHUNK else bytes(len(chunk))):
-                        os.pwrite(fout, chunk, pos)
-                    pos += len(chunk)
-            if sync:
-                os.fsync(fout)
+                    n = _copy_chunk(fin, fout, pos, min(COPY_CHUNK, data_end - pos))
+                    if n <= 0:
+                        return  # the source ended early (it shrank meanwhile): the rest stays zeros
+                    pos += n
         finally:
             os.close(fout)
     finally:
         os.close(fin)
+
+
+def _copy_chunk(fin: int, fout: int, pos: int, n: int) -> int:
+    try:
+        return os.copy_file_range(fin, fout, n, pos, pos)
+    except OSError:  # no in-kernel copy between these files: through user space
+        chunk = os.pread(fin, n, pos)
+        return os.pwrite(fout, chunk, pos) if chunk else 0
+
+
+def _fsync_files(d: str) -> None:
+    for name in sorted(os.listdir(d)):
+        fd = os.open(os.path.join(d, name), os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 def _quarantine(tmp: str, store: str, ranges: list[DamagedRange], sync: bool) -> None:
@@ -426,6 +462,17 @@ def _rebuild_into(tmp: str, settings: StoreSettings, options: RepairOptions, rep
             report.holes.append({"kind": "hole", "topic": q.topic, "queue_id": q.queue_id, "from": a, "to": b})
 
 
+def check_repairable(store: str, out: str, force: bool) -> tuple[str, str, CommitLog]:
+    """(store, output, its CommitLog); InputError when there is nothing to repair, it cannot be repaired, or writing there is not safe."""
+    s, o = check_paths(store, out, force)
+    cl = CommitLog.open(commitlog_path(s))
+    if not cl.files:
+        raise InputError("no_commitlog", commitlog_path(store), "no CommitLog files: nothing to repair")
+    if cl.files[0].frame:
+        raise InputError(REPAIR_DLEDGER, commitlog_path(store), "a DLedger CommitLog: repair writes plain CommitLog records only")
+    return s, o, cl
+
+
 def repair(
     store: str,
     out: str,
@@ -436,33 +483,27 @@ def repair(
     """Write the repaired copy of `store` to `out`; returns every range found, what was done with it, and the rebuild."""
     options = options or RepairOptions()
     t0 = time.perf_counter()
-    s, o = check_paths(store, out, options.force)
-    cl = CommitLog.open(commitlog_path(s))
-    if not cl.files:
-        raise InputError("no_commitlog", commitlog_path(store), "no CommitLog files: nothing to repair")
-    if cl.files[0].frame:
-        raise InputError(REPAIR_DLEDGER, commitlog_path(store), "a DLedger CommitLog: repair writes plain CommitLog records only")
+    s, o, cl = check_repairable(store, out, options.force)
     report = RepairReport(store=s, out=o)
     report.commitlog_files = len(cl.files)
     report.commitlog_bytes = sum(f.size for f in cl.files)
     report.layout = list(cl.problems)
     workers = options.workers or default_workers(report.commitlog_bytes)
-    report.ranges, report.data_end, report.records, report.flagged = find_damage(cl, workers)
-    plan(cl, report.ranges, report.data_end)
     with publishing(o, force=options.force, stores=[s], kind="dir", sync=options.sync) as tmp:
         cl_out = os.path.join(tmp, "commitlog")
         os.makedirs(cl_out)
-        jobs = [(f.path, os.path.join(cl_out, os.path.basename(f.path)), f.size, options.sync) for f in cl.files]
-        with ThreadPoolExecutor(workers, thread_name_prefix="rmqdump-copy") as ex:
-            for job, _ in zip(jobs, ex.map(lambda j: _copy_file(*j), jobs), strict=True):
-                if on_bytes is not None:
-                    on_bytes(job[2])
+        t = time.perf_counter()
+        report.ranges, report.data_end, report.records, report.flagged = find_damage(cl, workers, copy_to=cl_out, on_bytes=on_bytes)
+        plan(cl, report.ranges, report.data_end)
+        report.timings["scan_and_copy"] = time.perf_counter() - t
         _quarantine(tmp, s, report.ranges, options.sync)
         for r in report.repaired:
             _patch(cl_out, r, _bytes_for(r))
         if os.path.isfile(os.path.join(s, "checkpoint")):  # rebuild keeps its masterFlushedOffset and confirmPhyOffset
             shutil.copyfile(os.path.join(s, "checkpoint"), os.path.join(tmp, "checkpoint"))
+        t = time.perf_counter()
         _rebuild_into(tmp, settings, options, report)
+        report.timings["rebuild"] = time.perf_counter() - t
         for d in COPIED_DIRS:
             if os.path.isdir(os.path.join(s, d)):
                 shutil.copytree(os.path.join(s, d), os.path.join(tmp, d))
@@ -471,6 +512,10 @@ def repair(
         if skipped:
             report.notes.append(f"not copied (not rebuilt from the CommitLog): {', '.join(skipped)}")
         report.notes.append("no abort file: the broker takes the normal recovery path (recoverNormally) and keeps the rebuilt queues and index files")
+        if options.sync:  # written back meanwhile, mostly: the copy's pages were dirtied before the rebuild
+            t = time.perf_counter()
+            _fsync_files(cl_out)
+            report.timings["fsync"] = time.perf_counter() - t
         report.seconds = time.perf_counter() - t0
         _write_json(os.path.join(tmp, REPAIR_DIR, REPORT), report.to_json(), options.sync)
     report.seconds = time.perf_counter() - t0

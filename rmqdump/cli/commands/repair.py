@@ -90,21 +90,16 @@ def repair_cmd(
 
     Example:  rmqdump repair -s /data/broker-a/store --out /data/broker-a/store.repaired
     """
-    from rmqdump.build.rebuild import check_paths
-    from rmqdump.build.repair import RepairOptions, repair
+    from rmqdump.build.repair import RepairOptions, check_repairable, repair
     from rmqdump.build.settings import resolve
 
     if (store is None) == (store_opt is None):
         render.fail("usage: rmqdump repair: give the store once, as STOREDIR or --store/-s (see 'rmqdump repair --help')", 2)
     store = store if store is not None else store_opt
-    check_paths(str(store), str(out), force)
-    settings = resolve(
-        str(store), cq_units=cq_units, hash_slots=hash_slots, index_entries=index_entries, broker_conf=str(broker_conf) if broker_conf else None
-    )
+    cl = check_repairable(str(store), str(out), force)[2]
+    settings = resolve(str(store), cq_units=cq_units, hash_slots=hash_slots, index_entries=index_entries, broker_conf=str(broker_conf) if broker_conf else None)
     options = RepairOptions(force=force, sync=not no_sync, verify=not no_verify, workers=workers)
-    from rmqdump.readers.commitlog import CommitLog, commitlog_path
-
-    total = sum(f.size for f in CommitLog.open(commitlog_path(str(store))).files)
+    total = sum(f.size for f in cl.files)
     old = signal.signal(signal.SIGTERM, _on_term)
     try:
         with render.progress(total, "repair") as advance:

@@ -1,0 +1,324 @@
+"""`rmqdump repair`, judged by the broker's own recovery.
+
+Each damaged store written by RocketMQ 5.3.3 (fixtures/real/rmq53-damaged-*) is
+repaired, then the broker oracle (Apache RocketMQ 5.3.3's store code, unmodified)
+restarts from the repaired copy. The truth is the store's manifest (every put:
+wroteOffset, logicsOffset, uniqKey) and damage.json (the records the damage hit):
+every intact message must still be readable at its physical offset, in its queue
+at its queue offset, and the broker must truncate nothing. Hypothesis damages
+copies of the real 4.x and 5.x fixtures at other places, with the oracle as judge.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import zlib
+from pathlib import Path
+
+import pytest
+from conftest import REAL, ROOT, SETTINGS, copy_store, jsonl, run, run_proc
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from schemas import MessageRecord
+
+DAMAGED = ["bodycrc", "clean-flip", "midfile-magic", "size-field", "unscanned-magic", "zeroed-page"]
+SIZING = ["--hash-slots", "500", "--index-entries", "2000"]  # each damaged store's README.txt: maxHashSlotNum=500, maxIndexNum=2000
+ORACLE = ROOT.parent / "shared" / "broker-oracle" / "recover"
+HOLE = 2147483647  # the broker's filler unit size (ConsumeQueue fillPreBlank: Integer.MAX_VALUE)
+ROLLBACK = 0xC  # MessageSysFlag.TRANSACTION_ROLLBACK_TYPE
+
+
+def oracle(store: Path, out: Path) -> dict:
+    """The broker's recovery of `store` (on a copy), as the oracle's JSON."""
+    if not ORACLE.exists():
+        if os.environ.get("CI"):
+            pytest.fail(f"the broker oracle is missing at {ORACLE} (CI has ../shared beside the clone)")
+        pytest.skip(f"the broker oracle is not at {ORACLE}")
+    env = {**os.environ, "PYTHON": sys.executable}
+    p = subprocess.run([str(ORACLE), str(store), str(out)], capture_output=True, text=True, env=env, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    return json.loads(out.read_text(encoding="utf-8"))
+
+
+def puts(name: str) -> list[dict]:
+    with open(REAL / name / "manifest.jsonl", encoding="utf-8") as f:
+        rows = [json.loads(line) for line in f if line.strip()]
+    return [r for r in rows if r.get("kind", "put") == "put" and r.get("status", "PUT_OK") == "PUT_OK"]
+
+
+def queued(m: dict) -> bool:
+    """The broker's ConsumeQueue dispatcher takes transaction types none and commit only."""
+    return m["sysFlag"] & 0xC in (0x0, 0x8)
+
+
+def check_broker_keeps(o: dict, intact: list[dict]) -> None:
+    """Every intact message readable in the walk at its offset, and in its queue at its queue offset; nothing truncated."""
+    walk = {m["offset"]: m for m in o["commitLogWalk"]["messages"]}
+    units = {k: {u[0]: u for u in q["units"]} for k, q in o["consumeQueues"].items()}
+    missing = []
+    for m in intact:
+        w = walk.get(m["wroteOffset"])
+        if w is None or w["uniqKey"] != m["uniqKey"] or w["size"] != m["wroteBytes"] or w["queueOffset"] != m["logicsOffset"]:
+            missing.append(("walk", m["wroteOffset"]))
+        elif queued(m) and units.get(f"{m['topic']}/{m['queueId']}", {}).get(m["logicsOffset"]) != [m["logicsOffset"], m["wroteOffset"], m["wroteBytes"]]:
+            missing.append(("queue", m["topic"], m["queueId"], m["logicsOffset"]))
+    assert missing == []
+    end = max(m["wroteOffset"] + m["wroteBytes"] for m in intact)
+    assert o["afterRecovery"]["maxPhyOffset"] == end  # the broker truncates nothing
+    fillers = {off for off, w in walk.items() if w["sysFlag"] & 0xC == ROLLBACK and w["topic"] == ""}
+    # no consumer is served a filler: no unit points at one
+    assert not [u for q in o["consumeQueues"].values() for u in q["units"] if u[1] in fillers]
+
+
+def check_hole(o: dict, m: dict) -> None:
+    """The queue offset of a destroyed message: a filler unit (0, Integer.MAX_VALUE), or the queue's end if it was the last.
+
+    What the broker serves there: DefaultMessageStore.getMessage asks CommitLog.getMessage(0, Integer.MAX_VALUE),
+    which selects nothing (MappedFile.selectMappedBuffer needs pos + size <= its read position, and the record the
+    walk shows at offset 0 is far shorter), so the pull steps past that queue offset to the next unit.
+    """
+    q = o["consumeQueues"][f"{m['topic']}/{m['queueId']}"]
+    unit = next((u for u in q["units"] if u[0] == m["logicsOffset"]), None)
+    if unit is None:
+        assert q["maxOffset"] == m["logicsOffset"]
+        return
+    assert unit == [m["logicsOffset"], 0, HOLE]
+    first = next(w for w in o["commitLogWalk"]["messages"] if w["offset"] == 0)
+    assert first["size"] < HOLE
+
+
+def repair_cli(*args) -> tuple[int, list[dict]]:
+    r = run("repair", *args, "-f", "jsonl")
+    return r.exit_code, jsonl(r.stdout)
+
+
+# --- the filler: bytes the broker's recovery accepts ------------------------------------------------
+
+
+def test_filler_is_a_rolled_back_record_of_the_range_length():
+    """calMsgLength (MessageExtEncoder) of the parsed fields equals the length; body CRC as UtilAll.crc32; rollback type."""
+    from rmqdump.build.filler import MIN_FILLER, blank_marker, filler_record
+
+    for length in (MIN_FILLER, MIN_FILLER + 1, 247, 4553):
+        data = filler_record(1_420_015, length, 1795644235799)
+        r = MessageRecord.parse(data)
+        # 4 totalSize, 4 magic, 4 bodyCRC, 4 queueId, 4 flag, 8 queueOffset, 8 physicalOffset, 4 sysFlag, 8 bornTimestamp,
+        # 8 bornHost (IPv4), 8 storeTimestamp, 8 storeHost, 4 reconsumeTimes, 8 preparedTransactionOffset, 4 + body,
+        # 1 + topic (V1), 2 + properties
+        cal = 4 + 4 + 4 + 4 + 4 + 8 + 8 + 4 + 8 + 8 + 8 + 8 + 4 + 8 + 4 + r.body_length + 1 + r.topic_length + 2 + r.properties_length
+        assert len(data) == r.total_size == cal == length
+        assert r.magic == 0xDAA320A7 and r.sys_flag & 0xC == ROLLBACK and r.phys_offset == 1_420_015
+        assert r.body_crc == zlib.crc32(r.body) & 0x7FFFFFFF
+    assert MIN_FILLER == 91
+    with pytest.raises(ValueError):
+        filler_record(0, MIN_FILLER - 1, 0)
+    b = blank_marker(300)
+    assert len(b) == 300 and b[:8] == (300).to_bytes(4, "big") + bytes.fromhex("CBD43194")
+
+
+# --- the damaged stores, judged by the broker ---------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", DAMAGED)
+def test_broker_restarts_from_repair_keeping_every_intact_message(name, tmp_path):
+    base = REAL / f"rmq53-damaged-{name}"
+    damage = json.loads((base / "damage.json").read_text(encoding="utf-8"))
+    before = json.loads((base / "broker-recovery.json").read_text(encoding="utf-8"))
+    hit = {r["physicalOffset"] for r in damage["recordsHit"]}
+    every = puts(f"rmq53-damaged-{name}")
+    intact = [m for m in every if m["wroteOffset"] not in hit]
+    end = max(m["wroteOffset"] + m["wroteBytes"] for m in every)
+    assert before["afterRecovery"]["maxPhyOffset"] < end or name == "unscanned-magic"  # what the broker does without repair
+
+    new = tmp_path / "new"
+    code, rows = repair_cli("-s", base / "store", "--out", new, *SIZING)
+    assert code == 1
+    ranges = [r for r in rows if r["kind"] == "range"]
+    assert ranges and all(r["action"] == "filler" for r in ranges)
+    assert not (new / "abort").exists()
+
+    o = oracle(new, tmp_path / "oracle.json")
+    assert o["recoveryPath"].startswith("normal")
+    check_broker_keeps(o, intact)
+
+    walk = {w["offset"]: w for w in o["commitLogWalk"]["messages"]}
+    for m in every:
+        if m["wroteOffset"] not in hit:
+            continue
+        w = walk.get(m["wroteOffset"])
+        if w is not None and not (w["sysFlag"] & 0xC == ROLLBACK and w["topic"] == ""):
+            # the half-zeroed record of zeroed-page: the broker accepts it as it is (README), so repair leaves it
+            assert name == "zeroed-page" and w["uniqKey"] != m["uniqKey"]
+            continue
+        # destroyed: inside a replaced range, its queue offset a hole
+        assert any(r["phys_offset"] <= m["wroteOffset"] < r["end"] for r in ranges)
+        check_hole(o, m)
+    # every damaged byte lies in a replaced range, and the quarantine holds the original bytes of each
+    lo, hi = damage["physicalOffset"], damage["physicalOffset"] + damage["length"]
+    assert any(r["phys_offset"] <= lo and hi <= r["end"] for r in ranges) or name == "zeroed-page"
+    index = json.loads((new / "rmqdump-repair" / "quarantine.json").read_text(encoding="utf-8"))
+    qbytes = (new / "rmqdump-repair" / "quarantine.bin").read_bytes()
+    assert len(index["ranges"]) == len(ranges)
+    for q in index["ranges"]:
+        with open(base / "store" / q["file"], "rb") as f:
+            f.seek(q["file_offset"])
+            src = f.read(q["length"])
+        assert qbytes[q["quarantine_offset"] : q["quarantine_offset"] + q["length"]] == src
+        assert hashlib.sha256(src).hexdigest() == q["sha256"]
+    report = json.loads((new / "rmqdump-repair" / "report.json").read_text(encoding="utf-8"))
+    assert [r["phys_offset"] for r in report["ranges"]] == [r["phys_offset"] for r in ranges]
+
+
+@pytest.mark.slow
+def test_zeroed_page_range_and_neighbours():
+    """The zeroed page: one range from the first record whose header was zeroed to the next whole record (damage.json)."""
+    base = REAL / "rmq53-damaged-zeroed-page"
+    damage = json.loads((base / "damage.json").read_text(encoding="utf-8"))
+    hit = sorted(damage["recordsHit"], key=lambda r: r["physicalOffset"])
+    headers = [r for r in hit if any(f.startswith("header") for f in r["fieldsHit"])]
+    start = headers[0]["physicalOffset"]
+    stop = headers[-1]["physicalOffset"] + headers[-1]["size"]
+    from rmqdump.build.repair import find_damage, plan
+    from rmqdump.readers.commitlog import CommitLog
+
+    cl = CommitLog.open(str(base / "store" / "commitlog"))
+    ranges, data_end, _, _ = find_damage(cl)
+    plan(cl, ranges, data_end)
+    assert [(r.start, r.end, r.codes, r.action) for r in ranges] == [(start, stop, ["zeroed_range"], "filler")]
+    survivor = hit[0]  # properties half zeroed, header intact: the record before the range
+    assert ranges[0].before["phys_offset"] == survivor["physicalOffset"]
+    nxt = min((m for m in puts("rmq53-damaged-zeroed-page") if m["wroteOffset"] >= stop), key=lambda m: m["wroteOffset"])
+    assert ranges[0].after["uniq_key"] == nxt["uniqKey"] and ranges[0].after["phys_offset"] == stop
+
+
+# --- Hypothesis: damage anywhere in real 4.x and 5.x stores, the broker as judge ---------------------
+
+KINDS = ["body_flip", "magic", "total_size", "zero_span"]
+
+
+def _damage(root: Path, name: str, rec: dict, kind: str, extra: int) -> tuple[int, int]:
+    """Damage one record of a copied store; the physical byte range changed."""
+    size = SETTINGS[name]["commitlog"]
+    base = rec["wroteOffset"] // size * size
+    path = root / "commitlog" / f"{base:020d}"
+    at = rec["wroteOffset"] - base
+    data = bytearray(path.read_bytes())
+    if kind == "body_flip":  # the body starts after the fixed header (V1 and V2 alike, IPv4 hosts)
+        pos, n = at + 88 + extra % max(1, rec.get("body_len", 1)), 1
+        data[pos] ^= 0xFF
+    elif kind == "magic":
+        pos, n = at + 4, 4
+        data[pos : pos + 4] = b"ZZZZ"
+    elif kind == "total_size":
+        pos, n = at, 4
+        data[pos : pos + 4] = (rec["wroteBytes"] + 8 + extra % 64).to_bytes(4, "big")
+    else:
+        pos, n = at + extra % 64, 128 + extra % 600
+        n = min(n, len(data) - pos)
+        data[pos : pos + n] = bytes(n)
+    path.write_bytes(bytes(data))
+    return base + pos, base + pos + n
+
+
+@pytest.mark.slow
+@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(name=st.sampled_from(["rmq4-basic", "rmq53-v2"]), pick=st.floats(0.0, 0.97), kind=st.sampled_from(KINDS), extra=st.integers(0, 10_000))
+def test_hypothesis_damage_repaired_broker_keeps_intact(tmp_path_factory, name, pick, kind, extra):
+    tmp = tmp_path_factory.mktemp("hyp")
+    root = copy_store(name, tmp)
+    every = sorted(puts(name), key=lambda m: m["wroteOffset"])
+    rec = every[int(pick * len(every))]
+    if kind == "body_flip" and rec.get("body_len", 0) == 0:
+        kind = "magic"
+    lo, hi = _damage(root, name, rec, kind, extra)
+    intact = [m for m in every if m["wroteOffset"] + m["wroteBytes"] <= lo or m["wroteOffset"] >= hi]
+    s = SETTINGS[name]
+    new = tmp / "new"
+    code, rows = repair_cli("-s", root, "--out", new, "--hash-slots", s["hash_slots"], "--index-entries", s["index_entries"])
+    assert code == 1
+    assert [r for r in rows if r["kind"] == "range"]
+    o = oracle(new, tmp / "oracle.json")
+    check_broker_keeps(o, intact)
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+# --- clean input and errors ------------------------------------------------------------------------------
+
+
+def test_clean_store_exit_0_and_a_clean_copy(tmp_path):
+    """A store with nothing to repair: exit 0, every CommitLog byte copied as it is, no range, nothing quarantined."""
+    src = REAL / "rmq4-basic" / "store"
+    new = tmp_path / "new"
+    s = SETTINGS["rmq4-basic"]
+    code, rows = repair_cli("-s", src, "--out", new, "--hash-slots", s["hash_slots"], "--index-entries", s["index_entries"])
+    assert code == 0
+    assert [r for r in rows if r["kind"] in ("range", "hole")] == []
+    for f in sorted((src / "commitlog").iterdir()):
+        assert (new / "commitlog" / f.name).read_bytes() == f.read_bytes()
+    assert (new / "rmqdump-repair" / "quarantine.bin").read_bytes() == b""
+    assert sorted(p.name for p in (new / "config").iterdir()) == sorted(p.name for p in (src / "config").iterdir())
+    assert not (new / "abort").exists() and not (new / "lock").exists()
+
+
+@pytest.mark.slow
+def test_info_on_the_repaired_store_previews_a_clean_recovery(tmp_path):
+    """`info` on NEWDIR: normal recovery that walks to the end of the data (manifest) and drops nothing."""
+    base = REAL / "rmq53-damaged-midfile-magic"
+    new = tmp_path / "new"
+    assert repair_cli("-s", base / "store", "--out", new, *SIZING)[0] == 1
+    rec = next(r for r in jsonl(run("info", "-s", new, "-f", "jsonl").stdout) if r["kind"] == "recovery")
+    every = puts("rmq53-damaged-midfile-magic")
+    assert rec["abnormal"] is False
+    assert rec["valid_end"] == max(m["wroteOffset"] + m["wroteBytes"] for m in every)
+    assert rec["truncated_messages"] == 0 and rec["commitlog_files_dropped"] == [f"{1835008:020d}"]  # the preallocated empty file
+
+
+def test_not_a_store(tmp_path):
+    (tmp_path / "empty").mkdir()
+    r = run_proc("repair", "-s", tmp_path / "empty", "--out", tmp_path / "new")
+    assert r.returncode == 2 and r.stderr.startswith("rmqdump: no_commitlog: ")
+    r = run_proc("repair", "-s", tmp_path / "missing", "--out", tmp_path / "new")
+    assert r.returncode == 2 and r.stderr.startswith("rmqdump: not_a_store: ")
+    assert not (tmp_path / "new").exists()
+
+
+def test_output_inside_the_store_is_refused(tmp_path):
+    root = copy_store("rmq4-basic", tmp_path)
+    before = sorted(p.name for p in root.iterdir())
+    r = run_proc("repair", "-s", root, "--out", root / "repaired")
+    assert r.returncode == 2 and "output_inside_store" in r.stderr.split(":")[1]
+    assert sorted(p.name for p in root.iterdir()) == before
+
+
+def test_existing_output_needs_force(tmp_path):
+    new = tmp_path / "new"
+    new.mkdir()
+    (new / "keep").write_text("x")
+    s = SETTINGS["rmq4-basic"]
+    args = ("repair", "-s", REAL / "rmq4-basic" / "store", "--out", new, "--hash-slots", s["hash_slots"], "--index-entries", s["index_entries"])
+    r = run_proc(*args)
+    assert r.returncode == 2 and r.stderr.startswith("rmqdump: output_exists: ")
+    assert (new / "keep").read_text() == "x"
+    assert run_proc(*args, "--force").returncode == 0
+    assert not (new / "keep").exists() and (new / "commitlog").is_dir()
+
+
+def test_dledger_store_is_refused(tmp_path):
+    with tarfile.open(REAL / "rmq53-dledger" / "store.tar.gz") as t:
+        t.extractall(tmp_path / "dl", filter="data")
+    root = next(p.parent for p in (tmp_path / "dl").rglob("dledger-*"))
+    r = run_proc("repair", "-s", root, "--out", tmp_path / "new")
+    assert r.returncode == 2 and r.stderr.startswith("rmqdump: repair_dledger_unsupported: ")
+
+
+def test_usage_store_twice(tmp_path):
+    r = run_proc("repair", REAL / "rmq4-basic" / "store", "-s", REAL / "rmq4-basic" / "store", "--out", tmp_path / "new")
+    assert r.returncode == 2 and r.stderr.startswith("rmqdump: usage: rmqdump repair:")

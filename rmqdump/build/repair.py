@@ -114,6 +114,7 @@ class RepairOptions:
     sync: bool = True
     verify: bool = True
     workers: int | None = None
+    check_crc: bool = True  # False: body CRC mismatches are not looked for (a recovery walking them would still stop there)
 
 
 @dataclass
@@ -191,17 +192,17 @@ class _Finds:
 def _scan_split(task) -> _Finds:
     """Worker: what the broker's recovery would stop at among the records starting in [start, end) of one file;
     with a destination, that byte range is also copied there (while it is in the page cache)."""
-    seg, start, end, limit, dst = task
+    seg, start, end, limit, dst, check_crc = task
     out = _Finds()
     file_end = seg.base + seg.size
     with MappedFile(seg.path, limit=limit) as mf:
-        for b in scan_file(seg, mf, start=start, end=end, check_crc=True):
+        for b in scan_file(seg, mf, start=start, end=end, check_crc=check_crc):
             n = len(b)
             if n:
                 out.records += n
                 cols = b.cols
                 # the broker checks the body CRC only of a non-empty body
-                bad = ~b.crc_ok & (cols["body_length"] > 0)
+                bad = (~b.crc_ok & (cols["body_length"] > 0)) if b.crc_ok is not None else np.zeros(n, dtype=bool)
                 good = np.flatnonzero(~bad)
                 if len(good):
                     out.good_end = max(out.good_end, seg.base + int(cols["_end"][good[-1]]))
@@ -238,10 +239,11 @@ def _merge(spans: list[tuple[int, int, str, str, str]]) -> list[DamagedRange]:
 
 
 def find_damage(
-    cl: CommitLog, workers: int = 1, copy_to: str | None = None, on_bytes: Callable[[int], None] | None = None
+    cl: CommitLog, workers: int = 1, copy_to: str | None = None, on_bytes: Callable[[int], None] | None = None, check_crc: bool = True
 ) -> tuple[list[DamagedRange], int, int, list[Problem]]:
     """(damaged ranges, end of the last intact record, records scanned, records flagged but accepted).
 
+    check_crc=False finds no body CRC mismatch: those records stay as they are (faster).
     With `copy_to`, every CommitLog file is also copied into that directory as it is scanned (zero stretches left as holes).
     """
     seg_of = {f.path: f for f in cl.files}
@@ -254,7 +256,7 @@ def find_damage(
                 os.ftruncate(fd, f.size)
             finally:
                 os.close(fd)
-    tasks = [(seg_of[sp.path], sp.start, sp.end, cl.file_size, dst.get(sp.path)) for sp in commitlog_splits(cl, SPLIT_BYTES)]
+    tasks = [(seg_of[sp.path], sp.start, sp.end, cl.file_size, dst.get(sp.path), check_crc) for sp in commitlog_splits(cl, SPLIT_BYTES)]
     finds = []
     ex = ThreadPoolExecutor(workers, thread_name_prefix="rmqdump-repair") if workers > 1 and len(tasks) > 1 else None
     try:  # threads: the scan kernel, pread and pwrite run without the GIL
@@ -493,7 +495,9 @@ def repair(
         cl_out = os.path.join(tmp, "commitlog")
         os.makedirs(cl_out)
         t = time.perf_counter()
-        report.ranges, report.data_end, report.records, report.flagged = find_damage(cl, workers, copy_to=cl_out, on_bytes=on_bytes)
+        report.ranges, report.data_end, report.records, report.flagged = find_damage(
+            cl, workers, copy_to=cl_out, on_bytes=on_bytes, check_crc=options.check_crc
+        )
         plan(cl, report.ranges, report.data_end)
         report.timings["scan_and_copy"] = time.perf_counter() - t
         _quarantine(tmp, s, report.ranges, options.sync)
@@ -511,6 +515,8 @@ def repair(
         skipped = sorted(set(os.listdir(s)) - {"commitlog", "consumequeue", "index", "checkpoint", "abort", "abort.bak", "lock", *COPIED_DIRS})
         if skipped:
             report.notes.append(f"not copied (not rebuilt from the CommitLog): {', '.join(skipped)}")
+        if not options.check_crc:
+            report.notes.append("--no-crc: body CRCs were not checked; a record whose body CRC does not match is left, and a recovery walking it stops there")
         report.notes.append("no abort file: the broker takes the normal recovery path (recoverNormally) and keeps the rebuilt queues and index files")
         if options.sync:  # written back meanwhile, mostly: the copy's pages were dirtied before the rebuild
             t = time.perf_counter()

@@ -73,6 +73,7 @@ def repair_cmd(
     index_entries: int = typer.Option(None, "--index-entries", min=2, help="Index entries per file (broker: maxIndexNum; default 20000000)."),
     broker_conf: Path = typer.Option(None, "--broker-conf", help="A broker.conf to take the ConsumeQueue and index sizes from."),
     workers: int = O.workers_option(None, "Threads scanning and copying the CommitLog (default: every core for a CommitLog over 64 MiB)."),
+    no_crc: bool = O.no_crc_option("Skip the body CRC checks (faster); a record whose body CRC does not match is then left as it is."),
     no_verify: bool = typer.Option(False, "--no-verify", help="Skip the cq verify / index verify pass over the rebuilt files."),
     no_sync: bool = typer.Option(False, "--no-sync", help="Do not fsync the new files before renaming them into place."),
     fmt: ListFormat = O.format_option(ListFormat.table, "table, or jsonl (range, hole and problem lines, a summary)."),
@@ -98,7 +99,7 @@ def repair_cmd(
     store = store if store is not None else store_opt
     cl = check_repairable(str(store), str(out), force)[2]
     settings = resolve(str(store), cq_units=cq_units, hash_slots=hash_slots, index_entries=index_entries, broker_conf=str(broker_conf) if broker_conf else None)
-    options = RepairOptions(force=force, sync=not no_sync, verify=not no_verify, workers=workers)
+    options = RepairOptions(force=force, sync=not no_sync, verify=not no_verify, workers=workers, check_crc=not no_crc)
     total = sum(f.size for f in cl.files)
     old = signal.signal(signal.SIGTERM, _on_term)
     try:

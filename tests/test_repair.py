@@ -199,6 +199,46 @@ def test_zeroed_page_range_and_neighbours():
     assert ranges[0].after["uniq_key"] == nxt["uniqKey"] and ranges[0].after["phys_offset"] == stop
 
 
+@pytest.mark.slow
+def test_zeroed_file_tail_before_later_files_gets_a_blank_marker(tmp_path):
+    """The last record of the first file and its BLANK marker zeroed: the broker would stop at the zeros and delete
+    every later file; repair closes the file with a BLANK marker and the walk goes on in the next file."""
+    name = "rmq4-basic"
+    root = copy_store(name, tmp_path)
+    size = SETTINGS[name]["commitlog"]
+    every = sorted(puts(name), key=lambda m: m["wroteOffset"])
+    last = max((m for m in every if m["wroteOffset"] < size), key=lambda m: m["wroteOffset"])
+    path = root / "commitlog" / f"{0:020d}"
+    data = bytearray(path.read_bytes())
+    data[last["wroteOffset"] :] = bytes(size - last["wroteOffset"])
+    path.write_bytes(bytes(data))
+    s = SETTINGS[name]
+    code, rows = repair_cli("-s", root, "--out", tmp_path / "new", "--hash-slots", s["hash_slots"], "--index-entries", s["index_entries"])
+    ranges = [r for r in rows if r["kind"] == "range"]
+    assert code == 1
+    assert [(r["phys_offset"], r["end"], r["codes"], r["action"]) for r in ranges] == [(last["wroteOffset"], size, ["zeroed_range"], "blank")]
+    o = oracle(tmp_path / "new", tmp_path / "oracle.json")
+    check_broker_keeps(o, [m for m in every if m is not last])
+    check_hole(o, last)
+
+
+@pytest.mark.slow
+def test_damage_in_the_last_record_is_left_to_the_broker(tmp_path):
+    """Nothing intact after the damage: the range is left (the broker's truncation there loses nothing)."""
+    name = "rmq4-basic"
+    root = copy_store(name, tmp_path)
+    every = sorted(puts(name), key=lambda m: m["wroteOffset"])
+    _damage(root, name, every[-1], "magic", 0)
+    s = SETTINGS[name]
+    code, rows = repair_cli("-s", root, "--out", tmp_path / "new", "--hash-slots", s["hash_slots"], "--index-entries", s["index_entries"])
+    ranges = [r for r in rows if r["kind"] == "range"]
+    assert code == 1
+    assert [(r["phys_offset"], r["action"]) for r in ranges] == [(every[-1]["wroteOffset"], "left")]
+    assert "loses nothing" in ranges[0]["why"]
+    o = oracle(tmp_path / "new", tmp_path / "oracle.json")
+    check_broker_keeps(o, every[:-1])
+
+
 # --- Hypothesis: damage anywhere in real 4.x and 5.x stores, the broker as judge ---------------------
 
 KINDS = ["body_flip", "magic", "total_size", "zero_span"]

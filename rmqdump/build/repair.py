@@ -439,7 +439,7 @@ def _patch(dst_dir: str, r: DamagedRange, data: bytes) -> None:
         os.close(fd)
 
 
-def _rebuild_into(tmp: str, settings: StoreSettings, options: RepairOptions, report: RepairReport) -> None:
+def _rebuild_into(tmp: str, settings: StoreSettings, options: RepairOptions, report: RepairReport, first_file_size: int, starts_at_zero: bool) -> None:
     """ConsumeQueues, IndexFiles and checkpoint by `rebuild` over the repaired CommitLog in tmp, moved into tmp."""
     from rmqdump.build.batchcqbuild import source_batch_topics
 
@@ -459,9 +459,38 @@ def _rebuild_into(tmp: str, settings: StoreSettings, options: RepairOptions, rep
         shutil.rmtree(built, ignore_errors=True)
     rb.store, rb.out = report.store, report.out
     report.rebuild = rb
-    for q in rb.queues:
-        for a, b in q.gap_ranges:
-            report.holes.append({"kind": "hole", "topic": q.topic, "queue_id": q.queue_id, "from": a, "to": b})
+    report.holes = queue_holes(tmp, rb.queues, first_file_size, starts_at_zero)
+
+
+def queue_holes(root: str, queues: list, first_file_size: int, starts_at_zero: bool) -> list[dict]:
+    """The queue offsets the rebuilt queues hold no message at, with the unit after each.
+
+    Holes between units are the rebuild's filler units; with a CommitLog that
+    still starts at 0, a queue whose first unit is not at 0 lost its first
+    messages too (the broker gives every queue offsets from 0). A pull that
+    starts at a hole misses at CommitLog offset 0 and then skips, within that
+    pull, the units below the end of the first CommitLog file
+    (DefaultMessageStore.getMessage: rollNextFile(0)): flagged per hole.
+    """
+    from rmqdump.readers.store import Store
+
+    st = Store.open(root)
+    out = []
+    for q in queues:
+        runs = list(q.gap_ranges)
+        if starts_at_zero and q.first_offset > 0:
+            runs.insert(0, (0, q.first_offset))
+        for a, b in runs:
+            cq = st.queue(q.topic, q.queue_id)
+            nxt = cq.unit_at(b) if cq is not None else None
+            h = {"kind": "hole", "topic": q.topic, "queue_id": q.queue_id, "from": a, "to": b, "next_phys_offset": nxt[0] if nxt else None}
+            if nxt is not None and nxt[0] < first_file_size:
+                h["caveat"] = (
+                    f"a pull from queue offset {a}..{b - 1} also skips the following units below CommitLog offset {first_file_size} "
+                    "(the broker's rollNextFile after the miss at offset 0); consumers behind this hole should be checked"
+                )
+            out.append(h)
+    return out
 
 
 def check_repairable(store: str, out: str, force: bool) -> tuple[str, str, CommitLog]:
@@ -506,7 +535,7 @@ def repair(
         if os.path.isfile(os.path.join(s, "checkpoint")):  # rebuild keeps its masterFlushedOffset and confirmPhyOffset
             shutil.copyfile(os.path.join(s, "checkpoint"), os.path.join(tmp, "checkpoint"))
         t = time.perf_counter()
-        _rebuild_into(tmp, settings, options, report)
+        _rebuild_into(tmp, settings, options, report, cl.file_size or cl.files[0].size, cl.min_offset == 0)
         report.timings["rebuild"] = time.perf_counter() - t
         for d in COPIED_DIRS:
             if os.path.isdir(os.path.join(s, d)):

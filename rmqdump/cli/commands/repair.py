@@ -44,6 +44,8 @@ def _print_table(rep, s: dict) -> None:
         p(f"queue offsets without a message (filler units the broker's pull steps over): {s['queue_holes']}")
         for h in rep.holes[:TABLE_ROWS]:
             p(f"  {h['topic']}/{h['queue_id']}: {h['from']}..{h['to'] - 1}")
+            if h.get("caveat"):
+                p(f"    caveat: {h['caveat']}")
     for pr in rep.layout:
         p(f"layout problem (not repaired): {pr.line()}")
     if rep.flagged:

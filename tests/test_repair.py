@@ -334,6 +334,46 @@ def test_hole_in_the_first_commitlog_file_caveat(tmp_path, broker_pull):
     assert got[1]["messages"] == after_first_file[: len(got[1]["messages"])] and got[1]["messages"]
 
 
+@pytest.mark.slow
+def test_range_shorter_than_any_record_is_left_and_said(tmp_path):
+    """50 garbage bytes, then a whole valid record up to the next one (crafted from schemas.MessageRecord): no filler
+    fits in 50 bytes, so repair leaves that range and says why. In the last data file (which the normal recovery
+    walks) the broker then truncates there, and nowhere before."""
+    name = "rmq4-basic"
+    root = copy_store(name, tmp_path)
+    size = SETTINGS[name]["commitlog"]
+    every = sorted(puts(name), key=lambda m: m["wroteOffset"])
+    last_file = every[-1]["wroteOffset"] // size * size
+    rec = next(m for m in every if m["wroteOffset"] >= last_file and m["wroteBytes"] >= 200 and m is not every[-1])
+    at, n = rec["wroteOffset"] + 50, rec["wroteBytes"] - 50
+    fake = {"total_size": n, "magic": 0xDAA320A7, "body_crc": 0, "queue_id": 0, "flag": 0, "queue_offset": 0, "phys_offset": at}
+    fake |= {"sys_flag": ROLLBACK, "born_timestamp": 1, "born_host": {"address": bytes(4), "port": 0}, "store_timestamp": 1}
+    fake |= {"store_host": {"address": bytes(4), "port": 0}, "reconsume_times": 0, "prepared_transaction_offset": 0}
+    fake |= {"body_length": 0, "body": b"", "topic_length": 1, "topic": b"x", "properties_length": n - 92, "properties": b"a" * (n - 92)}
+    raw = MessageRecord.build(fake)
+    assert len(raw) == n
+    path = root / "commitlog" / f"{at // size * size:020d}"
+    data = bytearray(path.read_bytes())
+    base = at // size * size
+    data[rec["wroteOffset"] - base : at - base] = b"\x5a" * 50
+    data[at - base : at - base + n] = raw
+    path.write_bytes(bytes(data))
+    s = SETTINGS[name]
+    code, rows = repair_cli("-s", root, "--out", tmp_path / "new", "--hash-slots", s["hash_slots"], "--index-entries", s["index_entries"])
+    ranges = [r for r in rows if r["kind"] == "range"]
+    assert code == 1
+    assert [(r["phys_offset"], r["length"], r["action"]) for r in ranges] == [(rec["wroteOffset"], 50, "left")]
+    assert "shorter than the smallest record" in ranges[0]["why"]
+    o = oracle(tmp_path / "new", tmp_path / "oracle.json")
+    assert o["afterRecovery"]["maxPhyOffset"] == rec["wroteOffset"]  # the broker's truncation, at that range
+    check_broker_keeps_before(o, [m for m in every if m["wroteOffset"] < rec["wroteOffset"]])
+
+
+def check_broker_keeps_before(o: dict, kept: list[dict]) -> None:
+    walk = {m["offset"]: m for m in o["commitLogWalk"]["messages"]}
+    assert [m["wroteOffset"] for m in kept if m["wroteOffset"] not in walk or walk[m["wroteOffset"]].get("uniqKey") != m.get("uniqKey")] == []
+
+
 # --- Hypothesis: damage anywhere in real 4.x and 5.x stores, the broker as judge ---------------------
 
 KINDS = ["body_flip", "magic", "total_size", "zero_span"]

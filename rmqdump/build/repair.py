@@ -330,11 +330,14 @@ def plan(cl: CommitLog, ranges: list[DamagedRange], data_end: int) -> None:
             if r.length >= MIN_BLANK:
                 r.action, r.why = BLANKED, "reaches the end of its file: closed with a BLANK marker, the walk goes on at the next file"
             else:
-                r.action, r.why = LEFT, f"{r.length} bytes at the end of the file: shorter than a BLANK marker ({MIN_BLANK} bytes); the broker truncates here"
+                r.action, r.why = (
+                    LEFT,
+                    f"{r.length} bytes at the end of the file: shorter than a BLANK marker ({MIN_BLANK} bytes); a recovery that walks it truncates here",
+                )
         elif r.length >= MIN_FILLER:
             r.action, r.why = FILLER, "replaced by a rolled-back filler record of the same length"
         else:
-            r.action, r.why = LEFT, f"shorter than the smallest record ({MIN_FILLER} bytes): no filler fits; the broker truncates here"
+            r.action, r.why = LEFT, f"shorter than the smallest record ({MIN_FILLER} bytes): no filler fits; a recovery that walks it truncates here"
 
 
 def _bytes_for(r: DamagedRange) -> bytes:

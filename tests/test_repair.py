@@ -374,6 +374,18 @@ def check_broker_keeps_before(o: dict, kept: list[dict]) -> None:
     assert [m["wroteOffset"] for m in kept if m["wroteOffset"] not in walk or walk[m["wroteOffset"]].get("uniqKey") != m.get("uniqKey")] == []
 
 
+@pytest.mark.slow
+def test_rocksdb_consumequeue_store_gets_file_queues_the_broker_serves(tmp_path):
+    """rmq53-rocksdbcq (storeType=defaultRocksDB): NEWDIR holds the file-based ConsumeQueue, the report says to start
+    with storeType=default, and the broker (file-based, as the oracle runs) serves every put from it."""
+    name = "rmq53-rocksdbcq"
+    new = tmp_path / "new"
+    code, rows = repair_cli("-s", REAL / name / "store", "--out", new, *SIZING)  # README.txt: maxHashSlotNum=500, maxIndexNum=2000
+    summary = rows[-1]
+    assert code == 0 and any("storeType=default" in n for n in summary["notes"])
+    check_broker_keeps(oracle(new, tmp_path / "oracle.json"), puts(name))
+
+
 # --- Hypothesis: damage anywhere in real 4.x and 5.x stores, the broker as judge ---------------------
 
 KINDS = ["body_flip", "magic", "total_size", "zero_span"]

@@ -547,6 +547,13 @@ def repair(
         skipped = sorted(set(os.listdir(s)) - {"commitlog", "consumequeue", "index", "checkpoint", "abort", "abort.bak", "lock", *COPIED_DIRS})
         if skipped:
             report.notes.append(f"not copied (not rebuilt from the CommitLog): {', '.join(skipped)}")
+        from rmqdump.readers.rocksdbcq import is_rocksdb
+
+        if is_rocksdb(os.path.join(s, "consumequeue")):
+            report.notes.append(
+                "the store's ConsumeQueue is a RocksDB database (storeType=defaultRocksDB): NEWDIR holds the file-based ConsumeQueue; "
+                "start the broker on it with storeType=default"
+            )
         if not options.check_crc:
             report.notes.append("--no-crc: body CRCs were not checked; a record whose body CRC does not match is left, and a recovery walking it stops there")
         report.notes.append("no abort file: the broker takes the normal recovery path (recoverNormally) and keeps the rebuilt queues and index files")

@@ -50,6 +50,7 @@ from rmqdump.readers.commitlog import Blank, CommitLog, SegmentFile, commitlog_p
 from rmqdump.readers.mapped import MappedFile, next_data
 from rmqdump.readers.message import Message
 from rmqdump.scan.splits import commitlog_splits
+from schemas import constants as C
 
 REPAIR_DLEDGER = "repair_dledger_unsupported"
 
@@ -286,20 +287,22 @@ def _describe(m: Message | None) -> dict | None:
         "topic": m.topic,
         "queue_id": m.queue_id,
         "queue_offset": m.queue_offset,
-        "uniq_key": m.properties.get("UNIQ_KEY"),
+        "uniq_key": m.properties.get(C.PROPERTY_UNIQ_KEY),
         "store_timestamp": m.store_timestamp,
     }
 
 
 def _record_before(seg: SegmentFile, mf: MappedFile, at: int) -> Message | None:
-    """The record ending exactly at file offset `at` (the last intact one before a range), if the scan finds it."""
-    found = None
-    for b in scan_file(seg, mf, start=max(0, at - BEFORE_WINDOW), end=at, check_crc=False):
-        if len(b):
-            hit = np.flatnonzero(b.cols["_end"] == at)
+    """The record ending exactly at file offset `at` (the last intact one before a range), if the scan finds it:
+    looked for in the 64 KiB before `at` first (most records are smaller), then in the broker's largest record size."""
+    for window in (64 << 10, BEFORE_WINDOW):
+        for b in scan_file(seg, mf, start=max(0, at - window), end=at, check_crc=False):
+            hit = np.flatnonzero(b.cols["_end"] == at) if len(b) else []
             if len(hit):
-                found = b.message(int(hit[-1]))
-    return found
+                return b.message(int(hit[-1]))
+        if at <= window:
+            break
+    return None
 
 
 def _neighbours(cl: CommitLog, r: DamagedRange) -> tuple[dict | None, dict | None]:

@@ -228,6 +228,12 @@ def test_broker_restarts_from_repair_keeping_every_intact_message(name, tmp_path
             src = f.read(q["length"])
         assert qbytes[q["quarantine_offset"] : q["quarantine_offset"] + q["length"]] == src
         assert hashlib.sha256(src).hexdigest() == q["sha256"]
+    # a record whose header still reads (body CRC mismatch) is named in its range: damage.json's record
+    named = [(d["phys_offset"], d["topic"], d["queue_id"], d["queue_offset"], d["uniq_key"]) for r in ranges for d in r["destroyed"]]
+    crc_hit = [
+        (h["physicalOffset"], h["topic"], h["queueId"], h["queueOffset"], h["uniqKey"]) for h in damage["recordsHit"] if name in ("bodycrc", "clean-flip")
+    ]
+    assert named == crc_hit
     report = json.loads((new / "rmqdump-repair" / "report.json").read_text(encoding="utf-8"))
     assert [r["phys_offset"] for r in report["ranges"]] == [r["phys_offset"] for r in ranges]
 

@@ -85,6 +85,7 @@ class DamagedRange:
     after: dict | None = None  # the record (or marker) where it ends
     quarantine_offset: int | None = None
     sha256: str | None = None
+    destroyed: list[dict] = field(default_factory=list)  # records in the range whose header still reads (a body CRC mismatch)
 
     @property
     def length(self) -> int:
@@ -105,6 +106,7 @@ class DamagedRange:
             "after": self.after,
             "quarantine_offset": self.quarantine_offset,
             "sha256": self.sha256,
+            "destroyed": self.destroyed,
             "details": self.details,
         }
 
@@ -188,6 +190,7 @@ class _Finds:
     spans: list[tuple[int, int, str, str, str]] = field(default_factory=list)  # (start, end, code, detail, file)
     zero_tails: list[tuple[int, int, str]] = field(default_factory=list)  # (start, end, file)
     flagged: list[Problem] = field(default_factory=list)
+    destroyed: list[dict] = field(default_factory=list)
 
 
 def _scan_split(task) -> _Finds:
@@ -210,6 +213,7 @@ def _scan_split(task) -> _Finds:
                 for i in np.flatnonzero(bad).tolist():
                     pos = int(cols["_pos"][i])
                     out.spans.append((seg.base + pos, seg.base + int(cols["_end"][i]), P.BODY_CRC_MISMATCH, "body CRC does not match bodyCRC", seg.path))
+                    out.destroyed.append(_describe(b.message(i)))
                 out.flagged.extend(p for p in b.flagged() if p.code != P.BODY_CRC_MISMATCH)
             for e in b.events:
                 if isinstance(e, Problem):
@@ -275,6 +279,9 @@ def find_damage(
     spans += [(a, b, P.ZEROED_RANGE, f"{b - a} zero bytes to the end of the file, intact records in later files", path)
               for f in finds for a, b, path in f.zero_tails if a < data_end]  # fmt: skip
     ranges = _merge(spans)
+    destroyed = sorted((d for f in finds for d in f.destroyed), key=lambda d: d["phys_offset"])
+    for r in ranges:
+        r.destroyed = [d for d in destroyed if r.start <= d["phys_offset"] < r.end]
     return ranges, data_end, sum(f.records for f in finds), [p for f in finds for p in f.flagged]
 
 

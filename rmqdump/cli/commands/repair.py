@@ -36,6 +36,8 @@ def _print_table(rep, s: dict) -> None:
         p(f"  {'phys_offset':>12} {'length':>7}  {'action':<6}  {'codes':<28} before -> after")
         for r in rep.ranges[:TABLE_ROWS]:
             p(f"  {r.start:>12} {r.length:>7}  {r.action:<6}  {','.join(r.codes):<28} {_rec(r.before)} -> {_rec(r.after)}")
+            for d in r.destroyed:
+                p(f"  {'':>12} {'':>7}  destroyed: {_rec(d)} UNIQ_KEY {d['uniq_key']}")
             if r.action == "left":
                 p(f"  {'':>12} {'':>7}  {r.why}")
         if len(rep.ranges) > TABLE_ROWS:

@@ -460,11 +460,12 @@ def test_the_browser_checks_catch_blank_plots_and_console_errors(tmp_path):
     assert requests == ["http://example.com/x.png"], requests
 
 
-def test_readme_shows_the_screenshot_and_completion():
+def test_docs_show_the_screenshot_and_the_readme_completion():
+    page = (ROOT / "docs" / "report.md").read_text(encoding="utf-8")
+    shots = re.findall(r"!\[[^\]]*\]\(([^)]+\.png)\)", page)
+    assert shots and all((ROOT / "docs" / s).is_file() for s in shots)
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    shots = re.findall(r"!\[[^\]]*\]\((docs/[^)]+\.png)\)", readme)
-    assert shots and all((ROOT / s).is_file() for s in shots)
-    assert "rmqdump report" in readme and "--install-completion" in readme
+    assert "(docs/report.md)" in readme and "--install-completion" in readme
 
 
 def test_shell_completion_offers_commands_and_options():

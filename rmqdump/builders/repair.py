@@ -1,0 +1,570 @@
+"""Repair a damaged store into a new directory, so that a broker restarts from it without losing an intact message.
+
+The broker's recovery stops at the first CommitLog record it cannot prove
+and truncates there, deleting every later file: one bad record costs every
+intact message after it. A repair keeps the CommitLog's layout and replaces
+each damaged byte range, in a copy, by a record of exactly its length that
+the recovery accepts and no consumer receives (rmqdump.builders.filler), so every
+intact record keeps its physical offset. The original bytes of each range go
+to a quarantine file with a JSON index. ConsumeQueues and IndexFiles are then
+rebuilt over the repaired copy by `rebuild` (rmqdump.builders.rebuild), so each
+message keeps its queue offset; the queue offset of a destroyed message
+becomes a hole, a filler unit (0, Integer.MAX_VALUE, 0) the broker's pull path
+reads no message from and steps over.
+
+The damaged ranges are where the scan (check_crc on, as the broker's
+checkCRCOnRecover) stops or flags a record the recovery would stop at: bad
+magic, size mismatch, zeroed range, bad BLANK marker, records running past
+their file, body CRC mismatch; and a file's zero tail when later files hold
+data. Damage after the last intact record is left: the broker's truncation
+there loses nothing. A range too short for a filler (or, at a file's end,
+for a BLANK marker) is left too, and said so: the broker truncates there.
+
+The new store has no `abort` file, so the broker takes the normal recovery
+path (CommitLog.recoverNormally from the ConsumeQueues' max physical offset:
+nothing is re-dispatched over the rebuilt queues) and keeps every index file.
+Everything is written under a temporary directory beside NEWDIR and renamed
+into place at the end (rmqdump.common.publish).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from rmqdump.builders.filler import MIN_BLANK, MIN_FILLER, blank_marker, filler_record
+from rmqdump.builders.rebuild import RebuildOptions, RebuildReport, check_paths, rebuild
+from rmqdump.builders.settings import StoreSettings
+from rmqdump.common import problems as P
+from rmqdump.common.problems import InputError, Problem
+from rmqdump.common.publish import publishing
+from rmqdump.readers.commitlog import Blank, CommitLog, SegmentFile, commitlog_path
+from rmqdump.readers.mapped import MappedFile, next_data
+from rmqdump.readers.message import Message
+from rmqdump.scan.ranges import Mapper, range_batches
+from rmqdump.scan.splits import Split, commitlog_splits
+from rmqdump.scan.walk import read_at, read_record, scan_file
+from rmqdump.schemas import constants as C
+
+REPAIR_DLEDGER = "repair_dledger_unsupported"
+
+REPAIR_DIR = "rmqdump-repair"  # beside the store's own directories: the broker does not read it
+QUARANTINE = "quarantine.bin"
+QUARANTINE_INDEX = "quarantine.json"
+REPORT = "report.json"
+COPIED_DIRS = ("config",)  # broker state kept as it was (consumer offsets, topics, delay offsets)
+
+FILLER = "filler"
+BLANKED = "blank"
+LEFT = "left"
+
+COPY_CHUNK = 8 << 20
+BEFORE_WINDOW = 4 << 20  # the broker's default maxMessageSize: the record before a range starts within it
+
+
+@dataclass
+class DamagedRange:
+    """One byte range of one CommitLog file that the broker's recovery would stop at."""
+
+    start: int  # physical offsets [start, end)
+    end: int
+    file: str  # the source CommitLog file
+    file_offset: int
+    codes: list[str]
+    details: list[str]
+    action: str = LEFT  # filler, blank, or left (the broker truncates there)
+    why: str = ""
+    before: dict | None = None  # the intact record ending where the range starts
+    after: dict | None = None  # the record (or marker) where it ends
+    quarantine_offset: int | None = None
+    sha256: str | None = None
+    destroyed: list[dict] = field(default_factory=list)  # records in the range whose header still reads (a body CRC mismatch)
+
+    @property
+    def length(self) -> int:
+        return self.end - self.start
+
+    def to_dict(self) -> dict:
+        return {
+            "kind": "range",
+            "phys_offset": self.start,
+            "end": self.end,
+            "length": self.length,
+            "file": self.file,
+            "file_offset": self.file_offset,
+            "codes": self.codes,
+            "action": self.action,
+            "why": self.why,
+            "before": self.before,
+            "after": self.after,
+            "quarantine_offset": self.quarantine_offset,
+            "sha256": self.sha256,
+            "destroyed": self.destroyed,
+            "details": self.details,
+        }
+
+
+@dataclass
+class RepairOptions:
+    force: bool = False
+    sync: bool = True
+    verify: bool = True
+    mapper: Mapper = map  # how the CommitLog's ranges are mapped (rmqdump.engines.local.LocalMap: threads)
+    check_crc: bool = True  # False: body CRC mismatches are not looked for (a recovery walking them would still stop there)
+
+
+@dataclass
+class RepairReport:
+    store: str
+    out: str
+    ranges: list[DamagedRange] = field(default_factory=list)
+    data_end: int = 0  # end of the last intact record
+    records: int = 0  # records scanned in the source
+    commitlog_files: int = 0
+    commitlog_bytes: int = 0
+    layout: list[Problem] = field(default_factory=list)  # CommitLog layout problems (not repaired)
+    flagged: list[Problem] = field(default_factory=list)  # records the broker accepts, with a problem (property CRC, phys field)
+    rebuild: RebuildReport | None = None
+    holes: list[dict] = field(default_factory=list)  # queue offsets left without a message
+    copied: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    @property
+    def repaired(self) -> list[DamagedRange]:
+        return [r for r in self.ranges if r.action != LEFT]
+
+    @property
+    def left(self) -> list[DamagedRange]:
+        return [r for r in self.ranges if r.action == LEFT]
+
+    def summary(self) -> dict:
+        rb = self.rebuild
+        return {
+            "kind": "summary",
+            "store": self.store,
+            "out": self.out,
+            "commitlog_files": self.commitlog_files,
+            "commitlog_bytes": self.commitlog_bytes,
+            "records": self.records,
+            "data_end": self.data_end,
+            "ranges": len(self.ranges),
+            "repaired": len(self.repaired),
+            "repaired_bytes": sum(r.length for r in self.repaired),
+            "left": len(self.left),
+            "queue_holes": sum(h["to"] - h["from"] for h in self.holes),
+            "flagged_records": len(self.flagged),
+            "layout_problems": [p.line() for p in self.layout],
+            "copied": self.copied,
+            "recovery_path": "normal (no abort file)",
+            "rebuild": None if rb is None else {k: v for k, v in rb.summary().items() if k not in ("kind", "store", "out", "settings")},
+            "notes": self.notes,
+            "timings": {k: round(v, 3) for k, v in self.timings.items()},
+            "seconds": round(self.seconds, 3),
+        }
+
+    def to_json(self) -> dict:
+        return {
+            "summary": self.summary(),
+            "ranges": [r.to_dict() for r in self.ranges],
+            "holes": self.holes,
+            "flagged": [p.to_dict() for p in self.flagged],
+        }
+
+
+# --- finding the ranges ---
+
+
+@dataclass
+class _Finds:
+    records: int = 0
+    good_end: int = -1  # physical end of the last intact record
+    spans: list[tuple[int, int, str, str, str]] = field(default_factory=list)  # (start, end, code, detail, file)
+    zero_tails: list[tuple[int, int, str]] = field(default_factory=list)  # (start, end, file)
+    flagged: list[Problem] = field(default_factory=list)
+    destroyed: list[dict] = field(default_factory=list)
+
+
+def _scan_range(split: Split, dst: str | None) -> _Finds:
+    """What the broker's recovery would stop at among the records of one range (rmqdump.scan.ranges);
+    with a destination, that byte range is also copied there (while it is in the page cache)."""
+    out = _Finds()
+    file_end = split.base + split.size
+    for b in range_batches(split):
+        seg = b.seg
+        n = len(b)
+        if n:
+            out.records += n
+            cols = b.cols
+            # the broker checks the body CRC only of a non-empty body
+            bad = (~b.crc_ok & (cols["body_length"] > 0)) if b.crc_ok is not None else np.zeros(n, dtype=bool)
+            good = np.flatnonzero(~bad)
+            if len(good):
+                out.good_end = max(out.good_end, seg.base + int(cols["_end"][good[-1]]))
+            for i in np.flatnonzero(bad).tolist():
+                pos = int(cols["_pos"][i])
+                out.spans.append((seg.base + pos, seg.base + int(cols["_end"][i]), P.BODY_CRC_MISMATCH, "body CRC does not match bodyCRC", seg.path))
+                out.destroyed.append(_describe(b.message(i)))
+            out.flagged.extend(p for p in b.flagged() if p.code != P.BODY_CRC_MISMATCH)
+        for e in b.events:
+            if isinstance(e, Problem):
+                skipped = e.extra.get("skipped")
+                stop = file_end if skipped is None else min(file_end, e.phys_offset + int(skipped))
+                out.spans.append((e.phys_offset, stop, e.code, e.detail, e.file))
+            elif isinstance(e, Blank) and e.marker == "zeros":
+                out.zero_tails.append((e.phys_offset, file_end, e.file))
+    if dst is not None:
+        _copy_range(split.path, dst, split.start, split.end)
+    return out
+
+
+def _merge(spans: list[tuple[int, int, str, str, str]]) -> list[DamagedRange]:
+    """Spans in offset order, overlapping or touching ones of one file joined."""
+    out: list[DamagedRange] = []
+    for start, end, code, detail, path in sorted(spans):
+        last = out[-1] if out else None
+        if last is not None and last.file == path and start <= last.end:
+            last.end = max(last.end, end)
+            if code not in last.codes:
+                last.codes.append(code)
+            last.details.append(detail)
+            continue
+        base = int(os.path.basename(path))
+        out.append(DamagedRange(start, end, path, start - base, [code], [detail]))
+    return out
+
+
+def find_damage(
+    cl: CommitLog, mapper: Mapper = map, copy_to: str | None = None, on_bytes: Callable[[int], None] | None = None, check_crc: bool = True
+) -> tuple[list[DamagedRange], int, int, list[Problem]]:
+    """(damaged ranges, end of the last intact record, records scanned, records flagged but accepted).
+
+    check_crc=False finds no body CRC mismatch: those records stay as they are (faster).
+    With `copy_to`, every CommitLog file is also copied into that directory as it is scanned (zero stretches left as holes).
+    """
+    dst = {}
+    if copy_to is not None:
+        for f in cl.files:
+            dst[f.path] = os.path.join(copy_to, os.path.basename(f.path))
+            fd = os.open(dst[f.path], os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            try:
+                os.ftruncate(fd, f.size)
+            finally:
+                os.close(fd)
+    splits = commitlog_splits(cl, check_crc=check_crc)
+    finds = []
+    # the scan kernel, pread and pwrite run without the GIL: the engine's threads scan and copy side by side
+    for sp, f in zip(splits, mapper(lambda sp: _scan_range(sp, dst.get(sp.path)), splits), strict=True):
+        finds.append(f)
+        if on_bytes is not None:
+            on_bytes(sp.length)
+    spans = [s for f in finds for s in f.spans]
+    data_end = max((f.good_end for f in finds), default=-1)
+    data_end = max(data_end, cl.min_offset)
+    # a zero tail before the last intact record: the recovery would stop there (magic 0) and drop every later file
+    spans += [(a, b, P.ZEROED_RANGE, f"{b - a} zero bytes to the end of the file, intact records in later files", path)
+              for f in finds for a, b, path in f.zero_tails if a < data_end]  # fmt: skip
+    ranges = _merge(spans)
+    destroyed = sorted((d for f in finds for d in f.destroyed), key=lambda d: d["phys_offset"])
+    for r in ranges:
+        r.destroyed = [d for d in destroyed if r.start <= d["phys_offset"] < r.end]
+    return ranges, data_end, sum(f.records for f in finds), [p for f in finds for p in f.flagged]
+
+
+def _describe(m: Message | None) -> dict | None:
+    if not isinstance(m, Message):
+        return None
+    return {
+        "phys_offset": m.phys_offset,
+        "size": m.total_size,
+        "topic": m.topic,
+        "queue_id": m.queue_id,
+        "queue_offset": m.queue_offset,
+        "uniq_key": m.properties.get(C.PROPERTY_UNIQ_KEY),
+        "store_timestamp": m.store_timestamp,
+    }
+
+
+def _record_before(seg: SegmentFile, mf: MappedFile, at: int) -> Message | None:
+    """The record ending exactly at file offset `at` (the last intact one before a range), if the scan finds it:
+    looked for in the 64 KiB before `at` first (most records are smaller), then in the broker's largest record size."""
+    for window in (64 << 10, BEFORE_WINDOW):
+        for b in scan_file(seg, mf, start=max(0, at - window), end=at, check_crc=False):
+            hit = np.flatnonzero(b.cols["_end"] == at) if len(b) else []
+            if len(hit):
+                return b.message(int(hit[-1]))
+        if at <= window:
+            break
+    return None
+
+
+def _neighbours(cl: CommitLog, r: DamagedRange) -> tuple[dict | None, dict | None]:
+    seg = next(f for f in cl.files if f.path == r.file)
+    with MappedFile(seg.path, limit=cl.file_size) as mf:
+        before = _describe(_record_before(seg, mf, r.file_offset)) if r.file_offset > 0 else None
+        end_off = r.end - seg.base
+        if end_off + 8 <= mf.size:
+            m = read_record(seg, mf, end_off, check_crc=True)
+            after = _describe(m) if isinstance(m, Message) else {"phys_offset": r.end, "not_a_message": m.line() if isinstance(m, Problem) else str(m)}
+            return before, after
+    nxt = next((f for f in cl.files if f.base >= seg.base + seg.size), None)
+    if nxt is None:
+        return before, None
+    m = read_at(cl, nxt.base)
+    return before, _describe(m) if isinstance(m, Message) else {"phys_offset": nxt.base, "not_a_message": m.line()}
+
+
+def plan(cl: CommitLog, ranges: list[DamagedRange], data_end: int) -> None:
+    """Decide each range's action (filler, BLANK marker, or left to the broker's truncation) and find its neighbours."""
+    for r in ranges:
+        seg = next(f for f in cl.files if f.path == r.file)
+        r.before, r.after = _neighbours(cl, r)
+        to_file_end = r.end >= seg.base + seg.size
+        if r.start >= data_end:
+            r.action, r.why = LEFT, "no intact record after it: the broker's truncation there loses nothing"
+        elif to_file_end:
+            if r.length >= MIN_BLANK:
+                r.action, r.why = BLANKED, "reaches the end of its file: closed with a BLANK marker, the walk goes on at the next file"
+            else:
+                r.action, r.why = (
+                    LEFT,
+                    f"{r.length} bytes at the end of the file: shorter than a BLANK marker ({MIN_BLANK} bytes); a recovery that walks it truncates here",
+                )
+        elif r.length >= MIN_FILLER:
+            r.action, r.why = FILLER, "replaced by a rolled-back filler record of the same length"
+        else:
+            r.action, r.why = LEFT, f"shorter than the smallest record ({MIN_FILLER} bytes): no filler fits; a recovery that walks it truncates here"
+
+
+def _bytes_for(r: DamagedRange) -> bytes:
+    if r.action == BLANKED:
+        return blank_marker(r.length)
+    ts = (r.before or {}).get("store_timestamp") or (r.after or {}).get("store_timestamp") or 0
+    return filler_record(r.start, r.length, int(ts))
+
+
+# --- writing ---
+
+
+def _copy_range(src: str, dst: str, start: int, end: int) -> None:
+    """Copy bytes [start, end) of one CommitLog file into its (pre-sized) copy, in the kernel (copy_file_range).
+
+    Only the stretches the file system says hold data are copied: the holes of
+    a sparse preallocated file (the broker's setLength) stay holes.
+    """
+    fin = os.open(src, os.O_RDONLY)
+    try:
+        fout = os.open(dst, os.O_WRONLY)
+        try:
+            pos = start
+            while pos < end:
+                pos, data_end = next_data(fin, pos, end)
+                while pos < data_end:
+                    n = _copy_chunk(fin, fout, pos, min(COPY_CHUNK, data_end - pos))
+                    if n <= 0:
+                        return  # the source ended early (it shrank meanwhile): the rest stays zeros
+                    pos += n
+        finally:
+            os.close(fout)
+    finally:
+        os.close(fin)
+
+
+def _copy_chunk(fin: int, fout: int, pos: int, n: int) -> int:
+    try:
+        return os.copy_file_range(fin, fout, n, pos, pos)
+    except OSError:  # no in-kernel copy between these files: through user space
+        chunk = os.pread(fin, n, pos)
+        return os.pwrite(fout, chunk, pos) if chunk else 0
+
+
+def _fsync_files(d: str) -> None:
+    for name in sorted(os.listdir(d)):
+        fd = os.open(os.path.join(d, name), os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _quarantine(tmp: str, store: str, ranges: list[DamagedRange], sync: bool) -> None:
+    """The original bytes of each replaced range, one after the other, and their index (JSON)."""
+    qdir = os.path.join(tmp, REPAIR_DIR)
+    os.makedirs(qdir, exist_ok=True)
+    index = []
+    with open(os.path.join(qdir, QUARANTINE), "wb") as q:
+        for r in ranges:
+            if r.action == LEFT:
+                continue
+            with open(r.file, "rb") as f:
+                f.seek(r.file_offset)
+                data = f.read(r.length)
+            r.quarantine_offset = q.tell()
+            r.sha256 = hashlib.sha256(data).hexdigest()
+            q.write(data)
+            index.append(
+                {
+                    "phys_offset": r.start,
+                    "length": r.length,
+                    "file": os.path.relpath(r.file, store),
+                    "file_offset": r.file_offset,
+                    "quarantine_offset": r.quarantine_offset,
+                    "sha256": r.sha256,
+                    "codes": r.codes,
+                    "replaced_by": r.action,
+                }
+            )
+        if sync:
+            q.flush()
+            os.fsync(q.fileno())
+    _write_json(os.path.join(qdir, QUARANTINE_INDEX), {"quarantine": QUARANTINE, "ranges": index}, sync)
+
+
+def _write_json(path: str, obj, sync: bool) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(obj, f, indent=1)
+        f.write("\n")
+        if sync:
+            f.flush()
+            os.fsync(f.fileno())
+
+
+def _patch(dst_dir: str, r: DamagedRange, data: bytes) -> None:
+    assert len(data) == r.length
+    fd = os.open(os.path.join(dst_dir, os.path.basename(r.file)), os.O_WRONLY)
+    try:
+        os.pwrite(fd, data, r.file_offset)
+    finally:
+        os.close(fd)
+
+
+def _rebuild_into(tmp: str, settings: StoreSettings, options: RepairOptions, report: RepairReport, first_file_size: int, starts_at_zero: bool) -> None:
+    """ConsumeQueues, IndexFiles and checkpoint by `rebuild` over the repaired CommitLog in tmp, moved into tmp."""
+    from rmqdump.builders.batchcqbuild import source_batch_topics
+
+    for t in source_batch_topics(report.store):  # rebuild writes BatchCQ topics where the store has them
+        os.makedirs(os.path.join(tmp, "batchconsumequeue", t), exist_ok=True)
+    built = f"{tmp}.rebuild"
+    try:
+        rb = rebuild(tmp, built, settings, RebuildOptions(mapper=options.mapper, sync=options.sync, verify=options.verify))
+        for name in sorted(os.listdir(built)):
+            dst = os.path.join(tmp, name)
+            if os.path.isdir(dst):
+                shutil.rmtree(dst)
+            elif os.path.lexists(dst):
+                os.remove(dst)
+            os.rename(os.path.join(built, name), dst)
+    finally:
+        shutil.rmtree(built, ignore_errors=True)
+    rb.store, rb.out = report.store, report.out
+    report.rebuild = rb
+    report.holes = queue_holes(tmp, rb.queues, first_file_size, starts_at_zero)
+
+
+def queue_holes(root: str, queues: list, first_file_size: int, starts_at_zero: bool) -> list[dict]:
+    """The queue offsets the rebuilt queues hold no message at, with the unit after each.
+
+    Holes between units are the rebuild's filler units; with a CommitLog that
+    still starts at 0, a queue whose first unit is not at 0 lost its first
+    messages too (the broker gives every queue offsets from 0). A pull that
+    starts at a hole misses at CommitLog offset 0 and then skips, within that
+    pull, the units below the end of the first CommitLog file
+    (DefaultMessageStore.getMessage: rollNextFile(0)): flagged per hole.
+    """
+    from rmqdump.readers.store import Store
+
+    st = Store.open(root)
+    out = []
+    for q in queues:
+        runs = list(q.gap_ranges)
+        if starts_at_zero and q.first_offset > 0:
+            runs.insert(0, (0, q.first_offset))
+        for a, b in runs:
+            cq = st.queue(q.topic, q.queue_id)
+            nxt = cq.unit_at(b) if cq is not None else None
+            h = {"kind": "hole", "topic": q.topic, "queue_id": q.queue_id, "from": a, "to": b, "next_phys_offset": nxt[0] if nxt else None}
+            if nxt is not None and nxt[0] < first_file_size:
+                h["caveat"] = (
+                    f"a pull from queue offset {a}..{b - 1} also skips the following units below CommitLog offset {first_file_size} "
+                    "(the broker's rollNextFile after the miss at offset 0); consumers behind this hole should be checked"
+                )
+            out.append(h)
+    return out
+
+
+def check_repairable(store: str, out: str, force: bool) -> tuple[str, str, CommitLog]:
+    """(store, output, its CommitLog); InputError when there is nothing to repair, it cannot be repaired, or writing there is not safe."""
+    s, o = check_paths(store, out, force)
+    cl = CommitLog.open(commitlog_path(s))
+    if not cl.files:
+        raise InputError("no_commitlog", commitlog_path(store), "no CommitLog files: nothing to repair")
+    if cl.files[0].frame:
+        raise InputError(REPAIR_DLEDGER, commitlog_path(store), "a DLedger CommitLog: repair writes plain CommitLog records only")
+    return s, o, cl
+
+
+def repair(
+    store: str,
+    out: str,
+    settings: StoreSettings,
+    options: RepairOptions | None = None,
+    on_bytes: Callable[[int], None] | None = None,
+) -> RepairReport:
+    """Write the repaired copy of `store` to `out`; returns every range found, what was done with it, and the rebuild."""
+    options = options or RepairOptions()
+    t0 = time.perf_counter()
+    s, o, cl = check_repairable(store, out, options.force)
+    report = RepairReport(store=s, out=o)
+    report.commitlog_files = len(cl.files)
+    report.commitlog_bytes = sum(f.size for f in cl.files)
+    report.layout = list(cl.problems)
+    with publishing(o, force=options.force, stores=[s], kind="dir", sync=options.sync) as tmp:
+        cl_out = os.path.join(tmp, "commitlog")
+        os.makedirs(cl_out)
+        t = time.perf_counter()
+        report.ranges, report.data_end, report.records, report.flagged = find_damage(
+            cl, options.mapper, copy_to=cl_out, on_bytes=on_bytes, check_crc=options.check_crc
+        )
+        plan(cl, report.ranges, report.data_end)
+        report.timings["scan_and_copy"] = time.perf_counter() - t
+        _quarantine(tmp, s, report.ranges, options.sync)
+        for r in report.repaired:
+            _patch(cl_out, r, _bytes_for(r))
+        if os.path.isfile(os.path.join(s, "checkpoint")):  # rebuild keeps its masterFlushedOffset and confirmPhyOffset
+            shutil.copyfile(os.path.join(s, "checkpoint"), os.path.join(tmp, "checkpoint"))
+        t = time.perf_counter()
+        _rebuild_into(tmp, settings, options, report, cl.file_size or cl.files[0].size, cl.min_offset == 0)
+        report.timings["rebuild"] = time.perf_counter() - t
+        for d in COPIED_DIRS:
+            if os.path.isdir(os.path.join(s, d)):
+                shutil.copytree(os.path.join(s, d), os.path.join(tmp, d))
+                report.copied.append(d)
+        skipped = sorted(set(os.listdir(s)) - {"commitlog", "consumequeue", "index", "checkpoint", "abort", "abort.bak", "lock", *COPIED_DIRS})
+        if skipped:
+            report.notes.append(f"not copied (not rebuilt from the CommitLog): {', '.join(skipped)}")
+        from rmqdump.readers.rocksdbcq import is_rocksdb
+
+        if is_rocksdb(os.path.join(s, "consumequeue")):
+            report.notes.append(
+                "the store's ConsumeQueue is a RocksDB database (storeType=defaultRocksDB): NEWDIR holds the file-based ConsumeQueue; "
+                "start the broker on it with storeType=default"
+            )
+        if not options.check_crc:
+            report.notes.append("--no-crc: body CRCs were not checked; a record whose body CRC does not match is left, and a recovery walking it stops there")
+        report.notes.append("no abort file: the broker takes the normal recovery path (recoverNormally) and keeps the rebuilt queues and index files")
+        if options.sync:  # written back meanwhile, mostly: the copy's pages were dirtied before the rebuild
+            t = time.perf_counter()
+            _fsync_files(cl_out)
+            report.timings["fsync"] = time.perf_counter() - t
+        report.seconds = time.perf_counter() - t0
+        _write_json(os.path.join(tmp, REPAIR_DIR, REPORT), report.to_json(), options.sync)
+    report.seconds = time.perf_counter() - t0
+    return report

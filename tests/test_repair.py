@@ -1,0 +1,522 @@
+"""`rmqdump repair`, judged by the broker's own recovery.
+
+Each damaged store written by RocketMQ 5.3.3 (fixtures/real/rmq53-damaged-*) is
+repaired, then the broker oracle (Apache RocketMQ 5.3.3's store code, unmodified)
+restarts from the repaired copy. The truth is the store's manifest (every put:
+wroteOffset, logicsOffset, uniqKey) and damage.json (the records the damage hit):
+every intact message must still be readable at its physical offset, in its queue
+at its queue offset, and the broker must truncate nothing. Hypothesis damages
+copies of the real 4.x and 5.x fixtures at other places, with the oracle as judge.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import zlib
+from pathlib import Path
+
+import pytest
+from conftest import REAL, ROOT, SETTINGS, copy_store, jsonl, run, run_proc
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+
+from rmqdump.schemas import MessageRecord
+
+DAMAGED = ["bodycrc", "clean-flip", "midfile-magic", "size-field", "unscanned-magic", "zeroed-page"]
+SIZING = ["--hash-slots", "500", "--index-entries", "2000"]  # each damaged store's README.txt: maxHashSlotNum=500, maxIndexNum=2000
+ORACLE = ROOT.parent / "shared" / "broker-oracle" / "recover"
+HOLE = 2147483647  # the broker's filler unit size (ConsumeQueue fillPreBlank: Integer.MAX_VALUE)
+ROLLBACK = 0xC  # MessageSysFlag.TRANSACTION_ROLLBACK_TYPE
+
+
+def need_oracle() -> None:
+    """Fail under CI, skip elsewhere, when the broker oracle is not beside the checkout."""
+    if not ORACLE.exists():
+        if os.environ.get("CI"):
+            pytest.fail(f"the broker oracle is missing at {ORACLE} (CI has ../shared beside the clone)")
+        pytest.skip(f"the broker oracle is not at {ORACLE}")
+
+
+def oracle(store: Path, out: Path) -> dict:
+    """The broker's recovery of `store` (on a copy), as the oracle's JSON."""
+    need_oracle()
+    env = {**os.environ, "PYTHON": sys.executable}
+    p = subprocess.run([str(ORACLE), str(store), str(out)], capture_output=True, text=True, env=env, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    return json.loads(out.read_text(encoding="utf-8"))
+
+
+def puts(name: str) -> list[dict]:
+    with open(REAL / name / "manifest.jsonl", encoding="utf-8") as f:
+        rows = [json.loads(line) for line in f if line.strip()]
+    return [r for r in rows if r.get("kind", "put") == "put" and r.get("status", "PUT_OK") == "PUT_OK"]
+
+
+def queued(m: dict) -> bool:
+    """The broker's ConsumeQueue dispatcher takes transaction types none and commit only."""
+    return m["sysFlag"] & 0xC in (0x0, 0x8)
+
+
+def check_broker_keeps(o: dict, intact: list[dict]) -> None:
+    """Every intact message readable in the walk at its offset, and in its queue at its queue offset; nothing truncated."""
+    walk = {m["offset"]: m for m in o["commitLogWalk"]["messages"]}
+    units = {k: {u[0]: u for u in q["units"]} for k, q in o["consumeQueues"].items()}
+    missing = []
+    for m in intact:
+        w = walk.get(m["wroteOffset"])
+        if w is None or w.get("uniqKey") != m.get("uniqKey") or w["size"] != m["wroteBytes"] or w["queueOffset"] != m["logicsOffset"]:
+            missing.append(("walk", m["wroteOffset"]))
+        elif queued(m) and units.get(f"{m['topic']}/{m['queueId']}", {}).get(m["logicsOffset"]) != [m["logicsOffset"], m["wroteOffset"], m["wroteBytes"]]:
+            missing.append(("queue", m["topic"], m["queueId"], m["logicsOffset"]))
+    assert missing == []
+    end = max(m["wroteOffset"] + m["wroteBytes"] for m in intact)
+    assert o["afterRecovery"]["maxPhyOffset"] == end  # the broker truncates nothing
+    fillers = {off for off, w in walk.items() if w["sysFlag"] & 0xC == ROLLBACK and w["topic"] == ""}
+    # no consumer is served a filler: no unit points at one (a hole's unit (0, Integer.MAX_VALUE) selects nothing, see check_hole)
+    assert not [u for q in o["consumeQueues"].values() for u in q["units"] if u[1] in fillers and u[2] != HOLE]
+
+
+def check_hole(o: dict, m: dict) -> None:
+    """The queue offset of a destroyed message: a filler unit (0, Integer.MAX_VALUE), or the queue's end if it was the last.
+
+    What the broker serves there: DefaultMessageStore.getMessage asks CommitLog.getMessage(0, Integer.MAX_VALUE),
+    which selects nothing (MappedFile.selectMappedBuffer needs pos + size <= its read position, and the record the
+    walk shows at offset 0 is far shorter), so the pull steps past that queue offset to the next unit.
+    """
+    q = o["consumeQueues"][f"{m['topic']}/{m['queueId']}"]
+    unit = next((u for u in q["units"] if u[0] == m["logicsOffset"]), None)
+    if unit is None:
+        assert q["maxOffset"] == m["logicsOffset"]
+        return
+    assert unit == [m["logicsOffset"], 0, HOLE]
+    first = next(w for w in o["commitLogWalk"]["messages"] if w["offset"] == 0)
+    assert first["size"] < HOLE
+
+
+def _classpath() -> str:
+    """The oracle's classpath, as its `recover` script builds it (RocketMQ 5.3.3's classes, pyspark's and Debian's jars)."""
+    import glob
+
+    import pyspark
+
+    jars = os.path.join(os.path.dirname(pyspark.__file__), "jars")
+    cp = [str(ORACLE.parent / "rmq533-recover-oracle.jar")]
+    skip = ("netty-all-", "tcnative", "kqueue", "aarch", "riscv", "osx", "windows")
+    cp += [f for f in sorted(glob.glob(f"{jars}/netty-*.jar")) if not any(k in os.path.basename(f) for k in skip)]
+    for name in ("guava", "failureaccess", "commons-lang3", "commons-io", "commons-codec", "lz4-java", "zstd-jni", "rocksdbjni", "slf4j-api"):
+        cp += sorted(glob.glob(f"{jars}/{name}-*.jar"))
+    cp += [f"/usr/share/java/{n}.jar" for n in ("jna", "commons-validator", "commons-collections3")]
+    return ":".join(cp)
+
+
+@pytest.fixture(scope="session")
+def broker_pull(tmp_path_factory):
+    """pull(store, topic, queue_id, offsets, sizes) -> what DefaultMessageStore.getMessage serves at each offset after
+    the broker's restart on a copy of the store (tests/broker/PullAt.java, compiled against the oracle's classes)."""
+    need_oracle()
+    jvm = Path("/usr/lib/jvm")
+    java = next(iter(sorted(jvm.glob("java-17-openjdk-*/bin/java"))), None) or shutil.which("java")
+    javac = next((str(j) for j in [Path(java or "/").parent / "javac", *sorted(jvm.glob("*/bin/javac"))] if j.exists()), None) or shutil.which("javac")
+    if java is None or javac is None:
+        if os.environ.get("CI"):
+            pytest.fail("a Java 17 runtime and a javac (17 or later) are needed to run the broker's pull path (.ci/run installs them)")
+        pytest.skip("no java 17 and javac")
+    classes = tmp_path_factory.mktemp("pullat")
+    cp = _classpath()
+    subprocess.run([javac, "--release", "17", "-nowarn", "-d", str(classes), "-cp", cp, str(ROOT / "tests" / "broker" / "PullAt.java")], check=True)
+    opens = [f"--add-opens=java.base/{m}=ALL-UNNAMED" for m in ("java.nio", "sun.nio.ch", "java.lang", "jdk.internal.misc", "java.util")]
+
+    def pull(store: Path, topic: str, queue_id: int, offsets: list[int], sizes: list[int]) -> list[dict]:
+        copy = tmp_path_factory.mktemp("pullcopy") / "store"
+        shutil.copytree(store, copy)
+        cmd = [str(java), "-Xmx512m", "--add-exports=java.base/sun.nio.ch=ALL-UNNAMED", *opens, "-Djna.boot.library.path=/usr/lib/jni"]
+        cmd += ["-cp", f"{classes}:{cp}", "rmqdumptest.PullAt", str(copy), *map(str, sizes), topic, str(queue_id), *map(str, offsets)]
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0, p.stdout + p.stderr[-2000:]
+        shutil.rmtree(copy.parent, ignore_errors=True)
+        return [json.loads(line) for line in p.stdout.splitlines() if line.startswith("{")]
+
+    return pull
+
+
+def served(every: list[dict], topic: str, queue_id: int, start: int, gone: set[int], n: int = 32) -> list[list[int]]:
+    """What a pull from `start` must serve, from the manifest: the queue's next n queue offsets, the destroyed ones left out."""
+    q = sorted((m for m in every if m["topic"] == topic and m["queueId"] == queue_id and m["logicsOffset"] >= start), key=lambda m: m["logicsOffset"])
+    return [[m["logicsOffset"], m["wroteOffset"], m["wroteBytes"]] for m in q[:n] if m["wroteOffset"] not in gone]
+
+
+def repair_cli(*args) -> tuple[int, list[dict]]:
+    r = run("repair", *args, "-f", "jsonl")
+    return r.exit_code, jsonl(r.stdout)
+
+
+# --- the filler: bytes the broker's recovery accepts ------------------------------------------------
+
+
+def test_filler_is_a_rolled_back_record_of_the_range_length():
+    """calMsgLength (MessageExtEncoder) of the parsed fields equals the length; body CRC as UtilAll.crc32; rollback type."""
+    from rmqdump.builders.filler import MIN_FILLER, blank_marker, filler_record
+
+    for length in (MIN_FILLER, MIN_FILLER + 1, 247, 4553):
+        data = filler_record(1_420_015, length, 1795644235799)
+        r = MessageRecord.parse(data)
+        # 4 totalSize, 4 magic, 4 bodyCRC, 4 queueId, 4 flag, 8 queueOffset, 8 physicalOffset, 4 sysFlag, 8 bornTimestamp,
+        # 8 bornHost (IPv4), 8 storeTimestamp, 8 storeHost, 4 reconsumeTimes, 8 preparedTransactionOffset, 4 + body,
+        # 1 + topic (V1), 2 + properties
+        cal = 4 + 4 + 4 + 4 + 4 + 8 + 8 + 4 + 8 + 8 + 8 + 8 + 4 + 8 + 4 + r.body_length + 1 + r.topic_length + 2 + r.properties_length
+        assert len(data) == r.total_size == cal == length
+        assert r.magic == 0xDAA320A7 and r.sys_flag & 0xC == ROLLBACK and r.phys_offset == 1_420_015
+        assert r.body_crc == zlib.crc32(r.body) & 0x7FFFFFFF
+    assert MIN_FILLER == 91
+    with pytest.raises(ValueError):
+        filler_record(0, MIN_FILLER - 1, 0)
+    b = blank_marker(300)
+    assert len(b) == 300 and b[:8] == (300).to_bytes(4, "big") + bytes.fromhex("CBD43194")
+
+
+# --- the damaged stores, judged by the broker ---------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", DAMAGED)
+def test_broker_restarts_from_repair_keeping_every_intact_message(name, tmp_path):
+    base = REAL / f"rmq53-damaged-{name}"
+    damage = json.loads((base / "damage.json").read_text(encoding="utf-8"))
+    before = json.loads((base / "broker-recovery.json").read_text(encoding="utf-8"))
+    hit = {r["physicalOffset"] for r in damage["recordsHit"]}
+    every = puts(f"rmq53-damaged-{name}")
+    intact = [m for m in every if m["wroteOffset"] not in hit]
+    end = max(m["wroteOffset"] + m["wroteBytes"] for m in every)
+    assert before["afterRecovery"]["maxPhyOffset"] < end or name == "unscanned-magic"  # what the broker does without repair
+
+    new = tmp_path / "new"
+    code, rows = repair_cli("-s", base / "store", "--out", new, *SIZING)
+    assert code == 1
+    ranges = [r for r in rows if r["kind"] == "range"]
+    assert ranges and all(r["action"] == "filler" for r in ranges)
+    assert not (new / "abort").exists()
+
+    o = oracle(new, tmp_path / "oracle.json")
+    assert o["recoveryPath"].startswith("normal")
+    check_broker_keeps(o, intact)
+
+    walk = {w["offset"]: w for w in o["commitLogWalk"]["messages"]}
+    for m in every:
+        if m["wroteOffset"] not in hit:
+            continue
+        w = walk.get(m["wroteOffset"])
+        if w is not None and not (w["sysFlag"] & 0xC == ROLLBACK and w["topic"] == ""):
+            # the half-zeroed record of zeroed-page: the broker accepts it as it is (README), so repair leaves it
+            assert name == "zeroed-page" and w["uniqKey"] != m["uniqKey"]
+            continue
+        # destroyed: inside a replaced range, its queue offset a hole
+        assert any(r["phys_offset"] <= m["wroteOffset"] < r["end"] for r in ranges)
+        check_hole(o, m)
+    # every damaged byte lies in a replaced range, and the quarantine holds the original bytes of each
+    lo, hi = damage["physicalOffset"], damage["physicalOffset"] + damage["length"]
+    assert any(r["phys_offset"] <= lo and hi <= r["end"] for r in ranges) or name == "zeroed-page"
+    index = json.loads((new / "rmqdump-repair" / "quarantine.json").read_text(encoding="utf-8"))
+    qbytes = (new / "rmqdump-repair" / "quarantine.bin").read_bytes()
+    assert len(index["ranges"]) == len(ranges)
+    for q in index["ranges"]:
+        with open(base / "store" / q["file"], "rb") as f:
+            f.seek(q["file_offset"])
+            src = f.read(q["length"])
+        assert qbytes[q["quarantine_offset"] : q["quarantine_offset"] + q["length"]] == src
+        assert hashlib.sha256(src).hexdigest() == q["sha256"]
+    # a record whose header still reads (body CRC mismatch) is named in its range: damage.json's record
+    named = [(d["phys_offset"], d["topic"], d["queue_id"], d["queue_offset"], d["uniq_key"]) for r in ranges for d in r["destroyed"]]
+    crc_hit = [
+        (h["physicalOffset"], h["topic"], h["queueId"], h["queueOffset"], h["uniqKey"]) for h in damage["recordsHit"] if name in ("bodycrc", "clean-flip")
+    ]
+    assert named == crc_hit
+    report = json.loads((new / "rmqdump-repair" / "report.json").read_text(encoding="utf-8"))
+    assert [r["phys_offset"] for r in report["ranges"]] == [r["phys_offset"] for r in ranges]
+
+
+@pytest.mark.slow
+def test_zeroed_page_range_and_neighbours():
+    """The zeroed page: one range from the first record whose header was zeroed to the next whole record (damage.json)."""
+    base = REAL / "rmq53-damaged-zeroed-page"
+    damage = json.loads((base / "damage.json").read_text(encoding="utf-8"))
+    hit = sorted(damage["recordsHit"], key=lambda r: r["physicalOffset"])
+    headers = [r for r in hit if any(f.startswith("header") for f in r["fieldsHit"])]
+    start = headers[0]["physicalOffset"]
+    stop = headers[-1]["physicalOffset"] + headers[-1]["size"]
+    from rmqdump.builders.repair import find_damage, plan
+    from rmqdump.readers.commitlog import CommitLog
+
+    cl = CommitLog.open(str(base / "store" / "commitlog"))
+    ranges, data_end, _, _ = find_damage(cl)
+    plan(cl, ranges, data_end)
+    assert [(r.start, r.end, r.codes, r.action) for r in ranges] == [(start, stop, ["zeroed_range"], "filler")]
+    survivor = hit[0]  # properties half zeroed, header intact: the record before the range
+    assert ranges[0].before["phys_offset"] == survivor["physicalOffset"]
+    nxt = min((m for m in puts("rmq53-damaged-zeroed-page") if m["wroteOffset"] >= stop), key=lambda m: m["wroteOffset"])
+    assert ranges[0].after["uniq_key"] == nxt["uniqKey"] and ranges[0].after["phys_offset"] == stop
+
+
+@pytest.mark.slow
+def test_zeroed_file_tail_before_later_files_gets_a_blank_marker(tmp_path):
+    """The last record of the first file and its BLANK marker zeroed: the broker would stop at the zeros and delete
+    every later file; repair closes the file with a BLANK marker and the walk goes on in the next file."""
+    name = "rmq4-basic"
+    root = copy_store(name, tmp_path)
+    size = SETTINGS[name]["commitlog"]
+    every = sorted(puts(name), key=lambda m: m["wroteOffset"])
+    last = max((m for m in every if m["wroteOffset"] < size), key=lambda m: m["wroteOffset"])
+    path = root / "commitlog" / f"{0:020d}"
+    data = bytearray(path.read_bytes())
+    data[last["wroteOffset"] :] = bytes(size - last["wroteOffset"])
+    path.write_bytes(bytes(data))
+    s = SETTINGS[name]
+    code, rows = repair_cli("-s", root, "--out", tmp_path / "new", "--hash-slots", s["hash_slots"], "--index-entries", s["index_entries"])
+    ranges = [r for r in rows if r["kind"] == "range"]
+    assert code == 1
+    assert [(r["phys_offset"], r["end"], r["codes"], r["action"]) for r in ranges] == [(last["wroteOffset"], size, ["zeroed_range"], "blank")]
+    o = oracle(tmp_path / "new", tmp_path / "oracle.json")
+    check_broker_keeps(o, [m for m in every if m is not last])
+    check_hole(o, last)
+
+
+@pytest.mark.slow
+def test_damage_in_the_last_record_is_left_to_the_broker(tmp_path):
+    """Nothing intact after the damage: the range is left (the broker's truncation there loses nothing)."""
+    name = "rmq4-basic"
+    root = copy_store(name, tmp_path)
+    every = sorted(puts(name), key=lambda m: m["wroteOffset"])
+    _damage(root, name, every[-1], "magic", 0)
+    s = SETTINGS[name]
+    code, rows = repair_cli("-s", root, "--out", tmp_path / "new", "--hash-slots", s["hash_slots"], "--index-entries", s["index_entries"])
+    ranges = [r for r in rows if r["kind"] == "range"]
+    assert code == 1
+    assert [(r["phys_offset"], r["action"]) for r in ranges] == [(every[-1]["wroteOffset"], "left")]
+    assert "loses nothing" in ranges[0]["why"]
+    o = oracle(tmp_path / "new", tmp_path / "oracle.json")
+    check_broker_keeps(o, every[:-1])
+
+
+@pytest.mark.slow
+def test_broker_pull_steps_over_a_hole(tmp_path, broker_pull):
+    """bodycrc's destroyed message (orders/1 queue offset 244, damage.json): after the restart on NEWDIR the broker's
+    pull from 243 serves 243, 245, 246 ... and from 244 starts at 245: the hole is stepped over, nothing else missed."""
+    base = REAL / "rmq53-damaged-bodycrc"
+    hit = json.loads((base / "damage.json").read_text(encoding="utf-8"))["recordsHit"][0]
+    new = tmp_path / "new"
+    assert repair_cli("-s", base / "store", "--out", new, *SIZING)[0] == 1
+    every = puts("rmq53-damaged-bodycrc")
+    topic, qid, qo = hit["topic"], hit["queueId"], hit["queueOffset"]
+    got = broker_pull(new, topic, qid, [qo - 1, qo], [262144, 6000, 500, 2000])  # the README.txt's file sizes
+    gone = {hit["physicalOffset"]}
+    assert got[0]["status"] == "FOUND" and got[0]["messages"] == served(every, topic, qid, qo - 1, gone, 33)[:32]
+    assert got[1]["status"] == "FOUND" and got[1]["messages"] == served(every, topic, qid, qo + 1, gone)
+
+
+@pytest.mark.slow
+def test_hole_in_the_first_commitlog_file_caveat(tmp_path, broker_pull):
+    """The documented caveat, shown by the broker: the first record of rmq4-basic destroyed (TopicTest/2 queue offset 0).
+    A pull from 1 serves 1, 2, ...; a pull from the hole misses at offset 0 and skips the units below the end of the
+    first CommitLog file (131072, README.txt) in that pull. repair's report flags that hole."""
+    name = "rmq4-basic"
+    root = copy_store(name, tmp_path)
+    every = sorted(puts(name), key=lambda m: m["wroteOffset"])
+    first = every[0]
+    _damage(root, name, first, "magic", 0)
+    s = SETTINGS[name]
+    new = tmp_path / "new"
+    code, rows = repair_cli("-s", root, "--out", new, "--hash-slots", s["hash_slots"], "--index-entries", s["index_entries"])
+    holes = [r for r in rows if r["kind"] == "hole"]
+    assert code == 1 and [(h["topic"], h["queue_id"], h["from"], h["to"]) for h in holes] == [(first["topic"], first["queueId"], 0, 1)]
+    assert "caveat" in holes[0]
+    sizes = [s["commitlog"], s["cq_units"] * 20, s["hash_slots"], s["index_entries"]]
+    got = broker_pull(new, first["topic"], first["queueId"], [1, 0], sizes)
+    gone = {first["wroteOffset"]}
+    assert got[0]["messages"] == served(every, first["topic"], first["queueId"], 1, gone)
+    after_first_file = [u for u in served(every, first["topic"], first["queueId"], 0, gone, 200) if u[1] >= s["commitlog"]]
+    assert got[1]["messages"] == after_first_file[: len(got[1]["messages"])] and got[1]["messages"]
+
+
+@pytest.mark.slow
+def test_range_shorter_than_any_record_is_left_and_said(tmp_path):
+    """50 garbage bytes, then a whole valid record up to the next one (crafted from schemas.MessageRecord): no filler
+    fits in 50 bytes, so repair leaves that range and says why. In the last data file (which the normal recovery
+    walks) the broker then truncates there, and nowhere before."""
+    name = "rmq4-basic"
+    root = copy_store(name, tmp_path)
+    size = SETTINGS[name]["commitlog"]
+    every = sorted(puts(name), key=lambda m: m["wroteOffset"])
+    last_file = every[-1]["wroteOffset"] // size * size
+    rec = next(m for m in every if m["wroteOffset"] >= last_file and m["wroteBytes"] >= 200 and m is not every[-1])
+    at, n = rec["wroteOffset"] + 50, rec["wroteBytes"] - 50
+    fake = {"total_size": n, "magic": 0xDAA320A7, "body_crc": 0, "queue_id": 0, "flag": 0, "queue_offset": 0, "phys_offset": at}
+    fake |= {"sys_flag": ROLLBACK, "born_timestamp": 1, "born_host": {"address": bytes(4), "port": 0}, "store_timestamp": 1}
+    fake |= {"store_host": {"address": bytes(4), "port": 0}, "reconsume_times": 0, "prepared_transaction_offset": 0}
+    fake |= {"body_length": 0, "body": b"", "topic_length": 1, "topic": b"x", "properties_length": n - 92, "properties": b"a" * (n - 92)}
+    raw = MessageRecord.build(fake)
+    assert len(raw) == n
+    path = root / "commitlog" / f"{at // size * size:020d}"
+    data = bytearray(path.read_bytes())
+    base = at // size * size
+    data[rec["wroteOffset"] - base : at - base] = b"\x5a" * 50
+    data[at - base : at - base + n] = raw
+    path.write_bytes(bytes(data))
+    s = SETTINGS[name]
+    code, rows = repair_cli("-s", root, "--out", tmp_path / "new", "--hash-slots", s["hash_slots"], "--index-entries", s["index_entries"])
+    ranges = [r for r in rows if r["kind"] == "range"]
+    assert code == 1
+    assert [(r["phys_offset"], r["length"], r["action"]) for r in ranges] == [(rec["wroteOffset"], 50, "left")]
+    assert "shorter than the smallest record" in ranges[0]["why"]
+    o = oracle(tmp_path / "new", tmp_path / "oracle.json")
+    assert o["afterRecovery"]["maxPhyOffset"] == rec["wroteOffset"]  # the broker's truncation, at that range
+    check_broker_keeps_before(o, [m for m in every if m["wroteOffset"] < rec["wroteOffset"]])
+
+
+def check_broker_keeps_before(o: dict, kept: list[dict]) -> None:
+    walk = {m["offset"]: m for m in o["commitLogWalk"]["messages"]}
+    assert [m["wroteOffset"] for m in kept if m["wroteOffset"] not in walk or walk[m["wroteOffset"]].get("uniqKey") != m.get("uniqKey")] == []
+
+
+@pytest.mark.slow
+def test_rocksdb_consumequeue_store_gets_file_queues_the_broker_serves(tmp_path):
+    """rmq53-rocksdbcq (storeType=defaultRocksDB): NEWDIR holds the file-based ConsumeQueue, the report says to start
+    with storeType=default, and the broker (file-based, as the oracle runs) serves every put from it."""
+    name = "rmq53-rocksdbcq"
+    new = tmp_path / "new"
+    code, rows = repair_cli("-s", REAL / name / "store", "--out", new, *SIZING)  # README.txt: maxHashSlotNum=500, maxIndexNum=2000
+    summary = rows[-1]
+    assert code == 0 and any("storeType=default" in n for n in summary["notes"])
+    check_broker_keeps(oracle(new, tmp_path / "oracle.json"), puts(name))
+
+
+# --- Hypothesis: damage anywhere in real 4.x and 5.x stores, the broker as judge ---------------------
+
+KINDS = ["body_flip", "magic", "total_size", "zero_span"]
+
+
+def _damage(root: Path, name: str, rec: dict, kind: str, extra: int) -> tuple[int, int]:
+    """Damage one record of a copied store; the physical byte range changed."""
+    size = SETTINGS[name]["commitlog"]
+    base = rec["wroteOffset"] // size * size
+    path = root / "commitlog" / f"{base:020d}"
+    at = rec["wroteOffset"] - base
+    data = bytearray(path.read_bytes())
+    if kind == "body_flip":  # the body starts after the fixed header: 88 bytes with IPv4 hosts, 12 more per IPv6 host
+        head = 88 + 12 * bool(rec["sysFlag"] & 0x10) + 12 * bool(rec["sysFlag"] & 0x20)
+        pos, n = at + head + extra % max(1, rec.get("body_len", 1)), 1
+        data[pos] ^= 0xFF
+    elif kind == "magic":
+        pos, n = at + 4, 4
+        data[pos : pos + 4] = b"ZZZZ"
+    elif kind == "total_size":
+        pos, n = at, 4
+        data[pos : pos + 4] = (rec["wroteBytes"] + 8 + extra % 64).to_bytes(4, "big")
+    else:
+        pos, n = at + extra % 64, 128 + extra % 600
+        n = min(n, len(data) - pos)
+        data[pos : pos + n] = bytes(n)
+    path.write_bytes(bytes(data))
+    return base + pos, base + pos + n
+
+
+@pytest.mark.slow
+@settings(
+    max_examples=5, deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate], suppress_health_check=[HealthCheck.function_scoped_fixture]
+)  # no shrinking: each example is a broker restart (~5 s); a failure prints its inputs
+@given(name=st.sampled_from(["rmq4-basic", "rmq53-v2"]), pick=st.floats(0.0, 0.97), kind=st.sampled_from(KINDS), extra=st.integers(0, 10_000))
+def test_hypothesis_damage_repaired_broker_keeps_intact(tmp_path_factory, name, pick, kind, extra):
+    tmp = tmp_path_factory.mktemp("hyp")
+    root = copy_store(name, tmp)
+    every = sorted(puts(name), key=lambda m: m["wroteOffset"])
+    rec = every[int(pick * len(every))]
+    if kind == "body_flip" and rec.get("body_len", 0) == 0:
+        kind = "magic"
+    lo, hi = _damage(root, name, rec, kind, extra)
+    intact = [m for m in every if m["wroteOffset"] + m["wroteBytes"] <= lo or m["wroteOffset"] >= hi]
+    s = SETTINGS[name]
+    new = tmp / "new"
+    code, rows = repair_cli("-s", root, "--out", new, "--hash-slots", s["hash_slots"], "--index-entries", s["index_entries"])
+    assert code == 1
+    assert [r for r in rows if r["kind"] == "range"]
+    o = oracle(new, tmp / "oracle.json")
+    check_broker_keeps(o, intact)
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+# --- clean input and errors ------------------------------------------------------------------------------
+
+
+def test_clean_store_exit_0_and_a_clean_copy(tmp_path):
+    """A store with nothing to repair: exit 0, every CommitLog byte copied as it is, no range, nothing quarantined."""
+    src = REAL / "rmq4-basic" / "store"
+    new = tmp_path / "new"
+    s = SETTINGS["rmq4-basic"]
+    code, rows = repair_cli("-s", src, "--out", new, "--hash-slots", s["hash_slots"], "--index-entries", s["index_entries"])
+    assert code == 0
+    assert [r for r in rows if r["kind"] in ("range", "hole")] == []
+    for f in sorted((src / "commitlog").iterdir()):
+        assert (new / "commitlog" / f.name).read_bytes() == f.read_bytes()
+    assert (new / "rmqdump-repair" / "quarantine.bin").read_bytes() == b""
+    assert sorted(p.name for p in (new / "config").iterdir()) == sorted(p.name for p in (src / "config").iterdir())
+    assert not (new / "abort").exists() and not (new / "lock").exists()
+
+
+@pytest.mark.slow
+def test_info_on_the_repaired_store_previews_a_clean_recovery(tmp_path):
+    """`info` on NEWDIR: normal recovery that walks to the end of the data (manifest) and drops nothing."""
+    base = REAL / "rmq53-damaged-midfile-magic"
+    new = tmp_path / "new"
+    assert repair_cli("-s", base / "store", "--out", new, *SIZING)[0] == 1
+    rec = next(r for r in jsonl(run("info", "-s", new, "-f", "jsonl").stdout) if r["kind"] == "recovery")
+    every = puts("rmq53-damaged-midfile-magic")
+    assert rec["abnormal"] is False
+    assert rec["valid_end"] == max(m["wroteOffset"] + m["wroteBytes"] for m in every)
+    assert rec["truncated_messages"] == 0 and rec["commitlog_files_dropped"] == [f"{1835008:020d}"]  # the preallocated empty file
+
+
+def test_not_a_store(tmp_path):
+    (tmp_path / "empty").mkdir()
+    r = run_proc("repair", "-s", tmp_path / "empty", "--out", tmp_path / "new")
+    assert r.returncode == 2 and r.stderr.startswith("rmqdump: no_commitlog: ")
+    r = run_proc("repair", "-s", tmp_path / "missing", "--out", tmp_path / "new")
+    assert r.returncode == 2 and r.stderr.startswith("rmqdump: not_a_store: ")
+    assert not (tmp_path / "new").exists()
+
+
+def test_output_inside_the_store_is_refused(tmp_path):
+    root = copy_store("rmq4-basic", tmp_path)
+    before = sorted(p.name for p in root.iterdir())
+    r = run_proc("repair", "-s", root, "--out", root / "repaired")
+    assert r.returncode == 2 and "output_inside_store" in r.stderr.split(":")[1]
+    assert sorted(p.name for p in root.iterdir()) == before
+
+
+def test_existing_output_needs_force(tmp_path):
+    new = tmp_path / "new"
+    new.mkdir()
+    (new / "keep").write_text("x")
+    s = SETTINGS["rmq4-basic"]
+    args = ("repair", "-s", REAL / "rmq4-basic" / "store", "--out", new, "--hash-slots", s["hash_slots"], "--index-entries", s["index_entries"])
+    r = run_proc(*args)
+    assert r.returncode == 2 and r.stderr.startswith("rmqdump: output_exists: ")
+    assert (new / "keep").read_text() == "x"
+    assert run_proc(*args, "--force").returncode == 0
+    assert not (new / "keep").exists() and (new / "commitlog").is_dir()
+
+
+def test_dledger_store_is_refused(tmp_path):
+    with tarfile.open(REAL / "rmq53-dledger" / "store.tar.gz") as t:
+        t.extractall(tmp_path / "dl", filter="data")
+    root = next(p.parent for p in (tmp_path / "dl").rglob("dledger-*"))
+    r = run_proc("repair", "-s", root, "--out", tmp_path / "new")
+    assert r.returncode == 2 and r.stderr.split(":")[1].strip() == "repair_dledger_unsupported"
+
+
+def test_usage_store_twice(tmp_path):
+    r = run_proc("repair", REAL / "rmq4-basic" / "store", "-s", REAL / "rmq4-basic" / "store", "--out", tmp_path / "new")
+    assert r.returncode == 2 and r.stderr.startswith("rmqdump: usage: rmqdump repair:")

@@ -469,12 +469,12 @@ def test_docs_show_the_screenshot_and_the_readme_completion():
 
 
 def test_shell_completion_offers_commands_and_options():
-    """typer's completion (README: Shell completion): what bash gets for `rmqdump rep<TAB>` and `rmqdump report --fo<TAB>`."""
+    """typer's completion (README: Shell completion): what bash gets for `rmqdump repo<TAB>` and `rmqdump report --fo<TAB>`."""
     import sys
 
     exe = str(Path(sys.executable).parent / "rmqdump")  # the console script: completion is keyed on the program's name
     env = {**os.environ, "_RMQDUMP_COMPLETE": "complete_bash"}
-    for words, cword, want in (("rmqdump rep", "1", ["report"]), ("rmqdump report --fo", "2", ["--force"])):
+    for words, cword, want in (("rmqdump repo", "1", ["report"]), ("rmqdump rep", "1", ["repair", "report"]), ("rmqdump report --fo", "2", ["--force"])):
         r = subprocess.run([exe], env={**env, "COMP_WORDS": words, "COMP_CWORD": cword}, capture_output=True, text=True)
         assert r.returncode == 0 and r.stdout.split() == want, (words, r.stdout, r.stderr)
     r = subprocess.run([exe, "--show-completion", "bash"], capture_output=True, text=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib
 
-MODULES = ["commitlog", "export", "info", "cq", "offsets", "index", "msgid", "rebuild", "report", "sql", "timer"]
+MODULES = ["commitlog", "export", "info", "cq", "offsets", "index", "msgid", "rebuild", "report", "sql", "timer", "diff"]
 
 
 def register(app, guarded) -> None:

@@ -1,0 +1,316 @@
+"""`rmqdump diff A B` against the broker's truth and against divergences the tests build themselves.
+
+- fixtures/real/rmq53-ha-failover and rmq53-ha-lag: master/store and slave/store written by RocketMQ 5.3.3's
+  DefaultMessageStore + DefaultHAService (README.txt); truth.json holds the identical prefix, the first
+  differing byte, every message only on each side and per queue both max offsets and every queue offset that
+  names different messages. The answers must equal it exactly.
+- Copies of fixtures/real/rmq4-basic made to diverge (Hypothesis): from a record boundary the copy holds a
+  chosen sequence of the original's later records (moved, so their physicalOffset field is set to where they
+  now lie) or altered ones (another UNIQ_KEY), then zeros, and no later file. The expected answer is computed
+  here from the manifest and the two byte strings, not from rmqdump.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import struct
+import tempfile
+import zlib
+from pathlib import Path
+
+import pyarrow.dataset as ds
+import pytest
+from conftest import REAL, SETTINGS, jsonl, manifest, run, run_proc
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from rmqdump.readers.fastpath import field_offset
+from schemas import message_header
+
+PAIRS = ["rmq53-ha-failover", "rmq53-ha-lag"]
+
+
+def _truth(name: str) -> dict:
+    return json.loads((REAL / name / "truth.json").read_text())
+
+
+def _diff(a, b, *extra):
+    res = run("diff", a, b, "-f", "jsonl", *extra)
+    recs = jsonl(res.stdout)
+    kinds: dict[str, list[dict]] = {}
+    for r in recs:
+        kinds.setdefault(r["kind"], []).append(r)
+    return res, kinds
+
+
+def _expand(ranges: list[list[int]]) -> list[int]:
+    return [x for lo, hi in ranges for x in range(lo, hi)]
+
+
+FIELDS = ["phys_offset", "total_size", "topic", "queue_id", "queue_offset", "uniq_key", "msg_id", "keys", "tags", "store_timestamp"]
+
+
+def _truth_message(t: dict) -> dict:
+    return {
+        "phys_offset": t["wroteOffset"],
+        "total_size": t["wroteBytes"],
+        "topic": t["topic"],
+        "queue_id": t["queueId"],
+        "queue_offset": t["queueOffset"],
+        "uniq_key": t["uniqKey"],
+        "msg_id": t["msgId"],
+        "keys": t["keys"].split() if t["keys"] else [],
+        "tags": t["tags"],
+        "store_timestamp": t["storeTimestamp"],
+    }
+
+
+@pytest.mark.parametrize("pair", PAIRS)
+def test_pair_equals_truth(pair):
+    t = _truth(pair)
+    res, k = _diff(REAL / pair / "master" / "store", REAL / pair / "slave" / "store")
+    assert res.exit_code == 1
+    (pre,) = k["prefix"]
+    assert pre["identical_up_to"] == t["commitlog"]["identicalUpTo"]
+    assert pre["first_differing_byte"] == t["commitlog"]["firstDifferingByteOffset"]
+    assert pre["prefix_of"] == ("b" if not t["onlyOnSlave"] else None)  # the lagging slave's CommitLog is a prefix of the master's
+    assert pre["a_data_end"] == t["commitlog"]["master"]["maxPhyOffset"]
+    assert pre["b_data_end"] == max(t["commitlog"]["slave"]["maxPhyOffset"], t["commitlog"]["identicalUpTo"])
+    msgs = k.get("message", [])
+    for side, key in (("a", "onlyOnMaster"), ("b", "onlyOnSlave")):
+        got = [{f: m[f] for f in FIELDS} for m in msgs if m["side"] == side]
+        assert got == [_truth_message(x) for x in t[key]]
+        assert all(m["status"] == "only" for m in msgs if m["side"] == side)
+    assert len(msgs) == len(t["onlyOnMaster"]) + len(t["onlyOnSlave"])
+    queues = {f"{q['topic']}/{q['queue_id']}": q for q in k["queue"]}
+    assert set(queues) == set(t["queues"])
+    for name, tq in t["queues"].items():
+        q = queues[name]
+        assert (q["a_max_offset"], q["b_max_offset"]) == (tq["master"]["maxOffset"], tq["slave"]["maxOffset"])
+        want = [
+            {
+                "queue_offset": d["queueOffset"],
+                "a": {"phys_offset": d["master"]["commitLogOffset"], "size": d["master"]["size"], "uniq_key": d["master"]["uniqKey"], "msg_id": d["master"]["msgId"]},
+                "b": {"phys_offset": d["slave"]["commitLogOffset"], "size": d["slave"]["size"], "uniq_key": d["slave"]["uniqKey"], "msg_id": d["slave"]["msgId"]},
+            }
+            for d in tq["divergentOffsets"]
+        ]
+        assert q["divergent_offsets"] == want
+        assert _expand(q["only_a_offsets"]) == tq["onlyMasterOffsets"]
+        assert _expand(q["only_b_offsets"]) == tq["onlySlaveOffsets"]
+    (s,) = k["summary"]
+    assert (s["only_a"], s["only_b"], s["moved"]) == (t["counts"]["onlyMaster"], t["counts"]["onlySlave"], 0)
+    # compared by ranges: no more than one range was read again byte by byte
+    assert pre["bytes_compared"] <= 2 * 64 << 20
+
+
+def test_table_names_the_prefix():
+    t = _truth("rmq53-ha-failover")
+    res = run("diff", REAL / "rmq53-ha-failover" / "master" / "store", REAL / "rmq53-ha-failover" / "slave" / "store")
+    assert res.exit_code == 1
+    assert f"identical up to {t['commitlog']['identicalUpTo']} (first differing byte {t['commitlog']['firstDifferingByteOffset']})" in res.stdout
+    assert f"only on A {t['counts']['onlyMaster']}" in res.stdout and f"only on B {t['counts']['onlySlave']}" in res.stdout
+
+
+def test_same_store_twice_is_identical():
+    root = REAL / "rmq4-basic" / "store"
+    res = run_proc("diff", root, root, "-f", "jsonl")
+    assert res.returncode == 0, res.stderr
+    recs = jsonl(res.stdout)
+    assert recs[0]["kind"] == "prefix" and recs[0]["identical"] and recs[0]["first_differing_byte"] is None
+    assert [r for r in recs if r["kind"] == "message"] == []
+
+
+def test_identical_copy_is_identical(tmp_path):
+    src = REAL / "rmq4-basic" / "store"
+    shutil.copytree(src, tmp_path / "copy")
+    res, k = _diff(src, tmp_path / "copy")
+    assert res.exit_code == 0
+    assert k["prefix"][0]["identical"] and k["prefix"][0]["bytes_hashed"] == 2 * sum(p.stat().st_size for p in (src / "commitlog").iterdir())
+    assert k["summary"][0]["divergent_offsets"] == 0
+
+
+def test_error_paths(tmp_path):
+    good = REAL / "rmq4-basic" / "store"
+    res = run_proc("diff", good, tmp_path / "absent")
+    assert res.returncode == 2 and res.stderr.startswith("rmqdump: not_found") and str(tmp_path / "absent") in res.stderr
+    (tmp_path / "notastore").mkdir()
+    (tmp_path / "notastore" / "x.txt").write_text("x")
+    res = run_proc("diff", tmp_path / "notastore", good)
+    assert res.returncode == 2 and res.stderr.startswith("rmqdump: not_a_store") and "Traceback" not in res.stderr
+    (tmp_path / "empty" / "commitlog").mkdir(parents=True)
+    res = run_proc("diff", good, tmp_path / "empty")
+    assert res.returncode == 2 and res.stderr.startswith("rmqdump: no_commitlog")
+    res = run_proc("diff", good)
+    assert res.returncode == 2 and res.stderr.startswith("rmqdump: usage")
+
+
+def test_out_holds_the_messages_only_on_each_side(tmp_path):
+    t = _truth("rmq53-ha-failover")
+    pair = REAL / "rmq53-ha-failover"
+    out = tmp_path / "only"
+    res = run("diff", pair / "master" / "store", pair / "slave" / "store", "--out", out)
+    assert res.exit_code == 1
+    rows = ds.dataset(out, format="parquet", partitioning="hive").to_table().to_pylist()
+    for side, key in (("a", "onlyOnMaster"), ("b", "onlyOnSlave")):
+        got = sorted((r for r in rows if r["side"] == side), key=lambda r: r["phys_offset"])
+        assert [(r["phys_offset"], r["uniq_key"], r["topic"]) for r in got] == [(x["wroteOffset"], x["uniqKey"], x["topic"]) for x in t[key]]
+        assert [zlib.crc32(r["body"]) & 0x7FFFFFFF for r in got] == [x["bodyCRC"] for x in t[key]]
+    res = run("diff", pair / "master" / "store", pair / "slave" / "store", "--out", out)
+    assert res.exit_code == 2 and "output_exists" in res.stderr
+    res = run("diff", pair / "master" / "store", pair / "slave" / "store", "--out", pair / "slave" / "store" / "only")
+    assert res.exit_code == 2 and "output_inside_store" in res.stderr
+
+
+def test_consumers_moving_to_the_other_side(tmp_path):
+    """A consumer committed on the old master inside TradeEvents/0's divergent range, one past the slave's max, one before the range."""
+    t = _truth("rmq53-ha-failover")
+    tq = t["queues"]["TradeEvents/0"]
+    div = [d["queueOffset"] for d in tq["divergentOffsets"]]
+    lo, b_max = div[0], tq["slave"]["maxOffset"]
+    a = tmp_path / "a"
+    shutil.copytree(REAL / "rmq53-ha-failover" / "master" / "store", a)
+    (a / "config").mkdir()
+    table = {"TradeEvents@g_mid": {"0": lo + 10}, "TradeEvents@g_past": {"0": b_max + 3}, "TradeEvents@g_before": {"0": lo}}
+    (a / "config" / "consumerOffset.json").write_text(json.dumps({"offsetTable": table}))
+    res, k = _diff(a, REAL / "rmq53-ha-failover" / "slave" / "store")
+    assert res.exit_code == 1
+    got = {c["group"]: c for c in k["consumer"]}
+    assert set(got) == {"g_mid", "g_past"}  # g_before consumed nothing the sides disagree on
+    mid = got["g_mid"]
+    # the slave's messages at [lo, lo+10) are others than the ones it consumed: never delivered to it
+    assert (mid["side"], mid["committed"], mid["skipped_offsets"], mid["read_twice"], mid["beyond_max"]) == ("a", lo + 10, [[lo, lo + 10]], 0, False)
+    past = got["g_past"]
+    assert (past["skipped_offsets"], past["beyond_max"], past["other_max_offset"]) == ([[lo, b_max]], True, b_max)
+
+
+# --- built divergences -----------------------------------------------------------------------------------
+
+STORE = "rmq4-basic"
+FILE = SETTINGS[STORE]["commitlog"]
+PHYS_AT = field_offset(message_header(), "phys_offset")
+
+
+def _ident(m: dict):
+    return m["uniqKey"] or ("seq", m["seq"])
+
+
+def _records() -> list[dict]:
+    return sorted((m for m in manifest(STORE) if m["status"] == "PUT_OK"), key=lambda m: m["wroteOffset"])
+
+
+def _file_bytes(root: Path) -> dict[int, bytes]:
+    return {int(p.name): p.read_bytes() for p in sorted((root / "commitlog").iterdir())}
+
+
+def _stream(files: dict[int, bytes]) -> bytes:
+    end = max(b + len(d) for b, d in files.items())
+    buf = bytearray(end)
+    for b, d in files.items():
+        buf[b : b + len(d)] = d
+    return bytes(buf)
+
+
+@st.composite
+def divergences(draw):
+    recs = _records()
+    k = draw(st.integers(0, len(recs) - 1))
+    base = recs[k]["wroteOffset"] // FILE * FILE
+    later = [m for m in recs[k:] if m["wroteOffset"] < base + FILE]  # the file's records from k on
+    room = later[-1]["wroteOffset"] + later[-1]["wroteBytes"] - recs[k]["wroteOffset"]
+    picks = draw(st.lists(st.tuples(st.integers(0, len(later) - 1), st.booleans()), max_size=6, unique_by=lambda x: x[0]))
+    chosen, used = [], 0
+    for i, alter in picks:
+        m = later[i]
+        if used + m["wroteBytes"] <= room:
+            chosen.append((m, alter and bool(m["uniqKey"])))
+            used += m["wroteBytes"]
+    return k, chosen
+
+
+def _build(dst: Path, k: int, chosen: list[tuple[dict, bool]]) -> tuple[list[dict], dict[int, bytes]]:
+    """A copy of the store holding the original up to record k, then `chosen` (records moved, some with another UNIQ_KEY), then zeros."""
+    recs = _records()
+    shutil.copytree(REAL / STORE / "store", dst)
+    at = recs[k]["wroteOffset"]
+    base = at // FILE * FILE
+    orig = _stream(_file_bytes(REAL / STORE / "store"))
+    data = bytearray((dst / "commitlog" / f"{base:020d}").read_bytes())
+    data[at - base :] = bytes(FILE - (at - base))
+    written = []
+    pos = at
+    for m, alter in chosen:
+        raw = bytearray(orig[m["wroteOffset"] : m["wroteOffset"] + m["wroteBytes"]])
+        struct.pack_into(">q", raw, PHYS_AT, pos)
+        ident = _ident(m)
+        if alter:
+            new = m["uniqKey"][:-1] + ("0" if m["uniqKey"][-1] != "0" else "1")
+            i = raw.index(m["uniqKey"].encode())
+            raw[i : i + len(new)] = new.encode()
+            ident = new
+        data[pos - base : pos - base + len(raw)] = raw
+        written.append({**m, "wroteOffset": pos, "ident": ident})
+        pos += len(raw)
+    (dst / "commitlog" / f"{base:020d}").write_bytes(bytes(data))
+    for p in (dst / "commitlog").iterdir():
+        if int(p.name) > base:
+            p.unlink()
+    return written, _file_bytes(dst)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(divergences())
+def test_built_divergence(case):
+    k, chosen = case
+    recs = _records()
+    with tempfile.TemporaryDirectory() as tmp:
+        b_root = Path(tmp) / "b"
+        written, b_files = _build(b_root, k, chosen)
+        a_bytes, b_bytes = _stream(_file_bytes(REAL / STORE / "store")), _stream(b_files)
+        b_bytes += bytes(len(a_bytes) - len(b_bytes))  # where B has no file: zeros
+        d = next((i for i in range(len(a_bytes)) if a_bytes[i] != b_bytes[i]), None)
+        res, got = _diff(REAL / STORE / "store", b_root)
+    if d is None:
+        event("identical")
+        assert res.exit_code == 0 and got["prefix"][0]["identical"]
+        return
+    assert res.exit_code == 1
+    upto = max([m["wroteOffset"] for m in recs if m["wroteOffset"] <= d] + [m["wroteOffset"] + m["wroteBytes"] for m in recs if m["wroteOffset"] + m["wroteBytes"] <= d])
+    pre = got["prefix"][0]
+    assert (pre["first_differing_byte"], pre["identical_up_to"]) == (d, upto)
+    a_past = [{**m, "ident": _ident(m)} for m in recs if m["wroteOffset"] >= upto]
+    b_past = [m for m in written if m["wroteOffset"] >= upto]
+    where = {"a": {m["ident"]: m["wroteOffset"] for m in a_past}, "b": {m["ident"]: m["wroteOffset"] for m in b_past}}
+
+    def status(m, other):
+        o = where[other].get(m["ident"])
+        return "only" if o is None else ("same" if o == m["wroteOffset"] else "moved")
+
+    want = [("a", m["wroteOffset"], m["uniqKey"], m["queueId"], m["logicsOffset"], status(m, "b")) for m in a_past]
+    want += [("b", m["wroteOffset"], None if m["ident"] == ("seq", m["seq"]) else m["ident"], m["queueId"], m["logicsOffset"], status(m, "a")) for m in b_past]
+    have = [(m["side"], m["phys_offset"], m["uniq_key"], m["queue_id"], m["queue_offset"], m["status"]) for m in got.get("message", [])]
+    event("statuses: " + ",".join(sorted({f"{w[0]}-{w[5]}" for w in want})))
+    assert have == want
+    named = {s: {(m["topic"], m["queueId"], m["logicsOffset"]): m["ident"] for m in past} for s, past in (("a", a_past), ("b", b_past))}
+    div = sorted(q for q in set(named["a"]) & set(named["b"]) if named["a"][q] != named["b"][q])
+    have_div = sorted((q["topic"], q["queue_id"], x["queue_offset"]) for q in got["queue"] for x in q["divergent_offsets"])
+    assert have_div == div
+    only_a = sorted(set(named["a"]) - set(named["b"]))
+    assert sorted((q["topic"], q["queue_id"], o) for q in got["queue"] for o in _expand(q["only_a_offsets"])) == only_a
+    only_b = sorted(set(named["b"]) - set(named["a"]))
+    assert sorted((q["topic"], q["queue_id"], o) for q in got["queue"] for o in _expand(q["only_b_offsets"])) == only_b
+    assert pre["prefix_of"] == ("b" if not b_past else None)
+
+
+def test_truncated_at_a_record_boundary(tmp_path):
+    """The plainest divergence, by hand: the copy stops at record 1000 (its file zeroed from there, no later file)."""
+    recs = _records()
+    written, _ = _build(tmp_path / "b", 1000, [])
+    assert written == []
+    res, got = _diff(REAL / STORE / "store", tmp_path / "b")
+    assert res.exit_code == 1
+    assert got["prefix"][0]["identical_up_to"] == recs[1000]["wroteOffset"] and got["prefix"][0]["prefix_of"] == "b"
+    assert [m["phys_offset"] for m in got["message"]] == [m["wroteOffset"] for m in recs[1000:]]
+    assert os.path.isdir(tmp_path / "b")

@@ -92,8 +92,18 @@ def test_pair_equals_truth(pair):
         want = [
             {
                 "queue_offset": d["queueOffset"],
-                "a": {"phys_offset": d["master"]["commitLogOffset"], "size": d["master"]["size"], "uniq_key": d["master"]["uniqKey"], "msg_id": d["master"]["msgId"]},
-                "b": {"phys_offset": d["slave"]["commitLogOffset"], "size": d["slave"]["size"], "uniq_key": d["slave"]["uniqKey"], "msg_id": d["slave"]["msgId"]},
+                "a": {
+                    "phys_offset": d["master"]["commitLogOffset"],
+                    "size": d["master"]["size"],
+                    "uniq_key": d["master"]["uniqKey"],
+                    "msg_id": d["master"]["msgId"],
+                },
+                "b": {
+                    "phys_offset": d["slave"]["commitLogOffset"],
+                    "size": d["slave"]["size"],
+                    "uniq_key": d["slave"]["uniqKey"],
+                    "msg_id": d["slave"]["msgId"],
+                },
             }
             for d in tq["divergentOffsets"]
         ]
@@ -277,7 +287,10 @@ def test_built_divergence(case):
         assert res.exit_code == 0 and got["prefix"][0]["identical"]
         return
     assert res.exit_code == 1
-    upto = max([m["wroteOffset"] for m in recs if m["wroteOffset"] <= d] + [m["wroteOffset"] + m["wroteBytes"] for m in recs if m["wroteOffset"] + m["wroteBytes"] <= d])
+    upto = max(
+        [m["wroteOffset"] for m in recs if m["wroteOffset"] <= d]
+        + [m["wroteOffset"] + m["wroteBytes"] for m in recs if m["wroteOffset"] + m["wroteBytes"] <= d]
+    )
     pre = got["prefix"][0]
     assert (pre["first_differing_byte"], pre["identical_up_to"]) == (d, upto)
     a_past = [{**m, "ident": _ident(m)} for m in recs if m["wroteOffset"] >= upto]

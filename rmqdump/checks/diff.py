@@ -15,6 +15,7 @@ moves to the other side follows from them.
 
 from __future__ import annotations
 
+import itertools
 import os
 import zlib
 from collections.abc import Callable, Iterator
@@ -101,7 +102,7 @@ def _cuts(a: list, b: list, lo: int, hi: int, step: int) -> list[tuple[int, int]
         bounds.update(x for x in (base, base + size) if lo < x < hi)
     edges = sorted(bounds)
     out = []
-    for s, e in zip(edges, edges[1:], strict=False):
+    for s, e in itertools.pairwise(edges):
         out.extend((p, min(e, p + step)) for p in range(s, e, step))
     return out
 

@@ -1,0 +1,169 @@
+"""`rmqdump diff` on the 1M-message store against a copy whose last 1% of messages differ.
+
+    python bench/bench_diff.py [--store bench/data/gen-1m] [--percent 1] [--repeat 3]
+
+The copy (STORE-diverged/) holds the same CommitLog bytes except that each of the last PERCENT % of the
+messages carries another UNIQ_KEY (its last hex digit changed, same length): the same sizes and queue
+offsets, other messages, as after a failover where both sides went on writing. Both stores get their
+ConsumeQueues from one `rmqdump rebuild` each (STORE-full/, STORE-diverged-full/, beside links to
+their commitlog/), so the command reads what it reads on a broker's store.
+
+Figures (page cache warm, each the smallest of --repeat runs):
+  hash     CRC32 of both CommitLogs, whole (zlib, 8 MiB reads), in process
+  decode   both sides' records from the first differing record on, decoded to the diff's columns, in process
+  command  `python -m rmqdump diff A B -f jsonl > /dev/null`, whole process, under /usr/bin/time -v (peak RSS)
+The target: command <= 1.2 x (hash + decode); RSS < 500 MB.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_STORE = ROOT / "bench" / "data" / "gen-1m"
+sys.path.insert(0, str(ROOT))  # this checkout's rmqdump, not an installed one
+
+
+def rmqdump() -> list[str]:
+    return [sys.executable, "-m", "rmqdump"]
+
+
+def ensure_store(store: Path) -> None:
+    if (store / "commitlog").is_dir():
+        return
+    subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "gen_store.py"), str(store), "--size", "2GiB", "--count", "1000000", "--file-size", "1GiB", "--seed", "1"],
+        check=True,
+    )
+
+
+def diverge(store: Path, out: Path, percent: float) -> dict:
+    """Copy the CommitLog and give each of the last `percent` % of its messages another UNIQ_KEY."""
+    from rmqdump.readers.commitlog import CommitLog
+
+    if (out / "commitlog").is_dir():
+        return json.loads((out / "diverged.json").read_text())
+    tmp = out.parent / (out.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    (tmp / "commitlog").mkdir(parents=True)
+    cl = CommitLog.open(str(store / "commitlog"))
+    total = sum(len(b) for b in cl.scan(check_crc=False))
+    first = total - int(total * percent / 100)
+    for f in cl.files:
+        shutil.copyfile(f.path, tmp / "commitlog" / f.name)
+    seen, at, changed = 0, None, 0
+    needle = b"UNIQ_KEY\x01"
+    for b in cl.scan(check_crc=False):
+        n = len(b)
+        if seen + n > first:
+            with open(tmp / "commitlog" / b.seg.name, "r+b") as fh:
+                for i in range(max(0, first - seen), n):
+                    props = b.properties_bytes(i)
+                    j = props.index(needle) + len(needle) + 31  # the key's last hex digit
+                    pos = int(b.cols["properties_pos"][i]) + j
+                    fh.seek(pos)
+                    fh.write(b"0" if props[j : j + 1] != b"0" else b"1")
+                    if at is None:
+                        at = int(b.phys[i])
+                    changed += 1
+        seen += n
+    info = {"messages": total, "changed": changed, "first_changed_offset": at}
+    (tmp / "diverged.json").write_text(json.dumps(info))
+    os.rename(tmp, out)
+    return info
+
+
+def full_store(store: Path) -> Path:
+    full = store.parent / (store.name + "-full")
+    if (full / "consumequeue").is_dir():
+        return full
+    tmp = store.parent / (store.name + "-full.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    subprocess.run([*rmqdump(), "rebuild", str(store), "-o", str(tmp), "--no-verify", "-f", "jsonl"], check=True, stdout=subprocess.DEVNULL)
+    os.symlink(os.path.abspath(store / "commitlog"), tmp / "commitlog")
+    os.rename(tmp, full)
+    return full
+
+
+def warm(paths: list[Path]) -> None:
+    for root in paths:
+        for p in sorted(root.rglob("*")):
+            if p.is_file():
+                with open(p, "rb") as f:
+                    while f.read(16 << 20):
+                        pass
+
+
+def hash_both(a: Path, b: Path) -> float:
+    import zlib
+
+    t0 = time.perf_counter()
+    for root in (a, b):
+        for p in sorted((root / "commitlog").iterdir()):
+            crc = 0
+            with open(p, "rb") as f:
+                while chunk := f.read(8 << 20):
+                    crc = zlib.crc32(chunk, crc)
+    return time.perf_counter() - t0
+
+
+def decode_both(a: Path, b: Path, start: int) -> float:
+    from rmqdump.checks.diff import decoded_past
+    from rmqdump.readers.commitlog import CommitLog
+
+    decoded_past(CommitLog.open(str(a / "commitlog")), start)  # compile the kernel outside the timing
+    t0 = time.perf_counter()
+    for root in (a, b):
+        table, _ = decoded_past(CommitLog.open(str(root / "commitlog")), start)
+        table.to_pylist()
+    return time.perf_counter() - t0
+
+
+def command(a: Path, b: Path) -> tuple[float, int, int]:
+    t0 = time.perf_counter()
+    r = subprocess.run(["/usr/bin/time", "-v", *rmqdump(), "diff", str(a), str(b), "-f", "jsonl"], capture_output=True, text=True, cwd=ROOT)
+    wall = time.perf_counter() - t0
+    rss = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", r.stderr).group(1))
+    return wall, rss, r.returncode
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--store", type=Path, default=DEFAULT_STORE)
+    ap.add_argument("--percent", type=float, default=1.0)
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args()
+    ensure_store(args.store)
+    info = diverge(args.store, args.store.parent / (args.store.name + "-diverged"), args.percent)
+    a, b = full_store(args.store), full_store(args.store.parent / (args.store.name + "-diverged"))
+    warm([args.store / "commitlog", args.store.parent / (args.store.name + "-diverged") / "commitlog", a / "consumequeue", b / "consumequeue"])
+    start = info["first_changed_offset"]
+    hashes = [hash_both(a, b) for _ in range(args.repeat)]
+    decodes = [decode_both(a, b, start) for _ in range(args.repeat)]
+    runs = [command(a, b) for _ in range(args.repeat)]
+    best = min(runs)
+    out = {
+        "messages": info["messages"],
+        "differing": info["changed"],
+        "first_changed_offset": start,
+        "hash_s": round(min(hashes), 3),
+        "decode_s": round(min(decodes), 3),
+        "command_s": round(best[0], 3),
+        "ratio": round(best[0] / (min(hashes) + min(decodes)), 3),
+        "peak_rss_mb": round(max(r[1] for r in runs) / 1024, 1),
+        "exit": best[2],
+        "load": os.getloadavg(),
+    }
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()

@@ -20,14 +20,13 @@ import os
 import threading
 import zlib
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
-import pyarrow as pa
 
 from rmqdump.checks.offsets import consumer_offsets
 from rmqdump.common.problems import InputError
-from rmqdump.export.arrowbatch import record_batches
 from rmqdump.readers.commitlog import CommitLog
 from rmqdump.readers.store import Store
 
@@ -147,11 +146,13 @@ def common_prefix(a: CommitLog, b: CommitLog, *, range_bytes: int = RANGE_BYTES,
         return Prefix(start, end, None, end, same_files=True)
     sa, sb = _Stream(a), _Stream(b)
     pre = Prefix(start, end, None, end)
+    pool = ThreadPoolExecutor(1)  # B's CRC of a range in a thread while A's runs here: both release the GIL
     try:
         for lo, hi in _cuts(fa, fb, start, end, range_bytes):
             pre.ranges += 1
             pre.bytes_hashed += 2 * (hi - lo)
-            equal = _crc(sa, lo, hi) == _crc(sb, lo, hi)
+            other = pool.submit(_crc, sb, lo, hi)
+            equal = _crc(sa, lo, hi) == other.result()
             if progress:
                 progress(hi - lo)
             if equal:
@@ -163,6 +164,7 @@ def common_prefix(a: CommitLog, b: CommitLog, *, range_bytes: int = RANGE_BYTES,
                 pre.identical_up_to = _record_start(a if a.file_for(d) else b, d)
                 break
     finally:
+        pool.shutdown()
         sa.close()
         sb.close()
     return pre
@@ -187,10 +189,14 @@ def _record_start(cl: CommitLog, d: int) -> int:
 # --- the messages past the prefix -----------------------------------------------------------------
 
 
-def decoded_past(cl: CommitLog, start: int, *, check_crc: bool = True) -> tuple[pa.Table, int]:
-    """The records from `start` on, decoded (COLUMNS), and how many problems the walk met."""
+def decoded_past(cl: CommitLog, start: int, *, check_crc: bool = True, to_offset: int | None = None):
+    """The records from `start` on, decoded (COLUMNS) as an Arrow table, and how many problems the walk met."""
+    import pyarrow as pa
+
+    from rmqdump.export.arrowbatch import record_batches
+
     parts, problems = [], 0
-    for batch in cl.scan(from_offset=start, check_crc=check_crc):
+    for batch in cl.scan(from_offset=start, to_offset=to_offset, check_crc=check_crc):
         problems += len(batch.problems())
         parts.extend(record_batches(batch, "", columns=COLUMNS))
     if not parts:
@@ -488,9 +494,11 @@ def _notes(stores: dict[str, Store]) -> list[str]:
 
 
 def _load_kernel(cl: CommitLog, check_crc: bool) -> None:
-    """Scan the first record: the scan kernel is loaded (from its compile cache) while the caller hashes."""
-    for _ in cl.scan(to_offset=cl.min_offset + 1, check_crc=check_crc):
-        pass
+    """Load what decoding needs (pyarrow, the scan kernel from its compile cache) by decoding the first record.
+
+    Run in a thread while the ranges are hashed: imports and loading hold the GIL, reads and CRC32 release it.
+    """
+    decoded_past(cl, cl.min_offset, check_crc=check_crc, to_offset=cl.min_offset + 1)
 
 
 def diff_stores(a: Store, b: Store, *, check_crc: bool = True, progress: Callable[[int], None] | None = None) -> StoreDiff:

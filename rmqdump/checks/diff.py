@@ -31,7 +31,7 @@ from rmqdump.readers.commitlog import CommitLog
 from rmqdump.readers.store import Store
 
 RANGE_BYTES = 64 << 20  # bytes per compared range (its CRC32 on each side)
-READ_BYTES = 8 << 20  # bytes per read inside a range
+READ_BYTES = 1 << 20  # bytes per read inside a range (small reads: no fresh pages to fault in per read)
 SIDES = ("a", "b")
 COLUMNS = [
     "phys_offset", "total_size", "topic", "queue_id", "queue_offset", "keys", "uniq_key", "tags",

@@ -125,7 +125,7 @@ def decode_both(a: Path, b: Path, start: int) -> tuple[float, float]:
     decoded_past(CommitLog.open(str(a / "commitlog")), start)  # compile the kernel outside the timing
     t0, c0 = time.perf_counter(), time.process_time()
     for root in (a, b):
-        table, _ = decoded_past(CommitLog.open(str(root / "commitlog")), start)
+        table, _, _ = decoded_past(CommitLog.open(str(root / "commitlog")), start)
         table.to_pylist()
     return time.perf_counter() - t0, time.process_time() - c0
 

@@ -327,3 +327,68 @@ def test_truncated_at_a_record_boundary(tmp_path):
     assert got["prefix"][0]["identical_up_to"] == recs[1000]["wroteOffset"] and got["prefix"][0]["prefix_of"] == "b"
     assert [m["phys_offset"] for m in got["message"]] == [m["wroteOffset"] for m in recs[1000:]]
     assert os.path.isdir(tmp_path / "b")
+
+
+# --- DLedger: where the ledgers part ------------------------------------------------------------------
+
+DL_FILE = 131072  # rmq53-dledger README.txt: mappedFileSizeCommitLog=131072
+DL_HEADER = 48  # README.txt: entry header magic(4) size(4) index(8) term(8) pos(8) channel(4) chainCrc(4) bodyCrc(4) bodySize(4)
+
+
+def _dledger_copy(dst: Path) -> Path:
+    import tarfile
+
+    with tarfile.open(REAL / "rmq53-dledger" / "store.tar.gz") as tf:
+        tf.extractall(dst, filter="data")
+    return dst / "store"
+
+
+@pytest.mark.parametrize("k", [1, 170, 300, 499])
+@pytest.mark.parametrize("how", ["truncated", "new_term"])
+def test_dledger_parting_point(tmp_path, k, how):
+    """B's ledger from entry k on is cut (zeros), or rewritten by a new leader: the same messages under term 7."""
+    puts = sorted((m for m in manifest("rmq53-dledger") if m.get("kind") == "put"), key=lambda m: m["wroteOffset"])
+    a, b = _dledger_copy(tmp_path / "a"), _dledger_copy(tmp_path / "b")
+    data = b / "dledger-n0" / "data"
+
+    def entry(i: int) -> tuple[Path, int]:
+        pos = puts[i]["wroteOffset"] - DL_HEADER
+        return data / f"{pos // DL_FILE * DL_FILE:020d}", pos % DL_FILE
+
+    def index_term(i: int) -> tuple[int, int]:
+        path, at = entry(i)
+        raw = (a / "dledger-n0" / "data" / path.name).read_bytes()
+        return struct.unpack_from(">qq", raw, at + 8)
+
+    if how == "truncated":
+        path, at = entry(k)
+        raw = bytearray(path.read_bytes())
+        raw[at:] = bytes(len(raw) - at)
+        path.write_bytes(bytes(raw))
+        for p in data.iterdir():
+            if int(p.name) > int(path.name):
+                p.unlink()
+    else:
+        for i in range(k, len(puts)):
+            path, at = entry(i)
+            with open(path, "r+b") as f:
+                f.seek(at + 16)
+                f.write(struct.pack(">q", 7))
+    res, got = _diff(a, b)
+    assert res.exit_code == 1
+    pre = got["prefix"][0]
+    assert pre["identical_up_to"] == puts[k]["wroteOffset"] - DL_HEADER
+    assert pre["last_common_entry"] == dict(zip(("index", "term"), index_term(k - 1), strict=True))
+    idx, term = index_term(k)
+    assert pre["a_first_entry"] == {"index": idx, "term": term}
+    msgs = got["message"]
+    a_msgs = [(m["phys_offset"], m["uniq_key"], m["status"]) for m in msgs if m["side"] == "a"]
+    b_msgs = [(m["phys_offset"], m["uniq_key"], m["status"]) for m in msgs if m["side"] == "b"]
+    if how == "truncated":
+        assert pre["b_first_entry"] is None and pre["prefix_of"] == "b"
+        assert a_msgs == [(m["wroteOffset"], m["uniqKey"], "only") for m in puts[k:]] and b_msgs == []
+    else:
+        assert pre["b_first_entry"] == {"index": idx, "term": 7} and pre["prefix_of"] is None
+        assert a_msgs == [(m["wroteOffset"], m["uniqKey"], "same") for m in puts[k:]]
+        assert b_msgs == a_msgs
+        assert sum(len(q["divergent_offsets"]) for q in got["queue"]) == 0

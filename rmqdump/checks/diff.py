@@ -54,6 +54,7 @@ class Prefix:
     bytes_hashed: int = 0  # bytes read for CRCs (both sides)
     bytes_compared: int = 0  # bytes read again to find the first differing byte (both sides)
     same_files: bool = False  # both sides are the same files: nothing read
+    last_common_entry: tuple[int, int] | None = None  # DLedger: (index, term) of the last entry both ledgers hold
 
 
 def _files(cl: CommitLog) -> list[tuple[int, int, str]]:
@@ -161,7 +162,7 @@ def common_prefix(a: CommitLog, b: CommitLog, *, range_bytes: int = RANGE_BYTES,
             pre.bytes_compared += read
             if d is not None:  # (a CRC collision on different bytes is caught here; equal bytes with unequal CRCs cannot be)
                 pre.first_differing_byte = d
-                pre.identical_up_to = _record_start(a if a.file_for(d) else b, d)
+                pre.identical_up_to, pre.last_common_entry = _record_start(a if a.file_for(d) else b, d)
                 break
     finally:
         pool.shutdown()
@@ -170,38 +171,45 @@ def common_prefix(a: CommitLog, b: CommitLog, *, range_bytes: int = RANGE_BYTES,
     return pre
 
 
-def _record_start(cl: CommitLog, d: int) -> int:
-    """The end of the last whole record before byte `d`, walking the records of the file that holds `d`."""
+def _record_start(cl: CommitLog, d: int) -> tuple[int, tuple[int, int] | None]:
+    """The end of the last whole record before byte `d`, walking the records of the file that holds `d`;
+    for a DLedger CommitLog also that record's entry (index, term)."""
     seg = cl.file_for(d)
     if seg is None:
-        return d
-    end = seg.base
+        return d, None
+    end, entry = seg.base, None
     for batch in cl.scan(from_offset=seg.base, to_offset=d, check_crc=False):
         if not len(batch):
             continue
         ends = batch.phys + batch.cols["total_size"].astype(np.int64)
-        whole = ends[ends <= d]
-        if len(whole):
-            end = max(end, int(whole[-1]))
-    return end
+        whole = np.flatnonzero(ends <= d)
+        if len(whole) and int(ends[whole[-1]]) >= end:
+            end = int(ends[whole[-1]])
+            if batch.entries is not None:
+                entry = (int(batch.entries["index"][whole[-1]]), int(batch.entries["term"][whole[-1]]))
+    return end, entry
 
 
 # --- the messages past the prefix -----------------------------------------------------------------
 
 
 def decoded_past(cl: CommitLog, start: int, *, check_crc: bool = True, to_offset: int | None = None):
-    """The records from `start` on, decoded (COLUMNS) as an Arrow table, and how many problems the walk met."""
+    """The records from `start` on, decoded (COLUMNS) as an Arrow table, how many problems the walk met, and
+    (DLedger) the (index, term) of the first entry."""
     import pyarrow as pa
 
     from rmqdump.export.arrowbatch import record_batches
 
-    parts, problems = [], 0
-    for batch in cl.scan(from_offset=start, to_offset=to_offset, check_crc=check_crc):
+    parts, problems, first = [], 0, None
+    frame = cl.files[0].frame if cl.files else 0  # DLedger: a message lies past its entry header
+    for batch in cl.scan(from_offset=start + frame, to_offset=None if to_offset is None else to_offset + frame, check_crc=check_crc):
         problems += len(batch.problems())
+        if first is None and len(batch) and batch.entries is not None:
+            first = (int(batch.entries["index"][0]), int(batch.entries["term"][0]))
         parts.extend(record_batches(batch, "", columns=COLUMNS))
     if not parts:
-        return pa.table({c: pa.array([], t) for c, t in _schema()}), problems
-    return pa.Table.from_batches(parts), problems
+        return pa.table({c: pa.array([], t) for c, t in _schema()}), problems, first
+    return pa.Table.from_batches(parts), problems, first
 
 
 def _schema():
@@ -414,6 +422,7 @@ class StoreDiff:
     data_end: dict[str, int]  # end of each side's last record (identical_up_to when none past it)
     problems: dict[str, int]  # problems each side's walk past the prefix met
     notes: list[str]
+    first_entries: dict[str, tuple[int, int] | None] = field(default_factory=dict)  # DLedger: each side's first entry past the prefix
 
     @property
     def identical(self) -> bool:
@@ -423,7 +432,7 @@ class StoreDiff:
         """'a' when A's records are all in the common prefix (A is a prefix of B), 'b' the other way, None otherwise."""
         if self.identical:
             return None
-        only = {s: any(m.status != "same" for m in self.messages[s]) or bool(self.messages[s]) for s in SIDES}
+        only = {s: bool(self.messages[s]) for s in SIDES}
         if not only["a"] and only["b"]:
             return "a"
         if not only["b"] and only["a"]:
@@ -444,6 +453,9 @@ class StoreDiff:
             "prefix_of": self.prefix_of(),
             "a_data_end": self.data_end["a"],
             "b_data_end": self.data_end["b"],
+            "last_common_entry": _entry(p.last_common_entry),
+            "a_first_entry": _entry(self.first_entries.get("a")),
+            "b_first_entry": _entry(self.first_entries.get("b")),
             "ranges_hashed": p.ranges,
             "bytes_hashed": p.bytes_hashed,
             "bytes_compared": p.bytes_compared,
@@ -482,12 +494,16 @@ class StoreDiff:
         yield self.summary()
 
 
+def _entry(e: tuple[int, int] | None) -> dict | None:
+    return None if e is None else {"index": e[0], "term": e[1]}
+
+
 def _notes(stores: dict[str, Store]) -> list[str]:
     notes = []
     for s in SIDES:
         st = stores[s]
         if st.dledger is not None:
-            notes.append(f"{s}: DLedger CommitLog: compared as records; the (index, term) where the ledgers part is not computed")
+            notes.append(f"{s}: DLedger CommitLog: entries compared as bytes; the ledgers part after last_common_entry (index, term)")
         if os.path.exists(os.path.join(st.root, "epochFileCheckpoint")):
             notes.append(f"{s}: controller-mode epochFileCheckpoint present: the epoch histories and their consistent point are not compared")
     return notes
@@ -511,13 +527,14 @@ def diff_stores(a: Store, b: Store, *, check_crc: bool = True, progress: Callabl
     rows: dict[str, list[dict]] = {}
     problems: dict[str, int] = {}
     data_end: dict[str, int] = {}
+    first: dict[str, tuple[int, int] | None] = {}
     for s in SIDES:
         if pre.first_differing_byte is None:
-            rows[s], problems[s] = [], 0
+            rows[s], problems[s], first[s] = [], 0, None
         else:
-            table, problems[s] = decoded_past(stores[s].commitlog, pre.identical_up_to, check_crc=check_crc)
+            table, problems[s], first[s] = decoded_past(stores[s].commitlog, pre.identical_up_to, check_crc=check_crc)
             rows[s] = table.to_pylist()
         data_end[s] = max([pre.identical_up_to] + [r["phys_offset"] + r["total_size"] for r in rows[s]])
     messages = pair_messages(rows)
     queues = queue_diffs(stores, rows)
-    return StoreDiff(pre, messages, queues, consumer_impacts(stores, queues), data_end, problems, _notes(stores))
+    return StoreDiff(pre, messages, queues, consumer_impacts(stores, queues), data_end, problems, _notes(stores), first)

@@ -26,8 +26,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from rmqdump.checks.offsets import consumer_offsets
-from rmqdump.common.problems import InputError
+from rmqdump.common.problems import InputError, Problem
 from rmqdump.readers.commitlog import CommitLog
+from rmqdump.readers.epochfile import EPOCH_FILE, EPOCH_FILE_DAMAGED, Epoch, EpochFile, read_epoch_file
 from rmqdump.readers.store import Store
 
 RANGE_BYTES = 64 << 20  # bytes per compared range (its CRC32 on each side)
@@ -410,6 +411,76 @@ def consumer_impacts(stores: dict[str, Store], queues: list[QueueDiff]) -> list[
     return out
 
 
+# --- controller mode: the epoch histories ---------------------------------------------------------
+
+JAVA_LONG_MAX = (1 << 63) - 1
+
+
+def epoch_ends(entries: list[Epoch], max_offset: int) -> list[tuple[int, int, int]]:
+    """(epoch, start, end) per entry as EpochFileCache holds them: an epoch ends where the next (in file order) starts,
+    the last at the store's max offset (left open, Long.MAX_VALUE, when that lies before its start)."""
+    out = []
+    for i, e in enumerate(entries):
+        if i + 1 < len(entries):
+            end = entries[i + 1].start_offset
+        else:
+            end = max_offset if e.start_offset <= max_offset else JAVA_LONG_MAX
+        out.append((e.epoch, e.start_offset, end))
+    return out
+
+
+def consistent_point(local: list[tuple[int, int, int]], other: list[tuple[int, int, int]]) -> int:
+    """EpochFileCache.findConsistentPoint: from local's newest epoch down, the first epoch `other` holds with the same
+    start offset gives the smaller of the two ends; -1 when there is none. (Later entries of one epoch replace earlier ones.)"""
+    mine = {e: (s, end) for e, s, end in local}
+    theirs = {e: (s, end) for e, s, end in other}
+    for epoch in sorted(mine, reverse=True):
+        if epoch in theirs and theirs[epoch][0] == mine[epoch][0]:
+            return min(mine[epoch][1], theirs[epoch][1])
+    return -1
+
+
+@dataclass
+class EpochDiff:
+    files: dict[str, EpochFile | None]
+    ends: dict[str, list[tuple[int, int, int]]]
+    consistent_point: int | None  # None: a side has no usable history
+
+    def problems(self) -> list[Problem]:
+        return [Problem(EPOCH_FILE_DAMAGED, f.path, f.error_offset, f.error) for f in self.files.values() if f is not None and f.error]
+
+    def to_dict(self) -> dict:
+        d: dict = {"kind": "epochs"}
+        for s in SIDES:
+            f = self.files[s]
+            d[f"{s}_file"] = None if f is None else f.path
+            d[f"{s}_epochs"] = [{"epoch": e, "start_offset": st, "end_offset": end} for e, st, end in self.ends[s]]
+        d["consistent_point"] = self.consistent_point
+        return d
+
+
+def _data_end(cl: CommitLog) -> int:
+    """The end of the CommitLog's last record (its newest file holding one)."""
+    for seg in reversed(cl.files):
+        end = None
+        for batch in cl.scan(from_offset=seg.base, to_offset=seg.base + seg.size, check_crc=False):
+            if len(batch):
+                end = int(batch.phys[-1]) + int(batch.cols["total_size"][-1])
+        if end is not None:
+            return end
+    return cl.min_offset
+
+
+def epoch_diff(stores: dict[str, Store], data_end: dict[str, int]) -> EpochDiff | None:
+    """Each side's epoch history and the point the broker would keep when A rejoins B (A's epochs searched newest first)."""
+    files = {s: read_epoch_file(stores[s].root) for s in SIDES}
+    if all(f is None for f in files.values()):
+        return None
+    ends = {s: [] if f is None or f.error else epoch_ends(f.entries, data_end[s]) for s, f in files.items()}
+    point = consistent_point(ends["a"], ends["b"]) if all(ends.values()) else None
+    return EpochDiff(files, ends, point)
+
+
 # --- the whole comparison -------------------------------------------------------------------------
 
 
@@ -423,6 +494,7 @@ class StoreDiff:
     problems: dict[str, int]  # problems each side's walk past the prefix met
     notes: list[str]
     first_entries: dict[str, tuple[int, int] | None] = field(default_factory=dict)  # DLedger: each side's first entry past the prefix
+    epochs: EpochDiff | None = None  # controller mode: both sides' epoch histories
 
     @property
     def identical(self) -> bool:
@@ -476,6 +548,7 @@ class StoreDiff:
             "queues_divergent": sum(1 for q in self.queues if q.divergent),
             "divergent_offsets": sum(len(q.divergent) for q in self.queues),
             "consumers_affected": sum(1 for c in self.consumers if c.skipped or c.read_twice or c.beyond_max),
+            "consistent_point": None if self.epochs is None else self.epochs.consistent_point,
             "a_problems": self.problems["a"],
             "b_problems": self.problems["b"],
             "notes": self.notes,
@@ -491,6 +564,10 @@ class StoreDiff:
             yield q.to_dict()
         for c in self.consumers:
             yield c.to_dict()
+        if self.epochs is not None:
+            yield self.epochs.to_dict()
+            for p in self.epochs.problems():
+                yield p.to_dict()
         yield self.summary()
 
 
@@ -504,8 +581,6 @@ def _notes(stores: dict[str, Store]) -> list[str]:
         st = stores[s]
         if st.dledger is not None:
             notes.append(f"{s}: DLedger CommitLog: entries compared as bytes; the ledgers part after last_common_entry (index, term)")
-        if os.path.exists(os.path.join(st.root, "epochFileCheckpoint")):
-            notes.append(f"{s}: controller-mode epochFileCheckpoint present: the epoch histories and their consistent point are not compared")
     return notes
 
 
@@ -537,4 +612,7 @@ def diff_stores(a: Store, b: Store, *, check_crc: bool = True, progress: Callabl
         data_end[s] = max([pre.identical_up_to] + [r["phys_offset"] + r["total_size"] for r in rows[s]])
     messages = pair_messages(rows)
     queues = queue_diffs(stores, rows)
-    return StoreDiff(pre, messages, queues, consumer_impacts(stores, queues), data_end, problems, _notes(stores), first)
+    if pre.first_differing_byte is None and any(os.path.exists(os.path.join(st.root, EPOCH_FILE)) for st in stores.values()):
+        data_end = dict.fromkeys(SIDES, _data_end(a.commitlog))  # identical: both end where A's last record does
+    epochs = epoch_diff(stores, data_end)
+    return StoreDiff(pre, messages, queues, consumer_impacts(stores, queues), data_end, problems, _notes(stores), first, epochs)

@@ -47,7 +47,7 @@ def diff(
             render.jsonl(rec)
     else:
         _table(d)
-    raise typer.Exit(0 if d.identical else 1)
+    raise typer.Exit(0 if d.identical and not (d.epochs and d.epochs.problems()) else 1)
 
 
 def _table(d) -> None:
@@ -87,6 +87,13 @@ def _table(d) -> None:
         for x in d.consumers:
             c.add_row(x.side.upper(), x.group, x.topic, str(x.queue_id), str(x.committed), str(len(x.skipped)), str(len(x.read_twice)))
         render.out.print(c)
+    if d.epochs is not None:
+        for s in ("a", "b"):
+            hist = ", ".join(f"{e}@{st}" for e, st, _ in d.epochs.ends[s]) or "none"
+            render.out.print(f"epochs {s.upper()}: {hist}")
+        render.out.print(f"consistent point (A rejoining B, as the broker computes it): {d.epochs.consistent_point}")
+        for p in d.epochs.problems():
+            render.err.print(f"{p.code}: {p.file} at byte {p.file_offset}: {p.detail}", highlight=False)
     for n in d.notes:
         render.err.print(n, highlight=False)
 

@@ -392,3 +392,78 @@ def test_dledger_parting_point(tmp_path, k, how):
         assert a_msgs == [(m["wroteOffset"], m["uniqKey"], "same") for m in puts[k:]]
         assert b_msgs == a_msgs
         assert sum(len(q["divergent_offsets"]) for q in got["queue"]) == 0
+
+
+# --- controller mode: epochFileCheckpoint -----------------------------------------------------------------
+
+
+def _epoch_file(path: Path, entries: list[tuple[int, int]], crc: int | None = None) -> None:
+    """Written as the broker's CheckpointFile does (count, CRC32 & 0x7FFFFFFF of the entry lines, `epoch-startOffset` lines)."""
+    body = "".join(f"{e}-{s}\n" for e, s in entries)
+    path.write_text(f"{len(entries)}\n{zlib.crc32(body.encode()) & 0x7FFFFFFF if crc is None else crc}\n{body}")
+
+
+def _pair_copy(tmp_path: Path) -> tuple[Path, Path]:
+    a, b = tmp_path / "a", tmp_path / "b"
+    shutil.copytree(REAL / "rmq53-ha-failover" / "master" / "store", a)
+    shutil.copytree(REAL / "rmq53-ha-failover" / "slave" / "store", b)
+    return a, b
+
+
+def test_epochs_after_failover(tmp_path):
+    """Old master: epoch 1 from 0; the promoted slave started epoch 2 where replication stopped. The broker's
+    consistent point is then the end of the replicated bytes: truth.json's identicalUpTo."""
+    t = _truth("rmq53-ha-failover")["commitlog"]
+    a, b = _pair_copy(tmp_path)
+    _epoch_file(a / "epochFileCheckpoint", [(1, 0)])
+    _epoch_file(b / "epochFileCheckpoint", [(1, 0), (2, t["identicalUpTo"])])
+    res, got = _diff(a, b)
+    assert res.exit_code == 1
+    (ep,) = got["epochs"]
+    assert ep["a_epochs"] == [{"epoch": 1, "start_offset": 0, "end_offset": t["master"]["maxPhyOffset"]}]
+    assert ep["b_epochs"] == [
+        {"epoch": 1, "start_offset": 0, "end_offset": t["identicalUpTo"]},
+        {"epoch": 2, "start_offset": t["identicalUpTo"], "end_offset": t["slave"]["maxPhyOffset"]},
+    ]
+    assert ep["consistent_point"] == t["identicalUpTo"] == got["prefix"][0]["identical_up_to"]
+    res = run("diff", a, b)
+    assert f"consistent point (A rejoining B, as the broker computes it): {t['identicalUpTo']}" in res.stdout
+
+
+def test_epochs_split_brain(tmp_path):
+    """Both sides claim epoch 2 from different offsets: the broker falls back to epoch 1, which ends at the smaller start."""
+    a, b = _pair_copy(tmp_path)
+    _epoch_file(a / "epochFileCheckpoint", [(1, 0), (2, 900000)])
+    _epoch_file(b / "epochFileCheckpoint", [(1, 0), (2, 700000), (3, 1000000)])
+    _, got = _diff(a, b)
+    assert got["epochs"][0]["consistent_point"] == 700000  # epoch 3 only on B, epoch 2 starts differ, epoch 1: min(900000, 700000)
+    _epoch_file(b / "epochFileCheckpoint", [(5, 0)])
+    _, got = _diff(a, b)
+    assert got["epochs"][0]["consistent_point"] == -1  # no epoch in common: the broker's -1
+
+
+def test_epoch_file_damaged(tmp_path):
+    a, b = _pair_copy(tmp_path)
+    _epoch_file(a / "epochFileCheckpoint", [(1, 0), (2, 900000)], crc=12345)
+    _epoch_file(b / "epochFileCheckpoint", [(1, 0)])
+    _, got = _diff(a, b)
+    (p,) = [x for x in got.get("problem", []) if x["code"] == "epoch_file_damaged"]
+    assert (p["file"], p["file_offset"]) == (str(a / "epochFileCheckpoint"), len("2\n"))  # the CRC line
+    assert got["epochs"][0]["consistent_point"] is None and got["epochs"][0]["a_epochs"] == []
+    _epoch_file(a / "epochFileCheckpoint.bak", [(1, 0)])  # the broker falls back to the .bak
+    _, got = _diff(a, b)
+    assert "problem" not in got and got["epochs"][0]["a_file"] == str(a / "epochFileCheckpoint.bak")
+    assert got["epochs"][0]["consistent_point"] == _truth("rmq53-ha-failover")["commitlog"]["slave"]["maxPhyOffset"]
+
+
+def test_identical_stores_with_epochs(tmp_path):
+    src = REAL / "rmq4-basic" / "store"
+    a, b = tmp_path / "a", tmp_path / "b"
+    shutil.copytree(src, a)
+    shutil.copytree(src, b)
+    _epoch_file(a / "epochFileCheckpoint", [(1, 0), (3, 5000)])
+    _epoch_file(b / "epochFileCheckpoint", [(1, 0), (3, 5000)])
+    res, got = _diff(a, b)
+    assert res.exit_code == 0
+    end = max(m["wroteOffset"] + m["wroteBytes"] for m in manifest("rmq4-basic"))
+    assert got["epochs"][0]["consistent_point"] == end

@@ -40,7 +40,7 @@ def diff(
     if out is not None:
         from rmqdump.export.diffset import write_side_messages
 
-        only = {s: [m.row["phys_offset"] for m in d.messages[s] if m.status == "only"] for s in ("a", "b")}
+        only = {s: d.phys_offsets(s, "only") for s in ("a", "b")}
         write_side_messages(stores, only, d.prefix.identical_up_to, str(out), force=force, check_crc=not no_crc)
     if fmt is ListFormat.jsonl:
         for rec in d.records():
@@ -53,6 +53,7 @@ def diff(
 def _table(d) -> None:
     from rich.table import Table
 
+    from rmqdump.checks.diff import ranges
     from rmqdump.cli import render
 
     p = d.prefix
@@ -68,9 +69,9 @@ def _table(d) -> None:
         )
     t = Table("topic", "queue", "A max", "B max", "divergent", "only A", "only B", box=None, header_style="bold")
     for q in d.queues:
-        if not (q.divergent or q.only_a or q.only_b or q.a_max_offset != q.b_max_offset):
+        if not (len(q.divergent) or len(q.only_a) or len(q.only_b) or q.a_max_offset != q.b_max_offset):
             continue
-        rng = q.to_dict()
+        rng = {"divergent_ranges": ranges(q.divergent_offsets()), "only_a_offsets": ranges(q.only_a), "only_b_offsets": ranges(q.only_b)}
         t.add_row(
             q.topic,
             str(q.queue_id),

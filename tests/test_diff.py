@@ -138,8 +138,41 @@ def test_identical_copy_is_identical(tmp_path):
     shutil.copytree(src, tmp_path / "copy")
     res, k = _diff(src, tmp_path / "copy")
     assert res.exit_code == 0
-    assert k["prefix"][0]["identical"] and k["prefix"][0]["bytes_hashed"] == 2 * sum(p.stat().st_size for p in (src / "commitlog").iterdir())
+    pre = k["prefix"][0]
+    assert pre["identical"] and pre["bytes_hashed"] + pre["bytes_skipped"] == 2 * sum(p.stat().st_size for p in (src / "commitlog").iterdir())
     assert k["summary"][0]["divergent_offsets"] == 0
+
+
+def test_holes_are_not_read(tmp_path):
+    """A sparse copy (holes where the newest file was never written) against a dense one: the holes are skipped,
+    the dense side's zeros are checked, and a byte planted in the hole region is still found."""
+    src = REAL / "rmq4-basic" / "store"
+    files = sorted((src / "commitlog").iterdir())
+    last = files[-1]
+    end = max(m["wroteOffset"] + m["wroteBytes"] for m in manifest("rmq4-basic"))
+    data_end = end - int(last.name)
+    assert 0 < data_end < last.stat().st_size - 8192
+    sparse = tmp_path / "sparse"
+    shutil.copytree(src, sparse)
+    keep = -(-data_end // 4096) * 4096
+    with open(sparse / "commitlog" / last.name, "r+b") as f:  # the same bytes, the tail as a hole
+        f.truncate(keep)
+        f.truncate(last.stat().st_size)
+    res, k = _diff(src, sparse)
+    assert res.exit_code == 0
+    pre = k["prefix"][0]
+    total = sum(p.stat().st_size for p in files)
+    assert pre["bytes_skipped"] > 0 and pre["bytes_hashed"] + pre["bytes_skipped"] == 2 * total
+    planted = int(last.name) + last.stat().st_size - 100
+    dense = tmp_path / "dense-store"
+    shutil.copytree(src, dense)
+    with open(dense / "commitlog" / last.name, "r+b") as f:
+        f.seek(planted - int(last.name))
+        f.write(b"\x01")
+    res, k = _diff(sparse, dense)
+    assert res.exit_code == 1 and k["prefix"][0]["first_differing_byte"] == planted
+    assert k["prefix"][0]["identical_up_to"] == end  # the records all end before it: nothing past the prefix
+    assert "message" not in k
 
 
 def test_error_paths(tmp_path):

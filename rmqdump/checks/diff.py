@@ -326,6 +326,7 @@ class StoreDiff:
             "b_first_entry": _entry(self.first_entries.get("b")),
             "ranges_hashed": p.ranges,
             "bytes_hashed": p.bytes_hashed,
+            "bytes_skipped": p.bytes_skipped,
             "bytes_compared": p.bytes_compared,
         }
 

@@ -23,6 +23,7 @@ from rmqdump.readers.commitlog import CommitLog
 
 RANGE_BYTES = 64 << 20  # bytes per compared range (its CRC32 on each side)
 READ_BYTES = 1 << 20  # bytes per read inside a range (small reads: no fresh pages to fault in per read)
+_ZEROS = bytes(READ_BYTES)
 
 
 @dataclass
@@ -34,7 +35,8 @@ class Prefix:
     first_differing_byte: int | None  # None: the byte streams are identical
     end: int  # the end of the longer stream (its last file's end)
     ranges: int = 0  # ranges whose CRCs were compared
-    bytes_hashed: int = 0  # bytes read for CRCs (both sides)
+    bytes_hashed: int = 0  # bytes read for CRCs, or to check a range is zeros where the other side has a hole (both sides)
+    bytes_skipped: int = 0  # bytes not read: holes of sparse files and offsets in no file (both sides)
     bytes_compared: int = 0  # bytes read again to find the first differing byte (both sides)
     same_files: bool = False  # both sides are the same files: nothing read
     last_common_entry: tuple[int, int] | None = None  # DLedger: (index, term) of the last entry both ledgers hold
@@ -51,6 +53,38 @@ class _Stream:
         self.files = _files(cl)
         self.fds: dict[str, int] = {}
 
+    def _fd(self, path: str) -> int:
+        fd = self.fds.get(path)
+        if fd is None:
+            try:
+                fd = self.fds[path] = os.open(path, os.O_RDONLY)
+            except OSError as e:
+                raise InputError("unreadable", path, e.strerror or str(e)) from None
+        return fd
+
+    def hole(self, lo: int, hi: int) -> bool:
+        """[lo, hi) reads as zeros with no data behind it: in no file, or a hole of a sparse file (SEEK_DATA)."""
+        for base, size, path in self.files:
+            if base + size <= lo or base >= hi:
+                continue
+            try:
+                nxt = os.lseek(self._fd(path), max(lo, base) - base, os.SEEK_DATA)
+            except OSError:  # ENXIO: no data from there to the end of the file (or no SEEK_DATA: then assume data)
+                if not hasattr(os, "SEEK_DATA"):
+                    return False
+                continue
+            if nxt < min(hi, base + size) - base:
+                return False
+        return True
+
+    def first_nonzero(self, lo: int, hi: int) -> int | None:
+        """The first offset in [lo, hi) whose byte is not zero, or None."""
+        for p in range(lo, hi, READ_BYTES):
+            chunk = self.read(p, min(hi, p + READ_BYTES))
+            if chunk != (_ZEROS if len(chunk) == READ_BYTES else bytes(len(chunk))):
+                return p + len(chunk) - len(chunk.lstrip(b"\0"))
+        return None
+
     def read(self, lo: int, hi: int) -> bytes:
         parts, pos = [], lo
         for base, size, path in self.files:
@@ -60,13 +94,7 @@ class _Stream:
                 parts.append(bytes(base - pos))
                 pos = base
             stop = min(hi, base + size)
-            fd = self.fds.get(path)
-            if fd is None:
-                try:
-                    fd = self.fds[path] = os.open(path, os.O_RDONLY)
-                except OSError as e:
-                    raise InputError("unreadable", path, e.strerror or str(e)) from None
-            data = os.pread(fd, stop - pos, pos - base)
+            data = os.pread(self._fd(path), stop - pos, pos - base)
             parts.append(data + bytes(stop - pos - len(data)))  # a file that shrank under us: zeros
             pos = stop
         if pos < hi:
@@ -80,14 +108,43 @@ class _Stream:
 
 
 def _cuts(a: list, b: list, lo: int, hi: int, step: int) -> list[tuple[int, int]]:
-    """Ranges of at most `step` bytes covering [lo, hi), cut at every file boundary of either side."""
+    """Ranges of at most `step` bytes covering [lo, hi), cut at every file boundary of either side and where
+    a sparse file's data turns into a hole or back (so a hole is a range of its own, skipped unread)."""
     bounds = {lo, hi}
-    for base, size, _ in a + b:
-        bounds.update(x for x in (base, base + size) if lo < x < hi)
+    for base, size, path in a + b:
+        bounds.update(x for x in (base, base + size, *(base + t for t in _hole_edges(path, size))) if lo < x < hi)
     edges = sorted(bounds)
     out = []
     for s, e in itertools.pairwise(edges):
         out.extend((p, min(e, p + step)) for p in range(s, e, step))
+    return out
+
+
+def _hole_edges(path: str, size: int, most: int = 256) -> list[int]:
+    """Offsets in a file where data turns into a hole and back (SEEK_HOLE/SEEK_DATA), at most `most` of them."""
+    if not hasattr(os, "SEEK_HOLE"):
+        return []
+    out: list[int] = []
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return []
+    try:
+        pos = 0
+        while pos < size and len(out) < most:
+            hole = os.lseek(fd, pos, os.SEEK_HOLE)  # the end of the file counts as a hole
+            if hole >= size:
+                break
+            out.append(hole)
+            try:
+                pos = os.lseek(fd, hole, os.SEEK_DATA)
+            except OSError:  # ENXIO: a hole up to the end
+                break
+            out.append(pos)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
     return out
 
 
@@ -134,15 +191,22 @@ def common_prefix(a: CommitLog, b: CommitLog, *, range_bytes: int = RANGE_BYTES,
     try:
         for lo, hi in _cuts(fa, fb, start, end, range_bytes):
             pre.ranges += 1
-            pre.bytes_hashed += 2 * (hi - lo)
-            other = pool.submit(_crc, sb, lo, hi)
-            equal = _crc(sa, lo, hi) == other.result()
+            holes = (sa.hole(lo, hi), sb.hole(lo, hi))
             if progress:
                 progress(hi - lo)
-            if equal:
-                continue
-            d, read = _first_difference(sa, sb, lo, hi)
-            pre.bytes_compared += read
+            if holes[0] or holes[1]:  # zeros on one side without reading it: the other must be zeros too
+                pre.bytes_skipped += (hi - lo) * (holes[0] + holes[1])
+                pre.bytes_hashed += (hi - lo) * (2 - holes[0] - holes[1])
+                d = None if all(holes) else (sb if holes[0] else sa).first_nonzero(lo, hi)
+                if d is None:
+                    continue
+            else:
+                pre.bytes_hashed += 2 * (hi - lo)
+                other = pool.submit(_crc, sb, lo, hi)
+                if _crc(sa, lo, hi) == other.result():
+                    continue
+                d, read = _first_difference(sa, sb, lo, hi)
+                pre.bytes_compared += read
             if d is not None:  # (a CRC collision on different bytes is caught here; equal bytes with unequal CRCs cannot be)
                 pre.first_differing_byte = d
                 pre.identical_up_to, pre.last_common_entry = _record_start(a if a.file_for(d) else b, d)

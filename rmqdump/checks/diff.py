@@ -89,17 +89,16 @@ def paired(mine, theirs):
 
 
 def message_dicts(side: str, t) -> Iterator[dict]:
-    """The `message` JSON Lines objects of one side's table, a slice at a time."""
-    for rb in t.select([*MESSAGE_FIELDS, "status", "other_phys_offset"]).to_batches(max_chunksize=OUTPUT_ROWS):
-        for r in rb.to_pylist():
-            yield {
-                "kind": "message",
-                "side": side,
-                "status": r["status"],
-                **{k: r[k] for k in MESSAGE_FIELDS},
-                "keys": r["keys"] or [],
-                "other_phys_offset": r["other_phys_offset"],
-            }
+    """The `message` JSON Lines objects of one side's table, a slice at a time (columns to lists, then zipped)."""
+    names = ["status", *MESSAGE_FIELDS, "other_phys_offset"]
+    for rb in t.select(names).to_batches(max_chunksize=OUTPUT_ROWS):
+        cols = [rb.column(i).to_pylist() for i in range(len(names))]
+        for values in zip(*cols, strict=True):
+            d = {"kind": "message", "side": side}
+            d.update(zip(names, values, strict=True))
+            if d["keys"] is None:
+                d["keys"] = []
+            yield d
 
 
 # --- queues and consumers -------------------------------------------------------------------------

@@ -156,15 +156,11 @@ def _by_queue(t) -> dict[tuple[str, int], np.ndarray]:
     if not len(t):
         return {}
     order = pc.sort_indices(t, sort_keys=[("topic", "ascending"), ("queue_id", "ascending"), ("queue_offset", "ascending")]).to_numpy()
-    topics = t["topic"].take(order).to_pylist()
-    qids = t["queue_id"].take(order).to_numpy()
-    out: dict[tuple[str, int], list] = {}
-    start = 0
-    for i in range(1, len(order) + 1):
-        if i == len(order) or topics[i] != topics[start] or qids[i] != qids[start]:
-            out[(topics[start], int(qids[start]))] = order[start:i]
-            start = i
-    return out
+    topics = pc.dictionary_encode(t["topic"].take(order).combine_chunks())
+    codes, qids = topics.indices.to_numpy(zero_copy_only=False), t["queue_id"].take(order).to_numpy()
+    cut = np.flatnonzero((np.diff(codes) != 0) | (np.diff(qids) != 0)) + 1
+    names = topics.dictionary.to_pylist()
+    return {(names[codes[s]], int(qids[s])): order[s:e] for s, e in zip(np.r_[0, cut], np.r_[cut, len(order)], strict=True)}
 
 
 def queue_diffs(stores: dict[str, Store], tables: dict) -> list[QueueDiff]:

@@ -3,7 +3,7 @@
     python bench/bench_diff.py [--store bench/data/gen-1m] [--percent 1] [--repeat 3]
 
 The copy (STORE-diverged/) holds the same CommitLog bytes except that each of the last PERCENT % of the
-messages carries another UNIQ_KEY (its last hex digit changed, same length): the same sizes and queue
+messages carries another UNIQ_KEY (its last hex digit replaced by Z, same length: no other message's key): the same sizes and queue
 offsets, other messages, as after a failover where both sides went on writing. Both stores get their
 ConsumeQueues from one `rmqdump rebuild` each (STORE-full/, STORE-diverged-full/, beside links to
 their commitlog/), so the command reads what it reads on a broker's store.
@@ -60,8 +60,8 @@ def diverge(store: Path, out: Path, percent: float) -> dict:
     cl = CommitLog.open(str(store / "commitlog"))
     total = sum(len(b) for b in cl.scan(check_crc=False))
     first = total - int(total * percent / 100)
-    for f in cl.files:
-        shutil.copyfile(f.path, tmp / "commitlog" / f.name)
+    for f in cl.files:  # sparse like the original (the newest file's unwritten tail is a hole)
+        subprocess.run(["cp", "--sparse=always", f.path, str(tmp / "commitlog" / f.name)], check=True)
     seen, at, changed = 0, None, 0
     needle = b"UNIQ_KEY\x01"
     for b in cl.scan(check_crc=False):
@@ -73,7 +73,7 @@ def diverge(store: Path, out: Path, percent: float) -> dict:
                     j = props.index(needle) + len(needle) + 31  # the key's last hex digit
                     pos = int(b.cols["properties_pos"][i]) + j
                     fh.seek(pos)
-                    fh.write(b"0" if props[j : j + 1] != b"0" else b"1")
+                    fh.write(b"Z")  # not a hex digit: no other message's key
                     if at is None:
                         at = int(b.phys[i])
                     changed += 1

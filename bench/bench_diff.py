@@ -13,6 +13,7 @@ Figures (page cache warm, each the smallest of --repeat runs):
   decode   both sides' records from the first differing record on, decoded to the diff's columns, in process
   command  `python -m rmqdump diff A B -f jsonl > /dev/null`, whole process, under /usr/bin/time -v (peak RSS)
   baseline_process  hash then decode as a program of its own (interpreter, imports, kernel load included)
+  diff_in_process   diff_stores plus its JSON Lines to /dev/null in the same warm process as hash and decode
 The target: command <= 1.2 x (hash + decode); RSS < 500 MB. `ratio` divides by the in-process figures (no
 start-up), `ratio_to_process` by the baseline program; CPU seconds (user + system) are given beside the wall
 clock, as a shared machine's load moves the wall clock more.
@@ -151,6 +152,22 @@ def decode_once(a: Path, b: Path, start: int) -> None:
         decoded_past(CommitLog.open(str(root / "commitlog")), start)[0].to_pylist()
 
 
+def diff_in_process(a: Path, b: Path) -> tuple[float, float]:
+    """diff_stores and its JSON Lines rendered to /dev/null, in this (warm) process: the command without start-up."""
+    import contextlib
+
+    from rmqdump.checks.diff import diff_stores
+    from rmqdump.cli import render
+    from rmqdump.readers.store import Store
+
+    t0, c0 = time.perf_counter(), time.process_time()
+    d = diff_stores(Store.open(a), Store.open(b))
+    with open(os.devnull, "w") as f, contextlib.redirect_stdout(f):
+        for rec in d.records():
+            render.jsonl(rec)
+    return time.perf_counter() - t0, time.process_time() - c0
+
+
 def command(a: Path, b: Path) -> tuple[float, int, int, float]:
     t0 = time.perf_counter()
     r = subprocess.run(["/usr/bin/time", "-v", *rmqdump(), "diff", str(a), str(b), "-f", "jsonl"], capture_output=True, text=True, cwd=ROOT)
@@ -173,6 +190,7 @@ def main() -> None:
     start = info["first_changed_offset"]
     hashes = [hash_both(a, b) for _ in range(args.repeat)]
     decodes = [decode_both(a, b, start) for _ in range(args.repeat)]
+    inproc = [diff_in_process(a, b) for _ in range(args.repeat)]
     runs = [command(a, b) for _ in range(args.repeat)]
     procs = [baseline_process(a, b, start) for _ in range(args.repeat)]
     best = min(runs)
@@ -184,6 +202,9 @@ def main() -> None:
         "decode_s": round(min(d[0] for d in decodes), 3),
         "command_s": round(best[0], 3),
         "ratio": round(best[0] / (min(h[0] for h in hashes) + min(d[0] for d in decodes)), 3),
+        "diff_in_process_s": round(min(x[0] for x in inproc), 3),
+        "diff_in_process_cpu_s": round(min(x[1] for x in inproc), 3),
+        "ratio_in_process": round(min(x[0] for x in inproc) / (min(h[0] for h in hashes) + min(d[0] for d in decodes)), 3),
         "hash_cpu_s": round(min(h[1] for h in hashes), 3),
         "decode_cpu_s": round(min(d[1] for d in decodes), 3),
         "command_cpu_s": round(min(r[3] for r in runs), 3),

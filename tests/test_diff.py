@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import struct
 import tempfile
@@ -23,7 +24,8 @@ from pathlib import Path
 import pyarrow.dataset as ds
 import pytest
 from conftest import REAL, SETTINGS, jsonl, manifest, run, run_proc
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import HealthCheck, given, settings
+from hypothesis import event as _event
 from hypothesis import strategies as st
 
 from rmqdump.readers.fastpath import field_offset
@@ -234,6 +236,7 @@ def test_consumers_moving_to_the_other_side(tmp_path):
 STORE = "rmq4-basic"
 FILE = SETTINGS[STORE]["commitlog"]
 PHYS_AT = field_offset(message_header(), "phys_offset")
+QOFF_AT = field_offset(message_header(), "queue_offset")
 
 
 def _ident(m: dict):
@@ -263,18 +266,24 @@ def divergences(draw):
     base = recs[k]["wroteOffset"] // FILE * FILE
     later = [m for m in recs[k:] if m["wroteOffset"] < base + FILE]  # the file's records from k on
     room = later[-1]["wroteOffset"] + later[-1]["wroteBytes"] - recs[k]["wroteOffset"]
-    picks = draw(st.lists(st.tuples(st.integers(0, len(later) - 1), st.booleans()), max_size=6, unique_by=lambda x: x[0]))
-    chosen, used = [], 0
-    for i, alter in picks:
+    modes = st.one_of(st.just("moved"), st.just("new_key"), st.integers(-4, 4).filter(bool))  # an int: queue offset shifted by it
+    picks = draw(st.lists(st.tuples(st.integers(0, len(later) - 1), modes), max_size=6, unique_by=lambda x: x[0]))
+    chosen, used, named = [], 0, set()
+    for i, mode in picks:
         m = later[i]
-        if used + m["wroteBytes"] <= room:
-            chosen.append((m, alter and bool(m["uniqKey"])))
+        if mode == "new_key" and not m["uniqKey"]:
+            mode = "moved"
+        qo = m["logicsOffset"] + (mode if isinstance(mode, int) else 0)
+        if used + m["wroteBytes"] <= room and qo >= 0 and (m["topic"], m["queueId"], qo) not in named:
+            chosen.append((m, mode))
+            named.add((m["topic"], m["queueId"], qo))
             used += m["wroteBytes"]
     return k, chosen
 
 
-def _build(dst: Path, k: int, chosen: list[tuple[dict, bool]]) -> tuple[list[dict], dict[int, bytes]]:
-    """A copy of the store holding the original up to record k, then `chosen` (records moved, some with another UNIQ_KEY), then zeros."""
+def _build(dst: Path, k: int, chosen: list[tuple[dict, object]]) -> tuple[list[dict], dict[int, bytes]]:
+    """A copy of the store holding the original up to record k, then `chosen` (records moved; `new_key`: with another
+    UNIQ_KEY; an int: named at a queue offset shifted by it, as a producer's retry to the other side would be), then zeros."""
     recs = _records()
     shutil.copytree(REAL / STORE / "store", dst)
     at = recs[k]["wroteOffset"]
@@ -284,17 +293,20 @@ def _build(dst: Path, k: int, chosen: list[tuple[dict, bool]]) -> tuple[list[dic
     data[at - base :] = bytes(FILE - (at - base))
     written = []
     pos = at
-    for m, alter in chosen:
+    for m, mode in chosen:
         raw = bytearray(orig[m["wroteOffset"] : m["wroteOffset"] + m["wroteBytes"]])
         struct.pack_into(">q", raw, PHYS_AT, pos)
-        ident = _ident(m)
-        if alter:
-            new = m["uniqKey"][:-1] + ("0" if m["uniqKey"][-1] != "0" else "1")
+        ident, qo = _ident(m), m["logicsOffset"]
+        if mode == "new_key":
+            new = m["uniqKey"][:-1] + "Z"  # not a hex digit: no other message's key
             i = raw.index(m["uniqKey"].encode())
             raw[i : i + len(new)] = new.encode()
             ident = new
+        elif isinstance(mode, int):
+            qo += mode
+            struct.pack_into(">q", raw, QOFF_AT, qo)
         data[pos - base : pos - base + len(raw)] = raw
-        written.append({**m, "wroteOffset": pos, "ident": ident})
+        written.append({**m, "wroteOffset": pos, "ident": ident, "logicsOffset": qo})
         pos += len(raw)
     (dst / "commitlog" / f"{base:020d}").write_bytes(bytes(data))
     for p in (dst / "commitlog").iterdir():
@@ -304,9 +316,39 @@ def _build(dst: Path, k: int, chosen: list[tuple[dict, bool]]) -> tuple[list[dic
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(divergences())
-def test_built_divergence(case):
-    k, chosen = case
+@given(divergences(), st.data())
+def test_built_divergence(case, data):
+    def commit(queues: list, offsets) -> dict:
+        out = {}
+        for topic, qid in data.draw(st.lists(st.sampled_from(queues), max_size=3, unique=True)) if queues else []:
+            offs = offsets(topic, qid)
+            out[(topic, qid)] = data.draw(st.integers(min(offs) - 1, max(offs) + 2))
+        return out
+
+    _check_built(*case, commit)
+
+
+def test_retried_message_is_read_twice():
+    """B holds record k+1 first, at queue offset one below its own (a producer's retry taken by the other side);
+    a consumer on B past it, moving to A, reads it again there."""
+    recs = _records()
+    k = next(i for i in range(100, len(recs) - 1) if recs[i]["wroteOffset"] // FILE == recs[i + 1]["wroteOffset"] // FILE and recs[i + 1]["logicsOffset"] > 0)
+    m = recs[k + 1]
+    events = _check_built(k, [(m, -1)], lambda queues, offsets: {(m["topic"], m["queueId"]): m["logicsOffset"]})
+    assert events == [("b", m["topic"], m["queueId"], [m["logicsOffset"]])]
+
+
+def event(text: str) -> None:
+    """Hypothesis statistics, when a Hypothesis test runs (the helper is also called from a plain test)."""
+    from hypothesis.control import currently_in_test_context
+
+    if currently_in_test_context():
+        _event(text)
+
+
+def _check_built(k: int, chosen: list, commit) -> list:
+    """Build B from (k, chosen), commit offsets on B (`commit(queues, offsets_of)`), diff, and compare with the model;
+    returns (side, topic, queue, read-twice offsets) of the consumers that read something twice."""
     recs = _records()
     with tempfile.TemporaryDirectory() as tmp:
         b_root = Path(tmp) / "b"
@@ -314,20 +356,28 @@ def test_built_divergence(case):
         a_bytes, b_bytes = _stream(_file_bytes(REAL / STORE / "store")), _stream(b_files)
         b_bytes += bytes(len(a_bytes) - len(b_bytes))  # where B has no file: zeros
         d = next((i for i in range(len(a_bytes)) if a_bytes[i] != b_bytes[i]), None)
+        upto = max(
+            [m["wroteOffset"] for m in recs if d is not None and m["wroteOffset"] <= d]
+            + [m["wroteOffset"] + m["wroteBytes"] for m in recs if d is not None and m["wroteOffset"] + m["wroteBytes"] <= d]
+            + [0]
+        )
+        a_past = [{**m, "ident": _ident(m)} for m in recs if d is not None and m["wroteOffset"] >= upto]
+        b_past = [m for m in written if d is not None and m["wroteOffset"] >= upto]
+        # committed offsets on B (the copy) for queues named past the prefix, around the offsets the two sides name
+        queues = sorted({(m["topic"], m["queueId"]) for m in a_past + b_past})
+        commits = commit(queues, lambda t, q: [m["logicsOffset"] for m in a_past + b_past if (m["topic"], m["queueId"]) == (t, q)])
+        if commits:  # replaces the copied file (the broker's, groupA's offsets: those stay on A)
+            table = {f"{t}@g{q}": {str(q): c} for (t, q), c in commits.items()}
+            (b_root / "config" / "consumerOffset.json").write_text(json.dumps({"offsetTable": table}))
+        committed = {"a": _offsets(REAL / STORE / "store"), "b": _offsets(b_root)}
         res, got = _diff(REAL / STORE / "store", b_root)
     if d is None:
         event("identical")
         assert res.exit_code == 0 and got["prefix"][0]["identical"]
-        return
+        return []
     assert res.exit_code == 1
-    upto = max(
-        [m["wroteOffset"] for m in recs if m["wroteOffset"] <= d]
-        + [m["wroteOffset"] + m["wroteBytes"] for m in recs if m["wroteOffset"] + m["wroteBytes"] <= d]
-    )
     pre = got["prefix"][0]
     assert (pre["first_differing_byte"], pre["identical_up_to"]) == (d, upto)
-    a_past = [{**m, "ident": _ident(m)} for m in recs if m["wroteOffset"] >= upto]
-    b_past = [m for m in written if m["wroteOffset"] >= upto]
     where = {"a": {m["ident"]: m["wroteOffset"] for m in a_past}, "b": {m["ident"]: m["wroteOffset"] for m in b_past}}
 
     def status(m, other):
@@ -348,6 +398,38 @@ def test_built_divergence(case):
     only_b = sorted(set(named["b"]) - set(named["a"]))
     assert sorted((q["topic"], q["queue_id"], o) for q in got["queue"] for o in _expand(q["only_b_offsets"])) == only_b
     assert pre["prefix_of"] == ("b" if not b_past else None)
+    # a consumer committed on one side moving to the other: the other side's messages below its offset that this
+    # side never had are skipped, those at or past it that it consumed here (below its offset) are read twice; both
+    # sides' ConsumeQueues are the original's, so each side's max offset is the manifest's
+    q_max = {}
+    for m in recs:
+        key = (m["topic"], m["queueId"])
+        q_max[key] = max(q_max.get(key, 0), m["logicsOffset"] + 1)
+    want_c = []
+    for side, other in (("a", "b"), ("b", "a")):
+        for group, topic, qid, c in committed[side]:
+            mine = {o: i for (t, q, o), i in named[side].items() if (t, q) == (topic, qid)}
+            theirs = {o: i for (t, q, o), i in named[other].items() if (t, q) == (topic, qid)}
+            if (not mine and not theirs) or c <= min([*mine, *theirs]):
+                continue
+            consumed = {i for o, i in mine.items() if o < c}
+            skipped = sorted(o for o, i in theirs.items() if o < c and i not in set(mine.values()))
+            twice = sorted(o for o, i in theirs.items() if o >= c and i in consumed)
+            want_c.append((side, group, topic, qid, c, skipped, twice, c > q_max[(topic, qid)]))
+            event("consumer: " + ("skips " if skipped else "") + ("reads-twice " if twice else "") + ("beyond" if c > q_max[(topic, qid)] else ""))
+    have_c = [
+        (x["side"], x["group"], x["topic"], x["queue_id"], x["committed"], _expand(x["skipped_offsets"]), _expand(x["read_twice_offsets"]), x["beyond_max"])
+        for x in got.get("consumer", [])
+    ]
+    assert sorted(have_c) == sorted(want_c)
+    return [(c[0], c[2], c[3], c[6]) for c in want_c if c[6]]
+
+
+def _offsets(root: Path) -> list[tuple[str, str, int, int]]:
+    """(group, topic, queue id, offset) of config/consumerOffset.json (fastjson writes unquoted integer keys)."""
+    text = (root / "config" / "consumerOffset.json").read_text()
+    table = json.loads(re.sub(r"([{,]\s*)(\d+):", r'\1"\2":', text))["offsetTable"]
+    return [(key.split("@")[1], key.split("@")[0], int(q), c) for key, per in table.items() for q, c in per.items()]
 
 
 def test_truncated_at_a_record_boundary(tmp_path):

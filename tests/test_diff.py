@@ -582,3 +582,16 @@ def test_identical_stores_with_epochs(tmp_path):
     assert res.exit_code == 0
     end = max(m["wroteOffset"] + m["wroteBytes"] for m in manifest("rmq4-basic"))
     assert got["epochs"][0]["consistent_point"] == end
+
+
+def test_older_files_gone_on_one_side(tmp_path):
+    """B lost its first CommitLog file (retention): the comparison starts where both hold bytes, and says what only A holds."""
+    src = REAL / "rmq4-basic" / "store"
+    b = tmp_path / "b"
+    shutil.copytree(src, b)
+    first = sorted((b / "commitlog").iterdir())[0]
+    first.unlink()
+    res, got = _diff(src, b)
+    assert res.exit_code == 0
+    assert got["prefix"][0]["start"] == FILE
+    assert got["summary"][0]["notes"] == [f"a alone holds [0, {FILE}) (the other side's older files are gone): not compared"]

@@ -371,6 +371,10 @@ def _notes(stores: dict[str, Store]) -> list[str]:
     for s in SIDES:
         if stores[s].dledger is not None:
             notes.append(f"{s}: DLedger CommitLog: entries compared as bytes; the ledgers part after last_common_entry (index, term)")
+    lo = {s: stores[s].commitlog.min_offset for s in SIDES}
+    for s, o in (("a", "b"), ("b", "a")):
+        if lo[s] < lo[o]:
+            notes.append(f"{s} alone holds [{lo[s]}, {lo[o]}) (the other side's older files are gone): not compared")
     return notes
 
 

@@ -595,3 +595,23 @@ def test_older_files_gone_on_one_side(tmp_path):
     assert res.exit_code == 0
     assert got["prefix"][0]["start"] == FILE
     assert got["summary"][0]["notes"] == [f"a alone holds [0, {FILE}) (the other side's older files are gone): not compared"]
+
+
+def test_damage_past_the_prefix_is_reported(tmp_path):
+    """A body byte flipped in B's first message past the prefix: a body_crc_mismatch problem line there, the message still paired."""
+    t = _truth("rmq53-ha-failover")
+    a, b = _pair_copy(tmp_path)
+    m = t["onlyOnSlave"][0]
+    size = t["commitlog"]["mappedFileSizeCommitLog"]
+    path = b / "commitlog" / f"{m['wroteOffset'] // size * size:020d}"
+    at = m["wroteOffset"] % size + m["wroteBytes"] // 2  # inside the 300-500 byte body (README.txt), after the ~100 byte header
+    with open(path, "r+b") as f:
+        f.seek(at)
+        byte = f.read(1)[0]
+        f.seek(at)
+        f.write(bytes([byte ^ 0x20]))
+    res, got = _diff(a, b)
+    assert res.exit_code == 1
+    (p,) = got["problem"]
+    assert (p["code"], p["side"], p["file"], p["phys_offset"]) == ("body_crc_mismatch", "b", str(path), m["wroteOffset"])
+    assert got["summary"][0]["b_problems"] == 1 and got["summary"][0]["only_b"] == t["counts"]["onlySlave"]

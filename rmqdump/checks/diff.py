@@ -41,16 +41,16 @@ OUTPUT_ROWS = 8192  # message rows turned into Python objects at a time
 
 
 def decoded_past(cl: CommitLog, start: int, *, check_crc: bool = True, to_offset: int | None = None):
-    """The records from `start` on, decoded (COLUMNS) as an Arrow table, how many problems the walk met, and
-    (DLedger) the (index, term) of the first entry."""
+    """The records from `start` on, decoded (COLUMNS) as an Arrow table, the problems the walk met (Problem objects),
+    and (DLedger) the (index, term) of the first entry."""
     import pyarrow as pa
 
     from rmqdump.export.arrowbatch import record_batches, schema
 
-    parts, problems, first = [], 0, None
+    parts, problems, first = [], [], None
     frame = cl.files[0].frame if cl.files else 0  # DLedger: a message lies past its entry header
     for batch in cl.scan(from_offset=start + frame, to_offset=None if to_offset is None else to_offset + frame, check_crc=check_crc):
-        problems += len(batch.problems())
+        problems.extend(batch.problems())
         if first is None and len(batch) and batch.entries is not None:
             first = (int(batch.entries["index"][0]), int(batch.entries["term"][0]))
         parts.extend(record_batches(batch, "", columns=COLUMNS))
@@ -273,7 +273,7 @@ class StoreDiff:
     queues: list[QueueDiff]
     consumers: list[ConsumerImpact]
     data_end: dict[str, int]  # end of each side's last record (identical_up_to when none past it)
-    problems: dict[str, int]  # problems each side's walk past the prefix met
+    problems: dict[str, list]  # per side: the problems its walk past the prefix met (rmqdump.common.problems.Problem)
     notes: list[str]
     first_entries: dict[str, tuple[int, int] | None] = field(default_factory=dict)  # DLedger: each side's first entry past the prefix
     epochs: EpochDiff | None = None  # controller mode: both sides' epoch histories
@@ -341,8 +341,8 @@ class StoreDiff:
             "divergent_offsets": sum(len(q.divergent) for q in self.queues),
             "consumers_affected": sum(1 for c in self.consumers if len(c.skipped) or len(c.read_twice) or c.beyond_max),
             "consistent_point": None if self.epochs is None else self.epochs.consistent_point,
-            "a_problems": self.problems["a"],
-            "b_problems": self.problems["b"],
+            "a_problems": len(self.problems["a"]),
+            "b_problems": len(self.problems["b"]),
             "notes": self.notes,
         }
 
@@ -351,6 +351,9 @@ class StoreDiff:
         yield self.prefix_dict()
         for s in SIDES:
             yield from message_dicts(s, self.tables[s])
+        for s in SIDES:
+            for p in self.problems[s]:
+                yield p.to_dict(side=s)
         for q in self.queues:
             yield q.to_dict()
         for c in self.consumers:

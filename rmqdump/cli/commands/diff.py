@@ -95,6 +95,12 @@ def _table(d) -> None:
         render.out.print(f"consistent point (A rejoining B, as the broker computes it): {d.epochs.consistent_point}")
         for p in d.epochs.problems():
             render.err.print(f"{p.code}: {p.file} at byte {p.file_offset}: {p.detail}", highlight=False)
+    for side in ("a", "b"):
+        found = d.problems[side]
+        for p in found[:10]:
+            render.err.print(f"{side.upper()}: {p.code}: {p.file} at byte {p.file_offset}: {p.detail}", highlight=False)
+        if len(found) > 10:
+            render.err.print(f"{side.upper()}: {len(found) - 10} more problems (-f jsonl lists them)", highlight=False)
     for n in d.notes:
         render.err.print(n, highlight=False)
 

@@ -615,3 +615,23 @@ def test_damage_past_the_prefix_is_reported(tmp_path):
     (p,) = got["problem"]
     assert (p["code"], p["side"], p["file"], p["phys_offset"]) == ("body_crc_mismatch", "b", str(path), m["wroteOffset"])
     assert got["summary"][0]["b_problems"] == 1 and got["summary"][0]["only_b"] == t["counts"]["onlySlave"]
+
+
+def test_walk_starts_at_a_consumequeue_unit():
+    """The walk to the record holding the first differing byte starts at the last record a ConsumeQueue unit names
+    before it (on the failover pair: the old master's first phase-2 message, truth.json's identicalUpTo), not at the
+    file's first byte; the answer is the same."""
+    from rmqdump.checks.diffprefix import common_prefix
+    from rmqdump.readers.store import Store
+
+    t = _truth("rmq53-ha-failover")["commitlog"]
+    a, b = (Store.open(REAL / "rmq53-ha-failover" / s / "store") for s in ("master", "slave"))
+    pre = common_prefix(a.commitlog, b.commitlog, record_start_before=lambda side, d: {"a": t["identicalUpTo"]}.get(side))
+    assert (pre.walk_from, pre.identical_up_to) == (t["identicalUpTo"], t["identicalUpTo"])
+    bad = common_prefix(a.commitlog, b.commitlog, record_start_before=lambda side, d: t["identicalUpTo"] - 7)  # not a record start
+    assert (bad.walk_from, bad.identical_up_to) == (t["identicalUpTo"] // t["mappedFileSizeCommitLog"] * t["mappedFileSizeCommitLog"], t["identicalUpTo"])
+    from rmqdump.checks.diff import unit_before
+
+    assert unit_before(a, t["firstDifferingByteOffset"]) == t["identicalUpTo"]  # the master's CQ names its first phase-2 message
+    _, got = _diff(REAL / "rmq53-ha-failover" / "master" / "store", REAL / "rmq53-ha-failover" / "slave" / "store")
+    assert got["prefix"][0]["identical_up_to"] == t["identicalUpTo"]

@@ -381,6 +381,19 @@ def _notes(stores: dict[str, Store]) -> list[str]:
     return notes
 
 
+def unit_before(st: Store, d: int) -> int | None:
+    """The largest CommitLog offset at or before `d` that a ConsumeQueue unit of the store names (a record start, if
+    the queues are right: the caller checks it), or None."""
+    best = None
+    for q in st.queues.values():
+        u = q.units()
+        off = u.offset[u.valid_mask()]
+        i = int(np.searchsorted(off, d, side="right")) - 1
+        if i >= 0 and (best is None or off[i] > best):
+            best = int(off[i])
+    return best
+
+
 def _load_kernel(cl: CommitLog, check_crc: bool) -> None:
     """Load what decoding needs (pyarrow, the scan kernel from its compile cache) by decoding the first record.
 
@@ -396,7 +409,7 @@ def diff_stores(a: Store, b: Store, *, check_crc: bool = True, progress: Callabl
     stores = {"a": a, "b": b}
     warm = threading.Thread(target=_load_kernel, args=(a.commitlog, check_crc), daemon=True)
     warm.start()  # loading the compiled scan kernel holds the GIL; the CRC pass releases it, so the two overlap
-    pre = common_prefix(a.commitlog, b.commitlog, progress=progress)
+    pre = common_prefix(a.commitlog, b.commitlog, progress=progress, record_start_before=lambda s, d: unit_before(stores[s], d))
     warm.join()
     tables, problems, first, data_end = {}, {}, {}, {}
     for s in SIDES:

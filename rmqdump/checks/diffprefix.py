@@ -20,10 +20,16 @@ import numpy as np
 
 from rmqdump.common.problems import InputError
 from rmqdump.readers.commitlog import CommitLog
+from rmqdump.readers.fastpath import field_struct
+from rmqdump.readers.message import Message
+from schemas import RecordPrefix, message_header
+from schemas import constants as C
 
 RANGE_BYTES = 64 << 20  # bytes per compared range (its CRC32 on each side)
 READ_BYTES = 1 << 20  # bytes per read inside a range (small reads: no fresh pages to fault in per read)
 _ZEROS = bytes(READ_BYTES)
+_PHYS_AT, _PHYS = field_struct(message_header(), "phys_offset")
+_MAGIC_AT, _MAGIC = field_struct(RecordPrefix, "magic")
 
 
 @dataclass
@@ -40,6 +46,7 @@ class Prefix:
     bytes_compared: int = 0  # bytes read again to find the first differing byte (both sides)
     same_files: bool = False  # both sides are the same files: nothing read
     last_common_entry: tuple[int, int] | None = None  # DLedger: (index, term) of the last entry both ledgers hold
+    walk_from: int | None = None  # where the walk to the record holding the first differing byte started
 
 
 def _files(cl: CommitLog) -> list[tuple[int, int, str]]:
@@ -178,8 +185,19 @@ def _same_files(a: CommitLog, b: CommitLog) -> bool:
         return False
 
 
-def common_prefix(a: CommitLog, b: CommitLog, *, range_bytes: int = RANGE_BYTES, progress: Callable[[int], None] | None = None) -> Prefix:
-    """Compare two CommitLogs range by range (CRC32 first, bytes in the first range that differs)."""
+def common_prefix(
+    a: CommitLog,
+    b: CommitLog,
+    *,
+    range_bytes: int = RANGE_BYTES,
+    progress: Callable[[int], None] | None = None,
+    record_start_before: Callable[[str, int], int | None] | None = None,
+) -> Prefix:
+    """Compare two CommitLogs range by range (CRC32 first, bytes in the first range that differs).
+
+    record_start_before(side, d): a record start at or before byte d known from elsewhere (a ConsumeQueue unit), so
+    the walk to the record holding d need not start at its file's first byte; checked before it is used.
+    """
     fa, fb = _files(a), _files(b)
     start = max(a.min_offset if fa else 0, b.min_offset if fb else 0)
     end = max([base + size for base, size, _ in fa + fb] or [start])
@@ -209,7 +227,9 @@ def common_prefix(a: CommitLog, b: CommitLog, *, range_bytes: int = RANGE_BYTES,
                 pre.bytes_compared += read
             if d is not None:  # (a CRC collision on different bytes is caught here; equal bytes with unequal CRCs cannot be)
                 pre.first_differing_byte = d
-                pre.identical_up_to, pre.last_common_entry = _record_start(a if a.file_for(d) else b, d)
+                side = "a" if a.file_for(d) else "b"
+                hint = record_start_before(side, d) if record_start_before else None
+                pre.walk_from, pre.identical_up_to, pre.last_common_entry = _record_start(a if side == "a" else b, d, hint)
                 break
     finally:
         pool.shutdown()
@@ -218,14 +238,30 @@ def common_prefix(a: CommitLog, b: CommitLog, *, range_bytes: int = RANGE_BYTES,
     return pre
 
 
-def _record_start(cl: CommitLog, d: int) -> tuple[int, tuple[int, int] | None]:
-    """The end of the last whole record before byte `d`, walking the records of the file that holds `d`;
-    for a DLedger CommitLog also that record's entry (index, term)."""
+def _proven(cl: CommitLog, path: str, pos: int, phys: int) -> bool:
+    """A record starts at file offset `pos`: a message magic, its physicalOffset field naming `phys`, and the record holds together."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(pos)
+            head = f.read(_PHYS_AT + _PHYS.size)
+    except OSError:
+        return False
+    if len(head) < _PHYS_AT + _PHYS.size or _MAGIC.unpack_from(head, _MAGIC_AT)[0] not in C.MESSAGE_MAGICS:
+        return False
+    return _PHYS.unpack_from(head, _PHYS_AT)[0] == phys and isinstance(cl.read_at(phys, check_crc=False), Message)
+
+
+def _record_start(cl: CommitLog, d: int, hint: int | None = None) -> tuple[int, int, tuple[int, int] | None]:
+    """Where the walk started, the end of the last whole record before byte `d` (walking the records of the file that
+    holds `d`, from `hint` when that is a record start in the same file), and for DLedger that record's entry (index, term)."""
     seg = cl.file_for(d)
     if seg is None:
-        return d, None
-    end, entry = seg.base, None
-    for batch in cl.scan(from_offset=seg.base, to_offset=d, check_crc=False):
+        return d, d, None
+    start = seg.base
+    if hint is not None and seg.base < hint <= d and not seg.frame and _proven(cl, seg.path, hint - seg.base, hint):
+        start = hint  # a record starts there: the bytes before it are whole records
+    end, entry = start, None
+    for batch in cl.scan(from_offset=start, to_offset=d, check_crc=False):
         if not len(batch):
             continue
         ends = batch.phys + batch.cols["total_size"].astype(np.int64)
@@ -234,4 +270,4 @@ def _record_start(cl: CommitLog, d: int) -> tuple[int, tuple[int, int] | None]:
             end = int(ends[whole[-1]])
             if batch.entries is not None:
                 entry = (int(batch.entries["index"][whole[-1]]), int(batch.entries["term"][whole[-1]]))
-    return end, entry
+    return start, end, entry

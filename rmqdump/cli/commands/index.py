@@ -120,12 +120,7 @@ def lookup(
     if refs is None:
         messages = _lookup_one(str(store[0] if store else "."), key, msg_id, topics, b, e, limit, hash_slots, index_entries, fmt, explain)
         raise typer.Exit(0 if messages else 1)
-    found: list = []
-    for ref, got in zip(refs, fleet_map(refs)(lambda ref: lookup_quiet(ref.root, key, msg_id, topics, b, e, limit, hash_slots, index_entries), refs), strict=True):
-        found += emit_broker(ref.name, got, fmt, explain)
-    if fmt is not ListFormat.jsonl and found:
-        print_messages(found, brokers=True)
-    raise typer.Exit(0 if found else 1)
+    raise typer.Exit(fleet_lookup(refs, lambda ref: lookup_quiet(ref.root, key, msg_id, topics, b, e, limit, hash_slots, index_entries), fmt, explain))
 
 
 def emit_broker(broker: str, got, fmt: ListFormat, explain: bool) -> list:
@@ -184,29 +179,25 @@ def lookup_quiet(root: str, key, msg_id, topics, b, e, limit, hash_slots, index_
 
 
 def _lookup_one(root, key, msg_id, topics, b, e, limit, hash_slots, index_entries, fmt, explain) -> list:
-    """The single-store lookup, printed as it goes."""
-    from rmqdump.query.lookup import Index, resolve_id
-    from rmqdump.readers.indexfile import list_index_files
-    from rmqdump.readers.msgid import MsgIdError
-
-    if not list_index_files(root):
-        raise InputError("index_no_files", os.path.join(root, "index"), "no index files (a store root holds index/yyyyMMddHHmmssSSS files)")
-    with Index(root, hash_slots, index_entries) as idx:
-        if not topics and not idx.topics:
-            raise InputError("no_topics", root, "the store names no topics (no consumequeue/ directories, no config/topics.json): pass --topic")
-        if msg_id is not None:
-            try:
-                r = resolve_id(idx, msg_id, topics or None, begin=b, end=e, max_messages=limit)
-            except MsgIdError as err:
-                render.fail(f"msgid_bad: {err}", 2)
-            messages, res = r.messages, r.lookup
-            if fmt is ListFormat.jsonl:
-                render.jsonl(r.decoded(_now_ms()))
-        else:
-            res = idx.lookup(key, topics or None, begin=b, end=e, max_messages=limit)
-            messages = res.messages
-        emit_lookup(messages, res, fmt, explain)
+    """The single-store lookup: its one-line error, or what it found, printed."""
+    got = lookup_quiet(root, key, msg_id, topics, b, e, limit, hash_slots, index_entries)
+    if isinstance(got, InputError):
+        raise got
+    messages, res, decoded = got
+    if decoded is not None and fmt is ListFormat.jsonl:
+        render.jsonl(decoded)
+    emit_lookup(messages, res, fmt, explain)
     return messages
+
+
+def fleet_lookup(refs, one, fmt: ListFormat, explain: bool) -> int:
+    """`one(ref)` (lookup_quiet of a store) over the fleet, side by side; every broker's answer emitted; the exit code."""
+    found: list = []
+    for ref, got in zip(refs, fleet_map(refs)(one, refs), strict=True):
+        found += emit_broker(ref.name, got, fmt, explain)
+    if fmt is not ListFormat.jsonl and found:
+        print_messages(found, brokers=True)
+    return 0 if found else 1
 
 
 def _now_ms() -> int:

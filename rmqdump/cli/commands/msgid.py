@@ -8,18 +8,9 @@ import typer
 
 from rmqdump.cli import render
 from rmqdump.cli.commands import options as O
-from rmqdump.cli.commands.index import (
-    FLEET_HELP,
-    emit_broker,
-    emit_lookup,
-    fleet,
-    fleet_map,
-    hash_slots_option,
-    index_entries_option,
-    lookup_quiet,
-    print_messages,
-)
+from rmqdump.cli.commands.index import emit_lookup, fleet_lookup, hash_slots_option, index_entries_option, lookup_quiet
 from rmqdump.cli.commands.options import ListFormat
+from rmqdump.cli.fleet import FLEET_HELP, fleet
 
 
 def msgid(
@@ -48,12 +39,7 @@ def msgid(
 
     refs = fleet(store)
     if refs is not None:
-        found: list = []
-        for ref, got in zip(refs, fleet_map(refs)(lambda ref: lookup_quiet(ref.root, None, text, topics, None, None, None, hash_slots, index_entries), refs), strict=True):
-            found += emit_broker(ref.name, got, fmt, explain)
-        if fmt is not ListFormat.jsonl and found:
-            print_messages(found, brokers=True)
-        raise typer.Exit(0 if found else 1)
+        raise typer.Exit(fleet_lookup(refs, lambda ref: lookup_quiet(ref.root, None, text, topics, None, None, None, hash_slots, index_entries), fmt, explain))
     try:
         with Index(str(store[0] if store else "."), hash_slots, index_entries) as idx:
             r = resolve_id(idx, text, topics or None)

@@ -51,6 +51,23 @@ def store_option() -> Path:
     return typer.Option(Path("."), "--store", "-s", help="Store root directory (holds commitlog/, consumequeue/, index/).", show_default=True)
 
 
+def storedir_argument() -> Path:
+    return typer.Argument(None, help="Store root (holds commitlog/); only read. Or give it as --store/-s.")
+
+
+def storedir_option() -> Path:
+    return typer.Option(None, "--store", "-s", help="Store root, instead of STOREDIR.")
+
+
+def one_store(command: str, store: Path | None, store_opt: Path | None) -> Path:
+    """The store given as STOREDIR or --store/-s, exactly once (commands that write a new store from one)."""
+    if (store is None) == (store_opt is None):
+        from rmqdump.cli import render
+
+        render.fail(f"usage: rmqdump {command}: give the store once, as STOREDIR or --store/-s (see 'rmqdump {command} --help')", 2)
+    return store if store is not None else store_opt
+
+
 def stores_option(help: str) -> list[str]:
     return typer.Option(None, "--store", "-s", help=help)
 

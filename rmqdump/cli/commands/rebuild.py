@@ -98,8 +98,8 @@ def _print_table(rep, s: dict) -> None:
 
 
 def rebuild_cmd(
-    store: Path = typer.Argument(None, help="Store root (holds commitlog/); only read. Or give it as --store/-s."),
-    store_opt: Path = typer.Option(None, "--store", "-s", help="Store root, instead of STOREDIR."),
+    store: Path = O.storedir_argument(),
+    store_opt: Path = O.storedir_option(),
     out: Path = O.out_option("Where to write consumequeue/, index/ and checkpoint. Must be outside STOREDIR, empty or absent."),
     force: bool = O.force_option("Replace a non-empty OUTDIR (only once the new one is complete)."),
     only: Part = typer.Option(None, "--only", help="Build only the ConsumeQueues or only the index."),
@@ -147,9 +147,7 @@ def rebuild_cmd(
     from rmqdump.builders.rebuild import PARTS, RebuildOptions, check_paths, rebuild
     from rmqdump.builders.settings import resolve
 
-    if (store is None) == (store_opt is None):
-        render.fail("usage: rmqdump rebuild: give the store once, as STOREDIR or --store/-s (see 'rmqdump rebuild --help')", 2)
-    store = store if store is not None else store_opt
+    store = O.one_store("rebuild", store, store_opt)
     check_paths(str(store), str(out), force)
     settings = resolve(
         str(store),

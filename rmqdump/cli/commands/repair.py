@@ -66,8 +66,8 @@ def _print_table(rep, s: dict) -> None:
 
 
 def repair_cmd(
-    store: Path = typer.Argument(None, help="Store root (holds commitlog/); only read. Or give it as --store/-s."),
-    store_opt: Path = typer.Option(None, "--store", "-s", help="Store root, instead of STOREDIR."),
+    store: Path = O.storedir_argument(),
+    store_opt: Path = O.storedir_option(),
     out: Path = O.out_option("Where to write the repaired store. Must be outside STOREDIR, empty or absent."),
     force: bool = O.force_option("Replace a non-empty NEWDIR (only once the new one is complete)."),
     cq_units: int = typer.Option(
@@ -98,9 +98,7 @@ def repair_cmd(
     from rmqdump.builders.repair import RepairOptions, check_repairable, repair
     from rmqdump.builders.settings import resolve
 
-    if (store is None) == (store_opt is None):
-        render.fail("usage: rmqdump repair: give the store once, as STOREDIR or --store/-s (see 'rmqdump repair --help')", 2)
-    store = store if store is not None else store_opt
+    store = O.one_store("repair", store, store_opt)
     cl = check_repairable(str(store), str(out), force)[2]
     settings = resolve(str(store), cq_units=cq_units, hash_slots=hash_slots, index_entries=index_entries, broker_conf=str(broker_conf) if broker_conf else None)
     from rmqdump.engines.local import local_map

@@ -41,8 +41,8 @@ def _print_table(d: dict) -> None:
 
 
 def salvage_cmd(
-    store: Path = typer.Argument(None, help="Store root (holds commitlog/); only read. Or give it as --store/-s."),
-    store_opt: Path = typer.Option(None, "--store", "-s", help="Store root, instead of STOREDIR."),
+    store: Path = O.storedir_argument(),
+    store_opt: Path = O.storedir_option(),
     out: Path = O.out_option("Directory to create: messages, flagged, manifest.json. Outside the store, empty or absent."),
     fmt: SalvageFormat = O.format_option(SalvageFormat.parquet, "parquet, or jsonl (one JSON object per line; body and raw in base64)."),
     topic: list[str] = O.topic_option("Only this topic (repeatable)."),
@@ -77,9 +77,7 @@ def salvage_cmd(
     from rmqdump.readers.store import Store
     from rmqdump.scan.splits import default_name
 
-    if (store is None) == (store_opt is None):
-        render.fail("usage: rmqdump salvage: give the store once, as STOREDIR or --store/-s (see 'rmqdump salvage --help')", 2)
-    store = store if store is not None else store_opt
+    store = O.one_store("salvage", store, store_opt)
     try:
         t_since = parse_time(since) if since else None
         t_until = parse_time(until) if until else None

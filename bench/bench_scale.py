@@ -106,7 +106,7 @@ def run_row(row: str, store: Path, repeat: int, jobs: int | None, scratch: Path)
         "row": row,
         "store": store.name,
         "jobs": jobs,
-        "command": shlex.join(cmd).replace(str(ROOT) + "/", ""),
+        "command": shlex.join(cmd).replace(str(scratch) + "/", "OUT/").replace(str(ROOT) + "/", "").replace(".venv/bin/", ""),
         "median_s": statistics.median(r[0] for r in runs),
         "min_s": min(r[0] for r in runs),
         "max_s": max(r[0] for r in runs),

@@ -213,6 +213,21 @@ def test_export(unpacked, tmp_path, man):
     assert r.exit_code == 0, r.output
     rows = [d for f in sorted(out.rglob("*.jsonl")) for d in jsonl(f.read_text())]
     assert sorted((d["phys_offset"], d["msg_id"], d["topic"]) for d in rows) == sorted((p["wroteOffset"], p["msgId"], p["topic"]) for p in man["put"])
+    # the entry index and term of each message: the put's seq (DLedger numbers entries from 0 in put order), term 0 (README)
+    assert sorted((d["phys_offset"], d["dledger_index"], d["dledger_term"]) for d in rows) == sorted((p["wroteOffset"], p["seq"], 0) for p in man["put"])
+
+
+def test_export_parquet_has_the_entry_columns_and_a_plain_store_nulls(unpacked, tmp_path, man):
+    import pyarrow.dataset as ds
+
+    r = run("export", "-s", unpacked, "-o", tmp_path / "dl")
+    assert r.exit_code == 0, r.output
+    t = ds.dataset(tmp_path / "dl", format="parquet", partitioning="hive").to_table(columns=["phys_offset", "dledger_index", "dledger_term"])
+    assert sorted(zip(*(t[c].to_pylist() for c in t.column_names), strict=True)) == sorted((p["wroteOffset"], p["seq"], 0) for p in man["put"])
+    r = run("export", "-s", REAL / "rmq4-basic" / "store", "-o", tmp_path / "plain")
+    assert r.exit_code == 0, r.output
+    t = ds.dataset(tmp_path / "plain", format="parquet", partitioning="hive").to_table(columns=["dledger_index", "dledger_term"])
+    assert t.num_rows > 0 and t["dledger_index"].null_count == t.num_rows and t["dledger_term"].null_count == t.num_rows
 
 
 def test_info(unpacked):

@@ -58,6 +58,8 @@ FIELDS = [
     ("keys", pa.list_(pa.string())),
     ("uniq_key", pa.string()),
     ("msg_id", pa.string()),
+    ("dledger_index", pa.int64()),  # a DLedger CommitLog's entry index and term; null in a plain CommitLog
+    ("dledger_term", pa.int64()),
     ("broker", pa.string()),
 ]
 BODY_FIELD = ("body", pa.binary())
@@ -276,6 +278,13 @@ def _sliced(b: Batch, sel):
     return cols, crc, pcrc
 
 
+def _entry_column(b: Batch, sel, name: str, n: int) -> pa.Array:
+    """A DLedger entry header field of the records (null for a plain CommitLog's)."""
+    if b.entries is None:
+        return pa.nulls(n, pa.int64())
+    return pa.array(b.entries[name][sel].astype(np.int64), pa.int64())
+
+
 def _by_topic(b: Batch, lo: int, hi: int) -> list:
     """Records lo..hi grouped by topic (record order kept within a topic): a slice when there is one topic."""
     tid = b.found["topic_id"][lo:hi]
@@ -346,6 +355,8 @@ def _columns(b: Batch, sel, broker: str, sch: pa.Schema) -> list[pa.Array]:
         "keys": lambda: props(2),
         "uniq_key": lambda: props(3),
         "msg_id": lambda: _msg_ids(phys(), store_hosts()[1], store_hosts()[2]),
+        "dledger_index": lambda: _entry_column(b, sel, "index", n),
+        "dledger_term": lambda: _entry_column(b, sel, "term", n),
         "broker": lambda: _constant(broker, n),
         "body": lambda: _binary(data, c["body_pos"], c["body_length"]),
         "raw": lambda: _binary(data, c["_pos"], c["total_size"]),

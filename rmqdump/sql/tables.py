@@ -61,6 +61,8 @@ _MESSAGE_MEANING = {
     "keys": "KEYS property, split on spaces",
     "uniq_key": "UNIQ_KEY property (the client msgId)",
     "msg_id": "offset msgId (store host, port, physical offset)",
+    "dledger_index": "a DLedger CommitLog's entry index of the message (null in a plain CommitLog)",
+    "dledger_term": "the DLedger term of that entry (null in a plain CommitLog)",
     "broker": "broker name of the store (directory name, or NAME in -s NAME=DIR)",
     "body": "stored body bytes (decoded only when named)",
 }

@@ -117,6 +117,7 @@ def test_timer_list_agrees_with_the_manifest_field_by_field(store):
     r = run("timer", "list", "-s", store, "-f", "jsonl")
     assert r.exit_code == 0
     rows = jsonl(r.stdout)
+    assert rows.pop()["kind"] == "unwritten"  # the closing line (tests/test_cq_dump_end.py checks it)
     assert [x["timer_log_offset"] for x in rows] == [m["timerLogOffset"] for m in UNITS]
     for x, m in zip(rows, UNITS, strict=True):
         rec = RECORDS[m["offsetPy"]]

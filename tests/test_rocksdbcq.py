@@ -153,8 +153,15 @@ def test_offsets_use_the_rocksdb_bounds(tmp_path):
     (root / "config" / "consumerOffset.json").write_text(json.dumps({"offsetTable": table}))
     r = run("offsets", "-s", root, "-f", "jsonl")
     rows = {(x["topic"], x["queue_id"]): x for x in jsonl(r.stdout) if x["kind"] != "summary"}
-    assert (rows[("RocksTopicA", 0)]["min_offset"], rows[("RocksTopicA", 0)]["max_offset"], rows[("RocksTopicA", 0)]["lag"]) == (0, 65, 55)
-    assert "above_max" in rows[("RocksTopicA", 1)]["flags"]  # max is 68
+    qmax = {k: max(u["queueOffset"] for u in v) + 1 for k, v in PER_QUEUE.items()}  # each queue's max offset: its last unit + 1 (manifest)
+    assert min(u["queueOffset"] for u in PER_QUEUE[("RocksTopicA", 0)]) == 0
+    assert (rows[("RocksTopicA", 0)]["min_offset"], rows[("RocksTopicA", 0)]["max_offset"], rows[("RocksTopicA", 0)]["lag"]) == (
+        0,
+        qmax[("RocksTopicA", 0)],
+        qmax[("RocksTopicA", 0)] - 10,
+    )
+    assert qmax[("RocksTopicA", 1)] < 99 and "above_max" in rows[("RocksTopicA", 1)]["flags"]
+    assert qmax[("RocksTopicB", 2)] <= 70
     assert rows[("RocksTopicB", 2)]["lag"] == 0 and r.exit_code == 1
 
 

@@ -270,28 +270,48 @@ def _copy_store(name: str, ws: Path, parts: tuple[str, ...] | None = None) -> Pa
     return dst
 
 
-# ConsumeQueue: `cq dump` lists every complete 20-byte unit of the queue's files, as the bytes hold it.
+# ConsumeQueue: `cq dump` lists every complete 20-byte unit of the queue's files up to the queue's end (its
+# last valid unit, where ConsumeQueue.recover ends it), then one line counting the units after it; `--all`
+# lists those too. `cq verify` reports every unit whose bytes changed, at that unit; `cq seek` answers what
+# a binary search over the damaged units, with each record's store time from the manifest, answers.
 
 CQ_TOPIC, CQ_QUEUE = "FlagTopic", 0
 CQ_UNIT = ConsumeQueueUnit.sizeof()
+CQ_STRUCT = struct.Struct(">qiq")  # commitLogOffset, size, tagsCode
+CQ_FILLER = (0, 0x7FFFFFFF, 0)  # what the broker writes before a queue's first unit when its min offset is corrected
+
+
+def _manifest(name: str) -> list[dict]:
+    return [json.loads(x) for x in (REAL / name / "manifest.jsonl").read_text(encoding="utf-8").splitlines()]
 
 
 def cq_setup(ws: Path) -> dict:
     store = _copy_store("rmq4-flags", ws, ("commitlog", "consumequeue"))
     qdir = store / "consumequeue" / CQ_TOPIC / str(CQ_QUEUE)
     f = qdir / ("0" * 20)
-    return {"store": store, "qdir": qdir, "file": f, "orig": f.read_bytes()}
+    assert [p.name for p in qdir.iterdir()] == [f.name], "the fuzzed queue has one file"
+    stamps = {m["wroteOffset"]: m["storeTimestamp"] for m in _manifest("rmq4-flags")}
+    return {"store": store, "qdir": qdir, "file": f, "orig": f.read_bytes(), "stamps": stamps}
 
 
 def cq_strategy(ctx: dict) -> st.SearchStrategy:
     n = len(ctx["orig"])
+    times = sorted(ctx["stamps"].values())
     return st.tuples(
         damage(n, tail=3 * CQ_UNIT),
-        st.sampled_from(["dump", "dump", "window", "verify", "seek"]),
+        st.sampled_from(["dump", "dump", "all", "window", "verify", "seek"]),
         st.integers(0, n // CQ_UNIT + 2),
         st.integers(1, 50),
-        st.integers(0, 1 << 42),
+        st.one_of(st.integers(0, 1 << 42), st.sampled_from(times), st.sampled_from(times).map(lambda t: t + 1)),
     )
+
+
+def _cq_units(data: bytes) -> list[tuple[int, int, int]]:
+    return [CQ_STRUCT.unpack_from(data, i) for i in range(0, len(data) - CQ_UNIT + 1, CQ_UNIT)]
+
+
+def _cq_valid(u: tuple[int, int, int]) -> bool:
+    return u[0] >= 0 and u[1] > 0  # ConsumeQueue.recover: offset >= 0 and size > 0
 
 
 def cq_case(ctx: dict, ex) -> None:
@@ -300,25 +320,84 @@ def cq_case(ctx: dict, ex) -> None:
     write(ctx["file"], data)
     s = str(ctx["store"])
     q = ["--topic", CQ_TOPIC, "--queue", str(CQ_QUEUE)]
+    units = _cq_units(data)
+    valid = [i for i, u in enumerate(units) if _cq_valid(u)]
+    end = valid[-1] + 1 if valid else 0  # the queue's end: after its last valid unit
     if mode == "verify":
-        invoke("cq", "verify", "-s", s, "--topic", CQ_TOPIC, "--queue", str(CQ_QUEUE), "-f", "jsonl")
-        return
+        return _cq_verify_case(ctx, data, units, invoke("cq", "verify", "-s", s, *q, "-f", "jsonl"))
     if mode == "seek":
-        invoke("cq", "seek", "-s", s, *q, "--time", str(when), "-f", "jsonl")
-        return
-    window = ["--from", str(start), "--limit", str(limit)] if mode == "window" else []
-    o = invoke("cq", "dump", "-s", s, *q, "-f", "jsonl", *window)
-    units = [ConsumeQueueUnit.parse(data[i : i + CQ_UNIT]) for i in range(0, len(data) - CQ_UNIT + 1, CQ_UNIT)]
-    want = [
-        {"unit_index": i, "file_offset": i * CQ_UNIT, "phys_offset": u.commit_log_offset, "size": u.size, "tags_code": u.tags_code} for i, u in enumerate(units)
-    ]
-    if window:
+        return _cq_seek_case(ctx, units, valid, when, invoke("cq", "seek", "-s", s, *q, "--time", str(when), "-f", "jsonl"))
+    extra = {"window": ["--from", str(start), "--limit", str(limit)], "all": ["--all"]}.get(mode, [])
+    o = invoke("cq", "dump", "-s", s, *q, "-f", "jsonl", *extra)
+    shown = units if mode == "all" else units[:end]
+    want = [{"unit_index": i, "file_offset": i * CQ_UNIT, "phys_offset": u[0], "size": u[1], "tags_code": u[2]} for i, u in enumerate(shown)]
+    if mode == "window":
         want = [w for w in want if w["unit_index"] >= start][:limit]
     got = [{k: r[k] for k in ("unit_index", "file_offset", "phys_offset", "size", "tags_code")} for r in o.rows("unit")]
     if got != want:
         raise FuzzFailure(f"cq dump listed {len(got)} units, the file holds {len(want)} (first difference: {_first_diff(got, want)})")
+    tails = [(r["first_unit"], r["units"]) for r in o.rows("unwritten")]
+    want_tail = [] if mode == "window" and len(want) >= limit else [(end, len(units) - end)]
+    if tails != want_tail or (tails and o.stdout.rstrip("\n").rsplit("\n", 1)[-1].find('"unwritten"') < 0):
+        raise FuzzFailure(f"cq dump's closing line: {tails}, the file has {len(units) - end} units after its end at {end}")
     if o.code != (0 if want else 1):
         raise FuzzFailure(f"cq dump exit {o.code} with {len(want)} units")
+
+
+def _cq_verify_case(ctx: dict, data: bytes, units: list, o: Outcome) -> None:
+    """Every unit whose 20 bytes changed (or are gone) is named by a problem at that unit: its index, in its file."""
+    if o.code == 2:
+        raise FuzzFailure(f"cq verify refused a damaged queue: {o.stderr.strip()}")
+    orig = _cq_units(ctx["orig"])
+    changed = {i for i in range(max(len(orig), len(units))) if (orig[i] if i < len(orig) else None) != (units[i] if i < len(units) else None)}
+    # a unit that stays all zeros past the queue's end, or past both ends, is no unit of the queue
+    changed = {i for i in changed if (orig[i] if i < len(orig) else (0, 0, 0)) != (0, 0, 0) or (units[i] if i < len(units) else (0, 0, 0)) != (0, 0, 0)}
+    probs = o.rows("problem")
+    named = {p["unit_index"] for p in probs if p.get("cq_file") in (str(ctx["file"]), None) and p.get("unit_index") is not None}
+    cut = len(data) % CQ_UNIT != 0
+    missed = sorted(changed - named)
+    if missed:
+        raise FuzzFailure(f"cq verify did not name damaged units {missed[:5]} (named {sorted(named)[:10]}; a cut unit: {cut})")
+    if changed and o.code != 1:
+        raise FuzzFailure(f"cq verify exit {o.code} with damaged units {sorted(changed)[:5]}")
+
+
+def _cq_seek_case(ctx: dict, units: list, valid: list[int], when: int, o: Outcome) -> None:
+    """getOffsetInQueueByTime's binary search (BoundaryType.LOWER) over the damaged units, run here."""
+    stamps = ctx["stamps"]
+    real = [i for i in valid if units[i] != CQ_FILLER]
+    hi = valid[-1] + 1 if valid else 0
+    lo = real[0] if real else hi
+    if not valid:
+        lo = hi = 0
+
+    class Unreadable(Exception):
+        pass
+
+    def time_at(i: int) -> int:
+        if i >= len(units) or units[i][0] not in stamps:
+            raise Unreadable(i)
+        return stamps[units[i][0]]
+
+    try:
+        a, b = lo, hi
+        while a < b:
+            mid = (a + b) // 2
+            if time_at(mid) >= when:
+                b = mid
+            else:
+                a = mid + 1
+        if a < hi:
+            time_at(a)
+    except Unreadable as e:
+        if o.code != 2 or "seek_record_unreadable" not in o.stderr or f"unit {e.args[0]} " not in o.stderr:
+            raise FuzzFailure(
+                f"cq seek: unit {e.args[0]} points at no record, expected seek_record_unreadable naming it; got exit {o.code}: {o.stderr[-300:]}"
+            ) from None
+        return
+    rows = o.rows("seek")
+    if len(rows) != 1 or (rows[0]["queue_offset"], rows[0]["min_offset"], rows[0]["max_offset"]) != (a, lo, hi) or o.code != (0 if a < hi else 1):
+        raise FuzzFailure(f"cq seek {when}: got exit {o.code} {rows}, the search over the units gives {a} in [{lo}, {hi})")
 
 
 def _first_diff(a: list, b: list):
@@ -367,8 +446,7 @@ def index_case(ctx: dict, ex) -> None:
     f = str(ctx["paths"][which])
     flags = ["--hash-slots", str(ctx["slots"]), "--index-entries", str(ctx["entries"])]
     if mode == "verify":
-        invoke("index", "verify", "-s", str(ctx["store"]), "-f", "jsonl")
-        return
+        return _index_verify_case(ctx, orig, data, f, invoke("index", "verify", "-s", str(ctx["store"]), "-f", "jsonl"))
     args = ["index", "dump", f, "-f", "jsonl"]
     if mode in ("flags", "window"):
         args += flags
@@ -409,6 +487,41 @@ def index_case(ctx: dict, ex) -> None:
     got = [{k: r[k] for k in ("entry", "key_hash", "phys_offset", "time_diff", "prev_index")} for r in o.rows("entry")]
     if got != want:
         raise FuzzFailure(f"entries: listed {len(got)}, the file holds {len(want)}: {_first_diff(got, want)}")
+
+
+IDX_HEADER = struct.Struct(">qqqqii")  # beginTimestamp, endTimestamp, beginPhyOffset, endPhyOffset, hashSlotCount, indexCount
+IDX_ENTRY = struct.Struct(">iqii")  # keyHash, phyOffset, timeDiff, prevIndex
+
+
+def _index_verify_case(ctx: dict, orig: bytes, data: bytes, path: str, o: Outcome) -> None:
+    """Damage to a file the broker wrote is found in that file; a changed slot or written entry is named at its number."""
+    probs = [p for p in o.rows("problem") if p.get("file") == path or p.get("index_file") == os.path.basename(path)]
+    if data == orig:
+        return
+    if o.code == 2:
+        if "index_layout" not in o.stderr:
+            raise FuzzFailure(f"index verify refused a damaged file: {o.stderr.strip()}")
+        return
+    if not probs:
+        raise FuzzFailure(f"index verify found nothing in {path}, whose bytes changed")
+    s, e = ctx["slots"], ctx["entries"]
+    if len(data) != len(orig) or data[: IDX_HEADER.size] != orig[: IDX_HEADER.size]:
+        return  # a header or length change: the file is named (above); where depends on what the header now says
+    count = IDX_HEADER.unpack_from(orig)[5]
+    base = IDX_HEADER.size + 4 * s
+    slots = {i for i in range(s) if data[IDX_HEADER.size + 4 * i : IDX_HEADER.size + 4 * i + 4] != orig[IDX_HEADER.size + 4 * i : IDX_HEADER.size + 4 * i + 4]}
+    entries = {
+        k
+        for k in range(1, min(count, e))
+        if data[base + k * IDX_ENTRY.size : base + (k + 1) * IDX_ENTRY.size] != orig[base + k * IDX_ENTRY.size : base + (k + 1) * IDX_ENTRY.size]
+    }
+    named_slots = {p["slot"] for p in probs if p.get("slot") is not None}
+    named_entries = {p["entry"] for p in probs if p.get("entry") is not None}
+    for k in sorted(entries):  # an entry whose link changed may be reported where the chain breaks: the entry it now reaches
+        if k not in named_entries and IDX_ENTRY.unpack_from(data, base + k * IDX_ENTRY.size)[:3] != IDX_ENTRY.unpack_from(orig, base + k * IDX_ENTRY.size)[:3]:
+            raise FuzzFailure(f"index verify did not name damaged entry {k} of {path} (named entries {sorted(named_entries)[:10]})")
+    if slots and not (named_slots or named_entries):
+        raise FuzzFailure(f"index verify named no slot or entry for damaged slots {sorted(slots)[:5]}")
 
 
 # checkpoint: `info` reports the fields the bytes hold, or says in one line why it cannot.
@@ -611,20 +724,58 @@ def decompress_strategy(ctx: dict) -> st.SearchStrategy:
     import zstandard
 
     payload = st.one_of(st.binary(max_size=3000), st.integers(0, 1 << 22).map(bytes))
+    types = {"zlib": [0, 3], "lz4": [1], "zstd": [2]}  # the sysFlag compression types each stream is (see reference_body)
     body = st.one_of(
-        st.binary(max_size=64),
+        st.binary(max_size=64).map(lambda b: ([], b)),
         st.tuples(st.sampled_from(["zlib", "lz4", "zstd"]), payload).map(
-            lambda kp: {"zlib": zlib.compress, "lz4": lz4.frame.compress, "zstd": zstandard.ZstdCompressor().compress}[kp[0]](kp[1])
+            lambda kp: (types[kp[0]], {"zlib": zlib.compress, "lz4": lz4.frame.compress, "zstd": zstandard.ZstdCompressor().compress}[kp[0]](kp[1]))
         ),
-        st.integers(1, 2000).map(zstd_rle_bomb),
+        st.integers(1, 2000).map(lambda n: ([2], zstd_rle_bomb(n))),
     )
-    return st.tuples(st.integers(0, len(ctx["recs"]) - 1), body, st.integers(0, 7), st.booleans(), st.integers(0, 64))
+    # the type: one its stream is (most cases), or any of the eight
+    pick = st.one_of(st.integers(0, 7), st.integers(0, 1).map(lambda i: -1 - i))
+    return st.tuples(st.integers(0, len(ctx["recs"]) - 1), body, pick, st.booleans(), st.one_of(st.just(0), st.integers(0, 64)))
+
+
+def reference_body(body: bytes, ctype: int, limit: int) -> bytes | None:
+    """What the compression libraries themselves make of a stored body, or None when it is no complete stream within `limit`.
+
+    The type is MessageSysFlag's bits 8-10 (CompressionType: 1 LZ4, 2 ZSTD, 3 ZLIB; 0, from producers before
+    the bits existed, is zlib); other values are no compression rmqdump can know.
+    """
+    import lz4.frame
+    import zstandard
+
+    try:
+        if ctype in (0, 3):
+            d = zlib.decompressobj()
+            out = d.decompress(body, limit + 1)
+            complete = d.eof
+        elif ctype == 1:
+            d = lz4.frame.LZ4FrameDecompressor()
+            out = d.decompress(body, max_length=limit + 1)
+            complete = d.eof
+        elif ctype == 2:
+            out = zstandard.ZstdDecompressor().stream_reader(body, read_across_frames=True).read(limit + 1)
+            complete = True
+        else:
+            return None
+    except Exception:
+        return None
+    return out if complete and len(out) <= limit else None
+
+
+def java_crc(data: bytes) -> int:
+    """UtilAll.crc32: java.util.zip.CRC32 (zlib's polynomial) with the sign bit cleared."""
+    return zlib.crc32(data) & 0x7FFFFFFF
 
 
 def decompress_case(ctx: dict, ex) -> None:
-    from rmqdump.readers.message import DECOMPRESSED_LIMIT, decompress, java_crc32
+    from rmqdump.readers.message import DECOMPRESSED_LIMIT  # rmqdump's bound on an expanded body (a setting, not an answer)
 
-    which, new, ctype, fix_crc, cut = ex
+    which, (fits, new), ctype, fix_crc, cut = ex
+    if ctype < 0:
+        ctype = fits[(-1 - ctype) % len(fits)] if fits else 0
     rec = ctx["recs"][which]
     n = rec["body_len"]
     new = new[: max(0, len(new) - cut)] if cut < len(new) else new
@@ -637,7 +788,8 @@ def decompress_case(ctx: dict, ex) -> None:
     h = head.parse(bytes(buf[rec["offset"] : rec["offset"] + head.sizeof()]))
     h.sys_flag = flag
     if fix_crc:
-        h.body_crc = java_crc32(bytes(new))
+        h.body_crc = java_crc(bytes(new))
+    crc_ok = h.body_crc == java_crc(bytes(new))
     buf[rec["offset"] : rec["offset"] + head.sizeof()] = head.build(h)
     write(ctx["file"], bytes(buf))
     o = invoke(
@@ -651,18 +803,17 @@ def decompress_case(ctx: dict, ex) -> None:
     failed = f"decompress_failed: {ctx['file']}@{rec['body_pos']}" in o.stderr or any(
         r.get("code") == "decompress_failed" and r.get("phys_offset") == rec["offset"] for r in o.rows("problem")
     )
-    try:
-        want = decompress(bytes(new), flag)
-    except Exception:
-        want = None
+    if row["crc_ok"] is not crc_ok:
+        raise FuzzFailure(f"record {rec['offset']}: crc_ok {row['crc_ok']}, the stored CRC {'matches' if crc_ok else 'does not match'} the body's")
+    want = reference_body(bytes(new), ctype, DECOMPRESSED_LIMIT)
     if want is None:
         if not failed:
             raise FuzzFailure(f"a body that does not decompress was not reported (record {rec['offset']})")
         if base64.b64decode(row["body"]) != bytes(new):
             raise FuzzFailure("an undecompressable body was not listed as stored")
     else:
-        if len(want) > DECOMPRESSED_LIMIT:
-            raise FuzzFailure("the reference decompression went past the limit")
+        if failed:
+            raise FuzzFailure(f"record {rec['offset']}: decompress_failed for a body the library decompresses")
         if base64.b64decode(row["body"]) != want:
             raise FuzzFailure(f"record {rec['offset']}: listed body differs from its decompression")
 

@@ -19,6 +19,7 @@ import argparse
 import base64
 import json
 import os
+import re
 import resource
 import shutil
 import signal
@@ -592,6 +593,28 @@ def config_setup(ws: Path) -> dict:
     return {"store": store, "dir": store / "config"}
 
 
+# fastjson's bare integer keys, quoted here: a string literal is one token (never looked into), `{` or `,` then an integer
+# then `:` is a key.
+_FJ_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|([{,])(\s*)(-?\d+)([ \t\r\n]*):|.', re.S)
+
+
+def parse_fastjson(data: bytes):
+    """(document, None) for a file as fastjson wrote it, or (None, why not): 'utf8 N' (first bad byte) or 'json'."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        return None, f"utf8 {e.start}"
+    if not text.strip():
+        return None, "empty"
+    quoted = "".join(f'{m[1]}{m[2]}"{m[3]}"{m[4]}:' if m[3] is not None else m[0] for m in _FJ_TOKEN.finditer(text))
+    try:
+        return json.loads(quoted), None
+    except json.JSONDecodeError:
+        return None, "json"
+    except RecursionError:
+        return None, "json"
+
+
 def _same_json(a, b) -> bool:
     """Equal as fastjson data: integer keys read back as strings."""
     if isinstance(a, dict):
@@ -599,6 +622,10 @@ def _same_json(a, b) -> bool:
     if isinstance(a, list):
         return isinstance(b, list) and len(a) == len(b) and all(_same_json(x, y) for x, y in zip(a, b, strict=True))
     return a == b and type(a) is type(b)
+
+
+def _utf8_boundary(data: bytes, b: int) -> bool:
+    return b == len(data) or (data[b] & 0xC0) != 0x80
 
 
 def config_strategy(ctx: dict) -> st.SearchStrategy:
@@ -619,6 +646,17 @@ def config_case(ctx: dict, ex) -> None:
         raise FuzzFailure(f"info listed {len(rows)} rows for config/{name}")
     if rows[0]["size"] != len(data):
         raise FuzzFailure(f"config/{name}: size {rows[0]['size']}, the file has {len(data)} bytes")
+    doc2, why = parse_fastjson(data)
+    if rows[0]["ok"] != (why is None):
+        raise FuzzFailure(f"config/{name}: ok {rows[0]['ok']} ({rows[0]['error']}), parsed here: {why or 'ok'}\n{data[:300]!r}")
+    err = rows[0]["error"]
+    if why and why.startswith("utf8") and err != f"not UTF-8 at byte {why.split()[1]}":
+        raise FuzzFailure(f"config/{name}: {err!r}, the first byte that is not UTF-8 is {why.split()[1]}")
+    if why == "json":
+        m = re.fullmatch(r"not JSON: .+ at byte (\d+)", err or "")
+        b = int(m[1]) if m else -1
+        if not 0 <= b <= len(data) or _utf8_boundary(data, b) is False:
+            raise FuzzFailure(f"config/{name}: {err!r} names no byte of the {len(data)}-byte file at a character's start")
     if data == raw and not rows[0]["ok"]:
         raise FuzzFailure(f"config/{name} as fastjson writes it was refused: {rows[0]['error']}\n{raw[:300]!r}")
     if data == raw:
@@ -658,6 +696,40 @@ def _offset_rows(table: dict | None) -> dict:
     return out
 
 
+def _table_rows(doc) -> dict:
+    """The offsets a parsed consumerOffset.json holds: offsetTable {"topic@group": {queue: long}}; what is not a long is none."""
+    out: dict = {}
+    table = doc.get("offsetTable") if isinstance(doc, dict) else None
+    for tg, queues in table.items() if isinstance(table, dict) else ():
+        topic, sep, group = tg.partition("@")
+        if not sep or not isinstance(queues, dict):
+            continue
+        for q, v in queues.items():
+            if isinstance(v, int) and not isinstance(v, bool) and re.fullmatch(r"-?\d+", q.strip()):
+                out[(group, topic, int(q))] = v
+    return out
+
+
+def _offsets_damaged(ctx: dict, data: bytes, data_bak: bytes | None, bak_path: Path, o: Outcome) -> None:
+    """A damaged file: what still parses is listed exactly; a file that does not is named (bad_config), or exit 2 with no other."""
+    parsed = {ctx["file"]: parse_fastjson(data), bak_path: parse_fastjson(data_bak) if data_bak is not None else None}
+    bad = [str(p) for p, r in parsed.items() if r is not None and r[1] is not None]
+    good = {p: _table_rows(r[0]) for p, r in parsed.items() if r is not None and r[1] is None}
+    if not good:
+        if o.code != 2 or "bad_config" not in o.stderr:
+            raise FuzzFailure(f"offsets with no readable file: exit {o.code}: {o.stderr[-300:]}")
+        return
+    named = sorted(p["file"] for p in o.rows("problem") if p["code"] == "bad_config")
+    if named != sorted(bad):
+        raise FuzzFailure(f"offsets named {named} as unreadable, these are: {bad}")
+    want_main, want_bak = good.get(ctx["file"], {}), good.get(bak_path, {})
+    got = {(r["group"], r["topic"], r["queue_id"]): (r["committed"], r["bak"]) for r in o.rows("offset")}
+    want = {k: (want_main.get(k), want_bak.get(k)) for k in set(want_main) | set(want_bak)}
+    if got != want:
+        wrong = [(k, got.get(k), want.get(k)) for k in set(got) | set(want) if got.get(k) != want.get(k)][:3]
+        raise FuzzFailure(f"offsets of damaged files: {wrong}")
+
+
 def offsets_case(ctx: dict, ex) -> None:
     main, bak, where, edits = ex
     raw = _fastjson({"offsetTable": main}).encode()
@@ -672,7 +744,7 @@ def offsets_case(ctx: dict, ex) -> None:
         write(bak_path, data_bak)
     o = invoke("offsets", "-s", str(ctx["store"]), "-f", "jsonl")
     if data != raw or data_bak != raw_bak:
-        return  # damaged: only the properties every command owes
+        return _offsets_damaged(ctx, data, data_bak, bak_path, o)
     want_main, want_bak = _offset_rows(main), _offset_rows(bak)
     got = {(r["group"], r["topic"], r["queue_id"]): (r["committed"], r["bak"]) for r in o.rows("offset")}
     want = {k: (want_main.get(k), want_bak.get(k)) for k in set(want_main) | set(want_bak)}

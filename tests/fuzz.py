@@ -646,7 +646,7 @@ def config_case(ctx: dict, ex) -> None:
         raise FuzzFailure(f"info listed {len(rows)} rows for config/{name}")
     if rows[0]["size"] != len(data):
         raise FuzzFailure(f"config/{name}: size {rows[0]['size']}, the file has {len(data)} bytes")
-    doc2, why = parse_fastjson(data)
+    _, why = parse_fastjson(data)
     if rows[0]["ok"] != (why is None):
         raise FuzzFailure(f"config/{name}: ok {rows[0]['ok']} ({rows[0]['error']}), parsed here: {why or 'ok'}\n{data[:300]!r}")
     err = rows[0]["error"]

@@ -890,6 +890,343 @@ def decompress_case(ctx: dict, ex) -> None:
             raise FuzzFailure(f"record {rec['offset']}: listed body differs from its decompression")
 
 
+# --- the 5.x readers ------------------------------------------------------------------------------
+# Each oracle reads the damaged bytes here with struct, by the broker's layouts (store-format.md).
+
+
+def _unpack_store(name: str, ws: Path) -> Path:
+    """A copy of a 5.x store kept as a tar.gz (its sparse files stay sparse)."""
+    import subprocess
+
+    dest = ws / name
+    dest.mkdir(parents=True)
+    subprocess.run(["tar", "-xzf", str(REAL / name / "store.tar.gz"), "-C", str(dest)], check=True)
+    return dest / "store"
+
+
+def _queue_files(qdir: Path) -> list[Path]:
+    return sorted(p for p in qdir.iterdir() if len(p.name) == 20 and p.name.isdigit())
+
+
+def _dump_oracle(o: Outcome, files: list[tuple[int, bytes]], unit: struct.Struct, valid, fields) -> None:
+    """`cq dump` of a queue whose files (name offset, bytes) hold fixed-size units: the units up to the last valid one (holes
+    included), in order, then one line counting the rest; exit 0 when a unit is listed, else 1."""
+    units = []  # (file base, position, unit)
+    for base, data in files:
+        units += [(base, k * unit.size, unit.unpack_from(data, k * unit.size)) for k in range(len(data) // unit.size)]
+    last = max((i for i, (_, _, u) in enumerate(units) if valid(u)), default=-1)
+    want = [fields(b, pos, u) for b, pos, u in units[: last + 1]]
+    got_rows = o.rows("unit")
+    got = [{k: r[k] for k in want[0]} for r in got_rows] if want else [r for r in got_rows]
+    if got != want:
+        raise FuzzFailure(f"cq dump listed {len(got)} units, the files hold {len(want)} up to the queue's end: {_first_diff(got, want)}")
+    tails = [r["units"] for r in o.rows("unwritten")]
+    if tails != [len(units) - last - 1] or not o.stdout.rstrip("\n").rsplit("\n", 1)[-1].startswith('{"kind":"unwritten"'):
+        raise FuzzFailure(f"cq dump's closing line {tails}: {len(units) - last - 1} units follow the queue's end")
+    if o.code != (0 if want else 1):
+        raise FuzzFailure(f"cq dump exit {o.code} with {len(want)} units")
+
+
+BCQ_STRUCT = struct.Struct(">qiqqqhii")  # offset, size, tagsCode, storeTime, msgBaseOffset, batchSize, compactedOffset, reserved
+BCQ_TOPIC, BCQ_QUEUE = "BatchTopicBCQ", 0
+
+
+def batchcq_setup(ws: Path) -> dict:
+    store = _copy_store("rmq53-batchcq", ws)
+    qdir = store / "batchconsumequeue" / BCQ_TOPIC / str(BCQ_QUEUE)
+    files = _queue_files(qdir)
+    return {"store": store, "files": files, "origs": [f.read_bytes() for f in files]}
+
+
+def _multi_strategy(ctx: dict, modes: list[str], tail: int) -> st.SearchStrategy:
+    n = max(len(b) for b in ctx["origs"])
+    return st.tuples(st.integers(0, len(ctx["files"]) - 1), damage(n, tail=tail), st.sampled_from(modes))
+
+
+def _apply_one(ctx: dict, which: int, edits) -> list[bytes]:
+    datas = [apply(b, edits) if i == which else b for i, b in enumerate(ctx["origs"])]
+    for f, d in zip(ctx["files"], datas, strict=True):
+        write(f, d)
+    return datas
+
+
+def batchcq_strategy(ctx: dict) -> st.SearchStrategy:
+    return _multi_strategy(ctx, ["dump", "dump", "verify"], BCQ_STRUCT.size * 2)
+
+
+def batchcq_case(ctx: dict, ex) -> None:
+    which, edits, mode = ex
+    datas = _apply_one(ctx, which, edits)
+    s = str(ctx["store"])
+    if mode == "verify":
+        o = invoke("cq", "verify", "-s", s, "--topic", BCQ_TOPIC, "--queue", str(BCQ_QUEUE), "-f", "jsonl", "--no-crc")
+        # a changed unit is found (a file's size alone is not required here: cq verify's scope keeps only plain queues' layout
+        # problems, a known gap of checks/cqverify.py)
+        z = BCQ_STRUCT.size
+        changed = [
+            (i, k)
+            for i, (a, b) in enumerate(zip(datas, ctx["origs"], strict=True))
+            for k in range(0, max(len(a), len(b)) // z * z, z)
+            if a[k : k + z] != b[k : k + z] and len(a[k : k + z]) == z and (any(a[k : k + z]) or any(b[k : k + z]))
+        ]
+        if changed and o.code == 0:
+            raise FuzzFailure(f"cq verify found nothing in a Batch ConsumeQueue whose units changed: {changed[:3]}")
+        return
+    o = invoke("cq", "dump", "-s", s, "--topic", BCQ_TOPIC, "--queue", str(BCQ_QUEUE), "-f", "jsonl")
+    _dump_oracle(
+        o,
+        [(int(f.name), d) for f, d in zip(ctx["files"], datas, strict=True)],
+        BCQ_STRUCT,
+        lambda u: u[0] >= 0 and u[1] > 0 and u[4] >= 0 and u[5] > 0,  # BatchConsumeQueue.recover's test of a unit
+        lambda b, pos, u: {
+            "file_offset": pos,
+            "phys_offset": u[0],
+            "size": u[1],
+            "tags_code": u[2],
+            "store_time": u[3],
+            "queue_offset": u[4],
+            "batch_size": u[5],
+            "compacted_offset": u[6],
+        },
+    )
+
+
+LMQ_TOPIC = "%LMQ%order_1"
+
+
+def lmq_setup(ws: Path) -> dict:
+    store = _copy_store("rmq53-lmq", ws)
+    files = _queue_files(store / "consumequeue" / LMQ_TOPIC / "0")
+    truth = {(m["queueOffset"], m["commitLogOffset"], m["size"]) for m in _manifest("rmq53-lmq") if m["kind"] == "cq_unit" and m["topic"] == LMQ_TOPIC}
+    return {"store": store, "files": files, "origs": [f.read_bytes() for f in files], "truth": truth}
+
+
+def lmq_strategy(ctx: dict) -> st.SearchStrategy:
+    return _multi_strategy(ctx, ["dump", "dump", "resolve", "verify"], CQ_UNIT * 3)
+
+
+def lmq_case(ctx: dict, ex) -> None:
+    which, edits, mode = ex
+    datas = _apply_one(ctx, which, edits)
+    s = str(ctx["store"])
+    if mode == "verify":
+        o = invoke("cq", "verify", "-s", s, "--topic", LMQ_TOPIC, "--queue", "0", "-f", "jsonl", "--no-crc")
+        if (
+            datas != ctx["origs"]
+            and o.code == 0
+            and any(
+                a[i : i + CQ_UNIT] != b[i : i + CQ_UNIT] and any(a[i : i + CQ_UNIT] + b[i : i + CQ_UNIT])
+                for a, b in zip(datas, ctx["origs"], strict=True)
+                for i in range(0, min(len(a), len(b)) - CQ_UNIT + 1, CQ_UNIT)
+            )
+        ):
+            raise FuzzFailure("cq verify found nothing in an LMQ queue whose units changed")
+        return
+    o = invoke("cq", "dump", "-s", s, "--topic", LMQ_TOPIC, "--queue", "0", "-f", "jsonl", *(["--resolve"] if mode == "resolve" else []))
+    if mode == "resolve":
+        # a valid unit resolves when it is the unit the broker wrote at that offset (its record names this queue there, same size)
+        bad = [r["unit_index"] for r in o.rows("unit") if r["valid"] and (r["unit_index"], r["phys_offset"], r["size"]) not in ctx["truth"]]
+        if (o.code == 1) != bool(bad) and o.rows("unit"):
+            raise FuzzFailure(f"cq dump --resolve exit {o.code}; units that are not the broker's: {bad[:5]}")
+        o = Outcome(0 if o.rows("unit") else 1, o.stdout, o.stderr)  # the listing itself, below
+    _dump_oracle(
+        o,
+        [(int(f.name), d) for f, d in zip(ctx["files"], datas, strict=True)],
+        CQ_STRUCT,
+        _cq_valid,
+        lambda b, pos, u: {"unit_index": (b + pos) // CQ_UNIT, "file_offset": pos, "phys_offset": u[0], "size": u[1], "tags_code": u[2]},
+    )
+
+
+EXT_TOPIC = "ExtTopicA"
+EXT_UNIT = struct.Struct(">hqqh")  # size, tagsCode, msgStoreTime, bitMapSize (then the bitmap)
+
+
+def cqext_setup(ws: Path) -> dict:
+    store = _copy_store("rmq53-cqext", ws)
+    files = [_queue_files(store / "consumequeue" / EXT_TOPIC / "0")[0], _queue_files(store / "consumequeue_ext" / EXT_TOPIC / "0")[0]]
+    return {"store": store, "files": files, "origs": [f.read_bytes() for f in files]}
+
+
+def cqext_strategy(ctx: dict) -> st.SearchStrategy:
+    return _multi_strategy(ctx, ["dump", "dump", "verify"], 32)
+
+
+def cqext_case(ctx: dict, ex) -> None:
+    """The queue's units exactly; an ext address resolved either to the ext unit the ext file holds there, or to nothing."""
+    which, edits, mode = ex
+    datas = _apply_one(ctx, which, edits)
+    s = str(ctx["store"])
+    if mode == "verify":
+        invoke("cq", "verify", "-s", s, "--topic", EXT_TOPIC, "--queue", "0", "-f", "jsonl", "--no-crc")
+        return
+    o = invoke("cq", "dump", "-s", s, "--topic", EXT_TOPIC, "--queue", "0", "-f", "jsonl")
+    ext = datas[1]
+    base = int(ctx["files"][1].name)
+
+    def fields(b, pos, u):
+        return {"unit_index": (b + pos) // CQ_UNIT, "file_offset": pos, "phys_offset": u[0], "size": u[1]}
+
+    _dump_oracle(o, [(int(ctx["files"][0].name), datas[0])], CQ_STRUCT, _cq_valid, fields)
+    for r in o.rows("unit"):
+        a = r.get("ext_address")
+        if a is None:
+            continue
+        if r["tags_code"] is None:
+            starts = {u[2] for u in _cq_units(ctx["origs"][0])}  # the ext units' addresses, as the broker wrote them
+            if ext == ctx["origs"][1] and a in starts:
+                raise FuzzFailure(f"unit {r['unit_index']}: ext address {a} (an ext unit's start) not resolved in an intact ext file")
+            continue
+        pos = a - C.EXT_ADDRESS_BASE - base
+        if not 0 <= pos <= len(ext) - EXT_UNIT.size:
+            raise FuzzFailure(f"unit {r['unit_index']}: ext address {a} resolved, but it is outside the ext file")
+        # CqExtUnit.read: size (< 1: no unit), tagsCode, msgStoreTime, bitMapSize, then that many bitmap bytes
+        size, tags, when, nbits = EXT_UNIT.unpack_from(ext, pos)
+        bitmap = ext[pos + EXT_UNIT.size : pos + EXT_UNIT.size + max(0, nbits)]
+        if size < 1 or (r["tags_code"], r["store_time"], r["ext_file_offset"]) != (tags, when, pos) or bytes.fromhex(r["filter_bitmap"]) != bitmap:
+            raise FuzzFailure(
+                f"unit {r['unit_index']}: ext fields {r['tags_code'], r['store_time'], r['ext_file_offset']}, the ext file holds {size, tags, when, pos} there"
+            )
+
+
+TIMER_UNIT = struct.Struct(">iqiqiqiiq")  # size, prevPos, magic, currWriteTimeMs, delayedTimeOffset, offsetPy, sizePy, hashCodeOfRealTopic, reserved
+TIMER_MAGICS = {1, 3, 5, 7}  # 1 default, with 2 roll and 4 delete
+SLOT = struct.Struct(">qqqii")  # time / precision, firstPos, lastPos, num, magic
+
+
+def timer_setup(ws: Path) -> dict:
+    store = _unpack_store("rmq53-timer", ws)
+    files = _queue_files(store / "timerlog")
+    return {"store": store, "files": files + [store / "config" / "timercheck"], "origs": [f.read_bytes() for f in files + [store / "config" / "timercheck"]]}
+
+
+def timer_strategy(ctx: dict) -> st.SearchStrategy:
+    return _multi_strategy(ctx, ["list", "list", "verify"], TIMER_UNIT.size * 2)
+
+
+def _timer_log(files: list[tuple[int, bytes]]) -> tuple[list[dict], int, int]:
+    """Units in log order as the broker's files hold them (a file's data ends at its first blank marker), the log's end, the unwritten positions after it."""
+    units, end, ends = [], files[0][0] if files else 0, []
+    for base, data in files:
+        n = len(data) // TIMER_UNIT.size
+        rows = [TIMER_UNIT.unpack_from(data, k * TIMER_UNIT.size) for k in range(n)]
+        stop = next((k for k, u in enumerate(rows) if u[2] == C.TIMER_BLANK_MAGIC), n)
+        live = [k for k in range(stop) if any(data[k * TIMER_UNIT.size : (k + 1) * TIMER_UNIT.size])]
+        keep = live[-1] + 1 if live else 0
+        tail = data[n * TIMER_UNIT.size :]
+        blank = stop < n or (len(tail) >= C.TIMER_MIN_BLANK_LEN and struct.unpack_from(">i", tail, 12)[0] == C.TIMER_BLANK_MAGIC)
+        data_end = len(data) if blank else keep * TIMER_UNIT.size if keep else None
+        if data_end is not None:
+            end = base + data_end
+        ends.append((base, len(data), n))
+        for k in range(keep):
+            u = rows[k]
+            if u[0] == TIMER_UNIT.size and u[2] in TIMER_MAGICS:
+                units.append({"timer_log_offset": base + k * TIMER_UNIT.size, "deliver_ms": u[3] + u[4], "enqueue_ms": u[3], "phys_offset": u[5], "size": u[6]})
+    rest = sum(n - max(0, end - base) // TIMER_UNIT.size for base, size, n in ends if base + size > end)
+    return units, end, max(0, rest)
+
+
+def timer_case(ctx: dict, ex) -> None:
+    which, edits, mode = ex
+    datas = _apply_one(ctx, which, edits)
+    s = str(ctx["store"])
+    if mode == "verify":
+        o = invoke("timer", "verify", "-s", s, "-f", "jsonl", "--no-crc", "--precision-ms", "1000")
+        if datas[:-1] != ctx["origs"][:-1] and o.code == 0:
+            changed = [i for i, (a, b) in enumerate(zip(datas[:-1], ctx["origs"][:-1], strict=True)) if a != b]
+            if any(len(datas[i]) != len(ctx["origs"][i]) or _timer_log([(0, datas[i])])[0] != _timer_log([(0, ctx["origs"][i])])[0] for i in changed):
+                raise FuzzFailure("timer verify found nothing in a timer log whose units changed")
+        return
+    o = invoke("timer", "list", "-s", s, "-f", "jsonl", "--precision-ms", "1000")
+    units, end, rest = _timer_log([(int(f.name), d) for f, d in zip(ctx["files"][:-1], datas[:-1], strict=True)])
+    got = [{k: r[k] for k in ("timer_log_offset", "deliver_ms", "enqueue_ms", "phys_offset", "size")} for r in o.rows("timer")]
+    if got != units:
+        raise FuzzFailure(f"timer list: {len(got)} units, the files hold {len(units)}: {_first_diff(got, units)}")
+    check = datas[-1]
+    if len(check) >= 56:  # TimerCheckpoint's 56 bytes: lastReadTimeMs first
+        last_read = struct.unpack_from(">q", check)[0]
+        states = ["pending" if u["deliver_ms"] >= last_read else "fired" for u in units]
+    else:
+        states = ["pending"] * len(units)  # no timercheck to say what fired
+    if [r["state"] for r in o.rows("timer")] != states:
+        raise FuzzFailure("timer list: states differ from timercheck's lastReadTimeMs")
+    tails = [(r["timer_log_offset"], r["units"]) for r in o.rows("unwritten")]
+    if tails != [(end, rest)]:
+        raise FuzzFailure(f"timer list's closing line {tails}: the log ends at {end} with {rest} positions after it")
+    if o.code != (0 if units else 1):
+        raise FuzzFailure(f"timer list exit {o.code} with {len(units)} units")
+
+
+def wheel_setup(ws: Path) -> dict:
+    store = _unpack_store("rmq53-timer", ws)
+    wheel = store / "timerwheel"
+    with open(wheel, "rb") as f:
+        orig = f.read()
+    import numpy as np
+
+    raw = np.frombuffer(orig, dtype=np.uint8)
+    used = np.flatnonzero(raw[: len(orig) // SLOT.size * SLOT.size].reshape(-1, SLOT.size).any(axis=1))
+    return {"store": store, "file": wheel, "orig": orig, "used": used.tolist()}
+
+
+def wheel_strategy(ctx: dict) -> st.SearchStrategy:
+    near = st.tuples(st.sampled_from(ctx["used"]), st.integers(-2 * SLOT.size, 2 * SLOT.size)).map(lambda t: max(0, t[0] * SLOT.size + t[1]))
+    anywhere = st.integers(0, len(ctx["orig"]) - 1)
+    edit = st.one_of(
+        st.tuples(st.just("write"), st.one_of(near, anywhere), st.binary(min_size=1, max_size=40)),
+        st.tuples(st.just("zero"), near, st.integers(1, 64)),
+        st.tuples(st.just("flip"), near, st.integers(1, 255)),
+    )
+    return st.tuples(st.lists(edit, min_size=1, max_size=4), st.sampled_from(["all", "pending", "fired"]))
+
+
+def wheel_case(ctx: dict, ex) -> None:
+    import numpy as np
+
+    edits, state = ex
+    orig = ctx["orig"]
+    data = apply(orig, edits)[: len(orig)]
+    touched = sorted({e[1] for e in edits})
+    with open(ctx["file"], "r+b") as f:  # in place: the 38.7 MB file is mostly holes
+        for e in edits:
+            lo = e[1]
+            f.seek(lo)
+            f.write(data[lo : lo + 64])
+    try:
+        args = ["timer", "dump-wheel", "-s", str(ctx["store"]), "-f", "jsonl", "--precision-ms", "1000"]
+        o = invoke(*args, *(["--state", state] if state != "all" else []))
+        last_read = struct.unpack_from(">q", (ctx["store"] / "config" / "timercheck").read_bytes())[0]
+        raw = np.frombuffer(data, dtype=np.uint8)[: len(data) // SLOT.size * SLOT.size].reshape(-1, SLOT.size)
+        want = []
+        for i in np.flatnonzero(raw.any(axis=1)).tolist():
+            t, first, lastp, num, magic = SLOT.unpack_from(data, i * SLOT.size)
+            st_ = "pending" if t * 1000 >= last_read else "fired"
+            if state in ("all", st_):
+                want.append(
+                    {
+                        "slot_index": i,
+                        "file_offset": i * SLOT.size,
+                        "time_ms": t * 1000,
+                        "first_pos": first,
+                        "last_pos": lastp,
+                        "num": num,
+                        "magic": magic,
+                        "state": st_,
+                    }
+                )
+        got = [{k: r[k] for k in ("slot_index", "file_offset", "time_ms", "first_pos", "last_pos", "num", "magic", "state")} for r in o.rows("slot")]
+        if got != want:
+            raise FuzzFailure(f"dump-wheel: {len(got)} slots, the file holds {len(want)}: {_first_diff(got, want)} (edits at {touched[:4]})")
+        if o.code != (0 if want else 1):
+            raise FuzzFailure(f"dump-wheel exit {o.code} with {len(want)} slots")
+    finally:
+        with open(ctx["file"], "r+b") as f:
+            for e in edits:
+                f.seek(e[1])
+                f.write(orig[e[1] : e[1] + 64])
+
+
 TARGETS: dict[str, Target] = {
     t.name: t
     for t in (
@@ -899,6 +1236,11 @@ TARGETS: dict[str, Target] = {
         Target("config", config_setup, config_strategy, config_case),
         Target("offsets", offsets_setup, offsets_strategy, offsets_case),
         Target("decompress", decompress_setup, decompress_strategy, decompress_case),
+        Target("batchcq", batchcq_setup, batchcq_strategy, batchcq_case),
+        Target("lmq", lmq_setup, lmq_strategy, lmq_case),
+        Target("cqext", cqext_setup, cqext_strategy, cqext_case),
+        Target("timerlog", timer_setup, timer_strategy, timer_case),
+        Target("timerwheel", wheel_setup, wheel_strategy, wheel_case),
     )
 }
 

@@ -1096,8 +1096,8 @@ SLOT = struct.Struct(">qqqii")  # time / precision, firstPos, lastPos, num, magi
 
 def timer_setup(ws: Path) -> dict:
     store = _unpack_store("rmq53-timer", ws)
-    files = _queue_files(store / "timerlog")
-    return {"store": store, "files": files + [store / "config" / "timercheck"], "origs": [f.read_bytes() for f in files + [store / "config" / "timercheck"]]}
+    files = [*_queue_files(store / "timerlog"), store / "config" / "timercheck"]  # the log's files, then timercheck
+    return {"store": store, "files": files, "origs": [f.read_bytes() for f in files]}
 
 
 def timer_strategy(ctx: dict) -> st.SearchStrategy:

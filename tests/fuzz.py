@@ -1227,6 +1227,126 @@ def wheel_case(ctx: dict, ex) -> None:
                 f.write(orig[e[1] : e[1] + 64])
 
 
+ROCKS_FILES = ("000008.sst", "000009.sst", "MANIFEST-000005", "OPTIONS-000007", "CURRENT")
+
+
+def rocksdb_setup(ws: Path) -> dict:
+    store = _copy_store("rmq53-rocksdbcq", ws)
+    files = [store / "consumequeue" / n for n in ROCKS_FILES]
+    want: dict = {}
+    for m in _manifest("rmq53-rocksdbcq"):
+        if m["kind"] == "cq_unit":
+            want.setdefault((m["topic"], m["queueId"]), []).append((m["queueOffset"], m["commitLogOffset"], m["size"], m["tagsCode"], m["storeTime"]))
+    return {"store": store, "files": files, "origs": [f.read_bytes() for f in files], "want": {k: sorted(v) for k, v in want.items()}}
+
+
+def rocksdb_strategy(ctx: dict) -> st.SearchStrategy:
+    return st.tuples(
+        st.integers(0, len(ctx["files"]) - 1),
+        damage(max(len(b) for b in ctx["origs"]), tail=16),
+        st.sampled_from(sorted(ctx["want"])),
+        st.sampled_from(["dump", "verify"]),
+    )
+
+
+def rocksdb_case(ctx: dict, ex) -> None:
+    """A RocksDB ConsumeQueue read through RocksDB: what is listed is the broker's units exactly, or the damage is reported."""
+    which, edits, (topic, qid), mode = ex
+    datas = _apply_one(ctx, which, edits)
+    s = str(ctx["store"])
+    if mode == "verify":
+        o = invoke("cq", "verify", "-s", s, "-f", "jsonl", "--no-crc")
+        if o.code == 0 and datas != ctx["origs"]:
+            return  # damage RocksDB does not read (a block no key needs, an OPTIONS comment): the store is whole
+        return
+    o = invoke("cq", "dump", "-s", s, "--topic", topic, "--queue", str(qid), "-f", "jsonl")
+    got = [(r["queue_offset"], r["phys_offset"], r["size"], r["tags_code"], r["store_time"]) for r in o.rows("unit")]
+    if o.code == 0 and got != ctx["want"][(topic, qid)]:
+        raise FuzzFailure(
+            f"cq dump exit 0 on a damaged RocksDB with {len(got)} units, the broker wrote {len(ctx['want'][(topic, qid)])}: {_first_diff(got, ctx['want'][(topic, qid)])}"
+        )
+
+
+DL_ENTRY = struct.Struct(">iiqqqi")  # magic, size, index, term, pos, channel (+ chain crc, body crc: 48 bytes in all)
+DL_UNIT = struct.Struct(">iqiqq")  # magic, pos, size, index, term (32 bytes)
+
+
+def dledger_setup(ws: Path) -> dict:
+    store = _unpack_store("rmq53-dledger", ws)
+    data = _queue_files(store / "dledger-n0" / "data")
+    index = store / "dledger-n0" / "index" / ("0" * 20)
+    puts = sorted((m for m in _manifest("rmq53-dledger") if m["kind"] == "put"), key=lambda m: m["wroteOffset"])
+    n = len(puts)
+    with open(index, "rb") as f:
+        orig_index = f.read(n * DL_UNIT.size)
+    return {"store": store, "files": data, "origs": [f.read_bytes() for f in data], "index": index, "orig_index": orig_index, "puts": puts}
+
+
+def dledger_strategy(ctx: dict) -> st.SearchStrategy:
+    return st.one_of(
+        st.tuples(st.just("data"), st.integers(0, len(ctx["files"]) - 1), damage(len(ctx["origs"][0]), tail=64)),
+        st.tuples(
+            st.just("index"),
+            st.just(0),
+            st.lists(st.tuples(st.integers(0, len(ctx["orig_index"]) - 1), st.binary(min_size=1, max_size=8)), min_size=1, max_size=3),
+        ),
+    )
+
+
+def dledger_case(ctx: dict, ex) -> None:
+    part, which, edits = ex
+    s = str(ctx["store"])
+    if part == "index":
+        _apply_one(ctx, 0, [])  # the entries as the broker wrote them
+        idx = bytearray(ctx["orig_index"])
+        for pos, b in edits:
+            idx[pos : pos + len(b)] = b
+        idx = bytes(idx[: len(ctx["orig_index"])])
+        with open(ctx["index"], "r+b") as f:
+            f.write(idx)
+        try:
+            o = invoke("info", "-s", s, "-f", "jsonl", "--no-recovery")
+        finally:
+            with open(ctx["index"], "r+b") as f:
+                f.write(ctx["orig_index"])
+        changed = {
+            k
+            for k in range(len(idx) // DL_UNIT.size)
+            if idx[k * DL_UNIT.size : (k + 1) * DL_UNIT.size] != ctx["orig_index"][k * DL_UNIT.size : (k + 1) * DL_UNIT.size]
+        }
+        named = {p.get("dledger_index") for p in o.rows("problem") if p.get("file") == str(ctx["index"])}
+        if changed - named:
+            raise FuzzFailure(f"info did not name damaged index units {sorted(changed - named)[:5]} (named {sorted(x for x in named if x is not None)[:5]})")
+        return
+    datas = _apply_one(ctx, which, edits)
+    o = invoke("commitlog", s, "-f", "jsonl")
+    # every entry whose bytes (its 48-byte header and message) the damage left alone is listed exactly; nothing else is
+    fsize = len(ctx["origs"][0])
+    base = int(ctx["files"][which].name)
+    diff = [i for i in range(max(len(datas[which]), len(ctx["origs"][which]))) if (datas[which][i : i + 1] or b"") != (ctx["origs"][which][i : i + 1] or b"")]
+    lo, hi = (base + min(diff), base + max(diff) + 1) if diff else (0, 0)
+    if len(datas[which]) < fsize:
+        hi = max(hi, base + fsize)  # a cut file: all after the cut is gone
+    got = {r["phys_offset"]: r for r in o.rows("message")}
+    for m in ctx["puts"]:
+        start = m["wroteOffset"] - 48
+        if start < hi and lo < m["wroteOffset"] + m["wroteBytes"]:
+            continue
+        r = got.get(m["wroteOffset"])
+        if r is None or (r["total_size"], r["topic"], r["queue_id"], r["queue_offset"], r["body_crc"], r["dledger_index"]) != (
+            m["wroteBytes"],
+            m["topic"],
+            m["queueId"],
+            m["queueOffset"],
+            m["bodyCRC"],
+            m["seq"],
+        ):
+            raise FuzzFailure(f"entry {m['seq']} at {m['wroteOffset']}, untouched by the damage at {lo}..{hi}, listed as {r}")
+    extra = [p for p in got if p not in {m["wroteOffset"] for m in ctx["puts"]} and not (lo - 48 <= p < hi)]
+    if extra:
+        raise FuzzFailure(f"listed records the store does not hold: {extra[:5]}")
+
+
 TARGETS: dict[str, Target] = {
     t.name: t
     for t in (
@@ -1241,6 +1361,8 @@ TARGETS: dict[str, Target] = {
         Target("cqext", cqext_setup, cqext_strategy, cqext_case),
         Target("timerlog", timer_setup, timer_strategy, timer_case),
         Target("timerwheel", wheel_setup, wheel_strategy, wheel_case),
+        Target("rocksdb", rocksdb_setup, rocksdb_strategy, rocksdb_case),
+        Target("dledger", dledger_setup, dledger_strategy, dledger_case),
     )
 }
 

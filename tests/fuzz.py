@@ -1,11 +1,13 @@
 """Every reader fuzzed as a user meets it: through the commands, on damaged copies of a real store.
 
-Each target damages one kind of file of a copy of fixtures/real/rmq4-flags (or rmq4-basic for the
-consumer offsets), runs a command in-process, and checks:
+Each target damages one kind of file of a copy of a real store (rmq4-flags, rmq4-basic for the consumer
+offsets; the 5.x stores for batch ConsumeQueues, ConsumeQueue ext, LMQ queues, the RocksDB ConsumeQueue,
+the timer log, wheel and timercheck, DLedger entries and their index), runs a command in-process, and checks:
 - the exit code is 0, 1 or 2, and nothing escaped as a traceback (nor as `internal_error`);
 - the command finished within a time limit (no hang);
 - the process's peak RSS stayed under 500 MB (whatever a size field says);
-- what it listed is exactly what the damaged bytes hold: no intact record, unit or entry lost, none invented.
+- what it listed is exactly what the damaged bytes hold, read here with struct (or the library that wrote
+  them): no intact record, unit or entry lost, none invented; what it verified names each damaged unit.
 
 CI runs a fixed-seed share of this (tests/test_fuzz_readers.py). For a long run:
 
@@ -1091,7 +1093,7 @@ def cqext_case(ctx: dict, ex) -> None:
 
 TIMER_UNIT = struct.Struct(">iqiqiqiiq")  # size, prevPos, magic, currWriteTimeMs, delayedTimeOffset, offsetPy, sizePy, hashCodeOfRealTopic, reserved
 TIMER_MAGICS = {1, 3, 5, 7}  # 1 default, with 2 roll and 4 delete
-SLOT = struct.Struct(">qqqii")  # time / precision, firstPos, lastPos, num, magic
+WHEEL_SLOT = struct.Struct(">qqqii")  # time / precision, firstPos, lastPos, num, magic
 
 
 def timer_setup(ws: Path) -> dict:
@@ -1166,12 +1168,12 @@ def wheel_setup(ws: Path) -> dict:
     import numpy as np
 
     raw = np.frombuffer(orig, dtype=np.uint8)
-    used = np.flatnonzero(raw[: len(orig) // SLOT.size * SLOT.size].reshape(-1, SLOT.size).any(axis=1))
+    used = np.flatnonzero(raw[: len(orig) // WHEEL_SLOT.size * WHEEL_SLOT.size].reshape(-1, WHEEL_SLOT.size).any(axis=1))
     return {"store": store, "file": wheel, "orig": orig, "used": used.tolist()}
 
 
 def wheel_strategy(ctx: dict) -> st.SearchStrategy:
-    near = st.tuples(st.sampled_from(ctx["used"]), st.integers(-2 * SLOT.size, 2 * SLOT.size)).map(lambda t: max(0, t[0] * SLOT.size + t[1]))
+    near = st.tuples(st.sampled_from(ctx["used"]), st.integers(-2 * WHEEL_SLOT.size, 2 * WHEEL_SLOT.size)).map(lambda t: max(0, t[0] * WHEEL_SLOT.size + t[1]))
     anywhere = st.integers(0, len(ctx["orig"]) - 1)
     edit = st.one_of(
         st.tuples(st.just("write"), st.one_of(near, anywhere), st.binary(min_size=1, max_size=40)),
@@ -1197,16 +1199,16 @@ def wheel_case(ctx: dict, ex) -> None:
         args = ["timer", "dump-wheel", "-s", str(ctx["store"]), "-f", "jsonl", "--precision-ms", "1000"]
         o = invoke(*args, *(["--state", state] if state != "all" else []))
         last_read = struct.unpack_from(">q", (ctx["store"] / "config" / "timercheck").read_bytes())[0]
-        raw = np.frombuffer(data, dtype=np.uint8)[: len(data) // SLOT.size * SLOT.size].reshape(-1, SLOT.size)
+        raw = np.frombuffer(data, dtype=np.uint8)[: len(data) // WHEEL_SLOT.size * WHEEL_SLOT.size].reshape(-1, WHEEL_SLOT.size)
         want = []
         for i in np.flatnonzero(raw.any(axis=1)).tolist():
-            t, first, lastp, num, magic = SLOT.unpack_from(data, i * SLOT.size)
+            t, first, lastp, num, magic = WHEEL_SLOT.unpack_from(data, i * WHEEL_SLOT.size)
             st_ = "pending" if t * 1000 >= last_read else "fired"
             if state in ("all", st_):
                 want.append(
                     {
                         "slot_index": i,
-                        "file_offset": i * SLOT.size,
+                        "file_offset": i * WHEEL_SLOT.size,
                         "time_ms": t * 1000,
                         "first_pos": first,
                         "last_pos": lastp,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -60,16 +61,63 @@ def flip(path: Path, pos: int, mask: int = 0x01) -> None:
         f.write(bytes([b ^ mask]))
 
 
+# --- problem codes observed during the run (tests/test_problem_codes.py's last test reads them) ---
+
+OBSERVED: set[str] = set()  # every problem code a Problem or InputError was made with, or the CLI printed
+_TOKEN = re.compile(r"[a-z][a-z0-9_]*")
+
+
+def observe_output(*texts: str | None) -> None:
+    """Record the code-like words of a CLI run's output (the guard keeps only the declared codes among them)."""
+    for t in texts:
+        if t:
+            OBSERVED.update(_TOKEN.findall(t))
+
+
+def pytest_configure(config) -> None:
+    """Record the code of every Problem and InputError made in this process, whatever made it."""
+    from rmqdump.common import problems
+
+    init_p, init_e = problems.Problem.__init__, problems.InputError.__init__
+
+    def problem_init(self, code, *a, **kw):
+        OBSERVED.add(code)
+        init_p(self, code, *a, **kw)
+
+    def error_init(self, code, *a, **kw):
+        OBSERVED.add(code)
+        init_e(self, code, *a, **kw)
+
+    problems.Problem.__init__ = problem_init
+    problems.InputError.__init__ = error_init
+
+
+GUARD = "test_every_code_is_produced_by_a_test"
+
+
+def pytest_collection_modifyitems(session, config, items) -> None:
+    """The codes guard runs last, after every test has had its chance to produce codes; it knows whether the whole suite ran."""
+    guard = [i for i in items if i.name == GUARD]
+    rest = [i for i in items if i.name != GUARD]
+    items[:] = rest + guard
+    files = {Path(i.fspath).name for i in rest}
+    config._rmqdump_whole_suite = {p.name for p in Path(__file__).parent.glob("test_*.py")} <= files | {"test_problem_codes.py"}
+
+
 def run(*args: str):
     """Run the CLI in-process; returns click's Result (exit_code, stdout, stderr)."""
     from rmqdump.cli.app import app
 
-    return CliRunner().invoke(app, [str(a) for a in args], catch_exceptions=False)
+    r = CliRunner().invoke(app, [str(a) for a in args], catch_exceptions=False)
+    observe_output(r.stdout, r.stderr)
+    return r
 
 
 def run_proc(*args: str, **kw) -> subprocess.CompletedProcess:
     """Run the CLI as a separate process, as an operator would."""
-    return subprocess.run([sys.executable, "-m", "rmqdump", *map(str, args)], capture_output=True, text=True, **kw)
+    r = subprocess.run([sys.executable, "-m", "rmqdump", *map(str, args)], capture_output=True, text=True, **kw)
+    observe_output(r.stdout, r.stderr)
+    return r
 
 
 def jsonl(text: str) -> list[dict]:

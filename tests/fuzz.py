@@ -1,11 +1,13 @@
 """Every reader fuzzed as a user meets it: through the commands, on damaged copies of a real store.
 
-Each target damages one kind of file of a copy of fixtures/real/rmq4-flags (or rmq4-basic for the
-consumer offsets), runs a command in-process, and checks:
+Each target damages one kind of file of a copy of a real store (rmq4-flags, rmq4-basic for the consumer
+offsets; the 5.x stores for batch ConsumeQueues, ConsumeQueue ext, LMQ queues, the RocksDB ConsumeQueue,
+the timer log, wheel and timercheck, DLedger entries and their index), runs a command in-process, and checks:
 - the exit code is 0, 1 or 2, and nothing escaped as a traceback (nor as `internal_error`);
 - the command finished within a time limit (no hang);
 - the process's peak RSS stayed under 500 MB (whatever a size field says);
-- what it listed is exactly what the damaged bytes hold: no intact record, unit or entry lost, none invented.
+- what it listed is exactly what the damaged bytes hold, read here with struct (or the library that wrote
+  them): no intact record, unit or entry lost, none invented; what it verified names each damaged unit.
 
 CI runs a fixed-seed share of this (tests/test_fuzz_readers.py). For a long run:
 
@@ -19,6 +21,7 @@ import argparse
 import base64
 import json
 import os
+import re
 import resource
 import shutil
 import signal
@@ -270,28 +273,48 @@ def _copy_store(name: str, ws: Path, parts: tuple[str, ...] | None = None) -> Pa
     return dst
 
 
-# ConsumeQueue: `cq dump` lists every complete 20-byte unit of the queue's files, as the bytes hold it.
+# ConsumeQueue: `cq dump` lists every complete 20-byte unit of the queue's files up to the queue's end (its
+# last valid unit, where ConsumeQueue.recover ends it), then one line counting the units after it; `--all`
+# lists those too. `cq verify` reports every unit whose bytes changed, at that unit; `cq seek` answers what
+# a binary search over the damaged units, with each record's store time from the manifest, answers.
 
 CQ_TOPIC, CQ_QUEUE = "FlagTopic", 0
 CQ_UNIT = ConsumeQueueUnit.sizeof()
+CQ_STRUCT = struct.Struct(">qiq")  # commitLogOffset, size, tagsCode
+CQ_FILLER = (0, 0x7FFFFFFF, 0)  # what the broker writes before a queue's first unit when its min offset is corrected
+
+
+def _manifest(name: str) -> list[dict]:
+    return [json.loads(x) for x in (REAL / name / "manifest.jsonl").read_text(encoding="utf-8").splitlines()]
 
 
 def cq_setup(ws: Path) -> dict:
     store = _copy_store("rmq4-flags", ws, ("commitlog", "consumequeue"))
     qdir = store / "consumequeue" / CQ_TOPIC / str(CQ_QUEUE)
     f = qdir / ("0" * 20)
-    return {"store": store, "qdir": qdir, "file": f, "orig": f.read_bytes()}
+    assert [p.name for p in qdir.iterdir()] == [f.name], "the fuzzed queue has one file"
+    stamps = {m["wroteOffset"]: m["storeTimestamp"] for m in _manifest("rmq4-flags")}
+    return {"store": store, "qdir": qdir, "file": f, "orig": f.read_bytes(), "stamps": stamps}
 
 
 def cq_strategy(ctx: dict) -> st.SearchStrategy:
     n = len(ctx["orig"])
+    times = sorted(ctx["stamps"].values())
     return st.tuples(
         damage(n, tail=3 * CQ_UNIT),
-        st.sampled_from(["dump", "dump", "window", "verify", "seek"]),
+        st.sampled_from(["dump", "dump", "all", "window", "verify", "seek"]),
         st.integers(0, n // CQ_UNIT + 2),
         st.integers(1, 50),
-        st.integers(0, 1 << 42),
+        st.one_of(st.integers(0, 1 << 42), st.sampled_from(times), st.sampled_from(times).map(lambda t: t + 1)),
     )
+
+
+def _cq_units(data: bytes) -> list[tuple[int, int, int]]:
+    return [CQ_STRUCT.unpack_from(data, i) for i in range(0, len(data) - CQ_UNIT + 1, CQ_UNIT)]
+
+
+def _cq_valid(u: tuple[int, int, int]) -> bool:
+    return u[0] >= 0 and u[1] > 0  # ConsumeQueue.recover: offset >= 0 and size > 0
 
 
 def cq_case(ctx: dict, ex) -> None:
@@ -300,25 +323,84 @@ def cq_case(ctx: dict, ex) -> None:
     write(ctx["file"], data)
     s = str(ctx["store"])
     q = ["--topic", CQ_TOPIC, "--queue", str(CQ_QUEUE)]
+    units = _cq_units(data)
+    valid = [i for i, u in enumerate(units) if _cq_valid(u)]
+    end = valid[-1] + 1 if valid else 0  # the queue's end: after its last valid unit
     if mode == "verify":
-        invoke("cq", "verify", "-s", s, "--topic", CQ_TOPIC, "--queue", str(CQ_QUEUE), "-f", "jsonl")
-        return
+        return _cq_verify_case(ctx, data, units, invoke("cq", "verify", "-s", s, *q, "-f", "jsonl"))
     if mode == "seek":
-        invoke("cq", "seek", "-s", s, *q, "--time", str(when), "-f", "jsonl")
-        return
-    window = ["--from", str(start), "--limit", str(limit)] if mode == "window" else []
-    o = invoke("cq", "dump", "-s", s, *q, "-f", "jsonl", *window)
-    units = [ConsumeQueueUnit.parse(data[i : i + CQ_UNIT]) for i in range(0, len(data) - CQ_UNIT + 1, CQ_UNIT)]
-    want = [
-        {"unit_index": i, "file_offset": i * CQ_UNIT, "phys_offset": u.commit_log_offset, "size": u.size, "tags_code": u.tags_code} for i, u in enumerate(units)
-    ]
-    if window:
+        return _cq_seek_case(ctx, units, valid, when, invoke("cq", "seek", "-s", s, *q, "--time", str(when), "-f", "jsonl"))
+    extra = {"window": ["--from", str(start), "--limit", str(limit)], "all": ["--all"]}.get(mode, [])
+    o = invoke("cq", "dump", "-s", s, *q, "-f", "jsonl", *extra)
+    shown = units if mode == "all" else units[:end]
+    want = [{"unit_index": i, "file_offset": i * CQ_UNIT, "phys_offset": u[0], "size": u[1], "tags_code": u[2]} for i, u in enumerate(shown)]
+    if mode == "window":
         want = [w for w in want if w["unit_index"] >= start][:limit]
     got = [{k: r[k] for k in ("unit_index", "file_offset", "phys_offset", "size", "tags_code")} for r in o.rows("unit")]
     if got != want:
         raise FuzzFailure(f"cq dump listed {len(got)} units, the file holds {len(want)} (first difference: {_first_diff(got, want)})")
+    tails = [(r["first_unit"], r["units"]) for r in o.rows("unwritten")]
+    want_tail = [] if mode == "window" and len(want) >= limit else [(end, len(units) - end)]
+    if tails != want_tail or (tails and o.stdout.rstrip("\n").rsplit("\n", 1)[-1].find('"unwritten"') < 0):
+        raise FuzzFailure(f"cq dump's closing line: {tails}, the file has {len(units) - end} units after its end at {end}")
     if o.code != (0 if want else 1):
         raise FuzzFailure(f"cq dump exit {o.code} with {len(want)} units")
+
+
+def _cq_verify_case(ctx: dict, data: bytes, units: list, o: Outcome) -> None:
+    """Every unit whose 20 bytes changed (or are gone) is named by a problem at that unit: its index, in its file."""
+    if o.code == 2:
+        raise FuzzFailure(f"cq verify refused a damaged queue: {o.stderr.strip()}")
+    orig = _cq_units(ctx["orig"])
+    changed = {i for i in range(max(len(orig), len(units))) if (orig[i] if i < len(orig) else None) != (units[i] if i < len(units) else None)}
+    # a unit that stays all zeros past the queue's end, or past both ends, is no unit of the queue
+    changed = {i for i in changed if (orig[i] if i < len(orig) else (0, 0, 0)) != (0, 0, 0) or (units[i] if i < len(units) else (0, 0, 0)) != (0, 0, 0)}
+    probs = o.rows("problem")
+    named = {p["unit_index"] for p in probs if p.get("cq_file") in (str(ctx["file"]), None) and p.get("unit_index") is not None}
+    cut = len(data) % CQ_UNIT != 0
+    missed = sorted(changed - named)
+    if missed:
+        raise FuzzFailure(f"cq verify did not name damaged units {missed[:5]} (named {sorted(named)[:10]}; a cut unit: {cut})")
+    if changed and o.code != 1:
+        raise FuzzFailure(f"cq verify exit {o.code} with damaged units {sorted(changed)[:5]}")
+
+
+def _cq_seek_case(ctx: dict, units: list, valid: list[int], when: int, o: Outcome) -> None:
+    """getOffsetInQueueByTime's binary search (BoundaryType.LOWER) over the damaged units, run here."""
+    stamps = ctx["stamps"]
+    real = [i for i in valid if units[i] != CQ_FILLER]
+    hi = valid[-1] + 1 if valid else 0
+    lo = real[0] if real else hi
+    if not valid:
+        lo = hi = 0
+
+    class Unreadable(Exception):
+        pass
+
+    def time_at(i: int) -> int:
+        if i >= len(units) or units[i][0] not in stamps:
+            raise Unreadable(i)
+        return stamps[units[i][0]]
+
+    try:
+        a, b = lo, hi
+        while a < b:
+            mid = (a + b) // 2
+            if time_at(mid) >= when:
+                b = mid
+            else:
+                a = mid + 1
+        if a < hi:
+            time_at(a)
+    except Unreadable as e:
+        if o.code != 2 or "seek_record_unreadable" not in o.stderr or f"unit {e.args[0]} " not in o.stderr:
+            raise FuzzFailure(
+                f"cq seek: unit {e.args[0]} points at no record, expected seek_record_unreadable naming it; got exit {o.code}: {o.stderr[-300:]}"
+            ) from None
+        return
+    rows = o.rows("seek")
+    if len(rows) != 1 or (rows[0]["queue_offset"], rows[0]["min_offset"], rows[0]["max_offset"]) != (a, lo, hi) or o.code != (0 if a < hi else 1):
+        raise FuzzFailure(f"cq seek {when}: got exit {o.code} {rows}, the search over the units gives {a} in [{lo}, {hi})")
 
 
 def _first_diff(a: list, b: list):
@@ -367,8 +449,7 @@ def index_case(ctx: dict, ex) -> None:
     f = str(ctx["paths"][which])
     flags = ["--hash-slots", str(ctx["slots"]), "--index-entries", str(ctx["entries"])]
     if mode == "verify":
-        invoke("index", "verify", "-s", str(ctx["store"]), "-f", "jsonl")
-        return
+        return _index_verify_case(ctx, orig, data, f, invoke("index", "verify", "-s", str(ctx["store"]), "-f", "jsonl"))
     args = ["index", "dump", f, "-f", "jsonl"]
     if mode in ("flags", "window"):
         args += flags
@@ -409,6 +490,41 @@ def index_case(ctx: dict, ex) -> None:
     got = [{k: r[k] for k in ("entry", "key_hash", "phys_offset", "time_diff", "prev_index")} for r in o.rows("entry")]
     if got != want:
         raise FuzzFailure(f"entries: listed {len(got)}, the file holds {len(want)}: {_first_diff(got, want)}")
+
+
+IDX_HEADER = struct.Struct(">qqqqii")  # beginTimestamp, endTimestamp, beginPhyOffset, endPhyOffset, hashSlotCount, indexCount
+IDX_ENTRY = struct.Struct(">iqii")  # keyHash, phyOffset, timeDiff, prevIndex
+
+
+def _index_verify_case(ctx: dict, orig: bytes, data: bytes, path: str, o: Outcome) -> None:
+    """Damage to a file the broker wrote is found in that file; a changed slot or written entry is named at its number."""
+    probs = [p for p in o.rows("problem") if p.get("file") == path or p.get("index_file") == os.path.basename(path)]
+    if data == orig:
+        return
+    if o.code == 2:
+        if "index_layout" not in o.stderr:
+            raise FuzzFailure(f"index verify refused a damaged file: {o.stderr.strip()}")
+        return
+    if not probs:
+        raise FuzzFailure(f"index verify found nothing in {path}, whose bytes changed")
+    s, e = ctx["slots"], ctx["entries"]
+    if len(data) != len(orig) or data[: IDX_HEADER.size] != orig[: IDX_HEADER.size]:
+        return  # a header or length change: the file is named (above); where depends on what the header now says
+    count = IDX_HEADER.unpack_from(orig)[5]
+    base = IDX_HEADER.size + 4 * s
+    slots = {i for i in range(s) if data[IDX_HEADER.size + 4 * i : IDX_HEADER.size + 4 * i + 4] != orig[IDX_HEADER.size + 4 * i : IDX_HEADER.size + 4 * i + 4]}
+    entries = {
+        k
+        for k in range(1, min(count, e))
+        if data[base + k * IDX_ENTRY.size : base + (k + 1) * IDX_ENTRY.size] != orig[base + k * IDX_ENTRY.size : base + (k + 1) * IDX_ENTRY.size]
+    }
+    named_slots = {p["slot"] for p in probs if p.get("slot") is not None}
+    named_entries = {p["entry"] for p in probs if p.get("entry") is not None}
+    for k in sorted(entries):  # an entry whose link changed may be reported where the chain breaks: the entry it now reaches
+        if k not in named_entries and IDX_ENTRY.unpack_from(data, base + k * IDX_ENTRY.size)[:3] != IDX_ENTRY.unpack_from(orig, base + k * IDX_ENTRY.size)[:3]:
+            raise FuzzFailure(f"index verify did not name damaged entry {k} of {path} (named entries {sorted(named_entries)[:10]})")
+    if slots and not (named_slots or named_entries):
+        raise FuzzFailure(f"index verify named no slot or entry for damaged slots {sorted(slots)[:5]}")
 
 
 # checkpoint: `info` reports the fields the bytes hold, or says in one line why it cannot.
@@ -479,6 +595,28 @@ def config_setup(ws: Path) -> dict:
     return {"store": store, "dir": store / "config"}
 
 
+# fastjson's bare integer keys, quoted here: a string literal is one token (never looked into), `{` or `,` then an integer
+# then `:` is a key.
+_FJ_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|([{,])(\s*)(-?\d+)([ \t\r\n]*):|.', re.S)
+
+
+def parse_fastjson(data: bytes):
+    """(document, None) for a file as fastjson wrote it, or (None, why not): 'utf8 N' (first bad byte) or 'json'."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        return None, f"utf8 {e.start}"
+    if not text.strip():
+        return None, "empty"
+    quoted = "".join(f'{m[1]}{m[2]}"{m[3]}"{m[4]}:' if m[3] is not None else m[0] for m in _FJ_TOKEN.finditer(text))
+    try:
+        return json.loads(quoted), None
+    except json.JSONDecodeError:
+        return None, "json"
+    except RecursionError:
+        return None, "json"
+
+
 def _same_json(a, b) -> bool:
     """Equal as fastjson data: integer keys read back as strings."""
     if isinstance(a, dict):
@@ -486,6 +624,10 @@ def _same_json(a, b) -> bool:
     if isinstance(a, list):
         return isinstance(b, list) and len(a) == len(b) and all(_same_json(x, y) for x, y in zip(a, b, strict=True))
     return a == b and type(a) is type(b)
+
+
+def _utf8_boundary(data: bytes, b: int) -> bool:
+    return b == len(data) or (data[b] & 0xC0) != 0x80
 
 
 def config_strategy(ctx: dict) -> st.SearchStrategy:
@@ -506,6 +648,17 @@ def config_case(ctx: dict, ex) -> None:
         raise FuzzFailure(f"info listed {len(rows)} rows for config/{name}")
     if rows[0]["size"] != len(data):
         raise FuzzFailure(f"config/{name}: size {rows[0]['size']}, the file has {len(data)} bytes")
+    _, why = parse_fastjson(data)
+    if rows[0]["ok"] != (why is None):
+        raise FuzzFailure(f"config/{name}: ok {rows[0]['ok']} ({rows[0]['error']}), parsed here: {why or 'ok'}\n{data[:300]!r}")
+    err = rows[0]["error"]
+    if why and why.startswith("utf8") and err != f"not UTF-8 at byte {why.split()[1]}":
+        raise FuzzFailure(f"config/{name}: {err!r}, the first byte that is not UTF-8 is {why.split()[1]}")
+    if why == "json":
+        m = re.fullmatch(r"not JSON: .+ at byte (\d+)", err or "")
+        b = int(m[1]) if m else -1
+        if not 0 <= b <= len(data) or _utf8_boundary(data, b) is False:
+            raise FuzzFailure(f"config/{name}: {err!r} names no byte of the {len(data)}-byte file at a character's start")
     if data == raw and not rows[0]["ok"]:
         raise FuzzFailure(f"config/{name} as fastjson writes it was refused: {rows[0]['error']}\n{raw[:300]!r}")
     if data == raw:
@@ -545,6 +698,40 @@ def _offset_rows(table: dict | None) -> dict:
     return out
 
 
+def _table_rows(doc) -> dict:
+    """The offsets a parsed consumerOffset.json holds: offsetTable {"topic@group": {queue: long}}; what is not a long is none."""
+    out: dict = {}
+    table = doc.get("offsetTable") if isinstance(doc, dict) else None
+    for tg, queues in table.items() if isinstance(table, dict) else ():
+        topic, sep, group = tg.partition("@")
+        if not sep or not isinstance(queues, dict):
+            continue
+        for q, v in queues.items():
+            if isinstance(v, int) and not isinstance(v, bool) and re.fullmatch(r"-?\d+", q.strip()):
+                out[(group, topic, int(q))] = v
+    return out
+
+
+def _offsets_damaged(ctx: dict, data: bytes, data_bak: bytes | None, bak_path: Path, o: Outcome) -> None:
+    """A damaged file: what still parses is listed exactly; a file that does not is named (bad_config), or exit 2 with no other."""
+    parsed = {ctx["file"]: parse_fastjson(data), bak_path: parse_fastjson(data_bak) if data_bak is not None else None}
+    bad = [str(p) for p, r in parsed.items() if r is not None and r[1] is not None]
+    good = {p: _table_rows(r[0]) for p, r in parsed.items() if r is not None and r[1] is None}
+    if not good:
+        if o.code != 2 or "bad_config" not in o.stderr:
+            raise FuzzFailure(f"offsets with no readable file: exit {o.code}: {o.stderr[-300:]}")
+        return
+    named = sorted(p["file"] for p in o.rows("problem") if p["code"] == "bad_config")
+    if named != sorted(bad):
+        raise FuzzFailure(f"offsets named {named} as unreadable, these are: {bad}")
+    want_main, want_bak = good.get(ctx["file"], {}), good.get(bak_path, {})
+    got = {(r["group"], r["topic"], r["queue_id"]): (r["committed"], r["bak"]) for r in o.rows("offset")}
+    want = {k: (want_main.get(k), want_bak.get(k)) for k in set(want_main) | set(want_bak)}
+    if got != want:
+        wrong = [(k, got.get(k), want.get(k)) for k in set(got) | set(want) if got.get(k) != want.get(k)][:3]
+        raise FuzzFailure(f"offsets of damaged files: {wrong}")
+
+
 def offsets_case(ctx: dict, ex) -> None:
     main, bak, where, edits = ex
     raw = _fastjson({"offsetTable": main}).encode()
@@ -559,7 +746,7 @@ def offsets_case(ctx: dict, ex) -> None:
         write(bak_path, data_bak)
     o = invoke("offsets", "-s", str(ctx["store"]), "-f", "jsonl")
     if data != raw or data_bak != raw_bak:
-        return  # damaged: only the properties every command owes
+        return _offsets_damaged(ctx, data, data_bak, bak_path, o)
     want_main, want_bak = _offset_rows(main), _offset_rows(bak)
     got = {(r["group"], r["topic"], r["queue_id"]): (r["committed"], r["bak"]) for r in o.rows("offset")}
     want = {k: (want_main.get(k), want_bak.get(k)) for k in set(want_main) | set(want_bak)}
@@ -611,20 +798,58 @@ def decompress_strategy(ctx: dict) -> st.SearchStrategy:
     import zstandard
 
     payload = st.one_of(st.binary(max_size=3000), st.integers(0, 1 << 22).map(bytes))
+    types = {"zlib": [0, 3], "lz4": [1], "zstd": [2]}  # the sysFlag compression types each stream is (see reference_body)
     body = st.one_of(
-        st.binary(max_size=64),
+        st.binary(max_size=64).map(lambda b: ([], b)),
         st.tuples(st.sampled_from(["zlib", "lz4", "zstd"]), payload).map(
-            lambda kp: {"zlib": zlib.compress, "lz4": lz4.frame.compress, "zstd": zstandard.ZstdCompressor().compress}[kp[0]](kp[1])
+            lambda kp: (types[kp[0]], {"zlib": zlib.compress, "lz4": lz4.frame.compress, "zstd": zstandard.ZstdCompressor().compress}[kp[0]](kp[1]))
         ),
-        st.integers(1, 2000).map(zstd_rle_bomb),
+        st.integers(1, 2000).map(lambda n: ([2], zstd_rle_bomb(n))),
     )
-    return st.tuples(st.integers(0, len(ctx["recs"]) - 1), body, st.integers(0, 7), st.booleans(), st.integers(0, 64))
+    # the type: one its stream is (most cases), or any of the eight
+    pick = st.one_of(st.integers(0, 7), st.integers(0, 1).map(lambda i: -1 - i))
+    return st.tuples(st.integers(0, len(ctx["recs"]) - 1), body, pick, st.booleans(), st.one_of(st.just(0), st.integers(0, 64)))
+
+
+def reference_body(body: bytes, ctype: int, limit: int) -> bytes | None:
+    """What the compression libraries themselves make of a stored body, or None when it is no complete stream within `limit`.
+
+    The type is MessageSysFlag's bits 8-10 (CompressionType: 1 LZ4, 2 ZSTD, 3 ZLIB; 0, from producers before
+    the bits existed, is zlib); other values are no compression rmqdump can know.
+    """
+    import lz4.frame
+    import zstandard
+
+    try:
+        if ctype in (0, 3):
+            d = zlib.decompressobj()
+            out = d.decompress(body, limit + 1)
+            complete = d.eof
+        elif ctype == 1:
+            d = lz4.frame.LZ4FrameDecompressor()
+            out = d.decompress(body, max_length=limit + 1)
+            complete = d.eof
+        elif ctype == 2:
+            out = zstandard.ZstdDecompressor().stream_reader(body, read_across_frames=True).read(limit + 1)
+            complete = True
+        else:
+            return None
+    except Exception:
+        return None
+    return out if complete and len(out) <= limit else None
+
+
+def java_crc(data: bytes) -> int:
+    """UtilAll.crc32: java.util.zip.CRC32 (zlib's polynomial) with the sign bit cleared."""
+    return zlib.crc32(data) & 0x7FFFFFFF
 
 
 def decompress_case(ctx: dict, ex) -> None:
-    from rmqdump.readers.message import DECOMPRESSED_LIMIT, decompress, java_crc32
+    from rmqdump.readers.message import DECOMPRESSED_LIMIT  # rmqdump's bound on an expanded body (a setting, not an answer)
 
-    which, new, ctype, fix_crc, cut = ex
+    which, (fits, new), ctype, fix_crc, cut = ex
+    if ctype < 0:
+        ctype = fits[(-1 - ctype) % len(fits)] if fits else 0
     rec = ctx["recs"][which]
     n = rec["body_len"]
     new = new[: max(0, len(new) - cut)] if cut < len(new) else new
@@ -637,7 +862,8 @@ def decompress_case(ctx: dict, ex) -> None:
     h = head.parse(bytes(buf[rec["offset"] : rec["offset"] + head.sizeof()]))
     h.sys_flag = flag
     if fix_crc:
-        h.body_crc = java_crc32(bytes(new))
+        h.body_crc = java_crc(bytes(new))
+    crc_ok = h.body_crc == java_crc(bytes(new))
     buf[rec["offset"] : rec["offset"] + head.sizeof()] = head.build(h)
     write(ctx["file"], bytes(buf))
     o = invoke(
@@ -651,18 +877,17 @@ def decompress_case(ctx: dict, ex) -> None:
     failed = f"decompress_failed: {ctx['file']}@{rec['body_pos']}" in o.stderr or any(
         r.get("code") == "decompress_failed" and r.get("phys_offset") == rec["offset"] for r in o.rows("problem")
     )
-    try:
-        want = decompress(bytes(new), flag)
-    except Exception:
-        want = None
+    if row["crc_ok"] is not crc_ok:
+        raise FuzzFailure(f"record {rec['offset']}: crc_ok {row['crc_ok']}, the stored CRC {'matches' if crc_ok else 'does not match'} the body's")
+    want = reference_body(bytes(new), ctype, DECOMPRESSED_LIMIT)
     if want is None:
         if not failed:
             raise FuzzFailure(f"a body that does not decompress was not reported (record {rec['offset']})")
         if base64.b64decode(row["body"]) != bytes(new):
             raise FuzzFailure("an undecompressable body was not listed as stored")
     else:
-        if len(want) > DECOMPRESSED_LIMIT:
-            raise FuzzFailure("the reference decompression went past the limit")
+        if failed:
+            raise FuzzFailure(f"record {rec['offset']}: decompress_failed for a body the library decompresses")
         if base64.b64decode(row["body"]) != want:
             raise FuzzFailure(f"record {rec['offset']}: listed body differs from its decompression")
 
@@ -757,6 +982,461 @@ def compaction_case(ctx: dict, ex) -> None:
         if (size, qid, qo) != (r["size"], r["queue_id"], r["queue_offset"]):
             raise FuzzFailure(f"listed message at {r['compaction_log_offset']} is not what the log holds there: {(size, qid, qo)}")
     invoke("compaction", "verify", "-s", s, "-f", "jsonl")
+# --- the 5.x readers ------------------------------------------------------------------------------
+# Each oracle reads the damaged bytes here with struct, by the broker's layouts (store-format.md).
+
+
+def _unpack_store(name: str, ws: Path) -> Path:
+    """A copy of a 5.x store kept as a tar.gz (its sparse files stay sparse)."""
+    import subprocess
+
+    dest = ws / name
+    dest.mkdir(parents=True)
+    subprocess.run(["tar", "-xzf", str(REAL / name / "store.tar.gz"), "-C", str(dest)], check=True)
+    return dest / "store"
+
+
+def _queue_files(qdir: Path) -> list[Path]:
+    return sorted(p for p in qdir.iterdir() if len(p.name) == 20 and p.name.isdigit())
+
+
+def _dump_oracle(o: Outcome, files: list[tuple[int, bytes]], unit: struct.Struct, valid, fields) -> None:
+    """`cq dump` of a queue whose files (name offset, bytes) hold fixed-size units: the units up to the last valid one (holes
+    included), in order, then one line counting the rest; exit 0 when a unit is listed, else 1."""
+    units = []  # (file base, position, unit)
+    for base, data in files:
+        units += [(base, k * unit.size, unit.unpack_from(data, k * unit.size)) for k in range(len(data) // unit.size)]
+    last = max((i for i, (_, _, u) in enumerate(units) if valid(u)), default=-1)
+    want = [fields(b, pos, u) for b, pos, u in units[: last + 1]]
+    got_rows = o.rows("unit")
+    got = [{k: r[k] for k in want[0]} for r in got_rows] if want else [r for r in got_rows]
+    if got != want:
+        raise FuzzFailure(f"cq dump listed {len(got)} units, the files hold {len(want)} up to the queue's end: {_first_diff(got, want)}")
+    tails = [r["units"] for r in o.rows("unwritten")]
+    if tails != [len(units) - last - 1] or not o.stdout.rstrip("\n").rsplit("\n", 1)[-1].startswith('{"kind":"unwritten"'):
+        raise FuzzFailure(f"cq dump's closing line {tails}: {len(units) - last - 1} units follow the queue's end")
+    if o.code != (0 if want else 1):
+        raise FuzzFailure(f"cq dump exit {o.code} with {len(want)} units")
+
+
+BCQ_STRUCT = struct.Struct(">qiqqqhii")  # offset, size, tagsCode, storeTime, msgBaseOffset, batchSize, compactedOffset, reserved
+BCQ_TOPIC, BCQ_QUEUE = "BatchTopicBCQ", 0
+
+
+def batchcq_setup(ws: Path) -> dict:
+    store = _copy_store("rmq53-batchcq", ws)
+    qdir = store / "batchconsumequeue" / BCQ_TOPIC / str(BCQ_QUEUE)
+    files = _queue_files(qdir)
+    return {"store": store, "files": files, "origs": [f.read_bytes() for f in files]}
+
+
+def _multi_strategy(ctx: dict, modes: list[str], tail: int) -> st.SearchStrategy:
+    n = max(len(b) for b in ctx["origs"])
+    return st.tuples(st.integers(0, len(ctx["files"]) - 1), damage(n, tail=tail), st.sampled_from(modes))
+
+
+def _apply_one(ctx: dict, which: int, edits) -> list[bytes]:
+    datas = [apply(b, edits) if i == which else b for i, b in enumerate(ctx["origs"])]
+    for f, d in zip(ctx["files"], datas, strict=True):
+        write(f, d)
+    return datas
+
+
+def batchcq_strategy(ctx: dict) -> st.SearchStrategy:
+    return _multi_strategy(ctx, ["dump", "dump", "verify"], BCQ_STRUCT.size * 2)
+
+
+def batchcq_case(ctx: dict, ex) -> None:
+    which, edits, mode = ex
+    datas = _apply_one(ctx, which, edits)
+    s = str(ctx["store"])
+    if mode == "verify":
+        o = invoke("cq", "verify", "-s", s, "--topic", BCQ_TOPIC, "--queue", str(BCQ_QUEUE), "-f", "jsonl", "--no-crc")
+        # a changed unit is found (a file's size alone is not required here: cq verify's scope keeps only plain queues' layout
+        # problems, a known gap of checks/cqverify.py)
+        z = BCQ_STRUCT.size
+        changed = [
+            (i, k)
+            for i, (a, b) in enumerate(zip(datas, ctx["origs"], strict=True))
+            for k in range(0, max(len(a), len(b)) // z * z, z)
+            if a[k : k + z] != b[k : k + z] and len(a[k : k + z]) == z and (any(a[k : k + z]) or any(b[k : k + z]))
+        ]
+        if changed and o.code == 0:
+            raise FuzzFailure(f"cq verify found nothing in a Batch ConsumeQueue whose units changed: {changed[:3]}")
+        return
+    o = invoke("cq", "dump", "-s", s, "--topic", BCQ_TOPIC, "--queue", str(BCQ_QUEUE), "-f", "jsonl")
+    _dump_oracle(
+        o,
+        [(int(f.name), d) for f, d in zip(ctx["files"], datas, strict=True)],
+        BCQ_STRUCT,
+        lambda u: u[0] >= 0 and u[1] > 0 and u[4] >= 0 and u[5] > 0,  # BatchConsumeQueue.recover's test of a unit
+        lambda b, pos, u: {
+            "file_offset": pos,
+            "phys_offset": u[0],
+            "size": u[1],
+            "tags_code": u[2],
+            "store_time": u[3],
+            "queue_offset": u[4],
+            "batch_size": u[5],
+            "compacted_offset": u[6],
+        },
+    )
+
+
+LMQ_TOPIC = "%LMQ%order_1"
+
+
+def lmq_setup(ws: Path) -> dict:
+    store = _copy_store("rmq53-lmq", ws)
+    files = _queue_files(store / "consumequeue" / LMQ_TOPIC / "0")
+    truth = {(m["queueOffset"], m["commitLogOffset"], m["size"]) for m in _manifest("rmq53-lmq") if m["kind"] == "cq_unit" and m["topic"] == LMQ_TOPIC}
+    return {"store": store, "files": files, "origs": [f.read_bytes() for f in files], "truth": truth}
+
+
+def lmq_strategy(ctx: dict) -> st.SearchStrategy:
+    return _multi_strategy(ctx, ["dump", "dump", "resolve", "verify"], CQ_UNIT * 3)
+
+
+def lmq_case(ctx: dict, ex) -> None:
+    which, edits, mode = ex
+    datas = _apply_one(ctx, which, edits)
+    s = str(ctx["store"])
+    if mode == "verify":
+        o = invoke("cq", "verify", "-s", s, "--topic", LMQ_TOPIC, "--queue", "0", "-f", "jsonl", "--no-crc")
+        if (
+            datas != ctx["origs"]
+            and o.code == 0
+            and any(
+                a[i : i + CQ_UNIT] != b[i : i + CQ_UNIT] and any(a[i : i + CQ_UNIT] + b[i : i + CQ_UNIT])
+                for a, b in zip(datas, ctx["origs"], strict=True)
+                for i in range(0, min(len(a), len(b)) - CQ_UNIT + 1, CQ_UNIT)
+            )
+        ):
+            raise FuzzFailure("cq verify found nothing in an LMQ queue whose units changed")
+        return
+    o = invoke("cq", "dump", "-s", s, "--topic", LMQ_TOPIC, "--queue", "0", "-f", "jsonl", *(["--resolve"] if mode == "resolve" else []))
+    if mode == "resolve":
+        # a valid unit resolves when it is the unit the broker wrote at that offset (its record names this queue there, same size)
+        bad = [r["unit_index"] for r in o.rows("unit") if r["valid"] and (r["unit_index"], r["phys_offset"], r["size"]) not in ctx["truth"]]
+        if (o.code == 1) != bool(bad) and o.rows("unit"):
+            raise FuzzFailure(f"cq dump --resolve exit {o.code}; units that are not the broker's: {bad[:5]}")
+        o = Outcome(0 if o.rows("unit") else 1, o.stdout, o.stderr)  # the listing itself, below
+    _dump_oracle(
+        o,
+        [(int(f.name), d) for f, d in zip(ctx["files"], datas, strict=True)],
+        CQ_STRUCT,
+        _cq_valid,
+        lambda b, pos, u: {"unit_index": (b + pos) // CQ_UNIT, "file_offset": pos, "phys_offset": u[0], "size": u[1], "tags_code": u[2]},
+    )
+
+
+EXT_TOPIC = "ExtTopicA"
+EXT_UNIT = struct.Struct(">hqqh")  # size, tagsCode, msgStoreTime, bitMapSize (then the bitmap)
+
+
+def cqext_setup(ws: Path) -> dict:
+    store = _copy_store("rmq53-cqext", ws)
+    files = [_queue_files(store / "consumequeue" / EXT_TOPIC / "0")[0], _queue_files(store / "consumequeue_ext" / EXT_TOPIC / "0")[0]]
+    return {"store": store, "files": files, "origs": [f.read_bytes() for f in files]}
+
+
+def cqext_strategy(ctx: dict) -> st.SearchStrategy:
+    return _multi_strategy(ctx, ["dump", "dump", "verify"], 32)
+
+
+def cqext_case(ctx: dict, ex) -> None:
+    """The queue's units exactly; an ext address resolved either to the ext unit the ext file holds there, or to nothing."""
+    which, edits, mode = ex
+    datas = _apply_one(ctx, which, edits)
+    s = str(ctx["store"])
+    if mode == "verify":
+        invoke("cq", "verify", "-s", s, "--topic", EXT_TOPIC, "--queue", "0", "-f", "jsonl", "--no-crc")
+        return
+    o = invoke("cq", "dump", "-s", s, "--topic", EXT_TOPIC, "--queue", "0", "-f", "jsonl")
+    ext = datas[1]
+    base = int(ctx["files"][1].name)
+
+    def fields(b, pos, u):
+        return {"unit_index": (b + pos) // CQ_UNIT, "file_offset": pos, "phys_offset": u[0], "size": u[1]}
+
+    _dump_oracle(o, [(int(ctx["files"][0].name), datas[0])], CQ_STRUCT, _cq_valid, fields)
+    for r in o.rows("unit"):
+        a = r.get("ext_address")
+        if a is None:
+            continue
+        if r["tags_code"] is None:
+            starts = {u[2] for u in _cq_units(ctx["origs"][0])}  # the ext units' addresses, as the broker wrote them
+            if ext == ctx["origs"][1] and a in starts:
+                raise FuzzFailure(f"unit {r['unit_index']}: ext address {a} (an ext unit's start) not resolved in an intact ext file")
+            continue
+        pos = a - C.EXT_ADDRESS_BASE - base
+        if not 0 <= pos <= len(ext) - EXT_UNIT.size:
+            raise FuzzFailure(f"unit {r['unit_index']}: ext address {a} resolved, but it is outside the ext file")
+        # CqExtUnit.read: size (< 1: no unit), tagsCode, msgStoreTime, bitMapSize, then that many bitmap bytes
+        size, tags, when, nbits = EXT_UNIT.unpack_from(ext, pos)
+        bitmap = ext[pos + EXT_UNIT.size : pos + EXT_UNIT.size + max(0, nbits)]
+        if size < 1 or (r["tags_code"], r["store_time"], r["ext_file_offset"]) != (tags, when, pos) or bytes.fromhex(r["filter_bitmap"]) != bitmap:
+            raise FuzzFailure(
+                f"unit {r['unit_index']}: ext fields {r['tags_code'], r['store_time'], r['ext_file_offset']}, the ext file holds {size, tags, when, pos} there"
+            )
+
+
+TIMER_UNIT = struct.Struct(">iqiqiqiiq")  # size, prevPos, magic, currWriteTimeMs, delayedTimeOffset, offsetPy, sizePy, hashCodeOfRealTopic, reserved
+TIMER_MAGICS = {1, 3, 5, 7}  # 1 default, with 2 roll and 4 delete
+WHEEL_SLOT = struct.Struct(">qqqii")  # time / precision, firstPos, lastPos, num, magic
+
+
+def timer_setup(ws: Path) -> dict:
+    store = _unpack_store("rmq53-timer", ws)
+    files = [*_queue_files(store / "timerlog"), store / "config" / "timercheck"]  # the log's files, then timercheck
+    return {"store": store, "files": files, "origs": [f.read_bytes() for f in files]}
+
+
+def timer_strategy(ctx: dict) -> st.SearchStrategy:
+    return _multi_strategy(ctx, ["list", "list", "verify"], TIMER_UNIT.size * 2)
+
+
+def _timer_log(files: list[tuple[int, bytes]]) -> tuple[list[dict], int, int]:
+    """Units in log order as the broker's files hold them (a file's data ends at its first blank marker), the log's end, the unwritten positions after it."""
+    units, end, ends = [], files[0][0] if files else 0, []
+    for base, data in files:
+        n = len(data) // TIMER_UNIT.size
+        rows = [TIMER_UNIT.unpack_from(data, k * TIMER_UNIT.size) for k in range(n)]
+        stop = next((k for k, u in enumerate(rows) if u[2] == C.TIMER_BLANK_MAGIC), n)
+        live = [k for k in range(stop) if any(data[k * TIMER_UNIT.size : (k + 1) * TIMER_UNIT.size])]
+        keep = live[-1] + 1 if live else 0
+        tail = data[n * TIMER_UNIT.size :]
+        blank = stop < n or (len(tail) >= C.TIMER_MIN_BLANK_LEN and struct.unpack_from(">i", tail, 12)[0] == C.TIMER_BLANK_MAGIC)
+        data_end = len(data) if blank else keep * TIMER_UNIT.size if keep else None
+        if data_end is not None:
+            end = base + data_end
+        ends.append((base, len(data), n))
+        for k in range(keep):
+            u = rows[k]
+            if u[0] == TIMER_UNIT.size and u[2] in TIMER_MAGICS:
+                units.append({"timer_log_offset": base + k * TIMER_UNIT.size, "deliver_ms": u[3] + u[4], "enqueue_ms": u[3], "phys_offset": u[5], "size": u[6]})
+    rest = sum(n - max(0, end - base) // TIMER_UNIT.size for base, size, n in ends if base + size > end)
+    return units, end, max(0, rest)
+
+
+def timer_case(ctx: dict, ex) -> None:
+    which, edits, mode = ex
+    datas = _apply_one(ctx, which, edits)
+    s = str(ctx["store"])
+    if mode == "verify":
+        o = invoke("timer", "verify", "-s", s, "-f", "jsonl", "--no-crc", "--precision-ms", "1000")
+        if datas[:-1] != ctx["origs"][:-1] and o.code == 0:
+            changed = [i for i, (a, b) in enumerate(zip(datas[:-1], ctx["origs"][:-1], strict=True)) if a != b]
+            if any(len(datas[i]) != len(ctx["origs"][i]) or _timer_log([(0, datas[i])])[0] != _timer_log([(0, ctx["origs"][i])])[0] for i in changed):
+                raise FuzzFailure("timer verify found nothing in a timer log whose units changed")
+        return
+    o = invoke("timer", "list", "-s", s, "-f", "jsonl", "--precision-ms", "1000")
+    units, end, rest = _timer_log([(int(f.name), d) for f, d in zip(ctx["files"][:-1], datas[:-1], strict=True)])
+    got = [{k: r[k] for k in ("timer_log_offset", "deliver_ms", "enqueue_ms", "phys_offset", "size")} for r in o.rows("timer")]
+    if got != units:
+        raise FuzzFailure(f"timer list: {len(got)} units, the files hold {len(units)}: {_first_diff(got, units)}")
+    check = datas[-1]
+    if len(check) >= 56:  # TimerCheckpoint's 56 bytes: lastReadTimeMs first
+        last_read = struct.unpack_from(">q", check)[0]
+        states = ["pending" if u["deliver_ms"] >= last_read else "fired" for u in units]
+    else:
+        states = ["pending"] * len(units)  # no timercheck to say what fired
+    if [r["state"] for r in o.rows("timer")] != states:
+        raise FuzzFailure("timer list: states differ from timercheck's lastReadTimeMs")
+    tails = [(r["timer_log_offset"], r["units"]) for r in o.rows("unwritten")]
+    if tails != [(end, rest)]:
+        raise FuzzFailure(f"timer list's closing line {tails}: the log ends at {end} with {rest} positions after it")
+    if o.code != (0 if units else 1):
+        raise FuzzFailure(f"timer list exit {o.code} with {len(units)} units")
+
+
+def wheel_setup(ws: Path) -> dict:
+    store = _unpack_store("rmq53-timer", ws)
+    wheel = store / "timerwheel"
+    with open(wheel, "rb") as f:
+        orig = f.read()
+    import numpy as np
+
+    raw = np.frombuffer(orig, dtype=np.uint8)
+    used = np.flatnonzero(raw[: len(orig) // WHEEL_SLOT.size * WHEEL_SLOT.size].reshape(-1, WHEEL_SLOT.size).any(axis=1))
+    return {"store": store, "file": wheel, "orig": orig, "used": used.tolist()}
+
+
+def wheel_strategy(ctx: dict) -> st.SearchStrategy:
+    near = st.tuples(st.sampled_from(ctx["used"]), st.integers(-2 * WHEEL_SLOT.size, 2 * WHEEL_SLOT.size)).map(lambda t: max(0, t[0] * WHEEL_SLOT.size + t[1]))
+    anywhere = st.integers(0, len(ctx["orig"]) - 1)
+    edit = st.one_of(
+        st.tuples(st.just("write"), st.one_of(near, anywhere), st.binary(min_size=1, max_size=40)),
+        st.tuples(st.just("zero"), near, st.integers(1, 64)),
+        st.tuples(st.just("flip"), near, st.integers(1, 255)),
+    )
+    return st.tuples(st.lists(edit, min_size=1, max_size=4), st.sampled_from(["all", "pending", "fired"]))
+
+
+def wheel_case(ctx: dict, ex) -> None:
+    import numpy as np
+
+    edits, state = ex
+    orig = ctx["orig"]
+    data = apply(orig, edits)[: len(orig)]
+    touched = sorted({e[1] for e in edits})
+    with open(ctx["file"], "r+b") as f:  # in place: the 38.7 MB file is mostly holes
+        for e in edits:
+            lo = e[1]
+            f.seek(lo)
+            f.write(data[lo : lo + 64])
+    try:
+        args = ["timer", "dump-wheel", "-s", str(ctx["store"]), "-f", "jsonl", "--precision-ms", "1000"]
+        o = invoke(*args, *(["--state", state] if state != "all" else []))
+        last_read = struct.unpack_from(">q", (ctx["store"] / "config" / "timercheck").read_bytes())[0]
+        raw = np.frombuffer(data, dtype=np.uint8)[: len(data) // WHEEL_SLOT.size * WHEEL_SLOT.size].reshape(-1, WHEEL_SLOT.size)
+        want = []
+        for i in np.flatnonzero(raw.any(axis=1)).tolist():
+            t, first, lastp, num, magic = WHEEL_SLOT.unpack_from(data, i * WHEEL_SLOT.size)
+            st_ = "pending" if t * 1000 >= last_read else "fired"
+            if state in ("all", st_):
+                want.append(
+                    {
+                        "slot_index": i,
+                        "file_offset": i * WHEEL_SLOT.size,
+                        "time_ms": t * 1000,
+                        "first_pos": first,
+                        "last_pos": lastp,
+                        "num": num,
+                        "magic": magic,
+                        "state": st_,
+                    }
+                )
+        got = [{k: r[k] for k in ("slot_index", "file_offset", "time_ms", "first_pos", "last_pos", "num", "magic", "state")} for r in o.rows("slot")]
+        if got != want:
+            raise FuzzFailure(f"dump-wheel: {len(got)} slots, the file holds {len(want)}: {_first_diff(got, want)} (edits at {touched[:4]})")
+        if o.code != (0 if want else 1):
+            raise FuzzFailure(f"dump-wheel exit {o.code} with {len(want)} slots")
+    finally:
+        with open(ctx["file"], "r+b") as f:
+            for e in edits:
+                f.seek(e[1])
+                f.write(orig[e[1] : e[1] + 64])
+
+
+ROCKS_FILES = ("000008.sst", "000009.sst", "MANIFEST-000005", "OPTIONS-000007", "CURRENT")
+
+
+def rocksdb_setup(ws: Path) -> dict:
+    store = _copy_store("rmq53-rocksdbcq", ws)
+    files = [store / "consumequeue" / n for n in ROCKS_FILES]
+    want: dict = {}
+    for m in _manifest("rmq53-rocksdbcq"):
+        if m["kind"] == "cq_unit":
+            want.setdefault((m["topic"], m["queueId"]), []).append((m["queueOffset"], m["commitLogOffset"], m["size"], m["tagsCode"], m["storeTime"]))
+    return {"store": store, "files": files, "origs": [f.read_bytes() for f in files], "want": {k: sorted(v) for k, v in want.items()}}
+
+
+def rocksdb_strategy(ctx: dict) -> st.SearchStrategy:
+    return st.tuples(
+        st.integers(0, len(ctx["files"]) - 1),
+        damage(max(len(b) for b in ctx["origs"]), tail=16),
+        st.sampled_from(sorted(ctx["want"])),
+        st.sampled_from(["dump", "verify"]),
+    )
+
+
+def rocksdb_case(ctx: dict, ex) -> None:
+    """A RocksDB ConsumeQueue read through RocksDB: what is listed is the broker's units exactly, or the damage is reported."""
+    which, edits, (topic, qid), mode = ex
+    datas = _apply_one(ctx, which, edits)
+    s = str(ctx["store"])
+    if mode == "verify":
+        o = invoke("cq", "verify", "-s", s, "-f", "jsonl", "--no-crc")
+        if o.code == 0 and datas != ctx["origs"]:
+            return  # damage RocksDB does not read (a block no key needs, an OPTIONS comment): the store is whole
+        return
+    o = invoke("cq", "dump", "-s", s, "--topic", topic, "--queue", str(qid), "-f", "jsonl")
+    got = [(r["queue_offset"], r["phys_offset"], r["size"], r["tags_code"], r["store_time"]) for r in o.rows("unit")]
+    if o.code == 0 and got != ctx["want"][(topic, qid)]:
+        raise FuzzFailure(
+            f"cq dump exit 0 on a damaged RocksDB with {len(got)} units, the broker wrote {len(ctx['want'][(topic, qid)])}: {_first_diff(got, ctx['want'][(topic, qid)])}"
+        )
+
+
+DL_ENTRY = struct.Struct(">iiqqqi")  # magic, size, index, term, pos, channel (+ chain crc, body crc: 48 bytes in all)
+DL_UNIT = struct.Struct(">iqiqq")  # magic, pos, size, index, term (32 bytes)
+
+
+def dledger_setup(ws: Path) -> dict:
+    store = _unpack_store("rmq53-dledger", ws)
+    data = _queue_files(store / "dledger-n0" / "data")
+    index = store / "dledger-n0" / "index" / ("0" * 20)
+    puts = sorted((m for m in _manifest("rmq53-dledger") if m["kind"] == "put"), key=lambda m: m["wroteOffset"])
+    n = len(puts)
+    with open(index, "rb") as f:
+        orig_index = f.read(n * DL_UNIT.size)
+    return {"store": store, "files": data, "origs": [f.read_bytes() for f in data], "index": index, "orig_index": orig_index, "puts": puts}
+
+
+def dledger_strategy(ctx: dict) -> st.SearchStrategy:
+    return st.one_of(
+        st.tuples(st.just("data"), st.integers(0, len(ctx["files"]) - 1), damage(len(ctx["origs"][0]), tail=64)),
+        st.tuples(
+            st.just("index"),
+            st.just(0),
+            st.lists(st.tuples(st.integers(0, len(ctx["orig_index"]) - 1), st.binary(min_size=1, max_size=8)), min_size=1, max_size=3),
+        ),
+    )
+
+
+def dledger_case(ctx: dict, ex) -> None:
+    part, which, edits = ex
+    s = str(ctx["store"])
+    if part == "index":
+        _apply_one(ctx, 0, [])  # the entries as the broker wrote them
+        idx = bytearray(ctx["orig_index"])
+        for pos, b in edits:
+            idx[pos : pos + len(b)] = b
+        idx = bytes(idx[: len(ctx["orig_index"])])
+        with open(ctx["index"], "r+b") as f:
+            f.write(idx)
+        try:
+            o = invoke("info", "-s", s, "-f", "jsonl", "--no-recovery")
+        finally:
+            with open(ctx["index"], "r+b") as f:
+                f.write(ctx["orig_index"])
+        changed = {
+            k
+            for k in range(len(idx) // DL_UNIT.size)
+            if idx[k * DL_UNIT.size : (k + 1) * DL_UNIT.size] != ctx["orig_index"][k * DL_UNIT.size : (k + 1) * DL_UNIT.size]
+        }
+        named = {p.get("dledger_index") for p in o.rows("problem") if p.get("file") == str(ctx["index"])}
+        if changed - named:
+            raise FuzzFailure(f"info did not name damaged index units {sorted(changed - named)[:5]} (named {sorted(x for x in named if x is not None)[:5]})")
+        return
+    datas = _apply_one(ctx, which, edits)
+    o = invoke("commitlog", s, "-f", "jsonl")
+    # every entry whose bytes (its 48-byte header and message) the damage left alone is listed exactly; nothing else is
+    fsize = len(ctx["origs"][0])
+    base = int(ctx["files"][which].name)
+    diff = [i for i in range(max(len(datas[which]), len(ctx["origs"][which]))) if (datas[which][i : i + 1] or b"") != (ctx["origs"][which][i : i + 1] or b"")]
+    lo, hi = (base + min(diff), base + max(diff) + 1) if diff else (0, 0)
+    if len(datas[which]) < fsize:
+        hi = max(hi, base + fsize)  # a cut file: all after the cut is gone
+    got = {r["phys_offset"]: r for r in o.rows("message")}
+    for m in ctx["puts"]:
+        start = m["wroteOffset"] - 48
+        if start < hi and lo < m["wroteOffset"] + m["wroteBytes"]:
+            continue
+        r = got.get(m["wroteOffset"])
+        if r is None or (r["total_size"], r["topic"], r["queue_id"], r["queue_offset"], r["body_crc"], r["dledger_index"]) != (
+            m["wroteBytes"],
+            m["topic"],
+            m["queueId"],
+            m["queueOffset"],
+            m["bodyCRC"],
+            m["seq"],
+        ):
+            raise FuzzFailure(f"entry {m['seq']} at {m['wroteOffset']}, untouched by the damage at {lo}..{hi}, listed as {r}")
+    extra = [p for p in got if p not in {m["wroteOffset"] for m in ctx["puts"]} and not (lo - 48 <= p < hi)]
+    if extra:
+        raise FuzzFailure(f"listed records the store does not hold: {extra[:5]}")
 
 
 TARGETS: dict[str, Target] = {
@@ -769,6 +1449,13 @@ TARGETS: dict[str, Target] = {
         Target("offsets", offsets_setup, offsets_strategy, offsets_case),
         Target("decompress", decompress_setup, decompress_strategy, decompress_case),
         Target("compaction", compaction_setup, compaction_strategy, compaction_case),
+        Target("batchcq", batchcq_setup, batchcq_strategy, batchcq_case),
+        Target("lmq", lmq_setup, lmq_strategy, lmq_case),
+        Target("cqext", cqext_setup, cqext_strategy, cqext_case),
+        Target("timerlog", timer_setup, timer_strategy, timer_case),
+        Target("timerwheel", wheel_setup, wheel_strategy, wheel_case),
+        Target("rocksdb", rocksdb_setup, rocksdb_strategy, rocksdb_case),
+        Target("dledger", dledger_setup, dledger_strategy, dledger_case),
     )
 }
 

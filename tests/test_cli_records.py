@@ -11,6 +11,7 @@ import json
 
 import pytest
 from conftest import STORES, copy_store, flip, manifest, patch, run, store_root
+from test_export import check_intact
 
 from rmqdump.cli import records
 from rmqdump.common.timeutil import iso
@@ -76,10 +77,16 @@ def test_damaged_store_problems_interleave_as_in_the_reference(tmp_path, monkeyp
     patch(first, props_pos[5] + 1, b"\xff")  # invalid UTF-8 in the properties: bad_properties
     patch(first, props_pos[7] + 2, b"\x05")  # a control character JSON escapes: the Python way, same text
     patch(first, pos[9] + 4, b"\xde\xad\xbe\xef")  # a record's magic: bad_magic, resync
+    damaged = [(body_pos[3] + 5, body_pos[3] + 6), (props_pos[5] + 1, props_pos[5] + 2), (props_pos[7] + 2, props_pos[7] + 3), (pos[9] + 4, pos[9] + 8)]
     del b
     want, problems = _reference(cl, Filter())
     assert problems >= 3
-    assert _lines(cl) == want
+    got = _lines(cl)
+    assert got == want
+    # the broker's truth: every record the damage left alone, exactly; the others are records 3, 5 and 7 (9 lost its magic)
+    messages = [d for d in map(json.loads, got) if d["kind"] == "message"]
+    touched = check_intact("rmq4-basic", messages, damaged, broker=False)
+    assert [(d["phys_offset"], d["crc_ok"]) for d in touched] == [(pos[3], False), (pos[5], True), (pos[7], True)]
     assert _lines(cl, "--limit", "6") == _reference(cl, Filter(limit=6))[0]
     monkeypatch.setattr(records, "AHEAD_MIN_LIMIT", 1)  # batches rendered ahead of the scan, the limit reached inside one
     monkeypatch.setattr(records, "SUB_ROWS", 3)

@@ -91,7 +91,7 @@ def test_renamed_copies_with_other_file_sizes_verify_clean(name, tmp_path):
 def dump(name: str, topic: str, qid: int) -> list[dict]:
     r = run("cq", "dump", "-s", store_root(name), "-t", topic, "-q", qid, "-f", "jsonl")
     assert r.exit_code == 0
-    return [x for x in jsonl(r.stdout) if x["valid"]]
+    return [x for x in jsonl(r.stdout) if x["kind"] == "unit" and x["valid"]]
 
 
 def test_batch_cq_dump_is_the_manifest_field_by_field():
@@ -147,7 +147,7 @@ def test_lmq_dump_is_the_manifest_and_resolve_finds_the_parent_record():
             assert topic in p["lmqQueues"]
             assert int(p["INNER_MULTI_QUEUE_OFFSET"].split(",")[p["lmqQueues"].index(topic)]) == g["queue_offset"]
     r = run("cq", "dump", "-s", store_root("rmq53-lmq"), "-t", "%LMQ%order_2", "-q", 0, "--resolve", "-f", "jsonl")
-    rows = [x for x in jsonl(r.stdout) if x["valid"]]
+    rows = [x for x in jsonl(r.stdout) if x["kind"] == "unit" and x["valid"]]
     assert len(rows) == sum(1 for x in want if x["topic"] == "%LMQ%order_2")
     assert all(x["record"]["topic"] == "LmqParentTopic" and x["queue_offset"] in x["record"]["lmq_offsets"] for x in rows)
 

@@ -82,7 +82,7 @@ def test_ext_store_without_the_bitmap_length_writes_plain_tags_codes_and_says_so
     assert any("--ext-bitmap-bits" in n for n in s["notes"])
     units = [x for x in manifest("rmq53-cqext") if x["kind"] == "cq_unit"]
     os.symlink(store_root("rmq53-cqext") / "commitlog", tmp_path / "out" / "commitlog")
-    got = [x for x in jsonl(run("cq", "dump", "-s", tmp_path / "out", "-t", "ExtTopicB", "-q", 1, "-f", "jsonl").stdout) if x["valid"]]
+    got = [x for x in jsonl(run("cq", "dump", "-s", tmp_path / "out", "-t", "ExtTopicB", "-q", 1, "-f", "jsonl").stdout) if x["kind"] == "unit" and x["valid"]]
     want = [x for x in units if (x["topic"], x["queueId"]) == ("ExtTopicB", 1)]
     assert [(g["phys_offset"], g["tags_code"]) for g in got] == [(w["commitLogOffset"], w["tagsCode"]) for w in want]
     assert all("ext_address" not in g for g in got)

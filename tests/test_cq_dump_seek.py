@@ -35,8 +35,9 @@ def test_dump_resolve_shows_each_units_record(name):
     r = run("cq", "dump", "-s", store_root(name), "--topic", m0["topic"], "--queue", m0["queueId"], "--resolve", "-f", "jsonl")
     rows = jsonl(r.stdout)
     per_file = SETTINGS[name]["cq_units"]
-    assert r.exit_code == 0 and len(rows) == -(-len(recs) // per_file) * per_file  # whole files: the zero tail follows the units
-    assert all(not x["valid"] for x in rows[len(recs) :])
+    tail = rows.pop()
+    assert r.exit_code == 0 and len(rows) == len(recs)  # the queue's units, then one line for the zero rest of the last file
+    assert (tail["kind"], tail["first_unit"], tail["units"]) == ("unwritten", len(recs), -(-len(recs) // per_file) * per_file - len(recs))
     for x, m in zip(rows, recs, strict=False):
         rec = x["record"]
         assert rec["ok"] and (rec["store_timestamp"], rec["queue_offset"], rec["tags"], rec["keys"], rec["uniq_key"]) == (

@@ -10,6 +10,7 @@ from __future__ import annotations
 import filecmp
 import os
 import random
+import re
 import shutil
 import tarfile
 from pathlib import Path
@@ -29,6 +30,9 @@ from rmqdump.schemas import dledger as DL
 
 NAME = "rmq53-dledger"
 FILE_SIZE = 131072  # mappedFileSizeCommitLog (README.txt)
+N = int(
+    re.search(r'^ "messages": (\d+),$', (REAL / NAME / "README.txt").read_text(encoding="utf-8"), flags=re.M).group(1)
+)  # entries = messages put (README.txt)
 
 
 @pytest.fixture(scope="module")
@@ -108,7 +112,7 @@ def test_layouts_as_the_readme_gives_them():
 
 def test_scan_matches_construct_walk(unpacked):
     walked = entries_by_construct(unpacked)
-    assert len(walked) == 500
+    assert len(walked) == N
     cl = CommitLog.open(unpacked)
     assert [f.frame for f in cl.files] == [48, 48]
     got = []
@@ -140,7 +144,7 @@ def test_commitlog_jsonl_vs_manifest(unpacked, man):
     msgs = [d for d in rows if d["kind"] == "message"]
     assert [d for d in rows if d["kind"] == "problem"] == []
     puts = man["put"]
-    assert len(msgs) == len(puts) == 500
+    assert len(msgs) == len(puts) == N
     lookups = {d["commitLogOffset"]: d for d in man["dledger_msg_lookup"]}
     for m, p in zip(msgs, puts, strict=True):  # one entry per put, in put order
         assert m["dledger_index"] == p["seq"] and m["dledger_term"] == 0
@@ -167,12 +171,12 @@ def test_cq_verify_and_units(unpacked, man):
     assert [d for d in jsonl(r.stdout) if d["kind"] == "problem"] == []
     cl = CommitLog.open(unpacked)
     units = man["cq_unit"]
-    assert len(units) == 500
+    assert len(units) == N
     for u in units:  # every unit points at entry pos + 48, where the message is
         m = read_at(cl, u["commitLogOffset"])
         assert (m.topic, m.queue_id, m.queue_offset, m.total_size, m.store_timestamp) == (u["topic"], u["queueId"], u["queueOffset"], u["size"], u["storeTime"])
     r = run("cq", "dump", "-s", unpacked, "--topic", "DLedgerTopicB", "--queue", "1", "-f", "jsonl", "--resolve")
-    dumped = [d for d in jsonl(r.stdout) if d.get("kind") == "unit" and d["valid"]]  # the unwritten rest of the file is listed as not valid
+    dumped = [d for d in jsonl(r.stdout) if d.get("kind") == "unit" and d["valid"]]
     want = [u for u in units if (u["topic"], u["queueId"]) == ("DLedgerTopicB", 1)]
     assert [(d["unit_index"], d["phys_offset"], d["size"], d["tags_code"]) for d in dumped] == [
         (u["queueOffset"], u["commitLogOffset"], u["size"], u["tagsCode"]) for u in want
@@ -238,7 +242,7 @@ def test_info(unpacked):
     ck = (unpacked / "dledger-n0" / "checkpoint").read_text()
     assert f"committedIndex={dl['committed_index']}" in ck and f"endIndex={dl['end_index']}" in ck
     assert (dl["self_id"], dl["current_term"], dl["vote_leader"]) == ("n0", 0, "n0")  # currterm
-    assert (dl["entries"], dl["first_index"], dl["last_index"], dl["index_units_checked"]) == (500, 0, 499, 500)  # README: ledger 0..499
+    assert (dl["entries"], dl["first_index"], dl["last_index"], dl["index_units_checked"]) == (N, 0, N - 1, N)  # README: ledger 0..499
     assert dl["index_files"][0]["size"] == 167_772_160
     assert [d for d in rows if d["kind"] in ("unsupported", "problem")] == []
     (cl,) = [d for d in rows if d["kind"] == "commitlog"]
@@ -300,7 +304,7 @@ def test_flipped_entry_header_byte_found_at_its_entry(copy, name):
             probs = [d for d in rows if d["kind"] == "problem"]
             assert [(d["code"], d["file"], d["file_offset"], d["phys_offset"]) for d in probs] == [(CHECKED[name], str(f), p, e.pos + 48)], (name, byte, mask)
             idx = [d["dledger_index"] for d in rows if d["kind"] == "message"]
-            assert idx == [i for i in range(500) if i != 137]  # the walk resumes at the next entry
+            assert idx == [i for i in range(N) if i != 137]  # the walk resumes at the next entry
 
 
 def test_damaged_message_inside_a_sound_entry(copy):
@@ -349,7 +353,7 @@ def test_blank_entry_damage(copy):
     flip(f, 130790 + 7)  # the BLANK's size
     rows = jsonl(run("commitlog", copy, "-f", "jsonl").stdout)
     assert [(d["code"], d["file_offset"]) for d in rows if d["kind"] == "problem"] == [("dledger_bad_blank", 130790)]
-    assert len([d for d in rows if d["kind"] == "message"]) == 500
+    assert len([d for d in rows if d["kind"] == "message"]) == N
 
 
 def test_random_flips_never_crash(copy):
@@ -396,7 +400,7 @@ def test_cq_verify_with_two_workers(unpacked):
     r = run("cq", "verify", "-s", unpacked, "-j", "2", "-f", "jsonl")
     assert r.exit_code == 0, r.output
     (summary,) = [d for d in jsonl(r.stdout) if d["kind"] == "summary"]
-    assert (summary["units"], summary["messages"], summary["problems"]) == (500, 500, 0)
+    assert (summary["units"], summary["messages"], summary["problems"]) == (N, N, 0)
 
 
 def test_plain_commitlog_files_beside_a_dledger_one_are_named(copy):
@@ -404,7 +408,7 @@ def test_plain_commitlog_files_beside_a_dledger_one_are_named(copy):
     shutil.copyfile(data_files(copy)[0], copy / "commitlog" / "00000000000000000000")
     rows = jsonl(run("info", "-s", copy, "-f", "jsonl", "--no-recovery").stdout)
     assert [(d["what"], d["path"]) for d in rows if d["kind"] == "unsupported"] == [("commitlog", str(copy / "commitlog"))]
-    assert [d["entries"] for d in rows if d["kind"] == "dledger"] == [500]
+    assert [d["entries"] for d in rows if d["kind"] == "dledger"] == [N]
 
 
 def test_info_reports_a_damaged_entry_where_it_is(copy):
@@ -417,7 +421,7 @@ def test_info_reports_a_damaged_entry_where_it_is(copy):
 
 
 def test_every_entry_header_and_index_unit_round_trips(unpacked):
-    units = (unpacked / "dledger-n0" / "index" / "00000000000000000000").read_bytes()[: 500 * D.UNIT_SIZE]
+    units = (unpacked / "dledger-n0" / "index" / "00000000000000000000").read_bytes()[: N * D.UNIT_SIZE]
     data = {f: f.read_bytes() for f in data_files(unpacked)}
     for f, p, e, _ in entries_by_construct(unpacked):
         assert DL.EntryHeader.build(e) == data[f][p : p + D.HEADER]
@@ -437,7 +441,7 @@ def test_sql_and_report_read_the_dledger_commitlog(unpacked, man, tmp_path):
     assert [(d["topic"], d["n"], d["b"]) for d in jsonl(r.stdout) if "topic" in d] == sorted((t, n, b) for t, (n, b) in want.items())
     r = run("report", "-s", unpacked, "-o", tmp_path / "r.html")
     assert r.exit_code == 0, r.output
-    assert "500 messages, 0 problems" in r.output
+    assert f"{N} messages, 0 problems" in r.output
 
 
 def test_msgid_reads_the_message_an_offset_id_names(unpacked, man):
@@ -454,7 +458,7 @@ def test_entries_past_the_index_files_end(copy):
     assert r.exit_code == 1
     probs = [d for d in jsonl(r.stdout) if d["kind"] == "problem"]
     assert {d["code"] for d in probs} == {"dledger_index_missing"}
-    assert [(d["file_offset"], d["dledger_index"]) for d in probs] == [(i * D.UNIT_SIZE, i) for i in range(100, 500)]
+    assert [(d["file_offset"], d["dledger_index"]) for d in probs] == [(i * D.UNIT_SIZE, i) for i in range(100, N)]
 
 
 def test_state_file_that_is_not_key_value(copy):

@@ -38,3 +38,17 @@ def test_offsets_that_are_not_longs_are_skipped(tmp_path):
     o = invoke("offsets", "-s", str(ctx["store"]), "-f", "jsonl")
     assert o.code == 0
     assert [(r["group"], r["topic"], r["queue_id"], r["committed"]) for r in o.rows("offset")] == [("g", "orders", 3, 7)]
+
+
+def test_negative_ext_bitmap_size_is_no_bitmap(tmp_path):
+    """Found by the fuzz run: an ext unit whose bitMapSize reads negative was an internal_error; CqExtUnit.read takes a
+    bitMapSize < 1 as no bitmap."""
+    from fuzz import EXT_UNIT, cqext_setup, invoke
+
+    ctx = cqext_setup(tmp_path)
+    ext = bytearray(ctx["origs"][1])
+    ext[EXT_UNIT.size - 2 : EXT_UNIT.size] = b"\xff\xff"  # the first ext unit's bitMapSize: -1
+    ctx["files"][1].write_bytes(bytes(ext))
+    o = invoke("cq", "dump", "-s", str(ctx["store"]), "--topic", "ExtTopicA", "--queue", "0", "-f", "jsonl")
+    first = next(r for r in o.rows("unit") if r.get("ext_file_offset") == 0)
+    assert o.code == 0 and first["filter_bitmap"] == "" and first["tags_code"] == EXT_UNIT.unpack_from(ext, 0)[1]

@@ -86,3 +86,29 @@ def test_unparseable_offsets_file_is_exit_2(tmp_path):
     (root / "config" / "consumerOffset.json").write_text('{"offsetTable":{')
     r = run("offsets", "-s", root)
     assert r.exit_code == 2 and "bad_config" in r.stderr and "byte" in r.stderr
+
+
+def test_one_unreadable_file_is_named_and_the_other_listed(tmp_path):
+    """consumerOffset.json cut short while its .bak is whole: the .bak's offsets are listed and the main file named (bad_config,
+    the byte where its JSON stops), exit 1; before, the damaged file was passed over without a word."""
+    root = copy_store("rmq5-basic", tmp_path)
+    main = root / "config" / "consumerOffset.json"
+    text = '{"offsetTable":{"orders@g":{0:1,1:2}'  # the closing brace lost: JSON ends at its last byte
+    main.write_text(text)
+    (root / "config" / "consumerOffset.json.bak").write_text('{"offsetTable":{"orders@g":{0:3}}}')
+    r = run("offsets", "-s", root, "-f", "jsonl")
+    rows = jsonl(r.stdout)
+    assert r.exit_code == 1
+    assert [(x["code"], x["file"], x["detail"]) for x in rows if x["kind"] == "problem"] == [
+        ("bad_config", str(main), f"not JSON: Expecting ',' delimiter at byte {len(text)}")
+    ]
+    assert [(x["group"], x["topic"], x["queue_id"], x["committed"], x["bak"]) for x in rows if x["kind"] == "offset"] == [("g", "orders", 0, None, 3)]
+
+
+def test_config_error_names_the_files_byte(tmp_path):
+    """The byte offset of a JSON error counts the file's bytes (UTF-8), not the characters of the text with its keys quoted."""
+    from rmqdump.readers.configfiles import read_config
+
+    raw = '{\n\t0:"é",\n\t1:x}'.encode()  # fastjson's bare integer keys; a 2-byte character; the error at the x
+    (tmp_path / "t.json").write_bytes(raw)
+    assert read_config(str(tmp_path / "t.json")).error == f"not JSON: Expecting value at byte {raw.index(b'x')}"

@@ -383,9 +383,7 @@ def test_timercheck_read_time(timer):
     _edit_check(timer, last_read_time_ms=T_CHECK["lastReadTimeMs"] + 500)
     code, probs = _tverify(timer)
     assert code == 1
-    assert [_c(p) for p in probs] == [
-        ("timercheck_read_time", str(timer / "config" / "timercheck"), field_offset(TimerCheck, "last_read_time_ms"))
-    ]
+    assert [_c(p) for p in probs] == [("timercheck_read_time", str(timer / "config" / "timercheck"), field_offset(TimerCheck, "last_read_time_ms"))]
 
 
 def test_timercheck_flush_pos(timer):
@@ -393,9 +391,7 @@ def test_timercheck_flush_pos(timer):
     _edit_check(timer, last_timer_log_flush_pos=T_CHECK["lastTimerLogFlushPos"] - UNIT)
     code, probs = _tverify(timer)
     assert code == 1
-    assert [_c(p) for p in probs] == [
-        ("timercheck_flush_pos", str(timer / "config" / "timercheck"), field_offset(TimerCheck, "last_timer_log_flush_pos"))
-    ]
+    assert [_c(p) for p in probs] == [("timercheck_flush_pos", str(timer / "config" / "timercheck"), field_offset(TimerCheck, "last_timer_log_flush_pos"))]
 
 
 # rmq_sys_wheel_timer/0 holds 300 messages (queue offsets 0..299), every one with a timer log unit

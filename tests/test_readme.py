@@ -117,3 +117,14 @@ def test_console_example_output_is_what_the_tool_prints(steps, tmp_path):
         got = [_norm(x.replace(f"{scratch}/", "/tmp/")) for x in (r.stdout + r.stderr).rstrip("\n").split("\n")] if r.stdout + r.stderr else []
         want = [_norm(x) for x in want]
         assert _matches(want, got), f"$ {cmd}\n--- README\n" + "\n".join(want) + "\n--- rmqdump\n" + "\n".join(got)
+        assert r.returncode == _exit_code(cmd), f"$ {cmd}\nexit {r.returncode}\n" + r.stderr[-2000:]
+
+
+def _exit_code(cmd: str) -> int:
+    """The exit code the README gives a console example: 0, or N where its command line ends with `# exit N`."""
+    m = re.search(r"#\s*exit (\d)\s*$", cmd)
+    return int(m.group(1)) if m else 0
+
+
+def test_exit_code_notes_are_read():
+    assert (_exit_code("rmqdump cq verify -s x  # exit 1"), _exit_code("rmqdump info -s x")) == (1, 0)

@@ -130,10 +130,23 @@ def _twice_linked(tmp: str, st) -> None:
         f.write(e.tobytes())
 
 
-@pytest.mark.parametrize(
-    "damage,part", [(_bad_unit, "consumequeue"), (_bad_entry, "index"), (_bad_slot, "index"), (_bad_chain, "index"), (_twice_linked, "index")]
-)
-def test_damage_on_disk_fails_the_quick_proof_and_the_analysis_names_it(tmp_path, monkeypatch, damage, part):
+# What each damage breaks, and nothing more:
+DAMAGES = [
+    # the unit points inside its record (not at a record start), and that record is left without a unit
+    (_bad_unit, "consumequeue", {"cq_not_message_start": 1, "cq_missing_unit": 1}),
+    # the entry points at no record, and that record's key is left without an entry
+    (_bad_entry, "index", {"index_entry_not_record": 1, "index_missing_entry": 1}),
+    # the slot's head is an entry of another hash, and its real head is reached by nothing
+    (_bad_slot, "index", {"index_slot_wrong_hash": 1, "index_entry_unreachable": 1}),
+    # the first entry with a previous one loses its link: that previous entry (itself linked to none) drops out
+    (_bad_chain, "index", {"index_entry_unreachable": 1}),
+    # b skips its previous entry, which nothing else links to: it drops out
+    (_twice_linked, "index", {"index_entry_unreachable": 1}),
+]
+
+
+@pytest.mark.parametrize("damage,part,codes", DAMAGES, ids=[d[0].__name__ for d in DAMAGES])
+def test_damage_on_disk_fails_the_quick_proof_and_the_analysis_names_it(tmp_path, monkeypatch, damage, part, codes):
     name = "rmq4-basic"
     st = _settings(name)
     seen = _spy(monkeypatch)
@@ -149,4 +162,5 @@ def test_damage_on_disk_fails_the_quick_proof_and_the_analysis_names_it(tmp_path
     assert seen[key] is None
     other = "quick_index" if part == "consumequeue" else "quick_cq"
     assert seen[other] is not None
-    assert v["ok"] is False and v[part]["ok"] is False and v[part]["problems"] > 0
+    assert v["ok"] is False and v[part]["ok"] is False
+    assert v[part]["codes"] == codes and v[part]["problems"] == sum(codes.values())

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from conftest import REAL, SETTINGS, STORES, copy_store, manifest, patch, run
-from test_export import check_against_manifest, read_dataset, read_jsonl, reader_rows
+from test_export import check_against_manifest, check_intact, read_dataset, read_jsonl, reader_rows
 
 from rmqdump.export.dataset import export_local
 from rmqdump.scan.splits import StoreRef, resolve_stores
@@ -92,6 +92,8 @@ def test_spark_damaged_store_same_rows_and_problems(spark, tmp_path):
     assert sp.problems == local.problems == ar.problems and sp.problem_count == local.problem_count == ar.problem_count
     assert read_dataset(tmp_path / "a") == read_dataset(tmp_path / "l")
     assert read_dataset(tmp_path / "s") == read_dataset(tmp_path / "l") == reader_rows("rmq4-basic", root)
+    torn = int(f.name) + 40000
+    check_intact("rmq4-basic", read_dataset(tmp_path / "s"), [(torn, torn + 3000)])  # every record the tear left alone, exactly
 
 
 def test_spark_writer_auto_picks_pyarrow_only_where_the_path_is_shared():
@@ -163,10 +165,29 @@ def test_spark_verify_equals_local_on_damaged_store(spark, tmp_path):
     cl = sorted((root / "commitlog").iterdir())[5]
     patch(cl, 50000, b"\xee" * 3000)  # torn CommitLog bytes
     found, _ = _verify_both(spark, root)
-    codes = {p["code"] for p in found}
-    assert {"cq_not_message_start", "cq_size_mismatch", "cq_hole", "cq_missing_unit"} <= codes
-    assert {"bad_magic", "size_mismatch", "bad_total_size", "record_past_end", "body_crc_mismatch"} & codes
-    assert {"cq_topic_mismatch", "cq_queue_mismatch"} & codes
+    # What the damage breaks, from the manifest and the queue files: (code, topic, queue, unit or queue offset)
+    t0, t1, t2 = ((p.parent.name, int(p.name)) for p in (q0, q1, q2))
+    per_file = SETTINGS["rmq4-basic"]["cq_units"]
+    assert [int(p.name) for p in sorted(q1.iterdir())][:2] == [0, 2 * per_file * 20]  # q1's second file is the one deleted
+    torn = int(cl.name) + 50000
+    hit = [m for m in manifest("rmq4-basic") if m["wroteOffset"] < torn + 3000 and torn < m["wroteOffset"] + m["wroteBytes"]]
+    assert len(hit) == 1 and hit[0]["wroteOffset"] + 8 <= torn  # one record, torn past its totalSize and magic: its fields overrun it
+    want = [
+        ("cq_not_message_start", *t0, 5),  # offset no longer a record start; its record left without a unit
+        ("cq_missing_unit", *t0, 5),
+        ("cq_size_mismatch", *t0, 9),
+        ("cq_hole", *t0, 30),  # a zero unit before valid ones; its record left without a unit
+        ("cq_missing_unit", *t0, 30),
+        ("cq_hole", *t1, per_file),  # the deleted file: its units' records have none
+        *[("cq_missing_unit", *t1, i) for i in range(per_file, 2 * per_file)],
+        ("cq_non_monotonic", *t2, 3),  # q1's first unit copied over q2's fourth
+        ("cq_queue_mismatch", *t2, 3),
+        ("cq_queue_offset_mismatch", *t2, 3),
+        ("cq_missing_unit", *t2, 3),
+        ("size_mismatch", None, None, None),  # the torn record, and the unit pointing at it
+        ("cq_not_message_start", hit[0]["topic"], hit[0]["queueId"], hit[0]["logicsOffset"]),
+    ]
+    assert sorted(((p["code"], p["topic"], p["queue_id"], p["unit_index"]) for p in found), key=str) == sorted(want, key=str)
     _verify_both(spark, root, topic=q2.parent.name)
 
 

@@ -153,7 +153,11 @@ def test_export_on_standalone_cluster(cluster, executor_python, tmp_path):
     assert summary["engine"] == "spark" and summary["splits"] > 30
     local = export_local(resolve_stores(stores), str(tmp_path / "local"), with_body=True)
     assert summary["messages"] == local.messages
-    assert read_dataset(out) == read_dataset(tmp_path / "local")
+    got = read_dataset(out)
+    assert got == read_dataset(tmp_path / "local")
+    for name in ("rmq53-v2", "rmq4-flags", "rmq4-crash"):  # each store's rows are exactly its manifest's records, nothing else
+        check_against_manifest(name, [r for r in got if r["broker"] == name])
+    assert {r["broker"] for r in got} == {"rmq53-v2", "rmq4-flags", "rmq4-crash"}
 
 
 def test_cq_verify_on_standalone_cluster(cluster, executor_python, tmp_path):

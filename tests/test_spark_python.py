@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REAL, manifest
+from conftest import REAL, manifest, observe_output
 from test_export import check_against_manifest, read_dataset
 
 from rmqdump.engines.spark import session as S
@@ -84,6 +84,7 @@ def test_cli_by_absolute_path_on_local_master(bare, tmp_path):
         cwd=str(tmp_path),
         timeout=600,
     )
+    observe_output(r.stdout, r.stderr)  # for the problem codes guard
     assert r.returncode == 0, r.stderr[-3000:]
     assert "Traceback" not in r.stderr
     summary = json.loads(r.stdout.strip().splitlines()[-1])
@@ -104,6 +105,7 @@ def test_missing_module_is_one_line(bare, tmp_path):
         cwd=str(tmp_path),
         timeout=600,
     )
+    observe_output(r.stdout, r.stderr)  # for the problem codes guard
     assert r.returncode == 2, r.stderr[-3000:]
     assert "Traceback" not in r.stderr and "ModuleNotFoundError" not in r.stderr.replace("(ModuleNotFoundError: No module named", "")
     ours = [x for x in r.stderr.splitlines() if x.startswith("rmqdump: ")]  # the rest is the JVM's start-up chatter
@@ -149,6 +151,7 @@ def test_executor_python_that_does_not_exist(bare, tmp_path):
         cwd=str(tmp_path),
         timeout=600,
     )
+    observe_output(r.stdout, r.stderr)  # for the problem codes guard
     assert r.returncode == 2, r.stderr[-3000:]
     ours = [x for x in r.stderr.splitlines() if x.startswith("rmqdump: ")]
     assert len(ours) == 1 and ours[0].startswith(f"rmqdump: {S.EXECUTOR_PYTHON_FAILED}: {missing}: the executors' Python could not run a task: "), r.stderr[

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from collections import Counter
@@ -35,6 +36,20 @@ CHECK = next(m for m in M if m["kind"] == "timercheck_file")
 RECORDS = {m["physicalOffset"]: m for m in M if m["kind"] == "commitlog_msg"}
 # A timer fired when the broker put its message again to the real topic (with TIMER_DEQUEUE_MS): the truth for `state`.
 REPUT = {m["properties"]["UNIQ_KEY"] for m in RECORDS.values() if C.PROPERTY_TIMER_DEQUEUE_MS in m["properties"]}
+README = (REAL / NAME / "README.txt").read_text(encoding="utf-8")
+
+
+def readme_int(name: str) -> int:
+    """A number README.txt gives: a config line `name = N` or a summary line `"name": N`."""
+    m = re.search(rf'^\s*"?{re.escape(name)}"?\s*[:=]\s*(-?\d+)', README, flags=re.M)
+    assert m, name
+    return int(m.group(1))
+
+
+FIRED, PENDING = readme_int("timerShortDelay(fired during run)"), readme_int("timerLongDelay(remain in wheel)")
+LOG_FILE = readme_int("mappedFileSizeTimerLog")
+LAST_LOG_FILE = readme_int("timerLogMaxWrotePosition") // LOG_FILE * LOG_FILE  # where the log's last unit is
+TIMER_QUEUE_MAX = sum(1 for m in M if m["kind"] == "cq_unit" and m["topic"] == C.TIMER_TOPIC)  # the timer topic's units
 
 
 def unpack(dest: Path) -> Path:
@@ -117,6 +132,7 @@ def test_timer_list_agrees_with_the_manifest_field_by_field(store):
     r = run("timer", "list", "-s", store, "-f", "jsonl")
     assert r.exit_code == 0
     rows = jsonl(r.stdout)
+    assert rows.pop()["kind"] == "unwritten"  # the closing line (tests/test_cq_dump_end.py checks it)
     assert [x["timer_log_offset"] for x in rows] == [m["timerLogOffset"] for m in UNITS]
     for x, m in zip(rows, UNITS, strict=True):
         rec = RECORDS[m["offsetPy"]]
@@ -127,7 +143,8 @@ def test_timer_list_agrees_with_the_manifest_field_by_field(store):
         assert x["real_queue_id"] == int(props["REAL_QID"])
         assert x["keys"] == props["KEYS"].split(" ") and x["uniq_key"] == props["UNIQ_KEY"]
         assert x["state"] == ("fired" if props["UNIQ_KEY"] in REPUT else "pending")
-    assert Counter(x["state"] for x in rows) == {"fired": 123, "pending": 177}
+    assert Counter(x["state"] for x in rows) == {"fired": FIRED, "pending": PENDING}
+    assert len(rows) == readme_int("timerLogUnits") == FIRED + PENDING
 
 
 def test_timer_list_filters(store):
@@ -141,7 +158,7 @@ def test_timer_list_filters(store):
         for m in UNITS
         if RECORDS[m["offsetPy"]]["properties"]["UNIQ_KEY"] not in REPUT and RECORDS[m["offsetPy"]]["properties"]["REAL_TOPIC"] == "TimerTopicX"
     ]
-    assert code == 0 and [x["timer_log_offset"] for x in rows] == [m["timerLogOffset"] for m in want] and len(want) == 87
+    assert code == 0 and want and [x["timer_log_offset"] for x in rows] == [m["timerLogOffset"] for m in want]
     lo, hi = sorted(m["delayedTimeMs"] for m in UNITS)[10], sorted(m["delayedTimeMs"] for m in UNITS)[50]
     code, rows = listed("--since", str(lo), "--until", str(hi))
     assert {x["timer_log_offset"] for x in rows} == {m["timerLogOffset"] for m in UNITS if lo <= m["delayedTimeMs"] < hi}
@@ -164,7 +181,7 @@ def test_timer_verify_is_clean_and_counts_match(store):
     r = run("timer", "verify", "-s", store, "-f", "jsonl")
     assert r.exit_code == 0, r.stdout
     (s,) = jsonl(r.stdout)
-    assert (s["units"], s["pending"], s["fired"], s["problems"], s["precision_ms"]) == (300, 177, 123, 0, 1000)
+    assert (s["units"], s["pending"], s["fired"], s["problems"], s["precision_ms"]) == (len(UNITS), PENDING, FIRED, 0, readme_int("timerPrecisionMs"))
 
 
 def test_info_summarises_pending_timers(store):
@@ -190,14 +207,14 @@ def _verify(root: Path) -> tuple[int, list[dict]]:
 
 # (file, start, length): one pending unit (in the last file), one fired unit, a pending slot, timercheck's checked fields
 def _targets() -> list[tuple[str, int, int]]:
-    pend = next(m for m in UNITS if RECORDS[m["offsetPy"]]["properties"]["UNIQ_KEY"] not in REPUT and m["timerLogOffset"] >= 12480)
+    pend = next(m for m in UNITS if RECORDS[m["offsetPy"]]["properties"]["UNIQ_KEY"] not in REPUT and m["timerLogOffset"] >= LAST_LOG_FILE)
     fired = next(m for m in UNITS if RECORDS[m["offsetPy"]]["properties"]["UNIQ_KEY"] in REPUT)
     slot = next(iter(SLOTS.values()))
     # a fired second with several units (its slot is not in the manifest, which lists pending slots only)
     sec, _ = Counter(m["delayedTimeMs"] // 1000 for m in UNITS if RECORDS[m["offsetPy"]]["properties"]["UNIQ_KEY"] in REPUT).most_common(1)[0]
     out = [("timerwheel", sec % C.TIMER_WHEEL_SLOTS * C.TIMER_SLOT_SIZE, C.TIMER_SLOT_SIZE)]
     for m in (pend, fired):
-        base = m["timerLogOffset"] // 4160 * 4160
+        base = m["timerLogOffset"] // LOG_FILE * LOG_FILE
         out.append((f"timerlog/{base:020d}", m["timerLogOffset"] - base, C.TIMER_LOG_UNIT_SIZE))
     out.append(("timerwheel", slot["fileOffset"], C.TIMER_SLOT_SIZE))
     out.append(("config/timercheck", 0, 32))  # lastReadTimeMs, lastTimerLogFlushPos, lastTimerQueueOffset, masterTimerQueueOffset
@@ -217,7 +234,7 @@ def test_every_flipped_bit_is_found_at_its_unit(damaged, target):
     flips = [(k, 0x01) for k in range(length)] + [(k, 0x80) for k in range(0, length, 4)]
     for k, mask in flips:
         flip(path, start + k, mask)
-        probs = list(verify_timers(TimerStore.open(str(damaged)), st.commitlog, timer_queue_max=300))
+        probs = list(verify_timers(TimerStore.open(str(damaged)), st.commitlog, timer_queue_max=TIMER_QUEUE_MAX))
         flip(path, start + k, mask)
         here = [p for p in probs if p.file == str(path) and start <= p.file_offset < start + length]
         assert here, (rel, start + k, mask, [p.line() for p in probs])
@@ -258,7 +275,7 @@ def test_short_or_odd_files_are_one_problem_each(damaged):
     codes = Counter(p["code"] for p in probs)
     assert code == 1 and codes["timerwheel_file_size"] == 1 and codes["timercheck_short"] == 1
     # with the wheel gone no unit can fire; without a readable timercheck every unit counts as pending
-    assert codes["timer_unit_unreachable"] == 300
+    assert codes["timer_unit_unreachable"] == len(UNITS)
 
 
 def test_no_timer_store_is_exit_2():
@@ -278,7 +295,7 @@ def test_renamed_copy_reads_the_same(damaged, tmp_path):
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
-    target=st.sampled_from(["timerlog/00000000000000000000", "timerlog/00000000000000012480", "timerwheel", "config/timercheck"]),
+    target=st.sampled_from(["timerlog/00000000000000000000", f"timerlog/{LAST_LOG_FILE:020d}", "timerwheel", "config/timercheck"]),
     pos=st.integers(0, 1 << 20),
     junk=st.binary(min_size=1, max_size=64),
     cut=st.booleans(),
@@ -334,11 +351,12 @@ def test_memory_does_not_grow_with_the_timer_log(store, tmp_path):
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     small, large = tmp_path / "small", tmp_path / "large"
-    assert bench.gen(str(store), str(small), 70_000, file_units=20_000)["units"] == 70_200
-    assert bench.gen(str(store), str(large), 350_000, file_units=100_000)["units"] == 350_100
+    grown = [-(-n // len(UNITS)) * len(UNITS) for n in (70_000, 350_000)]  # bench_timer.gen copies the real log's units whole
+    assert bench.gen(str(store), str(small), 70_000, file_units=20_000)["units"] == grown[0]
+    assert bench.gen(str(store), str(large), 350_000, file_units=100_000)["units"] == grown[1]
     for args in (("timer", "verify", "-f", "jsonl"), ("info", "-f", "jsonl", "--no-recovery")):
         (lo, out_lo), (hi, out_hi) = (_peak_kb(*args, "-s", root) for root in (small, large))
         if args[0] == "timer":  # both grown stores verify as clean as the real one, every unit counted
-            assert [jsonl(out)[-1]["units"] for out in (out_lo, out_hi)] == [70_200, 350_100]
+            assert [jsonl(out)[-1]["units"] for out in (out_lo, out_hi)] == grown
             assert [jsonl(out)[-1]["problems"] for out in (out_lo, out_hi)] == [0, 0]
         assert hi - lo < 10 * 1024, (args, lo, hi)

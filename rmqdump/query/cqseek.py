@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from rmqdump.common.problems import InputError, Problem
-from rmqdump.readers.batchcq import BatchConsumeQueue
+from rmqdump.readers.batchcq import BatchConsumeQueue, BatchUnits, read_batch_units
 from rmqdump.readers.commitlog import CommitLog
 from rmqdump.readers.consumequeue import UNIT_SIZE, ConsumeQueue, QueueUnits
 from rmqdump.readers.cqext import ConsumeQueueExt
@@ -75,17 +75,29 @@ def record_summary(m: Message | Problem) -> dict:
 
 
 def dump_units(
-    q: ConsumeQueue, *, start: int | None = None, limit: int | None = None, reader: RecordReader | None = None, ext: ConsumeQueueExt | None = None
+    q: ConsumeQueue,
+    *,
+    start: int | None = None,
+    limit: int | None = None,
+    reader: RecordReader | None = None,
+    ext: ConsumeQueueExt | None = None,
+    all_units: bool = False,
 ) -> Iterator[dict]:
-    """The units of one queue from queue offset `start`, as rows; with a reader, each unit's record next to it.
+    """The units of one queue from queue offset `start` up to the queue's end, as rows; with a reader, each unit's record next to it.
 
+    The queue ends at its last valid unit (where the broker's recovery puts
+    its end); the unwritten units after it are left out unless `all_units`
+    (`queue_tail` counts them). An invalid unit before the end is a hole and is listed.
     With the queue's ext files, a tagsCode that is an ext address is shown
     resolved (the real tagsCode), with the address, the ext unit's store
     time and filter bitmap next to it.
     """
     n = 0
     seen_real = False
+    end = None if all_units else q.last_valid_index()
     for f in q.files:
+        if end is not None and f.first_index > end:
+            return
         if start is not None and f.base + f.size <= start * UNIT_SIZE:
             # a skipped file still decides whether fillers are over
             seen_real = seen_real or bool((QueueUnits.from_array(_units(f), f.first_index).valid_mask()).any())
@@ -96,10 +108,12 @@ def dump_units(
         filler = u.filler_mask()
         valid = u.valid_mask()
         for k in range(len(u)):
+            idx = int(u.index[k])
+            if end is not None and idx > end:
+                return
             is_filler = bool(filler[k]) and not seen_real
             if valid[k] and not filler[k]:
                 seen_real = True
-            idx = int(u.index[k])
             if start is not None and idx < start:
                 continue
             row = _unit_row(q, idx, f.path, idx * UNIT_SIZE - f.base, u.offset[k], u.size[k], u.tags_code[k])
@@ -115,6 +129,43 @@ def dump_units(
             n += 1
             if limit is not None and n >= limit:
                 return
+
+
+def queue_tail(q) -> dict:
+    """The row that ends a `cq dump` listing: the unwritten units after the queue's end, counted.
+
+    The end is the last valid unit (offset >= 0, size > 0; for a Batch
+    ConsumeQueue also msgBaseOffset >= 0, batchSize > 0), as the broker's
+    recovery finds it; `not_zero` counts those units holding anything but
+    zeros. A RocksDB ConsumeQueue has keys only for written units: none.
+    """
+    row = {"kind": "unwritten", "topic": q.topic, "queue_id": q.queue_id, "first_unit": None, "units": 0, "not_zero": 0, "cq_file": None, "file_offset": None}
+    if isinstance(q, BatchConsumeQueue):
+        fi, k = q.last_valid()
+        fi, k = (0, 0) if fi < 0 else (fi, k + 1)
+        for i in range(fi, len(q.files)):
+            u = BatchUnits.from_array(q.files[i], read_batch_units(q.files[i]))
+            lo = k if i == fi else 0
+            if lo < len(u) and row["cq_file"] is None:
+                row.update(cq_file=q.files[i].path, file_offset=int(u.pos[lo]))
+            row["units"] += len(u) - lo
+            row["not_zero"] += int((~u.zero_mask()[lo:]).sum())
+        return row
+    if not isinstance(q, ConsumeQueue):  # RocksDB
+        return row
+    last = q.last_valid_index()
+    first = last + 1 if last >= 0 else (q.files[0].first_index if q.files else 0)
+    row["first_unit"] = first
+    for f in q.files:
+        if f.first_index + f.units <= first:
+            continue
+        lo = max(0, first - f.first_index)
+        if row["cq_file"] is None:
+            row.update(cq_file=f.path, file_offset=lo * UNIT_SIZE)
+        arr = _units(f)[lo:]
+        row["units"] += len(arr)
+        row["not_zero"] += int(arr.view(np.uint8).reshape(len(arr), UNIT_SIZE).any(axis=1).sum()) if len(arr) else 0
+    return row
 
 
 def _unit_row(q, index: int, cq_file: str, file_offset, phys_offset, size, tags_code) -> dict:
@@ -149,18 +200,25 @@ def _ext_fields(ext: ConsumeQueueExt | None, address: int, k: int) -> dict:
     return d
 
 
-def dump_batch_units(q: BatchConsumeQueue, *, start: int | None = None, limit: int | None = None, reader: RecordReader | None = None) -> Iterator[dict]:
-    """The units of one Batch ConsumeQueue from the unit covering queue offset `start`, as rows."""
+def dump_batch_units(
+    q: BatchConsumeQueue, *, start: int | None = None, limit: int | None = None, reader: RecordReader | None = None, all_units: bool = False
+) -> Iterator[dict]:
+    """The units of one Batch ConsumeQueue from the unit covering queue offset `start` up to the queue's end, as rows.
+
+    As for `dump_units`: the units after the last valid one are left out unless `all_units`; an invalid unit before it is listed.
+    """
     n = 0
-    for u in q.chunks():
+    end = (len(q.files), 0) if all_units else q.last_valid()
+    shown = False
+    for fi, u in enumerate(q.chunks()):
         valid = u.valid_mask()
-        zero = u.zero_mask()
         for k in range(len(u)):
+            if (fi, k) > end:
+                return
             base, batch = int(u.base_offset[k]), int(u.batch_size[k])
-            if zero[k] and not valid[k]:
-                continue  # the unwritten end of the file
-            if start is not None and valid[k] and base + batch <= start:
+            if start is not None and not shown and (not valid[k] or base + batch <= start):
                 continue
+            shown = True
             row = _unit_row(q, base, u.file.path, u.pos[k], u.offset[k], u.size[k], u.tags_code[k])
             row.update(store_time=int(u.store_time[k]), batch_size=batch, compacted_offset=int(u.compacted_offset[k]), filler=False, valid=bool(valid[k]))
             if reader is not None and row["valid"]:

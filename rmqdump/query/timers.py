@@ -13,7 +13,7 @@ import numpy as np
 
 from rmqdump.checks.timerverify import records_at
 from rmqdump.readers.commitlog import CommitLog
-from rmqdump.readers.timerlog import SLOT_SIZE, TimerStore
+from rmqdump.readers.timerlog import SLOT_SIZE, UNIT_SIZE, TimerStore
 from rmqdump.schemas import constants as C
 
 STATES = ("pending", "fired")
@@ -87,6 +87,23 @@ def list_timers(
             n += 1
             if limit is not None and n >= limit:
                 return
+
+
+def timer_log_tail(ts: TimerStore) -> dict:
+    """The row that ends a `timer list` listing: the unwritten 52-byte positions after the timer log's end, counted.
+
+    The log ends after its last non-zero unit (or at its file's blank marker);
+    the positions after it in the files hold nothing the broker wrote.
+    """
+    row = {"kind": "unwritten", "timer_log_offset": ts.log_end, "units": 0, "timer_log_file": None, "file_offset": None}
+    for f, lay in zip(ts.log.files if ts.log else [], ts.layouts, strict=True):
+        if f.base + f.size <= ts.log_end:
+            continue
+        lo = max(0, ts.log_end - f.base) // UNIT_SIZE
+        if lo < lay.units_on_grid and row["timer_log_file"] is None:
+            row.update(timer_log_file=f.path, file_offset=lo * UNIT_SIZE)
+        row["units"] += max(0, lay.units_on_grid - lo)
+    return row
 
 
 def wheel_rows(ts: TimerStore) -> Iterator[dict]:

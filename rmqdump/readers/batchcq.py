@@ -71,7 +71,9 @@ class BatchUnits:
         return (self.offset >= 0) & (self.size > 0) & (self.base_offset >= 0) & (self.batch_size > 0)
 
     def zero_mask(self) -> np.ndarray:
-        return (self.offset == 0) & (self.size == 0) & (self.tags_code == 0) & (self.store_time == 0) & (self.base_offset == 0) & (self.batch_size == 0)
+        """Units all of whose 46 bytes are zero (compactedOffset and reserved too)."""
+        z = (self.offset == 0) & (self.size == 0) & (self.tags_code == 0) & (self.store_time == 0) & (self.base_offset == 0) & (self.batch_size == 0)
+        return z & (self.compacted_offset == 0) & (self.reserved == 0)
 
     def row(self, i: int) -> dict:
         return {k: int(getattr(self, k)[i]) for k in _COLUMNS}

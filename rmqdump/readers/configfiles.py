@@ -95,12 +95,26 @@ def read_config(path: str) -> ConfigFile:
         cf.error = "empty file"
         return cf
     try:
-        cf.data = loads_fastjson(raw.decode("utf-8"))
+        text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
         cf.error = f"not UTF-8 at byte {e.start}"
+        return cf
+    quoted = quote_integer_keys(text)
+    try:
+        cf.data = json.loads(quoted)
     except json.JSONDecodeError as e:
-        cf.error = f"not JSON: {e.msg} at byte {e.pos}"
+        cf.error = f"not JSON: {e.msg} at byte {_file_byte(text, quoted, e.pos)}"
     return cf
+
+
+def _file_byte(text: str, quoted: str, pos: int) -> int:
+    """The file's byte offset of character `pos` of the quoted text (quote_integer_keys only inserts '"' around keys, never
+    where the text has one; a character may be several UTF-8 bytes)."""
+    i = 0
+    for j in range(min(pos, len(quoted))):
+        if i < len(text) and quoted[j] == text[i]:
+            i += 1
+    return len(text[:i].encode("utf-8"))
 
 
 def config_files(root: str) -> list[str]:

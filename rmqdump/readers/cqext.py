@@ -173,13 +173,13 @@ class ConsumeQueueExt:
         return os.path.join(self.path, f"{real // fs * fs:020d}"), real % fs
 
     def bitmap(self, k: int) -> bytes:
-        """The filter bitmap of unit k of units()."""
+        """The filter bitmap of unit k of units() (none when bitMapSize < 1, as CqExtUnit.read has it: a damaged size may be negative)."""
         u = self.units()
         f = self.files[int(u.file_index[k])]
         p = int(u.pos[k]) + EXT_HEADER_SIZE
         with open(f.path, "rb") as fh:
             fh.seek(p)
-            return fh.read(int(u.bitmap_size[k]))
+            return fh.read(max(0, int(u.bitmap_size[k])))
 
 
 def _plausible_next(mf: MappedFile, p: int, limit: int) -> bool:

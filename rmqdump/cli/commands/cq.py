@@ -138,9 +138,15 @@ def dump_cmd(
     start: int = typer.Option(None, "--from", min=0, help="First queue offset to show."),
     limit: int = O.limit_option("Show at most this many units."),
     resolve: bool = typer.Option(False, "--resolve", help="Read each unit's record and show it next to the unit."),
+    all_units: bool = typer.Option(False, "--all", help="Also list the unwritten units after the queue's end (its last valid unit)."),
     fmt: ListFormat = O.format_option(ListFormat.table, "table or jsonl."),
 ):
     """The units of one queue, decoded (offset, size, tagsCode), optionally with their records.
+
+    The listing stops at the queue's end, its last valid unit (offset >= 0 and
+    size > 0, where the broker's recovery ends the queue), and closes with one
+    line counting the unwritten units after it (`--all` lists them too). An
+    invalid unit before the end is a hole and is listed.
 
     A Batch ConsumeQueue shows msgBaseOffset as the queue offset, with batchSize
     and storeTime; a unit whose tagsCode is a ConsumeQueue ext address shows the
@@ -151,7 +157,7 @@ def dump_cmd(
     from rich.table import Table
 
     from rmqdump.common.timeutil import iso
-    from rmqdump.query.cqseek import RecordReader, dump_batch_units, dump_units
+    from rmqdump.query.cqseek import RecordReader, dump_batch_units, dump_units, queue_tail
     from rmqdump.readers.store import Store
 
     st = Store.open(store)
@@ -162,15 +168,17 @@ def dump_cmd(
         if hasattr(q, "dump_rows"):  # a RocksDB ConsumeQueue
             rows = _with_records(q.dump_rows(start=start, limit=limit), reader if resolve else None)
         elif bq is not None:
-            rows = dump_batch_units(bq, start=start, limit=limit, reader=reader if resolve else None)
+            rows = dump_batch_units(bq, start=start, limit=limit, reader=reader if resolve else None, all_units=all_units)
         else:
-            rows = dump_units(q, start=start, limit=limit, reader=reader if resolve else None, ext=st.ext_queues.get((topic, queue)))
+            rows = dump_units(q, start=start, limit=limit, reader=reader if resolve else None, ext=st.ext_queues.get((topic, queue)), all_units=all_units)
         unresolved = 0
         if fmt is ListFormat.jsonl:
             for r in rows:
                 render.jsonl(r)
                 n += 1
                 unresolved += resolve and not _resolves(r, topic, queue)
+            if limit is None or n < limit:  # the listing reached the queue's end
+                render.jsonl(queue_tail(q))
         else:
             cols = ["unit", "phys_offset", "size", "tags_code", "file@offset"]
             extra = ["batch_size", "store_time"] if bq is not None else ["ext_address", "filter_bitmap"] if (topic, queue) in st.ext_queues else []
@@ -209,7 +217,18 @@ def dump_cmd(
                         ]
                 t.add_row(*cells)
             render.out.print(t)
+            if limit is None or n < limit:
+                render.out.print(_tail_line(queue_tail(q), st), highlight=False)
     raise typer.Exit(1 if not n or unresolved else 0)
+
+
+def _tail_line(tail: dict, st: Store) -> str:
+    """The line closing a `cq dump` table: the unwritten units after the queue's end."""
+    if not tail["units"]:
+        return "end of queue: no unwritten units after it"
+    where = f"from unit {tail['first_unit']}, " if tail["first_unit"] is not None else ""
+    dirt = f", {tail['not_zero']} of them not all zeros" if tail["not_zero"] else ""
+    return f"end of queue: {tail['units']} unwritten units after it ({where}{st.rel(tail['cq_file'])}@{tail['file_offset']}{dirt}); --all lists them"
 
 
 def _resolves(row: dict, topic: str, queue: int) -> bool:

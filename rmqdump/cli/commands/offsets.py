@@ -27,11 +27,16 @@ def offsets(
     from rich.table import Table
 
     from rmqdump.checks.offsets import consumer_offsets
+    from rmqdump.common.problems import Problem
     from rmqdump.readers.store import Store
 
     st = Store.open(store)
     rep = consumer_offsets(st, group=group, topic=topic)
+    # one of the two files unreadable (the other is listed): named, not passed over
+    bad = [Problem("bad_config", c.path, None, c.error) for c in (rep.file, rep.bak) if c is not None and c.error is not None]
     if fmt is ListFormat.jsonl:
+        for p in bad:
+            render.jsonl(p.to_dict())
         for r in rep.rows:
             render.jsonl(r.to_dict())
         render.jsonl(
@@ -59,8 +64,10 @@ def offsets(
                 flags if flags == "ok" else f"[red]{flags}[/red]",
             )
         render.out.print(t)
+        for p in bad:
+            render.err.print(f"rmqdump: {p.line()}", highlight=False)
         render.err.print(f"{len(rep.rows)} offsets, {rep.flagged} flagged", highlight=False)
-    raise typer.Exit(1 if rep.flagged or not rep.rows else 0)
+    raise typer.Exit(1 if rep.flagged or not rep.rows or bad else 0)
 
 
 def register(app, guarded) -> None:

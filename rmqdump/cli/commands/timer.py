@@ -60,22 +60,27 @@ def list_cmd(
 ):
     """Every timer-log unit: delivery time, the CommitLog record it points at, real topic, keys, pending or fired.
 
+    The listing stops at the log's end; unfiltered, it closes with one line counting the unwritten 52-byte positions after it.
+
     Exit 0 when something was listed, 1 when nothing matched, 2 no timer store.
 
     Example:  rmqdump timer list -s store --state pending --topic orders -f jsonl
     """
     from rich.table import Table
 
-    from rmqdump.query.timers import list_timers
+    from rmqdump.query.timers import list_timers, timer_log_tail
 
     lo, hi = _time(since, "--since"), _time(until, "--until")
     st, ts = _open(store, precision)
     rows = list_timers(ts, st.commitlog, topic=topic, since=lo, until=hi, state=state.value if state else None, limit=limit)
     n = 0
+    whole = topic is None and lo is None and hi is None and state is None  # a filtered listing is not the log: no tail line
     if fmt is ListFormat.jsonl:
         for r in rows:
             render.jsonl(r)
             n += 1
+        if whole and (limit is None or n < limit):  # the listing reached the log's end
+            render.jsonl(timer_log_tail(ts))
     else:
         t = Table("log offset", "deliver (UTC)", "state", "phys", "size", "real topic", "q", "keys", "uniq_key", box=None, header_style="bold")
         for r in rows:
@@ -92,6 +97,10 @@ def list_cmd(
                 r["uniq_key"] or "",
             )
         render.out.print(t)
+        if whole and (limit is None or n < limit):
+            tail = timer_log_tail(ts)
+            where = f" ({st.rel(tail['timer_log_file'])}@{tail['file_offset']})" if tail["units"] else ""
+            render.out.print(f"end of the timer log at offset {tail['timer_log_offset']}: {tail['units']} unwritten units after it{where}", highlight=False)
         render.err.print(f"{n} timers", highlight=False)
     raise typer.Exit(0 if n else 1)
 

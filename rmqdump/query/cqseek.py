@@ -41,7 +41,7 @@ class RecordReader:
             return self.cl.out_of_range("cq_offset_out_of_range", phys)
         mf = self._open.get(seg.path)
         if mf is None:
-            mf = self._open[seg.path] = MappedFile(seg.path)
+            mf = self._open[seg.path] = MappedFile(seg.path, limit=self.cl.file_size)
         return read_record(seg, mf, phys - seg.base, check_crc=self.check_crc)
 
     def close(self) -> None:

@@ -186,7 +186,7 @@ def data_end(store: Store, on_bytes: Callable[[int], None] | None = None) -> int
     for seg in reversed(store.commitlog.files):
         if not _starts_with_data(seg):
             continue
-        with MappedFile(seg.path) as mf:
+        with MappedFile(seg.path, limit=store.commitlog.file_size) as mf:  # past the configured size is no data (as the scan)
             end, done = None, 0
             for b in scan_file(seg, mf, start=0, check_crc=False):
                 if len(b):

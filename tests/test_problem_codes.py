@@ -574,12 +574,19 @@ _CODE = re.compile(r"^[a-z0-9]+(?:_[a-z0-9]+)+$")
 
 
 def _readme_codes() -> set[str]:
-    """Codes in the README's code tables (first column)."""
+    """Codes in the code tables (a first column headed `code`) of the README and docs/*.md."""
     out: set[str] = set()
-    for line in (ROOT / "README.md").read_text(encoding="utf-8").splitlines():
-        if line.startswith("| `"):
-            first = line.split("|")[1]
-            out.update(c for c in re.findall(r"`([a-z0-9_]+)`", first) if _CODE.match(c))
+    for doc in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        in_codes = False
+        for line in doc.read_text(encoding="utf-8").splitlines():
+            if not line.startswith("|"):
+                in_codes = False
+                continue
+            first = line.split("|")[1].strip()
+            if first == "code":
+                in_codes = True
+            elif in_codes and first.startswith("`"):
+                out.update(c for c in re.findall(r"`([a-z0-9_]+)`", first) if _CODE.match(c))
     return out
 
 

@@ -259,3 +259,19 @@ def test_spark_engine_refuses_5x_queue_kinds_it_does_not_build(cmd, tmp_path):
     r = run(*args, "--engine", "spark")
     assert r.exit_code == 2 and "--engine spark does not" in r.stderr
     assert not (tmp_path / "o").exists()
+
+
+def test_cq_verify_reports_a_batch_queue_file_of_the_wrong_size(tmp_path):
+    """A Batch ConsumeQueue file one byte longer than its queue's other files: cq verify names it (its layout problem was dropped)."""
+
+    root = tmp_path / "store"
+    shutil.copytree(store_root("rmq53-batchcq"), root)
+    qdir = root / "batchconsumequeue" / "BatchTopicBCQ" / "0"
+    f = sorted(qdir.iterdir())[0]
+    size = f.stat().st_size
+    with open(f, "ab") as fh:
+        fh.write(b"x")
+    r = run("cq", "verify", "-s", root, "-f", "jsonl")
+    probs = [d for d in jsonl(r.stdout) if d.get("kind") == "problem"]
+    assert [(d["code"], d["topic"], d["queue_id"], os.path.basename(d["cq_file"])) for d in probs] == [("cq_file_size", "BatchTopicBCQ", 0, f.name)]
+    assert str(size + 1) in probs[0]["detail"] and r.exit_code == 1

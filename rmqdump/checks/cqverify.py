@@ -139,7 +139,7 @@ class VerifyScope:
 
     def layout_problems(self, store: Store, queues: list[ConsumeQueue]) -> list[Problem]:
         """The store's layout problems, less those of queues outside the selection."""
-        wanted = {(q.topic, q.queue_id) for q in queues}
+        wanted = {(q.topic, q.queue_id) for q in queues} | {(q.topic, q.queue_id) for q in store.select_batch_queues(self.topic, self.queue_id)}
 
         def elsewhere(p: Problem) -> bool:
             return "topic" in p.extra and p.extra.get("queue_id") is not None and (p.extra.get("topic"), p.extra.get("queue_id")) not in wanted

@@ -1052,8 +1052,7 @@ def batchcq_case(ctx: dict, ex) -> None:
     s = str(ctx["store"])
     if mode == "verify":
         o = invoke("cq", "verify", "-s", s, "--topic", BCQ_TOPIC, "--queue", str(BCQ_QUEUE), "-f", "jsonl", "--no-crc")
-        # a changed unit is found (a file's size alone is not required here: cq verify's scope keeps only plain queues' layout
-        # problems, a known gap of checks/cqverify.py)
+        # a changed unit is found, and so is a file whose size changed (the queue's layout problem)
         z = BCQ_STRUCT.size
         changed = [
             (i, k)
@@ -1063,6 +1062,9 @@ def batchcq_case(ctx: dict, ex) -> None:
         ]
         if changed and o.code == 0:
             raise FuzzFailure(f"cq verify found nothing in a Batch ConsumeQueue whose units changed: {changed[:3]}")
+        resized = [i for i, (a, b) in enumerate(zip(datas, ctx["origs"], strict=True)) if len(a) != len(b)]
+        if resized and o.code == 0:
+            raise FuzzFailure(f"cq verify found nothing in a Batch ConsumeQueue whose file {resized[0]} changed size")
         return
     o = invoke("cq", "dump", "-s", s, "--topic", BCQ_TOPIC, "--queue", str(BCQ_QUEUE), "-f", "jsonl")
     _dump_oracle(

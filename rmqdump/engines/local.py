@@ -14,7 +14,7 @@ import itertools
 import os
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from typing import TypeVar
 
 from rmqdump.scan.splits import PARALLEL_MIN_BYTES
@@ -72,6 +72,23 @@ class LocalMap:
         ex = ThreadPoolExecutor(self.workers, thread_name_prefix="rmqdump-scan")
         pending = deque(ex.submit(fn, it) for it in itertools.islice(items, self.workers + self.ahead))
         return self._drain(ex, fn, items, pending)
+
+    def unordered(self, fn: Callable[[T], R], items: Iterable[T]) -> Iterator[tuple[int, R]]:
+        """(index of the item, its result) as they finish, at most `workers + ahead` in flight: for folds that need no
+        order (sums), where a slow item must not hold back the next ones."""
+        if self.workers == 1:
+            yield from enumerate(map(fn, items))
+            return
+        it = enumerate(items)
+        with ThreadPoolExecutor(self.workers, thread_name_prefix="rmqdump-scan") as ex:
+            running = {ex.submit(fn, x): i for i, x in itertools.islice(it, self.workers + self.ahead)}
+            while running:
+                done, _ = wait(running, return_when=FIRST_COMPLETED)
+                for fut in done:
+                    i = running.pop(fut)
+                    for j, x in itertools.islice(it, 1):
+                        running[ex.submit(fn, x)] = j
+                    yield i, fut.result()
 
     @staticmethod
     def _drain(ex: ThreadPoolExecutor, fn: Callable[[T], R], items: Iterator[T], pending: deque) -> Iterator[R]:

@@ -305,10 +305,13 @@ def export_local(
         groups = group_splits(splits, int(getattr(mapper, "workers", 1)))
         sizes = [sum(s.length for s in g) for g in groups]
         order = sorted(range(len(groups)), key=lambda i: -sizes[i])  # the biggest first: the last task to finish is a small one
-        for i, r in zip(order, mapper(lambda i: write_split(i, groups[i], tmp, fmt, with_body, check_crc), order), strict=True):
+        task = lambda i: write_split(i, groups[i], tmp, fmt, with_body, check_crc)  # noqa: E731
+        # the results are summed: taken as they finish where the engine can (a big task must not hold back the next)
+        done = mapper.unordered(task, order) if hasattr(mapper, "unordered") else enumerate(mapper(task, order))
+        for k, r in done:
             res.add(r)
             if on_bytes:
-                on_bytes(sizes[i])
+                on_bytes(sizes[order[k]])
     res.problems.sort(key=problem_order)
     res.seconds = time.perf_counter() - t0
     return res

@@ -177,6 +177,10 @@ def test_a_restart_drops_the_messages_after_a_bad_body(tmp_path):
     page = render(rep)
     for m in after[: K.MAX_DROPPED]:
         assert f'<td class="n">{m["wroteOffset"]}</td>' in page
+    # intact messages after the bad one (the manifest's): the page points to the commands that give them back
+    assert len(after) > 1 and f"rmqdump salvage {root} --out DIR" in page and f"rmqdump repair {root} --out NEWDIR" in page
+    clean = render(_collect(store_root("rmq4-basic")))
+    assert "rmqdump salvage" not in clean
 
 
 def test_zeroed_record_is_a_zero_range_and_its_unit_a_bad_unit(tmp_path):

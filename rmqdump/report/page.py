@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import html
 import os
+import shlex
 from collections.abc import Iterable
 
 from rmqdump import __version__
@@ -129,6 +130,12 @@ def _recovery(rep: K.Report) -> str:
         f"index files deleted on load: {_e(', '.join(r.index_files_dropped) or 'none')}",
     ]
     lines += [f'<span class="bad">the broker would refuse to load</span>: {_e(e)}' for e in r.load_errors]
+    if any(d.state == "intact" for d in r.dropped):  # what `rmqdump salvage` and `rmqdump repair` give back
+        root = shlex.quote(rep.info.root)
+        lines.append(
+            f"give the intact ones back before restarting: <code>{_e(f'rmqdump salvage {root} --out DIR')}</code> writes them as data to send again; "
+            f"<code>{_e(f'rmqdump repair {root} --out NEWDIR')}</code> writes a copy the broker restarts from keeping them"
+        )
     out = "<ul>" + "".join(f"<li>{x}</li>" for x in lines) + "</ul>"
     if rep.dropped:
         out += f"<p>The records a restart would drop (first {len(rep.dropped)} of {r.truncated_messages}; what of each still decodes):</p>"

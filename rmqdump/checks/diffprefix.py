@@ -20,6 +20,7 @@ import numpy as np
 from rmqdump.common.problems import InputError
 from rmqdump.readers.commitlog import CommitLog
 from rmqdump.readers.fastpath import field_struct
+from rmqdump.readers.mapped import next_data
 from rmqdump.readers.message import Message
 from rmqdump.scan.ranges import Mapper
 from rmqdump.scan.walk import read_at, scan_commitlog
@@ -71,17 +72,12 @@ class _Stream:
         return fd
 
     def hole(self, lo: int, hi: int) -> bool:
-        """[lo, hi) reads as zeros with no data behind it: in no file, or a hole of a sparse file (SEEK_DATA)."""
+        """[lo, hi) reads as zeros with no data behind it: in no file, or a hole of a sparse file (readers.mapped.next_data)."""
         for base, size, path in self.files:
             if base + size <= lo or base >= hi:
                 continue
-            try:
-                nxt = os.lseek(self._fd(path), max(lo, base) - base, os.SEEK_DATA)
-            except OSError:  # ENXIO: no data from there to the end of the file (or no SEEK_DATA: then assume data)
-                if not hasattr(os, "SEEK_DATA"):
-                    return False
-                continue
-            if nxt < min(hi, base + size) - base:
+            stop = min(hi, base + size) - base
+            if next_data(self._fd(path), max(lo, base) - base, stop)[0] < stop:
                 return False
         return True
 
@@ -129,9 +125,7 @@ def _cuts(a: list, b: list, lo: int, hi: int, step: int) -> list[tuple[int, int]
 
 
 def _hole_edges(path: str, size: int, most: int = 256) -> list[int]:
-    """Offsets in a file where data turns into a hole and back (SEEK_HOLE/SEEK_DATA), at most `most` of them."""
-    if not hasattr(os, "SEEK_HOLE"):
-        return []
+    """Offsets in a file where data turns into a hole and back (readers.mapped.next_data), at most `most` of them."""
     out: list[int] = []
     try:
         fd = os.open(path, os.O_RDONLY)
@@ -140,20 +134,14 @@ def _hole_edges(path: str, size: int, most: int = 256) -> list[int]:
     try:
         pos = 0
         while pos < size and len(out) < most:
-            hole = os.lseek(fd, pos, os.SEEK_HOLE)  # the end of the file counts as a hole
-            if hole >= size:
+            data, data_end = next_data(fd, pos, size)  # a stretch that may hold data; a hole before it and after it
+            if data >= size:
                 break
-            out.append(hole)
-            try:
-                pos = os.lseek(fd, hole, os.SEEK_DATA)
-            except OSError:  # ENXIO: a hole up to the end
-                break
-            out.append(pos)
-    except OSError:
-        pass
+            out += [data, data_end]
+            pos = data_end
     finally:
         os.close(fd)
-    return out
+    return sorted(set(out))
 
 
 def _crc(stream: _Stream, lo: int, hi: int) -> int:

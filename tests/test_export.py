@@ -112,6 +112,7 @@ def reader_rows(name: str, root: Path | None = None, with_body: bool = False) ->
             d.setdefault("dledger_index", None)  # export's nullable DLedger columns: null for a plain CommitLog
             d.setdefault("dledger_term", None)
             d["broker"] = name
+            d["compaction_part"] = d["compaction_log_offset"] = None  # no compaction topic in these stores (tests/test_compaction_export.py)
             if with_body:
                 d["body"] = m.body
             rows.append(d)
@@ -120,7 +121,8 @@ def reader_rows(name: str, root: Path | None = None, with_body: bool = False) ->
 
 def test_columns_are_the_message_fields():
     for b in scan_commitlog(CommitLog.open(str(store_root("rmq4-basic") / "commitlog"))):
-        keys = [*b.message(0).to_dict(), "dledger_index", "dledger_term", "broker"]  # a DLedger record's to_dict has the two (tests/test_dledger.py)
+        # a DLedger record's to_dict has the two (tests/test_dledger.py); the compaction columns: tests/test_compaction_export.py
+        keys = [*b.message(0).to_dict(), "dledger_index", "dledger_term", "broker", "compaction_part", "compaction_log_offset"]
         break
     assert arrowbatch.schema().names == keys
     assert arrowbatch.schema(with_body=True).names == [*keys, "body"]

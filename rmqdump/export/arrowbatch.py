@@ -2,8 +2,10 @@
 
 The columns and values are those of Message.to_dict() (the JSON Lines message
 object) plus `broker`, so a Parquet row, a JSON Lines export line and
-`rmqdump commitlog -f jsonl` agree. The same function feeds the local engine
-and Spark's mapInArrow, so both engines decode with one decoder.
+`rmqdump commitlog -f jsonl` agree; two more columns say what a consumer of a
+compaction topic's compacted queue gets (rmqdump.scan.compaction.ServedView).
+The same function feeds the local engine and Spark's mapInArrow, so both
+engines decode with one decoder.
 
 Header integers come straight from the batch's numpy columns; hosts and
 message ids are formatted once per distinct address; only the properties
@@ -20,6 +22,7 @@ import pyarrow.compute as pc
 
 from rmqdump.readers.fastpath import field_struct, gather, numpy_dtype, struct_format
 from rmqdump.readers.message import decode_properties, flag_names, format_host, split_keys
+from rmqdump.scan.compaction import AFTER_CHECKPOINT, COMPACTED, NOT_SERVED, ServedView
 from rmqdump.scan.walk import Batch, kernel
 from rmqdump.schemas import HostV4, HostV6, OffsetMsgIdV4
 from rmqdump.schemas import constants as C
@@ -61,6 +64,9 @@ FIELDS = [
     ("dledger_index", pa.int64()),  # a DLedger CommitLog's entry index and term; null in a plain CommitLog
     ("dledger_term", pa.int64()),
     ("broker", pa.string()),
+    # compaction topics only (null elsewhere): whether the compacted queue serves the record, and where
+    ("compaction_part", pa.string()),  # compacted (at or before the checkpoint), after_checkpoint, not_served
+    ("compaction_log_offset", pa.int64()),  # the served copy's offset in the compaction log
 ]
 BODY_FIELD = ("body", pa.binary())
 RAW_FIELD = ("raw", pa.binary())  # the whole record as stored (rmqdump salvage)
@@ -285,6 +291,27 @@ def _entry_column(b: Batch, sel, name: str, n: int) -> pa.Array:
     return pa.array(b.entries[name][sel].astype(np.int64), pa.int64())
 
 
+_PARTS = pa.array([NOT_SERVED, AFTER_CHECKPOINT, COMPACTED], pa.string())
+
+
+def _compaction(b: Batch, sel, c: dict, n: int, served: ServedView | None) -> tuple[pa.Array, pa.Array]:
+    """compaction_part and compaction_log_offset of records `sel`: null outside the store's compaction topics."""
+    if served is None or not served.queues:
+        return pa.nulls(n, pa.string()), pa.nulls(n, pa.int64())
+    tid = b.found["topic_id"][sel]
+    first = b.found["topic_first"]
+    part, log = np.full(n, -1, np.int8), np.zeros(n, np.int64)
+    for t, r in enumerate(first.tolist()):
+        topic = b.topic(int(r))
+        if topic in served.queues:
+            rows = np.flatnonzero(tid == t)
+            hit, compacted, at = served.lookup(topic, c["queue_id"][rows], c["queue_offset"][rows])
+            part[rows] = np.where(hit, np.where(compacted, 2, 1), 0)
+            log[rows] = at
+    parts = _PARTS.take(pa.array(np.maximum(part, 0).astype(np.int32), mask=part < 0))
+    return parts, pa.array(log, pa.int64(), mask=part <= 0)
+
+
 def _by_topic(b: Batch, lo: int, hi: int) -> list:
     """Records lo..hi grouped by topic (record order kept within a topic): a slice when there is one topic."""
     tid = b.found["topic_id"][lo:hi]
@@ -296,7 +323,14 @@ def _by_topic(b: Batch, lo: int, hi: int) -> list:
 
 
 def record_batches(
-    b: Batch, broker: str, *, with_body: bool = False, max_bytes: int = MAX_CHUNK_BYTES, columns: list[str] | None = None, by_topic: bool = False
+    b: Batch,
+    broker: str,
+    *,
+    with_body: bool = False,
+    max_bytes: int = MAX_CHUNK_BYTES,
+    columns: list[str] | None = None,
+    by_topic: bool = False,
+    served: ServedView | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """The batch's records as Arrow record batches of at most about `max_bytes` of records each.
 
@@ -309,7 +343,7 @@ def record_batches(
     sch = schema(with_body) if columns is None else pa.schema([schema(True).field(c) for c in columns])
     for lo, hi in _chunks(b.cols["total_size"], max_bytes):
         for sel in _by_topic(b, lo, hi) if by_topic else [slice(lo, hi)]:
-            yield pa.RecordBatch.from_arrays(_columns(b, sel, broker, sch), schema=sch)
+            yield pa.RecordBatch.from_arrays(_columns(b, sel, broker, sch, served), schema=sch)
 
 
 def selected(b: Batch, sel: np.ndarray, broker: str, sch: pa.Schema) -> pa.RecordBatch:
@@ -317,7 +351,7 @@ def selected(b: Batch, sel: np.ndarray, broker: str, sch: pa.Schema) -> pa.Recor
     return pa.RecordBatch.from_arrays(_columns(b, sel, broker, sch), schema=sch)
 
 
-def _columns(b: Batch, sel, broker: str, sch: pa.Schema) -> list[pa.Array]:
+def _columns(b: Batch, sel, broker: str, sch: pa.Schema, served: ServedView | None = None) -> list[pa.Array]:
     """The arrays of `sch`'s columns for records `sel` (a slice or indices) of the batch; each decoding step runs only if a column needs it."""
     c, crc_ok, prop_crc = _sliced(b, sel)
     n = len(c["_pos"])
@@ -360,6 +394,8 @@ def _columns(b: Batch, sel, broker: str, sch: pa.Schema) -> list[pa.Array]:
         "broker": lambda: _constant(broker, n),
         "body": lambda: _binary(data, c["body_pos"], c["body_length"]),
         "raw": lambda: _binary(data, c["_pos"], c["total_size"]),
+        "compaction_part": lambda: once("compaction", lambda: _compaction(b, sel, c, n, served))[0],
+        "compaction_log_offset": lambda: once("compaction", lambda: _compaction(b, sel, c, n, served))[1],
     }
     for name, src in _INT_COLUMNS.items():
         typ = sch.field(name).type if name in sch.names else None

@@ -30,6 +30,7 @@ import pyarrow.parquet as pq
 from rmqdump.common.problems import Problem
 from rmqdump.common.publish import check_target, publishing
 from rmqdump.export import arrowbatch
+from rmqdump.scan.compaction import ServedView, served_views
 from rmqdump.scan.ranges import Mapper, range_batches
 from rmqdump.scan.splits import DEFAULT_SPLIT, Split, StoreRef, plan
 
@@ -119,8 +120,12 @@ def problem_order(d: dict) -> tuple:
     return (d.get("broker") or "", d.get("file") or "", -1 if d.get("file_offset") is None else d["file_offset"], d.get("code") or "")
 
 
-def split_batches(split: Split, result: SplitResult, *, with_body: bool = False, check_crc: bool = True) -> Iterator[pa.RecordBatch]:
-    """The messages of one byte range as Arrow batches; problems and counts go into `result`."""
+def split_batches(
+    split: Split, result: SplitResult, *, with_body: bool = False, check_crc: bool = True, served: dict[str, ServedView] | None = None
+) -> Iterator[pa.RecordBatch]:
+    """The messages of one byte range as Arrow batches; problems and counts go into `result`.
+    served: served_views() of the stores, for the compaction columns."""
+    view = (served or {}).get(split.broker)
 
     def note(p: Problem) -> None:
         result.problem_count += 1
@@ -132,7 +137,7 @@ def split_batches(split: Split, result: SplitResult, *, with_body: bool = False,
             note(p)
         if len(b):
             result.record_bytes += int(b.cols["total_size"].sum())
-        for rb in arrowbatch.record_batches(b, split.broker, with_body=with_body, by_topic=True):
+        for rb in arrowbatch.record_batches(b, split.broker, with_body=with_body, by_topic=True, served=view):
             result.messages += rb.num_rows
             yield rb
         if len(b):  # the batch is in Arrow (copies): its pages of the map can go now, not at the scan's next release
@@ -180,9 +185,9 @@ def group_splits(splits: list[Split], workers: int, min_bytes: int = GROUP_BYTES
     return groups
 
 
-def _group_batches(group: list[Split], result: SplitResult, with_body: bool, check_crc: bool) -> Iterator[pa.RecordBatch]:
+def _group_batches(group: list[Split], result: SplitResult, with_body: bool, check_crc: bool, served: dict[str, ServedView] | None) -> Iterator[pa.RecordBatch]:
     for split in group:
-        yield from split_batches(split, result, with_body=with_body, check_crc=check_crc)
+        yield from split_batches(split, result, with_body=with_body, check_crc=check_crc, served=served)
 
 
 class TopicParquetWriter:
@@ -251,11 +256,13 @@ class TopicParquetWriter:
         self.close()
 
 
-def write_split(index: int, group: list[Split], tmp: str, fmt: str, with_body: bool, check_crc: bool) -> SplitResult:
+def write_split(
+    index: int, group: list[Split], tmp: str, fmt: str, with_body: bool, check_crc: bool, served: dict[str, ServedView] | None = None
+) -> SplitResult:
     """Decode a task's ranges and write its part files under `tmp` (a worker thread, or a Spark task)."""
     result = SplitResult()
     sch = arrowbatch.schema(with_body)
-    batches = _group_batches(group, result, with_body, check_crc)
+    batches = _group_batches(group, result, with_body, check_crc, served)
     if fmt == "parquet":
         with TopicParquetWriter(tmp, index, sch, ROWS_PER_GROUP_WITH_BODY if with_body else ROWS_PER_GROUP) as w:
             for rb in batches:
@@ -301,11 +308,12 @@ def export_local(
     out = check_target(out, force=force, stores=[s.root for s in stores])
     t0 = time.perf_counter()
     splits, res = start_export(stores, out, fmt, "local", split_size)
+    served = served_views(stores)
     with publishing(out, force=force, stores=[s.root for s in stores]) as tmp:
         groups = group_splits(splits, int(getattr(mapper, "workers", 1)))
         sizes = [sum(s.length for s in g) for g in groups]
         order = sorted(range(len(groups)), key=lambda i: -sizes[i])  # the biggest first: the last task to finish is a small one
-        task = lambda i: write_split(i, groups[i], tmp, fmt, with_body, check_crc)  # noqa: E731
+        task = lambda i: write_split(i, groups[i], tmp, fmt, with_body, check_crc, served)  # noqa: E731
         # the results are summed: taken as they finish where the engine can (a big task must not hold back the next)
         done = mapper.unordered(task, order) if hasattr(mapper, "unordered") else enumerate(mapper(task, order))
         for k, r in done:

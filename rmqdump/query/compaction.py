@@ -16,14 +16,8 @@ from rmqdump.common.problems import Problem
 from rmqdump.readers.commitlog import CommitLog
 from rmqdump.readers.compaction import CompactionFiles, compaction_key, end_unit_mask, is_tombstone, queue_units_bounds
 from rmqdump.readers.message import Message
-from rmqdump.scan.compaction import Original, batch_records, originals
-from rmqdump.scan.walk import read_at, scan_commitlog
-
-COMPACTED, AFTER_CHECKPOINT = "compacted", "after_checkpoint"
-
-
-def part_of(queue_offset: int, cp: int) -> str:
-    return COMPACTED if queue_offset <= cp else AFTER_CHECKPOINT
+from rmqdump.scan.compaction import Original, batch_records, originals, part_of, served_records
+from rmqdump.scan.walk import scan_commitlog
 
 
 def consumer_view(
@@ -35,8 +29,7 @@ def consumer_view(
     for q in queues:
         cp = cf.checkpoint.offset(q.topic, q.queue_id)
         mine = orig.get((q.topic, q.queue_id), {})
-        for f, pos, u in q.units():
-            got = read_at(q.log, u["offset"])
+        for f, pos, u, got in served_records(q):
             if isinstance(got, Problem):
                 yield q.located(got, f.path, u["base_offset"])
                 continue
@@ -74,8 +67,7 @@ def key_history(
     for q in queues:
         cp = cf.checkpoint.offset(q.topic, q.queue_id)
         served = {}
-        for f, pos, u in q.units():
-            m = read_at(q.log, u["offset"])
+        for f, pos, _u, m in served_records(q):
             if isinstance(m, Message) and compaction_key(m.properties) == key:
                 served[m.queue_offset] = (m, f.path, pos)
         puts = sorted((o for o in orig.get((q.topic, q.queue_id), {}).values() if o.key == key), key=lambda o: o.queue_offset)

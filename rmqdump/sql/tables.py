@@ -28,6 +28,7 @@ from rmqdump.readers.compaction import find_compaction
 from rmqdump.readers.consumequeue import UNIT_SIZE, QueueUnits, read_units
 from rmqdump.readers.indexfile import open_all
 from rmqdump.readers.store import Store
+from rmqdump.scan.compaction import served_views
 from rmqdump.scan.ranges import range_batches
 from rmqdump.scan.splits import StoreRef, plan
 
@@ -65,6 +66,8 @@ _MESSAGE_MEANING = {
     "dledger_term": "the DLedger term of that entry (null in a plain CommitLog)",
     "broker": "broker name of the store (directory name, or NAME in -s NAME=DIR)",
     "body": "stored body bytes (decoded only when named)",
+    "compaction_part": "compaction topics only: compacted or after_checkpoint when the compacted queue serves the record, else not_served",
+    "compaction_log_offset": "compaction topics only: the offset of the served copy in the compaction log",
 }
 
 
@@ -213,10 +216,11 @@ def messages(stores: list[StoreRef], columns: list[str], on_bytes: Callable[[int
     """The export rows of every store, range by range; CRCs are checked only when a CRC column is named."""
     splits, _layout = plan(stores)
     crc = "crc_ok" in columns or "prop_crc_ok" in columns
+    served = served_views(stores) if {"compaction_part", "compaction_log_offset"} & set(columns) else {}
     for split in splits:
         split = dataclasses.replace(split, check_crc=crc)
         for b in range_batches(split):
-            yield from arrowbatch.record_batches(b, split.broker, with_body="body" in columns, columns=columns)
+            yield from arrowbatch.record_batches(b, split.broker, with_body="body" in columns, columns=columns, served=served.get(split.broker))
         if on_bytes:
             on_bytes(split.length)
 

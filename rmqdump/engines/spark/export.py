@@ -31,6 +31,7 @@ from rmqdump.export.dataset import (
     start_export,
     write_split,
 )
+from rmqdump.scan.compaction import served_views
 from rmqdump.scan.splits import DEFAULT_SPLIT, Split, StoreRef, partition_count
 
 SPLIT_DDL = "broker string, path string, base bigint, start bigint, end bigint, size bigint"
@@ -57,13 +58,13 @@ def splits_frame(spark, splits: list[Split], partitions: int | None = None):
     return spark.createDataFrame(rdd, SPLIT_DDL)
 
 
-def _decoder(with_body: bool, check_crc: bool, fmt: str, problems, counts):
+def _decoder(with_body: bool, check_crc: bool, fmt: str, problems, counts, served):
     def decode(batches):
         for batch in batches:
             for row in batch.to_pylist():
                 split = Split(**row)
                 res = SplitResult()
-                for rb in split_batches(split, res, with_body=with_body, check_crc=check_crc):
+                for rb in split_batches(split, res, with_body=with_body, check_crc=check_crc, served=served):
                     if fmt == "parquet":
                         yield rb
                     else:
@@ -87,14 +88,14 @@ def pick_writer(writer: str, out: str, master: str) -> str:
     return "arrow" if not _has_scheme(out) and on_this_host(master) else "spark"
 
 
-def _writer_tasks(splits: list[Split], target: str, fmt: str, with_body: bool, check_crc: bool):
+def _writer_tasks(splits: list[Split], target: str, fmt: str, with_body: bool, check_crc: bool, served):
     """writer="arrow": each task writes its ranges' part files itself, with the local engine's writer."""
 
     def write(batches):
         for batch in batches:
             for row in batch.to_pylist():
                 no = row["split_no"]
-                r = write_split(no, [splits[no]], target, fmt, with_body, check_crc)
+                r = write_split(no, [splits[no]], target, fmt, with_body, check_crc, served)
                 yield pa.RecordBatch.from_pylist(
                     [{"split_no": no, "messages": r.messages, "bytes": r.bytes, "record_bytes": r.record_bytes, "problem_count": r.problem_count, "problems": json.dumps(r.problems)}],
                     schema=pa.schema(
@@ -142,7 +143,7 @@ def _export_arrow(
     partitions = partition_count(splits, sc.defaultParallelism, partitions, TARGET_PARTITION_BYTES)
     df = spark.createDataFrame(sc.parallelize(rows, partitions), "split_no int")
     with publishing(out, force=force, stores=[s.root for s in stores]) as tmp:
-        done = df.mapInArrow(_writer_tasks(splits, tmp, fmt, with_body, check_crc), WRITTEN_DDL).collect()
+        done = df.mapInArrow(_writer_tasks(splits, tmp, fmt, with_body, check_crc, served_views(stores)), WRITTEN_DDL).collect()
     for r in sorted(done, key=lambda r: r["split_no"]):
         res.add(SplitResult(r["messages"], r["bytes"], json.loads(r["problems"]), r["problem_count"], r["record_bytes"]))
 
@@ -188,7 +189,7 @@ def export_spark(
     counts = sc.accumulator((0, 0, 0), _Counts())
     df = splits_frame(spark, splits, partitions)
     ddl = arrowbatch.spark_ddl(with_body) if fmt == "parquet" else JSONL_DDL
-    decoded = df.mapInArrow(_decoder(with_body, check_crc, fmt, problems, counts), ddl)
+    decoded = df.mapInArrow(_decoder(with_body, check_crc, fmt, problems, counts, served_views(stores)), ddl)
     writer = decoded.write.partitionBy("topic")
     conf_key = "spark.sql.maxConcurrentOutputFileWriters"  # one open file per topic, no sort of the rows by topic first
     before = spark.conf.get(conf_key, None)

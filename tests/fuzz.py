@@ -1036,9 +1036,12 @@ def _multi_strategy(ctx: dict, modes: list[str], tail: int) -> st.SearchStrategy
 
 
 def _apply_one(ctx: dict, which: int, edits) -> list[bytes]:
+    """Damage file `which` of ctx["files"] (the others as the broker wrote them); only files that differ on disk are written."""
     datas = [apply(b, edits) if i == which else b for i, b in enumerate(ctx["origs"])]
-    for f, d in zip(ctx["files"], datas, strict=True):
-        write(f, d)
+    dirty = ctx.setdefault("dirty", set(range(len(datas))))  # at first, assume any file may differ
+    for i in dirty | {which}:
+        write(ctx["files"][i], datas[i])
+    ctx["dirty"] = {which} if datas[which] != ctx["origs"][which] else set()
     return datas
 
 
@@ -1275,12 +1278,31 @@ def wheel_strategy(ctx: dict) -> st.SearchStrategy:
     return st.tuples(st.lists(edit, min_size=1, max_size=4), st.sampled_from(["all", "pending", "fired"]))
 
 
-def wheel_case(ctx: dict, ex) -> None:
-    import numpy as np
+def _apply_in_place(buf: bytearray, edits) -> list[tuple[int, bytes]]:
+    """Apply write/zero/flip edits to `buf` in place (its length kept); what they overwrote, to undo in reverse."""
+    saved = []
+    for e in edits:
+        lo = e[1]
+        saved.append((lo, bytes(buf[lo : lo + 64])))
+        if e[0] == "write":
+            x = e[2][: max(0, len(buf) - lo)]
+            buf[lo : lo + len(x)] = x
+        elif e[0] == "zero":
+            n = min(e[2], max(0, len(buf) - lo))
+            buf[lo : lo + n] = bytes(n)
+        elif e[0] == "flip" and lo < len(buf):
+            buf[lo] ^= e[2]
+    return saved
 
+
+def wheel_case(ctx: dict, ex) -> None:
     edits, state = ex
     orig = ctx["orig"]
-    data = apply(orig, edits)[: len(orig)]
+    if "buf" not in ctx:
+        ctx["buf"] = bytearray(orig)
+    buf = ctx["buf"]  # the damaged bytes, edited in place and restored: the file is 38.7 MB
+    saved = _apply_in_place(buf, edits)
+    data = buf
     touched = sorted({e[1] for e in edits})
     with open(ctx["file"], "r+b") as f:  # in place: the 38.7 MB file is mostly holes
         for e in edits:
@@ -1291,9 +1313,11 @@ def wheel_case(ctx: dict, ex) -> None:
         args = ["timer", "dump-wheel", "-s", str(ctx["store"]), "-f", "jsonl", "--precision-ms", "1000"]
         o = invoke(*args, *(["--state", state] if state != "all" else []))
         last_read = struct.unpack_from(">q", (ctx["store"] / "config" / "timercheck").read_bytes())[0]
-        raw = np.frombuffer(data, dtype=np.uint8)[: len(data) // WHEEL_SLOT.size * WHEEL_SLOT.size].reshape(-1, WHEEL_SLOT.size)
+        # only the slots an edit reached can differ from the original's used ones
+        slots = set(ctx["used"]) | {k for e in edits for k in range(e[1] // WHEEL_SLOT.size, (e[1] + 64) // WHEEL_SLOT.size + 1)}
+        whole = len(data) // WHEEL_SLOT.size
         want = []
-        for i in np.flatnonzero(raw.any(axis=1)).tolist():
+        for i in sorted(k for k in slots if k < whole and any(data[k * WHEEL_SLOT.size : (k + 1) * WHEEL_SLOT.size])):
             t, first, lastp, num, magic = WHEEL_SLOT.unpack_from(data, i * WHEEL_SLOT.size)
             st_ = "pending" if t * 1000 >= last_read else "fired"
             if state in ("all", st_):
@@ -1315,6 +1339,8 @@ def wheel_case(ctx: dict, ex) -> None:
         if o.code != (0 if want else 1):
             raise FuzzFailure(f"dump-wheel exit {o.code} with {len(want)} slots")
     finally:
+        for lo, b in reversed(saved):
+            buf[lo : lo + len(b)] = b
         with open(ctx["file"], "r+b") as f:
             for e in edits:
                 f.seek(e[1])
@@ -1373,7 +1399,24 @@ def dledger_setup(ws: Path) -> dict:
     n = len(puts)
     with open(index, "rb") as f:
         orig_index = f.read(n * DL_UNIT.size)
-    return {"store": store, "files": data, "origs": [f.read_bytes() for f in data], "index": index, "orig_index": orig_index, "puts": puts}
+    return {
+        "store": store,
+        "files": data,
+        "origs": [f.read_bytes() for f in data],
+        "index": index,
+        "orig_index": orig_index,
+        "puts": puts,
+        "put_offsets": {m["wroteOffset"] for m in puts},
+    }
+
+
+def _changed_bytes(a: bytes, b: bytes):
+    """Positions where two byte strings differ, a position past the shorter one counting as changed."""
+    import numpy as np
+
+    n = min(len(a), len(b))
+    x, y = np.frombuffer(a, np.uint8, n), np.frombuffer(b, np.uint8, n)
+    return np.concatenate((np.flatnonzero(x != y), np.arange(n, max(len(a), len(b)))))
 
 
 def dledger_strategy(ctx: dict) -> st.SearchStrategy:
@@ -1417,8 +1460,8 @@ def dledger_case(ctx: dict, ex) -> None:
     # every entry whose bytes (its 48-byte header and message) the damage left alone is listed exactly; nothing else is
     fsize = len(ctx["origs"][0])
     base = int(ctx["files"][which].name)
-    diff = [i for i in range(max(len(datas[which]), len(ctx["origs"][which]))) if (datas[which][i : i + 1] or b"") != (ctx["origs"][which][i : i + 1] or b"")]
-    lo, hi = (base + min(diff), base + max(diff) + 1) if diff else (0, 0)
+    diff = _changed_bytes(datas[which], ctx["origs"][which])
+    lo, hi = (base + int(diff[0]), base + int(diff[-1]) + 1) if len(diff) else (0, 0)
     if len(datas[which]) < fsize:
         hi = max(hi, base + fsize)  # a cut file: all after the cut is gone
     got = {r["phys_offset"]: r for r in o.rows("message")}
@@ -1436,7 +1479,7 @@ def dledger_case(ctx: dict, ex) -> None:
             m["seq"],
         ):
             raise FuzzFailure(f"entry {m['seq']} at {m['wroteOffset']}, untouched by the damage at {lo}..{hi}, listed as {r}")
-    extra = [p for p in got if p not in {m["wroteOffset"] for m in ctx["puts"]} and not (lo - 48 <= p < hi)]
+    extra = [p for p in got if p not in ctx["put_offsets"] and not (lo - 48 <= p < hi)]
     if extra:
         raise FuzzFailure(f"listed records the store does not hold: {extra[:5]}")
 

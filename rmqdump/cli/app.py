@@ -73,11 +73,22 @@ _register()
 
 def main() -> None:
     """The console script: like app(), but usage errors are one line too."""
+    if sys.stderr.isatty():
+        from rmqdump.scan.native import on_first_compile
+
+        on_first_compile(_compile_notice)
     try:
         _run()
     except SystemExit as e:
         _leave(e.code)
     _leave(0)
+
+
+def _compile_notice(what: str, cache: str) -> None:
+    """A terminal user waiting seconds for the first scan after an install is told why, once."""
+    from rmqdump.cli import render
+
+    render.err.print(f"rmqdump: compiling {what} for this install, once (some seconds; kept in {cache})", markup=False, highlight=False)
 
 
 def _leave(code) -> None:

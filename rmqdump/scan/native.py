@@ -16,6 +16,7 @@ import ctypes.util
 import functools
 import os
 import zlib
+from collections.abc import Callable
 
 from rmqdump.scan.layout import fingerprint
 
@@ -74,6 +75,34 @@ def crc_library() -> tuple[str, str | None]:
         return "deflate", deflate
     lib = find_zlib()
     return ("zlib", lib) if lib else ("table", None)
+
+
+_COMPILE_NOTICES: list[Callable[[str, str], None]] = []
+
+
+def on_first_compile(notice: Callable[[str, str], None]) -> None:
+    """Call notice(what, cache directory) before compiled code that is not cached yet is first loaded (the CLI
+    prints one line on a terminal: the first run after an install compiles for some seconds)."""
+    _COMPILE_NOTICES.append(notice)
+
+
+def is_cached(d: str, package: str, module: str) -> bool:
+    """Whether numba's cache `d` holds an index for `package/module.py` (numba keeps a module's index files in a
+    subdirectory named after the source's directory: PACKAGE_<hash>/MODULE.FUNCTION-LINE.pyXY.nbi)."""
+    try:
+        subdirs = [e.path for e in os.scandir(d) if e.is_dir() and e.name.startswith(package + "_")]
+        return any(f.startswith(module + ".") and f.endswith(".nbi") for s in subdirs for f in os.listdir(s))
+    except OSError:
+        return False
+
+
+@functools.cache
+def announce(package: str, module: str, what: str) -> None:
+    """Before `package/module.py`'s compiled code is loaded: tell the notices when it must be compiled first (once per process)."""
+    d = configure()
+    if _COMPILE_NOTICES and not is_cached(d, package, module):
+        for notice in _COMPILE_NOTICES:
+            notice(what, d)
 
 
 @functools.cache

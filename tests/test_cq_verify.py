@@ -135,10 +135,10 @@ def test_pure_core_runs_per_queue_on_plain_arrays():
             assert res.problems == []
             covered[res.covered] = True
     assert covered.all()
-    assert missing_units(records, covered) == []
+    assert list(missing_units(records, covered)) == []
     # and the reverse direction finds what is not covered
     covered[:3] = False
-    miss = missing_units(records, covered)
+    miss = list(missing_units(records, covered))
     assert [p.phys_offset for p in miss] == records.phys[:3].tolist()
     assert all(set(PROBLEM_KEYS) - {"code", "detail", "phys_offset"} <= set(p.extra) for p in miss)
 

@@ -19,7 +19,7 @@ them all over a store.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -382,8 +382,9 @@ def missing_units(
     *,
     select: np.ndarray | None = None,
     cq_file_of: Callable[[str, int, int], str | None] | None = None,
-) -> list[Problem]:
-    """Records that must have a unit (transaction type none/commit) and are not in `covered`.
+) -> Iterator[Problem]:
+    """Records that must have a unit (transaction type none/commit) and are not in `covered`, one at a time (a
+    store without ConsumeQueues has a finding per record: a window's worth held at once would be hundreds of MB).
 
     covered: bool mask over records, or an array of record indices.
     select: optional bool mask of the records to consider (e.g. the queues verified).
@@ -396,23 +397,19 @@ def missing_units(
     need = records.queued & ~covered
     if select is not None:
         need &= select
-    out = []
-    for i in np.flatnonzero(need).tolist():
+    for i in np.flatnonzero(need):
         t = records.topics[int(records.topic_id[i])]
         q = int(records.queue_id[i])
         qo = int(records.queue_offset[i])
         path = cq_file_of(t, q, qo) if cq_file_of else None
-        out.append(
-            Problem(
-                CQ_MISSING_UNIT,
-                path or "",
-                None,
-                f"record at {int(records.phys[i])} (queueOffset {qo}) has no ConsumeQueue unit",
-                phys_offset=int(records.phys[i]),
-                extra={"topic": t, "queue_id": q, "cq_file": path, "unit_index": qo},
-            )
+        yield Problem(
+            CQ_MISSING_UNIT,
+            path or "",
+            None,
+            f"record at {int(records.phys[i])} (queueOffset {qo}) has no ConsumeQueue unit",
+            phys_offset=int(records.phys[i]),
+            extra={"topic": t, "queue_id": q, "cq_file": path, "unit_index": qo},
         )
-    return out
 
 
 # the driver ---------------------------------------------------------------------------------

@@ -64,8 +64,14 @@ def record_windows(
     on_bytes=None,
     mapper: Mapper = map,
     range_bytes: int = DEFAULT_SPLIT,
+    fold: Callable | None = None,
+    on_scan: Callable[[RangeScan], None] | None = None,
 ) -> Iterator[tuple[RecordTable, list[Problem]]]:
     """Scan the CommitLog once, in offset order, as record tables of about `window_records` records.
+
+    fold: ScanOptions.fold, run on every batch in the ranges' tasks; on_scan(range scan) sees each range's
+    result in offset order (with its folded values) before it joins a table: a caller that needs more of
+    each record than the table holds gets it from the same walk.
 
     The planner's byte ranges are read by `scan_range`, mapped by `mapper`
     (builtin map, or an engine's: threads give the same tables), and a window
@@ -74,15 +80,17 @@ def record_windows(
     consecutive offset ranges. The ranges start being read now, not at the
     first table asked for.
     """
-    options = ScanOptions(keys=False, delays=delays or DelayLevels.parse())
+    options = ScanOptions(keys=False, delays=delays or DelayLevels.parse(), fold=fold)
     scans = mapper(functools.partial(scan_range, options=options), commitlog_splits(cl, range_bytes, check_crc=check_crc))
-    return _windows(scans, window_records, on_bytes)
+    return _windows(scans, window_records, on_bytes, on_scan)
 
 
-def _windows(scans: Iterable[RangeScan], window_records: int, on_bytes) -> Iterator[tuple[RecordTable, list[Problem]]]:
+def _windows(scans: Iterable[RangeScan], window_records: int, on_bytes, on_scan=None) -> Iterator[tuple[RecordTable, list[Problem]]]:
     table = RecordTableBuilder()
     problems: list[Problem] = []
     for r in scans:
+        if on_scan is not None:
+            on_scan(r)
         table.add_part(r.columns)
         problems += r.problems
         if on_bytes is not None:

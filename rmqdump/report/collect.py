@@ -3,9 +3,9 @@
 Every finding comes from an existing analysis: query.storeinfo (the `info` summary and the recovery preview),
 checks.cqverify (every `cq verify` finding, the CommitLog scan's problems included), checks.offsets (committed
 consumer offsets and lag) and readers.indexfile (index fill, slots, chains). The one thing added here is a pass
-over the CommitLog's records that bins them by store time per topic and by born-to-store latency. It is a pass of
-its own because cq verify's walk gives its caller findings only (no hook on its records, and its record tables hold
-no born timestamp), and the recovery preview walks only from where the broker would start.
+over the CommitLog's records that bins them by store time per topic and by born-to-store latency, done inside cq
+verify's walk (a fold over each range's batches, rmqdump.scan.ranges.ScanOptions.fold), so the CommitLog is walked
+whole once.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import numpy as np
 
 from rmqdump.checks import cqunits
 from rmqdump.checks.cqunits import PROBLEM_COLUMNS
-from rmqdump.checks.cqverify import VerifySummary, verify
+from rmqdump.checks.cqverify import VerifySummary, record_windows, verify
 from rmqdump.checks.offsets import OffsetsReport, consumer_offsets
 from rmqdump.checks.recovery import DroppedRecord
 from rmqdump.common import problems as P
@@ -26,9 +26,7 @@ from rmqdump.common.problems import InputError, Problem
 from rmqdump.query.storeinfo import StoreInfo, store_info, walk_bytes
 from rmqdump.readers.indexfile import IndexFile, iter_entries, list_index_files
 from rmqdump.readers.store import Store
-from rmqdump.scan.dispatch import DelayLevels, dispatch_columns
 from rmqdump.scan.ranges import Mapper
-from rmqdump.scan.walk import scan_commitlog
 
 RATE_MAX_BINS = 200  # time bins of the rate plot; the bin width grows to keep within this
 # Bin widths (ms), each a multiple of the one before, so counts re-bin exactly when the span grows.
@@ -191,21 +189,15 @@ class Traffic:
         return -1 if i == 0 else 0 if i == 1 else (1 << (i - 1))
 
 
-def scan_traffic(store: Store, on_bytes: Callable[[int], None] | None = None) -> Traffic:
-    """One pass over the CommitLog's records (the damage-tolerant scan), binned: memory is the bins, not the records."""
-    t = Traffic()
-    delays = DelayLevels.parse()
-    done = store.commitlog.min_offset
-    for b in scan_commitlog(store.commitlog, check_crc=False):
-        if len(b):
-            d = dispatch_columns(b, delays, keys=False)
-            t.add(d.topic_id.astype(np.int64), d.topics, d.store_timestamp, b.cols["born_timestamp"])
-        if on_bytes is not None:
-            here = b.seg.base + (int(b.cols["_end"][-1]) if len(b) else 0)
-            if here > done:
-                on_bytes(here - done)
-                done = here
-    return t
+def traffic_columns(b, d) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray]:
+    """What the traffic bins take of a batch (ScanOptions.fold, run in the range's task): topics, topic ids, store and born times."""
+    return d.topics, d.topic_id.astype(np.int64), d.store_timestamp.astype(np.int64), b.cols["born_timestamp"].astype(np.int64)
+
+
+def add_traffic(t: Traffic, scan) -> None:
+    """A range's folded traffic_columns into the bins (on_scan of cq verify's walk)."""
+    for topics, topic_id, store_ts, born_ts in scan.folded:
+        t.add(topic_id, topics, store_ts, born_ts)
 
 
 @dataclass
@@ -386,8 +378,8 @@ class _Share:
 
 
 def collect_bytes(store: Store) -> int:
-    """The CommitLog bytes collect() walks and tells its `on_bytes` of: info's walks (data end, recovery preview), verify's and the traffic pass."""
-    return walk_bytes(store, with_recovery=True) + 2 * sum(f.size for f in store.commitlog.files)
+    """The CommitLog bytes collect() walks and tells its `on_bytes` of: info's walks (data end, recovery preview) and verify's (with the traffic bins)."""
+    return walk_bytes(store, with_recovery=True) + sum(f.size for f in store.commitlog.files)
 
 
 def collect(
@@ -401,7 +393,7 @@ def collect(
     """Everything the page shows. on_bytes(n): CommitLog bytes walked, collect_bytes() in all.
 
     The CommitLog is walked by the info summary (the newest file with data, to find the data end; the recovery
-    preview from where the broker would start), by cq verify, then by the traffic bins.
+    preview from where the broker would start) and once whole by cq verify, whose ranges also fill the traffic bins.
     """
     info = store_info(store, with_recovery=True, check_crc=check_crc, on_bytes=on_bytes)
     cl = info.commitlog
@@ -411,7 +403,11 @@ def collect(
     holes_placed = 0
     cl_bytes = sum(f.size for f in store.commitlog.files)
     told = _Share(on_bytes, cl_bytes)
-    for p in verify(store, check_crc=check_crc, summary=summary, on_bytes=told, mapper=mapper):
+    traffic = Traffic()
+    windows = record_windows(
+        store.commitlog, check_crc=check_crc, on_bytes=told, mapper=mapper, fold=traffic_columns, on_scan=lambda r: add_traffic(traffic, r)
+    )
+    for p in verify(store, check_crc=check_crc, summary=summary, mapper=mapper, windows=windows):
         if len(first) < limit:
             first.append(p.to_dict(PROBLEM_COLUMNS))
         row = damage_row(p)
@@ -437,9 +433,6 @@ def collect(
         damage.span(DROPPED, r.valid_end, r.valid_end + r.truncated_bytes)
         dropped = r.dropped[:MAX_DROPPED]  # the preview describes them (up to its own cap); the page lists the first few
     damage.span(UNWRITTEN, cl.data_end, cl.files_end)
-    told.finish()
-    told = _Share(on_bytes, cl_bytes)
-    traffic = scan_traffic(store, told)
     told.finish()
     try:
         offsets, note = consumer_offsets(store), None

@@ -43,6 +43,9 @@ class ScanOptions:
     keys: bool = False
     delays: DelayLevels = field(default_factory=DelayLevels.parse)
     topics: frozenset[str] | None = None
+    # fold(batch, its dispatch columns) -> a value kept in RangeScan.folded: what a pass needs of every record
+    # beyond the dispatch columns (report's traffic bins), computed in the range's task, in the same walk
+    fold: Callable[[Batch, DispatchColumns], object] | None = None
 
 
 @dataclass
@@ -61,6 +64,7 @@ class RangeScan:
     problems: list[Problem]
     flagged: list[Problem]
     damaged: list[Problem]
+    folded: list = field(default_factory=list)  # options.fold's values, batch by batch
 
     @property
     def nbytes(self) -> int:
@@ -73,6 +77,7 @@ def scan_range(split: Split, options: ScanOptions = ScanOptions()) -> RangeScan:
     problems: list[Problem] = []
     flagged: list[Problem] = []
     damaged: list[Problem] = []
+    folded: list = []
     records = 0
     last_ts = None
     for b in range_batches(split):
@@ -85,5 +90,7 @@ def scan_range(split: Split, options: ScanOptions = ScanOptions()) -> RangeScan:
         cols = dispatch_columns(b, options.delays, keys=options.keys)
         records += len(cols)
         last_ts = int(cols.store_timestamp[-1])
+        if options.fold is not None:
+            folded.append(options.fold(b, cols))
         join.add(cols.of_topics(options.topics))
-    return RangeScan(split, join.take(), records, last_ts, problems, flagged, damaged)
+    return RangeScan(split, join.take(), records, last_ts, problems, flagged, damaged, folded)

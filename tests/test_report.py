@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import REAL, ROOT, SETTINGS, copy_store, manifest, patch, run, store_root
+from conftest import REAL, ROOT, SETTINGS, copy_store, jsonl, manifest, patch, run, store_root
 
 from rmqdump.readers.store import Store
 from rmqdump.report import collect as K
@@ -483,3 +483,20 @@ def test_shell_completion_offers_commands_and_options():
         assert r.returncode == 0 and r.stdout.split() == want, (words, r.stdout, r.stderr)
     r = subprocess.run([exe, "--show-completion", "bash"], capture_output=True, text=True)
     assert r.returncode == 0 and "_RMQDUMP_COMPLETE=complete_bash" in r.stdout
+
+
+def test_problems_out_streams_every_finding(tmp_path):
+    """A store whose ConsumeQueues are gone: every message of the manifest is a finding, one per line of
+    --problems-out, while the page lists --limit of them."""
+    root = copy_store("rmq4-basic", tmp_path)
+    shutil.rmtree(root / "consumequeue")
+    out, found = tmp_path / "p.html", tmp_path / "found.jsonl"
+    r = run("report", "-s", root, "--out", out, "--limit", "5", "--problems-out", found)
+    assert r.exit_code == 1
+    rows = jsonl(found.read_text(encoding="utf-8"))
+    want = sorted((m["wroteOffset"], m["topic"], m["queueId"], m["logicsOffset"]) for m in manifest("rmq4-basic"))
+    assert sorted((p["phys_offset"], p["topic"], p["queue_id"], p["unit_index"]) for p in rows) == want
+    assert {p["code"] for p in rows} == {"cq_missing_unit"} and all(p["kind"] == "problem" for p in rows)
+    assert out.read_text(encoding="utf-8").count("has no ConsumeQueue unit") == 5
+    r = run("report", "-s", root, "--out", tmp_path / "q.html", "--problems-out", found)
+    assert r.exit_code == 2 and "exists" in r.output  # no overwrite without --force

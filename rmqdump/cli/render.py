@@ -31,8 +31,9 @@ def __getattr__(name: str):
 _ENCODE = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode  # built once, not per line
 
 
-def jsonl(obj: dict[str, Any]) -> None:
-    sys.stdout.write(_ENCODE(obj) + "\n")
+def jsonl(obj: dict[str, Any], out=None) -> None:
+    """One JSON Lines object on stdout (or on the text file `out`)."""
+    (out or sys.stdout).write(_ENCODE(obj) + "\n")
 
 
 def encode_body(body: bytes, how: str) -> str:

@@ -389,8 +389,10 @@ def collect(
     limit: int = 200,
     mapper: Mapper = map,
     on_bytes: Callable[[int], None] | None = None,
+    on_problem: Callable[[Problem], None] | None = None,
 ) -> Report:
-    """Everything the page shows. on_bytes(n): CommitLog bytes walked, collect_bytes() in all.
+    """Everything the page shows. on_bytes(n): CommitLog bytes walked, collect_bytes() in all; on_problem(p): every
+    finding, in cq verify's order, as it is found (the page keeps the first `limit` and counts the rest).
 
     The CommitLog is walked by the info summary (the newest file with data, to find the data end; the recovery
     preview from where the broker would start) and once whole by cq verify, whose ranges also fill the traffic bins.
@@ -408,6 +410,8 @@ def collect(
         store.commitlog, check_crc=check_crc, on_bytes=told, mapper=mapper, fold=traffic_columns, on_scan=lambda r: add_traffic(traffic, r)
     )
     for p in verify(store, check_crc=check_crc, summary=summary, mapper=mapper, windows=windows):
+        if on_problem is not None:
+            on_problem(p)
         if len(first) < limit:
             first.append(p.to_dict(PROBLEM_COLUMNS))
         row = damage_row(p)

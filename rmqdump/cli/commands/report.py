@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import typer
@@ -15,6 +16,9 @@ def report(
     out: Path = typer.Option(..., "--out", "-o", help="The HTML file to write (written beside itself, then renamed into place; never inside the store)."),
     force: bool = typer.Option(False, "--force", help="Replace --out if it exists."),
     limit: int = typer.Option(200, "--limit", "-n", min=0, help="Problems listed one by one on the page (the rest are counted)."),
+    problems_out: Path | None = typer.Option(
+        None, "--problems-out", help="Also write every finding to this file as JSON Lines (the `cq verify -f jsonl` objects), as they are found."
+    ),
     no_crc: bool = typer.Option(False, "--no-crc", help="Skip body/property CRC checks (faster; CRC damage then goes unseen)."),
     workers: int = workers_option(),
 ):
@@ -25,6 +29,7 @@ def report(
 
     Example:  rmqdump report -s /data/rocketmq/store --out incident-1234.html
     """
+    from rmqdump.checks.cqunits import PROBLEM_COLUMNS
     from rmqdump.common.publish import check_target, publishing  # imported here: `rmqdump --help` loads no numpy
     from rmqdump.engines.local import local_map
     from rmqdump.readers.store import Store
@@ -33,9 +38,15 @@ def report(
 
     st = Store.open(store)
     check_target(str(out), force=force, stores=[st.root], kind="file")  # before the long part: fail fast
-    with render.progress(collect_bytes(st), "report") as advance:  # on a terminal only
-        mapper = local_map(workers, sum(f.size for f in st.commitlog.files))
-        rep = collect(st, check_crc=not no_crc, limit=limit, mapper=mapper, on_bytes=advance)
+    with contextlib.ExitStack() as stack:
+        on_problem = None
+        if problems_out is not None:
+            tmp = stack.enter_context(publishing(str(problems_out), force=force, stores=[st.root], kind="file"))
+            sink = stack.enter_context(open(tmp, "w", encoding="utf-8"))
+            on_problem = lambda p: render.jsonl(p.to_dict(PROBLEM_COLUMNS), sink)  # noqa: E731
+        with render.progress(collect_bytes(st), "report") as advance:  # on a terminal only
+            mapper = local_map(workers, sum(f.size for f in st.commitlog.files))
+            rep = collect(st, check_crc=not no_crc, limit=limit, mapper=mapper, on_bytes=advance, on_problem=on_problem)
     page = render_page(rep)
     with publishing(str(out), force=force, stores=[st.root], kind="file") as tmp, open(tmp, "w", encoding="utf-8") as f:
         f.write(page)

@@ -1,7 +1,8 @@
 """Peak memory and time as the store grows, and time as workers are added: whole commands, as a user runs them.
 
     python bench/bench_scale.py [--stores bench/data/gen-1m,bench/data/gen-4m,bench/data/gen-16m]
-                                [--repeat 3] [--rows rebuild,cq-verify,export] [--jobs 1,2] [--jobs-store ...]
+                                [--repeat 3] [--rows rebuild,cq-verify,export,report,commitlog-jsonl,index-verify]
+                                [--jobs 1,2] [--jobs-store ...]
                                 [--anchor] [--write-results]
 
 Stores are made by bench/gen_store.py (1M, 4M, 16M messages: `--count`, default 1 GiB files); `cq verify`
@@ -38,10 +39,13 @@ def load() -> float:
     return os.getloadavg()[0]
 
 
-def timed(cmd: list[str], env: dict | None = None) -> tuple[float, int, int, str]:
-    """(wall seconds, peak RSS KB, exit code, stdout) of one run under /usr/bin/time -v."""
+def timed(cmd: list[str], env: dict | None = None, discard: bool = False) -> tuple[float, int, int, str]:
+    """(wall seconds, peak RSS KB, exit code, stdout) of one run under /usr/bin/time -v; `discard`: stdout to /dev/null (a listing of GBs)."""
     with tempfile.NamedTemporaryFile("r", suffix=".time") as tf:
-        p = subprocess.run(["/usr/bin/time", "-v", "-o", tf.name, *cmd], capture_output=True, text=True, env=env)
+        if discard:
+            p = subprocess.run(["/usr/bin/time", "-v", "-o", tf.name, *cmd], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+        else:
+            p = subprocess.run(["/usr/bin/time", "-v", "-o", tf.name, *cmd], capture_output=True, text=True, env=env)
         text = Path(tf.name).read_text()
     wall = rss = 0.0
     for line in text.splitlines():
@@ -51,7 +55,7 @@ def timed(cmd: list[str], env: dict | None = None) -> tuple[float, int, int, str
             wall = sum(float(x) * 60**i for i, x in enumerate(reversed(t)))
         elif line.startswith("Maximum resident set size"):
             rss = int(line.rsplit(" ", 1)[1])
-    return wall, int(rss), p.returncode, p.stdout
+    return wall, int(rss), p.returncode, p.stdout or ""
 
 
 def record_stats(store: Path) -> tuple[int, int]:
@@ -85,7 +89,17 @@ def commands(row: str, store: Path, scratch: Path, jobs: int | None) -> tuple[li
     if row == "export":
         out = scratch / "exported"
         return [RMQDUMP, "export", "-s", str(store), "-o", str(out), *j], out
+    if row == "report":  # on the store without ConsumeQueues: a finding per message, the heaviest case for memory
+        out = scratch / "report.html"
+        return [RMQDUMP, "report", "-s", str(store), "-o", str(out), "--force", *j], None
+    if row == "commitlog-jsonl":  # the whole CommitLog listed into a pipe
+        return [RMQDUMP, "commitlog", str(store / "commitlog"), "-f", "jsonl"], None
+    if row == "index-verify":
+        return [RMQDUMP, "index", "verify", "-s", str(full_store(store)), "-f", "jsonl", *j], None
     raise ValueError(row)
+
+
+DISCARD_ROWS = {"commitlog-jsonl"}
 
 
 def run_row(row: str, store: Path, repeat: int, jobs: int | None, scratch: Path) -> dict:
@@ -95,7 +109,7 @@ def run_row(row: str, store: Path, repeat: int, jobs: int | None, scratch: Path)
         if out is not None:
             shutil.rmtree(out, ignore_errors=True)
         before = load()
-        wall, rss, code, _ = timed(cmd)
+        wall, rss, code, _ = timed(cmd, discard=row in DISCARD_ROWS)
         if code not in (0, 1):
             raise SystemExit(f"{shlex.join(cmd)} exited {code}")
         if i:

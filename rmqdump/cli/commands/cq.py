@@ -54,17 +54,12 @@ def verify_cmd(
     st = Store.open(store)
     if not st.commitlog.files:
         render.fail(f"no_commitlog: {st.root}: no CommitLog files in commitlog/", 2)
-    if engine is Engine.spark and st.rocksdb_cq is not None:
-        render.fail(f"usage: {st.rocksdb_cq.path}: a RocksDB ConsumeQueue is verified with --engine local (the Spark engine reads ConsumeQueue files)", 2)
     summary = VerifySummary()
     rows: list[tuple] = []
     total = sum(f.size for f in st.commitlog.files)
     with render.progress(total, "verify") as advance:
         if engine is Engine.spark:
             from rmqdump.engines.spark.verify import run_verify
-
-            if st.queue_kinds_5x():
-                render.fail(f"usage: --engine spark does not check {', '.join(st.queue_kinds_5x())} queues yet; use --engine local", 2)
 
             found = run_verify(st, master, spark_conf, ship=ship.value, topic=topic, queue_id=queue, check_crc=not no_crc, delays=delays, summary=summary)
         else:

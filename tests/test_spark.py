@@ -453,3 +453,24 @@ def test_spark_equals_local_and_the_broker_on_every_real_store(spark, real_root,
     got = _export_rows(rows)
     assert [r for r in records if not touched(r[0], r[1])] == [g for g in got if not touched(g[0], g[1])]
     assert len(got) <= len(records)
+
+
+@pytest.mark.parametrize("name", ["rmq53-batchcq", "rmq53-rocksdbcq"])
+def test_cli_engine_spark_takes_5x_queue_kinds(spark, name, tmp_path):
+    """The commands no longer refuse a Batch ConsumeQueue or a RocksDB ConsumeQueue store: the local engine's
+    findings and files, the batch queues byte-identical to the broker's."""
+    store = REAL / name / "store"
+    sizing = ["--hash-slots", "500", "--index-entries", "2000"]  # the README's maxHashSlotNum / maxIndexNum
+    local = run("cq", "verify", "-s", store, "-f", "jsonl")
+    with pytest.warns(UserWarning, match="already running"):
+        sp = run("cq", "verify", "-s", store, "-f", "jsonl", "--engine", "spark")
+    assert sp.exit_code == local.exit_code == 0, sp.stderr
+    assert sp.stdout == local.stdout
+    assert json.loads(sp.stdout.splitlines()[-1])["messages"] == len(_manifest_records(name, ""))
+    r1 = run("rebuild", store, "--out", tmp_path / "l", "--no-sync", "-f", "jsonl", *sizing)
+    with pytest.warns(UserWarning, match="already running"):
+        r2 = run("rebuild", store, "--out", tmp_path / "s", "--no-sync", "-f", "jsonl", "--engine", "spark", *sizing)
+    assert r1.exit_code == r2.exit_code == 0, r2.stderr
+    assert _tree(tmp_path / "l") == _tree(tmp_path / "s")
+    if name == "rmq53-batchcq":
+        assert _tree(tmp_path / "s" / "batchconsumequeue") == _tree(store / "batchconsumequeue")

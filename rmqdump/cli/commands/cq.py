@@ -261,7 +261,7 @@ def seek_cmd(
     Example:  rmqdump cq seek -s store -t orders -q 1 --time 2026-11-21T23:55:52Z
     """
     from rmqdump.common.timeutil import iso, parse_time
-    from rmqdump.query.cqseek import seek
+    from rmqdump.query.cqseek import seek, seek_batch
     from rmqdump.readers.store import Store
 
     try:
@@ -269,19 +269,16 @@ def seek_cmd(
     except ValueError as e:
         render.fail(f"usage: {e}", 2)
     st = Store.open(store)
-    if (topic, queue) in st.batch_queues:
-        render.fail(
-            f"usage: {st.root}/batchconsumequeue/{topic}/{queue}: cq seek does not search Batch ConsumeQueues yet (cq dump shows each unit's storeTime)", 2
-        )
-    q = _queue(st, topic, queue)
-    r = seek(q, st.commitlog, ts)
+    bq = st.batch_queues.get((topic, queue))
+    r = seek_batch(bq, ts) if bq is not None else seek(_queue(st, topic, queue), st.commitlog, ts)
+    read = f"{r.probes} Batch ConsumeQueue files read" if bq is not None else f"{r.probes} records read"
     d = r.to_dict()
     if fmt is ListFormat.jsonl:
         render.jsonl(d)
     elif d["found"]:
         render.out.print(
             f"{topic}/{queue}: queue offset {r.queue_offset} (stored {iso(r.store_timestamp)}, CommitLog offset {r.phys_offset}); "
-            f"queue holds {r.min_offset}..{r.max_offset - 1}; {r.probes} records read"
+            f"queue holds {r.min_offset}..{r.max_offset - 1}; {read}"
         )
     else:
         render.out.print(f"{topic}/{queue}: no message stored at or after {iso(ts)}; queue offset {r.queue_offset} is the end (max offset)")

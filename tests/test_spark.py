@@ -474,3 +474,23 @@ def test_cli_engine_spark_takes_5x_queue_kinds(spark, name, tmp_path):
     assert _tree(tmp_path / "l") == _tree(tmp_path / "s")
     if name == "rmq53-batchcq":
         assert _tree(tmp_path / "s" / "batchconsumequeue") == _tree(store / "batchconsumequeue")
+
+
+@pytest.mark.parametrize("writer", ["spark", "arrow"])
+def test_spark_export_of_a_dledger_and_a_plain_store_together(spark, real_root, writer, tmp_path):
+    """One dataset from a DLedger store and a plain one: the DLedger rows carry their entry's index (the put's seq:
+    entries are numbered from 0 in put order) and term (0, the README's dledgerTerm); the plain rows null in the same
+    columns, one schema for both."""
+    from rmqdump.engines.spark.export import export_spark
+
+    dl = real_root("rmq53-dledger")
+    stores = [StoreRef("rmq53-dledger", str(dl)), StoreRef("rmq4-basic", str(REAL / "rmq4-basic" / "store"))]
+    res = export_spark(spark, stores, str(tmp_path / "o"), split_size=16384, writer=writer)
+    assert res.problem_count == 0
+    rows = read_dataset(tmp_path / "o")
+    puts = [m for m in manifest("rmq53-dledger") if m["kind"] == "put"]
+    term = json.loads(re.search(r"^\{\n.*?^\}$", (REAL / "rmq53-dledger" / "README.txt").read_text(encoding="utf-8"), flags=re.M | re.S).group(0))["dledgerTerm"]
+    got = sorted((r["phys_offset"], r["dledger_index"], r["dledger_term"]) for r in rows if r["broker"] == "rmq53-dledger")
+    assert got == sorted((p["wroteOffset"], p["seq"], term) for p in puts)
+    plain = [r for r in rows if r["broker"] == "rmq4-basic"]
+    assert len(plain) == len(manifest("rmq4-basic")) and all(r["dledger_index"] is None and r["dledger_term"] is None for r in plain)

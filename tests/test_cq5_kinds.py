@@ -249,18 +249,6 @@ def test_info_lists_every_queue_with_the_brokers_own_offsets(name):
         assert g["ext"] == (name == "rmq53-cqext")
 
 
-@pytest.mark.parametrize("cmd", [("cq", "verify", "-s"), ("rebuild",)])
-def test_spark_engine_refuses_5x_queue_kinds_it_does_not_build(cmd, tmp_path):
-    args = (
-        [*cmd, store_root("rmq53-batchcq")]
-        if cmd[0] == "cq"
-        else [*cmd, store_root("rmq53-batchcq"), "--out", tmp_path / "o", "--hash-slots", 500, "--index-entries", 2000]
-    )
-    r = run(*args, "--engine", "spark")
-    assert r.exit_code == 2 and "--engine spark does not" in r.stderr
-    assert not (tmp_path / "o").exists()
-
-
 def test_cq_verify_reports_a_batch_queue_file_of_the_wrong_size(tmp_path):
     """A Batch ConsumeQueue file one byte longer than its queue's other files: cq verify names it (its layout problem was dropped)."""
 

@@ -107,6 +107,8 @@ def test_commitlog_csv_every_column(store):
             "detail": "",
             "length": "",
             "marker": "",
+            "dledger_index": "",  # a plain CommitLog: no DLedger entry
+            "dledger_term": "",
         }
         assert {k: got[k] for k in expected} == expected, (store, m["seq"])
         assert json.loads(got["keys"]) == m["keys"]

@@ -250,8 +250,3 @@ def test_rebuild_writes_the_file_based_consumequeue_and_says_so(tmp_path):
         )
         got = (out / "consumequeue" / t / str(q) / f"{0:020d}").read_bytes()
         assert len(got) == 120 * 20 and got[: len(want)] == want and not any(got[len(want) :])
-
-
-def test_spark_engine_refuses_a_rocksdb_consumequeue_in_one_line():
-    r = run("cq", "verify", "-s", ROOT, "--engine", "spark")
-    assert r.exit_code == 2 and "RocksDB ConsumeQueue" in r.stderr and r.stderr.count("\n") == 1

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import subprocess
 from pathlib import Path
 
+import numpy as np
 import pytest
 from conftest import REAL, SETTINGS, STORES, copy_store, manifest, patch, run
 from test_export import check_against_manifest, check_intact, read_dataset, read_jsonl, reader_rows
@@ -203,7 +206,7 @@ def _rebuild_both(spark, root, tmp_path, **opts):
     from rmqdump.builders.settings import resolve
     from rmqdump.engines.spark.rebuild import rebuild_spark
 
-    settings = resolve(str(root), **{k: opts.pop(k) for k in ("index_entries", "hash_slots") if k in opts})
+    settings = resolve(str(root), **{k: opts.pop(k) for k in ("index_entries", "hash_slots", "cq_units", "ext_bitmap_bits") if k in opts})
     a = rebuild(str(root), str(tmp_path / "local"), settings, RebuildOptions(sync=False, **opts))
     b = rebuild_spark(spark, str(root), str(tmp_path / "spark"), settings, RebuildOptions(sync=False, **opts), split_size=16384)
     ta, tb = _tree(tmp_path / "local"), _tree(tmp_path / "spark")
@@ -287,3 +290,207 @@ def test_cli_cq_verify_and_rebuild_engine_spark(spark, tmp_path):
     assert r1.exit_code == r2.exit_code == 0, r2.stderr
     assert _tree(tmp_path / "l") == _tree(tmp_path / "s")
     assert not spark.sparkContext._jsc.sc().isStopped()
+
+
+# every store in fixtures/real: verify, rebuild and export on Spark equal the local engine and the broker ------------
+
+
+def _real_keys() -> list[str]:
+    """Every store the fixtures hold: NAME (NAME/store, or NAME/store.tar.gz) and NAME/SIDE for the HA pairs."""
+    keys = []
+    for d in sorted(p for p in REAL.iterdir() if p.is_dir()):
+        if (d / "store").is_dir() or (d / "store.tar.gz").is_file():
+            keys.append(d.name)
+        keys += [f"{d.name}/{side}" for side in ("master", "slave") if (d / side / "store").is_dir()]
+    return keys
+
+
+ALL_REAL = _real_keys()
+
+
+@pytest.fixture(scope="module")
+def real_root(tmp_path_factory):
+    """A store's root; an archived one unpacked once (tar -S: the DLedger index file is sparse)."""
+    unpacked: dict[str, Path] = {}
+
+    def get(key: str) -> Path:
+        name, _, side = key.partition("/")
+        archive = REAL / name / "store.tar.gz"
+        if archive.is_file():
+            if name not in unpacked:
+                dest = tmp_path_factory.mktemp(name)
+                subprocess.run(["tar", "-xzSf", str(archive), "-C", str(dest)], check=True)
+                unpacked[name] = dest / "store"
+            return unpacked[name]
+        return REAL / name / side / "store" if side else REAL / name / "store"
+
+    return get
+
+
+def _readme_settings(name: str) -> dict:
+    """The broker's MessageStoreConfig values the store's README.txt lists (the rebuild's sizes)."""
+    text = (REAL / name / "README.txt").read_text(encoding="utf-8")
+
+    def value(key: str) -> int | None:
+        m = re.search(rf"\b{key}\s*=\s*(\d+)", text)
+        return int(m.group(1)) if m else None
+
+    out = {"cq_units": value("mappedFileSizeConsumeQueue") // 20, "hash_slots": value("maxHashSlotNum"), "index_entries": value("maxIndexNum")}
+    bits = value("bitMapLengthConsumeQueueExt")
+    if bits is not None:
+        out["ext_bitmap_bits"] = bits
+    return out
+
+
+def _manifest_records(name: str, side: str) -> list[tuple]:
+    """(offset, size, topic, queue id, store time, msgId, body CRC, sysFlag) of every record the broker wrote, from the
+    manifest: its commitlog_msg rows (read back through the store API) where it has them, else its puts."""
+    rows = manifest(name)
+    if any(m.get("kind") == "commitlog_msg" for m in rows):
+        return sorted(
+            (m["physicalOffset"], m["totalSize"], m["topic"], m["queueId"], m["storeTimestamp"], m["msgId"], m["bodyCRC"], m["sysFlag"])
+            for m in rows
+            if m.get("kind") == "commitlog_msg" and m.get("side", side or None) == (side or None)
+        )
+    # a DLedger store's puts carry the put's time; its dledger_msg_lookup rows, each message read back, the stored one
+    stored = {m["commitLogOffset"]: m["storeTimestamp"] for m in rows if m.get("kind") == "dledger_msg_lookup"}
+    return sorted(
+        (m["wroteOffset"], m["wroteBytes"], m["topic"], m["queueId"], stored.get(m["wroteOffset"], m["storeTimestamp"]), m["msgId"], m["bodyCRC"], m["sysFlag"])
+        for m in rows
+        if m.get("kind", "put") == "put" and m.get("status", "PUT_OK") == "PUT_OK"
+    )
+
+
+def _damage(name: str) -> list[tuple[int, int]]:
+    """The CommitLog bytes [a, b) the fixture's damage.json says were changed (none for an intact store)."""
+    f = REAL / name / "damage.json"
+    if not f.is_file():
+        return []
+    d = json.loads(f.read_text(encoding="utf-8"))
+    return [(d["physicalOffset"], d["physicalOffset"] + d["length"])]
+
+
+CQ_UNIT = np.dtype([("offset", ">i8"), ("size", ">i4"), ("tags", ">i8")])  # the broker's 20-byte ConsumeQueue unit
+
+
+def _units(raw: bytes) -> np.ndarray:
+    return np.frombuffer(raw, dtype=CQ_UNIT)
+
+
+def _export_rows(rows: list[dict]) -> list[tuple]:
+    return [(r["phys_offset"], r["total_size"], r["topic"], r["queue_id"], r["store_timestamp"], r["msg_id"], r["body_crc"], r["sys_flag"]) for r in rows]
+
+
+def _same_units_as_the_broker(ours: dict[str, bytes], theirs: dict[str, bytes], intact: set[int]) -> set[int]:
+    """A damaged store (its broker crashed with dispatch behind, then the damage): every unit the broker wrote for a record
+    the damage left alone is the rebuild's unit at that place. Returns the records the rebuild's units point at."""
+    pointed: set[int] = set()
+    same = 0
+    for rel, raw in ours.items():
+        mine, broker = _units(raw), _units(theirs.get(rel, b""))
+        pointed |= set(mine["offset"][mine["size"] > 0].tolist())
+        n = min(len(mine), len(broker))
+        at = np.flatnonzero(np.isin(broker["offset"][:n], list(intact)) & (broker["size"][:n] > 0))
+        assert (mine[at] == broker[at]).all(), rel
+        same += len(at)
+    assert same > 0
+    return pointed
+
+
+@pytest.mark.parametrize("key", ALL_REAL)
+def test_spark_equals_local_and_the_broker_on_every_real_store(spark, real_root, key, tmp_path):
+    """cq verify, rebuild and export with Spark on each store of fixtures/real: the local engine's findings, bytes and
+    rows, and what the broker wrote (its queue files, or the units and records its manifest lists)."""
+    from rmqdump.engines.spark.export import export_spark
+
+    name, _, side = key.partition("/")
+    root = real_root(key)
+    records = _manifest_records(name, side)
+    damage = _damage(name)
+    touched = lambda o, s: any(a < o + s and o < b for a, b in damage)  # noqa: E731
+
+    # cq verify: the same findings; an intact store whose broker dispatched everything has none
+    found, summary = _verify_both(spark, root)
+    if name == "rmq4-crash":  # the messages the crash left undispatched
+        assert {p["code"] for p in found} == {"cq_missing_unit"} and len(found) == json.loads((REAL / name / "crash.json").read_text())["undispatchedCount"]
+    elif not damage:
+        assert found == [] and summary.messages == len(records)
+    else:
+        assert found
+
+    # rebuild: byte-identical to the local rebuild, and to the broker's own queue files
+    rep, _ = _rebuild_both(spark, root, tmp_path / "rb", **_readme_settings(name))
+    assert rep.verify["ok"]
+    out = tmp_path / "rb" / "local"
+    compared = 0
+    for part in ("consumequeue", "batchconsumequeue"):
+        theirs = (REAL / name / "recovered" if name == "rmq4-crash" else root) / part
+        if not theirs.is_dir() or (part, name) == ("consumequeue", "rmq53-rocksdbcq"):
+            continue
+        if damage:
+            intact = {r[0] for r in records if not touched(r[0], r[1])}
+            pointed = _same_units_as_the_broker(_tree(out / part), _tree(theirs), intact)
+            assert {r[0] for r in records if r[0] in intact and r[7] & 0xC in (0, 8)} <= pointed  # and a unit for every intact message
+        else:
+            assert _tree(out / part) == _tree(theirs), part
+        compared += 1
+    if name == "rmq53-rocksdbcq":  # the broker's units are in RocksDB: its manifest lists them
+        per = rep.settings.cq_units_per_file
+        for u in (m for m in manifest(name) if m.get("kind") == "cq_unit"):
+            f = out / "consumequeue" / u["topic"] / str(u["queueId"]) / f"{u['queueOffset'] // per * per * 20:020d}"
+            got = _units(f.read_bytes())[u["queueOffset"] % per]
+            assert (int(got["offset"]), int(got["size"]), int(got["tags"])) == (u["commitLogOffset"], u["size"], u["tagsCode"])
+            compared += 1
+    assert compared
+
+    # export: Spark's decoder tasks give the local engine's rows, and they are the broker's records
+    stores = [StoreRef(name, str(root))]
+    loc = export_local(stores, str(tmp_path / "el"), with_body=True)
+    sp = export_spark(spark, stores, str(tmp_path / "es"), with_body=True, split_size=16384, writer="spark")
+    assert sp.problems == loc.problems and sp.problem_count == loc.problem_count and sp.messages == loc.messages
+    rows = read_dataset(tmp_path / "es")
+    assert rows == read_dataset(tmp_path / "el")
+    got = _export_rows(rows)
+    assert [r for r in records if not touched(r[0], r[1])] == [g for g in got if not touched(g[0], g[1])]
+    assert len(got) <= len(records)
+
+
+@pytest.mark.parametrize("name", ["rmq53-batchcq", "rmq53-rocksdbcq"])
+def test_cli_engine_spark_takes_5x_queue_kinds(spark, name, tmp_path):
+    """The commands no longer refuse a Batch ConsumeQueue or a RocksDB ConsumeQueue store: the local engine's
+    findings and files, the batch queues byte-identical to the broker's."""
+    store = REAL / name / "store"
+    sizing = ["--hash-slots", "500", "--index-entries", "2000"]  # the README's maxHashSlotNum / maxIndexNum
+    local = run("cq", "verify", "-s", store, "-f", "jsonl")
+    with pytest.warns(UserWarning, match="already running"):
+        sp = run("cq", "verify", "-s", store, "-f", "jsonl", "--engine", "spark")
+    assert sp.exit_code == local.exit_code == 0, sp.stderr
+    assert sp.stdout == local.stdout
+    assert json.loads(sp.stdout.splitlines()[-1])["messages"] == len(_manifest_records(name, ""))
+    r1 = run("rebuild", store, "--out", tmp_path / "l", "--no-sync", "-f", "jsonl", *sizing)
+    with pytest.warns(UserWarning, match="already running"):
+        r2 = run("rebuild", store, "--out", tmp_path / "s", "--no-sync", "-f", "jsonl", "--engine", "spark", *sizing)
+    assert r1.exit_code == r2.exit_code == 0, r2.stderr
+    assert _tree(tmp_path / "l") == _tree(tmp_path / "s")
+    if name == "rmq53-batchcq":
+        assert _tree(tmp_path / "s" / "batchconsumequeue") == _tree(store / "batchconsumequeue")
+
+
+@pytest.mark.parametrize("writer", ["spark", "arrow"])
+def test_spark_export_of_a_dledger_and_a_plain_store_together(spark, real_root, writer, tmp_path):
+    """One dataset from a DLedger store and a plain one: the DLedger rows carry their entry's index (the put's seq:
+    entries are numbered from 0 in put order) and term (0, the README's dledgerTerm); the plain rows null in the same
+    columns, one schema for both."""
+    from rmqdump.engines.spark.export import export_spark
+
+    dl = real_root("rmq53-dledger")
+    stores = [StoreRef("rmq53-dledger", str(dl)), StoreRef("rmq4-basic", str(REAL / "rmq4-basic" / "store"))]
+    res = export_spark(spark, stores, str(tmp_path / "o"), split_size=16384, writer=writer)
+    assert res.problem_count == 0
+    rows = read_dataset(tmp_path / "o")
+    puts = [m for m in manifest("rmq53-dledger") if m["kind"] == "put"]
+    term = json.loads(re.search(r"^\{\n.*?^\}$", (REAL / "rmq53-dledger" / "README.txt").read_text(encoding="utf-8"), flags=re.M | re.S).group(0))["dledgerTerm"]
+    got = sorted((r["phys_offset"], r["dledger_index"], r["dledger_term"]) for r in rows if r["broker"] == "rmq53-dledger")
+    assert got == sorted((p["wroteOffset"], p["seq"], term) for p in puts)
+    plain = [r for r in rows if r["broker"] == "rmq4-basic"]
+    assert len(plain) == len(manifest("rmq4-basic")) and all(r["dledger_index"] is None and r["dledger_term"] is None for r in plain)

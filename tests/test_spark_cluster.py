@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import REAL, run_proc
+from conftest import REAL, ROOT, manifest, run_proc
 from test_export import check_against_manifest, read_dataset
 from test_spark_python import RMQDUMP, bare_env
 
@@ -237,3 +237,45 @@ def test_executor_without_pyarrow_on_standalone_cluster(cluster, bare, tmp_path)
     ours = [x for x in r.stderr.splitlines() if x.startswith("rmqdump: ")]
     assert len(ours) == 1 and ours[0].startswith(f"rmqdump: {EXECUTOR_MODULE_MISSING}: numpy: executor Python {py} "), r.stderr[-3000:]
     assert "pyarrow" in ours[0] and "fix: " in ours[0]
+
+
+@pytest.mark.parametrize("name", ["rmq53-batchcq", "rmq53-rocksdbcq"])
+def test_5x_queue_kinds_on_standalone_cluster(cluster, executor_python, name, tmp_path):
+    """A Batch ConsumeQueue store and a RocksDB ConsumeQueue store: cq verify, rebuild and export on the cluster give
+    the local engine's findings, files and rows; the rebuilt queues are the broker's (its files, or the units its
+    manifest lists for RocksDB), the rows its records."""
+    from test_spark import _export_rows, _manifest_records, _tree, _units
+
+    url, _ = cluster
+    store = REAL / name / "store"  # the commands run from the checkout's root: its rmqdump is the one run and zipped to the executors
+    spark_args = _spark_args(url, executor_python)
+    no_mem = [a for a in spark_args if a not in ("--driver-memory", "1g")]
+    sizing = ["--hash-slots", "500", "--index-entries", "2000", "--cq-units-per-file", "120"]  # the README's maxHashSlotNum, maxIndexNum, 2400-byte queue files
+
+    r = run_proc("cq", "verify", "-s", str(store), "-f", "jsonl", *no_mem, cwd=str(ROOT), timeout=600)
+    local = run_proc("cq", "verify", "-s", str(store), "-f", "jsonl", cwd=str(ROOT))
+    assert r.returncode == local.returncode == 0, r.stderr[-3000:]
+    assert r.stdout == local.stdout
+    assert json.loads(r.stdout.splitlines()[-1])["messages"] == len(_manifest_records(name, ""))
+
+    r = run_proc("rebuild", str(store), "--out", str(tmp_path / "s"), "--no-sync", "-f", "jsonl", *sizing, *no_mem, cwd=str(ROOT), timeout=600)
+    local = run_proc("rebuild", str(store), "--out", str(tmp_path / "l"), "--no-sync", "-f", "jsonl", *sizing, cwd=str(ROOT))
+    assert r.returncode == local.returncode == 0, r.stderr[-3000:]
+    assert _tree(tmp_path / "s") == _tree(tmp_path / "l")
+    if name == "rmq53-batchcq":
+        for part in ("batchconsumequeue", "consumequeue"):
+            assert _tree(tmp_path / "s" / part) == _tree(store / part), part
+    else:
+        units = [m for m in manifest(name) if m.get("kind") == "cq_unit"]
+        for u in units:
+            raw = (tmp_path / "s" / "consumequeue" / u["topic"] / str(u["queueId"]) / f"{u['queueOffset'] // 120 * 2400:020d}").read_bytes()
+            got = _units(raw)[u["queueOffset"] % 120]
+            assert (int(got["offset"]), int(got["size"]), int(got["tags"])) == (u["commitLogOffset"], u["size"], u["tagsCode"])
+
+    out = tmp_path / "e"
+    r = run_proc("export", "-s", f"{name}={store}", "-o", str(out), "--body", "raw", "--split-size", "16K", *spark_args, cwd=str(ROOT), timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    got = read_dataset(out)
+    export_local(resolve_stores([f"{name}={store}"]), str(tmp_path / "el"), with_body=True)
+    assert got == read_dataset(tmp_path / "el")
+    assert _export_rows(got) == _manifest_records(name, "")

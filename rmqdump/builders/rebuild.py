@@ -44,7 +44,7 @@ from rmqdump.common.publish import check_target, publishing
 from rmqdump.readers.commitlog import CommitLog, SegmentFile, commitlog_path
 from rmqdump.scan.dispatch import DelayLevels
 from rmqdump.scan.ranges import Mapper, RangeScan, ScanOptions, scan_range
-from rmqdump.scan.splits import Split, commitlog_splits
+from rmqdump.scan.splits import DEFAULT_SPLIT, Split, commitlog_splits
 from rmqdump.schemas import Checkpoint as CheckpointLayout
 from rmqdump.schemas import constants as C
 
@@ -66,6 +66,7 @@ class RebuildOptions:
     sync: bool = True
     index_after: tuple[int, int] | None = None  # see IndexBuilder.after (library use)
     to_offset: int | None = None  # stop before this physical offset (library use)
+    range_bytes: int = DEFAULT_SPLIT  # bytes of CommitLog per range the mapper is given
 
 
 @dataclass
@@ -189,6 +190,12 @@ def _scan_and_reduce(options: ScanOptions):
     return lambda split: range_result(scan_range(split, options))
 
 
+def driver_mapper(mapper: Mapper) -> Mapper:
+    """The mapper for the self-check's side-by-side jobs over the files just written: the engine's own, unless its
+    workers are elsewhere (Spark's SparkMap maps ranges only, and names its `on_driver` mapper for this)."""
+    return getattr(mapper, "on_driver", mapper)
+
+
 def mapper_workers(mapper: Mapper) -> int:
     """How many workers a mapper runs (an engine's LocalMap says; builtin map is one)."""
     return int(getattr(mapper, "workers", 1))
@@ -221,7 +228,7 @@ def build_into(
         os.makedirs(os.path.join(tmp, "index"))
         ixb = IndexBuilder(os.path.join(tmp, "index"), settings.hash_slots, settings.index_entries, after=options.index_after, sync=options.sync)
     slots = settings.hash_slots if want_index else None
-    splits = commitlog_splits(cl, to_offset=options.to_offset, check_crc=options.check_crc)
+    splits = commitlog_splits(cl, options.range_bytes, to_offset=options.to_offset, check_crc=options.check_crc)
     scan = ScanOptions(keys=slots is not None, delays=delays, topics=options.topics)
     workers = report.workers = mapper_workers(options.mapper)
     last_ts = last_queued_ts = None
@@ -442,7 +449,7 @@ def verify_output(
     os.symlink(os.path.join(store, top), link)
     try:
         # side by side on the engine's workers (threads: numpy's big steps run without the GIL)
-        for part, res in zip([j[0] for j in jobs], options.mapper(_run_job, jobs), strict=True):
+        for part, res in zip([j[0] for j in jobs], driver_mapper(options.mapper)(_run_job, jobs), strict=True):
             out[part] = res
     finally:
         os.unlink(link)
@@ -468,7 +475,7 @@ def _quick_checks(tmp: str, settings: StoreSettings, options: RebuildOptions, co
         jobs["consumequeue"] = (columns.quick_cq, os.path.join(tmp, "consumequeue"), settings.cq_units_per_file)
     if "index" in options.only:
         jobs["index"] = (columns.quick_index, os.path.join(tmp, "index"), settings.hash_slots, settings.index_entries)
-    return dict(zip(jobs, options.mapper(lambda job: job[0](*job[1:]), jobs.values()), strict=True))
+    return dict(zip(jobs, driver_mapper(options.mapper)(lambda job: job[0](*job[1:]), jobs.values()), strict=True))
 
 
 def _run_job(job: tuple):

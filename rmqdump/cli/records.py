@@ -59,7 +59,7 @@ CSV_COLUMNS = [
     "kind", "file", "phys_offset", "total_size", "magic_version", "body_crc", "crc_ok", "prop_crc_ok", "queue_id", "flag",
     "queue_offset", "sys_flag", "transaction", "born_timestamp", "born_host", "store_timestamp", "store_host", "reconsume_times",
     "prepared_transaction_offset", "body_length", "topic", "tags", "keys", "uniq_key", "msg_id", "properties", "body", "body_encoding",
-    "code", "file_offset", "detail", "length", "marker",
+    "code", "file_offset", "detail", "length", "marker", "dledger_index", "dledger_term",
 ]  # fmt: skip
 TABLE_COLUMNS = ["offset", "size", "topic", "q", "qoffset", "stored (UTC)", "tags", "keys", "uniq_key", "tx", "crc"]
 
@@ -400,7 +400,20 @@ class CsvOut(RecordsOut):
 
     def taken(self, out, ends, status, lo, hi, b, rows):
         self._flush()
-        super().taken(out, ends, status, lo, hi, b, rows)
+        if b.entries is None:
+            super().taken(out, ends, status, lo, hi, b, rows)
+            return
+        # a DLedger CommitLog: each line's last two cells (",,\n") become the entry's index and term
+        parts = []
+        start = int(ends[lo - 1]) if lo else 0
+        for j in range(lo, hi):
+            end = int(ends[j])
+            if status[j] == K.TAKEN:
+                i = int(rows[j])
+                parts.append(bytes(out[start : end - 3]))
+                parts.append(b",%d,%d\n" % (int(b.entries["index"][i]), int(b.entries["term"][i])))
+            start = end
+        self.write_bytes(b"".join(parts))
 
 
 def _csv_value(v):

@@ -296,3 +296,32 @@ def seek(q: ConsumeQueue, cl: CommitLog, timestamp: int) -> SeekResult:
             ts, phys = time_at(a)
             return SeekResult(q.topic, q.queue_id, timestamp, a, lo, hi, phys, ts, probes)
         return SeekResult(q.topic, q.queue_id, timestamp, a, lo, hi, None, None, probes)
+
+
+def seek_batch(q: BatchConsumeQueue, timestamp: int) -> SeekResult:
+    """The first message stored at or after `timestamp` (ms) in a Batch ConsumeQueue: the msgBaseOffset of the first
+    valid unit whose storeTime is at or after it (a unit holds the store time, as the broker's search reads it).
+
+    The files are read one at a time, in order, each once; `probes` counts the files read. No record is read: the
+    unit gives the record's offset and store time.
+    """
+    lo = hi = None
+    answer: tuple[int, int, int] | None = None  # (msgBaseOffset, commitLogOffset, storeTime)
+    files = 0
+    for u in q.chunks():
+        files += 1
+        v = np.flatnonzero(u.valid_mask())
+        if not v.size:
+            continue
+        if lo is None:
+            lo = int(u.base_offset[v[0]])
+        hi = int(u.base_offset[v[-1]]) + int(u.batch_size[v[-1]])
+        if answer is None:
+            at = v[u.store_time[v] >= timestamp]
+            if at.size:
+                k = int(at[0])
+                answer = (int(u.base_offset[k]), int(u.offset[k]), int(u.store_time[k]))
+    lo, hi = (lo, hi) if lo is not None else (0, 0)
+    if answer is None:
+        return SeekResult(q.topic, q.queue_id, timestamp, hi, lo, hi, None, None, files)
+    return SeekResult(q.topic, q.queue_id, timestamp, answer[0], lo, hi, answer[1], answer[2], files)

@@ -697,7 +697,7 @@ def _message_csv(out, o, d, base, row, file_csv, snip, snip_offs, its, itk, ite,
 @njit(cache=True, nogil=True)
 def csv_lines(d, base, mat, file_csv, snip, snip_offs, ftopic, ftag, fkey, fl, out, ends, status):
     """One CSV row (the columns of rmqdump.cli.records.CSV_COLUMNS) per row of `mat`, as `csv.writer` writes
-    them; a text field that would need quoting (a comma) leaves the row to Python."""
+    them (the DLedger entry columns empty); a text field that would need quoting (a comma) leaves the row to Python."""
     its, itk, ite = _item_room()
     o = 0
     for r in range(mat.shape[0]):

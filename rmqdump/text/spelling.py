@@ -71,13 +71,14 @@ L_MSGID = _b(',"msg_id":"')
 L_END = _b('"}\n')
 L_NULL, L_TRUE, L_FALSE = _b("null"), _b("true"), _b("false")
 L_OK, L_BAD, L_DASH = _b("ok"), _b("BAD"), _b("-")
-# CSV (csv.writer): a JSON list or map is one quoted field, its quotes doubled; the 7 columns after
-# `properties` (body ... marker) are empty for a message.
+# CSV (csv.writer): a JSON list or map is one quoted field, its quotes doubled; the 9 columns after
+# `properties` (body ... marker, dledger_index, dledger_term) are empty for a message (the DLedger
+# entry's index and term are put in by rmqdump.cli.records.CsvOut, in place of the last two).
 C_KIND = _b("message,")
 C_TRUE, C_FALSE = _b("True"), _b("False")
 C_EMPTY_LIST, C_LIST_OPEN, C_LIST_SEP, C_LIST_CLOSE = _b("[]"), _b('"[""'), _b('"", ""'), _b('""]"')
 C_EMPTY_MAP, C_MAP_OPEN, C_MAP_SEP, C_MAP_COLON, C_MAP_CLOSE = _b("{}"), _b('"{""'), _b('"", ""'), _b('"": ""'), _b('""}"')
-C_END = _b(",,,,,,,\n")
+C_END = _b(",,,,,,,,,\n")
 N_TAGS, N_KEYS, N_UNIQ = _b(C.PROPERTY_TAGS), _b(C.PROPERTY_KEYS), _b(C.PROPERTY_UNIQ_KEY)
 SEP_NV, SEP_PROP, SEP_KEY = ord(C.NAME_VALUE_SEPARATOR), ord(C.PROPERTY_SEPARATOR), ord(C.KEY_SEPARATOR)
 HEX_UPPER = _b("0123456789ABCDEF")

@@ -54,17 +54,12 @@ def verify_cmd(
     st = Store.open(store)
     if not st.commitlog.files:
         render.fail(f"no_commitlog: {st.root}: no CommitLog files in commitlog/", 2)
-    if engine is Engine.spark and st.rocksdb_cq is not None:
-        render.fail(f"usage: {st.rocksdb_cq.path}: a RocksDB ConsumeQueue is verified with --engine local (the Spark engine reads ConsumeQueue files)", 2)
     summary = VerifySummary()
     rows: list[tuple] = []
     total = sum(f.size for f in st.commitlog.files)
     with render.progress(total, "verify") as advance:
         if engine is Engine.spark:
             from rmqdump.engines.spark.verify import run_verify
-
-            if st.queue_kinds_5x():
-                render.fail(f"usage: --engine spark does not check {', '.join(st.queue_kinds_5x())} queues yet; use --engine local", 2)
 
             found = run_verify(st, master, spark_conf, ship=ship.value, topic=topic, queue_id=queue, check_crc=not no_crc, delays=delays, summary=summary)
         else:
@@ -266,7 +261,7 @@ def seek_cmd(
     Example:  rmqdump cq seek -s store -t orders -q 1 --time 2026-11-21T23:55:52Z
     """
     from rmqdump.common.timeutil import iso, parse_time
-    from rmqdump.query.cqseek import seek
+    from rmqdump.query.cqseek import seek, seek_batch
     from rmqdump.readers.store import Store
 
     try:
@@ -274,19 +269,16 @@ def seek_cmd(
     except ValueError as e:
         render.fail(f"usage: {e}", 2)
     st = Store.open(store)
-    if (topic, queue) in st.batch_queues:
-        render.fail(
-            f"usage: {st.root}/batchconsumequeue/{topic}/{queue}: cq seek does not search Batch ConsumeQueues yet (cq dump shows each unit's storeTime)", 2
-        )
-    q = _queue(st, topic, queue)
-    r = seek(q, st.commitlog, ts)
+    bq = st.batch_queues.get((topic, queue))
+    r = seek_batch(bq, ts) if bq is not None else seek(_queue(st, topic, queue), st.commitlog, ts)
+    read = f"{r.probes} Batch ConsumeQueue files read" if bq is not None else f"{r.probes} records read"
     d = r.to_dict()
     if fmt is ListFormat.jsonl:
         render.jsonl(d)
     elif d["found"]:
         render.out.print(
             f"{topic}/{queue}: queue offset {r.queue_offset} (stored {iso(r.store_timestamp)}, CommitLog offset {r.phys_offset}); "
-            f"queue holds {r.min_offset}..{r.max_offset - 1}; {r.probes} records read"
+            f"queue holds {r.min_offset}..{r.max_offset - 1}; {read}"
         )
     else:
         render.out.print(f"{topic}/{queue}: no message stored at or after {iso(ts)}; queue offset {r.queue_offset} is the end (max offset)")

@@ -177,11 +177,6 @@ def rebuild_cmd(
         with render.progress(total, "rebuild") as advance:
             if engine is Engine.spark:
                 from rmqdump.engines.spark.rebuild import run_rebuild
-                from rmqdump.readers.store import Store
-
-                kinds = Store.open(str(store)).queue_kinds_5x()
-                if kinds:
-                    render.fail(f"usage: --engine spark does not build {', '.join(kinds)} queues yet; use --engine local", 2)
 
                 rep = run_rebuild(str(store), str(out), settings, options, master, spark_conf, ship=ship.value)
             else:

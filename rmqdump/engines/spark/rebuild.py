@@ -16,10 +16,16 @@
 4. The checkpoint, the self-check (cq verify / index verify on the new files)
    are the local rebuild's own functions; the publishing is rmqdump.common.publish, as everywhere.
 The output directory must be on a filesystem the executors share with the driver.
+
+A store with Batch ConsumeQueues, ConsumeQueue ext, LMQ queues or a RocksDB
+ConsumeQueue is rebuilt by the local engine's own rebuild instead, its
+CommitLog ranges scanned by Spark tasks (rmqdump.engines.spark.rangemap): the
+builders of those kinds then run on the driver, as they do locally.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
@@ -35,7 +41,9 @@ from rmqdump.builders.queuefiles import QueueResult
 from rmqdump.builders.settings import StoreSettings
 from rmqdump.common.problems import InputError, Problem
 from rmqdump.common.publish import publishing
+from rmqdump.engines.spark.rangemap import SparkMap, folds_on_driver
 from rmqdump.readers.commitlog import CommitLog, commitlog_path
+from rmqdump.readers.store import Store
 from rmqdump.scan.dispatch import DelayLevels
 from rmqdump.scan.ranges import ScanOptions, scan_range
 from rmqdump.scan.splits import DEFAULT_SPLIT, Split, commitlog_splits, partition_count
@@ -363,6 +371,8 @@ def rebuild_spark(
 ) -> R.RebuildReport:
     """rebuild.rebuild with the scan and the builders run by Spark; same checks, same publishing."""
     options = options or R.RebuildOptions()
+    if folds_on_driver(Store.open(store)):
+        return R.rebuild(store, out, settings, dataclasses.replace(options, mapper=SparkMap(spark), range_bytes=split_size))
     t0 = time.perf_counter()
     s, o = R.check_paths(store, out, options.force)
     cl = CommitLog.open(commitlog_path(s))

@@ -11,6 +11,10 @@
    chunk with the same carry, then cqunits.missing_units. No check is
    written here; only where rows go.
 The driver puts the findings back into the local engine's order.
+
+A store with Batch ConsumeQueues, ConsumeQueue ext, LMQ queues or a RocksDB
+ConsumeQueue is checked by the local engine's own verify instead, its
+CommitLog ranges scanned by Spark tasks (rmqdump.engines.spark.rangemap).
 """
 
 from __future__ import annotations
@@ -24,8 +28,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from rmqdump.checks.cqunits import CommitLogExtent, RecordTable, check_units, missing_units
-from rmqdump.checks.cqverify import VerifyScope, VerifySummary, cq_locator
+from rmqdump.checks.cqverify import VerifyScope, VerifySummary, cq_locator, verify
 from rmqdump.common.problems import Problem
+from rmqdump.engines.spark.rangemap import SparkMap, folds_on_driver
 from rmqdump.readers.consumequeue import UNIT_SIZE, ConsumeQueue
 from rmqdump.readers.store import Store
 from rmqdump.scan.dispatch import DelayLevels, DispatchColumns
@@ -223,6 +228,9 @@ def verify_spark(spark, store: Store, scope: VerifyScope, *, summary: VerifySumm
     from pyspark.sql import functions as F
 
     s = summary if summary is not None else VerifySummary()
+    if folds_on_driver(store):
+        mapper = SparkMap(spark)
+        return list(verify(store, topic=scope.topic, queue_id=scope.queue_id, check_crc=scope.check_crc, delays=scope.delays, summary=s, mapper=mapper, range_bytes=split_size))
     topic, queue_id, check_crc = scope.topic, scope.queue_id, scope.check_crc
     delays = scope.delays or DelayLevels.parse()
     queues = scope.queues(store)

@@ -20,6 +20,10 @@ data. Damage after the last intact record is left: the broker's truncation
 there loses nothing. A range too short for a filler (or, at a file's end,
 for a BLANK marker) is left too, and said so: the broker truncates there.
 
+compaction/ and the timer files are carried over (rmqdump.builders.repair_state):
+they hold physical and queue offsets a repair keeps; a timer log unit whose record
+was destroyed is voided.
+
 The new store has no `abort` file, so the broker takes the normal recovery
 path (CommitLog.recoverNormally from the ConsumeQueues' max physical offset:
 nothing is re-dispatched over the rebuilt queues) and keeps every index file.
@@ -134,6 +138,7 @@ class RepairReport:
     rebuild: RebuildReport | None = None
     holes: list[dict] = field(default_factory=list)  # queue offsets left without a message
     copied: list[str] = field(default_factory=list)
+    voided_timer_units: list[dict] = field(default_factory=list)  # timer log units whose record was destroyed (sizePy set to 0)
     notes: list[str] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
     seconds: float = 0.0
@@ -164,6 +169,7 @@ class RepairReport:
             "flagged_records": len(self.flagged),
             "layout_problems": [p.line() for p in self.layout],
             "copied": self.copied,
+            "voided_timer_units": len(self.voided_timer_units),
             "recovery_path": "normal (no abort file)",
             "rebuild": None if rb is None else {k: v for k, v in rb.summary().items() if k not in ("kind", "store", "out", "settings")},
             "notes": self.notes,
@@ -176,6 +182,7 @@ class RepairReport:
             "summary": self.summary(),
             "ranges": [r.to_dict() for r in self.ranges],
             "holes": self.holes,
+            "voided_timer_units": self.voided_timer_units,
             "flagged": [p.to_dict() for p in self.flagged],
         }
 
@@ -547,7 +554,15 @@ def repair(
             if os.path.isdir(os.path.join(s, d)):
                 shutil.copytree(os.path.join(s, d), os.path.join(tmp, d))
                 report.copied.append(d)
-        skipped = sorted(set(os.listdir(s)) - {"commitlog", "consumequeue", "index", "checkpoint", "abort", "abort.bak", "lock", *COPIED_DIRS})
+        from rmqdump.builders.repair_state import CarriedState, carry_compaction, carry_timer
+
+        carried = CarriedState()
+        carry_compaction(s, tmp, report.rebuild.queues if report.rebuild else [], carried)
+        carry_timer(s, tmp, [(r.start, r.end) for r in report.repaired], report.holes, carried)
+        report.copied += carried.copied
+        report.voided_timer_units = carried.voided_timer_units
+        report.notes += carried.notes
+        skipped = sorted(set(os.listdir(s)) - {"commitlog", "consumequeue", "index", "checkpoint", "abort", "abort.bak", "lock", *COPIED_DIRS, *carried.copied})
         if skipped:
             report.notes.append(f"not copied (not rebuilt from the CommitLog): {', '.join(skipped)}")
         from rmqdump.readers.rocksdbcq import is_rocksdb

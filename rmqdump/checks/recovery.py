@@ -335,7 +335,7 @@ def _describe(seg: SegmentFile, mf: MappedFile, p: int, total: int) -> DroppedRe
     return d
 
 
-def _appended_after(files: list[SegmentFile], valid_end: int, walked: _Walked) -> tuple[int, int, list[DroppedRecord]]:
+def _appended_after(files: list[SegmentFile], valid_end: int, walked: _Walked, listed: int = DROPPED_LISTED) -> tuple[int, int, list[DroppedRecord]]:
     """(end of the appended data, records, their descriptions) at or past the broker's new end.
 
     Record to record by each header's totalSize, as the broker appended them:
@@ -348,7 +348,7 @@ def _appended_after(files: list[SegmentFile], valid_end: int, walked: _Walked) -
     def take_run(seg: SegmentFile, mf: MappedFile, p: int) -> int:
         """Whole records from p on, as the scan reads them; where the scan stops (p itself when it takes none)."""
         nonlocal end, count
-        listing = len(dropped) < DROPPED_LISTED  # CRCs only matter for the records still described
+        listing = len(dropped) < listed  # CRCs only matter for the records still described
         for b in scan_file(seg, mf, start=p, check_crc=listing):
             n = len(b)
             if n:
@@ -356,12 +356,12 @@ def _appended_after(files: list[SegmentFile], valid_end: int, walked: _Walked) -
                 if int(pos[0]) != p:  # the scan resynced past p: p is not where it reads on from
                     return p
                 count += n
-                for i in range(min(n, DROPPED_LISTED - len(dropped))):
+                for i in range(min(n, listed - len(dropped))):
                     dropped.append(_from_message(b.message(i), int(pos[i])))
                 p = int(b.cols["_end"][-1])
                 end = max(end, seg.base + p)
                 walked.to(seg.base + p)
-            if b.events or (listing and len(dropped) >= DROPPED_LISTED):
+            if b.events or (listing and len(dropped) >= listed):
                 return p  # the event is at p: the caller looks at it; or counting goes on without CRCs
         return p
 
@@ -386,7 +386,7 @@ def _appended_after(files: list[SegmentFile], valid_end: int, walked: _Walked) -
                                 p = q
                                 continue
                         count += 1  # a record the scan cannot take: by its header
-                        if len(dropped) < DROPPED_LISTED:
+                        if len(dropped) < listed:
                             dropped.append(_describe(seg, mf, p, total))
                         p += total
                         end = max(end, seg.base + min(p, size))
@@ -450,10 +450,12 @@ def preview(
     message_index_safe: bool = False,
     normal_start: str = NORMAL_THIRD_LAST,
     on_bytes: Callable[[int], None] | None = None,
+    dropped_listed: int = DROPPED_LISTED,
 ) -> RecoveryPreview:
     """The recovery the broker would run on this store (see the module docstring).
 
     on_bytes(n) is told of the CommitLog bytes walked, preview_bytes() in all, for a progress bar.
+    dropped_listed: how many dropped records to describe one by one (0: only count them, no CRC past the new end).
     """
     cl = store.commitlog
     files = cl.files
@@ -469,7 +471,7 @@ def preview(
     start = _start_index(files, abnormal, min_ts, cq_max, allow_v2=allow_v2, normal_start=normal_start)
     progress = _Walked(on_bytes, files[start].base)
     valid_end, stop, walked = _walk(files, start, check_crc=check_crc, allow_v2=allow_v2, walked=progress)
-    data_end, after, lost = _appended_after(files, valid_end, progress)
+    data_end, after, lost = _appended_after(files, valid_end, progress, dropped_listed)
     progress.to(files[-1].base + files[-1].size)  # the rest is zero tails and files after the data: gone past unread
 
     if abnormal:

@@ -142,7 +142,8 @@ class Plan:
 
 
 def plan(store: Store, *, check_crc: bool = True, topics=None, since=None, until=None, on_bytes: Callable[[int], None] | None = None) -> Plan:
-    p = preview(store, check_crc=check_crc, on_bytes=on_bytes)
+    # the survey describes every record past the new end: the preview only counts them
+    p = preview(store, check_crc=check_crc, on_bytes=on_bytes, dropped_listed=0)
     return Plan(p, reach(store, p.valid_end), p.redispatch_from, p.valid_end, frozenset(topics) if topics else None, since, until)
 
 
@@ -165,6 +166,8 @@ class Survey:
     phys: np.ndarray  # int64
     size: np.ndarray  # int32
     ok: np.ndarray  # bool: CRCs hold (where checked) and the properties hold no zero byte
+    crc: np.ndarray  # int8: body CRC 1 matches, 0 does not, -1 not checked (kept: the chosen records are read again without it)
+    prop_crc: np.ndarray  # int8: property CRC 1 matches, 0 does not, -1 absent or not checked
     topic: np.ndarray  # int32 index into `topics`
     queue_id: np.ndarray  # int32
     queue_offset: np.ndarray  # int64
@@ -181,6 +184,8 @@ _SURVEY_DTYPES = {
     "phys": np.int64,
     "size": np.int32,
     "ok": bool,
+    "crc": np.int8,
+    "prop_crc": np.int8,
     "topic": np.int32,
     "queue_id": np.int32,
     "queue_offset": np.int64,
@@ -204,6 +209,8 @@ def survey_range(split: Split) -> tuple[dict[str, np.ndarray], list[str], list[P
             cols["phys"].append(c["_pos"].astype(np.int64) + b.seg.base)
             cols["size"].append(c["total_size"].astype(np.int32))
             cols["ok"].append(crc & pcrc & ~_zeroed_properties(b))
+            cols["crc"].append(np.full(n, -1, np.int8) if b.crc_ok is None else b.crc_ok.astype(np.int8))
+            cols["prop_crc"].append(np.full(n, -1, np.int8) if b.prop_crc is None else b.prop_crc.astype(np.int8))
             cols["topic"].append(ids[b.found["topic_id"]])
             cols["queue_id"].append(c["queue_id"].astype(np.int32))
             cols["queue_offset"].append(c["queue_offset"].astype(np.int64))

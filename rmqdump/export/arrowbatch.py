@@ -126,7 +126,15 @@ def _binary(data: np.ndarray, pos: np.ndarray, length: np.ndarray, typ=pa.binary
     n = len(pos)
     if n and int(np.maximum(length, 0).sum()) >= 1 << 31:
         raise ValueError("a chunk holds 2 GiB of strings")  # chunks hold at most MAX_CHUNK_BYTES of records
-    offsets, buf = kernel().pack_bytes(data, np.asarray(pos, np.int64), np.asarray(length, np.int64))
+    pos, length = np.asarray(pos, np.int64), np.asarray(length, np.int64)
+    if valid is None and n and (length > 0).all() and (pos[1:] == pos[:-1] + length[:-1]).all():
+        # back to back in the file (whole records in a row): the map itself is the data buffer, no copy
+        offsets = np.empty(n + 1, np.int32)
+        offsets[0] = 0
+        np.cumsum(length, out=offsets[1:])
+        buf = data[int(pos[0]) : int(pos[0]) + int(offsets[-1])]
+    else:
+        offsets, buf = kernel().pack_bytes(data, pos, length)
     mask = None if valid is None else _bitmap(valid)
     arr = pa.Array.from_buffers(pa.binary(), n, [mask, pa.py_buffer(offsets), pa.py_buffer(buf)], null_count=-1 if mask else 0)
     return arr.cast(typ) if typ != pa.binary() else arr

@@ -38,6 +38,7 @@ from rmqdump.scan.ranges import Mapper
 FORMATS = ("parquet", "jsonl")
 MANIFEST = "manifest.json"
 SETS = {"messages": S.TO_RESEND, "flagged": S.FLAGGED}
+UNSUMMARIZED = ("body", "raw")
 ROWS_PER_GROUP = 4096  # bodies and raw bytes (~10 MB a group for 1.2 KB records): keep the buffers small
 _REASON_CODES = {r: i for i, r in enumerate(S.REASONS)}
 _REASONS = pa.array(S.REASONS, pa.string())
@@ -98,29 +99,36 @@ class _Sink:
         self.pq = None
         if fmt == "parquet":
             dictionary = [c for c in DICTIONARY_COLUMNS if c.split(".")[0] in names]
-            self.pq = pq.ParquetWriter(self.file, schema(), compression="snappy", use_dictionary=dictionary)
+            # no min/max statistics of body and raw: nobody filters on them, and computing them over every byte is a
+            # third of the write's time
+            stats = [n for n in names if n not in UNSUMMARIZED]
+            self.pq = pq.ParquetWriter(self.file, schema(), compression="snappy", use_dictionary=dictionary, write_statistics=stats)
         self.queue: queue.Queue = queue.Queue(maxsize=1)
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._run, name=f"rmqdump-salvage-{os.path.basename(path)}", daemon=True)
         self.thread.start()
 
     def _run(self) -> None:
-        while (rb := self.queue.get()) is not None:
-            if self.error is not None:
-                continue  # drain: the producer learns of the error at its next write
-            try:
-                if self.pq is not None:
-                    self.pq.write_batch(rb, row_group_size=ROWS_PER_GROUP)
-                else:
-                    self.file.write("".join(jsonl_line(r) + "\n" for r in rb.to_pylist()).encode("utf-8"))
-            except BaseException as e:  # handed to the producer
-                self.error = e
+        while (item := self.queue.get()) is not None:
+            rb, written = item
+            if self.error is None:  # else drain: the producer learns of the error at its next write
+                try:
+                    if self.pq is not None:
+                        self.pq.write_batch(rb, row_group_size=ROWS_PER_GROUP)
+                    else:
+                        self.file.write("".join(jsonl_line(r) + "\n" for r in rb.to_pylist()).encode("utf-8"))
+                except BaseException as e:  # handed to the producer
+                    self.error = e
+            del rb
+            if written is not None:
+                written()
 
-    def write(self, rb: pa.RecordBatch) -> None:
+    def write(self, rb: pa.RecordBatch, written: Callable[[], None] | None = None) -> None:
+        """Queue `rb`; `written()` is called once it is in the file (its buffers may be views of the mapped CommitLog)."""
         if self.error is not None:
             raise self.error
         self.rows += rb.num_rows
-        self.queue.put(rb)
+        self.queue.put((rb, written))
 
     def close(self) -> str:
         """Finish the file; its sha256."""
@@ -134,6 +142,27 @@ class _Sink:
         if self.error is not None:
             raise self.error
         return self.file.sha.hexdigest()
+
+
+class _Release:
+    """Give back a batch's pages of the map once every row group holding views of them is written (not before:
+    pages given back and read again would stay resident)."""
+
+    def __init__(self, b):
+        self.b, self.pending, self.lock = b, 1, threading.Lock()  # 1: the producer's own hold until it has queued all
+
+    def hold(self) -> Callable[[], None]:
+        with self.lock:
+            self.pending += 1
+        return self.done
+
+    def done(self) -> None:
+        with self.lock:
+            self.pending -= 1
+            last = self.pending == 0
+        if last:
+            b, self.b = self.b, None
+            b.mf.release(int(b.cols["_pos"][0]), int(b.cols["_end"][-1]))
 
 
 @dataclass
@@ -226,7 +255,17 @@ def _recovery(p: S.Plan) -> dict:
     }
 
 
-def _take(res: SalvageResult, b, idx: np.ndarray, reason: np.ndarray, sinks: dict[str, _Sink], broker: str) -> None:
+def _with_verdicts(b, idx: np.ndarray, crc: np.ndarray, prop_crc: np.ndarray) -> None:
+    """Give batch `b`, read again without CRCs, the survey's CRC verdicts of its records `idx` (the others are not taken)."""
+    if (crc >= 0).any():
+        b.crc_ok = np.ones(len(b), dtype=bool)
+        b.crc_ok[idx] = crc == 1
+    if (prop_crc >= 0).any():
+        b.prop_crc = np.full(len(b), -1, dtype=np.int8)
+        b.prop_crc[idx] = prop_crc
+
+
+def _take(res: SalvageResult, b, idx: np.ndarray, reason: np.ndarray, sinks: dict[str, _Sink], broker: str, release: _Release | None = None) -> None:
     """Records `idx` of batch `b`, with their reason codes, into their set's file and the counts."""
     pos, size = b.cols["_pos"], b.cols["total_size"]
     topics = [b.topic(int(r)) for r in b.found["topic_first"]]
@@ -239,7 +278,7 @@ def _take(res: SalvageResult, b, idx: np.ndarray, reason: np.ndarray, sinks: dic
             part = rows[lo : lo + ROWS_PER_GROUP]
             rb = arrowbatch.selected(b, part, broker, _base_schema())
             col = _REASONS.take(pa.array(why[lo : lo + ROWS_PER_GROUP].astype(np.int32)))
-            sinks[name].write(rb.add_column(rb.num_columns - 1, pa.field("reason", pa.string()), col))
+            sinks[name].write(rb.add_column(rb.num_columns - 1, pa.field("reason", pa.string()), col), None if release is None else release.hold())
         for code in codes:
             these = rows[why == code]
             if not these.size:
@@ -286,16 +325,17 @@ def salvage(
             res.note_damage(pr)
         reason = S.classify(p, sv)
         wanted = np.flatnonzero(reason != S.NONE)
-        chosen, why = sv.phys[wanted], reason[wanted]
-        del sv, reason, wanted, p  # the write holds only the chosen records' offsets and reasons
+        chosen, why, crc, pcrc = sv.phys[wanted], reason[wanted], sv.crc[wanted], sv.prop_crc[wanted]
+        del sv, reason, wanted, p  # the write holds only the chosen records' offsets, reasons and CRC verdicts
         names = schema().names
         sinks = {name: _Sink(os.path.join(tmp, f"{name}.{fmt}"), fmt, names) for name in SETS}
         hashes: dict[str, str] = {}
         try:
-            for b, idx, at in S.records(store, chosen, check_crc=check_crc):
-                _take(res, b, idx, why[at], sinks, broker)
-                # taken (Arrow holds copies): its pages of the map can go, as export does
-                b.mf.release(int(b.cols["_pos"][0]), int(b.cols["_end"][-1]))
+            for b, idx, at in S.records(store, chosen, check_crc=False):  # the survey checked them
+                _with_verdicts(b, idx, crc[at], pcrc[at])
+                release = _Release(b)  # its pages of the map go once the sinks have written them, as export does
+                _take(res, b, idx, why[at], sinks, broker, release)
+                release.done()
         finally:
             for name, s in sinks.items():
                 hashes[name] = s.close()

@@ -673,7 +673,7 @@ def pack_bytes(data, pos, length):
     buf = np.empty(t, np.uint8)
     for i in range(n):
         a = offs[i]
-        p = pos[i]
-        for j in range(offs[i + 1] - a):
-            buf[a + j] = data[p + j]
+        b = offs[i + 1]
+        if b > a:  # a slice copy: compiled to memcpy (a byte loop ran at a third of its speed)
+            buf[a:b] = data[pos[i] : pos[i] + (b - a)]
     return offs, buf

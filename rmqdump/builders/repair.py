@@ -46,11 +46,12 @@ import numpy as np
 from rmqdump.builders.filler import MIN_BLANK, MIN_FILLER, blank_marker, filler_record
 from rmqdump.builders.rebuild import RebuildOptions, RebuildReport, check_paths, rebuild
 from rmqdump.builders.settings import StoreSettings
+from rmqdump.builders.sparsecopy import copy_range
 from rmqdump.common import problems as P
 from rmqdump.common.problems import InputError, Problem
 from rmqdump.common.publish import publishing
 from rmqdump.readers.commitlog import Blank, CommitLog, SegmentFile, commitlog_path
-from rmqdump.readers.mapped import MappedFile, next_data
+from rmqdump.readers.mapped import MappedFile
 from rmqdump.readers.message import Message
 from rmqdump.scan.ranges import Mapper, range_batches
 from rmqdump.scan.splits import Split, commitlog_splits
@@ -69,7 +70,6 @@ FILLER = "filler"
 BLANKED = "blank"
 LEFT = "left"
 
-COPY_CHUNK = 8 << 20
 BEFORE_WINDOW = 4 << 20  # the broker's default maxMessageSize: the record before a range starts within it
 
 
@@ -229,7 +229,7 @@ def _scan_range(split: Split, dst: str | None) -> _Finds:
             elif isinstance(e, Blank) and e.marker == "zeros":
                 out.zero_tails.append((e.phys_offset, file_end, e.file))
     if dst is not None:
-        _copy_range(split.path, dst, split.start, split.end)
+        copy_range(split.path, dst, split.start, split.end)
     return out
 
 
@@ -359,38 +359,6 @@ def _bytes_for(r: DamagedRange) -> bytes:
 
 
 # --- writing ---
-
-
-def _copy_range(src: str, dst: str, start: int, end: int) -> None:
-    """Copy bytes [start, end) of one CommitLog file into its (pre-sized) copy, in the kernel (copy_file_range).
-
-    Only the stretches the file system says hold data are copied: the holes of
-    a sparse preallocated file (the broker's setLength) stay holes.
-    """
-    fin = os.open(src, os.O_RDONLY)
-    try:
-        fout = os.open(dst, os.O_WRONLY)
-        try:
-            pos = start
-            while pos < end:
-                pos, data_end = next_data(fin, pos, end)
-                while pos < data_end:
-                    n = _copy_chunk(fin, fout, pos, min(COPY_CHUNK, data_end - pos))
-                    if n <= 0:
-                        return  # the source ended early (it shrank meanwhile): the rest stays zeros
-                    pos += n
-        finally:
-            os.close(fout)
-    finally:
-        os.close(fin)
-
-
-def _copy_chunk(fin: int, fout: int, pos: int, n: int) -> int:
-    try:
-        return os.copy_file_range(fin, fout, n, pos, pos)
-    except OSError:  # no in-kernel copy between these files: through user space
-        chunk = os.pread(fin, n, pos)
-        return os.pwrite(fout, chunk, pos) if chunk else 0
 
 
 def _fsync_files(d: str) -> None:

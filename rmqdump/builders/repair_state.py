@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from rmqdump.builders.sparsecopy import copy_file
 from rmqdump.schemas import constants as C
 
 TIMER_TOPIC = "rmq_sys_wheel_timer"
@@ -58,22 +59,8 @@ class CarriedState:
     notes: list[str] = field(default_factory=list)
 
 
-def _copy_file(src: str, dst: str) -> None:
-    """A byte copy that keeps the holes of a sparse preallocated file (the timer wheel is 38 MB of mostly holes)."""
-    from rmqdump.builders.repair import _copy_range
-
-    size = os.path.getsize(src)
-    fd = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    try:
-        os.ftruncate(fd, size)
-    finally:
-        os.close(fd)
-    _copy_range(src, dst, 0, size)
-    shutil.copystat(src, dst)
-
-
 def _copy_tree(src: str, dst: str) -> None:
-    shutil.copytree(src, dst, copy_function=_copy_file)
+    shutil.copytree(src, dst, copy_function=copy_file)
 
 
 def carry_compaction(store: str, tmp: str, queues: list, out: CarriedState) -> None:
@@ -116,7 +103,7 @@ def carry_timer(store: str, tmp: str, replaced: list[tuple[int, int]], holes: li
     if paths["timerlog"] is None and paths["timerwheel"] is None:
         return
     if paths["timerwheel"] is not None:
-        _copy_file(paths["timerwheel"], os.path.join(tmp, TIMERWHEEL_FILE))
+        copy_file(paths["timerwheel"], os.path.join(tmp, TIMERWHEEL_FILE))
         out.copied.append(TIMERWHEEL_FILE)
     if paths["timerlog"] is not None:
         _copy_tree(paths["timerlog"], os.path.join(tmp, TIMERLOG_DIR))

@@ -335,7 +335,7 @@ def _describe(seg: SegmentFile, mf: MappedFile, p: int, total: int) -> DroppedRe
     return d
 
 
-def _appended_after(files: list[SegmentFile], valid_end: int, walked: _Walked, listed: int = DROPPED_LISTED) -> tuple[int, int, list[DroppedRecord]]:
+def _appended_after(files: list[SegmentFile], valid_end: int, walked: _Walked, listed: int | None = None) -> tuple[int, int, list[DroppedRecord]]:
     """(end of the appended data, records, their descriptions) at or past the broker's new end.
 
     Record to record by each header's totalSize, as the broker appended them:
@@ -344,6 +344,7 @@ def _appended_after(files: list[SegmentFile], valid_end: int, walked: _Walked, l
     record the proof rule finds, counting the bytes up to the last non-zero one.
     """
     end, count, dropped = valid_end, 0, []
+    listed = DROPPED_LISTED if listed is None else listed
 
     def take_run(seg: SegmentFile, mf: MappedFile, p: int) -> int:
         """Whole records from p on, as the scan reads them; where the scan stops (p itself when it takes none)."""
@@ -450,12 +451,13 @@ def preview(
     message_index_safe: bool = False,
     normal_start: str = NORMAL_THIRD_LAST,
     on_bytes: Callable[[int], None] | None = None,
-    dropped_listed: int = DROPPED_LISTED,
+    dropped_listed: int | None = None,
 ) -> RecoveryPreview:
     """The recovery the broker would run on this store (see the module docstring).
 
     on_bytes(n) is told of the CommitLog bytes walked, preview_bytes() in all, for a progress bar.
-    dropped_listed: how many dropped records to describe one by one (0: only count them, no CRC past the new end).
+    dropped_listed: how many dropped records to describe one by one (default DROPPED_LISTED; 0: only count them, no
+    CRC past the new end).
     """
     cl = store.commitlog
     files = cl.files

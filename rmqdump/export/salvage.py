@@ -2,8 +2,10 @@
 
 OUT/messages.parquet (or .jsonl): every intact record a restart loses or no
 consumer reaches, with the columns `rmqdump export` writes (body included),
-plus `reason` and `raw` (the record's bytes as stored), in physical order:
-what a producer needs to send each message again. OUT/flagged.parquet: stale
+plus `reason`, `raw_without_body` and `body_offset` (the record's bytes as
+stored are raw_without_body[:body_offset] + body + raw_without_body[body_offset:]:
+each byte is written once), in physical order: what a producer needs to send
+each message again, and the record itself. OUT/flagged.parquet: stale
 tails and damaged records, evidence only. OUT/manifest.json: counts by reason
 and topic, byte ranges, the damage, the recovery that decides it all, and the
 sha256 of each file. Written beside OUT and renamed into place
@@ -38,26 +40,29 @@ from rmqdump.scan.ranges import Mapper
 FORMATS = ("parquet", "jsonl")
 MANIFEST = "manifest.json"
 SETS = {"messages": S.TO_RESEND, "flagged": S.FLAGGED}
-UNSUMMARIZED = ("body", "raw")
+UNSUMMARIZED = ("body", "raw_without_body")
 ROWS_PER_GROUP = 4096  # bodies and raw bytes (~10 MB a group for 1.2 KB records): keep the buffers small
 _REASON_CODES = {r: i for i, r in enumerate(S.REASONS)}
 _REASONS = pa.array(S.REASONS, pa.string())
 
 
+_RAW = [arrowbatch.BODY_OFFSET_FIELD, arrowbatch.RAW_WITHOUT_BODY_FIELD]
+
+
 def schema() -> pa.Schema:
-    return pa.schema([*arrowbatch.FIELDS, arrowbatch.BODY_FIELD, ("reason", pa.string()), arrowbatch.RAW_FIELD])
+    return pa.schema([*arrowbatch.FIELDS, arrowbatch.BODY_FIELD, ("reason", pa.string()), *_RAW])
 
 
 def _base_schema() -> pa.Schema:
-    return pa.schema([*arrowbatch.FIELDS, arrowbatch.BODY_FIELD, arrowbatch.RAW_FIELD])
+    return pa.schema([*arrowbatch.FIELDS, arrowbatch.BODY_FIELD, *_RAW])
 
 
 def jsonl_line(row: dict) -> str:
-    """A row as one JSON object: properties as an object, body and raw in base64."""
+    """A row as one JSON object: properties as an object, body and raw_without_body in base64."""
     row["properties"] = dict(row["properties"])
-    for k in ("body", "raw"):
+    for k in ("body", "raw_without_body"):
         row[k] = base64.b64encode(row[k]).decode()
-    row["body_encoding"] = row["raw_encoding"] = "base64"
+    row["body_encoding"] = row["raw_without_body_encoding"] = "base64"
     return json.dumps(row, ensure_ascii=False, separators=(",", ":"))
 
 
@@ -109,26 +114,22 @@ class _Sink:
         self.thread.start()
 
     def _run(self) -> None:
-        while (item := self.queue.get()) is not None:
-            rb, written = item
-            if self.error is None:  # else drain: the producer learns of the error at its next write
-                try:
-                    if self.pq is not None:
-                        self.pq.write_batch(rb, row_group_size=ROWS_PER_GROUP)
-                    else:
-                        self.file.write("".join(jsonl_line(r) + "\n" for r in rb.to_pylist()).encode("utf-8"))
-                except BaseException as e:  # handed to the producer
-                    self.error = e
-            del rb
-            if written is not None:
-                written()
+        while (rb := self.queue.get()) is not None:
+            if self.error is not None:
+                continue  # drain: the producer learns of the error at its next write
+            try:
+                if self.pq is not None:
+                    self.pq.write_batch(rb, row_group_size=ROWS_PER_GROUP)
+                else:
+                    self.file.write("".join(jsonl_line(r) + "\n" for r in rb.to_pylist()).encode("utf-8"))
+            except BaseException as e:  # handed to the producer
+                self.error = e
 
-    def write(self, rb: pa.RecordBatch, written: Callable[[], None] | None = None) -> None:
-        """Queue `rb`; `written()` is called once it is in the file (its buffers may be views of the mapped CommitLog)."""
+    def write(self, rb: pa.RecordBatch) -> None:
         if self.error is not None:
             raise self.error
         self.rows += rb.num_rows
-        self.queue.put((rb, written))
+        self.queue.put(rb)
 
     def close(self) -> str:
         """Finish the file; its sha256."""
@@ -142,27 +143,6 @@ class _Sink:
         if self.error is not None:
             raise self.error
         return self.file.sha.hexdigest()
-
-
-class _Release:
-    """Give back a batch's pages of the map once every row group holding views of them is written (not before:
-    pages given back and read again would stay resident)."""
-
-    def __init__(self, b):
-        self.b, self.pending, self.lock = b, 1, threading.Lock()  # 1: the producer's own hold until it has queued all
-
-    def hold(self) -> Callable[[], None]:
-        with self.lock:
-            self.pending += 1
-        return self.done
-
-    def done(self) -> None:
-        with self.lock:
-            self.pending -= 1
-            last = self.pending == 0
-        if last:
-            b, self.b = self.b, None
-            b.mf.release(int(b.cols["_pos"][0]), int(b.cols["_end"][-1]))
 
 
 @dataclass
@@ -265,7 +245,7 @@ def _with_verdicts(b, idx: np.ndarray, crc: np.ndarray, prop_crc: np.ndarray) ->
         b.prop_crc[idx] = prop_crc
 
 
-def _take(res: SalvageResult, b, idx: np.ndarray, reason: np.ndarray, sinks: dict[str, _Sink], broker: str, release: _Release | None = None) -> None:
+def _take(res: SalvageResult, b, idx: np.ndarray, reason: np.ndarray, sinks: dict[str, _Sink], broker: str) -> None:
     """Records `idx` of batch `b`, with their reason codes, into their set's file and the counts."""
     pos, size = b.cols["_pos"], b.cols["total_size"]
     topics = [b.topic(int(r)) for r in b.found["topic_first"]]
@@ -278,7 +258,7 @@ def _take(res: SalvageResult, b, idx: np.ndarray, reason: np.ndarray, sinks: dic
             part = rows[lo : lo + ROWS_PER_GROUP]
             rb = arrowbatch.selected(b, part, broker, _base_schema())
             col = _REASONS.take(pa.array(why[lo : lo + ROWS_PER_GROUP].astype(np.int32)))
-            sinks[name].write(rb.add_column(rb.num_columns - 1, pa.field("reason", pa.string()), col), None if release is None else release.hold())
+            sinks[name].write(rb.add_column(rb.num_columns - len(_RAW), pa.field("reason", pa.string()), col))
         for code in codes:
             these = rows[why == code]
             if not these.size:
@@ -333,9 +313,9 @@ def salvage(
         try:
             for b, idx, at in S.records(store, chosen, check_crc=False):  # the survey checked them
                 _with_verdicts(b, idx, crc[at], pcrc[at])
-                release = _Release(b)  # its pages of the map go once the sinks have written them, as export does
-                _take(res, b, idx, why[at], sinks, broker, release)
-                release.done()
+                _take(res, b, idx, why[at], sinks, broker)
+                # taken (Arrow holds copies): its pages of the map can go, as export does
+                b.mf.release(int(b.cols["_pos"][0]), int(b.cols["_end"][-1]))
         finally:
             for name, s in sinks.items():
                 hashes[name] = s.close()

@@ -30,6 +30,7 @@ import subprocess
 import sys
 import tempfile
 
+from rmqdump.builders.sparsecopy import copy_file
 from rmqdump.readers.commitlog import CommitLog
 from rmqdump.scan.walk import scan_commitlog
 
@@ -41,7 +42,8 @@ COMMANDS = {
 
 def setup(gen: str, dest: str, at: float, offset: int | None = None) -> None:
     os.makedirs(dest, exist_ok=True)
-    shutil.copytree(os.path.join(gen, "commitlog"), os.path.join(dest, "commitlog"))
+    # holes kept: the newest file is a preallocated sparse file, as the broker leaves it (shutil's copy fills them in)
+    shutil.copytree(os.path.join(gen, "commitlog"), os.path.join(dest, "commitlog"), copy_function=copy_file)
     built = tempfile.mkdtemp(prefix="built-", dir=os.path.dirname(os.path.abspath(dest)))
     subprocess.run([sys.executable, "-m", "rmqdump", "rebuild", gen, "--out", os.path.join(built, "o")], check=True, stdout=subprocess.DEVNULL)
     for name in ("consumequeue", "index", "checkpoint"):

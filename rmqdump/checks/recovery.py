@@ -452,12 +452,14 @@ def preview(
     normal_start: str = NORMAL_THIRD_LAST,
     on_bytes: Callable[[int], None] | None = None,
     dropped_listed: int | None = None,
+    count_after: bool = True,
 ) -> RecoveryPreview:
     """The recovery the broker would run on this store (see the module docstring).
 
     on_bytes(n) is told of the CommitLog bytes walked, preview_bytes() in all, for a progress bar.
     dropped_listed: how many dropped records to describe one by one (default DROPPED_LISTED; 0: only count them, no
-    CRC past the new end).
+    CRC past the new end). count_after=False: no walk past the new end at all (truncated_bytes, truncated_messages
+    and dropped are left 0 and empty), for a caller that reads every record there itself.
     """
     cl = store.commitlog
     files = cl.files
@@ -473,7 +475,7 @@ def preview(
     start = _start_index(files, abnormal, min_ts, cq_max, allow_v2=allow_v2, normal_start=normal_start)
     progress = _Walked(on_bytes, files[start].base)
     valid_end, stop, walked = _walk(files, start, check_crc=check_crc, allow_v2=allow_v2, walked=progress)
-    data_end, after, lost = _appended_after(files, valid_end, progress, dropped_listed)
+    data_end, after, lost = _appended_after(files, valid_end, progress, dropped_listed) if count_after else (valid_end, 0, [])
     progress.to(files[-1].base + files[-1].size)  # the rest is zero tails and files after the data: gone past unread
 
     if abnormal:

@@ -142,21 +142,15 @@ class Plan:
 
 
 def plan(store: Store, *, check_crc: bool = True, topics=None, since=None, until=None, on_bytes: Callable[[int], None] | None = None) -> Plan:
-    # the survey describes every record past the new end: the preview only counts them
-    p = preview(store, check_crc=check_crc, on_bytes=on_bytes, dropped_listed=0)
+    # the survey reads every record past the new end: the preview does not walk there (export.salvage counts them)
+    p = preview(store, check_crc=check_crc, on_bytes=on_bytes, count_after=False)
     return Plan(p, reach(store, p.valid_end), p.redispatch_from, p.valid_end, frozenset(topics) if topics else None, since, until)
 
 
 def _zeroed_properties(b: Batch) -> np.ndarray:
     """Records whose properties hold a zero byte: producers never write one (names and values are text, separators 1 and 2)."""
     c = b.cols
-    length = c["properties_length"].astype(np.int64)
-    offsets, buf = kernel().pack_bytes(b.mf.data, c["properties_pos"].astype(np.int64), length)
-    out = np.zeros(len(length), dtype=bool)
-    zeros = np.flatnonzero(buf == 0)  # almost always none: one pass, no per-record work
-    if zeros.size:
-        out[np.unique(np.searchsorted(offsets, zeros, side="right") - 1)] = True
-    return out
+    return kernel().holds_zero(b.mf.data, c["properties_pos"].astype(np.int64), c["properties_length"].astype(np.int64))
 
 
 @dataclass

@@ -221,15 +221,17 @@ class SalvageResult:
         }
 
 
-def _recovery(p: S.Plan) -> dict:
+def _recovery(p: S.Plan, sv: S.Survey) -> dict:
+    """The recovery that decides it all; what lies past its new end as the survey decoded it (records, their end)."""
     r = p.preview
+    past = sv.phys >= r.valid_end
     return {
         "abnormal": r.abnormal,
         "scan_from": r.scan_from,
         "valid_end": r.valid_end,
         "stop": r.stop,
-        "data_end": r.valid_end + r.truncated_bytes,
-        "dropped_messages": r.truncated_messages,
+        "data_end": int((sv.phys[past] + sv.size[past]).max()) if past.any() else r.valid_end,
+        "dropped_messages": int(past.sum()),
         "commitlog_files_deleted": r.commitlog_files_dropped,
         "redispatch_from": r.redispatch_from,
     }
@@ -299,7 +301,7 @@ def salvage(
             planned = ex.submit(S.plan, store, check_crc=check_crc, topics=topics, since=since, until=until, on_bytes=on_bytes)
             sv = S.survey(store, check_crc=check_crc, on_bytes=on_bytes, mapper=mapper)
             p = planned.result()
-        res.recovery = _recovery(p)
+        res.recovery = _recovery(p, sv)
         res.records_scanned = len(sv)
         for pr in [*store.commitlog.problems, *sv.damage]:
             res.note_damage(pr)

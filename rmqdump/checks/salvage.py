@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rmqdump.checks.recovery import RecoveryPreview, preview
+from rmqdump.checks.recovery import Chains, RecoveryPreview, first_stop, preview
 from rmqdump.common.problems import Problem
 from rmqdump.readers.consumequeue import QueueUnits, read_units
 from rmqdump.readers.mapped import MappedFile
@@ -141,9 +141,12 @@ class Plan:
     until: int | None = None
 
 
-def plan(store: Store, *, check_crc: bool = True, topics=None, since=None, until=None, on_bytes: Callable[[int], None] | None = None) -> Plan:
+def plan(
+    store: Store, *, check_crc: bool = True, topics=None, since=None, until=None, on_bytes: Callable[[int], None] | None = None, chains: Chains | None = None
+) -> Plan:
+    """chains: the survey's clean record chains as it finds them (run side by side, the walk steps over what it read)."""
     # the survey reads every record past the new end: the preview does not walk there (export.salvage counts them)
-    p = preview(store, check_crc=check_crc, on_bytes=on_bytes, count_after=False)
+    p = preview(store, check_crc=check_crc, on_bytes=on_bytes, count_after=False, chains=chains)
     return Plan(p, reach(store, p.valid_end), p.redispatch_from, p.valid_end, frozenset(topics) if topics else None, since, until)
 
 
@@ -188,12 +191,48 @@ _SURVEY_DTYPES = {
 }
 
 
-def survey_range(split: Split) -> tuple[dict[str, np.ndarray], list[str], list[Problem], int]:
-    """One byte range's compact columns (topic ids into the range's own topic list), its damage, and its bytes."""
+class _Chain:
+    """The run of back-to-back records a range starts with, up to the first the recovery walk would stop at
+    (a CRC), an event (damage, a marker) or a break: (first record, last record, records before the last)."""
+
+    def __init__(self):
+        self.first = self.last = self.end = None
+        self.count = 0
+        self.open = True
+
+    def add(self, b: Batch) -> None:
+        n = len(b)
+        if self.open and n:
+            pos = b.cols["_pos"].astype(np.int64) + b.seg.base
+            end = b.cols["_end"].astype(np.int64) + b.seg.base
+            if self.first is None:
+                self.first = self.end = int(pos[0])
+            k = n if int(pos[0]) == self.end else 0
+            stop = first_stop(b)
+            if stop is not None:
+                k = min(k, stop)
+            gaps = np.flatnonzero(pos[1:k] != end[: k - 1]) if k > 1 else []
+            if len(gaps):
+                k = int(gaps[0]) + 1
+            if k:
+                self.count += k
+                self.last, self.end = int(pos[k - 1]), int(end[k - 1])
+            self.open = k == n
+        if b.events:
+            self.open = False
+
+    def entry(self) -> tuple[int, tuple[int, int]] | None:
+        return None if self.last is None or self.count < 2 else (self.first, (self.last, self.count - 1))
+
+
+def survey_range(split: Split) -> tuple[dict[str, np.ndarray], list[str], list[Problem], int, tuple | None]:
+    """One byte range's compact columns (topic ids into the range's own topic list), its damage, its bytes, its chain."""
     cols: dict[str, list[np.ndarray]] = {k: [] for k in _SURVEY_DTYPES}
     names: dict[str, int] = {}
     damage: list[Problem] = []
+    chain = _Chain()
     for b in range_batches(split, batch_records=BATCH_RECORDS):
+        chain.add(b)
         n = len(b)
         if n:
             c = b.cols
@@ -212,15 +251,21 @@ def survey_range(split: Split) -> tuple[dict[str, np.ndarray], list[str], list[P
             cols["store_timestamp"].append(c["store_timestamp"].astype(np.int64))
         damage.extend(b.damage())
     arrays = {k: np.concatenate(v) if v else np.zeros(0, _SURVEY_DTYPES[k]) for k, v in cols.items()}
-    return arrays, list(names), damage, split.length
+    return arrays, list(names), damage, split.length, chain.entry()
 
 
-def survey(store: Store, *, check_crc: bool = True, on_bytes: Callable[[int], None] | None = None, mapper: Mapper = map) -> Survey:
-    """Every record's compact columns (~40 bytes a record), range by range on the one scan path, joined in CommitLog order."""
+def survey(
+    store: Store, *, check_crc: bool = True, on_bytes: Callable[[int], None] | None = None, mapper: Mapper = map, chains: dict | None = None
+) -> Survey:
+    """Every record's compact columns (~40 bytes a record), range by range on the one scan path, joined in CommitLog order.
+
+    chains: filled range by range with each range's clean record chain (plan's walk steps over them)."""
     cols: dict[str, list[np.ndarray]] = {k: [] for k in _SURVEY_DTYPES}
     names: dict[str, int] = {}
     damage: list[Problem] = []
-    for arrays, topics, dmg, nbytes in mapper(survey_range, commitlog_splits(store.commitlog, check_crc=check_crc)):
+    for arrays, topics, dmg, nbytes, chain in mapper(survey_range, commitlog_splits(store.commitlog, check_crc=check_crc)):
+        if chains is not None and chain is not None:
+            chains[chain[0]] = chain[1]
         remap = np.array([names.setdefault(t, len(names)) for t in topics], dtype=np.int32)
         for k, v in arrays.items():
             cols[k].append(remap[v] if k == "topic" and len(v) else v)

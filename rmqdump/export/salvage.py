@@ -22,7 +22,6 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -290,17 +289,18 @@ def salvage(
     on_bytes: Callable[[int], None] | None = None,
     mapper: Mapper = map,
 ) -> SalvageResult:
-    """Survey every record (beside the recovery preview, in a second thread), sort them into reasons, read the chosen
+    """Survey every record, preview the broker's recovery over the survey's findings, sort the records into reasons, read the chosen
     ones again into both sets, and write the manifest; all into `out`, published atomically. The result is the manifest."""
     if fmt not in FORMATS:
         raise ValueError(f"format must be one of {FORMATS}")
     t0 = time.perf_counter()
     res = SalvageResult(os.path.abspath(store.root), os.path.abspath(out), fmt, filters={"topic": topics or None, "since": since, "until": until})
     with publishing(out, force=force, stores=[store.root], kind="dir", sync=sync) as tmp:
-        with ThreadPoolExecutor(1, thread_name_prefix="rmqdump-salvage-preview") as ex:  # the two passes run side by side
-            planned = ex.submit(S.plan, store, check_crc=check_crc, topics=topics, since=since, until=until, on_bytes=on_bytes)
-            sv = S.survey(store, check_crc=check_crc, on_bytes=on_bytes, mapper=mapper)
-            p = planned.result()
+        # the survey first (the mapper's threads), then the recovery preview, whose walk steps over the stretches the
+        # survey read without finding anything it stops at: every byte is scanned once
+        chains: dict = {}
+        sv = S.survey(store, check_crc=check_crc, on_bytes=on_bytes, mapper=mapper, chains=chains)
+        p = S.plan(store, check_crc=check_crc, topics=topics, since=since, until=until, on_bytes=on_bytes, chains=lambda: chains)
         res.recovery = _recovery(p, sv)
         res.records_scanned = len(sv)
         for pr in [*store.commitlog.problems, *sv.damage]:

@@ -63,7 +63,6 @@ FIELDS = [
     ("broker", pa.string()),
 ]
 BODY_FIELD = ("body", pa.binary())
-RAW_FIELD = ("raw", pa.binary())  # the whole record as stored
 # the record as stored without its body, and where the body goes back (rmqdump salvage: each byte written once):
 # record = raw_without_body[:body_offset] + body + raw_without_body[body_offset:]
 RAW_WITHOUT_BODY_FIELD = ("raw_without_body", pa.binary())
@@ -130,15 +129,7 @@ def _binary(data: np.ndarray, pos: np.ndarray, length: np.ndarray, typ=pa.binary
     n = len(pos)
     if n and int(np.maximum(length, 0).sum()) >= 1 << 31:
         raise ValueError("a chunk holds 2 GiB of strings")  # chunks hold at most MAX_CHUNK_BYTES of records
-    pos, length = np.asarray(pos, np.int64), np.asarray(length, np.int64)
-    if valid is None and n and (length > 0).all() and (pos[1:] == pos[:-1] + length[:-1]).all():
-        # back to back in the file (whole records in a row): the map itself is the data buffer, no copy
-        offsets = np.empty(n + 1, np.int32)
-        offsets[0] = 0
-        np.cumsum(length, out=offsets[1:])
-        buf = data[int(pos[0]) : int(pos[0]) + int(offsets[-1])]
-    else:
-        offsets, buf = kernel().pack_bytes(data, pos, length)
+    offsets, buf = kernel().pack_bytes(data, np.asarray(pos, np.int64), np.asarray(length, np.int64))
     mask = None if valid is None else _bitmap(valid)
     arr = pa.Array.from_buffers(pa.binary(), n, [mask, pa.py_buffer(offsets), pa.py_buffer(buf)], null_count=-1 if mask else 0)
     return arr.cast(typ) if typ != pa.binary() else arr
@@ -337,7 +328,7 @@ def record_batches(
 
 
 def selected(b: Batch, sel: np.ndarray, broker: str, sch: pa.Schema) -> pa.RecordBatch:
-    """Records `sel` (indices into the batch) with the columns of `sch`: any of FIELDS, BODY_FIELD, RAW_FIELD,
+    """Records `sel` (indices into the batch) with the columns of `sch`: any of FIELDS, BODY_FIELD,
     RAW_WITHOUT_BODY_FIELD, BODY_OFFSET_FIELD."""
     return pa.RecordBatch.from_arrays(_columns(b, sel, broker, sch), schema=sch)
 
@@ -384,7 +375,6 @@ def _columns(b: Batch, sel, broker: str, sch: pa.Schema) -> list[pa.Array]:
         "dledger_term": lambda: _entry_column(b, sel, "term", n),
         "broker": lambda: _constant(broker, n),
         "body": lambda: _binary(data, c["body_pos"], c["body_length"]),
-        "raw": lambda: _binary(data, c["_pos"], c["total_size"]),
         "raw_without_body": lambda: _without_body(data, c),
         "body_offset": lambda: pa.array((c["body_pos"].astype(np.int64) - c["_pos"]).astype(np.int32), pa.int32()),
     }

@@ -1,18 +1,21 @@
 """Benchmark `rmqdump salvage` against `rmqdump rebuild`, whole commands, on a store with one damaged record.
 
-    python bench/bench_salvage.py setup GENSTORE DAMAGED [--at 0.5]   # once: copy, queues + index, one body byte flipped
-    python bench/bench_salvage.py run DAMAGED [--repeat 3]
+    python bench/bench_salvage.py setup GENSTORE DAMAGED [--at 0.5 | --offset N]   # once: copy, queues + index, one body byte flipped
+    python bench/bench_salvage.py run DAMAGED [--repeat 3] [--baseline OTHER_CHECKOUT]
 
 `setup` copies GENSTORE/commitlog (from bench/gen_store.py) to DAMAGED, builds
 its ConsumeQueues, IndexFiles and checkpoint with `rmqdump rebuild` (a clean
 shutdown: no abort file, so the broker's normal recovery applies), then flips
-one body byte of the record at fraction --at of the CommitLog: a body CRC
-mismatch where the broker's recovery stops and drops every later record.
+one body byte of the first record at or after byte --offset (or fraction
+--at) of the CommitLog: a body CRC mismatch where the broker's recovery
+stops and drops every later record.
 `run` times each command as an operator runs it (`python -m rmqdump ...` under
 /usr/bin/time -v, output into a temporary directory beside DAMAGED, removed
 after each run), one warm-up of each, then --repeat runs alternating the two,
-and prints one JSON line per run and a summary: median seconds, their ratio,
-peak RSS.
+and prints one JSON line per run (with the 1-minute load average before it)
+and a summary: median seconds, their ratio, peak RSS. --baseline adds
+`salvage` run from another checkout (e.g. an older commit's worktree) to the
+same alternation: before and after under the same load.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import subprocess
 import sys
 import tempfile
 
+from rmqdump.builders.sparsecopy import copy_file
 from rmqdump.readers.commitlog import CommitLog
 from rmqdump.scan.walk import scan_commitlog
 
@@ -36,16 +40,17 @@ COMMANDS = {
 }
 
 
-def setup(gen: str, dest: str, at: float) -> None:
+def setup(gen: str, dest: str, at: float, offset: int | None = None) -> None:
     os.makedirs(dest, exist_ok=True)
-    shutil.copytree(os.path.join(gen, "commitlog"), os.path.join(dest, "commitlog"))
+    # holes kept: the newest file is a preallocated sparse file, as the broker leaves it (shutil's copy fills them in)
+    shutil.copytree(os.path.join(gen, "commitlog"), os.path.join(dest, "commitlog"), copy_function=copy_file)
     built = tempfile.mkdtemp(prefix="built-", dir=os.path.dirname(os.path.abspath(dest)))
     subprocess.run([sys.executable, "-m", "rmqdump", "rebuild", gen, "--out", os.path.join(built, "o")], check=True, stdout=subprocess.DEVNULL)
     for name in ("consumequeue", "index", "checkpoint"):
         os.rename(os.path.join(built, "o", name), os.path.join(dest, name))
     shutil.rmtree(built)
     cl = CommitLog.open(os.path.join(dest, "commitlog"))
-    target = int(at * sum(f.size for f in cl.files))
+    target = offset if offset is not None else int(at * sum(f.size for f in cl.files))
     for b in scan_commitlog(cl, from_offset=target, check_crc=False):
         pos = int(b.cols["body_pos"][0]) + 5
         with open(b.seg.path, "r+b") as f:
@@ -57,38 +62,56 @@ def setup(gen: str, dest: str, at: float) -> None:
         return
 
 
-def timed(cmd: str, store: str) -> dict:
+def timed(cmd: str, store: str, cwd: str | None = None) -> dict:
     parent = tempfile.mkdtemp(prefix=f"bench-{cmd}-", dir=os.path.dirname(os.path.abspath(store)))
     try:
-        args = [a.format(store=store, out=os.path.join(parent, "out")) for a in COMMANDS[cmd]]
-        r = subprocess.run(["/usr/bin/time", "-v", sys.executable, "-m", "rmqdump", *args], capture_output=True, text=True)
+        store = os.path.abspath(store)
+        args = [a.format(store=store, out=os.path.join(parent, "out")) for a in COMMANDS[cmd.split("@")[0]]]
+        env = {**os.environ, "PYTHONPATH": cwd} if cwd else None
+        load = os.getloadavg()[0]
+        r = subprocess.run(["/usr/bin/time", "-v", sys.executable, "-m", "rmqdump", *args], capture_output=True, text=True, cwd=cwd, env=env)
         if r.returncode not in (0, 1):
             raise SystemExit(f"{cmd} failed ({r.returncode}): {r.stderr[-2000:]}")
         wall = re.search(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): (?:(\d+):)?(\d+):([\d.]+)", r.stderr)
         h, m, s = (float(x) if x else 0.0 for x in wall.groups())
         rss = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", r.stderr).group(1))
-        return {"command": cmd, "seconds": round(h * 3600 + m * 60 + s, 2), "peak_rss_mb": round(rss / 1024, 1), "exit": r.returncode}
+        cpu = sum(float(re.search(rf"{k} time \(seconds\): ([\d.]+)", r.stderr).group(1)) for k in ("User", "System"))
+        return {
+            "command": cmd,
+            "seconds": round(h * 3600 + m * 60 + s, 2),
+            "cpu_seconds": round(cpu, 2),
+            "peak_rss_mb": round(rss / 1024, 1),
+            "exit": r.returncode,
+            "load_1min_before": load,
+        }
     finally:
         shutil.rmtree(parent, ignore_errors=True)
 
 
-def run(store: str, repeat: int) -> None:
-    for cmd in COMMANDS:  # warm-up: page cache, numba's compiled kernels
-        timed(cmd, store)
-    runs: dict[str, list[dict]] = {c: [] for c in COMMANDS}
+def run(store: str, repeat: int, baseline: str | None = None) -> None:
+    cwd = {c: None for c in COMMANDS}
+    if baseline:
+        cwd["salvage@baseline"] = os.path.abspath(baseline)
+    for cmd, d in cwd.items():  # warm-up: page cache, numba's compiled kernels
+        timed(cmd, store, d)
+    runs: dict[str, list[dict]] = {c: [] for c in cwd}
     for _ in range(repeat):
-        for cmd in COMMANDS:
-            r = timed(cmd, store)
+        for cmd, d in cwd.items():
+            r = timed(cmd, store, d)
             runs[cmd].append(r)
             print(json.dumps(r), flush=True)
     med = {c: statistics.median(r["seconds"] for r in rs) for c, rs in runs.items()}
+    cpu = {c: statistics.median(r["cpu_seconds"] for r in rs) for c, rs in runs.items()}
     print(
         json.dumps(
             {
                 "kind": "summary",
                 "median_seconds": med,
-                "salvage_over_rebuild": round(med["salvage"] / med["rebuild"], 2),
+                "median_cpu_seconds": cpu,
+                "over_rebuild": {c: round(med[c] / med["rebuild"], 2) for c in med if c != "rebuild"},
+                "cpu_over_rebuild": {c: round(cpu[c] / cpu["rebuild"], 2) for c in cpu if c != "rebuild"},
                 "peak_rss_mb": {c: max(r["peak_rss_mb"] for r in rs) for c, rs in runs.items()},
+                "load_1min": [min(r["load_1min_before"] for rs in runs.values() for r in rs), max(r["load_1min_before"] for rs in runs.values() for r in rs)],
             }
         )
     )
@@ -101,14 +124,16 @@ def main() -> int:
     s.add_argument("gen")
     s.add_argument("dest")
     s.add_argument("--at", type=float, default=0.5, help="where the damaged record lies, as a fraction of the CommitLog")
+    s.add_argument("--offset", type=int, help="where the damaged record lies: the first record at or after this CommitLog byte")
     r = sub.add_parser("run")
     r.add_argument("store")
     r.add_argument("--repeat", type=int, default=3)
+    r.add_argument("--baseline", help="another checkout whose salvage runs alongside (cwd and PYTHONPATH there)")
     a = ap.parse_args()
     if a.what == "setup":
-        setup(a.gen, a.dest, a.at)
+        setup(a.gen, a.dest, a.at, a.offset)
     else:
-        run(a.store, a.repeat)
+        run(a.store, a.repeat, a.baseline)
     return 0
 
 

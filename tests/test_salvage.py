@@ -55,16 +55,21 @@ def served(rec: dict) -> dict[int, str]:
 
 
 def rows(out: Path, name: str) -> list[dict]:
-    """A salvaged set read back: Parquet through pyarrow, JSON Lines line by line (body and raw from base64)."""
+    """A salvaged set read back: Parquet through pyarrow, JSON Lines line by line (body and raw_without_body from
+    base64); `raw`: the record put back together, raw_without_body[:body_offset] + body + raw_without_body[body_offset:]."""
     pq_path, jl_path = out / f"{name}.parquet", out / f"{name}.jsonl"
     if pq_path.exists():
-        return pq.read_table(pq_path).to_pylist()
-    got = []
-    for line in jl_path.read_text(encoding="utf-8").split("\n"):
-        if line:
-            r = json.loads(line)
-            r["body"], r["raw"] = base64.b64decode(r["body"]), base64.b64decode(r["raw"])
-            got.append(r)
+        got = pq.read_table(pq_path).to_pylist()
+    else:
+        got = []
+        for line in jl_path.read_text(encoding="utf-8").split("\n"):
+            if line:
+                r = json.loads(line)
+                r["body"], r["raw_without_body"] = base64.b64decode(r["body"]), base64.b64decode(r["raw_without_body"])
+                got.append(r)
+    for r in got:
+        k, rest = r["body_offset"], r["raw_without_body"]
+        r["raw"] = rest[:k] + r["body"] + rest[k:]
     return got
 
 
@@ -75,6 +80,9 @@ def check_against_manifest(r: dict, m: dict) -> None:
     assert r["sys_flag"] == m["sysFlag"] and r["born_timestamp"] == m["bornTimestamp"] and r["msg_id"] == m["msgId"]
     assert zlib.crc32(r["body"]) & 0x7FFFFFFF == m["bodyCRC"]
     assert r["raw"][:4] == m["wroteBytes"].to_bytes(4, "big")
+    with open(r["file"], "rb") as f:  # the record put back together is the record as the broker stored it
+        f.seek(r["phys_offset"] - int(os.path.basename(r["file"])))
+        assert f.read(r["total_size"]) == r["raw"]
     props = dict(m.get("propertiesWritten", m.get("properties")))
     if "storedPropCRC32" in m:  # rmq53-v2 README.txt: the store appends __CRC32# with these digits
         props["__CRC32#"] = m["storedPropCRC32"]

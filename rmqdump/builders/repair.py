@@ -20,6 +20,10 @@ data. Damage after the last intact record is left: the broker's truncation
 there loses nothing. A range too short for a filler (or, at a file's end,
 for a BLANK marker) is left too, and said so: the broker truncates there.
 
+compaction/ and the timer files are carried over (rmqdump.builders.repair_state):
+they hold physical and queue offsets a repair keeps; a timer log unit whose record
+was destroyed is voided.
+
 The new store has no `abort` file, so the broker takes the normal recovery
 path (CommitLog.recoverNormally from the ConsumeQueues' max physical offset:
 nothing is re-dispatched over the rebuilt queues) and keeps every index file.
@@ -42,11 +46,12 @@ import numpy as np
 from rmqdump.builders.filler import MIN_BLANK, MIN_FILLER, blank_marker, filler_record
 from rmqdump.builders.rebuild import RebuildOptions, RebuildReport, check_paths, rebuild
 from rmqdump.builders.settings import StoreSettings
+from rmqdump.builders.sparsecopy import copy_range
 from rmqdump.common import problems as P
 from rmqdump.common.problems import InputError, Problem
 from rmqdump.common.publish import publishing
 from rmqdump.readers.commitlog import Blank, CommitLog, SegmentFile, commitlog_path
-from rmqdump.readers.mapped import MappedFile, next_data
+from rmqdump.readers.mapped import MappedFile
 from rmqdump.readers.message import Message
 from rmqdump.scan.ranges import Mapper, range_batches
 from rmqdump.scan.splits import Split, commitlog_splits
@@ -65,7 +70,6 @@ FILLER = "filler"
 BLANKED = "blank"
 LEFT = "left"
 
-COPY_CHUNK = 8 << 20
 BEFORE_WINDOW = 4 << 20  # the broker's default maxMessageSize: the record before a range starts within it
 
 
@@ -134,6 +138,7 @@ class RepairReport:
     rebuild: RebuildReport | None = None
     holes: list[dict] = field(default_factory=list)  # queue offsets left without a message
     copied: list[str] = field(default_factory=list)
+    voided_timer_units: list[dict] = field(default_factory=list)  # timer log units whose record was destroyed (sizePy set to 0)
     notes: list[str] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
     seconds: float = 0.0
@@ -164,6 +169,7 @@ class RepairReport:
             "flagged_records": len(self.flagged),
             "layout_problems": [p.line() for p in self.layout],
             "copied": self.copied,
+            "voided_timer_units": len(self.voided_timer_units),
             "recovery_path": "normal (no abort file)",
             "rebuild": None if rb is None else {k: v for k, v in rb.summary().items() if k not in ("kind", "store", "out", "settings")},
             "notes": self.notes,
@@ -176,6 +182,7 @@ class RepairReport:
             "summary": self.summary(),
             "ranges": [r.to_dict() for r in self.ranges],
             "holes": self.holes,
+            "voided_timer_units": self.voided_timer_units,
             "flagged": [p.to_dict() for p in self.flagged],
         }
 
@@ -222,7 +229,7 @@ def _scan_range(split: Split, dst: str | None) -> _Finds:
             elif isinstance(e, Blank) and e.marker == "zeros":
                 out.zero_tails.append((e.phys_offset, file_end, e.file))
     if dst is not None:
-        _copy_range(split.path, dst, split.start, split.end)
+        copy_range(split.path, dst, split.start, split.end)
     return out
 
 
@@ -352,38 +359,6 @@ def _bytes_for(r: DamagedRange) -> bytes:
 
 
 # --- writing ---
-
-
-def _copy_range(src: str, dst: str, start: int, end: int) -> None:
-    """Copy bytes [start, end) of one CommitLog file into its (pre-sized) copy, in the kernel (copy_file_range).
-
-    Only the stretches the file system says hold data are copied: the holes of
-    a sparse preallocated file (the broker's setLength) stay holes.
-    """
-    fin = os.open(src, os.O_RDONLY)
-    try:
-        fout = os.open(dst, os.O_WRONLY)
-        try:
-            pos = start
-            while pos < end:
-                pos, data_end = next_data(fin, pos, end)
-                while pos < data_end:
-                    n = _copy_chunk(fin, fout, pos, min(COPY_CHUNK, data_end - pos))
-                    if n <= 0:
-                        return  # the source ended early (it shrank meanwhile): the rest stays zeros
-                    pos += n
-        finally:
-            os.close(fout)
-    finally:
-        os.close(fin)
-
-
-def _copy_chunk(fin: int, fout: int, pos: int, n: int) -> int:
-    try:
-        return os.copy_file_range(fin, fout, n, pos, pos)
-    except OSError:  # no in-kernel copy between these files: through user space
-        chunk = os.pread(fin, n, pos)
-        return os.pwrite(fout, chunk, pos) if chunk else 0
 
 
 def _fsync_files(d: str) -> None:
@@ -547,7 +522,15 @@ def repair(
             if os.path.isdir(os.path.join(s, d)):
                 shutil.copytree(os.path.join(s, d), os.path.join(tmp, d))
                 report.copied.append(d)
-        skipped = sorted(set(os.listdir(s)) - {"commitlog", "consumequeue", "index", "checkpoint", "abort", "abort.bak", "lock", *COPIED_DIRS})
+        from rmqdump.builders.repair_state import CarriedState, carry_compaction, carry_timer
+
+        carried = CarriedState()
+        carry_compaction(s, tmp, report.rebuild.queues if report.rebuild else [], carried)
+        carry_timer(s, tmp, [(r.start, r.end) for r in report.repaired], report.holes, carried)
+        report.copied += carried.copied
+        report.voided_timer_units = carried.voided_timer_units
+        report.notes += carried.notes
+        skipped = sorted(set(os.listdir(s)) - {"commitlog", "consumequeue", "index", "checkpoint", "abort", "abort.bak", "lock", *COPIED_DIRS, *carried.copied})
         if skipped:
             report.notes.append(f"not copied (not rebuilt from the CommitLog): {', '.join(skipped)}")
         from rmqdump.readers.rocksdbcq import is_rocksdb

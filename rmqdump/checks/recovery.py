@@ -64,6 +64,7 @@ _PREFIX = struct_format(RecordPrefix)
 _PHYS_AT, _PHYS = field_struct(_H4, "phys_offset")
 _TOPIC_LEN = {C.MAGIC_V1: struct_format(Struct("n" / TopicLengthV1)), C.MAGIC_V2: struct_format(Struct("n" / TopicLengthV2))}
 _PROPS_LEN = struct_format(Struct("n" / PropertiesLength))
+_AFTER_JUMP = 1024  # records per batch where the walk goes on after a known chain: the next chain is usually the next record
 DROPPED_LISTED = 10_000  # records described one by one; past that they are only counted
 _CHUNK = 4 << 20
 
@@ -202,8 +203,42 @@ class _Walked:
             self.done = offset
 
 
-def _walk(files: list[SegmentFile], start: int, *, check_crc: bool, allow_v2: bool, walked: _Walked) -> tuple[int, str, int]:
-    """The broker's recovery walk from file index `start`: (valid end, why it stopped, records walked)."""
+def first_stop(b) -> int | None:
+    """Index of the first record of batch `b` the recovery walk stops at for its CRC (checkMessageAndReturnSize), or None."""
+    bad = [i for i, ps in b.record_problems.items() if any(p.code in _STOP_RECORD_CODES for p in ps)]
+    return min(bad) if bad else None
+
+
+Chains = Callable[[], dict[int, tuple[int, int]]]
+"""Clean record chains another pass already read with the same checks: first record's offset -> (offset of the
+chain's last record, records before it). None of them stops the walk, so the walk may go on at the last one."""
+
+
+def _jump(seg: SegmentFile, mf: MappedFile, b, cut: int, chains: Chains | None) -> tuple[int, int, int] | None:
+    """(index in `b` where a known chain starts, its last record's file offset, records from there up to it)."""
+    if chains is None or not cut:
+        return None
+    known = chains()
+    if not known:
+        return None
+    pos = b.cols["_pos"][:cut].astype(np.int64) + seg.base
+    hit = np.flatnonzero(np.isin(pos, np.fromiter(known, np.int64, len(known))))
+    for j in hit.tolist():
+        last, skipped = known[int(pos[j])]
+        at = last - seg.base
+        # the walk goes on at the chain's last record as a scan that starts there would: it must prove to start there
+        if skipped > 0 and 0 < at < mf.size and resync(seg, mf, at) == at:
+            return j, at, skipped
+    return None
+
+
+def _walk(
+    files: list[SegmentFile], start: int, *, check_crc: bool, allow_v2: bool, walked: _Walked, chains: Chains | None = None
+) -> tuple[int, str, int]:
+    """The broker's recovery walk from file index `start`: (valid end, why it stopped, records walked).
+
+    chains: stretches known to hold no stop (from a pass over the same bytes with the same checks) are stepped over.
+    """
     records = 0
     idx = start
     seg = files[idx]
@@ -212,7 +247,9 @@ def _walk(files: list[SegmentFile], start: int, *, check_crc: bool, allow_v2: bo
         with MappedFile(seg.path) as mf:
             stop: str | None = None
             next_file = False
-            for b in scan_file(seg, mf, start=0, check_crc=check_crc):
+            at = 0
+            batches = scan_file(seg, mf, start=0, check_crc=check_crc)
+            while (b := next(batches, None)) is not None:
                 n = len(b)
                 cut = n
                 if n:
@@ -221,11 +258,20 @@ def _walk(files: list[SegmentFile], start: int, *, check_crc: bool, allow_v2: bo
                         if v2.size:
                             cut = int(v2[0])
                             stop = f"V2 magic at {seg.base + int(b.cols['_pos'][cut])}: this broker version does not know it"
-                    bad = sorted(i for i, ps in b.record_problems.items() if i < cut and any(p.code in _STOP_RECORD_CODES for p in ps))
-                    if bad:
-                        cut = bad[0]
+                    k = first_stop(b)
+                    if k is not None and k < cut:
+                        cut = k
                         code = next(p.code for p in b.record_problems[cut] if p.code in _STOP_RECORD_CODES)
                         stop = f"{code} at {seg.base + int(b.cols['_pos'][cut])}"
+                    jump = _jump(seg, mf, b, cut, chains) if allow_v2 else None
+                    if jump is not None:  # records before the chain, the chain up to its last record; on from there
+                        j, at, skipped = jump
+                        records += j + skipped
+                        end = seg.base + at
+                        walked.to(end)
+                        stop = None
+                        batches = scan_file(seg, mf, start=at, check_crc=check_crc, batch_records=_AFTER_JUMP)
+                        continue
                     records += cut
                     if cut:
                         end = seg.base + int(b.cols["_end"][cut - 1])
@@ -335,7 +381,7 @@ def _describe(seg: SegmentFile, mf: MappedFile, p: int, total: int) -> DroppedRe
     return d
 
 
-def _appended_after(files: list[SegmentFile], valid_end: int, walked: _Walked) -> tuple[int, int, list[DroppedRecord]]:
+def _appended_after(files: list[SegmentFile], valid_end: int, walked: _Walked, listed: int | None = None) -> tuple[int, int, list[DroppedRecord]]:
     """(end of the appended data, records, their descriptions) at or past the broker's new end.
 
     Record to record by each header's totalSize, as the broker appended them:
@@ -344,11 +390,12 @@ def _appended_after(files: list[SegmentFile], valid_end: int, walked: _Walked) -
     record the proof rule finds, counting the bytes up to the last non-zero one.
     """
     end, count, dropped = valid_end, 0, []
+    listed = DROPPED_LISTED if listed is None else listed
 
     def take_run(seg: SegmentFile, mf: MappedFile, p: int) -> int:
         """Whole records from p on, as the scan reads them; where the scan stops (p itself when it takes none)."""
         nonlocal end, count
-        listing = len(dropped) < DROPPED_LISTED  # CRCs only matter for the records still described
+        listing = len(dropped) < listed  # CRCs only matter for the records still described
         for b in scan_file(seg, mf, start=p, check_crc=listing):
             n = len(b)
             if n:
@@ -356,12 +403,12 @@ def _appended_after(files: list[SegmentFile], valid_end: int, walked: _Walked) -
                 if int(pos[0]) != p:  # the scan resynced past p: p is not where it reads on from
                     return p
                 count += n
-                for i in range(min(n, DROPPED_LISTED - len(dropped))):
+                for i in range(min(n, listed - len(dropped))):
                     dropped.append(_from_message(b.message(i), int(pos[i])))
                 p = int(b.cols["_end"][-1])
                 end = max(end, seg.base + p)
                 walked.to(seg.base + p)
-            if b.events or (listing and len(dropped) >= DROPPED_LISTED):
+            if b.events or (listing and len(dropped) >= listed):
                 return p  # the event is at p: the caller looks at it; or counting goes on without CRCs
         return p
 
@@ -386,7 +433,7 @@ def _appended_after(files: list[SegmentFile], valid_end: int, walked: _Walked) -
                                 p = q
                                 continue
                         count += 1  # a record the scan cannot take: by its header
-                        if len(dropped) < DROPPED_LISTED:
+                        if len(dropped) < listed:
                             dropped.append(_describe(seg, mf, p, total))
                         p += total
                         end = max(end, seg.base + min(p, size))
@@ -450,10 +497,16 @@ def preview(
     message_index_safe: bool = False,
     normal_start: str = NORMAL_THIRD_LAST,
     on_bytes: Callable[[int], None] | None = None,
+    dropped_listed: int | None = None,
+    count_after: bool = True,
+    chains: Chains | None = None,
 ) -> RecoveryPreview:
     """The recovery the broker would run on this store (see the module docstring).
 
     on_bytes(n) is told of the CommitLog bytes walked, preview_bytes() in all, for a progress bar.
+    dropped_listed: how many dropped records to describe one by one (default DROPPED_LISTED; 0: only count them, no
+    CRC past the new end). count_after=False: no walk past the new end at all (truncated_bytes, truncated_messages
+    and dropped are left 0 and empty), for a caller that reads every record there itself. chains: see _walk.
     """
     cl = store.commitlog
     files = cl.files
@@ -468,8 +521,8 @@ def preview(
 
     start = _start_index(files, abnormal, min_ts, cq_max, allow_v2=allow_v2, normal_start=normal_start)
     progress = _Walked(on_bytes, files[start].base)
-    valid_end, stop, walked = _walk(files, start, check_crc=check_crc, allow_v2=allow_v2, walked=progress)
-    data_end, after, lost = _appended_after(files, valid_end, progress)
+    valid_end, stop, walked = _walk(files, start, check_crc=check_crc, allow_v2=allow_v2, walked=progress, chains=chains)
+    data_end, after, lost = _appended_after(files, valid_end, progress, dropped_listed) if count_after else (valid_end, 0, [])
     progress.to(files[-1].base + files[-1].size)  # the rest is zero tails and files after the data: gone past unread
 
     if abnormal:

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rmqdump.checks.recovery import RecoveryPreview, preview
+from rmqdump.checks.recovery import Chains, RecoveryPreview, first_stop, preview
 from rmqdump.common.problems import Problem
 from rmqdump.readers.consumequeue import QueueUnits, read_units
 from rmqdump.readers.mapped import MappedFile
@@ -141,21 +141,19 @@ class Plan:
     until: int | None = None
 
 
-def plan(store: Store, *, check_crc: bool = True, topics=None, since=None, until=None, on_bytes: Callable[[int], None] | None = None) -> Plan:
-    p = preview(store, check_crc=check_crc, on_bytes=on_bytes)
+def plan(
+    store: Store, *, check_crc: bool = True, topics=None, since=None, until=None, on_bytes: Callable[[int], None] | None = None, chains: Chains | None = None
+) -> Plan:
+    """chains: the survey's clean record chains as it finds them (run side by side, the walk steps over what it read)."""
+    # the survey reads every record past the new end: the preview does not walk there (export.salvage counts them)
+    p = preview(store, check_crc=check_crc, on_bytes=on_bytes, count_after=False, chains=chains)
     return Plan(p, reach(store, p.valid_end), p.redispatch_from, p.valid_end, frozenset(topics) if topics else None, since, until)
 
 
 def _zeroed_properties(b: Batch) -> np.ndarray:
     """Records whose properties hold a zero byte: producers never write one (names and values are text, separators 1 and 2)."""
     c = b.cols
-    length = c["properties_length"].astype(np.int64)
-    offsets, buf = kernel().pack_bytes(b.mf.data, c["properties_pos"].astype(np.int64), length)
-    out = np.zeros(len(length), dtype=bool)
-    zeros = np.flatnonzero(buf == 0)  # almost always none: one pass, no per-record work
-    if zeros.size:
-        out[np.unique(np.searchsorted(offsets, zeros, side="right") - 1)] = True
-    return out
+    return kernel().holds_zero(b.mf.data, c["properties_pos"].astype(np.int64), c["properties_length"].astype(np.int64))
 
 
 @dataclass
@@ -165,6 +163,8 @@ class Survey:
     phys: np.ndarray  # int64
     size: np.ndarray  # int32
     ok: np.ndarray  # bool: CRCs hold (where checked) and the properties hold no zero byte
+    crc: np.ndarray  # int8: body CRC 1 matches, 0 does not, -1 not checked (kept: the chosen records are read again without it)
+    prop_crc: np.ndarray  # int8: property CRC 1 matches, 0 does not, -1 absent or not checked
     topic: np.ndarray  # int32 index into `topics`
     queue_id: np.ndarray  # int32
     queue_offset: np.ndarray  # int64
@@ -181,6 +181,8 @@ _SURVEY_DTYPES = {
     "phys": np.int64,
     "size": np.int32,
     "ok": bool,
+    "crc": np.int8,
+    "prop_crc": np.int8,
     "topic": np.int32,
     "queue_id": np.int32,
     "queue_offset": np.int64,
@@ -189,12 +191,48 @@ _SURVEY_DTYPES = {
 }
 
 
-def survey_range(split: Split) -> tuple[dict[str, np.ndarray], list[str], list[Problem], int]:
-    """One byte range's compact columns (topic ids into the range's own topic list), its damage, and its bytes."""
+class _Chain:
+    """The run of back-to-back records a range starts with, up to the first the recovery walk would stop at
+    (a CRC), an event (damage, a marker) or a break: (first record, last record, records before the last)."""
+
+    def __init__(self):
+        self.first = self.last = self.end = None
+        self.count = 0
+        self.open = True
+
+    def add(self, b: Batch) -> None:
+        n = len(b)
+        if self.open and n:
+            pos = b.cols["_pos"].astype(np.int64) + b.seg.base
+            end = b.cols["_end"].astype(np.int64) + b.seg.base
+            if self.first is None:
+                self.first = self.end = int(pos[0])
+            k = n if int(pos[0]) == self.end else 0
+            stop = first_stop(b)
+            if stop is not None:
+                k = min(k, stop)
+            gaps = np.flatnonzero(pos[1:k] != end[: k - 1]) if k > 1 else []
+            if len(gaps):
+                k = int(gaps[0]) + 1
+            if k:
+                self.count += k
+                self.last, self.end = int(pos[k - 1]), int(end[k - 1])
+            self.open = k == n
+        if b.events:
+            self.open = False
+
+    def entry(self) -> tuple[int, tuple[int, int]] | None:
+        return None if self.last is None or self.count < 2 else (self.first, (self.last, self.count - 1))
+
+
+def survey_range(split: Split) -> tuple[dict[str, np.ndarray], list[str], list[Problem], int, tuple | None]:
+    """One byte range's compact columns (topic ids into the range's own topic list), its damage, its bytes, its chain."""
     cols: dict[str, list[np.ndarray]] = {k: [] for k in _SURVEY_DTYPES}
     names: dict[str, int] = {}
     damage: list[Problem] = []
+    chain = _Chain()
     for b in range_batches(split, batch_records=BATCH_RECORDS):
+        chain.add(b)
         n = len(b)
         if n:
             c = b.cols
@@ -204,6 +242,8 @@ def survey_range(split: Split) -> tuple[dict[str, np.ndarray], list[str], list[P
             cols["phys"].append(c["_pos"].astype(np.int64) + b.seg.base)
             cols["size"].append(c["total_size"].astype(np.int32))
             cols["ok"].append(crc & pcrc & ~_zeroed_properties(b))
+            cols["crc"].append(np.full(n, -1, np.int8) if b.crc_ok is None else b.crc_ok.astype(np.int8))
+            cols["prop_crc"].append(np.full(n, -1, np.int8) if b.prop_crc is None else b.prop_crc.astype(np.int8))
             cols["topic"].append(ids[b.found["topic_id"]])
             cols["queue_id"].append(c["queue_id"].astype(np.int32))
             cols["queue_offset"].append(c["queue_offset"].astype(np.int64))
@@ -211,15 +251,21 @@ def survey_range(split: Split) -> tuple[dict[str, np.ndarray], list[str], list[P
             cols["store_timestamp"].append(c["store_timestamp"].astype(np.int64))
         damage.extend(b.damage())
     arrays = {k: np.concatenate(v) if v else np.zeros(0, _SURVEY_DTYPES[k]) for k, v in cols.items()}
-    return arrays, list(names), damage, split.length
+    return arrays, list(names), damage, split.length, chain.entry()
 
 
-def survey(store: Store, *, check_crc: bool = True, on_bytes: Callable[[int], None] | None = None, mapper: Mapper = map) -> Survey:
-    """Every record's compact columns (~40 bytes a record), range by range on the one scan path, joined in CommitLog order."""
+def survey(
+    store: Store, *, check_crc: bool = True, on_bytes: Callable[[int], None] | None = None, mapper: Mapper = map, chains: dict | None = None
+) -> Survey:
+    """Every record's compact columns (~40 bytes a record), range by range on the one scan path, joined in CommitLog order.
+
+    chains: filled range by range with each range's clean record chain (plan's walk steps over them)."""
     cols: dict[str, list[np.ndarray]] = {k: [] for k in _SURVEY_DTYPES}
     names: dict[str, int] = {}
     damage: list[Problem] = []
-    for arrays, topics, dmg, nbytes in mapper(survey_range, commitlog_splits(store.commitlog, check_crc=check_crc)):
+    for arrays, topics, dmg, nbytes, chain in mapper(survey_range, commitlog_splits(store.commitlog, check_crc=check_crc)):
+        if chains is not None and chain is not None:
+            chains[chain[0]] = chain[1]
         remap = np.array([names.setdefault(t, len(names)) for t in topics], dtype=np.int32)
         for k, v in arrays.items():
             cols[k].append(remap[v] if k == "topic" and len(v) else v)

@@ -69,7 +69,10 @@ FIELDS = [
     ("compaction_log_offset", pa.int64()),  # the served copy's offset in the compaction log
 ]
 BODY_FIELD = ("body", pa.binary())
-RAW_FIELD = ("raw", pa.binary())  # the whole record as stored (rmqdump salvage)
+# the record as stored without its body, and where the body goes back (rmqdump salvage: each byte written once):
+# record = raw_without_body[:body_offset] + body + raw_without_body[body_offset:]
+RAW_WITHOUT_BODY_FIELD = ("raw_without_body", pa.binary())
+BODY_OFFSET_FIELD = ("body_offset", pa.int32())
 
 _INT_COLUMNS = {
     "total_size": "total_size",
@@ -136,6 +139,18 @@ def _binary(data: np.ndarray, pos: np.ndarray, length: np.ndarray, typ=pa.binary
     mask = None if valid is None else _bitmap(valid)
     arr = pa.Array.from_buffers(pa.binary(), n, [mask, pa.py_buffer(offsets), pa.py_buffer(buf)], null_count=-1 if mask else 0)
     return arr.cast(typ) if typ != pa.binary() else arr
+
+
+def _without_body(data: np.ndarray, c: dict) -> pa.Array:
+    """Each record's bytes with its body cut out: the part before the body and the part after it, packed as one value."""
+    pos, body = c["_pos"].astype(np.int64), c["body_pos"].astype(np.int64)
+    after = body + np.maximum(c["body_length"].astype(np.int64), 0)
+    end = pos + c["total_size"].astype(np.int64)
+    starts = np.stack([pos, after], axis=1).ravel()
+    lengths = np.stack([body - pos, end - after], axis=1).ravel()
+    offsets, buf = kernel().pack_bytes(data, starts, lengths)
+    n = len(pos)
+    return pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(np.ascontiguousarray(offsets[::2])), pa.py_buffer(buf)], null_count=0)
 
 
 def _format_v4(octets: np.ndarray, ports: np.ndarray) -> pa.Array:
@@ -347,7 +362,8 @@ def record_batches(
 
 
 def selected(b: Batch, sel: np.ndarray, broker: str, sch: pa.Schema) -> pa.RecordBatch:
-    """Records `sel` (indices into the batch) with the columns of `sch`: any of FIELDS, BODY_FIELD, RAW_FIELD."""
+    """Records `sel` (indices into the batch) with the columns of `sch`: any of FIELDS, BODY_FIELD,
+    RAW_WITHOUT_BODY_FIELD, BODY_OFFSET_FIELD."""
     return pa.RecordBatch.from_arrays(_columns(b, sel, broker, sch), schema=sch)
 
 
@@ -393,7 +409,8 @@ def _columns(b: Batch, sel, broker: str, sch: pa.Schema, served: ServedView | No
         "dledger_term": lambda: _entry_column(b, sel, "term", n),
         "broker": lambda: _constant(broker, n),
         "body": lambda: _binary(data, c["body_pos"], c["body_length"]),
-        "raw": lambda: _binary(data, c["_pos"], c["total_size"]),
+        "raw_without_body": lambda: _without_body(data, c),
+        "body_offset": lambda: pa.array((c["body_pos"].astype(np.int64) - c["_pos"]).astype(np.int32), pa.int32()),
         "compaction_part": lambda: once("compaction", lambda: _compaction(b, sel, c, n, served))[0],
         "compaction_log_offset": lambda: once("compaction", lambda: _compaction(b, sel, c, n, served))[1],
     }

@@ -2,8 +2,10 @@
 
 OUT/messages.parquet (or .jsonl): every intact record a restart loses or no
 consumer reaches, with the columns `rmqdump export` writes (body included),
-plus `reason` and `raw` (the record's bytes as stored), in physical order:
-what a producer needs to send each message again. OUT/flagged.parquet: stale
+plus `reason`, `raw_without_body` and `body_offset` (the record's bytes as
+stored are raw_without_body[:body_offset] + body + raw_without_body[body_offset:]:
+each byte is written once), in physical order: what a producer needs to send
+each message again, and the record itself. OUT/flagged.parquet: stale
 tails and damaged records, evidence only. OUT/manifest.json: counts by reason
 and topic, byte ranges, the damage, the recovery that decides it all, and the
 sha256 of each file. Written beside OUT and renamed into place
@@ -20,7 +22,6 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -38,25 +39,29 @@ from rmqdump.scan.ranges import Mapper
 FORMATS = ("parquet", "jsonl")
 MANIFEST = "manifest.json"
 SETS = {"messages": S.TO_RESEND, "flagged": S.FLAGGED}
+UNSUMMARIZED = ("body", "raw_without_body")
 ROWS_PER_GROUP = 4096  # bodies and raw bytes (~10 MB a group for 1.2 KB records): keep the buffers small
 _REASON_CODES = {r: i for i, r in enumerate(S.REASONS)}
 _REASONS = pa.array(S.REASONS, pa.string())
 
 
+_RAW = [arrowbatch.BODY_OFFSET_FIELD, arrowbatch.RAW_WITHOUT_BODY_FIELD]
+
+
 def schema() -> pa.Schema:
-    return pa.schema([*arrowbatch.FIELDS, arrowbatch.BODY_FIELD, ("reason", pa.string()), arrowbatch.RAW_FIELD])
+    return pa.schema([*arrowbatch.FIELDS, arrowbatch.BODY_FIELD, ("reason", pa.string()), *_RAW])
 
 
 def _base_schema() -> pa.Schema:
-    return pa.schema([*arrowbatch.FIELDS, arrowbatch.BODY_FIELD, arrowbatch.RAW_FIELD])
+    return pa.schema([*arrowbatch.FIELDS, arrowbatch.BODY_FIELD, *_RAW])
 
 
 def jsonl_line(row: dict) -> str:
-    """A row as one JSON object: properties as an object, body and raw in base64."""
+    """A row as one JSON object: properties as an object, body and raw_without_body in base64."""
     row["properties"] = dict(row["properties"])
-    for k in ("body", "raw"):
+    for k in ("body", "raw_without_body"):
         row[k] = base64.b64encode(row[k]).decode()
-    row["body_encoding"] = row["raw_encoding"] = "base64"
+    row["body_encoding"] = row["raw_without_body_encoding"] = "base64"
     return json.dumps(row, ensure_ascii=False, separators=(",", ":"))
 
 
@@ -98,7 +103,10 @@ class _Sink:
         self.pq = None
         if fmt == "parquet":
             dictionary = [c for c in DICTIONARY_COLUMNS if c.split(".")[0] in names]
-            self.pq = pq.ParquetWriter(self.file, schema(), compression="snappy", use_dictionary=dictionary)
+            # no min/max statistics of body and raw: nobody filters on them, and computing them over every byte is a
+            # third of the write's time
+            stats = [n for n in names if n not in UNSUMMARIZED]
+            self.pq = pq.ParquetWriter(self.file, schema(), compression="snappy", use_dictionary=dictionary, write_statistics=stats)
         self.queue: queue.Queue = queue.Queue(maxsize=1)
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._run, name=f"rmqdump-salvage-{os.path.basename(path)}", daemon=True)
@@ -212,18 +220,30 @@ class SalvageResult:
         }
 
 
-def _recovery(p: S.Plan) -> dict:
+def _recovery(p: S.Plan, sv: S.Survey) -> dict:
+    """The recovery that decides it all; what lies past its new end as the survey decoded it (records, their end)."""
     r = p.preview
+    past = sv.phys >= r.valid_end
     return {
         "abnormal": r.abnormal,
         "scan_from": r.scan_from,
         "valid_end": r.valid_end,
         "stop": r.stop,
-        "data_end": r.valid_end + r.truncated_bytes,
-        "dropped_messages": r.truncated_messages,
+        "data_end": int((sv.phys[past] + sv.size[past]).max()) if past.any() else r.valid_end,
+        "dropped_messages": int(past.sum()),
         "commitlog_files_deleted": r.commitlog_files_dropped,
         "redispatch_from": r.redispatch_from,
     }
+
+
+def _with_verdicts(b, idx: np.ndarray, crc: np.ndarray, prop_crc: np.ndarray) -> None:
+    """Give batch `b`, read again without CRCs, the survey's CRC verdicts of its records `idx` (the others are not taken)."""
+    if (crc >= 0).any():
+        b.crc_ok = np.ones(len(b), dtype=bool)
+        b.crc_ok[idx] = crc == 1
+    if (prop_crc >= 0).any():
+        b.prop_crc = np.full(len(b), -1, dtype=np.int8)
+        b.prop_crc[idx] = prop_crc
 
 
 def _take(res: SalvageResult, b, idx: np.ndarray, reason: np.ndarray, sinks: dict[str, _Sink], broker: str) -> None:
@@ -239,7 +259,7 @@ def _take(res: SalvageResult, b, idx: np.ndarray, reason: np.ndarray, sinks: dic
             part = rows[lo : lo + ROWS_PER_GROUP]
             rb = arrowbatch.selected(b, part, broker, _base_schema())
             col = _REASONS.take(pa.array(why[lo : lo + ROWS_PER_GROUP].astype(np.int32)))
-            sinks[name].write(rb.add_column(rb.num_columns - 1, pa.field("reason", pa.string()), col))
+            sinks[name].write(rb.add_column(rb.num_columns - len(_RAW), pa.field("reason", pa.string()), col))
         for code in codes:
             these = rows[why == code]
             if not these.size:
@@ -269,30 +289,32 @@ def salvage(
     on_bytes: Callable[[int], None] | None = None,
     mapper: Mapper = map,
 ) -> SalvageResult:
-    """Survey every record (beside the recovery preview, in a second thread), sort them into reasons, read the chosen
+    """Survey every record, preview the broker's recovery over the survey's findings, sort the records into reasons, read the chosen
     ones again into both sets, and write the manifest; all into `out`, published atomically. The result is the manifest."""
     if fmt not in FORMATS:
         raise ValueError(f"format must be one of {FORMATS}")
     t0 = time.perf_counter()
     res = SalvageResult(os.path.abspath(store.root), os.path.abspath(out), fmt, filters={"topic": topics or None, "since": since, "until": until})
     with publishing(out, force=force, stores=[store.root], kind="dir", sync=sync) as tmp:
-        with ThreadPoolExecutor(1, thread_name_prefix="rmqdump-salvage-preview") as ex:  # the two passes run side by side
-            planned = ex.submit(S.plan, store, check_crc=check_crc, topics=topics, since=since, until=until, on_bytes=on_bytes)
-            sv = S.survey(store, check_crc=check_crc, on_bytes=on_bytes, mapper=mapper)
-            p = planned.result()
-        res.recovery = _recovery(p)
+        # the survey first (the mapper's threads), then the recovery preview, whose walk steps over the stretches the
+        # survey read without finding anything it stops at: every byte is scanned once
+        chains: dict = {}
+        sv = S.survey(store, check_crc=check_crc, on_bytes=on_bytes, mapper=mapper, chains=chains)
+        p = S.plan(store, check_crc=check_crc, topics=topics, since=since, until=until, on_bytes=on_bytes, chains=lambda: chains)
+        res.recovery = _recovery(p, sv)
         res.records_scanned = len(sv)
         for pr in [*store.commitlog.problems, *sv.damage]:
             res.note_damage(pr)
         reason = S.classify(p, sv)
         wanted = np.flatnonzero(reason != S.NONE)
-        chosen, why = sv.phys[wanted], reason[wanted]
-        del sv, reason, wanted, p  # the write holds only the chosen records' offsets and reasons
+        chosen, why, crc, pcrc = sv.phys[wanted], reason[wanted], sv.crc[wanted], sv.prop_crc[wanted]
+        del sv, reason, wanted, p  # the write holds only the chosen records' offsets, reasons and CRC verdicts
         names = schema().names
         sinks = {name: _Sink(os.path.join(tmp, f"{name}.{fmt}"), fmt, names) for name in SETS}
         hashes: dict[str, str] = {}
         try:
-            for b, idx, at in S.records(store, chosen, check_crc=check_crc):
+            for b, idx, at in S.records(store, chosen, check_crc=False):  # the survey checked them
+                _with_verdicts(b, idx, crc[at], pcrc[at])
                 _take(res, b, idx, why[at], sinks, broker)
                 # taken (Arrow holds copies): its pages of the map can go, as export does
                 b.mf.release(int(b.cols["_pos"][0]), int(b.cols["_end"][-1]))

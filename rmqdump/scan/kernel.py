@@ -673,7 +673,25 @@ def pack_bytes(data, pos, length):
     buf = np.empty(t, np.uint8)
     for i in range(n):
         a = offs[i]
-        p = pos[i]
-        for j in range(offs[i + 1] - a):
-            buf[a + j] = data[p + j]
+        b = offs[i + 1]
+        if b > a:  # a slice copy: compiled to memcpy (a byte loop ran at a third of its speed)
+            buf[a:b] = data[pos[i] : pos[i] + (b - a)]
     return offs, buf
+
+
+@njit(cache=True, nogil=True)
+def holds_zero(data, pos, length):
+    """Whether data[pos[i]:pos[i] + length[i]] holds a zero byte, for each i: read in place, nothing copied.
+
+    A running minimum rather than a search that stops at the first zero: it compiles to vector code (3x faster),
+    and a zero is rare (properties are text)."""
+    n = len(pos)
+    out = np.zeros(n, np.bool_)
+    for i in range(n):
+        p = pos[i]
+        m = np.uint8(255)
+        for j in range(length[i]):
+            v = data[p + j]
+            m = v if v < m else m
+        out[i] = m == 0
+    return out

@@ -44,7 +44,7 @@ def salvage_cmd(
     store: Path = O.storedir_argument(),
     store_opt: Path = O.storedir_option(),
     out: Path = O.out_option("Directory to create: messages, flagged, manifest.json. Outside the store, empty or absent."),
-    fmt: SalvageFormat = O.format_option(SalvageFormat.parquet, "parquet, or jsonl (one JSON object per line; body and raw in base64)."),
+    fmt: SalvageFormat = O.format_option(SalvageFormat.parquet, "parquet, or jsonl (one JSON object per line; body and raw_without_body in base64)."),
     topic: list[str] = O.topic_option("Only this topic (repeatable)."),
     since: str = O.since_option(),
     until: str = O.until_option(),
@@ -57,8 +57,9 @@ def salvage_cmd(
     OUT/messages.{parquet,jsonl}: records after the point where the broker's
     recovery stops (also in the files it would delete), records no
     ConsumeQueue unit reaches, records of queues with damaged ConsumeQueue
-    files; the `export` columns with body, plus `reason` and `raw` (the
-    record's bytes). OUT/flagged.*: stale tails past the write position and
+    files; the `export` columns with body, plus `reason`, `raw_without_body`
+    and `body_offset` (the record as stored is raw_without_body with the body
+    put back at body_offset). OUT/flagged.*: stale tails past the write position and
     damaged records: evidence, not to re-send. OUT/manifest.json: counts by
     reason and topic, byte ranges, damage, sha256 of each file. The store is
     only read. Exit 0 nothing to salvage, 1 records salvaged or flagged, 2

@@ -10,6 +10,7 @@ local writers (table, JSON Lines, CSV, Parquet); an --out URI is written by Spar
 from __future__ import annotations
 
 import itertools
+import logging
 
 import pyarrow as pa
 
@@ -19,6 +20,7 @@ from rmqdump.scan.splits import StoreRef
 from rmqdump.sql import query as Q
 
 RESULT_BATCH_ROWS = Q.RESULT_BATCH_ROWS
+_ERROR_LOGGERS = ("SQLQueryContextLogger", "DataFrameQueryContextLogger")
 
 
 def query_frame(spark, stores: list[StoreRef], query: str):
@@ -30,10 +32,24 @@ def query_frame(spark, stores: list[StoreRef], query: str):
     except InputError:
         columns = None
     api.register(spark, stores, columns)
+    quiet = [logging.getLogger(n) for n in _ERROR_LOGGERS]
+    before = [lg.disabled for lg in quiet]
+    for lg in quiet:  # PySpark logs the error it raises to stderr as JSON; the one line below says it
+        lg.disabled = True
     try:
-        return spark.sql(query)
+        try:
+            return spark.sql(query)
+        except AnalysisException:
+            if columns is None:
+                raise
+            api.register(spark, stores, None)  # again over every column, so that Spark's message names the tables' real columns
+            return spark.sql(query)
     except (AnalysisException, ParseException) as e:
-        raise InputError(Q.BAD_QUERY, "query", Q.one_line(str(e).split("\n\n")[0])) from None
+        first = (str(e).strip().splitlines() or ["bad query"])[0]
+        raise InputError(Q.BAD_QUERY, "query", first.removesuffix(";")) from None
+    finally:
+        for lg, was in zip(quiet, before, strict=True):
+            lg.disabled = was
 
 
 def arrow_reader(df) -> pa.RecordBatchReader:

@@ -4,10 +4,11 @@ executors that cannot import it otherwise): a fleet's rows equal DuckDB's and th
 from __future__ import annotations
 
 import json
+import os
 from collections import Counter
 
 import pytest
-from conftest import REAL, jsonl, manifest, run, run_proc, store_root
+from conftest import REAL, ROOT, jsonl, manifest, run, run_proc, store_root
 from test_spark_cluster import _spark_args, cluster, executor_python  # noqa: F401  (the cluster fixtures)
 
 pytest.importorskip("pyspark")
@@ -37,7 +38,8 @@ def truth() -> Counter:
 def test_sql_on_standalone_cluster(cluster, executor_python, tmp_path):  # noqa: F811
     url, _ = cluster
     args = ["sql", *[a for n in FLEET for a in ("-s", str(store_root(n)))], "-f", "jsonl"]
-    r = run_proc(*args, *_spark_args(url, executor_python), QUERY, cwd=str(tmp_path), timeout=600)
+    env = dict(os.environ, PYTHONPATH=str(ROOT))  # this checkout's rmqdump on the driver, which zips it for the executors
+    r = run_proc(*args, *_spark_args(url, executor_python), QUERY, cwd=str(tmp_path), env=env, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     got = sorted(jsonl(r.stdout), key=lambda d: (d["broker"], d["topic"]))
     duck = run(*args, QUERY)

@@ -1,15 +1,17 @@
-"""`report` over a fleet: every store collected side by side (one thread per store), one page written."""
+"""`report` over a fleet: the stores collected one after the other, each on every core (the local map over its
+ranges; collecting stores in threads side by side would share the ConsumeQueue read cache, which is one per process),
+one page written."""
 
 from __future__ import annotations
 
 from rmqdump.cli import render
-from rmqdump.cli.fleet import fleet_map
 
 
-def fleet_report(refs, out: str, *, force: bool, limit: int, check_crc: bool) -> int:
+def fleet_report(refs, out: str, *, force: bool, limit: int, check_crc: bool, workers: int | None = None) -> int:
     """Write the fleet page; 1 when a broker has problems, would drop data on restart, or cannot be read."""
     from rmqdump.common.problems import InputError
     from rmqdump.common.publish import check_target, publishing
+    from rmqdump.engines.local import local_map
     from rmqdump.readers.store import Store
     from rmqdump.report.collect import collect, collect_bytes
     from rmqdump.report.fleetpage import render as render_page
@@ -30,11 +32,12 @@ def fleet_report(refs, out: str, *, force: bool, limit: int, check_crc: bool) ->
             if isinstance(st, InputError):
                 return st
             try:
-                return collect(st, check_crc=check_crc, limit=limit, on_bytes=advance)
+                mapper = local_map(workers, sum(f.size for f in st.commitlog.files))
+                return collect(st, check_crc=check_crc, limit=limit, mapper=mapper, on_bytes=advance)
             except InputError as e:
                 return e
 
-        got = list(fleet_map(refs)(one, refs))
+        got = [one(ref) for ref in refs]
     brokers = [(ref.name, r) for ref, r in zip(refs, got, strict=True) if not isinstance(r, InputError)]
     errors = [(ref.name, r.line()) for ref, r in zip(refs, got, strict=True) if isinstance(r, InputError)]
     page = render_page(brokers, errors)

@@ -42,7 +42,7 @@ def report(
     if refs is not None:
         from rmqdump.cli.fleetreport import fleet_report
 
-        raise typer.Exit(fleet_report(refs, str(out), force=force, limit=limit, check_crc=not no_crc))
+        raise typer.Exit(fleet_report(refs, str(out), force=force, limit=limit, check_crc=not no_crc, workers=workers))
     st = Store.open(store[0] if store else ".")
     check_target(str(out), force=force, stores=[st.root], kind="file")  # before the long part: fail fast
     with render.progress(collect_bytes(st), "report") as advance:  # on a terminal only

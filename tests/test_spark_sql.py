@@ -173,3 +173,39 @@ def test_spark_out_file_is_the_local_result(spark, tmp_path, fmt):
     assert sorted(outs["spark"], key=key) == sorted(outs["local"], key=key)
     if fmt == "parquet":  # every message of the store counted once (its manifest's records)
         assert sum(r["n"] for r in outs["spark"]) == len(records("rmq4-flags"))
+
+
+def test_only_the_tables_and_columns_a_query_names_are_built(spark):
+    """As locally: the views hold only the column names DuckDB's parse of the query finds, in any table that has them
+    (a Python task's output is not pruned by Spark)."""
+    from rmqdump.engines.spark.sql import query_frame
+    from rmqdump.scan.splits import resolve_stores
+
+    stores = resolve_stores([str(store_root("rmq4-flags"))])
+    query_frame(spark, stores, "SELECT m.topic, count(*) FROM messages m JOIN units u ON u.phys_offset = m.phys_offset GROUP BY m.topic")
+    assert spark.table("messages").columns == ["phys_offset", "topic"] and spark.table("units").columns == ["topic", "phys_offset"]
+    assert not spark.catalog.tableExists("problems")  # never built: its cq verify task does not run
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "csv"])
+def test_spark_out_uri_is_written_by_spark(spark, tmp_path, fmt):
+    """An --out URI is a directory of part files written by Spark's writer; its rows are the local result's (lists as JSON text in CSV)."""
+    import pyarrow.csv as pcsv
+    import pyarrow.dataset as ds
+
+    q = "SELECT broker, topic, keys, count(*) AS n FROM messages GROUP BY broker, topic, keys"
+    out = tmp_path / "result"
+    r = run("sql", "-s", str(store_root("rmq4-flags")), "-f", fmt, "-o", out.as_uri(), "--engine", "spark", "--master", "local[2]", q)
+    assert r.exit_code == 0, r.stderr
+    parts = sorted(out.glob("part-*"))
+    assert parts
+    if fmt == "parquet":
+        got = ds.dataset(str(out), format="parquet").to_table().to_pylist()
+    else:
+        got = [{**x, "keys": json.loads(x["keys"])} for p in parts for x in pcsv.read_csv(p).to_pylist()]
+    want = rows(str(store_root("rmq4-flags")), q)
+    key = lambda d: json.dumps(d, sort_keys=True)  # noqa: E731
+    assert sorted(got, key=key) == sorted(want, key=key)
+    assert sum(x["n"] for x in got) == len(records("rmq4-flags"))
+    again = run("sql", "-s", str(store_root("rmq4-flags")), "-f", fmt, "-o", out.as_uri(), "--engine", "spark", "--master", "local[2]", q)
+    assert again.exit_code != 0  # no overwrite without --force

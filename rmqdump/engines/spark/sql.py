@@ -89,6 +89,7 @@ def write_uri(df, out: str, fmt: str, force: bool) -> None:
 
         nested = (ArrayType, MapType, StructType)
         df = df.select(*[F.to_json(F.col(f"`{f.name}`")).alias(f.name) if isinstance(f.dataType, nested) else F.col(f"`{f.name}`") for f in df.schema])
-        df.write.mode("overwrite" if force else "errorifexists").option("header", "true").csv(out)
+        # quotes doubled inside quoted fields, as RFC 4180 and the local writer have them (Spark's default escapes with a backslash)
+        df.write.mode("overwrite" if force else "errorifexists").option("header", "true").option("escape", '"').csv(out)
     else:
         w.json(out)

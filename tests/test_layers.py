@@ -19,7 +19,7 @@ LAYERS = [
     ("rmqdump.scan",),
     ("rmqdump.checks", "rmqdump.builders", "rmqdump.export"),
     ("rmqdump.query", "rmqdump.sql", "rmqdump.report"),
-    ("rmqdump.engines",),
+    ("rmqdump.engines", "rmqdump.spark"),
     ("rmqdump.text",),
     ("rmqdump.cli", "rmqdump.__main__"),
 ]

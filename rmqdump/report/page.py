@@ -249,10 +249,9 @@ def _problems(rep: K.Report) -> str:
     return out + "</div>"
 
 
-def render(rep: K.Report) -> str:
-    """The whole page as one string."""
-    title = f"rmqdump report: {rep.info.root}"
-    sections = [
+def sections(rep: K.Report) -> list[tuple[str, str]]:
+    """One store's sections (heading, HTML), as its own page shows them and a fleet page repeats them per broker."""
+    return [
         ("Summary", _summary(rep)),
         ("Recovery preview: what a restart would do", _recovery(rep)),
         ("Traffic", _traffic(rep)),
@@ -261,7 +260,10 @@ def render(rep: K.Report) -> str:
         ("Index files", _index(rep)),
         ("Problems", _problems(rep)),
     ]
-    body = "".join(f"<h2>{_e(h)}</h2>{s}" for h, s in sections)
+
+
+def document(title: str, body: str) -> str:
+    """The page around a body: inline style, the title, the version line."""
     return (
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width,initial-scale=1">'
@@ -269,3 +271,8 @@ def render(rep: K.Report) -> str:
         f'<h1>{_e(title)}</h1><p class="sub">rmqdump {_e(__version__)}: offline, read-only analysis; all times UTC.</p>'
         f"{body}</body></html>\n"
     )
+
+
+def render(rep: K.Report) -> str:
+    """The whole page as one string."""
+    return document(f"rmqdump report: {rep.info.root}", "".join(f"<h2>{_e(h)}</h2>{s}" for h, s in sections(rep)))

@@ -26,11 +26,11 @@ from rmqdump.export import arrowbatch
 from rmqdump.query.compaction import consumer_view
 from rmqdump.readers.compaction import find_compaction
 from rmqdump.readers.consumequeue import UNIT_SIZE, QueueUnits, read_units
-from rmqdump.readers.indexfile import open_all
+from rmqdump.readers.indexfile import IndexFile, open_all
 from rmqdump.readers.store import Store
-from rmqdump.scan.compaction import served_views
+from rmqdump.scan.compaction import ServedView, served_views
 from rmqdump.scan.ranges import range_batches
-from rmqdump.scan.splits import StoreRef, plan
+from rmqdump.scan.splits import Split, StoreRef, plan
 
 INDEX_CHUNK = 1 << 20  # entries turned into one batch (about 40 MB of columns), then their pages are given back
 
@@ -174,6 +174,11 @@ def compaction_findings(ref: StoreRef) -> Iterator[Problem]:
     yield from compactionverify.verify(st.root, st.commitlog)
 
 
+def marks_unit(p: Problem) -> bool:
+    """Whether a cq verify finding is about a unit that exists (cq_missing_unit is about one that does not)."""
+    return p.code != cqunits.CQ_MISSING_UNIT and p.extra.get("unit_index") is not None and p.extra.get("topic") is not None
+
+
 class UnitStatus:
     """Per queue, the units where `cq verify` found a problem and the first code found there, as sorted arrays."""
 
@@ -182,9 +187,9 @@ class UnitStatus:
         code_ids: dict[str, int] = {}
         per_queue: dict[tuple[str, int], tuple[list[int], list[int]]] = {}
         for p in found:
-            i = p.extra.get("unit_index")
-            if p.code == cqunits.CQ_MISSING_UNIT or i is None or p.extra.get("topic") is None:
+            if not marks_unit(p):
                 continue
+            i = p.extra["unit_index"]
             cid = code_ids.setdefault(p.code, len(code_ids))
             idx, ids = per_queue.setdefault((p.extra["topic"], p.extra["queue_id"]), ([], []))
             idx.append(i)
@@ -215,14 +220,24 @@ def _batch(schema: pa.Schema, values: dict[str, object]) -> pa.RecordBatch:
 def messages(stores: list[StoreRef], columns: list[str], on_bytes: Callable[[int], None] | None = None) -> Iterator[pa.RecordBatch]:
     """The export rows of every store, range by range; CRCs are checked only when a CRC column is named."""
     splits, _layout = plan(stores)
-    crc = "crc_ok" in columns or "prop_crc_ok" in columns
-    served = served_views(stores) if {"compaction_part", "compaction_log_offset"} & set(columns) else {}
+    served = compaction_views(stores, columns)
     for split in splits:
-        split = dataclasses.replace(split, check_crc=crc)
-        for b in range_batches(split):
-            yield from arrowbatch.record_batches(b, split.broker, with_body="body" in columns, columns=columns, served=served.get(split.broker))
+        yield from split_messages(split, columns, served.get(split.broker))
         if on_bytes:
             on_bytes(split.length)
+
+
+def compaction_views(stores: list[StoreRef], columns: list[str]) -> dict[str, ServedView]:
+    """What the compacted queues serve, per broker, when a compaction column is named (read on the driver, small)."""
+    return served_views(stores) if {"compaction_part", "compaction_log_offset"} & set(columns) else {}
+
+
+def split_messages(split: Split, columns: list[str], served: ServedView | None = None) -> Iterator[pa.RecordBatch]:
+    """One byte range's messages with `columns` (the unit of work of both engines); CRCs only when a CRC column is
+    named; `served`: the store's compacted queues, for the compaction columns (compaction_views)."""
+    split = dataclasses.replace(split, check_crc="crc_ok" in columns or "prop_crc_ok" in columns)
+    for b in range_batches(split):
+        yield from arrowbatch.record_batches(b, split.broker, with_body="body" in columns, columns=columns, served=served)
 
 
 def units(stores: list[StoreRef], columns: list[str], on_bytes: Callable[[int], None] | None = None) -> Iterator[pa.RecordBatch]:
@@ -232,27 +247,34 @@ def units(stores: list[StoreRef], columns: list[str], on_bytes: Callable[[int], 
         store = Store.open(ref.root)
         status = UnitStatus(verify_findings(ref, on_bytes)) if "status" in columns else None
         for (topic, qid), q in sorted(store.queues.items()):
-            last = q.last_valid_index()
-            for f in q.files:
-                u = QueueUnits.from_array(read_units(f), f.first_index)
-                keep = u.index <= last
-                if not keep.any():
-                    continue
-                n = int(keep.sum())
-                vals: dict[str, object] = {
-                    "broker": [ref.name] * n,
-                    "topic": [topic] * n,
-                    "queue_id": np.full(n, qid, np.int32),
-                    "queue_offset": u.index[keep],
-                    "phys_offset": u.offset[keep],
-                    "size": u.size[keep],
-                    "tags_code": u.tags_code[keep],
-                    "cq_file": [f.path] * n,
-                    "file_offset": (u.index[keep] - f.first_index) * UNIT_SIZE,
-                }
-                if status is not None:
-                    vals["status"] = status.of(topic, qid, u.index[keep], u.filler_mask()[keep])
-                yield _batch(schema, {c: vals[c] for c in columns})
+            yield from queue_units(ref.name, topic, qid, q, schema, status)
+
+
+def queue_units(broker: str, topic: str, qid: int, q, schema: pa.Schema, status: UnitStatus | None) -> Iterator[pa.RecordBatch]:
+    """One queue's units up to its last valid one, file by file. A `status` column without a UnitStatus
+    says only 'filler' or 'ok' (the Spark engine joins the verify codes on afterwards)."""
+    last = q.last_valid_index()
+    for f in q.files:
+        u = QueueUnits.from_array(read_units(f), f.first_index)
+        keep = u.index <= last
+        if not keep.any():
+            continue
+        n = int(keep.sum())
+        vals: dict[str, object] = {
+            "broker": [broker] * n,
+            "topic": [topic] * n,
+            "queue_id": np.full(n, qid, np.int32),
+            "queue_offset": u.index[keep],
+            "phys_offset": u.offset[keep],
+            "size": u.size[keep],
+            "tags_code": u.tags_code[keep],
+            "cq_file": [f.path] * n,
+            "file_offset": (u.index[keep] - f.first_index) * UNIT_SIZE,
+        }
+        if "status" in schema.names:
+            filler = u.filler_mask()[keep]
+            vals["status"] = status.of(topic, qid, u.index[keep], filler) if status is not None else np.where(filler, "filler", "ok").tolist()
+        yield _batch(schema, {c: vals[c] for c in schema.names})
 
 
 def index_entries(stores: list[StoreRef], columns: list[str]) -> Iterator[pa.RecordBatch]:
@@ -261,46 +283,57 @@ def index_entries(stores: list[StoreRef], columns: list[str]) -> Iterator[pa.Rec
     for ref in stores:
         for f in open_all(ref.root):
             try:
-                for lo in range(1, f.count, INDEX_CHUNK):  # indexCount is the next entry's number
-                    e = f.entries[lo : min(f.count, lo + INDEX_CHUNK)]
-                    n = len(e)
-                    kh = e["key_hash"].astype(np.int32)
-                    diff = e["time_diff"].astype(np.int32)
-                    vals = {
-                        "broker": [ref.name] * n,
-                        "file": [f.path] * n,
-                        "entry": np.arange(lo, lo + n, dtype=np.int32),
-                        "slot": (kh.astype(np.int64) % f.layout.hash_slots).astype(np.int32),
-                        "key_hash": kh,
-                        "phys_offset": e["phys_offset"].astype(np.int64),
-                        "time_diff": diff,
-                        "store_timestamp": f.header.begin_timestamp + diff.astype(np.int64) * 1000,
-                        "prev_entry": e["prev_index"].astype(np.int32),
-                    }
-                    yield _batch(schema, {c: vals[c] for c in columns})
-                    f.release()
+                yield from index_file_entries(ref.name, f, schema)
             finally:
                 f.close()
+
+
+def index_file_entries(broker: str, f: IndexFile, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+    """One opened IndexFile's written entries, INDEX_CHUNK at a time (its pages given back after each)."""
+    for lo in range(1, f.count, INDEX_CHUNK):  # indexCount is the next entry's number
+        e = f.entries[lo : min(f.count, lo + INDEX_CHUNK)]
+        n = len(e)
+        kh = e["key_hash"].astype(np.int32)
+        diff = e["time_diff"].astype(np.int32)
+        vals = {
+            "broker": [broker] * n,
+            "file": [f.path] * n,
+            "entry": np.arange(lo, lo + n, dtype=np.int32),
+            "slot": (kh.astype(np.int64) % f.layout.hash_slots).astype(np.int32),
+            "key_hash": kh,
+            "phys_offset": e["phys_offset"].astype(np.int64),
+            "time_diff": diff,
+            "store_timestamp": f.header.begin_timestamp + diff.astype(np.int64) * 1000,
+            "prev_entry": e["prev_index"].astype(np.int32),
+        }
+        yield _batch(schema, {c: vals[c] for c in schema.names})
+        f.release()
 
 
 def problems(stores: list[StoreRef], columns: list[str], on_bytes: Callable[[int], None] | None = None) -> Iterator[pa.RecordBatch]:
     """What `cq verify` reports on each store (layout, CommitLog, ConsumeQueue and compaction findings), streamed in its order."""
     schema = arrow_schema("problems", columns)
-    get = {
-        "code": lambda p: p.code,
-        "file": lambda p: p.file,
-        "file_offset": lambda p: p.file_offset,
-        "phys_offset": lambda p: p.phys_offset,
-        "detail": lambda p: p.detail,
-        "topic": lambda p: p.extra.get("topic"),
-        "queue_id": lambda p: p.extra.get("queue_id"),
-        "unit_index": lambda p: p.extra.get("unit_index"),
-    }
     for ref in stores:
-        get["broker"] = lambda p, name=ref.name: name
         found = itertools.chain(verify_findings(ref, on_bytes), compaction_findings(ref))
         while chunk := list(itertools.islice(found, PROBLEM_BATCH)):
-            yield _batch(schema, {c: [get[c](p) for p in chunk] for c in columns})
+            yield problem_batch(ref.name, chunk, schema)
+
+
+_PROBLEM_FIELDS: dict[str, Callable[[Problem], object]] = {
+    "code": lambda p: p.code,
+    "file": lambda p: p.file,
+    "file_offset": lambda p: p.file_offset,
+    "phys_offset": lambda p: p.phys_offset,
+    "detail": lambda p: p.detail,
+    "topic": lambda p: p.extra.get("topic"),
+    "queue_id": lambda p: p.extra.get("queue_id"),
+    "unit_index": lambda p: p.extra.get("unit_index"),
+}
+
+
+def problem_batch(broker: str, found: list[Problem], schema: pa.Schema) -> pa.RecordBatch:
+    """Problems as rows of the problems table (the columns of `schema`)."""
+    return _batch(schema, {c: [broker] * len(found) if c == "broker" else [_PROBLEM_FIELDS[c](p) for p in found] for c in schema.names})
 
 
 def compacted(stores: list[StoreRef], columns: list[str], on_bytes: Callable[[int], None] | None = None) -> Iterator[pa.RecordBatch]:

@@ -8,11 +8,15 @@ from pathlib import Path
 import typer
 
 from rmqdump.cli import render
-from rmqdump.cli.commands.options import store_option, workers_option
+from rmqdump.cli.commands.options import stores_option, workers_option
+from rmqdump.cli.fleet import fleet
 
 
 def report(
-    store: Path = store_option(),
+    store: list[str] = stores_option(
+        "Store root (default: .). Repeat it, or give a glob such as 'brokers/*/store' (NAME=DIR names a broker): one page for the fleet, "
+        "a summary row per broker linked to its section."
+    ),
     out: Path = typer.Option(..., "--out", "-o", help="The HTML file to write (written beside itself, then renamed into place; never inside the store)."),
     force: bool = typer.Option(False, "--force", help="Replace --out if it exists."),
     limit: int = typer.Option(200, "--limit", "-n", min=0, help="Problems listed one by one on the page (the rest are counted)."),
@@ -27,6 +31,9 @@ def report(
 
     Exit 0 clean, 1 problems found (the page is written either way), 2 unusable input or output.
 
+    Over several stores (-s repeated, or a glob) one page for the fleet: a row per broker and the totals,
+    message rate, damage and consumer lag per broker, then each broker's sections.
+
     Example:  rmqdump report -s /data/rocketmq/store --out incident-1234.html
     """
     from rmqdump.checks.cqunits import PROBLEM_COLUMNS
@@ -36,7 +43,12 @@ def report(
     from rmqdump.report.collect import collect, collect_bytes
     from rmqdump.report.page import render as render_page
 
-    st = Store.open(store)
+    refs = fleet(store)
+    if refs is not None:
+        from rmqdump.cli.fleetreport import fleet_report
+
+        raise typer.Exit(fleet_report(refs, str(out), force=force, limit=limit, check_crc=not no_crc, workers=workers))
+    st = Store.open(store[0] if store else ".")
     check_target(str(out), force=force, stores=[st.root], kind="file")  # before the long part: fail fast
     with contextlib.ExitStack() as stack:
         on_problem = None

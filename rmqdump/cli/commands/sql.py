@@ -9,6 +9,7 @@ from enum import Enum
 import typer
 
 from rmqdump.cli import render
+from rmqdump.cli.commands.options import Engine, Ship, engine_option, master_option, ship_option, spark_conf_option
 
 
 class SqlFormat(str, Enum):
@@ -33,12 +34,18 @@ def sql(
         1, "--workers", "-j", min=1, help="DuckDB threads. The tables are read as one stream each, so more help only big joins and sorts."
     ),
     schema: bool = typer.Option(False, "--schema", help="Print the tables and their columns with what each means, and exit."),
+    engine: Engine = engine_option("the same tables built by Spark tasks, the query run by Spark SQL"),
+    master: str = master_option(),
+    spark_conf: list[str] = spark_conf_option(),
+    driver_memory: str = typer.Option("4g", "--driver-memory", help="spark engine: driver JVM memory."),
+    ship: Ship = ship_option(),
 ):
     """Query stores in place with SQL (DuckDB): nothing is exported first, only the columns named are decoded.
 
     Tables: messages (the `export` columns, body included), units (every ConsumeQueue unit with its
     cq verify status), index_entries, problems (what cq verify reports), offsets (committed offsets, lag).
-    A bad query is one line with DuckDB's message and exit 2.
+    A bad query is one line with DuckDB's message and exit 2. With --engine spark the same tables are
+    built by Spark tasks and the query runs in Spark SQL (a fleet: -s 'brokers/*/store').
 
     Example:  rmqdump sql -s store "SELECT topic, count(*) FROM messages GROUP BY topic"
     """
@@ -58,6 +65,11 @@ def sql(
     from rmqdump.scan.splits import resolve_stores
 
     stores = resolve_stores(store)
+    if engine is Engine.spark:
+        from rmqdump.cli.sqlspark import sql_spark
+
+        sql_spark(stores, query, fmt, out, force, master=master, conf=spark_conf, driver_memory=driver_memory, ship=ship.value, write_text=_write_text)
+        return
     if out:
         check_target(out, force=force, stores=[s.root for s in stores], kind="file")
     total = _commitlog_bytes(stores) * Q.scans(Q.plan_of(query))

@@ -1,0 +1,34 @@
+"""`rmqdump sql --engine spark`: a session for the command, the query's result written as local `sql` writes it."""
+
+from __future__ import annotations
+
+from rmqdump.cli import render
+
+
+def sql_spark(stores, query: str, fmt, out: str | None, force: bool, *, master: str, conf: list[str], driver_memory: str, ship: str, write_text) -> None:
+    """A path --out is written beside itself and renamed into place (parquet, jsonl, csv); a URI by Spark's writers."""
+    from rmqdump.common.publish import check_target, publishing
+    from rmqdump.engines.spark.session import session
+    from rmqdump.engines.spark.sql import arrow_reader, query_frame, write_uri
+    from rmqdump.sql import output
+
+    remote = bool(out) and "://" in out
+    if remote and fmt.value == "table":
+        render.fail("usage: an --out URI takes -f parquet, jsonl or csv", 2)
+    if out and not remote:
+        check_target(out, force=force, stores=[s.root for s in stores], kind="file")
+    with session(master, conf, driver_memory=driver_memory, ship=ship) as spark:
+        df = query_frame(spark, stores, query)
+        if remote:
+            write_uri(df, out, fmt.value, force)
+            return
+        result = arrow_reader(df)
+        if out:
+            with publishing(out, force=force, stores=[s.root for s in stores], kind="file") as tmp:
+                if fmt.value == "parquet":
+                    output.write_parquet(result, tmp)
+                else:
+                    with open(tmp, "w", encoding="utf-8", newline="") as f:
+                        write_text(result, fmt, f, output)
+        else:
+            write_text(result, fmt, None, output)

@@ -1,0 +1,231 @@
+"""The tables of `rmqdump sql` as PySpark DataFrames over a fleet of stores (public as `rmqdump.spark`).
+
+Each function takes a SparkSession and stores (paths, globs such as
+'brokers/*/store', `NAME=DIR`, or StoreRefs) and returns a DataFrame with
+exactly the columns and types of the DuckDB table of the same name
+(rmqdump.sql.tables.TABLES; `messages` are the `export` rows), every row
+carrying its store's `broker`, so a fleet is one DataFrame.
+
+The rows are made by Spark tasks, with the local engine's own decoders:
+messages from the CommitLog's byte ranges (the planner's ranges, one
+`scan_range` pass each, as `export --engine spark` maps them), units queue
+by queue file by file, index entries IndexFile by IndexFile in chunks,
+problems/offsets/compacted store by store (`cq verify` keeps its memory
+bounded by its windows). The driver only lists ranges, queues and files. The
+stores must sit at the same path on every executor (a shared filesystem).
+
+Only the columns asked for are decoded: pass `columns` rather than
+selecting from the full frame (a Python task's output is not pruned by Spark).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator, Sequence
+
+import pyarrow as pa
+
+from rmqdump.engines.spark.export import splits_frame
+from rmqdump.readers.indexfile import IndexFile, Layout, key_hash, open_all
+from rmqdump.readers.store import Store
+from rmqdump.scan.splits import DEFAULT_SPLIT, Split, StoreRef, plan, resolve_stores
+from rmqdump.sql import tables as T
+
+StoresArg = str | os.PathLike | StoreRef | Sequence[str | os.PathLike | StoreRef]
+
+_SPARK_TYPES = {
+    pa.string(): "string",
+    pa.int64(): "bigint",
+    pa.int32(): "int",
+    pa.bool_(): "boolean",
+    pa.binary(): "binary",
+    pa.map_(pa.string(), pa.string()): "map<string,string>",
+    pa.list_(pa.string()): "array<string>",
+}
+CODES_BATCH = 10_000  # unit findings per Arrow batch of the status join
+
+
+def ddl(table: str, columns: list[str]) -> str:
+    """The Spark schema string of a table's columns (mapInArrow checks the types exactly)."""
+    return ", ".join(f"`{f.name}` {_SPARK_TYPES[f.type]}" for f in T.arrow_schema(table, columns))
+
+
+def stores_of(stores: StoresArg) -> list[StoreRef]:
+    """StoreRefs from paths, globs, NAME=DIR strings or StoreRefs (broker names must differ)."""
+    if isinstance(stores, (str, os.PathLike, StoreRef)):
+        stores = [stores]
+    return resolve_stores([f"{s.name}={s.root}" if isinstance(s, StoreRef) else os.fspath(s) for s in stores])
+
+
+def columns_for(table: str, columns: Sequence[str] | None) -> list[str]:
+    """The columns asked for, in the table's order; None: every column (for messages, all but the body)."""
+    every = T.columns_of(table)
+    if columns is None:
+        return [c for c in every if c != "body"]
+    unknown = [c for c in columns if c not in every]
+    if unknown:
+        raise ValueError(f"{table} has no column {', '.join(unknown)} (columns: {', '.join(every)})")
+    return [c for c in every if c in set(columns)]
+
+
+def _frame(spark, rows: list[tuple], row_ddl: str, partitions: int):
+    sc = spark.sparkContext
+    return spark.createDataFrame(sc.parallelize(rows, max(1, min(len(rows), partitions))), row_ddl)
+
+
+def messages(spark, stores: StoresArg, columns: Sequence[str] | None = None, *, split_size: int = DEFAULT_SPLIT):
+    """Every message of every store (the `export` rows): one task per byte range of the CommitLogs.
+
+    CRCs are checked only when crc_ok or prop_crc_ok is asked for; `body` only when named."""
+    cols = columns_for("messages", columns)
+    refs = stores_of(stores)
+    splits, _layout = plan(refs, split_size)
+    return splits_frame(spark, splits).mapInArrow(_messages_task(cols, T.compaction_views(refs, cols)), ddl("messages", cols))
+
+
+def _messages_task(cols: list[str], served: dict):
+    def run(batches):
+        for batch in batches:
+            for row in batch.to_pylist():
+                split = Split(**row)
+                yield from T.split_messages(split, cols, served.get(split.broker))
+
+    return run
+
+
+def units(spark, stores: StoresArg, columns: Sequence[str] | None = None):
+    """Every ConsumeQueue unit up to each queue's last valid one, read by tasks queue by queue, file by file.
+
+    `status` is 'ok', 'filler', or the first `cq verify` code found at the unit: the codes come from one
+    `cq verify` task per store, joined onto the units."""
+    from pyspark.sql import functions as F
+
+    cols = columns_for("units", columns)
+    refs = stores_of(stores)
+    keys = ["broker", "topic", "queue_id", "queue_offset"]
+    want = [c for c in T.columns_of("units") if c in cols or ("status" in cols and c in keys)]
+    rows = [(ref.name, ref.root, t, q) for ref in refs for (t, q) in sorted(Store.open(ref.root).queues)]
+    sc = spark.sparkContext
+    df = _frame(spark, rows, "broker string, root string, topic string, queue_id int", 4 * sc.defaultParallelism)
+    df = df.mapInArrow(_units_task(T.arrow_schema("units", want)), ddl("units", want))
+    if "status" not in cols:
+        return df
+    codes = _per_store(spark, refs, _unit_codes, "broker string, topic string, queue_id int, unit_index bigint, code string, seq bigint")
+    first = codes.groupBy("broker", "topic", "queue_id", "unit_index").agg(F.min_by("code", "seq").alias("_code"))
+    on = [df.broker == first.broker, df.topic == first.topic, df.queue_id == first.queue_id, df.queue_offset == first.unit_index]
+    joined = df.join(first, on, "left")
+    return joined.select(*[F.coalesce(first["_code"], df["status"]).alias("status") if c == "status" else df[c] for c in cols])
+
+
+def _units_task(schema: pa.Schema):
+    def run(batches):
+        opened: dict[str, Store] = {}
+        for batch in batches:
+            for r in batch.to_pylist():
+                st = opened.get(r["root"]) or opened.setdefault(r["root"], Store.open(r["root"]))
+                q = st.queues[(r["topic"], r["queue_id"])]
+                yield from T.queue_units(r["broker"], r["topic"], r["queue_id"], q, schema, None)
+
+    return run
+
+
+def _unit_codes(ref: StoreRef, _cols) -> Iterator[pa.RecordBatch]:
+    """The `cq verify` findings about existing units, in its order (seq): the first one at a unit is its status."""
+    found = [(p, i) for i, p in enumerate(T.verify_findings(ref)) if T.marks_unit(p)]
+    for lo in range(0, len(found), CODES_BATCH):
+        chunk = found[lo : lo + CODES_BATCH]
+        yield pa.RecordBatch.from_pydict(
+            {
+                "broker": pa.array([ref.name] * len(chunk), pa.string()),
+                "topic": pa.array([p.extra["topic"] for p, _ in chunk], pa.string()),
+                "queue_id": pa.array([p.extra["queue_id"] for p, _ in chunk], pa.int32()),
+                "unit_index": pa.array([p.extra["unit_index"] for p, _ in chunk], pa.int64()),
+                "code": pa.array([p.code for p, _ in chunk], pa.string()),
+                "seq": pa.array([i for _, i in chunk], pa.int64()),
+            }
+        )
+
+
+def index_entries(spark, stores: StoresArg, columns: Sequence[str] | None = None):
+    """Every written entry of every IndexFile: one task row per file, read a chunk at a time.
+
+    The driver opens each store's IndexFiles once to settle their sizing (a file too empty to tell takes its store's)."""
+    cols = columns_for("index_entries", columns)
+    rows = []
+    for ref in stores_of(stores):
+        for f in open_all(ref.root):
+            rows.append((ref.name, f.path, f.layout.hash_slots, f.layout.index_entries, f.layout.source))
+            f.close()
+    sc = spark.sparkContext
+    df = _frame(spark, rows, "broker string, path string, hash_slots int, index_entries int, source string", 2 * sc.defaultParallelism)
+    return df.mapInArrow(_index_task(T.arrow_schema("index_entries", cols)), ddl("index_entries", cols))
+
+
+def _index_task(schema: pa.Schema):
+    def run(batches):
+        for batch in batches:
+            for r in batch.to_pylist():
+                with IndexFile(r["path"], layout=Layout(r["hash_slots"], r["index_entries"], r["source"])) as f:
+                    yield from T.index_file_entries(r["broker"], f, schema)
+
+    return run
+
+
+def _per_store(spark, refs: list[StoreRef], make: Callable[[StoreRef, list[str]], Iterator[pa.RecordBatch]], row_ddl: str, cols: list[str] | None = None):
+    """One task per store running `make(ref, cols)`; the frame has the columns of `row_ddl`."""
+    df = _frame(spark, [(r.name, r.root) for r in refs], "broker string, root string", len(refs))
+
+    def run(batches):
+        for batch in batches:
+            for r in batch.to_pylist():
+                yield from make(StoreRef(r["broker"], r["root"]), cols)
+
+    return df.mapInArrow(run, row_ddl)
+
+
+def problems(spark, stores: StoresArg, columns: Sequence[str] | None = None):
+    """What `cq verify` reports on each store (layout, CommitLog, ConsumeQueue and compaction findings): one task per store."""
+    cols = columns_for("problems", columns)
+    return _per_store(spark, stores_of(stores), lambda ref, c: T.problems([ref], c), ddl("problems", cols), cols)
+
+
+def offsets(spark, stores: StoresArg, columns: Sequence[str] | None = None):
+    """Committed consumer offsets with their queue's bounds and lag: one task per store."""
+    cols = columns_for("offsets", columns)
+    return _per_store(spark, stores_of(stores), lambda ref, c: T.offsets([ref], c), ddl("offsets", cols), cols)
+
+
+def compacted(spark, stores: StoresArg, columns: Sequence[str] | None = None):
+    """What consumers of each compaction topic's queues get (`compaction view`): one task per store."""
+    cols = columns_for("compacted", columns)
+    return _per_store(spark, stores_of(stores), lambda ref, c: T.compacted([ref], c), ddl("compacted", cols), cols)
+
+
+TABLES: dict[str, Callable] = {
+    "messages": messages,
+    "units": units,
+    "index_entries": index_entries,
+    "problems": problems,
+    "offsets": offsets,
+    "compacted": compacted,
+}
+
+
+def register_functions(spark) -> None:
+    """rmq_key_hash(topic, key): the IndexFile keyHash of topic#key, as in local `sql`."""
+    spark.udf.register("rmq_key_hash", lambda topic, key: None if topic is None or key is None else key_hash(topic, key), "int")
+
+
+def register(spark, stores: StoresArg, columns: dict[str, list[str]] | None = None) -> list[str]:
+    """Every table (or those of `columns`, with only those columns) as a temporary view; their names."""
+    refs = stores_of(stores)
+    for name in TABLES:
+        spark.catalog.dropTempView(name)
+    names = list(TABLES) if columns is None else [t for t in TABLES if t in columns]
+    for name in names:
+        TABLES[name](spark, refs, None if columns is None else columns[name]).createOrReplaceTempView(name)
+    register_functions(spark)
+    return names
+
+
+__all__ = ["compacted", "index_entries", "messages", "offsets", "problems", "register", "units"]

@@ -122,3 +122,16 @@ def test_spark_export_compaction_columns_equal_truth(tmp_path, writer):
         spark.stop()
     assert res.problem_count == 0
     assert rows_of(ds.dataset(out, format="parquet", partitioning="hive").to_table()) == expected()
+
+
+def test_pyspark_api_messages_compaction_columns():
+    pytest.importorskip("pyspark")
+    from rmqdump.engines.spark.session import build_session
+    from rmqdump.spark import messages
+
+    spark = build_session("local[2]", ["spark.sql.shuffle.partitions=2"], driver_memory="1g")
+    try:
+        rows = messages(spark, [str(store_root(NAME))], columns=["phys_offset", "topic", "compaction_part", "compaction_log_offset"]).collect()
+    finally:
+        spark.stop()
+    assert {r.phys_offset: (r.topic, r.compaction_part, r.compaction_log_offset) for r in rows} == expected()

@@ -246,3 +246,15 @@ def test_an_unreadable_table_gives_its_own_code(tmp_path):
     r = run("sql", "-s", copy, "SELECT count(*) FROM index_entries")
     assert r.exit_code == 2 and r.stderr.startswith("rmqdump: index_layout_unknown: ") and str(first) in r.stderr and r.stderr.count("\n") == 1
     assert sql(copy, query="SELECT count(*) AS n FROM messages") == [{"n": len(manifest("rmq4-flags"))}]
+
+
+@pytest.mark.parametrize("workers", ["1", "2", "3"])
+def test_ranges_read_side_by_side_come_in_store_order(workers):
+    """The messages table's ranges are read by the local engine's threads (-j); without ORDER BY, DuckDB keeps
+    a table's order (preserve_insertion_order): every manifest record, in CommitLog order, whatever -j."""
+    got = sql(store_root("rmq4-basic"), query="SELECT phys_offset, topic, queue_id, uniq_key FROM messages", args=("-j", workers))
+    want = [
+        {"phys_offset": m["wroteOffset"], "topic": m["topic"], "queue_id": m["queueId"], "uniq_key": m["uniqKey"]}
+        for m in sorted(manifest("rmq4-basic"), key=lambda m: m["wroteOffset"])
+    ]
+    assert got == want

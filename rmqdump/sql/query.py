@@ -140,12 +140,12 @@ def add_functions(con: duckdb.DuckDBPyConnection) -> None:
     con.create_function("rmq_key_hash", key_hash, [duckdb.sqltype("VARCHAR"), duckdb.sqltype("VARCHAR")], duckdb.sqltype("INTEGER"))
 
 
-def _reader(name: str, stores: list[StoreRef], cols: list[str], on_bytes, failed: list[InputError]) -> pa.RecordBatchReader:
+def _reader(name: str, stores: list[StoreRef], cols: list[str], on_bytes, failed: list[InputError], mapper) -> pa.RecordBatchReader:
     gens = {
-        "messages": lambda: T.messages(stores, cols, on_bytes),
-        "units": lambda: T.units(stores, cols, on_bytes),
+        "messages": lambda: T.messages(stores, cols, on_bytes, mapper),
+        "units": lambda: T.units(stores, cols, on_bytes, mapper),
         "index_entries": lambda: T.index_entries(stores, cols),
-        "problems": lambda: T.problems(stores, cols, on_bytes),
+        "problems": lambda: T.problems(stores, cols, on_bytes, mapper),
         "offsets": lambda: T.offsets(stores, cols),
         "compacted": lambda: T.compacted(stores, cols, on_bytes),
     }
@@ -170,8 +170,10 @@ def run(
     threads: int = 1,
     on_plan: Callable[[Plan], None] | None = None,
     on_bytes: Callable[[int], None] | None = None,
+    mapper=map,
 ) -> Iterator[pa.RecordBatchReader]:
-    """The query's result as a stream of Arrow batches (valid inside the `with`); InputError(bad_query) on a bad query."""
+    """The query's result as a stream of Arrow batches (valid inside the `with`); InputError(bad_query) on a bad query.
+    `mapper` reads the tables' CommitLog ranges (the local engine's threads: every core scans)."""
     parent = check_temp_dir(temp_dir or tempfile.gettempdir(), stores)
     spill = tempfile.mkdtemp(prefix="rmqdump-sql-", dir=parent)
     con = None
@@ -187,7 +189,7 @@ def run(
         if on_plan:
             on_plan(p)
         for name, cols in p.columns.items():
-            con.register(f"_scan_{name}" if name in p.repeated else name, _reader(name, stores, cols, on_bytes, failed))
+            con.register(f"_scan_{name}" if name in p.repeated else name, _reader(name, stores, cols, on_bytes, failed, mapper))
         con.execute("SET enable_progress_bar = false")  # rmqdump's own is on stderr
         add_functions(con)
         try:

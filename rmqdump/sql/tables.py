@@ -12,6 +12,7 @@ held whole: a table is a RecordBatchReader over a generator.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -29,7 +30,7 @@ from rmqdump.readers.consumequeue import UNIT_SIZE, QueueUnits, read_units
 from rmqdump.readers.indexfile import IndexFile, open_all
 from rmqdump.readers.store import Store
 from rmqdump.scan.compaction import ServedView, served_views
-from rmqdump.scan.ranges import range_batches
+from rmqdump.scan.ranges import Mapper, range_batches
 from rmqdump.scan.splits import Split, StoreRef, plan
 
 INDEX_CHUNK = 1 << 20  # entries turned into one batch (about 40 MB of columns), then their pages are given back
@@ -163,9 +164,9 @@ def arrow_schema(table: str, columns: list[str]) -> pa.Schema:
 PROBLEM_BATCH = 10_000  # problems per Arrow batch
 
 
-def verify_findings(ref: StoreRef, on_bytes: Callable[[int], None] | None = None) -> Iterator[Problem]:
-    """What `cq verify` reports on one store, as it finds it (its memory is bounded by its windows)."""
-    return cqverify.verify(Store.open(ref.root), on_bytes=on_bytes)
+def verify_findings(ref: StoreRef, on_bytes: Callable[[int], None] | None = None, mapper: Mapper = map) -> Iterator[Problem]:
+    """What `cq verify` reports on one store, as it finds it (its memory is bounded by its windows; its ranges read by `mapper`)."""
+    return cqverify.verify(Store.open(ref.root), on_bytes=on_bytes, mapper=mapper)
 
 
 def compaction_findings(ref: StoreRef) -> Iterator[Problem]:
@@ -217,14 +218,20 @@ def _batch(schema: pa.Schema, values: dict[str, object]) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays([pa.array(values[f.name], f.type) for f in schema], schema=schema)
 
 
-def messages(stores: list[StoreRef], columns: list[str], on_bytes: Callable[[int], None] | None = None) -> Iterator[pa.RecordBatch]:
+def messages(stores: list[StoreRef], columns: list[str], on_bytes: Callable[[int], None] | None = None, mapper: Mapper = map) -> Iterator[pa.RecordBatch]:
     """The export rows of every store, range by range; CRCs are checked only when a CRC column is named."""
     splits, _layout = plan(stores)
     served = compaction_views(stores, columns)
-    for split in splits:
-        yield from split_messages(split, columns, served.get(split.broker))
+    task = functools.partial(_range_messages, columns=columns, views=served)
+    for split, batches in zip(splits, mapper(task, splits), strict=True):  # ranges decoded side by side, taken in order
+        yield from batches
         if on_bytes:
             on_bytes(split.length)
+
+
+def _range_messages(split: Split, columns: list[str], views: dict[str, ServedView]) -> list[pa.RecordBatch]:
+    """A range's messages, whole (a task of the local map: the range's batches are held until taken)."""
+    return list(split_messages(split, columns, views.get(split.broker)))
 
 
 def compaction_views(stores: list[StoreRef], columns: list[str]) -> dict[str, ServedView]:
@@ -240,12 +247,12 @@ def split_messages(split: Split, columns: list[str], served: ServedView | None =
         yield from arrowbatch.record_batches(b, split.broker, with_body="body" in columns, columns=columns, served=served)
 
 
-def units(stores: list[StoreRef], columns: list[str], on_bytes: Callable[[int], None] | None = None) -> Iterator[pa.RecordBatch]:
+def units(stores: list[StoreRef], columns: list[str], on_bytes: Callable[[int], None] | None = None, mapper: Mapper = map) -> Iterator[pa.RecordBatch]:
     """Every unit of every ConsumeQueue up to its last valid one (the zero tail of the last file is not units)."""
     schema = arrow_schema("units", columns)
     for ref in stores:
         store = Store.open(ref.root)
-        status = UnitStatus(verify_findings(ref, on_bytes)) if "status" in columns else None
+        status = UnitStatus(verify_findings(ref, on_bytes, mapper)) if "status" in columns else None
         for (topic, qid), q in sorted(store.queues.items()):
             yield from queue_units(ref.name, topic, qid, q, schema, status)
 
@@ -310,11 +317,11 @@ def index_file_entries(broker: str, f: IndexFile, schema: pa.Schema) -> Iterator
         f.release()
 
 
-def problems(stores: list[StoreRef], columns: list[str], on_bytes: Callable[[int], None] | None = None) -> Iterator[pa.RecordBatch]:
+def problems(stores: list[StoreRef], columns: list[str], on_bytes: Callable[[int], None] | None = None, mapper: Mapper = map) -> Iterator[pa.RecordBatch]:
     """What `cq verify` reports on each store (layout, CommitLog, ConsumeQueue and compaction findings), streamed in its order."""
     schema = arrow_schema("problems", columns)
     for ref in stores:
-        found = itertools.chain(verify_findings(ref, on_bytes), compaction_findings(ref))
+        found = itertools.chain(verify_findings(ref, on_bytes, mapper), compaction_findings(ref))
         while chunk := list(itertools.islice(found, PROBLEM_BATCH)):
             yield problem_batch(ref.name, chunk, schema)
 

@@ -9,7 +9,7 @@ from enum import Enum
 import typer
 
 from rmqdump.cli import render
-from rmqdump.cli.commands.options import Engine, Ship, engine_option, master_option, ship_option, spark_conf_option
+from rmqdump.cli.commands.options import Engine, Ship, engine_option, master_option, ship_option, spark_conf_option, workers_option
 
 
 class SqlFormat(str, Enum):
@@ -30,8 +30,8 @@ def sql(
     force: bool = typer.Option(False, "--force", help="Replace --out if it exists."),
     memory_limit: str = typer.Option("160MB", "--memory-limit", help="DuckDB's memory_limit; past it, joins and sorts spill to --temp-dir."),
     temp_dir: str = typer.Option(None, "--temp-dir", help="Where DuckDB may spill (default: the system temp directory; never inside a store)."),
-    workers: int = typer.Option(
-        1, "--workers", "-j", min=1, help="DuckDB threads. The tables are read as one stream each, so more help only big joins and sorts."
+    workers: int = workers_option(
+        "Threads that read the CommitLog ranges (default: every usable core, as memory allows), and DuckDB's threads (default 1)."
     ),
     schema: bool = typer.Option(False, "--schema", help="Print the tables and their columns with what each means, and exit."),
     engine: Engine = engine_option("the same tables built by Spark tasks, the query run by Spark SQL"),
@@ -75,7 +75,7 @@ def sql(
     total = _commitlog_bytes(stores) * Q.scans(Q.plan_of(query))
     with (
         render.progress(total, "sql") as advance,
-        Q.run(stores, query, memory_limit=memory_limit, temp_dir=temp_dir, threads=workers, on_bytes=advance) as result,
+        Q.run(stores, query, memory_limit=memory_limit, temp_dir=temp_dir, threads=workers or 1, on_bytes=advance, mapper=_mapper(workers, stores)) as result,
     ):
         if out:
             with publishing(out, force=force, stores=[s.root for s in stores], kind="file") as tmp:
@@ -147,3 +147,10 @@ def _commitlog_bytes(stores) -> int:
 
 def register(app, guarded) -> None:
     app.command("sql")(guarded(sql))
+
+
+def _mapper(workers: int | None, stores):
+    """The local engine over the stores' CommitLog bytes; a worker holds a decoded range until DuckDB takes it."""
+    from rmqdump.engines.local import WORKER_MEMORY, local_map
+
+    return local_map(workers, _commitlog_bytes(stores), per_worker=2 * WORKER_MEMORY)

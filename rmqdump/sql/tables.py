@@ -33,6 +33,9 @@ from rmqdump.scan.compaction import ServedView, served_views
 from rmqdump.scan.ranges import Mapper, range_batches
 from rmqdump.scan.splits import Split, StoreRef, plan
 
+# a range's rows wait whole for DuckDB (bodies included when named): with 2 x workers ranges in flight, small
+# ranges keep that bounded (4 x 16 MiB of records) at no cost in speed
+SQL_RANGE_BYTES = 16 << 20
 INDEX_CHUNK = 1 << 20  # entries turned into one batch (about 40 MB of columns), then their pages are given back
 
 _MESSAGE_MEANING = {
@@ -220,7 +223,7 @@ def _batch(schema: pa.Schema, values: dict[str, object]) -> pa.RecordBatch:
 
 def messages(stores: list[StoreRef], columns: list[str], on_bytes: Callable[[int], None] | None = None, mapper: Mapper = map) -> Iterator[pa.RecordBatch]:
     """The export rows of every store, range by range; CRCs are checked only when a CRC column is named."""
-    splits, _layout = plan(stores)
+    splits, _layout = plan(stores, SQL_RANGE_BYTES)
     served = compaction_views(stores, columns)
     task = functools.partial(_range_messages, columns=columns, views=served)
     for split, batches in zip(splits, mapper(task, splits), strict=True):  # ranges decoded side by side, taken in order
@@ -244,7 +247,10 @@ def split_messages(split: Split, columns: list[str], served: ServedView | None =
     named; `served`: the store's compacted queues, for the compaction columns (compaction_views)."""
     split = dataclasses.replace(split, check_crc="crc_ok" in columns or "prop_crc_ok" in columns)
     for b in range_batches(split):
-        yield from arrowbatch.record_batches(b, split.broker, with_body="body" in columns, columns=columns, served=served)
+        rbs = list(arrowbatch.record_batches(b, split.broker, with_body="body" in columns, columns=columns, served=served))
+        if len(b):  # the rows are in Arrow (copies): the batch's pages of the map can go before the next batch
+            b.mf.release(int(b.cols["_pos"][0]), int(b.cols["_end"][-1]))
+        yield from rbs
 
 
 def units(stores: list[StoreRef], columns: list[str], on_bytes: Callable[[int], None] | None = None, mapper: Mapper = map) -> Iterator[pa.RecordBatch]:

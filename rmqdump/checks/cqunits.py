@@ -16,7 +16,6 @@ checks (batchcqverify, cqextverify, lmqverify) build on these; cqverify runs
 them all over a store.
 """
 
-
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -416,5 +415,3 @@ def missing_units(
 
 
 # the driver ---------------------------------------------------------------------------------
-
-

@@ -138,7 +138,8 @@ def pair_sides(sp: Spill, rows: int) -> None:
     for s, o in (("a", "b"), ("b", "a")):
         once = f"SELECT first_{s} AS phys_offset, first_{o} AS other FROM {sp.file('idents')} WHERE n_{s} = 1"
         again = f"SELECT r.phys_offset, i.first_{o} AS other FROM {sp.file(f'rec_{s}')} r JOIN (SELECT ident, first_{o} FROM {sp.file('idents')} WHERE n_{s} > 1) i ON r.ident = i.ident"
-        sp.copy(f"pair_{s}", f"{once} UNION ALL {again}")
+        sp.copy(f"pair_{s}_unsorted", f"{once} UNION ALL {again}")
+        sp.copy_sorted(f"pair_{s}", f"SELECT phys_offset, other FROM {sp.file(f'pair_{s}_unsorted')} ORDER BY phys_offset")
 
 
 def _aligned(left, right) -> Iterator[tuple]:
@@ -261,8 +262,10 @@ def join_queues(sp: Spill, rows: int) -> None:
     physical offset; null when the side names none) and the 64-bit hash of its identity (the smallest, should the
     side name the offset more than once): one aggregation over both sides of plain minimums, which DuckDB spills,
     no join. Two identities are taken as the same only if their hashes are (different ones collide 1 in 2^64).
-    div_a, div_b: the divergent offsets with each side's record (_DETAIL), sorted by queue and offset."""
+    div: the divergent offsets with each side's record (_DETAIL, suffixed _a and _b), sorted by queue and offset
+    (absent when there are none)."""
     import pyarrow as pa
+    import pyarrow.compute as pc
 
     firsts = ", ".join(f"min(phys_offset) FILTER (side = '{s}') AS phys_offset_{s}, min(hash(ident)) FILTER (side = '{s}') AS ident_hash_{s}" for s in SIDES)
     cols = "topic, queue_id, queue_offset, phys_offset, ident"
@@ -287,6 +290,17 @@ def join_queues(sp: Spill, rows: int) -> None:
             continue
         w.close()
         sp.copy_sorted(f"div_{s}", f"SELECT * FROM {sp.file(f'div_{s}_unsorted')} ORDER BY topic, queue_id, queue_offset")
+    w = None
+    for a, b in _aligned(*(sp.scan(f"div_{s}", ["topic", "queue_id", "queue_offset", *_DETAIL]) for s in SIDES)):
+        if not pc.all(pc.equal(a.column(2), b.column(2))).as_py():
+            raise RuntimeError("the two sides' divergent offsets are out of step")
+        t = pa.Table.from_batches([a]).rename_columns(["topic", "queue_id", "queue_offset", *(f"{c}_a" for c in _DETAIL)])
+        for i, c in enumerate(_DETAIL):
+            t = t.append_column(f"{c}_b", b.column(3 + i))
+        w = w or sp.writer("div", t.schema)
+        w.write_table(t)
+    if w is not None:
+        w.close()
 
 
 def _matching(wanted, records) -> Iterator[tuple]:
@@ -493,8 +507,7 @@ class StoreDiff:
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        pairs = self.spill.batches(f"SELECT phys_offset, other FROM {self.spill.file(f'pair_{side}')} ORDER BY phys_offset")
-        for rec, pair in _aligned(self.spill.scan(f"rec_{side}", MESSAGE_FIELDS), pairs):
+        for rec, pair in _aligned(self.spill.scan(f"rec_{side}", MESSAGE_FIELDS), self.spill.scan(f"pair_{side}", ["phys_offset", "other"])):
             if not pc.all(pc.equal(rec.column("phys_offset"), pair.column(0))).as_py():
                 raise RuntimeError(f"the pairing of side {side} is out of step with its records")
             other = pair.column(1)
@@ -519,21 +532,42 @@ class StoreDiff:
 
     def phys_offsets(self, side: str, status: str) -> Iterator[np.ndarray]:
         """The physical offsets of `side`'s records of `status`, ascending, a chunk at a time."""
-        where = {"only": "other IS NULL", "same": "other = phys_offset", "moved": "other <> phys_offset"}[status]
-        for rb in self.spill.batches(f"SELECT phys_offset FROM {self.spill.file(f'pair_{side}')} WHERE {where} ORDER BY phys_offset"):
-            yield rb.column(0).to_numpy(zero_copy_only=False).astype(np.int64)
+        import pyarrow.compute as pc
 
-    def divergent(self, q: QueueDiff) -> Iterator[dict]:
-        """The queue's divergent offsets with both sides' messages, by queue offset, read as consumed."""
-        sides = [
-            self.spill.batches(f"SELECT * FROM {self.spill.file(f'div_{s}')} WHERE topic = ? AND queue_id = ? ORDER BY queue_offset", [q.topic, q.queue_id])
-            for s in SIDES
-        ]
-        for a, b in _aligned(*sides):
-            for ra, rb in zip(a.to_pylist(), b.to_pylist(), strict=True):
-                if ra["queue_offset"] != rb["queue_offset"]:
-                    raise RuntimeError(f"the two sides' divergent offsets of {q.topic}/{q.queue_id} are out of step")
-                yield {"queue_offset": ra["queue_offset"], "a": {k: ra[c] for k, c in _BRIEF}, "b": {k: rb[c] for k, c in _BRIEF}}
+        for rb in self.spill.scan(f"pair_{side}", ["phys_offset", "other"]):
+            phys, other = rb.column(0), rb.column(1)
+            keep = {"only": pc.is_null(other), "same": pc.fill_null(pc.equal(other, phys), False), "moved": pc.fill_null(pc.not_equal(other, phys), False)}[
+                status
+            ]
+            yield phys.filter(keep).to_numpy(zero_copy_only=False).astype(np.int64)
+
+    def divergent(self, q: QueueDiff, limit: int | None = None) -> list[dict]:
+        """The queue's first `limit` divergent offsets (all if None) with both sides' messages, by queue offset."""
+        if not q.divergent_ranges:
+            return []
+        lim = "" if limit is None else f" LIMIT {int(limit)}"
+        sql = f"SELECT * FROM {self.spill.file('div')} WHERE topic = ? AND queue_id = ? ORDER BY queue_offset{lim}"
+        return [_divergent_row(r) for rb in self.spill.batches(sql, [q.topic, q.queue_id]) for r in rb.to_pylist()]
+
+    def _divergent_by_queue(self) -> Iterator[tuple[tuple[str, int], Iterator[dict]]]:
+        """Every queue's divergent offsets, queue by queue in (topic, queue id) order: the div file read once, in its order."""
+        if not os.path.exists(self.spill.path("div")):
+            return
+        rows = (r for rb in self.spill.scan("div", None) for r in rb.to_pylist())
+        head = next(rows, None)
+        while head is not None:
+            key = (head["topic"], head["queue_id"])
+            box = [head]
+
+            def same(key=key, box=box):
+                while box[0] is not None and (box[0]["topic"], box[0]["queue_id"]) == key:
+                    yield _divergent_row(box[0])
+                    box[0] = next(rows, None)
+
+            yield key, same()
+            for _ in same():  # what the caller left unread
+                pass
+            head = box[0]
 
     def prefix_dict(self) -> dict:
         p = self.prefix
@@ -585,8 +619,19 @@ class StoreDiff:
         for s in SIDES:
             for p in self.problems[s]:
                 yield p.to_dict(side=s)
+        div = self._divergent_by_queue()
+        pending = next(div, None)
         for q in self.queues:
-            yield q.to_dict(self.divergent(q) if q.divergent_ranges else [])
+            rows: Iterator[dict] | list = []
+            if pending is not None and pending[0] == (q.topic, q.queue_id):
+                rows, pending = pending[1], None
+            yield q.to_dict(rows)
+            if pending is None:
+                for _ in rows:  # left unread by the caller
+                    pass
+                pending = next(div, None)
+        if pending is not None:
+            raise RuntimeError(f"divergent offsets of {pending[0]} came in another order than the queues")
         for c in self.consumers:
             yield c.to_dict()
         if self.epochs is not None:
@@ -594,6 +639,10 @@ class StoreDiff:
             for p in self.epochs.problems():
                 yield p.to_dict()
         yield self.summary()
+
+
+def _divergent_row(r: dict) -> dict:
+    return {"queue_offset": r["queue_offset"], **{s: {k: r[f"{c}_{s}"] for k, c in _BRIEF} for s in SIDES}}
 
 
 def _entry(e: tuple[int, int] | None) -> dict | None:

@@ -31,9 +31,11 @@ def diff(
     Example:  rmqdump diff master/store slave/store -f jsonl
     """
     from rmqdump.checks.diff import diff_stores
+    from rmqdump.checks.diffspill import system_arrow_pool
     from rmqdump.cli import render
     from rmqdump.readers.store import Store
 
+    system_arrow_pool()
     stores = {"a": Store.open(store_a), "b": Store.open(store_b)}
     for s, st in stores.items():
         if not st.commitlog.files:

@@ -530,6 +530,23 @@ class StoreDiff:
             if left == 0:
                 return
 
+    def timeline(self, bins: int = 120) -> tuple[np.ndarray, dict[str, dict[str, np.ndarray]]]:
+        """Both sides' records past the prefix binned by store time: the bin edges (ms, bins + 1 of them, equal
+        widths) and per side per status (only, moved, same) the counts; read a batch at a time."""
+        both = " UNION ALL ".join(f"SELECT store_timestamp FROM {self.spill.file(f'rec_{s}')}" for s in SIDES)
+        lo, hi = self.spill.rows(f"SELECT min(store_timestamp), max(store_timestamp) FROM ({both})")[0]
+        counts = {s: {k: np.zeros(bins, np.int64) for k in ("only", "moved", "same")} for s in SIDES}
+        if lo is None:
+            return np.zeros(0, np.int64), counts
+        edges = np.linspace(lo, max(hi, lo + 1), bins + 1)
+        for s in SIDES:
+            for rb in self._paired(s):
+                status = np.asarray(rb.column(0).to_pylist(), dtype=object)
+                t = rb.column(MESSAGE_FIELDS.index("store_timestamp") + 1).to_numpy(zero_copy_only=False)
+                for k in counts[s]:
+                    counts[s][k] += np.histogram(t[status == k], bins=edges)[0]
+        return edges, counts
+
     def phys_offsets(self, side: str, status: str) -> Iterator[np.ndarray]:
         """The physical offsets of `side`'s records of `status`, ascending, a chunk at a time."""
         import pyarrow.compute as pc

@@ -17,11 +17,17 @@ def report(
     limit: int = typer.Option(200, "--limit", "-n", min=0, help="Problems listed one by one on the page (the rest are counted)."),
     no_crc: bool = typer.Option(False, "--no-crc", help="Skip body/property CRC checks (faster; CRC damage then goes unseen)."),
     workers: int = workers_option(),
+    diff: Path = typer.Option(
+        None, "--diff", help="Another store that was one with this one (a master's slave after a failover): add the divergence section (see `rmqdump diff`)."
+    ),
 ):
     """One HTML page (no network needed: inline SVG plots, no script) with the info summary, the recovery preview,
     message rate and latency, queues and consumer lag, a damage map along the CommitLog, index files and the problems.
 
-    Exit 0 clean, 1 problems found (the page is written either way), 2 unusable input or output.
+    With --diff B the page adds where this store (A) and B part, the messages only on each side, per queue the divergent
+    offsets and what consumers at their committed offsets skip or read twice on the other side.
+
+    Exit 0 clean, 1 problems found or (--diff) the stores differ (the page is written either way), 2 unusable input or output.
 
     Example:  rmqdump report -s /data/rocketmq/store --out incident-1234.html
     """
@@ -36,7 +42,17 @@ def report(
     with render.progress(collect_bytes(st), "report") as advance:  # on a terminal only
         mapper = local_map(workers, sum(f.size for f in st.commitlog.files))
         rep = collect(st, check_crc=not no_crc, limit=limit, mapper=mapper, on_bytes=advance)
-    page = render_page(rep)
+    div = None
+    if diff is not None:
+        from rmqdump.checks.diffspill import system_arrow_pool
+        from rmqdump.report.divergence import collect_divergence
+
+        system_arrow_pool()
+        other = Store.open(diff)
+        if not other.commitlog.files:
+            render.fail(f"no_commitlog: {other.root}: no CommitLog files found (--diff)", 2)
+        div = collect_divergence(st, other, check_crc=not no_crc, mapper=mapper, temp_dir=str(out.absolute().parent))
+    page = render_page(rep, div)
     with publishing(str(out), force=force, stores=[st.root], kind="file") as tmp, open(tmp, "w", encoding="utf-8") as f:
         f.write(page)
     render.err.print(
@@ -45,7 +61,7 @@ def report(
         highlight=False,
         markup=False,
     )
-    raise typer.Exit(1 if rep.bad else 0)
+    raise typer.Exit(1 if rep.bad or (div is not None and not div.identical) else 0)
 
 
 def register(app, guarded) -> None:

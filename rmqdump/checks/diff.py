@@ -707,9 +707,12 @@ def diff_stores(
     progress: Callable[[int], None] | None = None,
     mapper: Mapper = map,
     temp_dir: str | None = None,
+    decode: Callable | None = None,
 ) -> StoreDiff:
     """Compare two stores that were one; see the module docstring. The records past the prefix go to a temporary
-    directory in `temp_dir` (default: the system's), removed when the StoreDiff is closed."""
+    directory in `temp_dir` (default: the system's), removed when the StoreDiff is closed. `decode(spill, side,
+    commitlog, start, check_crc)`, when given, writes a side's table rec_{side} itself (an engine's tasks) and
+    returns (records, data end, problems), or None to leave the side to the local walk."""
     stores = {"a": a, "b": b}
     warm = threading.Thread(target=_load_kernel, args=(a.commitlog, check_crc), daemon=True)
     warm.start()  # loading the compiled scan kernel holds the GIL; the CRC pass releases it, so the two overlap
@@ -720,6 +723,11 @@ def diff_stores(
         problems, first, data_end, counted = {}, {}, {}, {}
         start = pre.identical_up_to if pre.first_differing_byte is not None else pre.end  # identical: nothing past the prefix
         for s in SIDES:
+            done = None if decode is None else decode(sp, s, stores[s].commitlog, start, check_crc)
+            if done is not None:
+                counted[s], end, problems[s] = done
+                first[s], data_end[s] = None, max(pre.identical_up_to, end)
+                continue
             w = Walk(stores[s].commitlog, start, check_crc=check_crc)
             spill_side(sp, s, w)
             problems[s], first[s], data_end[s], counted[s] = w.problems, w.first, max(pre.identical_up_to, w.data_end), w.count

@@ -116,9 +116,12 @@ class Spill:
         thread through a small buffer: `iter_batches` held some 60 MB more for the same file."""
         import pyarrow.parquet as pq
 
-        with pq.ParquetFile(self.path(name), buffer_size=1 << 20) as f:
-            for i in range(f.num_row_groups):
-                yield from f.read_row_group(i, columns=columns, use_threads=False).to_batches(max_chunksize=rows)
+        parts = os.path.join(self.dir, name)
+        paths = sorted(os.path.join(parts, p) for p in os.listdir(parts)) if os.path.isdir(parts) else [self.path(name)]
+        for path in paths:  # the parts of a table written by several tasks, in their order
+            with pq.ParquetFile(path, buffer_size=1 << 20) as f:
+                for i in range(f.num_row_groups):
+                    yield from f.read_row_group(i, columns=columns, use_threads=False).to_batches(max_chunksize=rows)
 
     def close(self) -> None:
         con, self.con = self.con, None

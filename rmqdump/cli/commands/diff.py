@@ -18,6 +18,10 @@ def diff(
     force: bool = O.force_option("Replace an existing --out."),
     no_crc: bool = O.no_crc_option("Skip the body CRC checks of the records past the common prefix."),
     workers: int = O.workers_option("Threads hashing the two CommitLogs side by side (default: both, for CommitLogs over 64 MiB)."),
+    engine: O.Engine = O.engine_option("each side's records past the common prefix decoded by Spark tasks (executors on this machine)"),
+    master: str = O.master_option(),
+    spark_conf: list[str] = O.spark_conf_option(),
+    ship: O.Ship = O.ship_option(),
     temp_dir: Path = O.temp_dir_option(
         "Where the records past the common prefix are kept while they are paired (default: beside --out, else the system temp directory; never inside a store)."
     ),
@@ -46,7 +50,15 @@ def diff(
         from rmqdump.engines.local import local_map
 
         mapper = local_map(workers, sum(f.size for f in stores["a"].commitlog.files))  # the two sides of each range side by side
-        d = diff_stores(stores["a"], stores["b"], check_crc=not no_crc, progress=advance, mapper=mapper, temp_dir=None if spill_in is None else str(spill_in))
+        kw = {"check_crc": not no_crc, "progress": advance, "mapper": mapper, "temp_dir": None if spill_in is None else str(spill_in)}
+        if engine is O.Engine.local:
+            d = diff_stores(stores["a"], stores["b"], **kw)
+        else:
+            from rmqdump.engines.spark.diffdecode import spark_decoder
+            from rmqdump.engines.spark.session import session
+
+            with session(master, spark_conf, ship=ship.value) as spark:
+                d = diff_stores(stores["a"], stores["b"], decode=spark_decoder(spark), **kw)
     with d:
         if out is not None:
             from rmqdump.export.diffset import write_side_messages

@@ -38,7 +38,6 @@ COLUMNS = [
 MESSAGE_FIELDS = [
     "phys_offset", "total_size", "topic", "queue_id", "queue_offset", "uniq_key", "msg_id", "keys", "tags", "store_timestamp",
 ]  # fmt: skip
-QUEUE_KEY = ["topic", "queue_id", "queue_offset"]
 _BRIEF = (("phys_offset", "phys_offset"), ("size", "total_size"), ("uniq_key", "uniq_key"), ("msg_id", "msg_id"))
 
 
@@ -176,18 +175,9 @@ def message_dicts(side: str, batches) -> Iterator[dict]:
 # --- queues and consumers -------------------------------------------------------------------------
 
 
-def ranges(offsets) -> list[list[int]]:
-    """Sorted integers as [start, end) runs."""
-    a = np.asarray(offsets, dtype=np.int64)
-    if not len(a):
-        return []
-    cut = np.flatnonzero(np.diff(a) != 1) + 1
-    return [[int(run[0]), int(run[-1]) + 1] for run in np.split(a, cut)]
-
-
 def runs_by_key(batches, nkey: int) -> dict[tuple, list[list[int]]]:
-    """[start, end) runs of the last column per key (the first `nkey` columns), from batches sorted by key then value:
-    the runs `ranges` gives each key's values, read a batch at a time."""
+    """[start, end) runs of the last column per key (the first `nkey` columns), from batches sorted by key then value,
+    read a batch at a time: a run is values each one more than the one before."""
     out: dict[tuple, list[list[int]]] = {}
     last_key, last = None, None
     for rb in batches:

@@ -56,9 +56,7 @@ def timed(cmd: list[str], env: dict | None = None) -> tuple[float, int, int, str
 
 def record_stats(store: Path) -> tuple[int, int]:
     """(messages, record bytes) of a generated store, from gen_store.py's log or one export-free count."""
-    out = subprocess.run(
-        [RMQDUMP, "sql", "-s", str(store), "SELECT count(*) AS n, sum(total_size) AS b FROM messages", "-f", "jsonl"], capture_output=True, text=True
-    )
+    out = subprocess.run([RMQDUMP, "sql", "-s", str(store), "SELECT count(*) AS n, sum(total_size) AS b FROM messages", "-f", "jsonl"], capture_output=True, text=True)
     row = json.loads(out.stdout.splitlines()[0])
     return int(row["n"]), int(row["b"])
 
@@ -190,9 +188,7 @@ def write_results(results: list[dict], anchors: list[dict], stats: dict, path: P
         lines += ["", "The broker's own code on the same store, in the same run (`shared/broker-oracle/anchor`):", ""]
         for x in anchors:
             n, _ = stats[x["store"]]
-            lines.append(
-                f"- {x['mode']} on {x['store']}: median {x['median_ms'] / 1000:.2f} s = {n / (x['median_ms'] / 1000):,.0f} msg/s (JVM peak RSS {x['jvm_peak_rss_mb']:.0f} MB)"
-            )
+            lines.append(f"- {x['mode']} on {x['store']}: median {x['median_ms'] / 1000:.2f} s = {n / (x['median_ms'] / 1000):,.0f} msg/s (JVM peak RSS {x['jvm_peak_rss_mb']:.0f} MB)")
     with open(path, "a", encoding="utf-8") as f:
         f.write("\n".join(lines) + "\n")
 

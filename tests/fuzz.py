@@ -982,8 +982,6 @@ def compaction_case(ctx: dict, ex) -> None:
         if (size, qid, qo) != (r["size"], r["queue_id"], r["queue_offset"]):
             raise FuzzFailure(f"listed message at {r['compaction_log_offset']} is not what the log holds there: {(size, qid, qo)}")
     invoke("compaction", "verify", "-s", s, "-f", "jsonl")
-
-
 # --- the 5.x readers ------------------------------------------------------------------------------
 # Each oracle reads the damaged bytes here with struct, by the broker's layouts (store-format.md).
 

@@ -16,6 +16,7 @@ checks (batchcqverify, cqextverify, lmqverify) build on these; cqverify runs
 them all over a store.
 """
 
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -415,3 +416,5 @@ def missing_units(
 
 
 # the driver ---------------------------------------------------------------------------------
+
+

@@ -21,6 +21,7 @@ from rmqdump.schemas import dledger as DL
 FRAME_SIZE = DL.EntryHeader.sizeof()
 
 
+
 class SegmentFile(OffsetFile):
     """One CommitLog file: its name is its 20-digit start offset."""
 
@@ -149,7 +150,6 @@ class CommitLog:
         first, end = self.min_offset, (self.files[-1].base + self.files[-1].size if self.files else 0)
         return Problem(code, where, None, f"offset {phys_offset} is in no CommitLog file (they hold {first}..{end})", phys_offset=phys_offset)
 
-
 def _common_size(files: list[SegmentFile]) -> int | None:
     """The configured file size: the usual step between file names, else the usual file size."""
     if not files:
@@ -162,3 +162,4 @@ def _common_size(files: list[SegmentFile]) -> int | None:
         for f in files:
             counts[f.size] = counts.get(f.size, 0) + 1
     return max(counts, key=lambda s: (counts[s], -s))
+

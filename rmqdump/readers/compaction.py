@@ -283,3 +283,5 @@ def queue_units_bounds(q: CompactionQueue) -> tuple[int, int, int]:
             lo = int(u.base_offset[v[0]]) if lo is None else lo
             hi = int(u.base_offset[v[-1]]) + 1
     return n, lo or 0, hi
+
+

@@ -94,7 +94,9 @@ def file_splits(broker: str, path: str, base: int, size: int, split_size: int, e
     return [Split(broker, path, base, s, min(s + split_size, stop), size, check_crc) for s in range(0, stop, split_size)]
 
 
-def commitlog_splits(cl: CommitLog, split_size: int = DEFAULT_SPLIT, to_offset: int | None = None, broker: str = "", check_crc: bool = True) -> list[Split]:
+def commitlog_splits(
+    cl: CommitLog, split_size: int = DEFAULT_SPLIT, to_offset: int | None = None, broker: str = "", check_crc: bool = True
+) -> list[Split]:
     """Every range of an opened CommitLog's files, in offset order; `to_offset` stops before that physical offset.
 
     A file longer than the configured file size is read only that far, as the

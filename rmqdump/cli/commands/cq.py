@@ -26,12 +26,7 @@ def verify_cmd(
         None, "--delay-levels", help="The broker's messageDelayLevel (tagsCode of SCHEDULE_TOPIC_XXXX units; default: the broker's default levels)."
     ),
     fmt: ListFormat = O.format_option(ListFormat.table, "table or jsonl."),
-    window: int = typer.Option(
-        None,
-        "--window",
-        min=1,
-        help="CommitLog records joined at a time (bounds memory: about 50 bytes each, several times that while checked; default 262,144).",
-    ),
+    window: int = typer.Option(None, "--window", min=1, help="CommitLog records joined at a time (bounds memory: about 50 bytes each, several times that while checked; default 262,144)."),
     workers: int = O.workers_option(),
     engine: Engine = engine_option("the same findings, computed by Spark"),
     master: str = master_option(),

@@ -226,7 +226,8 @@ def _compaction(st, fmt: ListFormat) -> bool:
 
 def info(
     store: list[str] = O.stores_option(
-        "Store root (default: .). Repeat it, or give a glob such as 'brokers/*/store' (NAME=DIR names a broker): one summary row per broker, and the totals."
+        "Store root (default: .). Repeat it, or give a glob such as 'brokers/*/store' (NAME=DIR names a broker): one summary row per broker, "
+        "and the totals."
     ),
     fmt: ListFormat = O.format_option(ListFormat.table, "table or jsonl."),
     no_recovery: bool = typer.Option(False, "--no-recovery", help="Skip the recovery preview (it walks the CommitLog from where the broker would)."),

@@ -96,25 +96,9 @@ def _writer_tasks(splits: list[Split], target: str, fmt: str, with_body: bool, c
                 no = row["split_no"]
                 r = write_split(no, [splits[no]], target, fmt, with_body, check_crc)
                 yield pa.RecordBatch.from_pylist(
-                    [
-                        {
-                            "split_no": no,
-                            "messages": r.messages,
-                            "bytes": r.bytes,
-                            "record_bytes": r.record_bytes,
-                            "problem_count": r.problem_count,
-                            "problems": json.dumps(r.problems),
-                        }
-                    ],
+                    [{"split_no": no, "messages": r.messages, "bytes": r.bytes, "record_bytes": r.record_bytes, "problem_count": r.problem_count, "problems": json.dumps(r.problems)}],
                     schema=pa.schema(
-                        [
-                            ("split_no", pa.int32()),
-                            ("messages", pa.int64()),
-                            ("bytes", pa.int64()),
-                            ("record_bytes", pa.int64()),
-                            ("problem_count", pa.int64()),
-                            ("problems", pa.string()),
-                        ]
+                        [("split_no", pa.int32()), ("messages", pa.int64()), ("bytes", pa.int64()), ("record_bytes", pa.int64()), ("problem_count", pa.int64()), ("problems", pa.string())]
                     ),
                 )
 

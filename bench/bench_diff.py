@@ -14,7 +14,14 @@ Figures (page cache warm, each the smallest of --repeat runs):
   command  `python -m rmqdump diff A B -f jsonl > /dev/null`, whole process, under /usr/bin/time -v (peak RSS)
   baseline_process  hash then decode as a program of its own (interpreter, imports, kernel load included)
   diff_in_process   diff_stores plus its JSON Lines to /dev/null in the same warm process as hash and decode
-The target: command <= 1.2 x (hash + decode); RSS < 500 MB. `ratio` divides by the in-process figures (no
+The target: command <= 1.2 x (hash + decode); RSS < 500 MB.
+
+    python bench/bench_diff.py --stress [--repeat 1]
+
+Memory whatever the size: two pairs diverging over (nearly) every message, measured as whole commands under
+/usr/bin/time -v: `all` (STORE-diverged-100: every message's UNIQ_KEY changed, so both sides hold 1M messages past
+the prefix, every queue offset divergent) and `cut` (STORE-cut: the CommitLog's first 10 MiB only, so A holds
+~990k messages B has not). `ratio` divides by the in-process figures (no
 start-up), `ratio_to_process` by the baseline program; CPU seconds (user + system) are given beside the wall
 clock, as a shared machine's load moves the wall clock more.
 """
@@ -86,13 +93,29 @@ def diverge(store: Path, out: Path, percent: float) -> dict:
     return info
 
 
+def cut(store: Path, out: Path, keep: int = 10 << 20) -> None:
+    """A copy whose CommitLog is the first `keep` bytes of the store's (then zeros to the file's size): a lagging slave."""
+    if (out / "commitlog").is_dir():
+        return
+    tmp = out.parent / (out.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    (tmp / "commitlog").mkdir(parents=True)
+    first = sorted((store / "commitlog").iterdir())[0]
+    with open(first, "rb") as src, open(tmp / "commitlog" / first.name, "wb") as dst:
+        dst.write(src.read(keep))
+        dst.truncate(first.stat().st_size)
+    os.rename(tmp, out)
+
+
 def full_store(store: Path) -> Path:
     full = store.parent / (store.name + "-full")
     if (full / "consumequeue").is_dir():
         return full
     tmp = store.parent / (store.name + "-full.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
-    subprocess.run([*rmqdump(), "rebuild", str(store), "-o", str(tmp), "--no-verify", "-f", "jsonl"], check=True, stdout=subprocess.DEVNULL)
+    r = subprocess.run([*rmqdump(), "rebuild", str(store), "-o", str(tmp), "--no-verify", "-f", "jsonl"], stdout=subprocess.DEVNULL)
+    if r.returncode not in (0, 1):  # 1: problems found (the cut copy's torn last record), the queues still built
+        raise SystemExit(f"rebuild of {store} failed: exit {r.returncode}")
     os.symlink(os.path.abspath(store / "commitlog"), tmp / "commitlog")
     os.rename(tmp, full)
     return full
@@ -162,20 +185,34 @@ def diff_in_process(a: Path, b: Path) -> tuple[float, float]:
     from rmqdump.readers.store import Store
 
     t0, c0 = time.perf_counter(), time.process_time()
-    d = diff_stores(Store.open(a), Store.open(b))
-    with open(os.devnull, "w") as f, contextlib.redirect_stdout(f):
+    with diff_stores(Store.open(a), Store.open(b)) as d, open(os.devnull, "w") as f, contextlib.redirect_stdout(f):
         for rec in d.records():
-            render.jsonl(rec)
+            render.jsonl_streamed(rec) if rec.get("kind") == "queue" else render.jsonl(rec)
     return time.perf_counter() - t0, time.process_time() - c0
 
 
 def command(a: Path, b: Path) -> tuple[float, int, int, float]:
     t0 = time.perf_counter()
-    r = subprocess.run(["/usr/bin/time", "-v", *rmqdump(), "diff", str(a), str(b), "-f", "jsonl"], capture_output=True, text=True, cwd=ROOT)
+    r = subprocess.run(
+        ["/usr/bin/time", "-v", *rmqdump(), "diff", str(a), str(b), "-f", "jsonl"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=ROOT
+    )
     wall = time.perf_counter() - t0
     rss = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", r.stderr).group(1))
     cpu = sum(float(re.search(rf"{k} time \(seconds\): ([\d.]+)", r.stderr).group(1)) for k in ("User", "System"))
     return wall, rss, r.returncode, cpu
+
+
+def stress(store: Path, repeat: int) -> None:
+    """Whole commands on pairs diverging over (nearly) every message: wall, CPU and peak RSS."""
+    everything = store.parent / (store.name + "-diverged-100")
+    diverge(store, everything, 100.0)
+    cut(store, store.parent / (store.name + "-cut"))
+    pairs = {"all": (full_store(store), full_store(everything)), "cut": (full_store(store), full_store(store.parent / (store.name + "-cut")))}
+    for name, (a, b) in pairs.items():
+        runs = [command(a, b) for _ in range(repeat)]
+        best = min(runs)
+        print(json.dumps({"pair": name, "a": str(a), "b": str(b), "command_s": round(best[0], 3), "command_cpu_s": round(best[3], 3),
+                          "peak_rss_mb": round(max(r[1] for r in runs) / 1024, 1), "exit": best[2], "load": os.getloadavg()}))  # fmt: skip
 
 
 def main() -> None:
@@ -183,8 +220,12 @@ def main() -> None:
     ap.add_argument("--store", type=Path, default=DEFAULT_STORE)
     ap.add_argument("--percent", type=float, default=1.0)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--stress", action="store_true", help="the two pairs diverging over (nearly) every message, whole commands only")
     args = ap.parse_args()
     ensure_store(args.store)
+    if args.stress:
+        stress(args.store, args.repeat)
+        return
     info = diverge(args.store, args.store.parent / (args.store.name + "-diverged"), args.percent)
     a, b = full_store(args.store), full_store(args.store.parent / (args.store.name + "-diverged"))
     warm([args.store / "commitlog", args.store.parent / (args.store.name + "-diverged") / "commitlog", a / "consumequeue", b / "consumequeue"])

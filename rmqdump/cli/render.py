@@ -36,6 +36,27 @@ def jsonl(obj: dict[str, Any], out=None) -> None:
     (out or sys.stdout).write(_ENCODE(obj) + "\n")
 
 
+def jsonl_streamed(obj: dict[str, Any], chunk: int = 4096) -> None:
+    """One JSON line whose iterator values (lists too long to hold) are written as they are read, `chunk` items at a time."""
+    from collections.abc import Iterator
+    from itertools import islice
+
+    w = sys.stdout.write
+    w("{")
+    for i, (k, v) in enumerate(obj.items()):
+        w(("," if i else "") + _ENCODE(k) + ":")
+        if not isinstance(v, Iterator):
+            w(_ENCODE(v))
+            continue
+        w("[")
+        first = True
+        while part := list(islice(v, chunk)):
+            w(("" if first else ",") + ",".join(map(_ENCODE, part)))
+            first = False
+        w("]")
+    w("}\n")
+
+
 def encode_body(body: bytes, how: str) -> str:
     if how == "hex":
         return body.hex()

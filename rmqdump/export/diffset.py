@@ -8,6 +8,7 @@ they can be re-sent like any exported message; the dataset is partitioned
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 
 import numpy as np
 import pyarrow as pa
@@ -20,30 +21,49 @@ from rmqdump.readers.store import Store
 from rmqdump.scan.walk import scan_commitlog
 
 
+def _wanted_upto(chunks, pending: np.ndarray, hi: int) -> tuple[np.ndarray, np.ndarray]:
+    """Offsets at or below `hi` from `pending` then the ascending chunks (read only as far as needed), and the rest."""
+    while not len(pending) or pending[-1] <= hi:
+        nxt = next(chunks, None)
+        if nxt is None:
+            break
+        pending = np.concatenate([pending, nxt])
+    cut = int(np.searchsorted(pending, hi, side="right"))
+    return pending[:cut], pending[cut:]
+
+
 def write_side_messages(
-    stores: dict[str, Store], phys: dict[str, list[int]], start: int, out: str, *, force: bool = False, check_crc: bool = True
+    stores: dict[str, Store], phys: dict[str, Iterable[np.ndarray]], start: int, out: str, *, force: bool = False, check_crc: bool = True
 ) -> dict[str, int]:
-    """Write each side's records at the physical offsets `phys[side]` (all at or past `start`); rows written per side."""
+    """Write each side's records at the physical offsets `phys[side]` (ascending chunks, all at or past `start`, read
+    as the scan reaches them, so a long list is never held whole); rows written per side."""
     written = {}
     with publishing(out, force=force, stores=[st.root for st in stores.values()]) as tmp:
         for side, st in stores.items():
-            wanted = pa.array(np.unique(np.asarray(phys.get(side, []), dtype=np.int64)), pa.int64())
+            chunks = (c for c in phys.get(side, ()) if len(c))
+            pending = next(chunks, np.zeros(0, np.int64))
             written[side] = 0
             root = os.path.join(tmp, f"side={side}")
             os.makedirs(root)
-            if not len(wanted):
+            if not len(pending):
                 continue
             sch = arrowbatch.schema(with_body=True)
             with TopicParquetWriter(root, 0, sch, ROWS_PER_GROUP_WITH_BODY) as w:
                 for batch in scan_commitlog(st.commitlog, from_offset=start, check_crc=check_crc):
                     if not len(batch):
                         continue
-                    lo, hi = int(batch.phys[0]), int(batch.phys[-1])
-                    if pc.all(pc.or_(pc.less(wanted, lo), pc.greater(wanted, hi))).as_py():
+                    take, pending = _wanted_upto(chunks, pending, int(batch.phys[-1]))
+                    take = take[take >= int(batch.phys[0])]
+                    if not len(take):
                         continue
+                    wanted = pa.array(take, pa.int64())
                     for rb in arrowbatch.record_batches(batch, st.root, with_body=True):
                         keep = rb.filter(pc.is_in(rb.column("phys_offset"), value_set=wanted))
                         if keep.num_rows:
                             w.write(keep)
                             written[side] += keep.num_rows
+                    if not len(pending):
+                        pending = next(chunks, pending)
+                        if not len(pending):
+                            break  # every wanted record written
     return written

@@ -16,7 +16,7 @@ MAX_TABLE_ROWS = 500  # rows of a per-queue or per-offset table; the rest are co
 
 _CSS = f"""
 body{{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:24px auto;max-width:1120px;color:#1a1a1a;background:#fff}}
-h1{{font-size:22px;margin:0 0 4px}} h2{{font-size:17px;margin:28px 0 8px;border-bottom:1px solid #dde2ea;padding-bottom:4px}}
+h1{{font-size:22px;margin:0 0 4px}} h3{{font-size:14px;margin:16px 0 4px}} h2{{font-size:17px;margin:28px 0 8px;border-bottom:1px solid #dde2ea;padding-bottom:4px}}
 .sub{{color:#555}} .bad{{color:#b00020;font-weight:600}} .ok{{color:#1b7f3b;font-weight:600}}
 table{{border-collapse:collapse;font-size:12px;margin:6px 0}} td,th{{border-bottom:1px solid #eceff3;padding:2px 8px;text-align:left;vertical-align:top}}
 th{{background:#f7f8fa}} td.n{{text-align:right;font-variant-numeric:tabular-nums}}
@@ -273,6 +273,11 @@ def document(title: str, body: str) -> str:
     )
 
 
-def render(rep: K.Report) -> str:
-    """The whole page as one string."""
-    return document(f"rmqdump report: {rep.info.root}", "".join(f"<h2>{_e(h)}</h2>{s}" for h, s in sections(rep)))
+def render(rep: K.Report, divergence=None) -> str:
+    """The whole page as one string; with `divergence` (rmqdump.report.divergence.Divergence) its section second."""
+    parts = sections(rep)
+    if divergence is not None:
+        from rmqdump.report.divergence import section
+
+        parts.insert(1, (f"Divergence from {divergence.b_root}", section(divergence, _table)))
+    return document(f"rmqdump report: {rep.info.root}", "".join(f"<h2>{_e(h)}</h2>{s}" for h, s in parts))

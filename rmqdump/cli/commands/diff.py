@@ -18,6 +18,13 @@ def diff(
     force: bool = O.force_option("Replace an existing --out."),
     no_crc: bool = O.no_crc_option("Skip the body CRC checks of the records past the common prefix."),
     workers: int = O.workers_option("Threads hashing the two CommitLogs side by side (default: both, for CommitLogs over 64 MiB)."),
+    engine: O.Engine = O.engine_option("each side's records past the common prefix decoded by Spark tasks (executors on this machine)"),
+    master: str = O.master_option(),
+    spark_conf: list[str] = O.spark_conf_option(),
+    ship: O.Ship = O.ship_option(),
+    temp_dir: Path = O.temp_dir_option(
+        "Where the records past the common prefix are kept while they are paired (default: beside --out, else the system temp directory; never inside a store)."
+    ),
 ):
     """Compare two stores' CommitLogs: the common prefix (by range CRCs, then bytes), each side's messages past it paired by UNIQ_KEY,
     per queue the max offsets and the queue offsets naming different messages, and what consumers with committed offsets there
@@ -28,36 +35,48 @@ def diff(
     Example:  rmqdump diff master/store slave/store -f jsonl
     """
     from rmqdump.checks.diff import diff_stores
+    from rmqdump.checks.diffspill import system_arrow_pool
     from rmqdump.cli import render
     from rmqdump.readers.store import Store
 
+    system_arrow_pool()
     stores = {"a": Store.open(store_a), "b": Store.open(store_b)}
     for s, st in stores.items():
         if not st.commitlog.files:
             render.fail(f"no_commitlog: {st.root}: no CommitLog files found (store {s.upper()})", 2)
     total = max(f.base + f.size for st in stores.values() for f in st.commitlog.files)
+    spill_in = temp_dir if temp_dir is not None else (out.absolute().parent if out is not None else None)
     with render.progress(total, "diff") as advance:
         from rmqdump.engines.local import local_map
 
         mapper = local_map(workers, sum(f.size for f in stores["a"].commitlog.files))  # the two sides of each range side by side
-        d = diff_stores(stores["a"], stores["b"], check_crc=not no_crc, progress=advance, mapper=mapper)
-    if out is not None:
-        from rmqdump.export.diffset import write_side_messages
+        kw = {"check_crc": not no_crc, "progress": advance, "mapper": mapper, "temp_dir": None if spill_in is None else str(spill_in)}
+        if engine is O.Engine.local:
+            d = diff_stores(stores["a"], stores["b"], **kw)
+        else:
+            from rmqdump.engines.spark.diffdecode import spark_decoder
+            from rmqdump.engines.spark.session import session
 
-        only = {s: d.phys_offsets(s, "only") for s in ("a", "b")}
-        write_side_messages(stores, only, d.prefix.identical_up_to, str(out), force=force, check_crc=not no_crc)
-    if fmt is ListFormat.jsonl:
-        for rec in d.records():
-            render.jsonl(rec)
-    else:
-        _table(d)
-    raise typer.Exit(0 if d.identical and not (d.epochs and d.epochs.problems()) else 1)
+            with session(master, spark_conf, ship=ship.value) as spark:
+                d = diff_stores(stores["a"], stores["b"], decode=spark_decoder(spark), **kw)
+    with d:
+        if out is not None:
+            from rmqdump.export.diffset import write_side_messages
+
+            only = {s: d.phys_offsets(s, "only") for s in ("a", "b")}
+            write_side_messages(stores, only, d.prefix.identical_up_to, str(out), force=force, check_crc=not no_crc)
+        if fmt is ListFormat.jsonl:
+            for rec in d.records():
+                render.jsonl_streamed(rec) if rec.get("kind") == "queue" else render.jsonl(rec)
+        else:
+            _table(d)
+        clean = d.identical and not (d.epochs and d.epochs.problems())
+    raise typer.Exit(0 if clean else 1)
 
 
 def _table(d) -> None:
     from rich.table import Table
 
-    from rmqdump.checks.diff import ranges
     from rmqdump.cli import render
 
     p = d.prefix
@@ -73,24 +92,24 @@ def _table(d) -> None:
         )
     t = Table("topic", "queue", "A max", "B max", "divergent", "only A", "only B", box=None, header_style="bold")
     for q in d.queues:
-        if not (len(q.divergent) or len(q.only_a) or len(q.only_b) or q.a_max_offset != q.b_max_offset):
+        if not q.differs():
             continue
-        rng = {"divergent_ranges": ranges(q.divergent_offsets()), "only_a_offsets": ranges(q.only_a), "only_b_offsets": ranges(q.only_b)}
         t.add_row(
             q.topic,
             str(q.queue_id),
             "" if q.a_max_offset is None else str(q.a_max_offset),
             "" if q.b_max_offset is None else str(q.b_max_offset),
-            _runs(rng["divergent_ranges"]),
-            _runs(rng["only_a_offsets"]),
-            _runs(rng["only_b_offsets"]),
+            _runs(q.divergent_ranges),
+            _runs(q.only_a),
+            _runs(q.only_b),
         )
     if t.row_count:
         render.out.print(t)
     if d.consumers:
         c = Table("committed on", "group", "topic", "queue", "offset", "skips there", "reads twice", box=None, header_style="bold")
         for x in d.consumers:
-            c.add_row(x.side.upper(), x.group, x.topic, str(x.queue_id), str(x.committed), str(len(x.skipped)), str(len(x.read_twice)))
+            row = x.to_dict()
+            c.add_row(x.side.upper(), x.group, x.topic, str(x.queue_id), str(x.committed), str(row["skipped"]), str(row["read_twice"]))
         render.out.print(c)
     if d.epochs is not None:
         for s in ("a", "b"):

@@ -12,6 +12,7 @@
 | --body MODE | bodies printed or exported |
 | --force | replace an existing output |
 | --no-crc / --crc | skip CRC checks done by default / ask for CRC checks not done by default |
+| --temp-dir DIR | where temporary files may spill (never inside a store) |
 
 Only typer and enums here: importing this module must stay cheap (`rmqdump --help`).
 """
@@ -109,6 +110,10 @@ def workers_option(help: str = WORKERS_HELP) -> int:
 
 def body_option(help: str = "Print bodies as text, hex or base64.") -> BodyMode:
     return typer.Option(BodyMode.none, "--body", help=help)
+
+
+def temp_dir_option(help: str) -> Path:
+    return typer.Option(None, "--temp-dir", help=help, file_okay=False)
 
 
 def force_option(help: str) -> bool:

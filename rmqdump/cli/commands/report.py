@@ -25,11 +25,17 @@ def report(
     ),
     no_crc: bool = typer.Option(False, "--no-crc", help="Skip body/property CRC checks (faster; CRC damage then goes unseen)."),
     workers: int = workers_option(),
+    diff: Path = typer.Option(
+        None, "--diff", help="Another store that was one with this one (a master's slave after a failover): add the divergence section (see `rmqdump diff`)."
+    ),
 ):
     """One HTML page (no network needed: inline SVG plots, no script) with the info summary, the recovery preview,
     message rate and latency, queues and consumer lag, a damage map along the CommitLog, index files and the problems.
 
-    Exit 0 clean, 1 problems found (the page is written either way), 2 unusable input or output.
+    With --diff B the page adds where this store (A) and B part, the messages only on each side, per queue the divergent
+    offsets and what consumers at their committed offsets skip or read twice on the other side.
+
+    Exit 0 clean, 1 problems found or (--diff) the stores differ (the page is written either way), 2 unusable input or output.
 
     Over several stores (-s repeated, or a glob) one page for the fleet: a row per broker and the totals,
     message rate, damage and consumer lag per broker, then each broker's sections.
@@ -47,6 +53,9 @@ def report(
     if refs is not None:
         from rmqdump.cli.fleetreport import fleet_report
 
+        if diff is not None or problems_out is not None:
+            render.fail("usage: --diff and --problems-out take one store (-s once)", 2)
+
         raise typer.Exit(fleet_report(refs, str(out), force=force, limit=limit, check_crc=not no_crc, workers=workers))
     st = Store.open(store[0] if store else ".")
     check_target(str(out), force=force, stores=[st.root], kind="file")  # before the long part: fail fast
@@ -59,7 +68,17 @@ def report(
         with render.progress(collect_bytes(st), "report") as advance:  # on a terminal only
             mapper = local_map(workers, sum(f.size for f in st.commitlog.files))
             rep = collect(st, check_crc=not no_crc, limit=limit, mapper=mapper, on_bytes=advance, on_problem=on_problem)
-    page = render_page(rep)
+    div = None
+    if diff is not None:
+        from rmqdump.checks.diffspill import system_arrow_pool
+        from rmqdump.report.divergence import collect_divergence
+
+        system_arrow_pool()
+        other = Store.open(diff)
+        if not other.commitlog.files:
+            render.fail(f"no_commitlog: {other.root}: no CommitLog files found (--diff)", 2)
+        div = collect_divergence(st, other, check_crc=not no_crc, mapper=mapper, temp_dir=str(out.absolute().parent))
+    page = render_page(rep, div)
     with publishing(str(out), force=force, stores=[st.root], kind="file") as tmp, open(tmp, "w", encoding="utf-8") as f:
         f.write(page)
     render.err.print(
@@ -68,7 +87,7 @@ def report(
         highlight=False,
         markup=False,
     )
-    raise typer.Exit(1 if rep.bad else 0)
+    raise typer.Exit(1 if rep.bad or (div is not None and not div.identical) else 0)
 
 
 def register(app, guarded) -> None:

@@ -1,0 +1,94 @@
+"""`rmqdump diff --engine spark`: each side's records past the common prefix decoded by Spark tasks.
+
+The part of a diff that grows with the divergence is decoding the records past the prefix; here it runs as
+Spark tasks over the planner's ranges (rmqdump.scan.splits, from the prefix on), each task decoding its range
+with the one scan path (rmqdump.scan.ranges.range_batches) into the diff's columns and writing them as a
+Parquet part of the side's table in the diff's temporary directory, so the executors must share that path
+with the driver (they run on this machine). What follows (pairing, queues, consumers) is the local diff's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from rmqdump.common.problems import InputError, Problem
+from rmqdump.readers.commitlog import CommitLog
+from rmqdump.scan.splits import DEFAULT_SPLIT, Split, commitlog_splits
+
+SPARK_SHARED = "usage"  # the executors must write into the driver's temporary directory
+
+
+def splits_past(cl: CommitLog, start: int, split_size: int = DEFAULT_SPLIT, check_crc: bool = True) -> list[Split]:
+    """The planner's ranges of `cl` from physical offset `start` on (a record start): the range holding it begins there."""
+    out = []
+    for sp in commitlog_splits(cl, split_size, check_crc=check_crc):
+        if sp.base + sp.end <= start:
+            continue
+        if sp.base + sp.start < start:
+            sp = Split(sp.broker, sp.path, sp.base, start - sp.base, sp.end, sp.size, sp.check_crc)
+        out.append(sp)
+    return out
+
+
+def _task(splits: list[Split], folder: str):
+    """Each task's ranges decoded and written as part-{range number}.parquet; one summary row per range."""
+
+    def run(batches):
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        from rmqdump.checks.diff import SPILLED, _schema, identities
+        from rmqdump.export.arrowbatch import record_batches
+        from rmqdump.scan.ranges import range_batches
+
+        sch = _schema()
+        out_schema = pa.schema([sch.field(c) for c in SPILLED]).append(pa.field("ident", pa.string()))
+        for batch in batches:
+            for row in batch.to_pylist():
+                no = row["split_no"]
+                count, end, problems = 0, 0, []
+                with pq.ParquetWriter(os.path.join(folder, f"part-{no:06d}.parquet"), out_schema, compression="lz4") as w:
+                    for b in range_batches(splits[no]):
+                        problems += [p.to_dict() for p in b.problems()]
+                        if not len(b):
+                            continue
+                        count += len(b)
+                        end = max(end, int((b.phys + b.cols["total_size"].astype("int64")).max()))
+                        for rb in record_batches(b, "", columns=[f for f in sch.names]):
+                            t = pa.Table.from_batches([rb])
+                            w.write_table(t.select(SPILLED).append_column("ident", identities(t)).cast(out_schema), row_group_size=16384)
+                yield pa.RecordBatch.from_pylist(
+                    [{"split_no": no, "records": count, "data_end": end, "problems": json.dumps(problems)}],
+                    schema=pa.schema([("split_no", pa.int32()), ("records", pa.int64()), ("data_end", pa.int64()), ("problems", pa.string())]),
+                )
+
+    return run
+
+
+def spark_decoder(spark, split_size: int | None = None):
+    """A `decode(spill, side, commitlog, start, check_crc)` for rmqdump.checks.diff.diff_stores that runs on `spark`."""
+    from rmqdump.engines.spark.session import on_this_host
+
+    if not on_this_host(spark.sparkContext.master):
+        raise InputError(
+            SPARK_SHARED, "--master", "diff --engine spark writes each side's records into a local temporary directory: its executors must run on this machine"
+        )
+
+    def decode(sp, side: str, cl: CommitLog, start: int, check_crc: bool):
+        if any(f.frame for f in cl.files):
+            return None  # DLedger: entries framed around the messages; decoded locally
+        splits = splits_past(cl, start, split_size or DEFAULT_SPLIT, check_crc)
+        if not splits:
+            return None
+        folder = os.path.join(sp.dir, f"rec_{side}")
+        os.makedirs(folder)
+        rows = spark.sparkContext.parallelize([(i,) for i in range(len(splits))], numSlices=len(splits))
+        df = spark.createDataFrame(rows, "split_no int")
+        done = sorted(
+            df.mapInArrow(_task(splits, folder), "split_no int, records bigint, data_end bigint, problems string").collect(), key=lambda r: r["split_no"]
+        )
+        problems = [Problem.from_dict(d) for r in done for d in json.loads(r["problems"])]
+        return sum(r["records"] for r in done), max([r["data_end"] for r in done] or [0]), problems
+
+    return decode

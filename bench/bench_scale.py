@@ -1,7 +1,7 @@
 """Peak memory and time as the store grows, and time as workers are added: whole commands, as a user runs them.
 
     python bench/bench_scale.py [--stores bench/data/gen-1m,bench/data/gen-4m,bench/data/gen-16m]
-                                [--repeat 3] [--rows rebuild,cq-verify,export,report,commitlog-jsonl,index-verify]
+                                [--repeat 3] [--rows rebuild,cq-verify,export,report,commitlog-jsonl,index-verify,sql]
                                 [--jobs 1,2] [--jobs-store ...]
                                 [--anchor] [--write-results]
 
@@ -94,6 +94,9 @@ def commands(row: str, store: Path, scratch: Path, jobs: int | None) -> tuple[li
         return [RMQDUMP, "report", "-s", str(store), "-o", str(out), "--force", *j], None
     if row == "commitlog-jsonl":  # the whole CommitLog listed into a pipe
         return [RMQDUMP, "commitlog", str(store / "commitlog"), "-f", "jsonl"], None
+    if row == "sql":  # a GROUP BY over the messages table, bodies decoded (the most memory a messages query needs)
+        q = "SELECT topic, count(*) AS n, sum(octet_length(body)) AS body_bytes FROM messages GROUP BY topic"
+        return [RMQDUMP, "sql", "-s", str(store), "-f", "jsonl", *j, q], None
     if row == "index-verify":
         return [RMQDUMP, "index", "verify", "-s", str(full_store(store)), "-f", "jsonl", *j], None
     raise ValueError(row)

@@ -71,7 +71,8 @@ class Walk:
             yield from record_batches(batch, "", columns=COLUMNS)
 
 
-def _schema():
+def side_schema():
+    """The Arrow schema of a side's decoded records (the columns diff compares)."""
     import pyarrow as pa
 
     from rmqdump.export.arrowbatch import schema
@@ -85,7 +86,7 @@ def decoded_past(cl: CommitLog, start: int, *, check_crc: bool = True, to_offset
     import pyarrow as pa
 
     w = Walk(cl, start, check_crc=check_crc, to_offset=to_offset)
-    return pa.Table.from_batches(list(w.batches()), schema=_schema()), w.problems, w.first
+    return pa.Table.from_batches(list(w.batches()), schema=side_schema()), w.problems, w.first
 
 
 def identities(t):
@@ -114,7 +115,7 @@ def spill_side(sp: Spill, side: str, walk: Walk) -> None:
     time, in physical offset order (the walk's)."""
     import pyarrow as pa
 
-    sch = _schema()
+    sch = side_schema()
     out = pa.schema([sch.field(c) for c in SPILLED]).append(pa.field("ident", pa.string()))
     with sp.writer(f"rec_{side}", out) as w:
         for rb in walk.batches():

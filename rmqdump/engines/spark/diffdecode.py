@@ -38,11 +38,11 @@ def _task(splits: list[Split], folder: str):
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        from rmqdump.checks.diff import SPILLED, _schema, identities
+        from rmqdump.checks.diff import SPILLED, identities, side_schema
         from rmqdump.export.arrowbatch import record_batches
         from rmqdump.scan.ranges import range_batches
 
-        sch = _schema()
+        sch = side_schema()
         out_schema = pa.schema([sch.field(c) for c in SPILLED]).append(pa.field("ident", pa.string()))
         for batch in batches:
             for row in batch.to_pylist():

@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterator, Sequence
 import pyarrow as pa
 
 from rmqdump.engines.spark.export import splits_frame
+from rmqdump.export.arrowbatch import SPARK_TYPES
 from rmqdump.readers.indexfile import IndexFile, Layout, key_hash, open_all
 from rmqdump.readers.store import Store
 from rmqdump.scan.splits import DEFAULT_SPLIT, Split, StoreRef, plan, resolve_stores
@@ -33,21 +34,12 @@ from rmqdump.sql import tables as T
 
 StoresArg = str | os.PathLike | StoreRef | Sequence[str | os.PathLike | StoreRef]
 
-_SPARK_TYPES = {
-    pa.string(): "string",
-    pa.int64(): "bigint",
-    pa.int32(): "int",
-    pa.bool_(): "boolean",
-    pa.binary(): "binary",
-    pa.map_(pa.string(), pa.string()): "map<string,string>",
-    pa.list_(pa.string()): "array<string>",
-}
 CODES_BATCH = 10_000  # unit findings per Arrow batch of the status join
 
 
 def ddl(table: str, columns: list[str]) -> str:
     """The Spark schema string of a table's columns (mapInArrow checks the types exactly)."""
-    return ", ".join(f"`{f.name}` {_SPARK_TYPES[f.type]}" for f in T.arrow_schema(table, columns))
+    return ", ".join(f"`{f.name}` {SPARK_TYPES[f.type]}" for f in T.arrow_schema(table, columns))
 
 
 def stores_of(stores: StoresArg) -> list[StoreRef]:

@@ -115,32 +115,43 @@ def _classpath() -> str:
     return ":".join(cp)
 
 
-@pytest.fixture(scope="session")
-def broker_pull(tmp_path_factory):
-    """pull(store, topic, queue_id, offsets, sizes) -> what DefaultMessageStore.getMessage serves at each offset after
-    the broker's restart on a copy of the store (tests/broker/PullAt.java, compiled against the oracle's classes)."""
+def broker_program(tmp_path_factory, name: str):
+    """run(*args) -> the JSON lines tests/broker/NAME.java prints, compiled once against the oracle's classes (the
+    broker's own store code); `copy_of(store)` gives a scratch copy for it to open."""
     need_oracle()
     jvm = Path("/usr/lib/jvm")
     java = next(iter(sorted(jvm.glob("java-17-openjdk-*/bin/java"))), None) or shutil.which("java")
     javac = next((str(j) for j in [Path(java or "/").parent / "javac", *sorted(jvm.glob("*/bin/javac"))] if j.exists()), None) or shutil.which("javac")
     if java is None or javac is None:
         if os.environ.get("CI"):
-            pytest.fail("a Java 17 runtime and a javac (17 or later) are needed to run the broker's pull path (.ci/run installs them)")
+            pytest.fail("a Java 17 runtime and a javac (17 or later) are needed to run the broker's store code (.ci/run installs them)")
         pytest.skip("no java 17 and javac")
-    classes = tmp_path_factory.mktemp("pullat")
+    classes = tmp_path_factory.mktemp(name.lower())
     cp = _classpath()
-    subprocess.run([javac, "--release", "17", "-nowarn", "-d", str(classes), "-cp", cp, str(ROOT / "tests" / "broker" / "PullAt.java")], check=True)
+    subprocess.run([javac, "--release", "17", "-nowarn", "-d", str(classes), "-cp", cp, str(ROOT / "tests" / "broker" / f"{name}.java")], check=True)
     opens = [f"--add-opens=java.base/{m}=ALL-UNNAMED" for m in ("java.nio", "sun.nio.ch", "java.lang", "jdk.internal.misc", "java.util")]
 
-    def pull(store: Path, topic: str, queue_id: int, offsets: list[int], sizes: list[int]) -> list[dict]:
-        copy = tmp_path_factory.mktemp("pullcopy") / "store"
+    def run(store: Path, args_before: list, args_after: list) -> list[dict]:
+        copy = tmp_path_factory.mktemp(f"{name.lower()}copy") / "store"
         shutil.copytree(store, copy)
         cmd = [str(java), "-Xmx512m", "--add-exports=java.base/sun.nio.ch=ALL-UNNAMED", *opens, "-Djna.boot.library.path=/usr/lib/jni"]
-        cmd += ["-cp", f"{classes}:{cp}", "rmqdumptest.PullAt", str(copy), *map(str, sizes), topic, str(queue_id), *map(str, offsets)]
+        cmd += ["-cp", f"{classes}:{cp}", f"rmqdumptest.{name}", *map(str, args_before), str(copy), *map(str, args_after)]
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
         assert p.returncode == 0, p.stdout + p.stderr[-2000:]
         shutil.rmtree(copy.parent, ignore_errors=True)
         return [json.loads(line) for line in p.stdout.splitlines() if line.startswith("{")]
+
+    return run
+
+
+@pytest.fixture(scope="session")
+def broker_pull(tmp_path_factory):
+    """pull(store, topic, queue_id, offsets, sizes) -> what DefaultMessageStore.getMessage serves at each offset after
+    the broker's restart on a copy of the store (tests/broker/PullAt.java)."""
+    run = broker_program(tmp_path_factory, "PullAt")
+
+    def pull(store: Path, topic: str, queue_id: int, offsets: list[int], sizes: list[int]) -> list[dict]:
+        return run(store, [], [*sizes, topic, queue_id, *offsets])
 
     return pull
 

@@ -14,15 +14,13 @@ Damage is planted in copies of fixtures/real/rmq53-compaction and rmq53-timer
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
 import tarfile
 from pathlib import Path
 
 import pytest
-from conftest import REAL, ROOT
-from test_repair import _classpath, check_broker_keeps, need_oracle, oracle, puts, repair_cli
+from conftest import REAL
+from test_repair import broker_program, check_broker_keeps, oracle, puts, repair_cli
 
 BODY_AT = 88  # a record's body starts after its fixed header (IPv4 hosts)
 
@@ -30,28 +28,10 @@ BODY_AT = 88  # a record's body starts after its fixed header (IPv4 hosts)
 @pytest.fixture(scope="session")
 def store_state(tmp_path_factory):
     """state(mode, store, *args) -> the JSON lines StoreState.java prints for a copy of `store`."""
-    need_oracle()
-    jvm = Path("/usr/lib/jvm")
-    java = next(iter(sorted(jvm.glob("java-17-openjdk-*/bin/java"))), None) or shutil.which("java")
-    javac = next((str(j) for j in [Path(java or "/").parent / "javac", *sorted(jvm.glob("*/bin/javac"))] if j.exists()), None) or shutil.which("javac")
-    if java is None or javac is None:
-        if os.environ.get("CI"):
-            pytest.fail("a Java 17 runtime and a javac (17 or later) are needed to run the broker's store code")
-        pytest.skip("no java 17 and javac")
-    classes = tmp_path_factory.mktemp("storestate")
-    cp = _classpath()
-    subprocess.run([javac, "--release", "17", "-nowarn", "-d", str(classes), "-cp", cp, str(ROOT / "tests" / "broker" / "StoreState.java")], check=True)
-    opens = [f"--add-opens=java.base/{m}=ALL-UNNAMED" for m in ("java.nio", "sun.nio.ch", "java.lang", "jdk.internal.misc", "java.util")]
+    run = broker_program(tmp_path_factory, "StoreState")
 
     def state(mode: str, store: Path, *args) -> list[dict]:
-        copy = tmp_path_factory.mktemp("statecopy") / "store"
-        shutil.copytree(store, copy)
-        cmd = [str(java), "-Xmx512m", "--add-exports=java.base/sun.nio.ch=ALL-UNNAMED", *opens, "-Djna.boot.library.path=/usr/lib/jni"]
-        cmd += ["-cp", f"{classes}:{cp}", "rmqdumptest.StoreState", mode, str(copy), *map(str, args)]
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-        assert p.returncode == 0, p.stdout + p.stderr[-2000:]
-        shutil.rmtree(copy.parent, ignore_errors=True)
-        return [json.loads(line) for line in p.stdout.splitlines() if line.startswith("{")]
+        return run(store, [mode], list(args))
 
     return state
 

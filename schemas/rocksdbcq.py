@@ -9,7 +9,7 @@ dispatched. Separators are the byte 0x01 (CTRL_1); integers big-endian.
 
 from __future__ import annotations
 
-from construct import Bytes, Const, Int32sb, Int64sb, Struct, this
+from construct import Bytes, Const, Int8ul, Int16ul, Int32sb, Int32ul, Int64sb, Struct, this
 
 from .consumequeue import ConsumeQueueUnit
 
@@ -50,3 +50,21 @@ RocksOffsetValue = Struct(
 
 RocksCheckpointValue = Struct("commit_log_offset" / Int64sb)
 """CHECKPOINT_TOPIC's `max` entry in `offset`: the max physical offset dispatched (8 bytes)."""
+
+LOG_BLOCK_SIZE = 32768
+"""RocksDB's log files (the MANIFEST, the WAL) are cut into blocks of this size; no record header spans two."""
+
+RocksLogRecordHeader = Struct(
+    "checksum" / Int32ul,  # masked CRC32C of the type and the payload
+    "length" / Int16ul,  # payload bytes after this header, within the block
+    "type" / Int8ul,
+)
+"""The 7-byte header of one physical record in a RocksDB log file (db/log_format.h, the legacy format)."""
+
+LOG_ZERO_TYPE = 0
+"""A zero header: preallocated space; the reader skips the rest of the block."""
+
+LOG_RECYCLABLE_TYPES = frozenset({5, 6, 7, 8, 11})
+"""Record types of recycled WAL files (an 11-byte header with the log number). RocksDB never writes them into a
+MANIFEST (its writer is created not recyclable), and its MANIFEST reader loops forever on one (rocksdict 0.3.29),
+so a MANIFEST record of these types is damage that must be reported before RocksDB opens the file."""

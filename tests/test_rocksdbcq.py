@@ -6,11 +6,12 @@ import hashlib
 import json
 import os
 import shutil
+import struct
 from collections import defaultdict
 from pathlib import Path
 
 import pytest
-from conftest import REAL, flip, jsonl, manifest, run
+from conftest import REAL, flip, jsonl, manifest, run, run_proc
 
 from rmqdump.schemas import RocksCQKey, RocksCQValue, RocksOffsetKey, RocksOffsetValue
 
@@ -233,6 +234,37 @@ def test_a_flipped_byte_in_a_data_block_is_a_corruption_at_its_block(tmp_path, a
     probs = [x for x in jsonl(r.stdout) if x["kind"] == "problem" and x["code"] == "rocksdb_corruption"]
     # each position is inside the table's first data block, which starts the file: the block is named at offset 0
     assert [(p["file"], p["file_offset"]) for p in probs] == [(str(sst), 0)]
+
+
+def _manifest_records(data: bytes) -> list[int]:
+    """Offsets of the MANIFEST's physical log records (7-byte headers: crc u32, length u16, type u8; 32 KiB blocks)."""
+    out, at = [], 0
+    while at + 7 <= len(data):
+        block_left = 32768 - at % 32768
+        _crc, length, kind = struct.unpack_from("<IHB", data, at)
+        if block_left < 7 or (kind == 0 and length == 0):
+            at += block_left
+            continue
+        out.append(at)
+        at += 7 + length
+    return out
+
+
+@pytest.mark.parametrize("kind", [5, 8, 11])
+def test_a_recyclable_record_type_in_the_manifest_is_refused_at_its_byte(tmp_path, kind):
+    """RocksDB's MANIFEST reader loops forever (holding the GIL) on a recycled WAL's record type, which its MANIFEST
+    writer never writes: the command must name the record and stop, not hang. Run as a process, under a time limit."""
+    root = tmp_path / "store"
+    shutil.copytree(ROOT, root)
+    man = root / "consumequeue" / (root / "consumequeue" / "CURRENT").read_text().strip()
+    data = bytearray(man.read_bytes())
+    at = _manifest_records(bytes(data))[3]  # a record in the middle: the walk must step over the ones before it
+    data[at + 6] = kind
+    man.write_bytes(bytes(data))
+    r = run_proc("cq", "verify", "-s", root, timeout=60)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip().splitlines() == [r.stderr.strip()]
+    assert r.stderr.startswith(f"rmqdump: rocksdb_unreadable: {man}@{at}: record type {kind} "), r.stderr
 
 
 def test_rebuild_writes_the_file_based_consumequeue_and_says_so(tmp_path):

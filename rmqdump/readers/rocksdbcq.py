@@ -25,7 +25,16 @@ from rmqdump.common.problems import InputError, Problem
 from rmqdump.readers.consumequeue import UNIT_DTYPE, UNIT_SIZE, QueueUnits, UnitChunks
 from rmqdump.readers.fastpath import numpy_dtype, struct_format
 from rmqdump.schemas import RocksCheckpointValue, RocksCQValue, RocksOffsetValue
-from rmqdump.schemas.rocksdbcq import CTRL_1, RocksCQKey, RocksCQKeyTail, RocksOffsetKeyTail
+from rmqdump.schemas.rocksdbcq import (
+    CTRL_1,
+    LOG_BLOCK_SIZE,
+    LOG_RECYCLABLE_TYPES,
+    LOG_ZERO_TYPE,
+    RocksCQKey,
+    RocksCQKeyTail,
+    RocksLogRecordHeader,
+    RocksOffsetKeyTail,
+)
 
 VALUE_DTYPE = numpy_dtype(RocksCQValue)
 VALUE_SIZE = VALUE_DTYPE.itemsize
@@ -35,6 +44,7 @@ CHECKPOINT_DTYPE = numpy_dtype(RocksCheckpointValue)
 _TAIL = struct_format(RocksCQKeyTail)
 _OTAIL = struct_format(RocksOffsetKeyTail)
 _LEN = struct_format(Struct(RocksCQKey.subcons[0]))  # the topic length prefix
+_LOG_HEADER = struct_format(RocksLogRecordHeader)
 CHUNK_UNITS = 1 << 20  # units read per chunk (bounded memory per queue)
 CF_UNITS = "default"
 CF_OFFSET = "offset"
@@ -73,6 +83,38 @@ def _mirror(src: str) -> str:
         else:
             shutil.copyfile(p, os.path.join(dst, n))
     return dst
+
+
+def _check_manifest(db_dir: str) -> None:
+    """Walk the record headers of the MANIFEST that CURRENT names, as RocksDB's reader steps through them, and refuse
+    one RocksDB cannot read safely: a recyclable record type there makes its reader loop forever, holding the GIL, so
+    it is found here first and reported like any other unreadable database, at its byte."""
+    try:
+        with open(os.path.join(db_dir, "CURRENT"), "rb") as f:
+            name = f.read(256).decode("ascii", "replace").strip()
+    except OSError:
+        return  # RocksDB names what is missing itself
+    if not name.startswith("MANIFEST-") or os.sep in name:
+        return
+    path = os.path.join(db_dir, name)
+    hsize = _LOG_HEADER.size
+    try:
+        with open(path, "rb") as f:
+            base = 0
+            while block := f.read(LOG_BLOCK_SIZE):
+                at = 0
+                while at + hsize <= len(block):
+                    _crc, length, kind = _LOG_HEADER.unpack_from(block, at)
+                    if kind in LOG_RECYCLABLE_TYPES:
+                        raise InputError(
+                            ROCKSDB_UNREADABLE, path, f"record type {kind} (a recycled WAL's) in a MANIFEST, which RocksDB never writes there", offset=base + at
+                        )
+                    if (kind == LOG_ZERO_TYPE and length == 0) or at + hsize + length > len(block):
+                        break  # preallocated space, or a bad length: RocksDB's reader drops the rest of the block
+                    at += hsize + length
+                base += len(block)
+    except OSError:
+        return
 
 
 def _problem_from_error(db_dir: str, mirror: str, e: Exception, code: str, extra: dict | None = None) -> Problem:
@@ -138,6 +180,7 @@ class RocksDBConsumeQueues:
             from rocksdict import AccessType, Options, Rdict
         except ImportError:
             raise InputError(ROCKSDB_BINDING_MISSING, db_dir, "a RocksDB ConsumeQueue needs the rocksdict package (pip install rocksdict)") from None
+        _check_manifest(db_dir)
         self.mirror = _mirror(db_dir)
         try:
             cfs = Rdict.list_cf(self.mirror)

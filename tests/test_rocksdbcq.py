@@ -267,6 +267,17 @@ def test_a_recyclable_record_type_in_the_manifest_is_refused_at_its_byte(tmp_pat
     assert r.stderr.startswith(f"rmqdump: rocksdb_unreadable: {man}@{at}: record type {kind} "), r.stderr
 
 
+def test_a_current_file_naming_no_manifest_is_one_error_line(tmp_path):
+    """CURRENT damaged into a name no file can have (a NUL byte): RocksDB's own refusal, one line, exit 2."""
+    root = tmp_path / "store"
+    shutil.copytree(ROOT, root)
+    cur = root / "consumequeue" / "CURRENT"
+    cur.write_bytes(cur.read_bytes()[:9] + b"\0" + cur.read_bytes()[10:])
+    r = run("cq", "dump", "-s", root, "--topic", "RocksTopicA", "--queue", "0")
+    assert r.exit_code == 2, r.stderr
+    assert r.stderr.startswith(f"rmqdump: rocksdb_unreadable: {root / 'consumequeue'}: ") and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
 def test_rebuild_writes_the_file_based_consumequeue_and_says_so(tmp_path):
     from rmqdump.schemas import ConsumeQueueUnit
 

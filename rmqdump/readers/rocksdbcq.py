@@ -94,8 +94,8 @@ def _check_manifest(db_dir: str) -> None:
             name = f.read(256).decode("ascii", "replace").strip()
     except OSError:
         return  # RocksDB names what is missing itself
-    if not name.startswith("MANIFEST-") or os.sep in name:
-        return
+    if not name.startswith("MANIFEST-") or os.sep in name or "\0" in name:
+        return  # not a name RocksDB can open either: it says so
     path = os.path.join(db_dir, name)
     hsize = _LOG_HEADER.size
     try:

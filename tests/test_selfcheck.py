@@ -8,6 +8,7 @@ an index entry, a slot or a chain link on disk is wrong.
 
 from __future__ import annotations
 
+import json
 import os
 
 import numpy as np
@@ -164,3 +165,62 @@ def test_damage_on_disk_fails_the_quick_proof_and_the_analysis_names_it(tmp_path
     assert seen[other] is not None
     assert v["ok"] is False and v[part]["ok"] is False
     assert v[part]["codes"] == codes and v[part]["problems"] == sum(codes.values())
+
+
+def _repair(tmp_path, name: str):
+    from rmqdump.builders.repair import RepairOptions, repair
+
+    store = store_root(name)
+    return repair(str(store), str(tmp_path / "out"), resolve(str(store)), RepairOptions(mapper=LocalMap(2), sync=False))
+
+
+def test_a_repairs_queue_with_a_hole_is_analysed_alone_with_the_full_analysis_result(tmp_path, monkeypatch):
+    """Repair leaves a hole where it destroyed a message (rmq53-damaged-bodycrc: orders/1, the damaged record's
+    queue): the proof takes every other queue, the analysis that one only, and together they give the full analysis."""
+    name = "rmq53-damaged-bodycrc"
+    (hit,) = json.loads((store_root(name).parent / "damage.json").read_text())["recordsHit"]
+    seen, calls = {}, []
+    orig = ScanColumns.quick_cq
+
+    def spied(self, root, units, analyzed=frozenset()):
+        calls.append(set(analyzed))
+        seen["quick_cq"] = orig(self, root, units, analyzed)
+        return seen["quick_cq"]
+
+    monkeypatch.setattr(ScanColumns, "quick_cq", spied)
+    scoped = _repair(tmp_path / "a", name).rebuild.verify
+    assert calls == [{(hit["topic"], hit["queueId"])}] and seen["quick_cq"] is not None  # the hole's queue only left out
+    monkeypatch.setattr(R, "_quick_checks", lambda *a: {})
+    full = _repair(tmp_path / "b", name).rebuild.verify
+    assert scoped == full
+    # the broker's units, less the one destroyed, and the filler at its queue offset seen as such
+    units = sum(1 for m in manifest(name) if m["sysFlag"] & 0xC in (0, 8))
+    assert scoped["consumequeue"]["ok"] is True and scoped["consumequeue"]["codes"] == {}
+    assert scoped["consumequeue"]["units"] == units and scoped["consumequeue"]["at_filler_units"]
+
+
+@pytest.mark.parametrize("which", ["hole_queue", "other_queue"])
+def test_a_wrong_unit_beside_a_repairs_hole_is_found_in_either_queue(tmp_path, monkeypatch, which):
+    """With the hole's queue analysed alone, a unit moved by one byte is still named: in that queue by its analysis,
+    in another by the proof failing over to the full analysis."""
+    name = "rmq53-damaged-bodycrc"
+    (hit,) = json.loads((store_root(name).parent / "damage.json").read_text())["recordsHit"]
+    orig = R.verify_output
+
+    def damaged(tmp, *a, **kw):
+        base = os.path.join(tmp, "consumequeue")
+        queues = [(t, q) for t in sorted(os.listdir(base)) for q in sorted(os.listdir(os.path.join(base, t)))]
+        hole = (hit["topic"], str(hit["queueId"]))
+        t, q = hole if which == "hole_queue" else next(x for x in queues if x != hole)
+        qdir = os.path.join(base, t, q)
+        path = os.path.join(qdir, sorted(os.listdir(qdir))[0])
+        u = np.fromfile(path, dtype=UNIT_DTYPE)
+        assert u["size"][2] > 0 and u["size"][2] != 0x7FFFFFFF  # a real unit, not the filler
+        u["commit_log_offset"][2] += 1
+        u.tofile(path)
+        return orig(tmp, *a, **kw)
+
+    monkeypatch.setattr(R, "verify_output", damaged)
+    v = _repair(tmp_path, name).rebuild.verify
+    assert v["ok"] is False and v["consumequeue"]["ok"] is False
+    assert v["consumequeue"]["codes"] == {"cq_not_message_start": 1, "cq_missing_unit": 1}

@@ -52,6 +52,7 @@ NOT_A_STORE = "not_a_store"
 NO_COMMITLOG = "no_commitlog"
 
 PARTS = ("consumequeue", "index")
+SCOPED_QUEUES = 4  # up to this many queues with holes are analysed one by one (a pass over the records each), the rest proven
 VERIFY_FROM_COLUMNS = True  # the self-check compares with the build's own scan (False: it scans the CommitLog again, as the commands do)
 
 
@@ -432,13 +433,17 @@ def verify_output(
     """
     out: dict = {"ok": True}
     jobs = []
-    quick = _quick_checks(tmp, settings, options, columns)
+    holes = {(q.topic, q.queue_id): q.gap_ranges for q in queues if q.gap_ranges} if queues is not None else None
+    # a few queues with holes (a repair's): the proof takes the others, the analysis only these
+    scoped = frozenset(holes) if holes and len(holes) <= SCOPED_QUEUES else frozenset()
+    quick = _quick_checks(tmp, settings, options, columns, scoped)
+    proven = quick.get("consumequeue")
     if "consumequeue" in options.only:
-        if quick.get("consumequeue") is not None:
-            out["consumequeue"] = quick["consumequeue"]
+        if proven is not None and not scoped:
+            out["consumequeue"] = proven
         else:
-            holes = {(q.topic, q.queue_id): q.gap_ranges for q in queues if q.gap_ranges} if queues is not None else filler_holes(tmp)
-            jobs.append(("consumequeue", _run_cq_verify, (tmp, settings, options, holes, columns)))
+            holes = holes if holes is not None else filler_holes(tmp)
+            jobs.append(("consumequeue", _run_cq_verify, (tmp, settings, options, holes, columns, sorted(scoped) if proven is not None else None)))
     if "index" in options.only and not options.topics:
         if quick.get("index") is not None:
             out["index"] = quick["index"]
@@ -453,13 +458,16 @@ def verify_output(
             out[part] = res
     finally:
         os.unlink(link)
+    if proven is not None and scoped and "consumequeue" in out:  # the proven queues' clean counts beside the analysed ones
+        out["consumequeue"]["queues"] += proven["queues"]
+        out["consumequeue"]["units"] += proven["units"]
     for part in ("consumequeue", "index"):
         if part in out:
             out["ok"] = out["ok"] and out[part]["ok"]
     return out
 
 
-def _quick_checks(tmp: str, settings: StoreSettings, options: RebuildOptions, columns: ScanColumns | None) -> dict:
+def _quick_checks(tmp: str, settings: StoreSettings, options: RebuildOptions, columns: ScanColumns | None, analyzed: frozenset = frozenset()) -> dict:
     """The self-check's quick proofs (builders.selfcheck): a part proven clean needs no analysis; None where it cannot prove it.
 
     Taken only where the written files must equal the columns unit for unit
@@ -472,7 +480,7 @@ def _quick_checks(tmp: str, settings: StoreSettings, options: RebuildOptions, co
         return {}
     jobs = {}
     if "consumequeue" in options.only:
-        jobs["consumequeue"] = (columns.quick_cq, os.path.join(tmp, "consumequeue"), settings.cq_units_per_file)
+        jobs["consumequeue"] = (columns.quick_cq, os.path.join(tmp, "consumequeue"), settings.cq_units_per_file, analyzed)
     if "index" in options.only:
         jobs["index"] = (columns.quick_index, os.path.join(tmp, "index"), settings.hash_slots, settings.index_entries)
     return dict(zip(jobs, driver_mapper(options.mapper)(lambda job: job[0](*job[1:]), jobs.values()), strict=True))
@@ -526,31 +534,42 @@ def filler_holes(root: str) -> dict[tuple[str, int], list[tuple[int, int]]]:
     return out
 
 
-def _run_cq_verify(tmp: str, settings: StoreSettings, options: RebuildOptions, holes: dict | None = None, columns: ScanColumns | None = None) -> dict:
-    """cq verify's findings by code; those at the filler units this rebuild put in holes are counted apart (expected)."""
+def _run_cq_verify(
+    tmp: str,
+    settings: StoreSettings,
+    options: RebuildOptions,
+    holes: dict | None = None,
+    columns: ScanColumns | None = None,
+    queues: list[tuple[str, int]] | None = None,
+) -> dict:
+    """cq verify's findings by code; those at the filler units this rebuild put in holes are counted apart (expected).
+
+    queues: only these (topic, queueId), each with a pass over the records (the others proven already)."""
     from rmqdump.checks import cqverify
     from rmqdump.readers.store import Store
 
-    summary = cqverify.VerifySummary()
     store = Store.open(tmp)
-    topics = sorted(options.topics) if options.topics else [None]
+    nq = nu = 0
+    scopes = [(t, None) for t in (sorted(options.topics) if options.topics else [None])] if queues is None else queues
     codes: dict[str, int] = {}
     at_fillers: dict[str, int] = {}
     holes = holes or {}
     of_commitlog = _of_commitlog(tmp)
     rebuilt = 0  # findings about the files written
-    for t in topics:
+    for t, qid in scopes:
+        summary = cqverify.VerifySummary()  # counts of this scope's queues (the summary's queue count is set per pass)
         windows = columns.record_windows(cqverify.WINDOW_RECORDS) if columns is not None else None
-        for p in cqverify.verify(store, topic=t, check_crc=False, delays=settings.delays, summary=summary, windows=windows):
+        for p in cqverify.verify(store, topic=t, queue_id=qid, check_crc=False, delays=settings.delays, summary=summary, windows=windows):
             ranges = holes.get((p.extra.get("topic"), p.extra.get("queue_id")), ())
             i = p.extra.get("unit_index")
             expected = i is not None and any(a <= i < b for a, b in ranges)
             bucket = at_fillers if expected else codes
             bucket[p.code] = bucket.get(p.code, 0) + 1
             rebuilt += not expected and not of_commitlog(p)
+        nq, nu = nq + summary.queues, nu + summary.units
     return {
-        "queues": summary.queues,
-        "units": summary.units,
+        "queues": nq,
+        "units": nu,
         "problems": sum(codes.values()),
         "codes": codes,
         "at_filler_units": at_fillers,

@@ -143,8 +143,11 @@ class ScanColumns:
 
     # --- the quick proof: the written files equal what these columns say, or the analyses above explain why not ---
 
-    def quick_cq(self, cq_root: str, units_per_file: int) -> dict | None:
+    def quick_cq(self, cq_root: str, units_per_file: int, analyzed: frozenset = frozenset()) -> dict | None:
         """cq verify's clean result when every queue's files hold exactly the units of its queued records, else None.
+
+        analyzed: (topic, queueId) of queues left to the analysis (a repair's queues with holes): their
+        records and files are not proven here, and the result counts the other queues only.
 
         Proven from the bytes on disk (read with the schema's unit dtype):
         every queue directory is one the columns name; its files are named
@@ -174,6 +177,8 @@ class ScanColumns:
             for sel in queue_members(len(topics), c["topic_id"][idx], c["queue_id"][idx]):
                 m = idx[sel]
                 q = (topics[int(c["topic_id"][m[0]])], int(c["queue_id"][m[0]]))
+                if q in analyzed:
+                    continue
                 first = nxt.get(q, 0)
                 qo = c["queue_offset"][m]
                 if int(qo[0]) != first or int(qo[-1]) != first + len(m) - 1 or (len(m) > 1 and not (np.diff(qo) == 1).all()):
@@ -187,7 +192,7 @@ class ScanColumns:
                 ):
                     return None
                 nxt[q] = first + len(m)
-        if on_disk != {(t, str(qid)) for t, qid in nxt}:
+        if on_disk != {(t, str(qid)) for t, qid in [*nxt, *analyzed]}:
             return None
         for (t, qid), n in nxt.items():
             qdir = os.path.join(cq_root, t, str(qid))

@@ -224,3 +224,15 @@ def test_a_wrong_unit_beside_a_repairs_hole_is_found_in_either_queue(tmp_path, m
     v = _repair(tmp_path, name).rebuild.verify
     assert v["ok"] is False and v["consumequeue"]["ok"] is False
     assert v["consumequeue"]["codes"] == {"cq_not_message_start": 1, "cq_missing_unit": 1}
+
+
+def test_a_rebuild_of_two_topics_counts_the_queues_and_units_of_both(tmp_path):
+    """Each --topic is analysed in its own pass; the self-check's counts are those of every topic rebuilt (the broker's)."""
+    name = "rmq4-basic"
+    topics = ["TopicTest", "orders"]
+    opts = RebuildOptions(mapper=LocalMap(2), sync=False, topics=frozenset(topics), only=("consumequeue",))
+    v = rebuild(str(store_root(name)), str(tmp_path / "out"), _settings(name), opts).verify["consumequeue"]
+    queued = [m for m in manifest(name) if m["topic"] in topics and m["sysFlag"] & 0xC in (0, 8)]
+    assert v["ok"] is True
+    assert v["queues"] == len({(m["topic"], m["queueId"]) for m in queued})
+    assert v["units"] == len(queued)

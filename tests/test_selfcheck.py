@@ -236,3 +236,41 @@ def test_a_rebuild_of_two_topics_counts_the_queues_and_units_of_both(tmp_path):
     assert v["ok"] is True
     assert v["queues"] == len({(m["topic"], m["queueId"]) for m in queued})
     assert v["units"] == len(queued)
+
+
+DAMAGED = ["rmq53-damaged-midfile-magic", "rmq53-damaged-size-field", "rmq53-damaged-zeroed-page", "rmq53-damaged-unscanned-magic"]
+
+
+@pytest.mark.parametrize("name", DAMAGED)
+def test_on_a_damaged_commitlog_the_quick_proof_gives_the_analyses_result(tmp_path, monkeypatch, name):
+    """The CommitLog's own damage does not stop the proof (it is about the files written): where it is taken, its
+    result is the analyses', the damage counted as they count it. Settings: each store's README.txt."""
+    st = resolve(str(store_root(name)), cq_units=300, hash_slots=500, index_entries=2000)  # mappedFileSizeConsumeQueue=6000, maxHashSlotNum, maxIndexNum
+    hit = {(r["topic"], r["queueId"]) for r in json.loads((store_root(name).parent / "damage.json").read_text())["recordsHit"]}
+    opts = RebuildOptions(mapper=LocalMap(2), sync=False)
+    seen = _spy(monkeypatch)
+    quick = rebuild(str(store_root(name)), str(tmp_path / "quick"), st, opts)
+    assert quick.damaged  # the scan met the damage
+    assert seen["quick_index"] is not None  # the index proof is taken whatever the damage
+    # the queues proof too, when the destroyed records left holes in a few queues (they are analysed alone)
+    assert (seen["quick_cq"] is not None) == (len(hit) <= R.SCOPED_QUEUES), (hit, seen["quick_cq"])
+    monkeypatch.setattr(R, "_quick_checks", lambda *a: {})
+    full = rebuild(str(store_root(name)), str(tmp_path / "full"), st, opts)
+    assert quick.verify == full.verify
+    assert quick.verify["ok"] is True and quick.verify["index"]["problems"] >= 1
+
+
+def test_several_queues_analysed_alone_count_the_commitlogs_damage_once(tmp_path, monkeypatch):
+    """rmq53-damaged-zeroed-page: the zeroed page destroyed records of several queues; each is analysed alone (the
+    limit raised to take them all), and together with the proof they give the full analysis' result."""
+    name = "rmq53-damaged-zeroed-page"
+    st = resolve(str(store_root(name)), cq_units=300, hash_slots=500, index_entries=2000)
+    hit = {(r["topic"], r["queueId"]) for r in json.loads((store_root(name).parent / "damage.json").read_text())["recordsHit"]}
+    assert len(hit) > 1
+    monkeypatch.setattr(R, "SCOPED_QUEUES", len(hit))
+    seen = _spy(monkeypatch)
+    opts = RebuildOptions(mapper=LocalMap(2), sync=False)
+    quick = rebuild(str(store_root(name)), str(tmp_path / "quick"), st, opts).verify
+    assert seen["quick_cq"] is not None
+    monkeypatch.setattr(R, "_quick_checks", lambda *a: {})
+    assert quick == rebuild(str(store_root(name)), str(tmp_path / "full"), st, opts).verify

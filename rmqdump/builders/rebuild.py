@@ -556,10 +556,12 @@ def _run_cq_verify(
     holes = holes or {}
     of_commitlog = _of_commitlog(tmp)
     rebuilt = 0  # findings about the files written
-    for t, qid in scopes:
+    for k, (t, qid) in enumerate(scopes):
         summary = cqverify.VerifySummary()  # counts of this scope's queues (the summary's queue count is set per pass)
         windows = columns.record_windows(cqverify.WINDOW_RECORDS) if columns is not None else None
         for p in cqverify.verify(store, topic=t, queue_id=qid, check_crc=False, delays=settings.delays, summary=summary, windows=windows):
+            if k and of_commitlog(p):
+                continue  # every pass reports the CommitLog's own damage: counted once
             ranges = holes.get((p.extra.get("topic"), p.extra.get("queue_id")), ())
             i = p.extra.get("unit_index")
             expected = i is not None and any(a <= i < b for a, b in ranges)

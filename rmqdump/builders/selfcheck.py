@@ -80,6 +80,14 @@ class ScanColumns:
         self.n += len(r.phys)
         self.nk += len(cols["key_phys"])
 
+    def _scan_findings(self) -> dict:
+        """What the analyses report of the CommitLog itself (its damage, read by the scan), beside the files proven:
+        counted, not a problem of the files written."""
+        codes: dict[str, int] = {}
+        for p in self.problems:
+            codes[p.code] = codes.get(p.code, 0) + 1
+        return {"problems": len(self.problems), "codes": codes}
+
     def finish(self) -> None:
         """No more columns: the files are closed (and the object can be sent to the verifier processes)."""
         for f in self._files.values():
@@ -153,15 +161,15 @@ class ScanColumns:
         every queue directory is one the columns name; its files are named
         0, F, 2F.. at the full file size; unit i of a queue is its i-th
         queued record (offset, size, tagsCode), with queueOffsets 0, 1, 2..
-        in CommitLog order; and every unit after the last is zero. Anything
-        else (holes, fillers, damage, a wrong byte) returns None: the caller
+        in CommitLog order; and every unit after the last is zero. The
+        CommitLog's own damage (the scan's problems) is counted as the analysis
+        counts it: the proof is about the files written. Anything
+        else (holes, fillers, a wrong byte) returns None: the caller
         then runs the `cq verify` analysis, which names what differs.
         """
         from rmqdump.builders.cqbuild import queue_members
         from rmqdump.readers.consumequeue import UNIT_DTYPE, UNIT_SIZE
 
-        if self.problems:
-            return None
         fsize = units_per_file * UNIT_SIZE
         topics = list(self.tmap)
         on_disk: set[tuple[str, str]] = set()
@@ -206,7 +214,7 @@ class ScanColumns:
                 tail = np.fromfile(os.path.join(qdir, f"{(files - 1) * fsize:020d}"), dtype=np.uint8, offset=rest * UNIT_SIZE)
                 if tail.any():
                     return None
-        return {"queues": len(nxt), "units": sum(nxt.values()), "problems": 0, "codes": {}, "at_filler_units": {}, "ok": True}
+        return {"queues": len(nxt), "units": sum(nxt.values()), **self._scan_findings(), "at_filler_units": {}, "ok": True}
 
     def quick_index(self, index_root: str, hash_slots: int, index_entries: int) -> dict | None:
         """index verify's clean result when the IndexFiles hold exactly these columns' keys, in put order, else None.
@@ -223,8 +231,6 @@ class ScanColumns:
         """
         from rmqdump.readers.indexfile import ENTRY_DTYPE, ENTRY_SIZE, HEADER_SIZE, SLOT_DTYPE, file_size, list_index_files
 
-        if self.problems:
-            return None
         names = sorted(os.listdir(index_root)) if os.path.isdir(index_root) else []
         paths = list_index_files(os.path.dirname(index_root))
         if len(paths) != len(names):
@@ -279,7 +285,7 @@ class ScanColumns:
             entries += m
         if k != self.nk:
             return None
-        return {"files": len(paths), "entries": entries, "problems": 0, "codes": {}, "ok": True}
+        return {"files": len(paths), "entries": entries, **self._scan_findings(), "ok": True}
 
 
 _QUICK_WINDOW = 1 << 19

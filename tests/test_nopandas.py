@@ -52,7 +52,7 @@ def test_export_runs_without_loading_pandas_and_writes_every_put(tmp_path):
 
 def test_a_command_line_naming_spark_keeps_pandas_importable(monkeypatch):
     assert names_spark(["cq", "verify", "-s", "S", "--engine", "spark"])
-    assert names_spark(["sql", "--engine=spark", "q"])
+    assert names_spark(["sql", "--engine=spark", "q"]) and names_spark(["sql", "--engine", "SPARK", "q"])
     assert names_spark(["export", "--master", "spark://h:7077"])
     assert not names_spark(["salvage", "STORE", "--out", "D", "--topic", "orders"])
     monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))  # whatever keep_out installs goes with the test

@@ -26,7 +26,7 @@ class _NoPandas:
 
 def names_spark(argv: list[str]) -> bool:
     """Whether a command line may run Spark (`--engine spark`, `--master URL`); a false yes only costs the start-up time."""
-    return any(a == "spark" or a.endswith("=spark") or a.startswith("--master") for a in argv)
+    return any(a.lower() == "spark" or a.lower().endswith("=spark") or a.startswith("--master") for a in argv)
 
 
 def keep_out(argv: list[str]) -> bool:

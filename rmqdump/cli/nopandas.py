@@ -1,8 +1,8 @@
 """Keep pandas out of a local command's process: pyarrow imports it, when installed, on its first array conversion.
 
 pyarrow probes for pandas the first time `pa.array()` converts anything, and
-its C++ converters import it again on every Python sequence while it is
-importable: with the `spark` extra (or any data-science environment) that is
+its C++ sequence converter imports it too (a probe that failed once does not
+stop that one): with the `spark` extra (or any data-science environment) that is
 0.2-0.3 s of CPU at the start of every `export`, `salvage`, `sql` or `report`,
 for a library no local command uses (pandas is not a dependency; the commands
 run without it). A run that names Spark needs pandas on the driver and is left

@@ -128,7 +128,8 @@ def broker_program(tmp_path_factory, name: str):
         pytest.skip("no java 17 and javac")
     classes = tmp_path_factory.mktemp(name.lower())
     cp = _classpath()
-    subprocess.run([javac, "--release", "17", "-nowarn", "-d", str(classes), "-cp", cp, str(ROOT / "tests" / "broker" / f"{name}.java")], check=True)
+    sources = sorted(str(f) for f in (ROOT / "tests" / "broker").glob("*.java"))  # together: one program uses another's helpers
+    subprocess.run([javac, "--release", "17", "-nowarn", "-d", str(classes), "-cp", cp, *sources], check=True)
     opens = [f"--add-opens=java.base/{m}=ALL-UNNAMED" for m in ("java.nio", "sun.nio.ch", "java.lang", "jdk.internal.misc", "java.util")]
 
     def run(store: Path, args_before: list, args_after: list) -> list[dict]:

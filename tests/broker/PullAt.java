@@ -1,15 +1,11 @@
 package rmqdumptest;
 
 import java.io.File;
-import java.net.ServerSocket;
 import java.util.List;
 import java.util.concurrent.ConcurrentHashMap;
-import org.apache.rocketmq.common.BrokerConfig;
 import org.apache.rocketmq.store.DefaultMessageStore;
 import org.apache.rocketmq.store.GetMessageResult;
 import org.apache.rocketmq.store.SelectMappedBufferResult;
-import org.apache.rocketmq.store.config.MessageStoreConfig;
-import org.apache.rocketmq.store.stats.BrokerStatsManager;
 
 /**
  * What a consumer's pull gets from a store after the broker's restart (a test helper of rmqdump, not shipped).
@@ -23,19 +19,7 @@ import org.apache.rocketmq.store.stats.BrokerStatsManager;
 public class PullAt {
     public static void main(String[] a) throws Exception {
         File root = new File(a[0]).getAbsoluteFile();
-        MessageStoreConfig c = new MessageStoreConfig();
-        c.setStorePathRootDir(root.getPath());
-        c.setStorePathCommitLog(root.getPath() + File.separator + "commitlog");
-        c.setMappedFileSizeCommitLog(Integer.parseInt(a[1]));
-        c.setMappedFileSizeConsumeQueue(Integer.parseInt(a[2]));
-        c.setMaxHashSlotNum(Integer.parseInt(a[3]));
-        c.setMaxIndexNum(Integer.parseInt(a[4]));
-        try (ServerSocket ss = new ServerSocket(0)) {
-            c.setHaListenPort(ss.getLocalPort());
-        }
-        DefaultMessageStore store = new DefaultMessageStore(c, new BrokerStatsManager("pullat", true),
-            (topic, queueId, logicOffset, tagsCode, msgStoreTime, filterBitMap, properties) -> { }, new BrokerConfig(),
-            new ConcurrentHashMap<>());
+        DefaultMessageStore store = StoreState.store(StoreState.config(root, a, 1), new ConcurrentHashMap<>());
         if (!store.load()) {
             System.out.println("{\"error\": \"load failed\"}");
             Runtime.getRuntime().halt(1);

@@ -40,14 +40,15 @@ import org.apache.rocketmq.store.timer.TimerMetrics;
  * Runs on a throw-away copy: load() may truncate, start() writes.
  */
 public class StoreState {
-    static MessageStoreConfig config(File root, String[] a) throws Exception {
+    /** The store's settings, the four sizes read from a[at..at+3] (CommitLog file, ConsumeQueue file, slots, entries); also PullAt's. */
+    static MessageStoreConfig config(File root, String[] a, int at) throws Exception {
         MessageStoreConfig c = new MessageStoreConfig();
         c.setStorePathRootDir(root.getPath());
         c.setStorePathCommitLog(root.getPath() + File.separator + "commitlog");
-        c.setMappedFileSizeCommitLog(Integer.parseInt(a[2]));
-        c.setMappedFileSizeConsumeQueue(Integer.parseInt(a[3]));
-        c.setMaxHashSlotNum(Integer.parseInt(a[4]));
-        c.setMaxIndexNum(Integer.parseInt(a[5]));
+        c.setMappedFileSizeCommitLog(Integer.parseInt(a[at]));
+        c.setMappedFileSizeConsumeQueue(Integer.parseInt(a[at + 1]));
+        c.setMaxHashSlotNum(Integer.parseInt(a[at + 2]));
+        c.setMaxIndexNum(Integer.parseInt(a[at + 3]));
         try (ServerSocket ss = new ServerSocket(0)) {
             c.setHaListenPort(ss.getLocalPort());
         }
@@ -61,7 +62,7 @@ public class StoreState {
 
     public static void main(String[] a) throws Exception {
         File root = new File(a[1]).getAbsoluteFile();
-        MessageStoreConfig c = config(root, a);
+        MessageStoreConfig c = config(root, a, 2);
         if (a[0].equals("compaction")) {
             c.setCompactionMappedFileSize(Integer.parseInt(a[6]));
             c.setCompactionCqMappedFileSize(Integer.parseInt(a[7]));

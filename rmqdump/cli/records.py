@@ -179,6 +179,19 @@ class RecordsOut(abc.ABC):
         start = int(ends[lo - 1]) if lo else 0
         self.write_bytes(memoryview(out)[start : int(ends[hi - 1])])
 
+    def taken_finished(self, out, ends, status, lo: int, hi: int, rows, cut: int, finish) -> None:
+        """Write the taken rows lo..hi-1, each line's last `cut` bytes replaced by finish(record index in the batch):
+        what a format adds that the kernel does not render (a body, DLedger cells), one Python step per row."""
+        parts = []
+        start = int(ends[lo - 1]) if lo else 0
+        for j in range(lo, hi):
+            end = int(ends[j])
+            if status[j] == K.TAKEN:
+                parts.append(bytes(out[start : end - cut]))
+                parts.append(finish(int(rows[j])))
+            start = end
+        self.write_bytes(b"".join(parts))
+
     can_render_ahead = False  # a kernel that is a pure function of the batch (no state kept between calls)
 
     def item(self, item) -> None:
@@ -318,18 +331,14 @@ class JsonLinesOut(RecordsOut):
         if not self.with_body and b.entries is None:
             super().taken(out, ends, status, lo, hi, b, rows)
             return
-        parts = []
-        start = int(ends[lo - 1]) if lo else 0
-        for j in range(lo, hi):
-            end = int(ends[j])
-            if status[j] == K.TAKEN:
-                parts.append(bytes(out[start:end]))
-                i = int(rows[j])
-                if b.entries is not None:  # Message.to_dict's extra fields on a DLedger CommitLog
-                    parts.append(b',"dledger_index":%d,"dledger_term":%d' % (int(b.entries["index"][i]), int(b.entries["term"][i])))
-                parts.append(self._body_tail(b.body(i)) if self.with_body else b"}\n")
-            start = end
-        self.write_bytes(b"".join(parts))
+
+        def finish(i: int) -> bytes:
+            entry = b""
+            if b.entries is not None:  # Message.to_dict's extra fields on a DLedger CommitLog
+                entry = b',"dledger_index":%d,"dledger_term":%d' % (int(b.entries["index"][i]), int(b.entries["term"][i]))
+            return entry + (self._body_tail(b.body(i)) if self.with_body else b"}\n")
+
+        self.taken_finished(out, ends, status, lo, hi, rows, 0, finish)
 
     def _body_tail(self, body: bytes) -> bytes:
         enc = "utf-8" if self.body == "text" else self.body
@@ -404,16 +413,7 @@ class CsvOut(RecordsOut):
             super().taken(out, ends, status, lo, hi, b, rows)
             return
         # a DLedger CommitLog: each line's last two cells (",,\n") become the entry's index and term
-        parts = []
-        start = int(ends[lo - 1]) if lo else 0
-        for j in range(lo, hi):
-            end = int(ends[j])
-            if status[j] == K.TAKEN:
-                i = int(rows[j])
-                parts.append(bytes(out[start : end - 3]))
-                parts.append(b",%d,%d\n" % (int(b.entries["index"][i]), int(b.entries["term"][i])))
-            start = end
-        self.write_bytes(b"".join(parts))
+        self.taken_finished(out, ends, status, lo, hi, rows, 3, lambda i: b",%d,%d\n" % (int(b.entries["index"][i]), int(b.entries["term"][i])))
 
 
 def _csv_value(v):

@@ -45,6 +45,26 @@ def copy_store(name: str, dest: Path) -> Path:
     return out
 
 
+def unpack_store(name: str, dest: Path) -> Path:
+    """A writable copy of a real store shipped as NAME/store.tar.gz (DLedger, timer), unpacked into dest; its root."""
+    import tarfile
+
+    with tarfile.open(REAL / name / "store.tar.gz") as t:
+        t.extractall(dest, filter="data")
+    return dest / "store"
+
+
+@pytest.fixture(scope="module")
+def spark():
+    """A real SparkSession on local[2] for the module's tests, stopped after them (modules needing other settings
+    define their own)."""
+    from rmqdump.engines.spark.session import build_session
+
+    s = build_session("local[2]", ["spark.sql.shuffle.partitions=4"], driver_memory="1g")
+    yield s
+    s.stop()
+
+
 def patch(path: Path, pos: int, data: bytes) -> None:
     """Overwrite bytes of a (copied) store file in place."""
     with open(path, "r+b") as f:

@@ -10,11 +10,10 @@ import csv
 import io
 import json
 import re
-import tarfile
 from pathlib import Path
 
 import pytest
-from conftest import REAL, manifest, run, store_root
+from conftest import REAL, manifest, run, store_root, unpack_store
 
 NAME = "rmq53-dledger"
 TERM = json.loads(re.search(r"^\{\n.*?^\}$", (REAL / NAME / "README.txt").read_text(encoding="utf-8"), flags=re.M | re.S).group(0))["dledgerTerm"]
@@ -22,10 +21,7 @@ TERM = json.loads(re.search(r"^\{\n.*?^\}$", (REAL / NAME / "README.txt").read_t
 
 @pytest.fixture(scope="module")
 def unpacked(tmp_path_factory) -> Path:
-    dest = tmp_path_factory.mktemp("dledger")
-    with tarfile.open(REAL / NAME / "store.tar.gz") as t:
-        t.extractall(dest, filter="data")
-    return dest / "store"
+    return unpack_store(NAME, tmp_path_factory.mktemp("dledger"))
 
 
 def _rows(text: str) -> list[dict]:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pyarrow.dataset as ds
 import pytest
-from conftest import REAL, SETTINGS, jsonl, manifest, run, run_proc
+from conftest import REAL, SETTINGS, jsonl, manifest, run, run_proc, unpack_store
 from hypothesis import HealthCheck, given, settings
 from hypothesis import event as _event
 from hypothesis import strategies as st
@@ -451,11 +451,7 @@ DL_HEADER = 48  # README.txt: entry header magic(4) size(4) index(8) term(8) pos
 
 
 def _dledger_copy(dst: Path) -> Path:
-    import tarfile
-
-    with tarfile.open(REAL / "rmq53-dledger" / "store.tar.gz") as tf:
-        tf.extractall(dst, filter="data")
-    return dst / "store"
+    return unpack_store("rmq53-dledger", dst)
 
 
 @pytest.mark.parametrize("k", [1, 170, 300, 499])

@@ -20,15 +20,6 @@ from rmqdump.engines.spark import diffdecode
 from rmqdump.readers.commitlog import CommitLog
 
 
-@pytest.fixture(scope="module")
-def spark():
-    from rmqdump.engines.spark.session import build_session
-
-    s = build_session("local[2]", ["spark.sql.shuffle.partitions=4"], driver_memory="1g")
-    yield s
-    s.stop()
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("pair", ["rmq53-ha-failover", "rmq53-ha-lag"])
 def test_spark_pair_equals_truth(pair, spark, monkeypatch):

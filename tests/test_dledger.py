@@ -12,12 +12,11 @@ import os
 import random
 import re
 import shutil
-import tarfile
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import REAL, flip, jsonl, run
+from conftest import REAL, flip, jsonl, run, unpack_store
 
 from rmqdump.readers import dledger as D
 from rmqdump.readers.commitlog import CommitLog, SegmentFile
@@ -37,10 +36,7 @@ N = int(
 
 @pytest.fixture(scope="module")
 def unpacked(tmp_path_factory) -> Path:
-    dest = tmp_path_factory.mktemp("dledger")
-    with tarfile.open(REAL / NAME / "store.tar.gz") as t:
-        t.extractall(dest, filter="data")
-    return dest / "store"
+    return unpack_store(NAME, tmp_path_factory.mktemp("dledger"))
 
 
 def _sparse_copy(src: str, dst: str) -> None:

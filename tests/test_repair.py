@@ -17,12 +17,11 @@ import os
 import shutil
 import subprocess
 import sys
-import tarfile
 import zlib
 from pathlib import Path
 
 import pytest
-from conftest import REAL, ROOT, SETTINGS, copy_store, jsonl, run, run_proc
+from conftest import REAL, ROOT, SETTINGS, copy_store, jsonl, run, run_proc, unpack_store
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
@@ -522,9 +521,7 @@ def test_existing_output_needs_force(tmp_path):
 
 
 def test_dledger_store_is_refused(tmp_path):
-    with tarfile.open(REAL / "rmq53-dledger" / "store.tar.gz") as t:
-        t.extractall(tmp_path / "dl", filter="data")
-    root = next(p.parent for p in (tmp_path / "dl").rglob("dledger-*"))
+    root = next(p.parent for p in unpack_store("rmq53-dledger", tmp_path / "dl").rglob("dledger-*"))
     r = run_proc("repair", "-s", root, "--out", tmp_path / "new")
     assert r.returncode == 2 and r.stderr.split(":")[1].strip() == "repair_dledger_unsupported"
 

@@ -15,11 +15,10 @@ from __future__ import annotations
 
 import json
 import shutil
-import tarfile
 from pathlib import Path
 
 import pytest
-from conftest import REAL
+from conftest import REAL, unpack_store
 from test_repair import broker_program, check_broker_keeps, oracle, puts, repair_cli
 
 BODY_AT = 88  # a record's body starts after its fixed header (IPv4 hosts)
@@ -116,9 +115,7 @@ def test_repair_keeps_the_timer_wheel_and_voids_the_unit_of_a_destroyed_record(t
     last = max(units, key=lambda u: u["timerLogOffset"])
     victim = last["offsetPy"]
     assert by_offset[victim]["topic"] == "rmq_sys_wheel_timer" and victim + last["sizePy"] < max(by_offset)  # not the CommitLog's end
-    with tarfile.open(REAL / "rmq53-timer" / "store.tar.gz") as t:
-        t.extractall(tmp_path, filter="data")
-    store = tmp_path / "store"
+    store = unpack_store("rmq53-timer", tmp_path)
     flip_body(store, 131072, victim)
 
     new = tmp_path / "new"

@@ -20,15 +20,6 @@ pytest.importorskip("pyspark")
 
 
 @pytest.fixture(scope="module")
-def spark():
-    from rmqdump.engines.spark.session import build_session
-
-    s = build_session("local[2]", ["spark.sql.shuffle.partitions=4"], driver_memory="1g")
-    yield s
-    s.stop()
-
-
-@pytest.fixture(scope="module")
 def fleet():
     return resolve_stores([str(REAL / name / "store") for name in STORES])
 

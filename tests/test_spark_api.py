@@ -21,15 +21,6 @@ FLEET = ["rmq4-basic", "rmq4-crash", "rmq4-flags"]
 
 
 @pytest.fixture(scope="module")
-def spark():
-    from rmqdump.engines.spark.session import build_session
-
-    s = build_session("local[2]", ["spark.sql.shuffle.partitions=4"], driver_memory="1g")
-    yield s
-    s.stop()
-
-
-@pytest.fixture(scope="module")
 def stores():
     return [str(store_root(n)) for n in FLEET]
 

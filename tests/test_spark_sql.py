@@ -45,15 +45,6 @@ FLEET_ONLY = {  # the other tables, over the fleet
 }
 
 
-@pytest.fixture(scope="module")
-def spark():
-    from rmqdump.engines.spark.session import build_session
-
-    s = build_session("local[2]", ["spark.sql.shuffle.partitions=4"], driver_memory="1g")
-    yield s
-    s.stop()
-
-
 def rows(stores: str, query: str, *engine: str) -> list[dict]:
     r = run("sql", "-s", stores, "-f", "jsonl", *engine, query)
     assert r.exit_code == 0, r.stderr[-2000:]

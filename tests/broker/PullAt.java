@@ -20,15 +20,7 @@ public class PullAt {
     public static void main(String[] a) throws Exception {
         File root = new File(a[0]).getAbsoluteFile();
         DefaultMessageStore store = StoreState.store(StoreState.config(root, a, 1), new ConcurrentHashMap<>());
-        if (!store.load()) {
-            System.out.println("{\"error\": \"load failed\"}");
-            Runtime.getRuntime().halt(1);
-        }
-        store.start();
-        long deadline = System.currentTimeMillis() + 60_000;
-        while (store.dispatchBehindBytes() > 0 && System.currentTimeMillis() < deadline) {
-            Thread.sleep(5);
-        }
+        StoreState.startAndDispatch(store);
         String topic = a[5];
         int queueId = Integer.parseInt(a[6]);
         for (int i = 7; i < a.length; i++) {

@@ -55,6 +55,20 @@ public class StoreState {
         return c;
     }
 
+    /** load() (the broker's recovery; a failure is printed as a JSON error and ends the program), start(), and wait
+     *  (at most a minute) until the reput service has dispatched the whole CommitLog; also PullAt's. */
+    static void startAndDispatch(DefaultMessageStore store) throws Exception {
+        if (!store.load()) {
+            System.out.println("{\"error\": \"load failed\"}");
+            Runtime.getRuntime().halt(1);
+        }
+        store.start();
+        long deadline = System.currentTimeMillis() + 60_000;
+        while (store.dispatchBehindBytes() > 0 && System.currentTimeMillis() < deadline) {
+            Thread.sleep(5);
+        }
+    }
+
     static DefaultMessageStore store(MessageStoreConfig c, ConcurrentMap<String, TopicConfig> topics) throws Exception {
         return new DefaultMessageStore(c, new BrokerStatsManager("storestate", true),
             (topic, queueId, logicOffset, tagsCode, msgStoreTime, filterBitMap, properties) -> { }, new BrokerConfig(), topics);
@@ -75,15 +89,7 @@ public class StoreState {
             ConcurrentMap<String, TopicConfig> topics = new ConcurrentHashMap<>();
             topics.put(topic, tc);
             DefaultMessageStore store = store(c, topics);
-            if (!store.load()) {
-                System.out.println("{\"error\": \"load failed\"}");
-                Runtime.getRuntime().halt(1);
-            }
-            store.start();
-            long deadline = System.currentTimeMillis() + 60_000;
-            while (store.dispatchBehindBytes() > 0 && System.currentTimeMillis() < deadline) {
-                Thread.sleep(5);
-            }
+            startAndDispatch(store);
             for (int q = 0; q < queues; q++) {
                 StringBuilder sb = new StringBuilder("{\"queue_id\": " + q + ", \"served\": [");
                 long offset = 0;

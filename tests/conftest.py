@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -43,6 +44,26 @@ def copy_store(name: str, dest: Path) -> Path:
     out = dest / name
     shutil.copytree(store_root(name), out)
     return out
+
+
+ORACLE = ROOT.parent / "shared" / "broker-oracle" / "recover"  # Apache RocketMQ 5.3.3's own recovery, beside the checkout
+
+
+def need_oracle() -> None:
+    """Fail under CI, skip elsewhere, when the broker oracle is not beside the checkout."""
+    if not ORACLE.exists():
+        if os.environ.get("CI"):
+            pytest.fail(f"the broker oracle is missing at {ORACLE} (CI has ../shared beside the clone)")
+        pytest.skip(f"the broker oracle is not at {ORACLE}")
+
+
+def broker_recovery(store: Path, out: Path) -> dict:
+    """What the broker's own recovery does to a copy of `store`: the oracle's JSON (its README describes each field)."""
+    need_oracle()
+    env = {**os.environ, "PYTHON": sys.executable}  # a python with pyspark: its jars give the oracle netty and the rest
+    p = subprocess.run([str(ORACLE), str(store), str(out)], capture_output=True, text=True, env=env, timeout=600)
+    assert p.returncode == 0, p.stderr[-2000:]
+    return json.loads(out.read_text(encoding="utf-8"))
 
 
 def unpack_store(name: str, dest: Path) -> Path:

@@ -16,12 +16,11 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import zlib
 from pathlib import Path
 
 import pytest
-from conftest import REAL, ROOT, SETTINGS, copy_store, jsonl, run, run_proc, unpack_store
+from conftest import ORACLE, REAL, ROOT, SETTINGS, broker_recovery, copy_store, jsonl, need_oracle, run, run_proc, unpack_store
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
@@ -29,26 +28,8 @@ from rmqdump.schemas import MessageRecord
 
 DAMAGED = ["bodycrc", "clean-flip", "midfile-magic", "size-field", "unscanned-magic", "zeroed-page"]
 SIZING = ["--hash-slots", "500", "--index-entries", "2000"]  # each damaged store's README.txt: maxHashSlotNum=500, maxIndexNum=2000
-ORACLE = ROOT.parent / "shared" / "broker-oracle" / "recover"
 HOLE = 2147483647  # the broker's filler unit size (ConsumeQueue fillPreBlank: Integer.MAX_VALUE)
 ROLLBACK = 0xC  # MessageSysFlag.TRANSACTION_ROLLBACK_TYPE
-
-
-def need_oracle() -> None:
-    """Fail under CI, skip elsewhere, when the broker oracle is not beside the checkout."""
-    if not ORACLE.exists():
-        if os.environ.get("CI"):
-            pytest.fail(f"the broker oracle is missing at {ORACLE} (CI has ../shared beside the clone)")
-        pytest.skip(f"the broker oracle is not at {ORACLE}")
-
-
-def oracle(store: Path, out: Path) -> dict:
-    """The broker's recovery of `store` (on a copy), as the oracle's JSON."""
-    need_oracle()
-    env = {**os.environ, "PYTHON": sys.executable}
-    p = subprocess.run([str(ORACLE), str(store), str(out)], capture_output=True, text=True, env=env, timeout=300)
-    assert p.returncode == 0, p.stderr[-2000:]
-    return json.loads(out.read_text(encoding="utf-8"))
 
 
 def puts(name: str) -> list[dict]:
@@ -213,7 +194,7 @@ def test_broker_restarts_from_repair_keeping_every_intact_message(name, tmp_path
     assert ranges and all(r["action"] == "filler" for r in ranges)
     assert not (new / "abort").exists()
 
-    o = oracle(new, tmp_path / "oracle.json")
+    o = broker_recovery(new, tmp_path / "oracle.json")
     assert o["recoveryPath"].startswith("normal")
     check_broker_keeps(o, intact)
 
@@ -291,7 +272,7 @@ def test_zeroed_file_tail_before_later_files_gets_a_blank_marker(tmp_path):
     ranges = [r for r in rows if r["kind"] == "range"]
     assert code == 1
     assert [(r["phys_offset"], r["end"], r["codes"], r["action"]) for r in ranges] == [(last["wroteOffset"], size, ["zeroed_range"], "blank")]
-    o = oracle(tmp_path / "new", tmp_path / "oracle.json")
+    o = broker_recovery(tmp_path / "new", tmp_path / "oracle.json")
     check_broker_keeps(o, [m for m in every if m is not last])
     check_hole(o, last)
 
@@ -309,7 +290,7 @@ def test_damage_in_the_last_record_is_left_to_the_broker(tmp_path):
     assert code == 1
     assert [(r["phys_offset"], r["action"]) for r in ranges] == [(every[-1]["wroteOffset"], "left")]
     assert "loses nothing" in ranges[0]["why"]
-    o = oracle(tmp_path / "new", tmp_path / "oracle.json")
+    o = broker_recovery(tmp_path / "new", tmp_path / "oracle.json")
     check_broker_keeps(o, every[:-1])
 
 
@@ -383,7 +364,7 @@ def test_range_shorter_than_any_record_is_left_and_said(tmp_path):
     assert code == 1
     assert [(r["phys_offset"], r["length"], r["action"]) for r in ranges] == [(rec["wroteOffset"], 50, "left")]
     assert "shorter than the smallest record" in ranges[0]["why"]
-    o = oracle(tmp_path / "new", tmp_path / "oracle.json")
+    o = broker_recovery(tmp_path / "new", tmp_path / "oracle.json")
     assert o["afterRecovery"]["maxPhyOffset"] == rec["wroteOffset"]  # the broker's truncation, at that range
     check_broker_keeps_before(o, [m for m in every if m["wroteOffset"] < rec["wroteOffset"]])
 
@@ -402,7 +383,7 @@ def test_rocksdb_consumequeue_store_gets_file_queues_the_broker_serves(tmp_path)
     code, rows = repair_cli("-s", REAL / name / "store", "--out", new, *SIZING)  # README.txt: maxHashSlotNum=500, maxIndexNum=2000
     summary = rows[-1]
     assert code == 0 and any("storeType=default" in n for n in summary["notes"])
-    check_broker_keeps(oracle(new, tmp_path / "oracle.json"), puts(name))
+    check_broker_keeps(broker_recovery(new, tmp_path / "oracle.json"), puts(name))
 
 
 # --- Hypothesis: damage anywhere in real 4.x and 5.x stores, the broker as judge ---------------------
@@ -454,7 +435,7 @@ def test_hypothesis_damage_repaired_broker_keeps_intact(tmp_path_factory, name, 
     code, rows = repair_cli("-s", root, "--out", new, "--hash-slots", s["hash_slots"], "--index-entries", s["index_entries"])
     assert code == 1
     assert [r for r in rows if r["kind"] == "range"]
-    o = oracle(new, tmp / "oracle.json")
+    o = broker_recovery(new, tmp / "oracle.json")
     check_broker_keeps(o, intact)
     shutil.rmtree(tmp, ignore_errors=True)
 

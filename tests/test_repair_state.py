@@ -18,8 +18,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import REAL, unpack_store
-from test_repair import broker_program, check_broker_keeps, oracle, puts, repair_cli
+from conftest import REAL, broker_recovery, unpack_store
+from test_repair import broker_program, check_broker_keeps, puts, repair_cli
 
 BODY_AT = 88  # a record's body starts after its fixed header (IPv4 hosts)
 
@@ -72,7 +72,7 @@ def test_repair_keeps_what_a_compacted_topic_serves(tmp_path, store_state):
     assert not [n for n in summary["notes"] if "compaction" in n and "not copied" in n]
     assert [r["phys_offset"] for r in rows if r["kind"] == "range"] == [victim]
 
-    o = oracle(new, tmp_path / "oracle.json")
+    o = broker_recovery(new, tmp_path / "oracle.json")
     check_broker_keeps(o, [m for m in every if m["wroteOffset"] != victim])
     got = {r["queue_id"]: r["served"] for r in store_state("compaction", new, *COMPACTION)}
     assert got == views  # what CompactionStore serves from the repaired copy is truth's consumerView, the damaged put's copy included
@@ -128,7 +128,7 @@ def test_repair_keeps_the_timer_wheel_and_voids_the_unit_of_a_destroyed_record(t
         (last["timerLogOffset"], victim, last["sizePy"])
     ]
 
-    o = oracle(new, tmp_path / "oracle.json")
+    o = broker_recovery(new, tmp_path / "oracle.json")
     check_broker_keeps(o, [m for m in every if m["wroteOffset"] != victim])
 
     lines = store_state("timer", new, *TIMER, *(s["timeMs"] for s in slots))

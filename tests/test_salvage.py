@@ -18,33 +18,19 @@ import hashlib
 import json
 import os
 import shutil
-import subprocess
-import sys
 import zlib
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from conftest import REAL, ROOT, SETTINGS, copy_store, flip, manifest, patch, run, run_proc, store_root
+from conftest import REAL, SETTINGS, broker_recovery, copy_store, flip, manifest, patch, run, run_proc, store_root
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rmqdump.schemas import message_header
 
 DAMAGED = ["midfile-magic", "bodycrc", "zeroed-page", "size-field", "clean-flip", "unscanned-magic"]
-ORACLE = ROOT.parent / "shared" / "broker-oracle" / "recover"
 RESEND = {"after_recovery_stop", "undispatched", "cq_damaged"}
-
-
-def oracle(store: Path, out: Path) -> dict:
-    """What Apache RocketMQ 5.3.3's own recovery does to a copy of `store` (shared/broker-oracle)."""
-    if not ORACLE.exists():
-        if os.environ.get("CI"):
-            pytest.fail(f"the broker oracle is missing at {ORACLE}: CI must provide ../shared beside the clone")
-        pytest.skip(f"the broker oracle is not at {ORACLE}")
-    env = {**os.environ, "PYTHON": sys.executable, "RECOVER_NO_APT": os.environ.get("RECOVER_NO_APT", "1")}
-    subprocess.run([str(ORACLE), str(store), str(out)], env=env, check=True, capture_output=True, timeout=600)
-    return json.loads(out.read_text())
 
 
 def served(rec: dict) -> dict[int, str]:
@@ -191,7 +177,7 @@ def test_damaged_copies_judged_by_the_broker(tmp_path_factory, name, kind, k):
     if name == "rmq53-v2":
         (root / "abort").write_bytes(b"")  # a crash, as rmq4-crash: abnormal recovery
     lo, hi = _damage(root, name, kind, k)
-    rec = oracle(root, tmp / "oracle.json")
+    rec = broker_recovery(root, tmp / "oracle.json")
     broker = served(rec)
     puts = {m["wroteOffset"]: m for m in manifest(name)}
     size = SETTINGS[name]["commitlog"]
@@ -229,7 +215,7 @@ def test_units_gone_or_damaged_judged_by_the_broker(tmp_path):
     shutil.rmtree(root / "consumequeue" / gone[0] / str(gone[1]))
     last = sorted((root / "consumequeue" / bad[0] / str(bad[1])).iterdir())[-1]
     patch(last, 20 * 2, bytes(20))
-    rec = oracle(root, tmp_path / "oracle.json")
+    rec = broker_recovery(root, tmp_path / "oracle.json")
     reached = {u[1] for q in rec["consumeQueues"].values() for u in q["units"]}  # [queueOffset, physicalOffset, size]
     puts = manifest("rmq4-basic")
     code, _ = salvage(root, tmp_path / "out")

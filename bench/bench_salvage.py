@@ -1,6 +1,6 @@
 """Benchmark `rmqdump salvage` against `rmqdump rebuild`, whole commands, on a store with one damaged record.
 
-    python bench/bench_salvage.py setup GENSTORE DAMAGED [--at 0.5 | --offset N]   # once: copy, queues + index, one body byte flipped
+    python bench/bench_salvage.py setup GENSTORE DAMAGED [--at 0.5 | --offset N] [--link]   # once: copy, queues + index, one body byte flipped
     python bench/bench_salvage.py run DAMAGED [--repeat 3] [--baseline OTHER_CHECKOUT]
 
 `setup` copies GENSTORE/commitlog (from bench/gen_store.py) to DAMAGED, builds
@@ -8,7 +8,9 @@ its ConsumeQueues, IndexFiles and checkpoint with `rmqdump rebuild` (a clean
 shutdown: no abort file, so the broker's normal recovery applies), then flips
 one body byte of the first record at or after byte --offset (or fraction
 --at) of the CommitLog: a body CRC mismatch where the broker's recovery
-stops and drops every later record.
+stops and drops every later record. --link hard-links the CommitLog files
+instead of copying them and copies only the one damaged (the commands only
+read the store): a 16M-message store where the disk has no room for a copy.
 `run` times each command as an operator runs it (`python -m rmqdump ...` under
 /usr/bin/time -v, output into a temporary directory beside DAMAGED, removed
 after each run), one warm-up of each, then --repeat runs alternating the two,
@@ -40,10 +42,10 @@ COMMANDS = {
 }
 
 
-def setup(gen: str, dest: str, at: float, offset: int | None = None) -> None:
+def setup(gen: str, dest: str, at: float, offset: int | None = None, link: bool = False) -> None:
     os.makedirs(dest, exist_ok=True)
     # holes kept: the newest file is a preallocated sparse file, as the broker leaves it (shutil's copy fills them in)
-    shutil.copytree(os.path.join(gen, "commitlog"), os.path.join(dest, "commitlog"), copy_function=copy_file)
+    shutil.copytree(os.path.join(gen, "commitlog"), os.path.join(dest, "commitlog"), copy_function=os.link if link else copy_file)
     built = tempfile.mkdtemp(prefix="built-", dir=os.path.dirname(os.path.abspath(dest)))
     subprocess.run([sys.executable, "-m", "rmqdump", "rebuild", gen, "--out", os.path.join(built, "o")], check=True, stdout=subprocess.DEVNULL)
     for name in ("consumequeue", "index", "checkpoint"):
@@ -53,6 +55,9 @@ def setup(gen: str, dest: str, at: float, offset: int | None = None) -> None:
     target = offset if offset is not None else int(at * sum(f.size for f in cl.files))
     for b in scan_commitlog(cl, from_offset=target, check_crc=False):
         pos = int(b.cols["body_pos"][0]) + 5
+        if os.stat(b.seg.path).st_nlink > 1:  # a hard link to GENSTORE's file: damage a copy of it, never the original
+            copy_file(b.seg.path, b.seg.path + ".copy")
+            os.replace(b.seg.path + ".copy", b.seg.path)
         with open(b.seg.path, "r+b") as f:
             f.seek(pos)
             c = f.read(1)
@@ -125,13 +130,14 @@ def main() -> int:
     s.add_argument("dest")
     s.add_argument("--at", type=float, default=0.5, help="where the damaged record lies, as a fraction of the CommitLog")
     s.add_argument("--offset", type=int, help="where the damaged record lies: the first record at or after this CommitLog byte")
+    s.add_argument("--link", action="store_true", help="hard-link the CommitLog files; only the damaged one is copied")
     r = sub.add_parser("run")
     r.add_argument("store")
     r.add_argument("--repeat", type=int, default=3)
     r.add_argument("--baseline", help="another checkout whose salvage runs alongside (cwd and PYTHONPATH there)")
     a = ap.parse_args()
     if a.what == "setup":
-        setup(a.gen, a.dest, a.at, a.offset)
+        setup(a.gen, a.dest, a.at, a.offset, a.link)
     else:
         run(a.store, a.repeat, a.baseline)
     return 0

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import itertools
 import json
 import os
 import shutil
@@ -82,6 +83,19 @@ def salvage(store: Path, out: Path, *args: str) -> tuple[int, dict]:
     return res.exit_code, json.loads((out / "manifest.json").read_text())
 
 
+SMALL_RANGES = 8192  # survey ranges of 8 KiB: a fixture's few hundred KiB become dozens of classification windows
+
+
+def salvage_in_windows(store: Path, out: Path, fmt: str = "parquet") -> tuple[int, dict]:
+    """salvage through the library with SMALL_RANGES, so what one window must carry to the next (each queue's highest
+    queue offset, the units that reach its records) is exercised on the small real stores."""
+    from rmqdump.export.salvage import salvage as salvage_store
+    from rmqdump.readers.store import Store
+
+    res = salvage_store(Store.open(str(store)), str(out), fmt=fmt, split_size=SMALL_RANGES, sync=False)
+    return (1 if res.salvaged else 0), json.loads((out / "manifest.json").read_text())
+
+
 def damaged_named(rec: dict, man: dict, flagged: dict[int, dict]) -> bool:
     """A damaged record is named: flagged as a record, or inside (or starting) a stretch the manifest lists as damage."""
     at, size = rec["physicalOffset"], rec["size"]
@@ -93,15 +107,21 @@ def damaged_named(rec: dict, man: dict, flagged: dict[int, dict]) -> bool:
     )
 
 
+@pytest.mark.parametrize("windows", ["one", "many"])
 @pytest.mark.parametrize("scenario", DAMAGED)
-def test_salvage_plus_what_the_broker_serves_is_every_intact_put(scenario, tmp_path):
+def test_salvage_plus_what_the_broker_serves_is_every_intact_put(scenario, windows, tmp_path):
     base = REAL / f"rmq53-damaged-{scenario}"
     puts = {m["wroteOffset"]: m for m in manifest(f"rmq53-damaged-{scenario}") if m.get("kind") == "put"}
     damage = json.loads((base / "damage.json").read_text())
     hit = {r["physicalOffset"]: r for r in damage["recordsHit"]}
-    broker = served(json.loads((base / "broker-recovery.json").read_text()))
+    rec = json.loads((base / "broker-recovery.json").read_text())
+    broker = served(rec)
+    reached = {u[1] for q in rec["consumeQueues"].values() for u in q["units"]}  # [queueOffset, physicalOffset, size]
     fmt = "jsonl" if scenario == "bodycrc" else "parquet"
-    code, man = salvage(base / "store", tmp_path / "out", "-f", fmt)
+    if windows == "one":
+        code, man = salvage(base / "store", tmp_path / "out", "-f", fmt)
+    else:
+        code, man = salvage_in_windows(base / "store", tmp_path / "out", fmt)
 
     resend = {r["phys_offset"]: r for r in rows(tmp_path / "out", "messages")}
     flagged = {r["phys_offset"]: r for r in rows(tmp_path / "out", "flagged")}
@@ -112,6 +132,8 @@ def test_salvage_plus_what_the_broker_serves_is_every_intact_put(scenario, tmp_p
         assert r["reason"] in RESEND
         if r["reason"] == "after_recovery_stop":
             assert at not in broker  # the broker does not keep it
+        else:
+            assert at not in reached  # no unit the broker keeps reaches it
     for at, m in intact.items():  # nothing missing
         assert at in resend or broker.get(at) == m["uniqKey"], (at, m["seq"])
     for at, r in hit.items():
@@ -218,11 +240,12 @@ def test_units_gone_or_damaged_judged_by_the_broker(tmp_path):
     rec = broker_recovery(root, tmp_path / "oracle.json")
     reached = {u[1] for q in rec["consumeQueues"].values() for u in q["units"]}  # [queueOffset, physicalOffset, size]
     puts = manifest("rmq4-basic")
-    code, _ = salvage(root, tmp_path / "out")
-    got = {(r["phys_offset"], r["reason"]) for r in rows(tmp_path / "out", "messages")}
     want = {(m["wroteOffset"], "undispatched" if (m["topic"], m["queueId"]) == gone else "cq_damaged") for m in puts if m["wroteOffset"] not in reached}
     assert {r for _, r in want} == {"undispatched", "cq_damaged"}
-    assert got == want and code == 1
+    for out, do in ((tmp_path / "one", salvage), (tmp_path / "many", salvage_in_windows)):
+        code, _ = do(root, out)
+        got = {(r["phys_offset"], r["reason"]) for r in rows(out, "messages")}
+        assert got == want and code == 1, out.name
 
 
 def test_stale_tail_is_flagged_not_resent(tmp_path):
@@ -245,12 +268,48 @@ def test_stale_tail_is_flagged_not_resent(tmp_path):
         patch(path, at, bytes(rec))
         want.add(base + at)
         at += len(rec)
-    code, _ = salvage(root, tmp_path / "out")
-    assert rows(tmp_path / "out", "messages") == []
-    flagged = rows(tmp_path / "out", "flagged")
-    assert {r["phys_offset"] for r in flagged} == want and {r["reason"] for r in flagged} == {"stale_tail"}
-    assert sorted(r["uniq_key"] for r in flagged) == sorted(m["uniqKey"] for m in src)
-    assert code == 1
+    for out, do in ((tmp_path / "one", salvage), (tmp_path / "many", salvage_in_windows)):  # many: the originals lie windows earlier
+        code, _ = do(root, out)
+        assert rows(out, "messages") == [], out.name
+        flagged = rows(out, "flagged")
+        assert {r["phys_offset"] for r in flagged} == want and {r["reason"] for r in flagged} == {"stale_tail"}, out.name
+        assert sorted(r["uniq_key"] for r in flagged) == sorted(m["uniqKey"] for m in src)
+        assert code == 1
+
+
+_OFFSETS = st.one_of(st.integers(-3, 40), st.sampled_from([-(1 << 62), 1 << 62, (1 << 63) - 1]))  # far apart: no lifting
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    recs=st.lists(st.tuples(st.integers(0, 2), st.integers(0, 2), _OFFSETS, st.booleans()), max_size=120),
+    cuts=st.lists(st.integers(0, 120), max_size=6),
+)
+def test_stale_verdicts_carried_across_windows_equal_a_running_maximum(recs, cuts):
+    """The classifier's queue-offset regression check, window by window, against a plain model: an intact record is
+    stale when its queue offset is not above the highest an earlier intact record of its queue had."""
+    import numpy as np
+
+    from rmqdump.checks import salvage as S
+
+    highest_model: dict = {}
+    want = []
+    for t, q, qo, ok in recs:
+        was = highest_model.get((t, q))
+        want.append(ok and was is not None and qo <= was)
+        if ok:
+            highest_model[(t, q)] = qo if was is None else max(was, qo)
+    topic = np.array([r[0] for r in recs], np.int32)
+    qid = np.array([r[1] for r in recs], np.int32)
+    qo = np.array([r[2] for r in recs], np.int64)
+    ok = np.array([r[3] for r in recs], bool)
+    key = S.queue_keys(topic, qid)
+    highest: dict = {}
+    got = []
+    bounds = sorted({0, len(recs), *(c for c in cuts if c < len(recs))})
+    for a, b in itertools.pairwise(bounds):
+        got += S._regressed(ok[a:b], key[a:b], qo[a:b], highest).tolist()
+    assert got == want
 
 
 def test_clean_store_needs_nothing(tmp_path):

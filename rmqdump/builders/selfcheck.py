@@ -25,6 +25,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from rmqdump.common import problems as P
+from rmqdump.common.columnspill import ColumnSpill
 from rmqdump.common.problems import Problem
 
 SPILL_DIR = ".rmqdump-scan-columns"
@@ -49,10 +50,18 @@ class ScanColumns:
     def __init__(self, tmp: str):
         self.dir = os.path.join(tmp, SPILL_DIR)
         os.makedirs(self.dir)
+        self.records = ColumnSpill(self.dir, _RECORD)
+        self.keys = ColumnSpill(self.dir, _KEY)
         self.tmap: dict[str, int] = {}
         self.problems: list[Problem] = []  # what the scan found, as the verifiers' own scan would report it
-        self.n = self.nk = 0
-        self._files = {k: open(os.path.join(self.dir, k), "wb") for k in (*_RECORD, *_KEY)}  # noqa: SIM115 (closed in finish)
+
+    @property
+    def n(self) -> int:
+        return self.records.rows
+
+    @property
+    def nk(self) -> int:
+        return self.keys.rows
 
     def add(self, r) -> None:
         """One rebuild.RangeResult (its key hashes are index hashes)."""
@@ -72,13 +81,15 @@ class ScanColumns:
             "store_ts": r.store_ts,
             "flags": flags,
         }
-        cols["key_phys"] = r.phys[r.key_rec] if len(r.key_rec) else np.zeros(0, np.int64)
-        cols["key_hash"] = r.key_hash if len(r.key_rec) else np.zeros(0, np.int32)
-        cols["key_ts"] = r.store_ts[r.key_rec] if len(r.key_rec) else np.zeros(0, np.int64)
-        for k, dt in {**_RECORD, **_KEY}.items():
-            np.asarray(cols[k], dtype=dt).tofile(self._files[k])
-        self.n += len(r.phys)
-        self.nk += len(cols["key_phys"])
+        self.records.append(cols)
+        keyed = len(r.key_rec) > 0
+        self.keys.append(
+            {
+                "key_phys": r.phys[r.key_rec] if keyed else np.zeros(0, np.int64),
+                "key_hash": r.key_hash if keyed else np.zeros(0, np.int32),
+                "key_ts": r.store_ts[r.key_rec] if keyed else np.zeros(0, np.int64),
+            }
+        )
 
     def _scan_findings(self) -> dict:
         """What the analyses report of the CommitLog itself (its damage, read by the scan), beside the files proven:
@@ -90,28 +101,21 @@ class ScanColumns:
 
     def finish(self) -> None:
         """No more columns: the files are closed (and the object can be sent to the verifier processes)."""
-        for f in self._files.values():
-            f.close()
-        self._files = {}
+        self.records.finish()
+        self.keys.finish()
 
     def remove(self) -> None:
         self.finish()
         shutil.rmtree(self.dir, ignore_errors=True)
 
+    def _spill(self, name: str) -> ColumnSpill:
+        return self.keys if name in _KEY else self.records
+
     def _col(self, name: str) -> np.ndarray:
-        """A whole column, mapped: for binary searches, which touch a few pages of it."""
-        dt = {**_RECORD, **_KEY}[name]
-        count = self.nk if name in _KEY else self.n
-        if count == 0:
-            return np.zeros(0, dtype=dt)
-        return np.memmap(os.path.join(self.dir, name), dtype=dt, mode="r", shape=(count,))
+        return self._spill(name).mapped(name)
 
     def _read(self, name: str, a: int, b: int) -> np.ndarray:
-        """Rows [a, b) of a column, read (not mapped): a pass over the whole column keeps none of it resident."""
-        dt = np.dtype({**_RECORD, **_KEY}[name])
-        if b <= a:
-            return np.zeros(0, dtype=dt)
-        return np.fromfile(os.path.join(self.dir, name), dtype=dt, count=b - a, offset=a * dt.itemsize)
+        return self._spill(name).read(name, a, b)
 
     # --- for cq verify: record tables of about `window` records, in offset order ---
 

@@ -5,9 +5,11 @@ stops at the first record it cannot prove and truncates there: every record
 from that point on is gone after a restart, in the kept file or in the files
 it deletes. Before that point a record can still be out of reach when no
 ConsumeQueue unit the broker keeps points at it and the restart does not
-dispatch it again. A survey of the whole CommitLog keeps a few columns of
-every record; whole-array passes over them, in physical order, sort each
-record into a reason, and `records` reads the chosen ones again:
+dispatch it again. A survey of every range keeps a few columns of each
+record (export.salvage spills them to disk); a Classifier then sorts them
+into reasons a window at a time, in physical order, carrying what it must
+from window to window (each queue's highest queue offset so far), and
+`records` reads the chosen ones again:
 
 to re-send (the producer's message, intact):
   after_recovery_stop  at or past the broker's new end (its body CRC checks)
@@ -37,8 +39,8 @@ from rmqdump.common.problems import Problem
 from rmqdump.readers.consumequeue import QueueUnits, read_units
 from rmqdump.readers.mapped import MappedFile
 from rmqdump.readers.store import Store
-from rmqdump.scan.ranges import Mapper, range_batches
-from rmqdump.scan.splits import Split, commitlog_splits
+from rmqdump.scan.ranges import range_batches
+from rmqdump.scan.splits import Split
 from rmqdump.scan.walk import Batch, kernel, scan_file
 from rmqdump.schemas import constants as C
 
@@ -58,11 +60,15 @@ RANGES_LISTED = 1000  # byte ranges (and damage entries) described one by one; p
 
 @dataclass
 class Reach:
-    """The CommitLog offsets the broker serves through a ConsumeQueue unit after a restart."""
+    """The CommitLog offsets, within one window, that the broker serves through a ConsumeQueue unit after a restart."""
 
     offsets: np.ndarray  # sorted physical offsets of the units it keeps
     sizes: np.ndarray  # their sizes, in the same order
-    damaged_queues: set[tuple[str, int]]  # queues with a hole, an invalid unit or a layout problem
+
+    @classmethod
+    def of(cls, offsets: np.ndarray, sizes: np.ndarray) -> Reach:
+        order = np.argsort(offsets, kind="stable")
+        return cls(offsets[order], sizes[order])
 
     def reached(self, phys: np.ndarray, size: np.ndarray) -> np.ndarray:
         if not len(self.offsets):
@@ -72,8 +78,8 @@ class Reach:
         return (at < len(self.offsets)) & (self.offsets[at_c] == phys) & (self.sizes[at_c] == size)
 
 
-def _kept_units(q, valid_end: int) -> tuple[list[np.ndarray], list[np.ndarray], bool]:
-    """(offsets, sizes, damaged) of the units a restart keeps in one queue.
+def _kept_units(q, valid_end: int) -> Iterator[tuple[np.ndarray, np.ndarray, bool]]:
+    """(offsets, sizes, damaged so far) of the units a restart keeps in one queue, file by file.
 
     ConsumeQueue.recover reads the last three files up to the first unit with
     offset < 0 or size <= 0 (or a file not full) and drops what follows;
@@ -81,7 +87,6 @@ def _kept_units(q, valid_end: int) -> tuple[list[np.ndarray], list[np.ndarray], 
     """
     files = list(q.files)
     damaged = bool(q.problems)
-    offs, sizes = [], []
     tail_from = max(0, len(files) - 3)
     cut = False
     for i, f in enumerate(files):
@@ -100,32 +105,23 @@ def _kept_units(q, valid_end: int) -> tuple[list[np.ndarray], list[np.ndarray], 
                 if k < (q.file_size or f.size) // 20 or bad.size:
                     cut = True
         keep &= u.offset < valid_end
-        offs.append(u.offset[keep])
-        sizes.append(u.size[keep])
-    return offs, sizes, damaged
+        yield u.offset[keep], u.size[keep], damaged
+    if not files:
+        yield np.zeros(0, np.int64), np.zeros(0, np.int32), damaged
 
 
-def reach(store: Store, valid_end: int) -> Reach:
-    offs: list[np.ndarray] = []
-    sizes: list[np.ndarray] = []
-    damaged: set[tuple[str, int]] = set()
+def kept_units(store: Store, valid_end: int) -> Iterator[tuple[tuple[str, int], np.ndarray, np.ndarray, bool]]:
+    """(queue, offsets, sizes, damaged) for every stretch of units a restart keeps, a queue file (or batch chunk) at a time.
+
+    damaged: the queue has a hole, an invalid unit or a layout problem (known for sure at its last stretch)."""
     for key, q in store.queues.items():
-        o, s, bad = _kept_units(q, valid_end)
-        offs += o
-        sizes += s
-        if bad:
-            damaged.add(key)
+        for o, s, bad in _kept_units(q, valid_end):
+            yield key, o, s, bad
     for key, bq in store.batch_queues.items():
-        if bq.problems:
-            damaged.add(key)
+        yield key, np.zeros(0, np.int64), np.zeros(0, np.int32), bool(bq.problems)
         for u in bq.chunks():
             keep = u.valid_mask() & (u.offset < valid_end)
-            offs.append(u.offset[keep])
-            sizes.append(u.size[keep])
-    o = np.concatenate(offs) if offs else np.zeros(0, np.int64)
-    s = np.concatenate(sizes) if sizes else np.zeros(0, np.int32)
-    order = np.argsort(o, kind="stable")
-    return Reach(o[order], s[order], damaged)
+            yield key, u.offset[keep], u.size[keep], bool(bq.problems)
 
 
 @dataclass
@@ -133,7 +129,6 @@ class Plan:
     """What the classification needs from the store, worked out once before the scan."""
 
     preview: RecoveryPreview
-    reach: Reach
     redispatch_from: int
     valid_end: int
     topics: frozenset[str] | None = None
@@ -147,7 +142,7 @@ def plan(
     """chains: the survey's clean record chains as it finds them (run side by side, the walk steps over what it read)."""
     # the survey reads every record past the new end: the preview does not walk there (export.salvage counts them)
     p = preview(store, check_crc=check_crc, on_bytes=on_bytes, count_after=False, chains=chains)
-    return Plan(p, reach(store, p.valid_end), p.redispatch_from, p.valid_end, frozenset(topics) if topics else None, since, until)
+    return Plan(p, p.redispatch_from, p.valid_end, frozenset(topics) if topics else None, since, until)
 
 
 def _zeroed_properties(b: Batch) -> np.ndarray:
@@ -156,34 +151,13 @@ def _zeroed_properties(b: Batch) -> np.ndarray:
     return kernel().holds_zero(b.mf.data, c["properties_pos"].astype(np.int64), c["properties_length"].astype(np.int64))
 
 
-@dataclass
-class Survey:
-    """What classification needs of every record, as compact columns in physical order (no body, no bytes)."""
-
-    phys: np.ndarray  # int64
-    size: np.ndarray  # int32
-    ok: np.ndarray  # bool: CRCs hold (where checked) and the properties hold no zero byte
-    crc: np.ndarray  # int8: body CRC 1 matches, 0 does not, -1 not checked (kept: the chosen records are read again without it)
-    prop_crc: np.ndarray  # int8: property CRC 1 matches, 0 does not, -1 absent or not checked
-    topic: np.ndarray  # int32 index into `topics`
-    queue_id: np.ndarray  # int32
-    queue_offset: np.ndarray  # int64
-    sys_flag: np.ndarray  # int32
-    store_timestamp: np.ndarray  # int64
-    topics: list[str]
-    damage: list[Problem]  # what ended a stretch the scan could not decode, in order
-
-    def __len__(self) -> int:
-        return len(self.phys)
-
-
-_SURVEY_DTYPES = {
+SURVEY_DTYPES = {  # what classification needs of every record (~43 bytes; no body, no bytes)
     "phys": np.int64,
     "size": np.int32,
-    "ok": bool,
-    "crc": np.int8,
-    "prop_crc": np.int8,
-    "topic": np.int32,
+    "ok": bool,  # CRCs hold (where checked) and the properties hold no zero byte
+    "crc": np.int8,  # body CRC 1 matches, 0 does not, -1 not checked (kept: the chosen records are read again without it)
+    "prop_crc": np.int8,  # property CRC 1 matches, 0 does not, -1 absent or not checked
+    "topic": np.int32,  # index into the survey's topic list
     "queue_id": np.int32,
     "queue_offset": np.int64,
     "sys_flag": np.int32,
@@ -227,7 +201,7 @@ class _Chain:
 
 def survey_range(split: Split) -> tuple[dict[str, np.ndarray], list[str], list[Problem], int, tuple | None]:
     """One byte range's compact columns (topic ids into the range's own topic list), its damage, its bytes, its chain."""
-    cols: dict[str, list[np.ndarray]] = {k: [] for k in _SURVEY_DTYPES}
+    cols: dict[str, list[np.ndarray]] = {k: [] for k in SURVEY_DTYPES}
     names: dict[str, int] = {}
     damage: list[Problem] = []
     chain = _Chain()
@@ -250,96 +224,98 @@ def survey_range(split: Split) -> tuple[dict[str, np.ndarray], list[str], list[P
             cols["sys_flag"].append(c["sys_flag"].astype(np.int32))
             cols["store_timestamp"].append(c["store_timestamp"].astype(np.int64))
         damage.extend(b.damage())
-    arrays = {k: np.concatenate(v) if v else np.zeros(0, _SURVEY_DTYPES[k]) for k, v in cols.items()}
+    arrays = {k: np.concatenate(v) if v else np.zeros(0, SURVEY_DTYPES[k]) for k, v in cols.items()}
     return arrays, list(names), damage, split.length, chain.entry()
 
 
-def survey(
-    store: Store, *, check_crc: bool = True, on_bytes: Callable[[int], None] | None = None, mapper: Mapper = map, chains: dict | None = None
-) -> Survey:
-    """Every record's compact columns (~40 bytes a record), range by range on the one scan path, joined in CommitLog order.
+def _regressed(ok: np.ndarray, key: np.ndarray, qo: np.ndarray, highest: dict[int, int]) -> np.ndarray:
+    """Records (intact ones) whose queue offset is not above the highest their queue reached earlier in the CommitLog.
 
-    chains: filled range by range with each range's clean record chain (plan's walk steps over them)."""
-    cols: dict[str, list[np.ndarray]] = {k: [] for k in _SURVEY_DTYPES}
-    names: dict[str, int] = {}
-    damage: list[Problem] = []
-    for arrays, topics, dmg, nbytes, chain in mapper(survey_range, commitlog_splits(store.commitlog, check_crc=check_crc)):
-        if chains is not None and chain is not None:
-            chains[chain[0]] = chain[1]
-        remap = np.array([names.setdefault(t, len(names)) for t in topics], dtype=np.int32)
-        for k, v in arrays.items():
-            cols[k].append(remap[v] if k == "topic" and len(v) else v)
-        damage.extend(dmg)
-        if on_bytes is not None:
-            on_bytes(nbytes)
-    arrays = {k: np.concatenate(v) if v else np.zeros(0, _SURVEY_DTYPES[k]) for k, v in cols.items()}
-    return Survey(**arrays, topics=list(names), damage=damage)
-
-
-def _regressed(sv: Survey) -> np.ndarray:
-    """Records (intact ones) whose queue offset is not above the highest their queue reached earlier in the CommitLog."""
-    out = np.zeros(len(sv), dtype=bool)
-    idx = np.flatnonzero(sv.ok)
+    `highest` holds each queue's highest queue offset in the windows before this one, and is raised by this one's."""
+    out = np.zeros(len(ok), dtype=bool)
+    idx = np.flatnonzero(ok)
     if not idx.size:
         return out
-    key = sv.topic[idx].astype(np.int64) << 32 | (sv.queue_id[idx].astype(np.int64) & 0xFFFFFFFF)
-    order = np.argsort(key, kind="stable")  # by queue, physical order kept within each
-    ks, qo = key[order], sv.queue_offset[idx[order]]
+    order = np.argsort(key[idx], kind="stable")  # by queue, physical order kept within each
+    ks, qs = key[idx[order]], qo[idx[order]]
     first = np.concatenate([[True], ks[1:] != ks[:-1]])
+    starts = np.flatnonzero(first)
     seg = np.cumsum(first) - 1
-    # a running maximum that starts afresh at each queue: lift every queue above the ones before it
-    span = int(qo.max()) - int(qo.min()) + 2
-    if span * (int(seg[-1]) + 1) < 1 << 62:
-        lifted = seg * span + (qo - int(qo.min()) + 1)
+    low = np.iinfo(np.int64).min
+    before = np.array([highest.get(k, low) for k in ks[starts].tolist()], dtype=np.int64)
+    prev = np.full(len(qs), low, dtype=np.int64)  # the highest earlier in the same queue and window
+    span = int(qs.max()) - int(qs.min()) + 2
+    if span * len(starts) < 1 << 62:
+        # a running maximum that starts afresh at each queue: lift every queue above the ones before it
+        lifted = seg * span + (qs - int(qs.min()) + 1)
         run = np.maximum.accumulate(lifted)
-        prev = np.concatenate([[0], run[:-1]])
-        prev[first] = 0
-        out[idx[order]] = lifted <= prev
-        return out
-    starts = [*np.flatnonzero(first).tolist(), len(ks)]  # offsets too far apart to lift (damaged headers): queue by queue
-    for a, b in itertools.pairwise(starts):
-        q = qo[a:b]
-        prev = np.concatenate([[np.iinfo(np.int64).min], np.maximum.accumulate(q)[:-1]])
-        out[idx[order[a:b]]] = q <= prev
+        within = ~first
+        prev[within] = run[:-1][within[1:]] - seg[within] * span + int(qs.min()) - 1
+    else:  # offsets too far apart to lift (damaged headers): queue by queue
+        for a, b in itertools.pairwise([*starts.tolist(), len(qs)]):
+            prev[a + 1 : b] = np.maximum.accumulate(qs[a : b - 1])
+    out[idx[order]] = qs <= np.maximum(prev, before[seg])
+    for k, top, was in zip(ks[starts].tolist(), np.maximum.reduceat(qs, starts).tolist(), before.tolist(), strict=True):
+        highest[k] = max(top, was)
     return out
 
 
-def classify(p: Plan, sv: Survey) -> np.ndarray:
-    """The reason (index into REASONS, NONE for nothing) of every surveyed record."""
-    n = len(sv)
-    reason = np.full(n, NONE, dtype=np.int8)
-    if not n:
+def queue_keys(topic: np.ndarray, queue_id: np.ndarray) -> np.ndarray:
+    """One int64 per (topic index, queue id)."""
+    return topic.astype(np.int64) << 32 | (queue_id.astype(np.int64) & 0xFFFFFFFF)
+
+
+class Classifier:
+    """Sorts the survey's records into reasons, window after window in physical order (one pass, bounded memory)."""
+
+    def __init__(self, p: Plan, damaged_queues: set[tuple[str, int]]):
+        self.p = p
+        self.damaged_queues = damaged_queues
+        self.highest: dict[int, int] = {}  # each queue's highest queue offset among the intact records classified so far
+
+    def classify(self, cols: dict[str, np.ndarray], topics: list[str], reach: Reach) -> np.ndarray:
+        """The reason (index into REASONS, NONE for nothing) of every record of the next window.
+
+        cols: SURVEY_DTYPES columns; topics: the names their topic indices point at; reach: the kept units within the window."""
+        p = self.p
+        n = len(cols["phys"])
+        reason = np.full(n, NONE, dtype=np.int8)
+        if not n:
+            return reason
+        ok, phys, size = cols["ok"], cols["phys"], cols["size"]
+        key = queue_keys(cols["topic"], cols["queue_id"])
+        after = phys >= p.valid_end
+        stale = _regressed(ok, key, cols["queue_offset"], self.highest)
+        t = cols["sys_flag"] & C.TRANSACTION_MASK
+        queued = (t == C.TRANSACTION_NOT) | (t == C.TRANSACTION_COMMIT)
+        before = ~after & ok & ~stale & queued & (phys < p.redispatch_from)  # from there on the restart dispatches it again
+        missing = before & ~reach.reached(phys, size)
+        reason[ok & after & ~stale] = REASONS.index(AFTER_STOP)
+        reason[ok & stale] = REASONS.index(STALE_TAIL)
+        reason[~ok & after] = REASONS.index(DAMAGED)
+        reason[~ok & ~after] = REASONS.index(KEPT_DAMAGED)
+        if missing.any():
+            ids = {name: i for i, name in enumerate(topics)}
+            bad = [(ids[tn], q) for tn, q in self.damaged_queues if tn in ids]
+            bad_keys = queue_keys(np.array([i for i, _ in bad], np.int64), np.array([q for _, q in bad], np.int64))
+            in_bad = np.isin(key, bad_keys)
+            reason[missing & in_bad] = REASONS.index(CQ_DAMAGED)
+            reason[missing & ~in_bad] = REASONS.index(UNDISPATCHED)
+        keep = np.ones(n, dtype=bool)
+        if p.topics is not None:
+            keep &= np.array([tn in p.topics for tn in topics], dtype=bool)[cols["topic"]]
+        if p.since is not None:
+            keep &= cols["store_timestamp"] >= p.since
+        if p.until is not None:
+            keep &= cols["store_timestamp"] < p.until
+        reason[~keep] = NONE
         return reason
-    ok, phys = sv.ok, sv.phys
-    after = phys >= p.valid_end
-    stale = _regressed(sv)
-    t = sv.sys_flag & C.TRANSACTION_MASK
-    queued = (t == C.TRANSACTION_NOT) | (t == C.TRANSACTION_COMMIT)
-    before = ~after & ok & ~stale & queued & (phys < p.redispatch_from)  # from there on the restart dispatches it again
-    missing = before & ~p.reach.reached(phys, sv.size)
-    reason[ok & after & ~stale] = REASONS.index(AFTER_STOP)
-    reason[ok & stale] = REASONS.index(STALE_TAIL)
-    reason[~ok & after] = REASONS.index(DAMAGED)
-    reason[~ok & ~after] = REASONS.index(KEPT_DAMAGED)
-    if missing.any():
-        dq = p.reach.damaged_queues
-        for i in np.flatnonzero(missing).tolist():
-            reason[i] = REASONS.index(CQ_DAMAGED if (sv.topics[int(sv.topic[i])], int(sv.queue_id[i])) in dq else UNDISPATCHED)
-    keep = np.ones(n, dtype=bool)
-    if p.topics is not None:
-        keep &= np.array([tn in p.topics for tn in sv.topics], dtype=bool)[sv.topic]
-    if p.since is not None:
-        keep &= sv.store_timestamp >= p.since
-    if p.until is not None:
-        keep &= sv.store_timestamp < p.until
-    reason[~keep] = NONE
-    return reason
 
 
 def records(store: Store, phys: np.ndarray, *, check_crc: bool = True) -> Iterator[tuple[Batch, np.ndarray, np.ndarray]]:
     """The records at `phys` (sorted record starts the survey found), read again: (batch, their indices in it, their indices in phys).
 
-    Each file is scanned from its first wanted record on, so only the stretches that hold them are read twice;
+    Each file is scanned from its first wanted record to its last, so only the stretches that hold them are read twice;
     should a start not resync onto its record, the file is scanned again from its start (as the survey did) for
     the ones missed.
     """
@@ -351,7 +327,8 @@ def records(store: Store, phys: np.ndarray, *, check_crc: bool = True) -> Iterat
         got = np.zeros(len(want), dtype=bool)
         with MappedFile(seg.path, limit=store.commitlog.file_size) as mf:
             for start in (int(want[0] - seg.base), 0):
-                for b in scan_file(seg, mf, start=start, check_crc=check_crc, batch_records=BATCH_RECORDS):
+                stop = int(want[-1] - seg.base) + 1
+                for b in scan_file(seg, mf, start=start, end=stop, check_crc=check_crc, batch_records=BATCH_RECORDS):
                     if not len(b):
                         continue
                     bp = b.cols["_pos"].astype(np.int64) + seg.base

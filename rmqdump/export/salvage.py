@@ -29,15 +29,18 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from rmqdump.checks import salvage as S
+from rmqdump.common.columnspill import ColumnSpill
 from rmqdump.common.problems import Problem
 from rmqdump.common.publish import publishing
 from rmqdump.export import arrowbatch
 from rmqdump.export.dataset import DICTIONARY_COLUMNS
 from rmqdump.readers.store import Store
 from rmqdump.scan.ranges import Mapper
+from rmqdump.scan.splits import DEFAULT_SPLIT, commitlog_splits
 
 FORMATS = ("parquet", "jsonl")
 MANIFEST = "manifest.json"
+SPILL_DIR = ".rmqdump-salvage-columns"  # the survey's columns, in the publishing directory until the sets are written
 SETS = {"messages": S.TO_RESEND, "flagged": S.FLAGGED}
 UNSUMMARIZED = ("body", "raw_without_body")
 ROWS_PER_GROUP = 4096  # bodies and raw bytes (~10 MB a group for 1.2 KB records): keep the buffers small
@@ -220,20 +223,89 @@ class SalvageResult:
         }
 
 
-def _recovery(p: S.Plan, sv: S.Survey) -> dict:
-    """The recovery that decides it all; what lies past its new end as the survey decoded it (records, their end)."""
+def _recovery(p: S.Plan) -> dict:
+    """The recovery that decides it all; what lies past its new end is added as the windows are classified."""
     r = p.preview
-    past = sv.phys >= r.valid_end
     return {
         "abnormal": r.abnormal,
         "scan_from": r.scan_from,
         "valid_end": r.valid_end,
         "stop": r.stop,
-        "data_end": int((sv.phys[past] + sv.size[past]).max()) if past.any() else r.valid_end,
-        "dropped_messages": int(past.sum()),
+        "data_end": r.valid_end,  # raised to the end of the last record the survey decoded past it
+        "dropped_messages": 0,  # records the survey decoded past it
         "commitlog_files_deleted": r.commitlog_files_dropped,
         "redispatch_from": r.redispatch_from,
     }
+
+
+def _note_past(rec: dict, cols: dict[str, np.ndarray]) -> None:
+    past = cols["phys"] >= rec["valid_end"]
+    if past.any():
+        rec["dropped_messages"] += int(past.sum())
+        rec["data_end"] = max(rec["data_end"], int((cols["phys"][past] + cols["size"][past]).max()))
+
+
+@dataclass
+class _Window:
+    """The survey's rows of one byte range: the records that start in [start, next window's start)."""
+
+    start: int
+    rows: tuple[int, int]
+
+
+def _survey(store: Store, spill: ColumnSpill, res: SalvageResult, check_crc: bool, split_size: int, on_bytes, mapper: Mapper):
+    """Every range's survey columns appended to `spill` in CommitLog order (topic indices into one list); (windows, topics, chains)."""
+    splits = commitlog_splits(store.commitlog, split_size, check_crc=check_crc)
+    names: dict[str, int] = {}
+    chains: dict = {}
+    windows: list[_Window] = []
+    for sp, (arrays, topics, damage, nbytes, chain) in zip(splits, mapper(S.survey_range, splits), strict=True):
+        if chain is not None:
+            chains[chain[0]] = chain[1]
+        if len(arrays["topic"]):
+            arrays["topic"] = np.array([names.setdefault(t, len(names)) for t in topics], dtype=np.int32)[arrays["topic"]]
+        rows = spill.rows
+        spill.append(arrays)
+        windows.append(_Window(sp.base + sp.start, (rows, spill.rows)))
+        for pr in damage:
+            res.note_damage(pr)
+        if on_bytes is not None:
+            on_bytes(nbytes)
+    return windows, list(names), chains
+
+
+class _UnitsByWindow:
+    """The ConsumeQueue units a restart keeps, sorted into one file per survey window by the record they point at:
+    a window's classification reads only its own (memory bounded by a window, whatever the store's size)."""
+
+    DTYPE = np.dtype([("offset", "<i8"), ("size", "<i4")])
+
+    def __init__(self, directory: str, starts: list[int]):
+        self.dir = directory
+        self.starts = np.array(starts, dtype=np.int64)
+
+    def _path(self, i: int) -> str:
+        return os.path.join(self.dir, f"units-{i}")
+
+    def add(self, offsets: np.ndarray, sizes: np.ndarray) -> None:
+        if not len(offsets):
+            return
+        w = np.searchsorted(self.starts, offsets, side="right") - 1
+        order = np.argsort(w, kind="stable")
+        w = w[order]
+        cuts = np.flatnonzero(np.concatenate([[True], w[1:] != w[:-1]])).tolist()
+        for a, b in zip(cuts, [*cuts[1:], len(w)], strict=True):
+            if w[a] < 0:
+                continue  # before the first file: no record there
+            rows = np.empty(b - a, self.DTYPE)
+            rows["offset"], rows["size"] = offsets[order[a:b]], sizes[order[a:b]]
+            with open(self._path(int(w[a])), "ab") as f:
+                rows.tofile(f)
+
+    def reach(self, i: int) -> S.Reach:
+        path = self._path(i)
+        rows = np.fromfile(path, dtype=self.DTYPE) if os.path.exists(path) else np.zeros(0, self.DTYPE)
+        return S.Reach.of(rows["offset"].astype(np.int64), rows["size"].astype(np.int32))
 
 
 def _with_verdicts(b, idx: np.ndarray, crc: np.ndarray, prop_crc: np.ndarray) -> None:
@@ -288,41 +360,59 @@ def salvage(
     sync: bool = True,
     on_bytes: Callable[[int], None] | None = None,
     mapper: Mapper = map,
+    split_size: int = DEFAULT_SPLIT,
 ) -> SalvageResult:
-    """Survey every record, preview the broker's recovery over the survey's findings, sort the records into reasons, read the chosen
-    ones again into both sets, and write the manifest; all into `out`, published atomically. The result is the manifest."""
+    """Survey every record (its columns spilled to disk), preview the broker's recovery over the survey's findings, then
+    window after window (a survey range each) sort the records into reasons and read the chosen ones again into both
+    sets; write the manifest; all into `out`, published atomically. The result is the manifest."""
     if fmt not in FORMATS:
         raise ValueError(f"format must be one of {FORMATS}")
     t0 = time.perf_counter()
     res = SalvageResult(os.path.abspath(store.root), os.path.abspath(out), fmt, filters={"topic": topics or None, "since": since, "until": until})
     with publishing(out, force=force, stores=[store.root], kind="dir", sync=sync) as tmp:
-        # the survey first (the mapper's threads), then the recovery preview, whose walk steps over the stretches the
-        # survey read without finding anything it stops at: every byte is scanned once
-        chains: dict = {}
-        sv = S.survey(store, check_crc=check_crc, on_bytes=on_bytes, mapper=mapper, chains=chains)
-        p = S.plan(store, check_crc=check_crc, topics=topics, since=since, until=until, on_bytes=on_bytes, chains=lambda: chains)
-        res.recovery = _recovery(p, sv)
-        res.records_scanned = len(sv)
-        for pr in [*store.commitlog.problems, *sv.damage]:
+        for pr in store.commitlog.problems:
             res.note_damage(pr)
-        reason = S.classify(p, sv)
-        wanted = np.flatnonzero(reason != S.NONE)
-        chosen, why, crc, pcrc = sv.phys[wanted], reason[wanted], sv.crc[wanted], sv.prop_crc[wanted]
-        del sv, reason, wanted, p  # the write holds only the chosen records' offsets, reasons and CRC verdicts
-        names = schema().names
-        sinks = {name: _Sink(os.path.join(tmp, f"{name}.{fmt}"), fmt, names) for name in SETS}
+        cols = ColumnSpill(os.path.join(tmp, SPILL_DIR), S.SURVEY_DTYPES)
+        sinks: dict[str, _Sink] = {}
         hashes: dict[str, str] = {}
         try:
-            for b, idx, at in S.records(store, chosen, check_crc=False):  # the survey checked them
-                _with_verdicts(b, idx, crc[at], pcrc[at])
-                _take(res, b, idx, why[at], sinks, broker)
-                # taken (Arrow holds copies): its pages of the map can go, as export does
-                b.mf.release(int(b.cols["_pos"][0]), int(b.cols["_end"][-1]))
+            # the survey first (the mapper's threads), then the recovery preview, whose walk steps over the stretches the
+            # survey read without finding anything it stops at: every byte is scanned once
+            windows, topic_names, chains = _survey(store, cols, res, check_crc, split_size, on_bytes, mapper)
+            cols.finish()
+            p = S.plan(store, check_crc=check_crc, topics=topics, since=since, until=until, on_bytes=on_bytes, chains=lambda: chains)
+            res.recovery = _recovery(p)
+            res.records_scanned = cols.rows
+            units = _UnitsByWindow(cols.dir, [w.start for w in windows])
+            damaged: set[tuple[str, int]] = set()
+            for key, offsets, sizes, bad in S.kept_units(store, p.valid_end):
+                units.add(offsets, sizes)
+                if bad:
+                    damaged.add(key)
+            clf = S.Classifier(p, damaged)
+            names = schema().names
+            sinks = {name: _Sink(os.path.join(tmp, f"{name}.{fmt}"), fmt, names) for name in SETS}
+            for i, w in enumerate(windows):
+                c = cols.window(*w.rows)
+                _note_past(res.recovery, c)
+                reason = clf.classify(c, topic_names, units.reach(i))
+                wanted = np.flatnonzero(reason != S.NONE)
+                if not wanted.size:
+                    continue
+                # the write holds only this window's chosen records' offsets, reasons and CRC verdicts
+                chosen, why, crc, pcrc = c["phys"][wanted], reason[wanted], c["crc"][wanted], c["prop_crc"][wanted]
+                del c, reason, wanted
+                for b, idx, at in S.records(store, chosen, check_crc=False):  # the survey checked them
+                    _with_verdicts(b, idx, crc[at], pcrc[at])
+                    _take(res, b, idx, why[at], sinks, broker)
+                    # taken (Arrow holds copies): its pages of the map can go, as export does
+                    b.mf.release(int(b.cols["_pos"][0]), int(b.cols["_end"][-1]))
         finally:
-            for name, s in sinks.items():
-                hashes[name] = s.close()
-        for name, s in sinks.items():
-            res.files.append({"name": os.path.basename(s.path), "set": name, "rows": s.rows, "bytes": os.path.getsize(s.path), "sha256": hashes[name]})
+            for name, sk in sinks.items():
+                hashes[name] = sk.close()
+            cols.remove()  # the spill (and the units by window) never reach the published directory
+        for name, sk in sinks.items():
+            res.files.append({"name": os.path.basename(sk.path), "set": name, "rows": sk.rows, "bytes": os.path.getsize(sk.path), "sha256": hashes[name]})
         res.seconds = time.perf_counter() - t0
         with open(os.path.join(tmp, MANIFEST), "w", encoding="utf-8") as f:
             json.dump(res.to_dict(), f, ensure_ascii=False, indent=1)

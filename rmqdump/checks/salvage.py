@@ -328,7 +328,7 @@ def records(store: Store, phys: np.ndarray, *, check_crc: bool = True) -> Iterat
         with MappedFile(seg.path, limit=store.commitlog.file_size) as mf:
             for start in (int(want[0] - seg.base), 0):
                 stop = int(want[-1] - seg.base) + 1
-                for b in scan_file(seg, mf, start=start, end=stop, check_crc=check_crc, batch_records=BATCH_RECORDS):
+                for b in scan_file(seg, mf, start=start, end=stop, check_crc=check_crc, batch_records=BATCH_RECORDS, report_past_end=False):
                     if not len(b):
                         continue
                     bp = b.cols["_pos"].astype(np.int64) + seg.base

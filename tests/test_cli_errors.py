@@ -21,6 +21,8 @@ CASES = [
     ["msgid", "XYZ"],
     ["rebuild", STORE, "--out", STORE + "/out"],
     ["export", "-s", "/nonexistent", "-o", "/tmp/never-written"],
+    ["info", "-s", STORE, "--broker-version", "6.0"],
+    ["salvage", STORE, "--out", "/tmp/never-written", "--broker-version", "latest"],
 ]
 
 

@@ -146,12 +146,12 @@ def _commitlog_sizes(root) -> dict[int, int]:
     return {int(n): os.path.getsize(d / n) for n in os.listdir(d)}
 
 
-def _walked(root, **kw) -> tuple[list[int], object]:
+def _walked(root, version=None, **kw) -> tuple[list[int], object]:
     from rmqdump.checks.recovery import preview
     from rmqdump.readers.store import Store
 
     told: list[int] = []
-    r = preview(Store.open(root), on_bytes=told.append, **kw)
+    r = preview(Store.open(root, version), on_bytes=told.append, **kw)
     return told, r
 
 
@@ -167,7 +167,8 @@ def test_recovery_preview_tells_each_byte_from_its_start_file_on(name):
     span = sum(n for base, n in sizes.items() if base >= r.scan_from)
     assert all(n > 0 for n in told) and sum(told) == span == preview_bytes(Store.open(root))
     assert len(told) >= sum(1 for base in sizes if base >= r.scan_from)  # at least once a file: the bar moves during the walk
-    assert (r.scan_from > 0) == (name in ("rmq4-basic", "rmq5-basic", "rmq53-v2"))  # normal: third-last file; flags has 3; crash: from 0
+    # normal (5.3.2 on): the file holding the ConsumeQueues' max offset, the last here; crash: from 0
+    assert (r.scan_from == max(sizes)) == (name != "rmq4-crash")
 
 
 def test_recovery_preview_progress_through_a_bad_body(tmp_path):
@@ -180,9 +181,9 @@ def test_recovery_preview_progress_through_a_bad_body(tmp_path):
     base = sorted(sizes)[-2]
     victim = next(m for m in manifest("rmq4-basic") if base <= m["wroteOffset"] < base + sizes[base] and m["body_len"] > 0)
     patch(root / "commitlog" / f"{base:020d}", victim["wroteOffset"] - base + HEADER_V1_IPV4, b"\xff")
-    told, r = _walked(root)
+    told, r = _walked(root, (5, 3, 1))  # before 5.3.2 a normal recovery walks the last three files: the damage too
     assert r.valid_end == victim["wroteOffset"] and r.truncated_messages > 0
-    assert sum(told) == sum(n for b, n in sizes.items() if b >= r.scan_from) == preview_bytes(Store.open(root))
+    assert sum(told) == sum(n for b, n in sizes.items() if b >= r.scan_from) == preview_bytes(Store.open(root, (5, 3, 1)))
 
 
 def test_store_info_tells_the_data_end_file_and_the_preview():

@@ -61,9 +61,10 @@ def test_crash_preview_jsonl_line():
 
 
 @pytest.mark.parametrize("name", HEALTHY)
-def test_clean_stores_recover_normally_from_the_third_last_file(name):
-    st = Store.open(store_root(name))
+def test_clean_stores_recover_normally_from_the_third_last_file_before_5_3_2(name):
+    st = Store.open(store_root(name), (5, 3, 1))
     r = preview(st)
+    assert r.rules == "5.0 to 5.3.1"
     m = manifest(name)
     end = max(x["wroteOffset"] + x["wroteBytes"] for x in m)
     assert not r.abnormal
@@ -121,10 +122,12 @@ def test_newer_checkpoint_moves_the_scan_start(tmp_path):
 
 
 def test_without_abort_5_3_2_starts_from_the_consume_queue_max(tmp_path):
+    """The default rules are the newest broker's: 5.3.2 on, CommitLog.recoverNormally starts at the file holding the
+    ConsumeQueues' max offset (asked for explicitly, the same)."""
     st = Store.open(store_root("rmq4-basic"))
-    r = preview(st, normal_start=NORMAL_FROM_CQ)
-    last = st.commitlog.files[-1]
-    assert r.scan_from == last.base and r.cq_max_phys_offset == r.valid_end
+    for r in (preview(st), preview(st, normal_start=NORMAL_FROM_CQ), preview(Store.open(store_root("rmq4-basic"), (5, 3, 3)))):
+        last = st.commitlog.files[-1]
+        assert r.scan_from == last.base and r.cq_max_phys_offset == r.valid_end
 
 
 def test_a_4x_broker_stops_at_the_first_v2_record():

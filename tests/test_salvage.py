@@ -25,7 +25,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 from conftest import REAL, SETTINGS, broker_recovery, copy_store, flip, manifest, patch, run, run_proc, store_root
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from rmqdump.schemas import message_header
@@ -193,6 +193,7 @@ def _damage(root: Path, name: str, kind: str, k: float) -> tuple[int, int]:
 @pytest.mark.slow
 @settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(name=st.sampled_from(["rmq4-basic", "rmq53-v2"]), kind=st.sampled_from(["body", "magic", "page"]), k=st.floats(0.0, 1.0))
+@example(name="rmq4-basic", kind="body", k=0.9375)  # found by this test: damage before the file a 5.3.2+ broker starts at
 def test_damaged_copies_judged_by_the_broker(tmp_path_factory, name, kind, k):
     tmp = tmp_path_factory.mktemp("salvage")
     root = copy_store(name, tmp)
@@ -227,6 +228,34 @@ def test_damaged_copies_judged_by_the_broker(tmp_path_factory, name, kind, k):
         assert damaged_named({"physicalOffset": at, "size": puts[at]["wroteBytes"]}, man, flagged), (name, kind, lo, at)
         if at in flagged:
             assert flagged[at]["reason"] == ("kept_damaged" if at in broker else "damaged")
+
+
+@pytest.mark.slow
+def test_damage_before_the_file_a_5_3_2_broker_starts_at(tmp_path):
+    """rmq4-basic (clean shutdown), a body byte flipped in the third-last CommitLog file: RocketMQ 5.3.3 (the oracle)
+    starts its normal recovery at the file holding the ConsumeQueues' max offset, never walks the damage and keeps
+    every message, so salvage (by default the newest rules) re-sends nothing and flags the damaged one as kept. Asked
+    for a 5.3.1 broker, which walks the last three files, everything after the damaged record is lost and re-sent."""
+    name = "rmq4-basic"
+    size = SETTINGS[name]["commitlog"]
+    root = copy_store(name, tmp_path)
+    bases = sorted(int(p.name) for p in (root / "commitlog").iterdir())
+    puts = sorted(manifest(name), key=lambda m: m["wroteOffset"])
+    victim = next(m for m in puts if m["wroteOffset"] >= bases[-3] and m["body_len"] > 0)
+    at = _body_at(victim)
+    flip(root / "commitlog" / f"{at // size * size:020d}", at % size, 0x10)
+    rec = broker_recovery(root, tmp_path / "oracle.json")
+    broker = served(rec)
+    assert all(broker.get(m["wroteOffset"]) == m["uniqKey"] for m in puts if m is not victim)  # 5.3.3 keeps them all
+
+    code, man = salvage(root, tmp_path / "newest")
+    assert rows(tmp_path / "newest", "messages") == [] and man["recovery"]["broker_rules"] == "5.3.2 on"
+    assert [(r["phys_offset"], r["reason"]) for r in rows(tmp_path / "newest", "flagged")] == [(victim["wroteOffset"], "kept_damaged")]
+    assert code == 1
+
+    salvage(root, tmp_path / "531", "--broker-version", "5.3.1")
+    resend = {r["phys_offset"]: r["reason"] for r in rows(tmp_path / "531", "messages")}
+    assert resend == {m["wroteOffset"]: "after_recovery_stop" for m in puts if m["wroteOffset"] > victim["wroteOffset"]}
 
 
 @pytest.mark.slow

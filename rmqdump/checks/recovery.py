@@ -8,9 +8,11 @@ recoverAbnormally (4.9.x to 5.3.x):
   the checkpoint's min(physicMsgTimestamp, logicsMsgTimestamp) - 3 s (the
   first file if none qualifies), and every record from there is dispatched
   again into the ConsumeQueues (existing units are skipped) and the index.
-* otherwise normal recovery from the third-last file (5.3.2+: from the newest
-  file starting at or below the ConsumeQueues' max physical offset), and the
-  re-dispatch starts at the ConsumeQueues' max physical offset.
+* otherwise normal recovery from the third-last file (4.x to 5.3.1) or, from
+  5.3.2 on, from the newest file starting at or below the ConsumeQueues' max
+  physical offset; the re-dispatch starts at the ConsumeQueues' max physical
+  offset. Which one is the store's `broker_version` (the operator's
+  --broker-version; by default the newest rules: broker_rules).
 * either way the walk stops at the first record that fails the broker's own
   check (magic, body CRC with checkCRCOnRecover, totalSize against the fields)
   or at a zero tail; BLANK goes to the next file. That is the new end: the
@@ -52,6 +54,34 @@ from rmqdump.schemas.commitlog import MIN_RECORD_SIZE, PropertiesLength, TopicLe
 
 NORMAL_THIRD_LAST = "third_last"  # 4.x .. 5.3.1
 NORMAL_FROM_CQ = "from_cq"  # 5.3.2+
+FROM_CQ_SINCE = (5, 3, 2)  # CommitLog.recoverNormally starts at the file holding the ConsumeQueues' max offset
+
+
+@dataclass(frozen=True)
+class BrokerRules:
+    """What a broker release does differently in a restart's recovery."""
+
+    name: str  # the releases they hold for
+    allow_v2: bool  # reads MESSAGE_MAGIC_CODE_V2 records (5.x); a 4.x broker stops at the first one
+    normal_start: str  # where a normal recovery starts: NORMAL_THIRD_LAST or NORMAL_FROM_CQ
+
+
+def parse_broker_version(text: str) -> tuple[int, ...]:
+    """(major, minor, patch) of `4.9.7`, `5.3`, `rocketmq-all-5.3.3`; ValueError otherwise."""
+    t = text.strip().removeprefix("rocketmq-all-").removeprefix("v")
+    parts = t.split(".")
+    if not 1 <= len(parts) <= 3 or not all(p.isdigit() for p in parts) or not 4 <= int(parts[0]) <= 5:
+        raise ValueError(f"not a RocketMQ broker release: {text!r} (e.g. 4.9.7, 5.1.4, 5.3.3)")
+    return tuple(int(p) for p in parts)
+
+
+def broker_rules(version: tuple[int, ...] | None) -> BrokerRules:
+    """The recovery rules of a broker release; None: the newest (5.3.2 on)."""
+    if version is not None and version[0] < 5:
+        return BrokerRules("4.x", allow_v2=False, normal_start=NORMAL_THIRD_LAST)
+    if version is not None and version < FROM_CQ_SINCE:
+        return BrokerRules("5.0 to 5.3.1", allow_v2=True, normal_start=NORMAL_THIRD_LAST)
+    return BrokerRules("5.3.2 on", allow_v2=True, normal_start=NORMAL_FROM_CQ)
 
 _H4 = message_header()
 _H6 = message_header(born_v6=True)
@@ -119,10 +149,12 @@ class RecoveryPreview:
     min_timestamp: int | None
     cq_max_phys_offset: int
     load_errors: list[str] = field(default_factory=list)
+    rules: str = ""  # the broker releases whose rules it follows (BrokerRules.name)
 
     def to_dict(self) -> dict:
         return {
             "kind": "recovery",
+            "broker_rules": self.rules,
             "abnormal": self.abnormal,
             "scan_from": self.scan_from,
             "valid_end": self.valid_end,
@@ -474,7 +506,7 @@ def _start_index(files: list[SegmentFile], abnormal: bool, min_ts: int | None, c
     return max(0, len(files) - 3)
 
 
-def preview_bytes(store: Store, *, allow_v2: bool = True, message_index_safe: bool = False, normal_start: str = NORMAL_THIRD_LAST) -> int:
+def preview_bytes(store: Store, *, allow_v2: bool | None = None, message_index_safe: bool = False, normal_start: str | None = None) -> int:
     """The CommitLog bytes preview() goes past (and tells its `on_bytes` of): from its start file to the end of the files.
 
     Cheap (file heads, the checkpoint; the ConsumeQueues' tails only for NORMAL_FROM_CQ): a progress bar's total.
@@ -482,6 +514,9 @@ def preview_bytes(store: Store, *, allow_v2: bool = True, message_index_safe: bo
     files = store.commitlog.files
     if not files:
         return 0
+    rules = broker_rules(store.broker_version)
+    allow_v2 = rules.allow_v2 if allow_v2 is None else allow_v2
+    normal_start = rules.normal_start if normal_start is None else normal_start
     abnormal = store.abort
     min_ts = _min_timestamp(store.checkpoint(), message_index_safe)
     cq_max = max((_queue_max_phys(q) for q in store.queues.values()), default=-1) if normal_start == NORMAL_FROM_CQ and not abnormal else -1
@@ -493,9 +528,9 @@ def preview(
     store: Store,
     *,
     check_crc: bool = True,
-    allow_v2: bool = True,
+    allow_v2: bool | None = None,
     message_index_safe: bool = False,
-    normal_start: str = NORMAL_THIRD_LAST,
+    normal_start: str | None = None,
     on_bytes: Callable[[int], None] | None = None,
     dropped_listed: int | None = None,
     count_after: bool = True,
@@ -507,7 +542,12 @@ def preview(
     dropped_listed: how many dropped records to describe one by one (default DROPPED_LISTED; 0: only count them, no
     CRC past the new end). count_after=False: no walk past the new end at all (truncated_bytes, truncated_messages
     and dropped are left 0 and empty), for a caller that reads every record there itself. chains: see _walk.
+    allow_v2, normal_start: by default those of the store's broker_version (broker_rules).
     """
+    rules = broker_rules(store.broker_version)
+    if allow_v2 is not None or normal_start is not None:
+        rules = BrokerRules("as asked", rules.allow_v2 if allow_v2 is None else allow_v2, normal_start or rules.normal_start)
+    allow_v2, normal_start = rules.allow_v2, rules.normal_start
     cl = store.commitlog
     files = cl.files
     abnormal = store.abort
@@ -517,7 +557,7 @@ def preview(
     cq_max = max((_queue_max_phys(q) for q in queues), default=-1)
     min_ts = _min_timestamp(ckpt, message_index_safe)
     if not files:
-        return RecoveryPreview(abnormal, 0, None, 0, "no CommitLog files", 0, 0, [], 0, 0, [], [], 0, min_ts, cq_max, load_errors)
+        return RecoveryPreview(abnormal, 0, None, 0, "no CommitLog files", 0, 0, [], 0, 0, [], [], 0, min_ts, cq_max, load_errors, rules.name)
 
     start = _start_index(files, abnormal, min_ts, cq_max, allow_v2=allow_v2, normal_start=normal_start)
     progress = _Walked(on_bytes, files[start].base)
@@ -556,4 +596,5 @@ def preview(
         min_timestamp=min_ts,
         cq_max_phys_offset=cq_max,
         load_errors=load_errors,
+        rules=rules.name,
     )

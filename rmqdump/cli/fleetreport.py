@@ -7,7 +7,7 @@ from __future__ import annotations
 from rmqdump.cli import render
 
 
-def fleet_report(refs, out: str, *, force: bool, limit: int, check_crc: bool, workers: int | None = None) -> int:
+def fleet_report(refs, out: str, *, force: bool, limit: int, check_crc: bool, workers: int | None = None, broker_version: tuple[int, ...] | None = None) -> int:
     """Write the fleet page; 1 when a broker has problems, would drop data on restart, or cannot be read."""
     from rmqdump.common.problems import InputError
     from rmqdump.common.publish import check_target, publishing
@@ -21,7 +21,7 @@ def fleet_report(refs, out: str, *, force: bool, limit: int, check_crc: bool, wo
     stores: dict[str, Store | InputError] = {}
     for ref in refs:
         try:
-            stores[ref.name] = Store.open(ref.root)
+            stores[ref.name] = Store.open(ref.root, broker_version)
         except InputError as e:
             stores[ref.name] = e
     total = sum(collect_bytes(s) for s in stores.values() if isinstance(s, Store))

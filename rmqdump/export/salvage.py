@@ -228,6 +228,7 @@ def _recovery(p: S.Plan) -> dict:
     """The recovery that decides it all; what lies past its new end is added as the windows are classified."""
     r = p.preview
     return {
+        "broker_rules": r.rules,
         "abnormal": r.abnormal,
         "scan_from": r.scan_from,
         "valid_end": r.valid_end,

@@ -90,9 +90,12 @@ class Store:
     batch_queues: dict[tuple[str, int], BatchConsumeQueue] = field(default_factory=dict)  # batchconsumequeue/
     ext_queues: dict[tuple[str, int], ConsumeQueueExt] = field(default_factory=dict)  # consumequeue_ext/
     dledger: DLedgerDir | None = None  # when the CommitLog is a DLedger one (its files are dledger-<id>/data/)
+    # the broker release that will restart this store, as the operator says (--broker-version); None: the newest whose
+    # recovery rmqdump follows (checks.recovery.broker_rules)
+    broker_version: tuple[int, ...] | None = None
 
     @classmethod
-    def open(cls, root: str | os.PathLike) -> Store:
+    def open(cls, root: str | os.PathLike, broker_version: tuple[int, ...] | None = None) -> Store:
         """Discover a store root; InputError when it is not a directory or holds no store at all."""
         root = str(root)
         if not os.path.exists(root):
@@ -120,6 +123,7 @@ class Store:
             lock=os.path.exists(os.path.join(root, "lock")),
             configs=[p for p in config_files(root) if os.path.basename(p) != "timercheck"],  # binary: readers/timerlog.py
             other_files=[],
+            broker_version=broker_version,
         )
         st.problems.extend(cl.problems)
         if cl_dir and frame_of(os.path.join(cl_dir, "0")):

@@ -164,7 +164,7 @@ def _table(info: StoreInfo) -> None:
     r = info.recovery
     if r is not None:
         o.print("[bold]Recovery preview[/bold] (what the broker would do on restart)")
-        o.print(f"  {'ABNORMAL' if r.abnormal else 'normal'} recovery: scan from {r.scan_from} (file {r.scan_from_file}), stops at {r.valid_end}: {r.stop}")
+        o.print(f"  {'ABNORMAL' if r.abnormal else 'normal'} recovery (broker {r.rules}): scan from {r.scan_from} (file {r.scan_from_file}), stops at {r.valid_end}: {r.stop}")
         o.print(
             f"  dropped on restart: {r.truncated_bytes} bytes, {r.truncated_messages} messages after {r.valid_end} (logical truncation; the bytes stay on disk)"
         )
@@ -232,6 +232,7 @@ def info(
     fmt: ListFormat = O.format_option(ListFormat.table, "table or jsonl."),
     no_recovery: bool = typer.Option(False, "--no-recovery", help="Skip the recovery preview (it walks the CommitLog from where the broker would)."),
     no_crc: bool = O.no_crc_option("Recovery preview without the body CRC check (the broker checks it by default)."),
+    broker: str = O.broker_version_option(),
 ):
     """Files, offsets, per-queue counts and times, index headers, checkpoint, abort, config files, and a recovery preview.
 
@@ -242,10 +243,11 @@ def info(
     from rmqdump.query.storeinfo import store_info, walk_bytes
     from rmqdump.readers.store import Store
 
+    version = O.broker_version("info", broker)
     refs = fleet(store)
     if refs is not None:
-        raise typer.Exit(_fleet(refs, fmt, not no_recovery, not no_crc))
-    st = Store.open(store[0] if store else ".")
+        raise typer.Exit(_fleet(refs, fmt, not no_recovery, not no_crc, version))
+    st = Store.open(store[0] if store else ".", version)
     with render.progress(walk_bytes(st, with_recovery=not no_recovery), "info") as advance:  # on a terminal only
         inf = store_info(st, with_recovery=not no_recovery, check_crc=not no_crc, on_bytes=advance)
     if fmt is ListFormat.jsonl:
@@ -283,7 +285,7 @@ def broker_row(broker: str, inf: StoreInfo) -> dict:
     }
 
 
-def _fleet(refs, fmt: ListFormat, with_recovery: bool, check_crc: bool) -> int:
+def _fleet(refs, fmt: ListFormat, with_recovery: bool, check_crc: bool, version: tuple[int, ...] | None = None) -> int:
     """info over several stores, side by side: a row per broker and the totals; 1 when any has problems or would drop data."""
     from rmqdump.common.problems import InputError
     from rmqdump.query.storeinfo import store_info
@@ -291,7 +293,7 @@ def _fleet(refs, fmt: ListFormat, with_recovery: bool, check_crc: bool) -> int:
 
     def one(ref):
         try:
-            return store_info(Store.open(ref.root), with_recovery=with_recovery, check_crc=check_crc)
+            return store_info(Store.open(ref.root, version), with_recovery=with_recovery, check_crc=check_crc)
         except InputError as e:
             return e
 

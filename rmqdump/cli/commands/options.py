@@ -13,6 +13,7 @@
 | --force | replace an existing output |
 | --no-crc / --crc | skip CRC checks done by default / ask for CRC checks not done by default |
 | --temp-dir DIR | where temporary files may spill (never inside a store) |
+| --broker-version X.Y.Z | the broker release that will restart the store: the recovery preview follows its rules |
 
 Only typer and enums here: importing this module must stay cheap (`rmqdump --help`).
 """
@@ -69,6 +70,20 @@ def one_store(command: str, store: Path | None, store_opt: Path | None) -> Path:
     return store if store is not None else store_opt
 
 
+def broker_version(command: str, text: str | None) -> tuple[int, ...] | None:
+    """--broker-version as (major, minor, patch); a usage error (exit 2) when it names no RocketMQ release."""
+    if text is None:
+        return None
+    from rmqdump.checks.recovery import parse_broker_version
+
+    try:
+        return parse_broker_version(text)
+    except ValueError as e:
+        from rmqdump.cli import render
+
+        render.fail(f"usage: rmqdump {command}: --broker-version: {e}", 2)
+
+
 def stores_option(help: str) -> list[str]:
     return typer.Option(None, "--store", "-s", help=help)
 
@@ -118,6 +133,17 @@ def temp_dir_option(help: str) -> Path:
 
 def force_option(help: str) -> bool:
     return typer.Option(False, "--force", help=help)
+
+
+def broker_version_option() -> str | None:
+    return typer.Option(
+        None,
+        "--broker-version",
+        metavar="X.Y.Z",
+        help="The broker release that will restart the store (e.g. 4.9.7, 5.1.4, 5.3.3): the recovery preview follows its rules "
+        "(4.x stops at the first V2 record; before 5.3.2 a normal recovery starts at the third-last CommitLog file, from 5.3.2 at the "
+        "file holding the ConsumeQueues' max offset). Default: the newest rules (5.3.2 on).",
+    )
 
 
 def no_crc_option(help: str = "Skip the body and property CRC checks (faster).") -> bool:

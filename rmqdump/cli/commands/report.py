@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 
 from rmqdump.cli import render
-from rmqdump.cli.commands.options import stores_option, workers_option
+from rmqdump.cli.commands.options import broker_version, broker_version_option, stores_option, workers_option
 from rmqdump.cli.fleet import fleet
 
 
@@ -25,6 +25,7 @@ def report(
     ),
     no_crc: bool = typer.Option(False, "--no-crc", help="Skip body/property CRC checks (faster; CRC damage then goes unseen)."),
     workers: int = workers_option(),
+    broker: str = broker_version_option(),
     diff: Path = typer.Option(
         None, "--diff", help="Another store that was one with this one (a master's slave after a failover): add the divergence section (see `rmqdump diff`)."
     ),
@@ -49,6 +50,7 @@ def report(
     from rmqdump.report.collect import collect, collect_bytes
     from rmqdump.report.page import render as render_page
 
+    version = broker_version("report", broker)
     refs = fleet(store)
     if refs is not None:
         from rmqdump.cli.fleetreport import fleet_report
@@ -56,8 +58,8 @@ def report(
         if diff is not None or problems_out is not None:
             render.fail("usage: --diff and --problems-out take one store (-s once)", 2)
 
-        raise typer.Exit(fleet_report(refs, str(out), force=force, limit=limit, check_crc=not no_crc, workers=workers))
-    st = Store.open(store[0] if store else ".")
+        raise typer.Exit(fleet_report(refs, str(out), force=force, limit=limit, check_crc=not no_crc, workers=workers, broker_version=version))
+    st = Store.open(store[0] if store else ".", version)
     check_target(str(out), force=force, stores=[st.root], kind="file")  # before the long part: fail fast
     with contextlib.ExitStack() as stack:
         on_problem = None

@@ -51,6 +51,7 @@ def salvage_cmd(
     force: bool = O.force_option("Replace a non-empty OUT (only once the new one is complete)."),
     no_crc: bool = O.no_crc_option("Skip the body and property CRC checks (the broker's recovery checks the body CRC: faster, less exact)."),
     workers: int = O.workers_option(),
+    broker: str = O.broker_version_option(),
 ):
     """Write every intact message a restart would lose or no consumer reaches, with what a producer needs to re-send it.
 
@@ -79,6 +80,7 @@ def salvage_cmd(
     from rmqdump.scan.splits import default_name
 
     store = O.one_store("salvage", store, store_opt)
+    version = O.broker_version("salvage", broker)
     try:
         t_since = parse_time(since) if since else None
         t_until = parse_time(until) if until else None
@@ -90,7 +92,7 @@ def salvage_cmd(
     if not os.path.isdir(commitlog_path(root)):
         raise InputError(NO_COMMITLOG, commitlog_path(str(store)), "a store root holds commitlog/: nothing to salvage from")
     check_target(str(out), force=force, stores=[root], kind="dir")
-    st = Store.open(str(store))
+    st = Store.open(str(store), version)
     total = preview_bytes(st) + sum(f.size for f in st.commitlog.files)
     mapper = local_map(workers, sum(f.size for f in st.commitlog.files))
     with render.progress(total, "salvage") as advance:

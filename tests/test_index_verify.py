@@ -261,3 +261,53 @@ def test_small_commitlog_windows_give_the_same_findings(store, monkeypatch, tmp_
     assert run_verify(range_bytes=4096) == whole
     assert run_verify(range_bytes=4096, mapper=LocalMap(2)) == whole
     assert ("index_entry_not_record", k, phys + 3) in {x[:3] for x in whole[0]}
+
+
+@pytest.mark.parametrize("stretch", [7, 1 << 20])
+def test_index_sizing_is_inferred_a_stretch_of_entries_at_a_time(monkeypatch, stretch):
+    """A whole index file is checked a stretch of entries at a time (pages given back after each, for 20M-entry files):
+    with stretches of 7 entries every file of the real stores still gives the sizing its README names, file by file
+    (infer_layout, which scores every entry of these small files) and store-wide (infer_store_sizing)."""
+    from conftest import SETTINGS
+
+    from rmqdump.readers import indexfile
+    from rmqdump.readers.mapped import MappedFile
+
+    monkeypatch.setattr(indexfile, "STRETCH_ENTRIES", stretch)
+    for name in HEALTHY:
+        want = (SETTINGS[name]["hash_slots"], SETTINGS[name]["index_entries"])
+        paths = list_index_files(str(store_root(name)))
+        for p in paths:
+            with MappedFile(p) as mf:
+                header = indexfile.read_header(mf)
+                lay = indexfile.infer_layout(mf, header)
+                linked, seen = indexfile._score(mf, header, *want, None)
+            assert (lay.hash_slots, lay.index_entries) == want, (name, p)
+            assert linked == seen == header.index_count - 1  # the broker's own file: every entry links into its chain
+        if len(paths) > 1:
+            assert indexfile.infer_store_sizing(paths)[0] == want, name
+
+
+def test_a_slot_head_in_the_wrong_slot_disproves_the_sizing_in_any_stretch(monkeypatch, tmp_path):
+    """The oldest index file of rmq4-basic with one slot's head entry given a keyHash of another slot (the layout
+    written out here: 40-byte header, 4-byte slots, 20-byte entries, keyHash first): infer_store_sizing refuses the
+    sizing, whichever stretch of entries that head falls in (it starts one)."""
+    import struct
+
+    from conftest import SETTINGS
+
+    from rmqdump.readers import indexfile
+
+    root = copy_store("rmq4-basic", tmp_path)
+    slots = SETTINGS["rmq4-basic"]["hash_slots"]
+    paths = list_index_files(str(root))
+    with open(paths[0], "rb") as f:
+        data = bytearray(f.read())
+    table = struct.unpack_from(f">{slots}i", data, 40)
+    head = next(h for h in table if h > 1)
+    at = 40 + 4 * slots + 20 * head
+    struct.pack_into(">i", data, at, (struct.unpack_from(">i", data, at)[0] + 1) % (1 << 31))  # now in slot + 1
+    with open(paths[0], "wb") as f:
+        f.write(data)
+    monkeypatch.setattr(indexfile, "STRETCH_ENTRIES", head)  # the head starts the second stretch
+    assert indexfile.infer_store_sizing(paths)[0] is None

@@ -363,10 +363,11 @@ class _Chains:
         n_used = int(np.count_nonzero(self.used))
         if self.ends != n_used or n_used != hash_slot_count:  # one chain end per used slot (each chain ends in its own slot)
             return False
-        head_slots = np.flatnonzero(slots)
-        if not np.array_equal(head_slots, np.flatnonzero(self.used)):
+        used = slots != 0  # masks and int32 gathers, no index arrays: a full file has 20M entries and millions of used slots
+        if not np.array_equal(used, self.used):
             return False
-        heads = slots[head_slots]
+        heads = np.where(used, slots, 1)
         if ((heads < 1) | (heads > m)).any():
             return False
-        return bool(np.array_equal(self.slot[heads], head_slots) and not self.is_prev[heads].any())
+        own = self.slot[heads] == np.arange(len(slots), dtype=np.int32)  # each used slot's head entry lies in that slot
+        return bool(own[used].all() and not self.is_prev[heads[used]].any())

@@ -74,7 +74,9 @@ _register()
 def main() -> None:
     """The console script: like app(), but usage errors are one line too."""
     from rmqdump.cli.nopandas import keep_out
+    from rmqdump.common.allocator import limit_arenas
 
+    limit_arenas()  # before any thread starts
     keep_out(sys.argv[1:])
     if sys.stderr.isatty():
         from rmqdump.scan.native import on_first_compile

@@ -38,6 +38,7 @@ NAME_RE = re.compile(r"^\d{17}$")  # creation time yyyyMMddHHmmssSSS
 # larger ones only the broker's 1:4 ratio and the "file is full" sizing.
 FULL_SEARCH_MAX_BYTES = 64 << 20
 SAMPLE_ENTRIES = 64  # each sampled entry may fault in a whole page-cache folio
+STRETCH_ENTRIES = 1 << 20  # entries checked at a time when a whole file is (20 MiB of it resident, a few arrays of 8 MiB)
 # With a header that names no usable newest entry, small files have every sizing scored one by one.
 FALLBACK_MAX_CANDIDATES = 20_000
 # A candidate is accepted when this share of the sampled entries link up.
@@ -129,30 +130,42 @@ def _score(mf: MappedFile, header: Header, slots: int, entries: int, sample: int
     An entry links up when it is written (keyHash >= 0, prevIndex before it)
     and both its slot's head and its previous entry fall in the same slot: a
     wrong sizing puts the entries at other byte offsets and the slots under
-    other hashes, so almost nothing links.
+    other hashes, so almost nothing links. A stretch of entries at a time,
+    its pages (and those of the earlier entries its links reached) given back
+    after it: memory stays bounded on a full 20M-entry file.
     """
     start = HEADER_SIZE + slots * SLOT_SIZE
     count = header.index_count if 1 < header.index_count <= entries else entries
     lo = 1 if sample is None else max(1, count - sample)
     if count <= lo:
         return 0, 0
-    ent = mf.data[start + lo * ENTRY_SIZE : start + count * ENTRY_SIZE].view(ENTRY_DTYPE)
+    heads = mf.data[HEADER_SIZE : HEADER_SIZE + slots * SLOT_SIZE].view(SLOT_DTYPE)["entry"]
+    linked = 0
+    for a in range(lo, count, STRETCH_ENTRIES):
+        b = min(count, a + STRETCH_ENTRIES)
+        linked += _linked(mf, heads, start, slots, entries, a, b)
+        if b < count:
+            mf.release(start, start + b * ENTRY_SIZE)
+    return linked, count - lo
+
+
+def _linked(mf: MappedFile, heads: np.ndarray, start: int, slots: int, entries: int, a: int, b: int) -> int:
+    """How many of entries [a, b) link up (see _score)."""
+    ent = mf.data[start + a * ENTRY_SIZE : start + b * ENTRY_SIZE].view(ENTRY_DTYPE)
     kh = ent["key_hash"].astype(np.int64)
     prev = ent["prev_index"].astype(np.int64)
-    idx = np.arange(lo, count, dtype=np.int64)
+    idx = np.arange(a, b, dtype=np.int64)
     written = (kh != 0) | (ent["phys_offset"] != 0)
     ok = written & (kh >= 0) & (prev >= 0) & (prev < idx) & (ent["time_diff"] >= 0)
     slot_no = np.where(kh >= 0, kh, 0) % slots
-    heads = mf.data[HEADER_SIZE : HEADER_SIZE + slots * SLOT_SIZE].view(SLOT_DTYPE)["entry"]
     head = heads[slot_no].astype(np.int64)
     ok &= (head >= idx) & (head < entries)
     has_prev = ok & (prev > 0)
     pv = prev[has_prev]
     prev_hash = mf.data[start + pv[:, None] * ENTRY_SIZE + np.arange(4)].view(_KEY_HASH).reshape(len(pv)).astype(np.int64)
-    linked = np.ones(len(pv), dtype=bool)
-    linked &= (prev_hash >= 0) & (np.where(prev_hash >= 0, prev_hash, 0) % slots == slot_no[has_prev])
-    ok[np.flatnonzero(has_prev)[~linked]] = False
-    return int(ok.sum()), len(idx)
+    link = (prev_hash >= 0) & (np.where(prev_hash >= 0, prev_hash, 0) % slots == slot_no[has_prev])
+    ok[np.flatnonzero(has_prev)[~link]] = False
+    return int(ok.sum())
 
 
 def infer_layout(mf: MappedFile, header: Header, hash_slots: int | None = None, index_entries: int | None = None) -> Layout:
@@ -251,9 +264,15 @@ def sizing_holds(mf: MappedFile, header: Header, slots: int, entries: int) -> bo
     if (heads < 1).any() or (heads >= count).any():
         return False
     start = HEADER_SIZE + slots * SLOT_SIZE
-    key_hash = mf.data[start + heads[:, None] * ENTRY_SIZE + np.arange(4)].view(_KEY_HASH).reshape(len(heads)).astype(np.int64)
+    for a in range(0, count, STRETCH_ENTRIES):  # the heads in one stretch of entries at a time, its pages given back after
+        b = min(count, a + STRETCH_ENTRIES)
+        pick = np.flatnonzero((heads >= a) & (heads < b))
+        key_hash = mf.data[start + heads[pick, None] * ENTRY_SIZE + np.arange(4)].view(_KEY_HASH).reshape(len(pick)).astype(np.int64)
+        if not ((key_hash >= 0).all() and (key_hash % slots == used[pick]).all()):
+            return False
+        mf.release(start + a * ENTRY_SIZE, start + b * ENTRY_SIZE)
     first = mf.data[start + ENTRY_SIZE : start + 2 * ENTRY_SIZE].view(ENTRY_DTYPE)[0]
-    return bool((key_hash >= 0).all() and (key_hash % slots == used).all() and int(first["phys_offset"]) == header.begin_phy_offset)
+    return int(first["phys_offset"]) == header.begin_phy_offset
 
 
 def infer_store_sizing(paths: list[str]) -> tuple[tuple[int, int] | None, str]:

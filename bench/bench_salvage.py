@@ -1,7 +1,7 @@
 """Benchmark `rmqdump salvage` against `rmqdump rebuild`, whole commands, on a store with one damaged record.
 
     python bench/bench_salvage.py setup GENSTORE DAMAGED [--at 0.5 | --offset N] [--link]   # once: copy, queues + index, one body byte flipped
-    python bench/bench_salvage.py run DAMAGED [--repeat 3] [--baseline OTHER_CHECKOUT]
+    python bench/bench_salvage.py run DAMAGED [--repeat 3] [--baseline OTHER_CHECKOUT] [--broker-version 5.3.1]
 
 `setup` copies GENSTORE/commitlog (from bench/gen_store.py) to DAMAGED, builds
 its ConsumeQueues, IndexFiles and checkpoint with `rmqdump rebuild` (a clean
@@ -17,7 +17,10 @@ after each run), one warm-up of each, then --repeat runs alternating the two,
 and prints one JSON line per run (with the 1-minute load average before it)
 and a summary: median seconds, their ratio, peak RSS. --baseline adds
 `salvage` run from another checkout (e.g. an older commit's worktree) to the
-same alternation: before and after under the same load.
+same alternation: before and after under the same load. --broker-version is
+passed to salvage: with 5.3.1 the normal recovery walks the last three files
+(from 5.3.2 only the one holding the ConsumeQueues' max offset), so damage
+there is where the broker stops and half the store is salvaged.
 """
 
 from __future__ import annotations
@@ -67,11 +70,13 @@ def setup(gen: str, dest: str, at: float, offset: int | None = None, link: bool 
         return
 
 
-def timed(cmd: str, store: str, cwd: str | None = None) -> dict:
+def timed(cmd: str, store: str, cwd: str | None = None, extra: tuple[str, ...] = ()) -> dict:
     parent = tempfile.mkdtemp(prefix=f"bench-{cmd}-", dir=os.path.dirname(os.path.abspath(store)))
     try:
         store = os.path.abspath(store)
         args = [a.format(store=store, out=os.path.join(parent, "out")) for a in COMMANDS[cmd.split("@")[0]]]
+        if cmd.startswith("salvage"):
+            args += extra
         env = {**os.environ, "PYTHONPATH": cwd} if cwd else None
         load = os.getloadavg()[0]
         r = subprocess.run(["/usr/bin/time", "-v", sys.executable, "-m", "rmqdump", *args], capture_output=True, text=True, cwd=cwd, env=env)
@@ -93,16 +98,16 @@ def timed(cmd: str, store: str, cwd: str | None = None) -> dict:
         shutil.rmtree(parent, ignore_errors=True)
 
 
-def run(store: str, repeat: int, baseline: str | None = None) -> None:
+def run(store: str, repeat: int, baseline: str | None = None, extra: tuple[str, ...] = ()) -> None:
     cwd = {c: None for c in COMMANDS}
     if baseline:
         cwd["salvage@baseline"] = os.path.abspath(baseline)
     for cmd, d in cwd.items():  # warm-up: page cache, numba's compiled kernels
-        timed(cmd, store, d)
+        timed(cmd, store, d, extra)
     runs: dict[str, list[dict]] = {c: [] for c in cwd}
     for _ in range(repeat):
         for cmd, d in cwd.items():
-            r = timed(cmd, store, d)
+            r = timed(cmd, store, d, extra)
             runs[cmd].append(r)
             print(json.dumps(r), flush=True)
     med = {c: statistics.median(r["seconds"] for r in rs) for c, rs in runs.items()}
@@ -135,11 +140,12 @@ def main() -> int:
     r.add_argument("store")
     r.add_argument("--repeat", type=int, default=3)
     r.add_argument("--baseline", help="another checkout whose salvage runs alongside (cwd and PYTHONPATH there)")
+    r.add_argument("--broker-version", help="passed to salvage: the broker release whose recovery it follows")
     a = ap.parse_args()
     if a.what == "setup":
         setup(a.gen, a.dest, a.at, a.offset, a.link)
     else:
-        run(a.store, a.repeat, a.baseline)
+        run(a.store, a.repeat, a.baseline, ("--broker-version", a.broker_version) if a.broker_version else ())
     return 0
 
 

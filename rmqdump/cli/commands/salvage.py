@@ -23,7 +23,7 @@ def _print_table(d: dict) -> None:
     p = render.out.print
     r = d["recovery"]
     p(f"salvaged into {d['out']} ({d['format']}), {d['records_scanned']} records scanned")
-    p(f"recovery: {'ABNORMAL' if r['abnormal'] else 'normal'}, stops at {r['valid_end']}: {r['stop']}")
+    p(f"recovery: {'ABNORMAL' if r['abnormal'] else 'normal'} (broker {r['broker_rules']}), stops at {r['valid_end']}: {r['stop']}")
     for name, n in d["salvaged"].items():
         p(f"{name}: {n} records")
     for reason, n in d["counts"].items():

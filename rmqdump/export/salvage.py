@@ -18,8 +18,6 @@ import base64
 import hashlib
 import json
 import os
-import queue
-import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -29,6 +27,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from rmqdump.checks import salvage as S
+from rmqdump.common.background import Background
 from rmqdump.common.columnspill import ColumnSpill
 from rmqdump.common.problems import Problem
 from rmqdump.common.publish import publishing
@@ -94,11 +93,11 @@ class _HashingFile:
 
 
 class _Sink:
-    """One output file, Parquet or JSON Lines, written batch after batch by a thread of its own.
+    """One output file, Parquet or JSON Lines, written batch after batch on a thread of its own (common.background).
 
     Encoding Parquet and hashing release the GIL, so they overlap with the
-    scan and the Arrow building of the next records; the queue holds a few
-    row groups at most, so memory stays bounded.
+    scan and the Arrow building of the next records; one batch waits at most,
+    so memory stays bounded.
     """
 
     def __init__(self, path: str, fmt: str, names: list[str]):
@@ -111,40 +110,28 @@ class _Sink:
             # third of the write's time
             stats = [n for n in names if n not in UNSUMMARIZED]
             self.pq = pq.ParquetWriter(self.file, schema(), compression="snappy", use_dictionary=dictionary, write_statistics=stats)
-        self.queue: queue.Queue = queue.Queue(maxsize=1)
-        self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._run, name=f"rmqdump-salvage-{os.path.basename(path)}", daemon=True)
-        self.thread.start()
+        self.bg = Background(self._write, self._finish, ahead=1, name=f"rmqdump-salvage-{os.path.basename(path)}")
 
-    def _run(self) -> None:
-        while (rb := self.queue.get()) is not None:
-            if self.error is not None:
-                continue  # drain: the producer learns of the error at its next write
-            try:
-                if self.pq is not None:
-                    self.pq.write_batch(rb, row_group_size=ROWS_PER_GROUP)
-                else:
-                    self.file.write("".join(jsonl_line(r) + "\n" for r in rb.to_pylist()).encode("utf-8"))
-            except BaseException as e:  # handed to the producer
-                self.error = e
+    def _write(self, rb: pa.RecordBatch) -> None:
+        if self.pq is not None:
+            self.pq.write_batch(rb, row_group_size=ROWS_PER_GROUP)
+        else:
+            self.file.write("".join(jsonl_line(r) + "\n" for r in rb.to_pylist()).encode("utf-8"))
+
+    def _finish(self) -> None:
+        if self.pq is not None:
+            self.pq.close()
 
     def write(self, rb: pa.RecordBatch) -> None:
-        if self.error is not None:
-            raise self.error
         self.rows += rb.num_rows
-        self.queue.put(rb)
+        self.bg.put(rb)
 
     def close(self) -> str:
         """Finish the file; its sha256."""
-        self.queue.put(None)
-        self.thread.join()
         try:
-            if self.pq is not None and self.error is None:
-                self.pq.close()
+            self.bg.close()
         finally:
             self.file.close()
-        if self.error is not None:
-            raise self.error
         return self.file.sha.hexdigest()
 
 

@@ -324,3 +324,21 @@ def test_zero_search_skips_holes_of_a_sparse_file(tmp_path):
         last = len(body) - len(body.rstrip(b"\0"))
         assert first_nonzero(mf, (4 << 20) + len(body) - last, mf.size) is None
         assert first_nonzero(mf, (4 << 20) + len(body) - last - 1, mf.size) == (4 << 20) + len(body) - last - 1
+
+
+def test_resync_steps_over_a_zeroed_stretch_longer_than_its_search_window(tmp_path):
+    """A record of rmq4-basic's first file zeroed from its 10th byte to the next record more than 64 KiB on (the
+    first search window): the resync from inside it finds that next record at its exact offset (the manifest's)."""
+    from rmqdump.readers.commitlog import CommitLog
+    from rmqdump.readers.mapped import MappedFile
+    from rmqdump.scan.resync import resync
+
+    root = tmp_path / "s"
+    shutil.copytree(store_root("rmq4-basic"), root)
+    puts = sorted((m for m in manifest("rmq4-basic") if m["wroteOffset"] < 131072), key=lambda m: m["wroteOffset"])
+    a = puts[3]["wroteOffset"]
+    b = next(m["wroteOffset"] for m in puts if m["wroteOffset"] >= a + (100 << 10))
+    patch(root / "commitlog" / f"{0:020d}", a + 10, bytes(b - a - 10))
+    seg = CommitLog.open(str(root / "commitlog")).files[0]
+    with MappedFile(seg.path) as mf:
+        assert resync(seg, mf, a + 1) == b

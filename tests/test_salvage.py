@@ -332,12 +332,11 @@ def test_stale_verdicts_carried_across_windows_equal_a_running_maximum(recs, cut
     qid = np.array([r[1] for r in recs], np.int32)
     qo = np.array([r[2] for r in recs], np.int64)
     ok = np.array([r[3] for r in recs], bool)
-    key = S.queue_keys(topic, qid)
     highest: dict = {}
     got = []
     bounds = sorted({0, len(recs), *(c for c in cuts if c < len(recs))})
     for a, b in itertools.pairwise(bounds):
-        got += S._regressed(ok[a:b], key[a:b], qo[a:b], highest).tolist()
+        got += S._regressed(ok[a:b], topic[a:b], qid[a:b], qo[a:b], 3, highest).tolist()
     assert got == want
 
 

@@ -26,6 +26,7 @@ import numpy as np
 from rmqdump.builders.queuefiles import QueueFiles, QueueResult
 from rmqdump.common.problems import Problem
 from rmqdump.readers.fastpath import numpy_dtype
+from rmqdump.scan.queueorder import above_earlier, queue_members
 from rmqdump.schemas import ConsumeQueueUnit
 from rmqdump.schemas import constants as C
 
@@ -36,28 +37,6 @@ CQ_QUEUE_OFFSET_GAP = "cq_queue_offset_gap"
 CQ_DUPLICATE_QUEUE_OFFSET = "cq_duplicate_queue_offset"
 CQ_BAD_QUEUE_OFFSET = "cq_bad_queue_offset"
 CQ_UNSAFE_TOPIC = "cq_unsafe_topic_name"
-
-
-def queue_members(n_topics: int, topic_id: np.ndarray, queue_id: np.ndarray) -> list[np.ndarray]:
-    """The positions of each (topic, queue) among these messages, in order, queue by queue."""
-    n = len(topic_id)
-    if n == 0:
-        return []
-    qmin, qmax = int(queue_id.min()), int(queue_id.max())
-    span = qmax - qmin + 1
-    if qmin >= 0 and span <= 4096 and n_topics * span <= 1 << 20:
-        # small ids: a queue key per message, the queues present by counting, no sort
-        key = topic_id.astype(np.int64) * span + (queue_id - qmin)
-        uniq = np.flatnonzero(np.bincount(key))
-    else:
-        key = (topic_id.astype(np.int64) << 32) | (queue_id.astype(np.int64) & 0xFFFFFFFF)
-        uniq = np.unique(key)
-    if len(uniq) <= 64:  # a few queues: one pass each beats a sort
-        return [np.flatnonzero(key == u) for u in uniq.tolist()]
-    packed = np.sort((np.searchsorted(uniq, key).astype(np.int64) << 32) | np.arange(n, dtype=np.int64))
-    order = packed & 0xFFFFFFFF
-    bounds = np.searchsorted(packed >> 32, np.arange(len(uniq) + 1))
-    return [order[bounds[j] : bounds[j + 1]] for j in range(len(uniq))]
 
 
 def filler_units(n: int) -> np.ndarray:
@@ -149,12 +128,7 @@ class ConsumeQueueBuilder:
                     phys_offset=int(phys[i]),
                 )
             )
-        prior = np.empty(len(qo), dtype=np.int64)
-        prior[0] = last
-        if len(qo) > 1:
-            np.maximum.accumulate(qo[:-1], out=prior[1:])
-            np.maximum(prior[1:], last, out=prior[1:])
-        keep = qo > prior
+        keep = above_earlier(qo, last)
         dup = ~keep & ~bad
         if dup.any():
             i = int(np.flatnonzero(dup)[0])

@@ -171,8 +171,8 @@ class ScanColumns:
         else (holes, fillers, a wrong byte) returns None: the caller
         then runs the `cq verify` analysis, which names what differs.
         """
-        from rmqdump.builders.cqbuild import queue_members
         from rmqdump.readers.consumequeue import UNIT_DTYPE, UNIT_SIZE
+        from rmqdump.scan.queueorder import queue_members
 
         fsize = units_per_file * UNIT_SIZE
         topics = list(self.tmap)

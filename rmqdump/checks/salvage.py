@@ -28,7 +28,6 @@ Stretches the scan cannot decode at all are listed as damage (code, offsets, len
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -39,6 +38,7 @@ from rmqdump.common.problems import Problem
 from rmqdump.readers.consumequeue import QueueUnits, read_units
 from rmqdump.readers.mapped import MappedFile
 from rmqdump.readers.store import Store
+from rmqdump.scan.queueorder import above_earlier, queue_key, queue_members
 from rmqdump.scan.ranges import range_batches
 from rmqdump.scan.splits import Split
 from rmqdump.scan.walk import Batch, kernel, scan_file
@@ -228,41 +228,24 @@ def survey_range(split: Split) -> tuple[dict[str, np.ndarray], list[str], list[P
     return arrays, list(names), damage, split.length, chain.entry()
 
 
-def _regressed(ok: np.ndarray, key: np.ndarray, qo: np.ndarray, highest: dict[int, int]) -> np.ndarray:
-    """Records (intact ones) whose queue offset is not above the highest their queue reached earlier in the CommitLog.
+def _regressed(ok: np.ndarray, topic: np.ndarray, queue_id: np.ndarray, qo: np.ndarray, n_topics: int, highest: dict) -> np.ndarray:
+    """Records (intact ones) whose queue offset is not above the highest their queue reached earlier in the CommitLog
+    (scan.queueorder: the rule by which the ConsumeQueue builder skips a unit).
 
     `highest` holds each queue's highest queue offset in the windows before this one, and is raised by this one's."""
     out = np.zeros(len(ok), dtype=bool)
     idx = np.flatnonzero(ok)
-    if not idx.size:
-        return out
-    order = np.argsort(key[idx], kind="stable")  # by queue, physical order kept within each
-    ks, qs = key[idx[order]], qo[idx[order]]
-    first = np.concatenate([[True], ks[1:] != ks[:-1]])
-    starts = np.flatnonzero(first)
-    seg = np.cumsum(first) - 1
-    low = np.iinfo(np.int64).min
-    before = np.array([highest.get(k, low) for k in ks[starts].tolist()], dtype=np.int64)
-    prev = np.full(len(qs), low, dtype=np.int64)  # the highest earlier in the same queue and window
-    span = int(qs.max()) - int(qs.min()) + 2
-    if span * len(starts) < 1 << 62:
-        # a running maximum that starts afresh at each queue: lift every queue above the ones before it
-        lifted = seg * span + (qs - int(qs.min()) + 1)
-        run = np.maximum.accumulate(lifted)
-        within = ~first
-        prev[within] = run[:-1][within[1:]] - seg[within] * span + int(qs.min()) - 1
-    else:  # offsets too far apart to lift (damaged headers): queue by queue
-        for a, b in itertools.pairwise([*starts.tolist(), len(qs)]):
-            prev[a + 1 : b] = np.maximum.accumulate(qs[a : b - 1])
-    out[idx[order]] = qs <= np.maximum(prev, before[seg])
-    for k, top, was in zip(ks[starts].tolist(), np.maximum.reduceat(qs, starts).tolist(), before.tolist(), strict=True):
-        highest[k] = max(top, was)
+    for m in queue_members(n_topics, topic[idx], queue_id[idx]):
+        rows = idx[m]
+        key = (int(topic[rows[0]]), int(queue_id[rows[0]]))
+        q = qo[rows]
+        last = highest.get(key, _LOWEST)
+        out[rows] = ~above_earlier(q, last)
+        highest[key] = max(last, int(q.max()))
     return out
 
 
-def queue_keys(topic: np.ndarray, queue_id: np.ndarray) -> np.ndarray:
-    """One int64 per (topic index, queue id)."""
-    return topic.astype(np.int64) << 32 | (queue_id.astype(np.int64) & 0xFFFFFFFF)
+_LOWEST = np.iinfo(np.int64).min
 
 
 class Classifier:
@@ -271,7 +254,7 @@ class Classifier:
     def __init__(self, p: Plan, damaged_queues: set[tuple[str, int]]):
         self.p = p
         self.damaged_queues = damaged_queues
-        self.highest: dict[int, int] = {}  # each queue's highest queue offset among the intact records classified so far
+        self.highest: dict[tuple[int, int], int] = {}  # each queue's highest queue offset among the intact records so far
 
     def classify(self, cols: dict[str, np.ndarray], topics: list[str], reach: Reach) -> np.ndarray:
         """The reason (index into REASONS, NONE for nothing) of every record of the next window.
@@ -283,9 +266,8 @@ class Classifier:
         if not n:
             return reason
         ok, phys, size = cols["ok"], cols["phys"], cols["size"]
-        key = queue_keys(cols["topic"], cols["queue_id"])
         after = phys >= p.valid_end
-        stale = _regressed(ok, key, cols["queue_offset"], self.highest)
+        stale = _regressed(ok, cols["topic"], cols["queue_id"], cols["queue_offset"], len(topics), self.highest)
         t = cols["sys_flag"] & C.TRANSACTION_MASK
         queued = (t == C.TRANSACTION_NOT) | (t == C.TRANSACTION_COMMIT)
         before = ~after & ok & ~stale & queued & (phys < p.redispatch_from)  # from there on the restart dispatches it again
@@ -297,8 +279,8 @@ class Classifier:
         if missing.any():
             ids = {name: i for i, name in enumerate(topics)}
             bad = [(ids[tn], q) for tn, q in self.damaged_queues if tn in ids]
-            bad_keys = queue_keys(np.array([i for i, _ in bad], np.int64), np.array([q for _, q in bad], np.int64))
-            in_bad = np.isin(key, bad_keys)
+            bad_keys = queue_key(np.array([i for i, _ in bad], np.int64), np.array([q for _, q in bad], np.int64))
+            in_bad = np.isin(queue_key(cols["topic"], cols["queue_id"]), bad_keys)
             reason[missing & in_bad] = REASONS.index(CQ_DAMAGED)
             reason[missing & ~in_bad] = REASONS.index(UNDISPATCHED)
         keep = np.ones(n, dtype=bool)
@@ -328,7 +310,7 @@ def records(store: Store, phys: np.ndarray, *, check_crc: bool = True) -> Iterat
         with MappedFile(seg.path, limit=store.commitlog.file_size) as mf:
             for start in (int(want[0] - seg.base), 0):
                 stop = int(want[-1] - seg.base) + 1
-                for b in scan_file(seg, mf, start=start, end=stop, check_crc=check_crc, batch_records=BATCH_RECORDS, report_past_end=False):
+                for b in scan_file(seg, mf, start=start, end=stop, check_crc=check_crc, batch_records=BATCH_RECORDS):
                     if not len(b):
                         continue
                     bp = b.cols["_pos"].astype(np.int64) + seg.base

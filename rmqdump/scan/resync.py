@@ -56,6 +56,12 @@ def resync(seg: SegmentFile, mf: MappedFile, start: int) -> int | None:
             mf.release(lo, hi)
         lo = hi
         window = min(window * 4, RESYNC_WINDOW)
+        if lo + 8 <= mf.size and not any(mf.view[lo : lo + 8]):
+            # the search ran into zeros (a zero tail after the last record, a zeroed range): skipped as at the start
+            q = first_nonzero(mf, lo, mf.size)
+            if q is None:
+                return None
+            lo = q
     return None
 
 

@@ -315,22 +315,12 @@ class _Kernel:
 
 
 def scan_file(
-    seg: SegmentFile,
-    mf: MappedFile,
-    *,
-    start: int = 0,
-    end: int | None = None,
-    check_crc: bool = True,
-    batch_records: int = BATCH_RECORDS,
-    report_past_end: bool = True,
+    seg: SegmentFile, mf: MappedFile, *, start: int = 0, end: int | None = None, check_crc: bool = True, batch_records: int = BATCH_RECORDS
 ) -> Iterator[Batch]:
     """Records that start in [start, end) of one file; past `end` only to finish the last one.
 
     A start other than 0 is resynced by the proof rule, so byte ranges of one
     file can be scanned independently and together give each record once.
-    report_past_end=False: a pass reading records again (their damage already
-    reported) skips the check of what follows `end`, which may read a whole
-    zero tail.
     """
     size = mf.size
     end = size if end is None else min(end, size)
@@ -341,7 +331,7 @@ def scan_file(
         kern = kern or _Kernel(batch_records)
         batch, p, code = kern.run(seg, mf, pos, end, check_crc)
         if code == K.END:
-            if report_past_end and p < size and resync(seg, mf, end) != p:
+            if p < size and resync(seg, mf, end) != p:
                 # The last record crossed into the next range and is followed by something the
                 # next range's resync will skip without a word: this range owns that report.
                 batch.events.extend(diagnose(seg, mf, p)[0])

@@ -70,18 +70,23 @@ def one_store(command: str, store: Path | None, store_opt: Path | None) -> Path:
     return store if store is not None else store_opt
 
 
-def broker_version(command: str, text: str | None) -> tuple[int, ...] | None:
-    """--broker-version as (major, minor, patch); a usage error (exit 2) when it names no RocketMQ release."""
+def parsed(label: str, parse, text: str | None):
+    """parse(text), None for None; a value it refuses (ValueError) is a one-line usage error naming `label` (exit 2)."""
     if text is None:
         return None
-    from rmqdump.checks.recovery import parse_broker_version
-
     try:
-        return parse_broker_version(text)
+        return parse(text)
     except ValueError as e:
         from rmqdump.cli import render
 
-        render.fail(f"usage: rmqdump {command}: --broker-version: {e}", 2)
+        render.fail(f"usage: {label}: {e}", 2)
+
+
+def broker_version(command: str, text: str | None) -> tuple[int, ...] | None:
+    """--broker-version as (major, minor, patch)."""
+    from rmqdump.checks.recovery import parse_broker_version
+
+    return parsed(f"rmqdump {command}: --broker-version", parse_broker_version, text)
 
 
 def stores_option(help: str) -> list[str]:

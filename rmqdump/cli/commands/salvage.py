@@ -81,11 +81,8 @@ def salvage_cmd(
 
     store = O.one_store("salvage", store, store_opt)
     version = O.broker_version("salvage", broker)
-    try:
-        t_since = parse_time(since) if since else None
-        t_until = parse_time(until) if until else None
-    except ValueError as e:
-        render.fail(f"usage: rmqdump salvage: {e}", 2)
+    t_since = O.parsed("rmqdump salvage: --since", parse_time, since or None)
+    t_until = O.parsed("rmqdump salvage: --until", parse_time, until or None)
     root = os.path.realpath(store)  # only to refuse an output inside it; messages name the store as given
     if not os.path.isdir(root):
         raise InputError(NOT_A_STORE, str(store), "not a directory")

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from rmqdump.cli import render
-from rmqdump.cli.commands.options import ListFormat, store_option
+from rmqdump.cli.commands.options import ListFormat, parsed, store_option
 from rmqdump.common.timeutil import iso, parse_time
 
 if TYPE_CHECKING:  # the libraries are imported when a command runs: `rmqdump --help` stays fast
@@ -39,15 +39,6 @@ def _open(store: Path, precision: int | None) -> tuple[Store, TimerStore]:
     return st, ts
 
 
-def _time(value: str | None, name: str) -> int | None:
-    if value is None:
-        return None
-    try:
-        return parse_time(value)
-    except ValueError as e:
-        render.fail(f"usage: {name}: {e}", 2)
-
-
 def list_cmd(
     store: Path = store_option(),
     topic: str = typer.Option(None, "--topic", "-t", help="Only timers whose real topic (REAL_TOPIC) is this."),
@@ -70,7 +61,7 @@ def list_cmd(
 
     from rmqdump.query.timers import list_timers, timer_log_tail
 
-    lo, hi = _time(since, "--since"), _time(until, "--until")
+    lo, hi = parsed("--since", parse_time, since), parsed("--until", parse_time, until)
     st, ts = _open(store, precision)
     rows = list_timers(ts, st.commitlog, topic=topic, since=lo, until=hi, state=state.value if state else None, limit=limit)
     n = 0

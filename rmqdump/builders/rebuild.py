@@ -26,7 +26,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -42,7 +42,6 @@ from rmqdump.common.javahash import index_hash_many
 from rmqdump.common.problems import InputError, Problem
 from rmqdump.common.publish import check_target, publishing
 from rmqdump.readers.commitlog import CommitLog, SegmentFile, commitlog_path
-from rmqdump.scan.dispatch import DelayLevels
 from rmqdump.scan.ranges import Mapper, RangeScan, ScanOptions, scan_range
 from rmqdump.scan.splits import DEFAULT_SPLIT, Split, commitlog_splits
 from rmqdump.schemas import Checkpoint as CheckpointLayout
@@ -173,8 +172,19 @@ class RangeResult:
     split: Split | None = None
     indexed: np.ndarray | None = None  # records the IndexFile takes (not rolled back)
 
+    def select(self, keep: np.ndarray) -> RangeResult:
+        """The records of `keep` (a mask) only, with their keys, as a result of no bytes and no problems of its own
+        (a repair leaves out the records it replaces, and feeds the builders those it leaves to the broker later)."""
+        cols = {f: getattr(self, f)[keep] for f in _RECORD_COLUMNS}
+        at = np.cumsum(keep) - 1  # a kept record's index among those kept
+        k = keep[self.key_rec]
+        return RangeResult(
+            0, int(keep.sum()), self.topics, **cols, key_rec=at[self.key_rec[k]], key_hash=self.key_hash[k], damaged=[], flagged=[], last_ts=None, split=self.split
+        )
 
-_RANGE_COLUMNS = ("phys", "size", "store_ts", "tags_code", "queue_offset", "queue_id", "topic_id", "queued", "key_rec", "key_hash", "indexed")
+
+_RECORD_COLUMNS = ("phys", "size", "store_ts", "tags_code", "queue_offset", "queue_id", "topic_id", "queued", "indexed")  # one value a record
+_RANGE_COLUMNS = (*_RECORD_COLUMNS, "key_rec", "key_hash")
 
 
 def range_result(scan: RangeScan) -> RangeResult:
@@ -189,6 +199,11 @@ def range_result(scan: RangeScan) -> RangeResult:
 
 def _scan_and_reduce(options: ScanOptions):
     return lambda split: range_result(scan_range(split, options))
+
+
+def dispatch_options(settings: StoreSettings, options: RebuildOptions, fold=None) -> ScanOptions:
+    """What the builders take of each record: index keys when the index is built, the store's delay levels, the topics."""
+    return ScanOptions(keys="index" in options.only, delays=settings.delays, topics=options.topics, fold=fold)
 
 
 def driver_mapper(mapper: Mapper) -> Mapper:
@@ -213,9 +228,13 @@ def build_into(
     report: RebuildReport,
     on_bytes: Callable[[int], None] | None = None,
     columns: ScanColumns | None = None,
+    results: Iterable[RangeResult] | None = None,
 ) -> None:
-    """Write consumequeue/, index/ and checkpoint under `tmp` from the CommitLog (and keep the scan's `columns` for the self-check)."""
-    delays: DelayLevels = settings.delays
+    """Write consumequeue/, index/ and checkpoint under `tmp` from the CommitLog (and keep the scan's `columns` for the self-check).
+
+    `results`: the ranges' results, in CommitLog order, when the caller scans (a repair: rmqdump.builders.repair);
+    else the CommitLog's ranges are scanned here with `options.mapper`.
+    """
     want_cq = "consumequeue" in options.only
     want_index = "index" in options.only
     cqb = None
@@ -228,15 +247,15 @@ def build_into(
     if want_index:
         os.makedirs(os.path.join(tmp, "index"))
         ixb = IndexBuilder(os.path.join(tmp, "index"), settings.hash_slots, settings.index_entries, after=options.index_after, sync=options.sync)
-    slots = settings.hash_slots if want_index else None
-    splits = commitlog_splits(cl, options.range_bytes, to_offset=options.to_offset, check_crc=options.check_crc)
-    scan = ScanOptions(keys=slots is not None, delays=delays, topics=options.topics)
+    if results is None:
+        splits = commitlog_splits(cl, options.range_bytes, to_offset=options.to_offset, check_crc=options.check_crc)
+        results = options.mapper(_scan_and_reduce(dispatch_options(settings, options)), splits)
     workers = report.workers = mapper_workers(options.mapper)
     last_ts = last_queued_ts = None
     five = _FiveX.open(tmp, cl, settings, options, report) if want_cq else None
     beside = _beside(ixb) if ixb is not None and workers > 1 else None  # the index built beside the ConsumeQueues
     try:
-        for r in options.mapper(_scan_and_reduce(scan), splits):
+        for r in results:
             report.records += r.records
             report.damaged.extend(r.damaged)
             report.flagged.extend(r.flagged)
@@ -451,13 +470,16 @@ def verify_output(
             jobs.append(("index", _run_index_verify, (tmp, settings, columns)))
     top = os.path.relpath(commitlog_path(store), store).split(os.sep)[0]  # commitlog, or dledger-<id> (holding data/)
     link = os.path.join(tmp, top)
-    os.symlink(os.path.join(store, top), link)
+    linked = not os.path.lexists(link)  # a repair's copy is there already: the analyses read that
+    if linked:
+        os.symlink(os.path.join(store, top), link)
     try:
         # side by side on the engine's workers (threads: numpy's big steps run without the GIL)
         for part, res in zip([j[0] for j in jobs], driver_mapper(options.mapper)(_run_job, jobs), strict=True):
             out[part] = res
     finally:
-        os.unlink(link)
+        if linked:
+            os.unlink(link)
     if proven is not None and scoped and "consumequeue" in out:  # the proven queues' clean counts beside the analysed ones
         out["consumequeue"]["queues"] += proven["queues"]
         out["consumequeue"]["units"] += proven["units"]

@@ -6,11 +6,14 @@ intact message after it. A repair keeps the CommitLog's layout and replaces
 each damaged byte range, in a copy, by a record of exactly its length that
 the recovery accepts and no consumer receives (rmqdump.builders.filler), so every
 intact record keeps its physical offset. The original bytes of each range go
-to a quarantine file with a JSON index. ConsumeQueues and IndexFiles are then
-rebuilt over the repaired copy by `rebuild` (rmqdump.builders.rebuild), so each
-message keeps its queue offset; the queue offset of a destroyed message
-becomes a hole, a filler unit (0, Integer.MAX_VALUE, 0) the broker's pull path
-reads no message from and steps over.
+to a quarantine file with a JSON index. ConsumeQueues and IndexFiles are
+built by rebuild's builders (rmqdump.builders.rebuild.build_into) from the
+records the repaired copy holds, so each message keeps its queue offset; the
+queue offset of a destroyed message becomes a hole, a filler unit (0,
+Integer.MAX_VALUE, 0) the broker's pull path reads no message from and steps
+over. One scan does it all (_Scan): each range is scanned with CRCs on,
+copied while in the page cache, and its records handed to the builders; the
+self-check then reads the files written and the repaired copy back.
 
 The damaged ranges are where the scan (check_crc on, as the broker's
 checkCRCOnRecover) stops or flags a record the recovery would stop at: bad
@@ -38,25 +41,36 @@ import json
 import os
 import shutil
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from rmqdump.builders.filler import MIN_BLANK, MIN_FILLER, blank_marker, filler_record
-from rmqdump.builders.rebuild import RebuildOptions, RebuildReport, check_paths, rebuild
+from rmqdump.builders.rebuild import (
+    VERIFY_FROM_COLUMNS,
+    RangeResult,
+    RebuildOptions,
+    RebuildReport,
+    build_into,
+    check_paths,
+    dispatch_options,
+    range_result,
+    verify_output,
+)
+from rmqdump.builders.selfcheck import ScanColumns
 from rmqdump.builders.settings import StoreSettings
 from rmqdump.builders.sparsecopy import copy_range
 from rmqdump.common import problems as P
 from rmqdump.common.background import Background
 from rmqdump.common.problems import InputError, Problem
 from rmqdump.common.publish import publishing
-from rmqdump.readers.commitlog import Blank, CommitLog, SegmentFile, commitlog_path
+from rmqdump.readers.commitlog import CommitLog, SegmentFile, commitlog_path
 from rmqdump.readers.mapped import MappedFile
 from rmqdump.readers.message import Message
-from rmqdump.scan.ranges import Mapper, range_batches
+from rmqdump.scan.ranges import Mapper, RangeScan, ScanOptions, scan_range
 from rmqdump.scan.splits import Split, commitlog_splits
-from rmqdump.scan.walk import read_at, read_record, scan_file
+from rmqdump.scan.walk import Batch, read_at, read_record, scan_file
 from rmqdump.schemas import constants as C
 
 REPAIR_DLEDGER = "repair_dledger_unsupported"
@@ -188,47 +202,57 @@ class RepairReport:
         }
 
 
-# --- finding the ranges ---
+# --- finding the ranges, in the scan that feeds the builders ---
 
 
 @dataclass
 class _Finds:
+    """What the broker's recovery would stop at among one range's records."""
+
     records: int = 0
     good_end: int = -1  # physical end of the last intact record
     spans: list[tuple[int, int, str, str, str]] = field(default_factory=list)  # (start, end, code, detail, file)
     zero_tails: list[tuple[int, int, str]] = field(default_factory=list)  # (start, end, file)
     flagged: list[Problem] = field(default_factory=list)
     destroyed: list[dict] = field(default_factory=list)
+    crc_failed: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # physical offsets
 
 
-def _scan_range(split: Split, dst: str | None) -> _Finds:
-    """What the broker's recovery would stop at among the records of one range (rmqdump.scan.ranges);
+def _crc_failed(b: Batch, cols) -> tuple[np.ndarray, np.ndarray, list[dict]]:
+    """The scan's fold: the batch's records whose body CRC fails (the broker checks it only of a non-empty body):
+    their physical offsets, ends and descriptions."""
+    if b.crc_ok is None:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), []
+    idx = np.flatnonzero(~b.crc_ok & (b.cols["body_length"] > 0))
+    return b.phys[idx], b.cols["_end"][idx] + b.seg.base, [_describe(b.message(i)) for i in idx.tolist()]
+
+
+def _finds(rs: RangeScan) -> _Finds:
+    sp = rs.split
+    file_end = sp.base + sp.size
+    out = _Finds(records=rs.records, flagged=[p for p in rs.flagged if p.code != P.BODY_CRC_MISMATCH])
+    path = sp.path
+    for phys, ends, described in rs.folded:
+        out.spans += [(a, e, P.BODY_CRC_MISMATCH, "body CRC does not match bodyCRC", path) for a, e in zip(phys.tolist(), ends.tolist(), strict=True)]
+        out.destroyed += described
+    if rs.folded:
+        out.crc_failed = np.concatenate([f[0] for f in rs.folded])
+    c = rs.columns
+    intact = ~np.isin(c.phys, out.crc_failed)
+    if intact.any():
+        out.good_end = int((c.phys[intact] + c.size[intact]).max())
+    for e in rs.damaged:
+        skipped = e.extra.get("skipped")
+        out.spans.append((e.phys_offset, file_end if skipped is None else min(file_end, e.phys_offset + int(skipped)), e.code, e.detail, e.file))
+    out.zero_tails += [(e.phys_offset, file_end, e.file) for e in rs.blanks if e.marker == "zeros"]
+    return out
+
+
+def _scan_range(split: Split, scan: ScanOptions, dst: str | None) -> tuple[RangeResult, _Finds]:
+    """One range's dispatch columns (rmqdump.builders.rebuild) and what the recovery would stop at in it;
     with a destination, that byte range is also copied there (while it is in the page cache)."""
-    out = _Finds()
-    file_end = split.base + split.size
-    for b in range_batches(split):
-        seg = b.seg
-        n = len(b)
-        if n:
-            out.records += n
-            cols = b.cols
-            # the broker checks the body CRC only of a non-empty body
-            bad = (~b.crc_ok & (cols["body_length"] > 0)) if b.crc_ok is not None else np.zeros(n, dtype=bool)
-            good = np.flatnonzero(~bad)
-            if len(good):
-                out.good_end = max(out.good_end, seg.base + int(cols["_end"][good[-1]]))
-            for i in np.flatnonzero(bad).tolist():
-                pos = int(cols["_pos"][i])
-                out.spans.append((seg.base + pos, seg.base + int(cols["_end"][i]), P.BODY_CRC_MISMATCH, "body CRC does not match bodyCRC", seg.path))
-                out.destroyed.append(_describe(b.message(i)))
-            out.flagged.extend(p for p in b.flagged() if p.code != P.BODY_CRC_MISMATCH)
-        for e in b.events:
-            if isinstance(e, Problem):
-                skipped = e.extra.get("skipped")
-                stop = file_end if skipped is None else min(file_end, e.phys_offset + int(skipped))
-                out.spans.append((e.phys_offset, stop, e.code, e.detail, e.file))
-            elif isinstance(e, Blank) and e.marker == "zeros":
-                out.zero_tails.append((e.phys_offset, file_end, e.file))
+    rs = scan_range(split, scan)
+    out = range_result(rs), _finds(rs)
     if dst is not None:
         copy_range(split.path, dst, split.start, split.end)
     return out
@@ -250,41 +274,77 @@ def _merge(spans: list[tuple[int, int, str, str, str]]) -> list[DamagedRange]:
     return out
 
 
-def find_damage(
-    cl: CommitLog, mapper: Mapper = map, copy_to: str | None = None, on_bytes: Callable[[int], None] | None = None, check_crc: bool = True
-) -> tuple[list[DamagedRange], int, int, list[Problem]]:
-    """(damaged ranges, end of the last intact record, records scanned, records flagged but accepted).
+def _within(offsets: np.ndarray, ranges: list[tuple[int, int]]) -> np.ndarray:
+    """Which offsets lie in one of the sorted, disjoint [start, end) ranges."""
+    if not ranges or not len(offsets):
+        return np.zeros(len(offsets), dtype=bool)
+    starts = np.array([a for a, _ in ranges], dtype=np.int64)
+    ends = np.array([b for _, b in ranges], dtype=np.int64)
+    i = np.searchsorted(starts, offsets, side="right") - 1
+    return (i >= 0) & (offsets < ends[np.clip(i, 0, None)])
+
+
+class _Scan:
+    """A repair's one pass over the CommitLog: the ranges' dispatch columns for the builders, the damage found, the copy.
+
+    Whether a record whose body CRC fails is replaced (and so left out of the
+    queues and the index) depends on whether an intact record follows it
+    anywhere later (plan): known only at the end. So those records are held
+    back; after the last range the damage is planned, and the held records
+    left to the broker's truncation (all after the last intact record, so
+    still in CommitLog order) are given to the builders last.
+    """
+
+    def __init__(self, cl: CommitLog, mapper: Mapper, scan: ScanOptions, check_crc: bool, copies: dict[str, str] | None = None):
+        self.cl, self.mapper, self.scan, self.check_crc, self.copies = cl, mapper, scan, check_crc, copies or {}
+        self.ranges: list[DamagedRange] = []
+        self.data_end = -1
+        self.records = 0
+        self.flagged: list[Problem] = []
+
+    def results(self) -> Iterator[RangeResult]:
+        finds: list[_Finds] = []
+        held: list[RangeResult] = []
+        splits = commitlog_splits(self.cl, check_crc=self.check_crc)
+        for r, f in self.mapper(lambda sp: _scan_range(sp, self.scan, self.copies.get(sp.path)), splits):
+            finds.append(f)
+            if len(f.crc_failed):
+                bad = np.isin(r.phys, f.crc_failed)
+                held.append(r.select(bad))
+                r = replace(r.select(~bad), nbytes=r.nbytes, records=r.records, damaged=r.damaged, flagged=r.flagged, last_ts=r.last_ts)
+            yield r
+        self._finish(finds)
+        plan(self.cl, self.ranges, self.data_end)
+        left = [(d.start, d.end) for d in self.ranges if d.action == LEFT]
+        for h in held:
+            keep = _within(h.phys, left)
+            if keep.any():
+                yield h.select(keep)
+
+    def _finish(self, finds: list[_Finds]) -> None:
+        spans = [s for f in finds for s in f.spans]
+        data_end = max(max((f.good_end for f in finds), default=-1), self.cl.min_offset)
+        # a zero tail before the last intact record: the recovery would stop there (magic 0) and drop every later file
+        spans += [(a, b, P.ZEROED_RANGE, f"{b - a} zero bytes to the end of the file, intact records in later files", path)
+                  for f in finds for a, b, path in f.zero_tails if a < data_end]  # fmt: skip
+        self.ranges = _merge(spans)
+        destroyed = sorted((d for f in finds for d in f.destroyed), key=lambda d: d["phys_offset"])
+        for r in self.ranges:
+            r.destroyed = [d for d in destroyed if r.start <= d["phys_offset"] < r.end]
+        self.data_end = data_end
+        self.records = sum(f.records for f in finds)
+        self.flagged = [p for f in finds for p in f.flagged]
+
+
+def find_damage(cl: CommitLog, mapper: Mapper = map, check_crc: bool = True) -> tuple[list[DamagedRange], int, int, list[Problem]]:
+    """(damaged ranges, planned; end of the last intact record; records scanned; records flagged but accepted).
 
     check_crc=False finds no body CRC mismatch: those records stay as they are (faster).
-    With `copy_to`, every CommitLog file is also copied into that directory as it is scanned (zero stretches left as holes).
     """
-    dst = {}
-    if copy_to is not None:
-        for f in cl.files:
-            dst[f.path] = os.path.join(copy_to, os.path.basename(f.path))
-            fd = os.open(dst[f.path], os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-            try:
-                os.ftruncate(fd, f.size)
-            finally:
-                os.close(fd)
-    splits = commitlog_splits(cl, check_crc=check_crc)
-    finds = []
-    # the scan kernel, pread and pwrite run without the GIL: the engine's threads scan and copy side by side
-    for sp, f in zip(splits, mapper(lambda sp: _scan_range(sp, dst.get(sp.path)), splits), strict=True):
-        finds.append(f)
-        if on_bytes is not None:
-            on_bytes(sp.length)
-    spans = [s for f in finds for s in f.spans]
-    data_end = max((f.good_end for f in finds), default=-1)
-    data_end = max(data_end, cl.min_offset)
-    # a zero tail before the last intact record: the recovery would stop there (magic 0) and drop every later file
-    spans += [(a, b, P.ZEROED_RANGE, f"{b - a} zero bytes to the end of the file, intact records in later files", path)
-              for f in finds for a, b, path in f.zero_tails if a < data_end]  # fmt: skip
-    ranges = _merge(spans)
-    destroyed = sorted((d for f in finds for d in f.destroyed), key=lambda d: d["phys_offset"])
-    for r in ranges:
-        r.destroyed = [d for d in destroyed if r.start <= d["phys_offset"] < r.end]
-    return ranges, data_end, sum(f.records for f in finds), [p for f in finds for p in f.flagged]
+    sc = _Scan(cl, mapper, ScanOptions(fold=_crc_failed), check_crc)
+    for _ in sc.results():
+        pass
+    return sc.ranges, sc.data_end, sc.records, sc.flagged
 
 
 def _describe(m: Message | None) -> dict | None:
@@ -362,6 +422,19 @@ def _bytes_for(r: DamagedRange) -> bytes:
 # --- writing ---
 
 
+def _presized(cl: CommitLog, into: str) -> dict[str, str]:
+    """An empty file of each CommitLog file's size in `into` (holes until the scan copies the data): source -> copy."""
+    out = {}
+    for f in cl.files:
+        out[f.path] = os.path.join(into, os.path.basename(f.path))
+        fd = os.open(out[f.path], os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            os.ftruncate(fd, f.size)
+        finally:
+            os.close(fd)
+    return out
+
+
 def _fsync(path: str) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -430,27 +503,44 @@ def _patch(dst_dir: str, r: DamagedRange, data: bytes) -> None:
         os.close(fd)
 
 
-def _rebuild_into(tmp: str, settings: StoreSettings, options: RepairOptions, report: RepairReport, first_file_size: int, starts_at_zero: bool) -> None:
-    """ConsumeQueues, IndexFiles and checkpoint by `rebuild` over the repaired CommitLog in tmp, moved into tmp."""
-    from rmqdump.builders.batchcqbuild import source_batch_topics
+def _build(
+    tmp: str, cl: CommitLog, settings: StoreSettings, options: RepairOptions, report: RepairReport, copies: dict[str, str], on_bytes, t0: float
+) -> ScanColumns | None:
+    """The one scan: the CommitLog copied into tmp, its damage found and planned, and the ConsumeQueues, IndexFiles
+    and checkpoint built from the records the repaired copy holds (rmqdump.builders.rebuild.build_into).
+    Returns the scan's columns for the self-check (None without one)."""
+    rb_options = RebuildOptions(mapper=options.mapper, sync=options.sync, verify=options.verify)
+    rb = RebuildReport(report.store, report.out, settings, rb_options, report.commitlog_files, report.commitlog_bytes)
+    rb.damaged.extend(cl.problems)
+    columns = ScanColumns(tmp) if options.verify and VERIFY_FROM_COLUMNS else None
+    scan = _Scan(cl, options.mapper, dispatch_options(settings, rb_options, fold=_crc_failed), options.check_crc, copies)
+    build_into(tmp, cl, settings, rb_options, rb, on_bytes, columns, results=scan.results())
+    report.ranges, report.data_end, report.records, report.flagged = scan.ranges, scan.data_end, scan.records, scan.flagged
+    # what the repaired copy no longer holds: the damage replaced, the body CRCs (its records are not checked again)
+    replaced = [(r.start, r.end) for r in report.repaired]
 
-    for t in source_batch_topics(report.store):  # rebuild writes BatchCQ topics where the store has them
-        os.makedirs(os.path.join(tmp, "batchconsumequeue", t), exist_ok=True)
-    built = f"{tmp}.rebuild"
-    try:
-        rb = rebuild(tmp, built, settings, RebuildOptions(mapper=options.mapper, sync=options.sync, verify=options.verify))
-        for name in sorted(os.listdir(built)):
-            dst = os.path.join(tmp, name)
-            if os.path.isdir(dst):
-                shutil.rmtree(dst)
-            elif os.path.lexists(dst):
-                os.remove(dst)
-            os.rename(os.path.join(built, name), dst)
-    finally:
-        shutil.rmtree(built, ignore_errors=True)
-    rb.store, rb.out = report.store, report.out
+    def stays(p: Problem) -> bool:
+        return p.code != P.BODY_CRC_MISMATCH and not (p.phys_offset is not None and _within(np.array([p.phys_offset]), replaced)[0])
+
+    rb.damaged = [p for p in rb.damaged if stays(p)]
+    rb.flagged = [p for p in rb.flagged if stays(p)]
+    if columns is not None:
+        columns.problems = [p for p in columns.problems if stays(p)]
+    rb.seconds = time.perf_counter() - t0
     report.rebuild = rb
-    report.holes = queue_holes(tmp, rb.queues, first_file_size, starts_at_zero)
+    return columns
+
+
+def _verify(tmp: str, settings: StoreSettings, report: RepairReport, columns: ScanColumns | None) -> None:
+    """The rebuild's self-check over the repaired copy in tmp (rmqdump.builders.rebuild.verify_output)."""
+    rb = report.rebuild
+    t = time.perf_counter()
+    if columns is not None:
+        columns.finish()
+    rb.verify = verify_output(tmp, tmp, settings, rb.options, rb.queues, columns)
+    if columns is not None:
+        columns.remove()
+    rb.verify_seconds = time.perf_counter() - t
 
 
 def queue_holes(root: str, queues: list, first_file_size: int, starts_at_zero: bool) -> list[dict]:
@@ -513,21 +603,19 @@ def repair(
     with publishing(o, force=options.force, stores=[s], kind="dir", sync=options.sync) as tmp:
         cl_out = os.path.join(tmp, "commitlog")
         os.makedirs(cl_out)
+        copies = _presized(cl, cl_out)
         t = time.perf_counter()
-        report.ranges, report.data_end, report.records, report.flagged = find_damage(
-            cl, options.mapper, copy_to=cl_out, on_bytes=on_bytes, check_crc=options.check_crc
-        )
-        plan(cl, report.ranges, report.data_end)
-        report.timings["scan_and_copy"] = time.perf_counter() - t
+        columns = _build(tmp, cl, settings, options, report, copies, on_bytes, t0)
+        report.timings["scan_copy_build"] = time.perf_counter() - t
         _quarantine(tmp, s, report.ranges, options.sync)
         for r in report.repaired:
             _patch(cl_out, r, _bytes_for(r))
-        syncing = _start_fsync(cl_out) if options.sync else None  # the copy is final: on to the disk, beside the rebuild
-        if os.path.isfile(os.path.join(s, "checkpoint")):  # rebuild keeps its masterFlushedOffset and confirmPhyOffset
-            shutil.copyfile(os.path.join(s, "checkpoint"), os.path.join(tmp, "checkpoint"))
-        t = time.perf_counter()
-        _rebuild_into(tmp, settings, options, report, cl.file_size or cl.files[0].size, cl.min_offset == 0)
-        report.timings["rebuild"] = time.perf_counter() - t
+        syncing = _start_fsync(cl_out) if options.sync else None  # the copy is final: on to the disk, beside the self-check
+        report.holes = queue_holes(tmp, report.rebuild.queues, cl.file_size or cl.files[0].size, cl.min_offset == 0)
+        if options.verify:
+            t = time.perf_counter()
+            _verify(tmp, settings, report, columns)
+            report.timings["verify"] = time.perf_counter() - t
         for d in COPIED_DIRS:
             if os.path.isdir(os.path.join(s, d)):
                 shutil.copytree(os.path.join(s, d), os.path.join(tmp, d))

@@ -54,7 +54,8 @@ class RangeScan:
 
     `problems` is in scan order (each batch's record problems, then what ended
     the batch); `flagged` are the problems of records still decoded (CRC,
-    physicalOffset field), `damaged` those that stopped the walk.
+    physicalOffset field), `damaged` those that stopped the walk; `blanks`
+    the ends of file data met (a BLANK marker, or a zero tail).
     """
 
     split: Split
@@ -65,6 +66,7 @@ class RangeScan:
     flagged: list[Problem]
     damaged: list[Problem]
     folded: list = field(default_factory=list)  # options.fold's values, batch by batch
+    blanks: list = field(default_factory=list)  # rmqdump.readers.commitlog.Blank: where file data ended, in scan order
 
     @property
     def nbytes(self) -> int:
@@ -78,6 +80,7 @@ def scan_range(split: Split, options: ScanOptions = ScanOptions()) -> RangeScan:
     flagged: list[Problem] = []
     damaged: list[Problem] = []
     folded: list = []
+    blanks: list = []
     records = 0
     last_ts = None
     for b in range_batches(split):
@@ -85,6 +88,7 @@ def scan_range(split: Split, options: ScanOptions = ScanOptions()) -> RangeScan:
         problems += f + d
         flagged += f
         damaged += d
+        blanks += [e for e in b.events if not isinstance(e, Problem)]
         if not len(b):
             continue
         cols = dispatch_columns(b, options.delays, keys=options.keys)
@@ -93,4 +97,4 @@ def scan_range(split: Split, options: ScanOptions = ScanOptions()) -> RangeScan:
         if options.fold is not None:
             folded.append(options.fold(b, cols))
         join.add(cols.of_topics(options.topics))
-    return RangeScan(split, join.take(), records, last_ts, problems, flagged, damaged, folded)
+    return RangeScan(split, join.take(), records, last_ts, problems, flagged, damaged, folded, blanks)

@@ -176,8 +176,10 @@ def test_filler_is_a_rolled_back_record_of_the_range_length():
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("engine", ["local", "spark"])
 @pytest.mark.parametrize("name", DAMAGED)
-def test_broker_restarts_from_repair_keeping_every_intact_message(name, tmp_path):
+def test_broker_restarts_from_repair_keeping_every_intact_message(name, engine, tmp_path, request):
+    """Also with --engine spark: each range scanned and copied by a Spark task on a real local[2] session."""
     base = REAL / f"rmq53-damaged-{name}"
     damage = json.loads((base / "damage.json").read_text(encoding="utf-8"))
     before = json.loads((base / "broker-recovery.json").read_text(encoding="utf-8"))
@@ -188,7 +190,11 @@ def test_broker_restarts_from_repair_keeping_every_intact_message(name, tmp_path
     assert before["afterRecovery"]["maxPhyOffset"] < end or name == "unscanned-magic"  # what the broker does without repair
 
     new = tmp_path / "new"
-    code, rows = repair_cli("-s", base / "store", "--out", new, *SIZING)
+    spark = ()
+    if engine == "spark":
+        request.getfixturevalue("spark")  # the module's session, which the command then uses
+        spark = ("--engine", "spark", "--master", "local[2]")
+    code, rows = repair_cli("-s", base / "store", "--out", new, *SIZING, *spark)
     assert code == 1
     ranges = [r for r in rows if r["kind"] == "range"]
     assert ranges and all(r["action"] == "filler" for r in ranges)

@@ -107,9 +107,10 @@ def damaged_named(rec: dict, man: dict, flagged: dict[int, dict]) -> bool:
     )
 
 
-@pytest.mark.parametrize("windows", ["one", "many"])
+@pytest.mark.parametrize("windows", ["one", "many", "spark"])
 @pytest.mark.parametrize("scenario", DAMAGED)
-def test_salvage_plus_what_the_broker_serves_is_every_intact_put(scenario, windows, tmp_path):
+def test_salvage_plus_what_the_broker_serves_is_every_intact_put(scenario, windows, tmp_path, request):
+    """Also with --engine spark: the survey's ranges mapped by Spark tasks on a real local[2] session."""
     base = REAL / f"rmq53-damaged-{scenario}"
     puts = {m["wroteOffset"]: m for m in manifest(f"rmq53-damaged-{scenario}") if m.get("kind") == "put"}
     damage = json.loads((base / "damage.json").read_text())
@@ -120,6 +121,9 @@ def test_salvage_plus_what_the_broker_serves_is_every_intact_put(scenario, windo
     fmt = "jsonl" if scenario == "bodycrc" else "parquet"
     if windows == "one":
         code, man = salvage(base / "store", tmp_path / "out", "-f", fmt)
+    elif windows == "spark":
+        request.getfixturevalue("spark")  # the module's session, which the command then uses
+        code, man = salvage(base / "store", tmp_path / "out", "-f", fmt, "--engine", "spark", "--master", "local[2]")
     else:
         code, man = salvage_in_windows(base / "store", tmp_path / "out", fmt)
 

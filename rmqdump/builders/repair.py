@@ -36,6 +36,7 @@ into place at the end (rmqdump.common.publish).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -248,11 +249,13 @@ def _finds(rs: RangeScan) -> _Finds:
     return out
 
 
-def _scan_range(split: Split, scan: ScanOptions, dst: str | None) -> tuple[RangeResult, _Finds]:
-    """One range's dispatch columns (rmqdump.builders.rebuild) and what the recovery would stop at in it;
-    with a destination, that byte range is also copied there (while it is in the page cache)."""
+def _scan_range(split: Split, scan: ScanOptions, copies: dict[str, str]) -> tuple[RangeResult, _Finds]:
+    """One range's dispatch columns (rmqdump.builders.rebuild) and what the recovery would stop at in it; with a
+    copy of its file named in `copies`, that byte range is also copied there (while it is in the page cache).
+    A pure function of the range: any engine's worker runs it (a Spark executor writes the copy where it sees NEWDIR)."""
     rs = scan_range(split, scan)
     out = range_result(rs), _finds(rs)
+    dst = copies.get(split.path)
     if dst is not None:
         copy_range(split.path, dst, split.start, split.end)
     return out
@@ -306,7 +309,7 @@ class _Scan:
         finds: list[_Finds] = []
         held: list[RangeResult] = []
         splits = commitlog_splits(self.cl, check_crc=self.check_crc)
-        for r, f in self.mapper(lambda sp: _scan_range(sp, self.scan, self.copies.get(sp.path)), splits):
+        for r, f in self.mapper(functools.partial(_scan_range, scan=self.scan, copies=self.copies), splits):
             finds.append(f)
             if len(f.crc_failed):
                 bad = np.isin(r.phys, f.crc_failed)

@@ -14,12 +14,14 @@
 | --no-crc / --crc | skip CRC checks done by default / ask for CRC checks not done by default |
 | --temp-dir DIR | where temporary files may spill (never inside a store) |
 | --broker-version X.Y.Z | the broker release that will restart the store: the recovery preview follows its rules |
+| --engine local|spark (--master, --spark-conf, --ship) | who reads the CommitLog's byte ranges: this machine's threads, or Spark tasks |
 
 Only typer and enums here: importing this module must stay cheap (`rmqdump --help`).
 """
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from enum import Enum
 from pathlib import Path
 
@@ -200,3 +202,18 @@ def spark_writer_option() -> SparkWriter:
 
 def spark_conf_option() -> list[str]:
     return typer.Option([], "--spark-conf", help="spark engine: KEY=VALUE Spark setting; repeat it.")
+
+
+@contextmanager
+def range_mapper(engine: Engine, workers: int | None, total_bytes: int, master: str, conf: list[str], ship: Ship):
+    """The mapper --engine names for a pass over `total_bytes` of CommitLog: the local engine's threads (-j), or
+    Spark tasks for the ranges, in a session held for the command (the fold stays on this machine either way)."""
+    if engine is Engine.local:
+        from rmqdump.engines.local import local_map
+
+        yield local_map(workers, total_bytes)
+        return
+    from rmqdump.engines.spark.rangemap import spark_map
+
+    with spark_map(master, conf, ship=ship.value) as mapper:
+        yield mapper

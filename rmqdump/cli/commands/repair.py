@@ -81,6 +81,10 @@ def repair_cmd(
     no_verify: bool = typer.Option(False, "--no-verify", help="Skip the cq verify / index verify pass over the rebuilt files."),
     no_sync: bool = typer.Option(False, "--no-sync", help="Do not fsync the new files before renaming them into place."),
     fmt: ListFormat = O.format_option(ListFormat.table, "table, or jsonl (range, hole and problem lines, a summary)."),
+    engine: O.Engine = O.engine_option("the ranges scanned and copied by Spark tasks; NEWDIR on a filesystem the executors share"),
+    master: str = O.master_option(),
+    spark_conf: list[str] = O.spark_conf_option(),
+    ship: O.Ship = O.ship_option(),
 ):
     """Write a repaired copy of the store to NEWDIR, from which the broker restarts and keeps every intact message.
 
@@ -101,13 +105,11 @@ def repair_cmd(
     store = O.one_store("repair", store, store_opt)
     cl = check_repairable(str(store), str(out), force)[2]
     settings = resolve(str(store), cq_units=cq_units, hash_slots=hash_slots, index_entries=index_entries, broker_conf=str(broker_conf) if broker_conf else None)
-    from rmqdump.engines.local import local_map
-
     total = sum(f.size for f in cl.files)
-    options = RepairOptions(force=force, sync=not no_sync, verify=not no_verify, mapper=local_map(workers, total), check_crc=not no_crc)
     old = signal.signal(signal.SIGTERM, _on_term)
     try:
-        with render.progress(total, "repair") as advance:
+        with O.range_mapper(engine, workers, total, master, spark_conf, ship) as mapper, render.progress(total, "repair") as advance:
+            options = RepairOptions(force=force, sync=not no_sync, verify=not no_verify, mapper=mapper, check_crc=not no_crc)
             rep = repair(str(store), str(out), settings, options, on_bytes=advance)
     except KeyboardInterrupt:
         render.fail(f"interrupted: {out}: nothing was written (the temporary directory was removed)", 2)

@@ -52,6 +52,10 @@ def salvage_cmd(
     no_crc: bool = O.no_crc_option("Skip the body and property CRC checks (the broker's recovery checks the body CRC: faster, less exact)."),
     workers: int = O.workers_option(),
     broker: str = O.broker_version_option(),
+    engine: O.Engine = O.engine_option("the ranges surveyed by Spark tasks; the rest on this machine"),
+    master: str = O.master_option(),
+    spark_conf: list[str] = O.spark_conf_option(),
+    ship: O.Ship = O.ship_option(),
 ):
     """Write every intact message a restart would lose or no consumer reaches, with what a producer needs to re-send it.
 
@@ -73,7 +77,6 @@ def salvage_cmd(
     from rmqdump.common.problems import InputError
     from rmqdump.common.publish import check_target
     from rmqdump.common.timeutil import parse_time
-    from rmqdump.engines.local import local_map
     from rmqdump.export.salvage import salvage
     from rmqdump.readers.commitlog import commitlog_path
     from rmqdump.readers.store import Store
@@ -90,9 +93,8 @@ def salvage_cmd(
         raise InputError(NO_COMMITLOG, commitlog_path(str(store)), "a store root holds commitlog/: nothing to salvage from")
     check_target(str(out), force=force, stores=[root], kind="dir")
     st = Store.open(str(store), version)
-    total = preview_bytes(st) + sum(f.size for f in st.commitlog.files)
-    mapper = local_map(workers, sum(f.size for f in st.commitlog.files))
-    with render.progress(total, "salvage") as advance:
+    cl_bytes = sum(f.size for f in st.commitlog.files)
+    with O.range_mapper(engine, workers, cl_bytes, master, spark_conf, ship) as mapper, render.progress(preview_bytes(st) + cl_bytes, "salvage") as advance:
         res = salvage(
             st,
             str(out),

@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from typing import TypeVar
 
 from rmqdump.engines.local import LocalMap
@@ -63,6 +64,15 @@ class SparkMap:
                 yield from results
         finally:
             ex.shutdown(wait=True, cancel_futures=True)
+
+
+@contextmanager
+def spark_map(master: str, conf: list[str] | None = None, *, ship: str = "auto") -> Iterator[SparkMap]:
+    """For a command's --engine spark: a session for the command, its ranges mapped as Spark tasks, the session stopped."""
+    from rmqdump.engines.spark.session import session
+
+    with session(master, conf, ship=ship) as spark:
+        yield SparkMap(spark)
 
 
 def _task(fn: Callable[[T], R]) -> Callable[[Iterator[T]], list[R]]:

@@ -279,3 +279,30 @@ def test_5x_queue_kinds_on_standalone_cluster(cluster, executor_python, name, tm
     export_local(resolve_stores([f"{name}={store}"]), str(tmp_path / "el"), with_body=True)
     assert got == read_dataset(tmp_path / "el")
     assert _export_rows(got) == _manifest_records(name, "")
+
+
+def test_salvage_and_repair_on_standalone_cluster(cluster, executor_python, tmp_path):
+    """rmq53-damaged-midfile-magic (the broker keeps 998 of 4000 puts): salvage with the cluster surveying the ranges
+    re-sends exactly the intact puts the broker's recovery drops (broker-recovery.json); repair with the cluster
+    scanning and copying them gives a NEWDIR on which the broker's own recovery keeps every intact put."""
+    from conftest import broker_recovery
+    from test_repair import check_broker_keeps, puts
+    from test_salvage import rows, served
+
+    url, _ = cluster
+    name = "rmq53-damaged-midfile-magic"
+    base = REAL / name
+    no_mem = [a for a in _spark_args(url, executor_python) if a not in ("--driver-memory", "1g")]
+    hit = {r["physicalOffset"] for r in json.loads((base / "damage.json").read_text())["recordsHit"]}
+    intact = [m for m in puts(name) if m["wroteOffset"] not in hit]
+    kept = served(json.loads((base / "broker-recovery.json").read_text()))
+
+    r = run_proc("salvage", str(base / "store"), "--out", str(tmp_path / "salvaged"), *no_mem, cwd=str(ROOT), timeout=600)
+    assert r.returncode == 1, r.stderr[-3000:]
+    resend = {x["phys_offset"]: x["uniq_key"] for x in rows(tmp_path / "salvaged", "messages")}
+    assert resend == {m["wroteOffset"]: m["uniqKey"] for m in intact if m["wroteOffset"] not in kept}
+
+    new = tmp_path / "repaired"
+    r = run_proc("repair", str(base / "store"), "--out", str(new), "--hash-slots", "500", "--index-entries", "2000", *no_mem, cwd=str(ROOT), timeout=600)
+    assert r.returncode == 1, r.stderr[-3000:]
+    check_broker_keeps(broker_recovery(new, tmp_path / "oracle.json"), intact)

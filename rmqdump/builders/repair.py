@@ -61,7 +61,7 @@ from rmqdump.builders.rebuild import (
 )
 from rmqdump.builders.selfcheck import ScanColumns
 from rmqdump.builders.settings import StoreSettings
-from rmqdump.builders.sparsecopy import copy_range
+from rmqdump.builders.sparsecopy import direct_copy_range
 from rmqdump.common import problems as P
 from rmqdump.common.background import Background
 from rmqdump.common.problems import InputError, Problem
@@ -257,7 +257,7 @@ def _scan_range(split: Split, scan: ScanOptions, copies: dict[str, str]) -> tupl
     out = range_result(rs), _finds(rs)
     dst = copies.get(split.path)
     if dst is not None:
-        copy_range(split.path, dst, split.start, split.end)
+        direct_copy_range(split.path, dst, split.start, split.end)
     return out
 
 

@@ -153,3 +153,22 @@ def test_salvage_on_odd_layout_is_the_same_with_any_workers(tmp_path):
         got[j] = sorted(pq.read_table(out / "messages.parquet", columns=["phys_offset", "reason"]).to_pylist(), key=str)
     assert got["1"] == got["2"]
     assert not {p for _, p in expected} & {r["phys_offset"] for r in got["1"]}
+
+
+def test_repair_on_odd_layout_is_the_same_with_any_workers(tmp_path):
+    """repair's one scan is a pass over the planner's ranges too: one worker and two write the same repaired store,
+    each damaged record (a bad magic code) replaced by a filler of exactly its length."""
+    root, expected = _damaged(tmp_path)
+    sizes = {m["wroteOffset"]: m["wroteBytes"] for m in manifest(NAME)}
+    trees = {}
+    for j in ("1", "2"):
+        out = tmp_path / f"repaired-{j}"
+        r = run("repair", root, "--out", out, "-f", "jsonl", "-j", j, "--cq-units-per-file", SETTINGS[NAME]["cq_units"], "--no-sync")
+        assert r.exit_code == 1, r.stderr
+        ranges = [(d["phys_offset"], d["length"], d["action"]) for d in jsonl(r.stdout) if d.get("kind") == "range"]
+        assert ranges == sorted((p, sizes[p], "filler") for c, p in expected if c == "bad_magic")
+        tree = _tree(out)
+        trees[j] = {k: v for k, v in tree.items() if not k.startswith("index/") and k != "rmqdump-repair/report.json"} | {
+            "index": sorted(v for k, v in tree.items() if k.startswith("index/"))  # names are wall-clock times
+        }
+    assert trees["1"] == trees["2"]

@@ -253,11 +253,20 @@ def _scan_range(split: Split, scan: ScanOptions, copies: dict[str, str]) -> tupl
     """One range's dispatch columns (rmqdump.builders.rebuild) and what the recovery would stop at in it; with a
     copy of its file named in `copies`, that byte range is also copied there (while it is in the page cache).
     A pure function of the range: any engine's worker runs it (a Spark executor writes the copy where it sees NEWDIR)."""
-    rs = scan_range(split, scan)
-    out = range_result(rs), _finds(rs)
     dst = copies.get(split.path)
-    if dst is not None:
-        direct_copy_range(split.path, dst, split.start, split.end)
+    # the copy goes to the disk (waiting on it, without the GIL) while this thread scans the same bytes
+    copying = Background(lambda args: direct_copy_range(*args), ahead=1, name="rmqdump-copy") if dst is not None else None
+    try:
+        if copying is not None:
+            copying.put((split.path, dst, split.start, split.end))
+        rs = scan_range(split, scan)
+        out = range_result(rs), _finds(rs)
+    except BaseException:
+        if copying is not None:
+            copying.close(quiet=True)
+        raise
+    if copying is not None:
+        copying.close()  # the copy done (or its error raised) before the range counts as done
     return out
 
 

@@ -11,9 +11,10 @@ built by rebuild's builders (rmqdump.builders.rebuild.build_into) from the
 records the repaired copy holds, so each message keeps its queue offset; the
 queue offset of a destroyed message becomes a hole, a filler unit (0,
 Integer.MAX_VALUE, 0) the broker's pull path reads no message from and steps
-over. One scan does it all (_Scan): each range is scanned with CRCs on,
-copied while in the page cache, and its records handed to the builders; the
-self-check then reads the files written and the repaired copy back.
+over. One scan does it all (_Scan): each range is scanned with CRCs on while
+a thread copies it (rmqdump.builders.sparsecopy.direct_copy_range), and its
+records are handed to the builders; the self-check then reads the files
+written and the repaired copy back.
 
 The damaged ranges are where the scan (check_crc on, as the broker's
 checkCRCOnRecover) stops or flags a record the recovery would stop at: bad

@@ -322,6 +322,8 @@ def test_body_crc_failed_in_the_last_record_is_left_with_the_unit_the_broker_wro
     assert code == 1
     assert [(r["phys_offset"], r["codes"], r["action"]) for r in ranges] == [(last["wroteOffset"], ["body_crc_mismatch"], "left")]
     assert not [r for r in rows if r["kind"] == "hole"]
+    (summary,) = [r for r in rows if r["kind"] == "summary"]
+    assert summary["records"] == summary["rebuild"]["records"] == summary["rebuild"]["messages"] == len(every)  # each record once
     at = last["logicsOffset"] * 20
     broker = _cq_units(root, last["topic"], last["queueId"])  # the broker's own queue, untouched by the damage
     assert _cq_units(tmp_path / "new", last["topic"], last["queueId"])[: at + 20] == broker[: at + 20]

@@ -173,14 +173,12 @@ class RangeResult:
     indexed: np.ndarray | None = None  # records the IndexFile takes (not rolled back)
 
     def select(self, keep: np.ndarray) -> RangeResult:
-        """The records of `keep` (a mask) only, with their keys, as a result of no bytes and no problems of its own
-        (a repair leaves out the records it replaces, and feeds the builders those it leaves to the broker later)."""
+        """The records of `keep` (a mask) only, with their keys, as a result of no bytes, records scanned or problems
+        of its own (a repair leaves out the records it replaces, and feeds the builders those it leaves to the broker later)."""
         cols = {f: getattr(self, f)[keep] for f in _RECORD_COLUMNS}
         at = np.cumsum(keep) - 1  # a kept record's index among those kept
         k = keep[self.key_rec]
-        return RangeResult(
-            0, int(keep.sum()), self.topics, **cols, key_rec=at[self.key_rec[k]], key_hash=self.key_hash[k], damaged=[], flagged=[], last_ts=None, split=self.split
-        )
+        return RangeResult(0, 0, self.topics, **cols, key_rec=at[self.key_rec[k]], key_hash=self.key_hash[k], damaged=[], flagged=[], last_ts=None, split=self.split)
 
 
 _RECORD_COLUMNS = ("phys", "size", "store_ts", "tags_code", "queue_offset", "queue_id", "topic_id", "queued", "indexed")  # one value a record

@@ -252,7 +252,7 @@ def _finds(rs: RangeScan) -> _Finds:
 
 def _scan_range(split: Split, scan: ScanOptions, copies: dict[str, str]) -> tuple[RangeResult, _Finds]:
     """One range's dispatch columns (rmqdump.builders.rebuild) and what the recovery would stop at in it; with a
-    copy of its file named in `copies`, that byte range is also copied there (while it is in the page cache).
+    copy of its file named in `copies`, that byte range is also copied there, on a thread beside the scan.
     A pure function of the range: any engine's worker runs it (a Spark executor writes the copy where it sees NEWDIR)."""
     dst = copies.get(split.path)
     # the copy goes to the disk (waiting on it, without the GIL) while this thread scans the same bytes

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 from conftest import copy_store
@@ -58,6 +60,53 @@ def test_failure_leaves_target_as_it_was(tmp_path):
             f.write("half")
         raise RuntimeError("query failed")
     assert target.read_text() == "old" and _leftovers(tmp_path) == []
+
+
+def test_a_full_file_system_is_one_code_and_leaves_nothing(tmp_path):
+    """ENOSPC (or a quota) while writing: output_no_space naming the target, the partial output removed."""
+    target = tmp_path / "out"
+    with pytest.raises(InputError) as e, publishing(str(target), force=False) as tmp:
+        with open("/dev/full", "wb") as full:  # every write to it fails with ENOSPC
+            full.write(b"x" * 4096)
+            full.flush()
+        (Path(tmp) / "never").write_text("")
+    assert e.value.code == "output_no_space" and e.value.path == str(target)
+    assert not target.exists() and _leftovers(tmp_path) == []
+
+
+def test_spilled_columns_fail_with_the_errno_of_the_failed_write(tmp_path):
+    """The column spills (salvage's survey, rebuild's and repair's self-check) raise the write's own error, so a full
+    disk is reported as such (numpy's tofile raised a bare OSError without errno)."""
+    import numpy as np
+
+    from rmqdump.common.columnspill import ColumnSpill
+
+    spill = ColumnSpill(str(tmp_path / "spill"), {"a": np.int64})
+    spill._files["a"].close()
+    spill._files["a"] = open("/dev/full", "wb")  # noqa: SIM115
+    with pytest.raises(OSError) as e:
+        spill.append({"a": np.arange(100_000)})
+        spill._files["a"].flush()
+    assert e.value.errno == errno.ENOSPC
+
+
+@pytest.mark.parametrize("command", ["repair", "salvage", "rebuild"])
+def test_a_full_disk_under_a_command_is_one_line_and_exit_2(tmp_path, monkeypatch, command):
+    """The column spill hits ENOSPC mid-command: one line with the code and the target, exit 2, nothing published."""
+    from conftest import run
+
+    from rmqdump.common.columnspill import ColumnSpill
+
+    def full(self, cols):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(ColumnSpill, "append", full)
+    store = copy_store("rmq4-basic", tmp_path)
+    out = tmp_path / "out"
+    r = run(command, store, "--out", out, "--hash-slots", "500", "--index-entries", "2000") if command != "salvage" else run(command, store, "--out", out)
+    assert r.exit_code == 2
+    assert r.stderr.strip() == f"rmqdump: output_no_space: {out}: No space left on device while writing it: nothing was published (the partial output was removed)"
+    assert not out.exists() and _leftovers(tmp_path) == []
 
 
 def test_nothing_written_is_an_error_not_an_empty_output(tmp_path):

@@ -35,7 +35,7 @@ class ColumnSpill:
         if len(n) != 1:
             raise ValueError(f"columns of different lengths: {sorted(n)}")
         for k, dt in self.dtypes.items():
-            np.asarray(cols[k], dtype=dt).tofile(self._files[k])
+            self._files[k].write(np.ascontiguousarray(cols[k], dtype=dt).data)  # a failed write raises with its errno (tofile's does not)
         self.rows += n.pop()
 
     def finish(self) -> None:

@@ -12,6 +12,7 @@ killed run are removed by the next run that writes the same target.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import shutil
 import signal
@@ -28,6 +29,9 @@ STORE_INSIDE_OUTPUT = "store_inside_output"
 OUTPUT_EXISTS = "output_exists"
 OUTPUT_NOT_DIRECTORY = "output_not_directory"
 OUTPUT_IS_DIRECTORY = "output_is_directory"
+OUTPUT_NO_SPACE = "output_no_space"  # the file system ran out of room (or quota) while the output was written
+
+_NO_ROOM = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
 KINDS = ("dir", "file")
 TMP_MARK = ".rmqdump-tmp-"  # in every temporary's name: `.{target name}{TMP_MARK}{pid}-{ms}`
@@ -164,6 +168,8 @@ def publishing(target: str, *, force: bool, stores: Iterable[str] = (), kind: st
             _rename_into_place(tmp, out)
             if sync:
                 _fsync(parent)
-    except BaseException:
+    except BaseException as e:
         _remove(tmp)
+        if isinstance(e, OSError) and e.errno in _NO_ROOM:
+            raise InputError(OUTPUT_NO_SPACE, out, f"{os.strerror(e.errno)} while writing it: nothing was published (the partial output was removed)") from e
         raise

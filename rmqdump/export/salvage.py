@@ -289,7 +289,7 @@ class _UnitsByWindow:
             rows = np.empty(b - a, self.DTYPE)
             rows["offset"], rows["size"] = offsets[order[a:b]], sizes[order[a:b]]
             with open(self._path(int(w[a])), "ab") as f:
-                rows.tofile(f)
+                f.write(rows.data)  # a failed write raises with its errno (tofile's does not)
 
     def reach(self, i: int) -> S.Reach:
         path = self._path(i)

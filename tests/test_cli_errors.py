@@ -33,3 +33,15 @@ def test_one_line_exit_2(args):
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("rmqdump: "), r.stderr
     assert "Traceback" not in r.stderr + r.stdout
+
+
+def test_a_listing_into_a_full_disk_is_one_line_and_exit_2():
+    """Standard output on a full file system (/dev/full fails every write with ENOSPC): output_no_space, one line."""
+    import subprocess
+    import sys
+
+    seg = store_root("rmq4-basic") / "commitlog" / f"{0:020d}"
+    with open("/dev/full", "w") as full:
+        r = subprocess.run([sys.executable, "-m", "rmqdump", "commitlog", str(seg), "-f", "jsonl"], stdout=full, stderr=subprocess.PIPE, text=True)
+    assert r.returncode == 2
+    assert r.stderr == "rmqdump: output_no_space: standard output or a temporary file: No space left on device\n"

@@ -16,6 +16,7 @@ import typer
 from rmqdump import __version__
 from rmqdump.cli.render import fail
 from rmqdump.common.problems import InputError
+from rmqdump.common.publish import NO_ROOM, OUTPUT_NO_SPACE
 
 app = typer.Typer(
     name="rmqdump",
@@ -46,6 +47,8 @@ def guarded(fn):
         except Exception as e:
             if os.environ.get("RMQDUMP_TRACEBACK"):
                 raise
+            if isinstance(e, OSError) and e.errno in NO_ROOM:  # a write outside a published output: standard output, a spill
+                fail(f"{OUTPUT_NO_SPACE}: {e.filename or 'standard output or a temporary file'}: {os.strerror(e.errno)}", 2)
             fail(f"internal_error: {type(e).__name__}: {e} (RMQDUMP_TRACEBACK=1 shows where)", 2)
 
     return wrapper

@@ -31,7 +31,7 @@ OUTPUT_NOT_DIRECTORY = "output_not_directory"
 OUTPUT_IS_DIRECTORY = "output_is_directory"
 OUTPUT_NO_SPACE = "output_no_space"  # the file system ran out of room (or quota) while the output was written
 
-_NO_ROOM = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+NO_ROOM = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)  # the errnos of a write the file system has no room for
 
 KINDS = ("dir", "file")
 TMP_MARK = ".rmqdump-tmp-"  # in every temporary's name: `.{target name}{TMP_MARK}{pid}-{ms}`
@@ -170,6 +170,6 @@ def publishing(target: str, *, force: bool, stores: Iterable[str] = (), kind: st
                 _fsync(parent)
     except BaseException as e:
         _remove(tmp)
-        if isinstance(e, OSError) and e.errno in _NO_ROOM:
+        if isinstance(e, OSError) and e.errno in NO_ROOM:
             raise InputError(OUTPUT_NO_SPACE, out, f"{os.strerror(e.errno)} while writing it: nothing was published (the partial output was removed)") from e
         raise

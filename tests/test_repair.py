@@ -330,6 +330,33 @@ def test_body_crc_failed_in_the_last_record_is_left_with_the_unit_the_broker_wro
     assert int.from_bytes(broker[at : at + 8], "big") == last["wroteOffset"]
 
 
+@pytest.mark.parametrize(("which", "cut"), [("second", 1000), ("first", 0), ("last", 10_000)])
+def test_a_commitlog_file_cut_short_is_padded_and_the_broker_loads_the_repaired_copy(tmp_path, which, cut):
+    """A copy of a store cut short (one file of 1000, 0 or 10,000 bytes, the others 131072): the broker refuses to load
+    such a store at all (MappedFileQueue.load: a file of another size). Repair pads the file's copy to the configured
+    size and closes what is left of it with a BLANK marker where its intact records end (the last file: left, nothing
+    intact follows), and the broker's own recovery of NEWDIR keeps every message the cut did not take with it."""
+    name = "rmq4-basic"
+    root = copy_store(name, tmp_path)
+    size = SETTINGS[name]["commitlog"]
+    base = {"first": 0, "second": size, "last": max(int(p.name) for p in (root / "commitlog").iterdir())}[which]
+    os.truncate(root / "commitlog" / f"{base:020d}", cut)
+    every = sorted(puts(name), key=lambda m: m["wroteOffset"])
+    lost = [m for m in every if base <= m["wroteOffset"] < base + size and m["wroteOffset"] + m["wroteBytes"] > base + cut]  # not whole in the cut file
+    intact = [m for m in every if m not in lost]
+    lost_from = min(m["wroteOffset"] for m in lost)
+    s = SETTINGS[name]
+    code, rows = repair_cli("-s", root, "--out", tmp_path / "new", "--hash-slots", s["hash_slots"], "--index-entries", s["index_entries"])
+    assert code == 1
+    ranges = [r for r in rows if r["kind"] == "range"]
+    want = (lost_from, base + cut, "left") if which == "last" else (lost_from, base + size, "blank")
+    assert [(r["phys_offset"], r["end"], r["action"]) for r in ranges] == [want]
+    assert (tmp_path / "new" / "commitlog" / f"{base:020d}").stat().st_size == size
+    o = broker_recovery(tmp_path / "new", tmp_path / "oracle.json")
+    assert o["recoveryPath"].startswith("normal")
+    check_broker_keeps(o, intact)
+
+
 @pytest.mark.slow
 def test_broker_pull_steps_over_a_hole(tmp_path, broker_pull):
     """bodycrc's destroyed message (orders/1 queue offset 244, damage.json): after the restart on NEWDIR the broker's

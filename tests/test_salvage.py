@@ -414,3 +414,14 @@ def test_records_read_again_are_the_ones_asked_for():
         assert (got == want[at]).all()
         seen += got.tolist()
     assert sorted(seen) == want.tolist()
+
+
+def test_a_file_cut_short_is_named_as_what_keeps_the_broker_from_loading(tmp_path):
+    """The broker loads no CommitLog file of another size (MappedFileQueue.load): salvage's manifest says so, naming
+    the file cut, beside the recovery it would run once loaded."""
+    root = copy_store("rmq4-basic", tmp_path)
+    cut = root / "commitlog" / f"{SETTINGS['rmq4-basic']['commitlog']:020d}"
+    os.truncate(cut, 1000)
+    _, man = salvage(root, tmp_path / "out")
+    (err,) = man["recovery"]["load_errors"]
+    assert err.startswith(f"commitlog_file_size: {cut}@1000: ")

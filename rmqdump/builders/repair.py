@@ -340,6 +340,10 @@ class _Scan:
         # a zero tail before the last intact record: the recovery would stop there (magic 0) and drop every later file
         spans += [(a, b, P.ZEROED_RANGE, f"{b - a} zero bytes to the end of the file, intact records in later files", path)
                   for f in finds for a, b, path in f.zero_tails if a < data_end]  # fmt: skip
+        # a file shorter than the others (a copy cut short): its copy is padded to the configured size (the broker
+        # loads no CommitLog file of another size), and its missing bytes read as zeros there, where the walk would stop
+        spans += [(a, b, P.CL_FILE_SIZE, f"{b - a} bytes missing: the file is {f.size} bytes, the others {self.cl.file_size}", f.path)
+                  for f, a, b in short_files(self.cl) if a < data_end]  # fmt: skip
         self.ranges = _merge(spans)
         destroyed = sorted((d for f in finds for d in f.destroyed), key=lambda d: d["phys_offset"])
         for r in self.ranges:
@@ -396,7 +400,7 @@ def _neighbours(cl: CommitLog, r: DamagedRange) -> tuple[dict | None, dict | Non
             m = read_record(seg, mf, end_off, check_crc=True)
             after = _describe(m) if isinstance(m, Message) else {"phys_offset": r.end, "not_a_message": m.line() if isinstance(m, Problem) else str(m)}
             return before, after
-    nxt = next((f for f in cl.files if f.base >= seg.base + seg.size), None)
+    nxt = next((f for f in cl.files if f.base > seg.base), None)
     if nxt is None:
         return before, None
     m = read_at(cl, nxt.base)
@@ -435,14 +439,21 @@ def _bytes_for(r: DamagedRange) -> bytes:
 # --- writing ---
 
 
+def short_files(cl: CommitLog) -> list[tuple[SegmentFile, int, int]]:
+    """(file, physical offset where it ends, where it should end) of each file shorter than the configured size."""
+    size = cl.file_size or 0
+    return [(f, f.base + f.size, f.base + size) for f in cl.files if f.size < size]
+
+
 def _presized(cl: CommitLog, into: str) -> dict[str, str]:
-    """An empty file of each CommitLog file's size in `into` (holes until the scan copies the data): source -> copy."""
+    """An empty file of each CommitLog file's size in `into` (holes until the scan copies the data), a short one's
+    the configured size: source -> copy."""
     out = {}
     for f in cl.files:
         out[f.path] = os.path.join(into, os.path.basename(f.path))
         fd = os.open(out[f.path], os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
-            os.ftruncate(fd, f.size)
+            os.ftruncate(fd, max(f.size, cl.file_size or 0))
         finally:
             os.close(fd)
     return out
@@ -476,14 +487,15 @@ def _quarantine(tmp: str, store: str, ranges: list[DamagedRange], sync: bool) ->
                 continue
             with open(r.file, "rb") as f:
                 f.seek(r.file_offset)
-                data = f.read(r.length)
+                data = f.read(r.length)  # shorter where the source file ends inside the range (a file cut short)
             r.quarantine_offset = q.tell()
             r.sha256 = hashlib.sha256(data).hexdigest()
             q.write(data)
             index.append(
                 {
                     "phys_offset": r.start,
-                    "length": r.length,
+                    "length": len(data),
+                    "missing": r.length - len(data),
                     "file": os.path.relpath(r.file, store),
                     "file_offset": r.file_offset,
                     "quarantine_offset": r.quarantine_offset,
@@ -524,7 +536,7 @@ def _build(
     Returns the scan's columns for the self-check (None without one)."""
     rb_options = RebuildOptions(mapper=options.mapper, sync=options.sync, verify=options.verify)
     rb = RebuildReport(report.store, report.out, settings, rb_options, report.commitlog_files, report.commitlog_bytes)
-    rb.damaged.extend(cl.problems)
+    rb.damaged.extend(report.layout)
     columns = ScanColumns(tmp) if options.verify and VERIFY_FROM_COLUMNS else None
     scan = _Scan(cl, options.mapper, dispatch_options(settings, rb_options, fold=_crc_failed), options.check_crc, copies)
     build_into(tmp, cl, settings, rb_options, rb, on_bytes, columns, results=scan.results())
@@ -612,7 +624,13 @@ def repair(
     report = RepairReport(store=s, out=o)
     report.commitlog_files = len(cl.files)
     report.commitlog_bytes = sum(f.size for f in cl.files)
-    report.layout = list(cl.problems)
+    padded = {f.path for f, _, _ in short_files(cl)}
+    report.layout = [p for p in cl.problems if not (p.code == P.CL_FILE_SIZE and p.file in padded)]  # padded in the copy
+    report.notes += [
+        f"{os.path.basename(f.path)}: {f.size} bytes, the others {cl.file_size}: its copy is padded with zeros to {cl.file_size} "
+        "(the broker loads no CommitLog file of another size)"
+        for f, _, _ in short_files(cl)
+    ]
     with publishing(o, force=options.force, stores=[s], kind="dir", sync=options.sync) as tmp:
         cl_out = os.path.join(tmp, "commitlog")
         os.makedirs(cl_out)

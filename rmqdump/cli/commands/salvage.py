@@ -24,6 +24,8 @@ def _print_table(d: dict) -> None:
     r = d["recovery"]
     p(f"salvaged into {d['out']} ({d['format']}), {d['records_scanned']} records scanned")
     p(f"recovery: {'ABNORMAL' if r['abnormal'] else 'normal'} (broker {r['broker_rules']}), stops at {r['valid_end']}: {r['stop']}")
+    for e in r["load_errors"]:
+        p(f"the broker would refuse to load the store: {e}", markup=False)
     for name, n in d["salvaged"].items():
         p(f"{name}: {n} records")
     for reason, n in d["counts"].items():

@@ -127,6 +127,8 @@ def test_refusals_have_one_code_each(tmp_path):
     f.write_text("x")
     cases.append((f, {"kind": "dir", "force": True}, "output_not_directory"))
     cases.append((f, {"kind": "file"}, "output_exists"))
+    cases.append((f / "out", {"kind": "dir"}, "output_parent_not_directory"))  # under a file: nothing can be created there
+    cases.append((f / "a" / "b.csv", {"kind": "file"}, "output_parent_not_directory"))
     for target, kw, code in cases:
         kw.setdefault("force", False)
         with pytest.raises(InputError) as e:

@@ -29,6 +29,7 @@ STORE_INSIDE_OUTPUT = "store_inside_output"
 OUTPUT_EXISTS = "output_exists"
 OUTPUT_NOT_DIRECTORY = "output_not_directory"
 OUTPUT_IS_DIRECTORY = "output_is_directory"
+OUTPUT_PARENT_NOT_DIRECTORY = "output_parent_not_directory"
 OUTPUT_NO_SPACE = "output_no_space"  # the file system ran out of room (or quota) while the output was written
 
 NO_ROOM = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)  # the errnos of a write the file system has no room for
@@ -67,6 +68,11 @@ def check_target(target: str, *, force: bool, stores: Iterable[str] = (), kind: 
         if _inside(_real(store), _real(target)):
             raise InputError(STORE_INSIDE_OUTPUT, target, f"contains the store {store}: it would be replaced")
     if not os.path.lexists(out):
+        parent = os.path.dirname(out)
+        while not os.path.lexists(parent):  # the nearest existing ancestor must be a directory to create it in
+            parent = os.path.dirname(parent)
+        if not os.path.isdir(parent):
+            raise InputError(OUTPUT_PARENT_NOT_DIRECTORY, target, f"{parent} is not a directory: nothing can be created under it")
         return out
     is_dir = os.path.isdir(out) and not os.path.islink(out)
     if kind == "dir" and not is_dir:

@@ -37,6 +37,7 @@ into place at the end (rmqdump.common.publish).
 
 from __future__ import annotations
 
+import bisect
 import functools
 import hashlib
 import json
@@ -346,8 +347,9 @@ class _Scan:
                   for f, a, b in short_files(self.cl) if a < data_end]  # fmt: skip
         self.ranges = _merge(spans)
         destroyed = sorted((d for f in finds for d in f.destroyed), key=lambda d: d["phys_offset"])
-        for r in self.ranges:
-            r.destroyed = [d for d in destroyed if r.start <= d["phys_offset"] < r.end]
+        at = [d["phys_offset"] for d in destroyed]
+        for r in self.ranges:  # both in offset order: each range's records found by bisection, not a pass over all
+            r.destroyed = destroyed[bisect.bisect_left(at, r.start) : bisect.bisect_left(at, r.end)]
         self.data_end = data_end
         self.records = sum(f.records for f in finds)
         self.flagged = [p for f in finds for p in f.flagged]

@@ -24,6 +24,7 @@ from rmqdump.builders.indexbuild import index_file_name
 from rmqdump.builders.rebuild import RebuildOptions, rebuild
 from rmqdump.builders.settings import resolve
 from rmqdump.common.javahash import java_hash
+from rmqdump.common.problems import InputError
 from rmqdump.engines.local import LocalMap
 from rmqdump.readers.commitlog import CommitLog
 from rmqdump.readers.fastpath import numpy_dtype
@@ -433,7 +434,8 @@ def test_an_index_builder_failure_beside_the_scan_fails_the_rebuild_and_writes_n
     name = "rmq4-basic"
     s = SETTINGS[name]
     st = resolve(str(store_root(name)), cq_units=s["cq_units"], hash_slots=s["hash_slots"], index_entries=s["index_entries"])
-    with pytest.raises(OSError, match="No space left"):
+    with pytest.raises(InputError, match="No space left") as e:  # publishing names the full disk (output_no_space)
         rebuild(str(store_root(name)), str(tmp_path / "out"), st, RebuildOptions(mapper=LocalMap(2), sync=False))
+    assert e.value.code == "output_no_space" and isinstance(e.value.__cause__, OSError)
     assert len(calls) >= 2
     assert not (tmp_path / "out").exists() and os.listdir(tmp_path) == []

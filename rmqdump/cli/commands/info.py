@@ -12,6 +12,7 @@ from rmqdump.cli import render
 from rmqdump.cli.commands import options as O
 from rmqdump.cli.commands.options import ListFormat
 from rmqdump.cli.fleet import fleet, fleet_map
+from rmqdump.common import problems as P
 from rmqdump.common.timeutil import iso
 
 if TYPE_CHECKING:
@@ -182,6 +183,14 @@ def _table(info: StoreInfo) -> None:
         o.print(f"  index files deleted on load: {', '.join(r.index_files_dropped) or 'none'}")
         for e in r.load_errors:
             o.print(f"  [red]the broker would refuse to load[/red]: {e}")
+        if _cut_short(info):
+            o.print(f"  a copy it loads (files cut short padded): rmqdump repair {shlex.quote(info.root)} --out NEWDIR", markup=False, highlight=False)
+
+
+def _cut_short(info) -> bool:
+    """Whether a CommitLog file is shorter than the others: the broker loads no such store; repair pads the file's copy."""
+    size = info.commitlog.file_size
+    return bool(size) and any(p.code == P.CL_FILE_SIZE and (p.file_offset or 0) < size for p in info.problems)
 
 
 def _compaction(st, fmt: ListFormat) -> bool:

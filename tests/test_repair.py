@@ -361,6 +361,30 @@ def test_a_commitlog_file_cut_short_is_padded_and_the_broker_loads_the_repaired_
     check_broker_keeps(o, intact)
 
 
+def test_a_commitlog_file_grown_past_the_others_is_cut_and_its_excess_kept_in_the_quarantine(tmp_path):
+    """264 bytes appended to a CommitLog file (the broker refuses to load a file of another size): its copy is cut to
+    the configured size, the 264 bytes go to the quarantine, and the broker's recovery of NEWDIR keeps every put."""
+    name = "rmq4-basic"
+    root = copy_store(name, tmp_path)
+    size = SETTINGS[name]["commitlog"]
+    grown = root / "commitlog" / f"{3 * size:020d}"
+    tail = bytes(i % 251 + 1 for i in range(264))
+    with open(grown, "ab") as f:
+        f.write(tail)
+    s = SETTINGS[name]
+    code, rows = repair_cli("-s", root, "--out", tmp_path / "new", "--hash-slots", s["hash_slots"], "--index-entries", s["index_entries"])
+    assert code == 1 and not [r for r in rows if r["kind"] == "range"]  # no record was damaged; the file's size was wrong
+    (summary,) = [r for r in rows if r["kind"] == "summary"]
+    assert summary["resized_files"] == [grown.name] and summary["layout_problems"] == []
+    assert {p.stat().st_size for p in (tmp_path / "new" / "commitlog").iterdir()} == {size}
+    index = json.loads((tmp_path / "new" / "rmqdump-repair" / "quarantine.json").read_text(encoding="utf-8"))
+    (q,) = index["ranges"]
+    assert (q["file"], q["file_offset"], q["length"], q["replaced_by"]) == (f"commitlog/{grown.name}", size, 264, "cut")
+    assert (tmp_path / "new" / "rmqdump-repair" / "quarantine.bin").read_bytes()[q["quarantine_offset"] :][:264] == tail
+    o = broker_recovery(tmp_path / "new", tmp_path / "oracle.json")
+    check_broker_keeps(o, puts(name))
+
+
 @pytest.mark.slow
 def test_broker_pull_steps_over_a_hole(tmp_path, broker_pull):
     """bodycrc's destroyed message (orders/1 queue offset 244, damage.json): after the restart on NEWDIR the broker's

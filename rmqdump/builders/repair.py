@@ -152,6 +152,7 @@ class RepairReport:
     commitlog_files: int = 0
     commitlog_bytes: int = 0
     layout: list[Problem] = field(default_factory=list)  # CommitLog layout problems (not repaired)
+    resized: list[str] = field(default_factory=list)  # CommitLog files of another size than the others: their copies padded or cut
     flagged: list[Problem] = field(default_factory=list)  # records the broker accepts, with a problem (property CRC, phys field)
     rebuild: RebuildReport | None = None
     holes: list[dict] = field(default_factory=list)  # queue offsets left without a message
@@ -186,6 +187,7 @@ class RepairReport:
             "queue_holes": sum(h["to"] - h["from"] for h in self.holes),
             "flagged_records": len(self.flagged),
             "layout_problems": [p.line() for p in self.layout],
+            "resized_files": self.resized,
             "copied": self.copied,
             "voided_timer_units": len(self.voided_timer_units),
             "recovery_path": "normal (no abort file)",
@@ -447,15 +449,21 @@ def short_files(cl: CommitLog) -> list[tuple[SegmentFile, int, int]]:
     return [(f, f.base + f.size, f.base + size) for f in cl.files if f.size < size]
 
 
+def long_files(cl: CommitLog) -> list[tuple[SegmentFile, int]]:
+    """(file, the configured size) of each file longer than the configured size: its copy is cut there."""
+    size = cl.file_size or 0
+    return [(f, size) for f in cl.files if size and f.size > size]
+
+
 def _presized(cl: CommitLog, into: str) -> dict[str, str]:
-    """An empty file of each CommitLog file's size in `into` (holes until the scan copies the data), a short one's
-    the configured size: source -> copy."""
+    """An empty file of the configured size for each CommitLog file in `into` (holes until the scan copies the data;
+    the broker loads no file of another size): source -> copy."""
     out = {}
     for f in cl.files:
         out[f.path] = os.path.join(into, os.path.basename(f.path))
         fd = os.open(out[f.path], os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
-            os.ftruncate(fd, max(f.size, cl.file_size or 0))
+            os.ftruncate(fd, cl.file_size or f.size)
         finally:
             os.close(fd)
     return out
@@ -478,8 +486,9 @@ def _start_fsync(d: str) -> Background:
     return bg
 
 
-def _quarantine(tmp: str, store: str, ranges: list[DamagedRange], sync: bool) -> None:
-    """The original bytes of each replaced range, one after the other, and their index (JSON)."""
+def _quarantine(tmp: str, store: str, ranges: list[DamagedRange], cuts: list[tuple[SegmentFile, int]], sync: bool) -> None:
+    """The original bytes of each replaced range, then of each file's bytes past the configured size (`cuts`: the file
+    and that size), one after the other, and their index (JSON)."""
     qdir = os.path.join(tmp, REPAIR_DIR)
     os.makedirs(qdir, exist_ok=True)
     index = []
@@ -506,6 +515,23 @@ def _quarantine(tmp: str, store: str, ranges: list[DamagedRange], sync: bool) ->
                     "replaced_by": r.action,
                 }
             )
+        for f, size in cuts:
+            with open(f.path, "rb") as src:
+                src.seek(size)
+                data = src.read(f.size - size)
+            index.append(
+                {
+                    "phys_offset": None,  # past the file's configured end: these offsets are the next file's
+                    "length": len(data),
+                    "file": os.path.relpath(f.path, store),
+                    "file_offset": size,
+                    "quarantine_offset": q.tell(),
+                    "sha256": hashlib.sha256(data).hexdigest(),
+                    "codes": [P.CL_FILE_SIZE],
+                    "replaced_by": "cut",
+                }
+            )
+            q.write(data)
         if sync:
             q.flush()
             os.fsync(q.fileno())
@@ -626,12 +652,18 @@ def repair(
     report = RepairReport(store=s, out=o)
     report.commitlog_files = len(cl.files)
     report.commitlog_bytes = sum(f.size for f in cl.files)
-    padded = {f.path for f, _, _ in short_files(cl)}
-    report.layout = [p for p in cl.problems if not (p.code == P.CL_FILE_SIZE and p.file in padded)]  # padded in the copy
+    resized = {f.path for f, _, _ in short_files(cl)} | {f.path for f, _ in long_files(cl)}
+    report.resized = sorted(os.path.basename(p) for p in resized)
+    report.layout = [p for p in cl.problems if not (p.code == P.CL_FILE_SIZE and p.file in resized)]  # resized in the copy
     report.notes += [
         f"{os.path.basename(f.path)}: {f.size} bytes, the others {cl.file_size}: its copy is padded with zeros to {cl.file_size} "
         "(the broker loads no CommitLog file of another size)"
         for f, _, _ in short_files(cl)
+    ]
+    report.notes += [
+        f"{os.path.basename(f.path)}: {f.size} bytes, the others {size}: its copy is cut to {size} (the broker loads no CommitLog file "
+        f"of another size; the scan never reads past it); the {f.size - size} bytes past it are in the quarantine"
+        for f, size in long_files(cl)
     ]
     with publishing(o, force=options.force, stores=[s], kind="dir", sync=options.sync) as tmp:
         cl_out = os.path.join(tmp, "commitlog")
@@ -640,7 +672,7 @@ def repair(
         t = time.perf_counter()
         columns = _build(tmp, cl, settings, options, report, copies, on_bytes, t0)
         report.timings["scan_copy_build"] = time.perf_counter() - t
-        _quarantine(tmp, s, report.ranges, options.sync)
+        _quarantine(tmp, s, report.ranges, long_files(cl), options.sync)
         for r in report.repaired:
             _patch(cl_out, r, _bytes_for(r))
         syncing = _start_fsync(cl_out) if options.sync else None  # the copy is final: on to the disk, beside the self-check

@@ -94,7 +94,8 @@ def repair_cmd(
     original bytes go to NEWDIR/rmqdump-repair/quarantine.bin. ConsumeQueues
     and IndexFiles are rebuilt (queue offsets unchanged), no abort file is
     written (normal recovery), config/ is copied. The store is only read.
-    Exit 0 nothing needed repair (NEWDIR is a clean copy), 1 damage found,
+    Exit 0 nothing needed repair (NEWDIR is a clean copy), 1 damage found (or a
+    CommitLog file of another size, padded or cut in the copy),
     2 usage or unreadable input.
 
     Example:  rmqdump repair -s /data/broker-a/store --out /data/broker-a/store.repaired
@@ -126,7 +127,7 @@ def repair_cmd(
         render.jsonl(s)
     else:
         _print_table(rep, s)
-    raise typer.Exit(1 if rep.ranges else 0)
+    raise typer.Exit(1 if rep.ranges or rep.resized else 0)
 
 
 def register(app, guarded) -> None:

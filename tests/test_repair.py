@@ -351,7 +351,7 @@ def test_a_commitlog_file_cut_short_is_padded_and_the_broker_loads_the_repaired_
     ranges = [r for r in rows if r["kind"] == "range"]
     source = run("info", "-s", root).stdout  # info names what keeps the broker from loading it, and the way out
     assert f"the broker would refuse to load: commitlog_file_size: {root / 'commitlog' / f'{base:020d}'}@{cut}: " in source
-    assert f"a copy it loads (files cut short padded): rmqdump repair {root} --out NEWDIR" in source
+    assert f"a copy it loads (files padded or cut to size): rmqdump repair {root} --out NEWDIR" in source
     assert "refuse to load" not in run("info", "-s", tmp_path / "new").stdout
     want = (lost_from, base + cut, "left") if which == "last" else (lost_from, base + size, "blank")
     assert [(r["phys_offset"], r["end"], r["action"]) for r in ranges] == [want]

@@ -224,7 +224,7 @@ def _recovery(p: S.Plan) -> dict:
         "dropped_messages": 0,  # records the survey decoded past it
         "commitlog_files_deleted": r.commitlog_files_dropped,
         "redispatch_from": r.redispatch_from,
-        "load_errors": list(r.load_errors),  # why the broker would not load the store at all (repair pads a file cut short)
+        "load_errors": list(r.load_errors),  # why the broker would not load the store at all (repair pads or cuts a file of another size)
     }
 
 

@@ -183,14 +183,8 @@ def _table(info: StoreInfo) -> None:
         o.print(f"  index files deleted on load: {', '.join(r.index_files_dropped) or 'none'}")
         for e in r.load_errors:
             o.print(f"  [red]the broker would refuse to load[/red]: {e}")
-        if _cut_short(info):
-            o.print(f"  a copy it loads (files cut short padded): rmqdump repair {shlex.quote(info.root)} --out NEWDIR", markup=False, highlight=False)
-
-
-def _cut_short(info) -> bool:
-    """Whether a CommitLog file is shorter than the others: the broker loads no such store; repair pads the file's copy."""
-    size = info.commitlog.file_size
-    return bool(size) and any(p.code == P.CL_FILE_SIZE and (p.file_offset or 0) < size for p in info.problems)
+        if any(p.code == P.CL_FILE_SIZE for p in info.problems):  # repair pads or cuts those files' copies
+            o.print(f"  a copy it loads (files padded or cut to size): rmqdump repair {shlex.quote(info.root)} --out NEWDIR", markup=False, highlight=False)
 
 
 def _compaction(st, fmt: ListFormat) -> bool:

@@ -601,3 +601,29 @@ def test_dledger_store_is_refused(tmp_path):
 def test_usage_store_twice(tmp_path):
     r = run_proc("repair", REAL / "rmq4-basic" / "store", "-s", REAL / "rmq4-basic" / "store", "--out", tmp_path / "new")
     assert r.returncode == 2 and r.stderr.startswith("rmqdump: usage: rmqdump repair:")
+
+
+def test_an_empty_body_is_never_a_crc_stop_as_the_broker_checks_only_a_body(tmp_path):
+    """checkMessageAndReturnSize checks the body CRC only when bodyLen > 0: a record with an empty body and any
+    bodyCRC field is accepted. One such record (a rolled-back one, bodyCRC 12345) written after the last record of a
+    clean copy: the broker's recovery walks it; rmqdump's preview stops where the broker does, and repair finds
+    nothing to replace."""
+    from rmqdump.builders.filler import MIN_FILLER, _record
+
+    name = "rmq4-basic"
+    root = copy_store(name, tmp_path)
+    size = SETTINGS[name]["commitlog"]
+    end = max(m["wroteOffset"] + m["wroteBytes"] for m in puts(name))
+    rec = bytearray(_record(end, b"", 1795305360000, MIN_FILLER))
+    rec[8:12] = (12345).to_bytes(4, "big")  # bodyCRC: not the CRC of an empty body (0)
+    with open(root / "commitlog" / f"{end // size * size:020d}", "r+b") as f:
+        f.seek(end % size)
+        f.write(rec)
+    o = broker_recovery(root, tmp_path / "oracle.json")
+    assert o["afterRecovery"]["maxPhyOffset"] == end + len(rec)  # the broker walked it
+    rows = jsonl(run("info", "-s", root, "-f", "jsonl").stdout)
+    (preview,) = [r for r in rows if r["kind"] == "recovery"]
+    assert preview["valid_end"] == end + len(rec) and preview["truncated_bytes"] == 0
+    s = SETTINGS[name]
+    code, out = repair_cli("-s", root, "--out", tmp_path / "new", "--hash-slots", s["hash_slots"], "--index-entries", s["index_entries"])
+    assert code == 0 and [r for r in out if r["kind"] == "range"] == []

@@ -224,11 +224,11 @@ class _Finds:
 
 
 def _crc_failed(b: Batch, cols) -> tuple[np.ndarray, np.ndarray, list[dict]]:
-    """The scan's fold: the batch's records whose body CRC fails (the broker checks it only of a non-empty body):
+    """The scan's fold: the batch's records whose body CRC fails (as the broker checks it: the kernel's verdict),
     their physical offsets, ends and descriptions."""
     if b.crc_ok is None:
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), []
-    idx = np.flatnonzero(~b.crc_ok & (b.cols["body_length"] > 0))
+    idx = np.flatnonzero(~b.crc_ok)
     return b.phys[idx], b.cols["_end"][idx] + b.seg.base, [_describe(b.message(i)) for i in idx.tolist()]
 
 

@@ -53,7 +53,7 @@ def direct_copy_range(src: str, dst: str, start: int, end: int) -> None:
     try:
         fin = os.open(src, os.O_RDONLY)
         try:
-            size = os.fstat(fin).st_size
+            size = min(os.fstat(fin).st_size, os.fstat(fout).st_size)  # never past the copy's own end (a source grown past its size)
             pos, end = start, min(end, size)
             while pos < end:
                 pos, data_end = next_data(fin, pos, end)

@@ -419,7 +419,8 @@ def scan(data, size, start, end, check_crc, out, keys, frame=0, base=0):
         pcrc = -1
         if check_crc:
             body_crc = _rd(data, p + _OFF[v, _F_BCRC], _W_BCRC, _S_BCRC)
-            crc = 1 if (_crc(data, h, body_len) & 0x7FFFFFFF) == body_crc else 0
+            # checkMessageAndReturnSize checks the body CRC only when bodyLen > 0: an empty body passes whatever bodyCRC says
+            crc = 1 if body_len == 0 or (_crc(data, h, body_len) & 0x7FFFFFFF) == body_crc else 0
             if plen >= _CRC_LEN:
                 t0 = lim - _CRC_LEN
                 head = True

@@ -70,10 +70,17 @@ class OffsetsReport:
 
 
 def _table(cf: ConfigFile | None) -> dict[tuple[str, str, int], int]:
-    if cf is None or cf.error is not None or not isinstance(cf.data, dict):
+    if cf is None or cf.error is not None:
+        return {}
+    return offset_table(cf.data)
+
+
+def offset_table(data) -> dict[tuple[str, str, int], int]:
+    """(group, topic, queue id) -> committed offset, from a parsed consumerOffset.json; entries that are damage are left out."""
+    if not isinstance(data, dict):
         return {}
     out: dict[tuple[str, str, int], int] = {}
-    table = cf.data.get("offsetTable") or {}
+    table = data.get("offsetTable") or {}
     if not isinstance(table, dict):
         return {}
     for key, per_queue in table.items():

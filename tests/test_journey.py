@@ -1,0 +1,344 @@
+"""`rmqdump journey` against what a whole RocketMQ 5.3.3 broker and its clients did (fixtures/real/rmq53-lifecycle*/truth.json).
+
+truth.json lists, for every message a client sent, every copy the broker stored (storeCopies), every consume attempt,
+the transaction's outcome, pops and acks; manifest.jsonl holds every stored record (store_msg, with its properties and,
+for op, checkpoint and ack records, its body). The expectations below are computed from those files alone.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections import defaultdict
+from functools import cache
+
+import pytest
+from conftest import REAL, jsonl, manifest, run
+
+LIFECYCLE = ["rmq53-lifecycle", "rmq53-lifecycle-crash"]
+PUSH, POP = "GID_lc_push", "GID_lc_pop"
+LEVELS_MS = [int(t[:-1]) * {"s": 1000, "m": 60_000, "h": 3_600_000}[t[-1]] for t in ["1s", "5s", "10s", "30s", "1m", "2m", "3m", "4m", "5m", "6m", "7m", "8m", "9m", "10m", "20m", "30m", "1h", "2h"]]
+HELD = ("SCHEDULE_TOPIC_XXXX", "rmq_sys_wheel_timer")
+
+
+@cache
+def truth(name: str) -> dict:
+    return json.loads((REAL / name / "truth.json").read_text())
+
+
+@cache
+def records(name: str) -> dict[int, dict]:
+    """Every stored record by CommitLog offset (manifest store_msg lines: one per ConsumeQueue unit)."""
+    return {m["commitLogOffset"]: m for m in manifest(name) if m["kind"] == "store_msg"}
+
+
+def _rows_all(name: str, *extra: str) -> list[dict]:
+    r = run("journey", "--all", "-s", REAL / name / "store", "-f", "jsonl", *extra)
+    assert r.exit_code in (0, 1), r.stderr
+    return jsonl(r.stdout)
+
+
+@cache
+def rows_all(name: str) -> tuple[dict, ...]:
+    return tuple(_rows_all(name))
+
+
+@cache
+def rows_index(name: str) -> tuple[dict, ...]:
+    """The same journeys found one message at a time through the IndexFile and the op/revive/timer queues."""
+    from rmqdump.query.journeys import journeys
+    from rmqdump.readers.store import Store
+
+    st = Store.open(REAL / name / "store")
+    found, _problems, g = journeys(st, [m["uniqKey"] for m in truth(name)["messages"]], use_index=True)
+    assert g.how == "index"
+    return tuple(r for j in found for r in json.loads(json.dumps(j.rows())))
+
+
+MODES = {"scan": rows_all, "index": rows_index}
+
+
+def _by_key(rows, kind: str) -> dict[str, list[dict]]:
+    out = defaultdict(list)
+    for r in rows:
+        if r["kind"] == kind:
+            out[r["uniq_key"]].append(r)
+    return out
+
+
+def expected_state(m: dict) -> str:
+    if m.get("inDLQ"):
+        return "dead_letter"
+    if m["kind"] == "transaction":
+        return {"commit": "tx_committed", "rollback": "tx_rolled_back"}.get(m.get("txOutcome")) or (
+            "tx_discarded" if m["inTransCheckMaxTopic"] else "tx_pending"
+        )
+    if m["kind"] in ("delay", "timer") and not m.get("deliveredBeforeShutdown"):
+        return "scheduled"
+    last = max(m["storeCopies"], key=lambda c: c["commitLogOffset"])
+    return "scheduled" if last["topic"] in HELD else "delivered"
+
+
+def expected_hop(m: dict, c: dict, rec: dict) -> str:
+    t, props = c["topic"], rec["properties"]
+    if t == "SCHEDULE_TOPIC_XXXX":
+        return "scheduled"
+    if t == "rmq_sys_wheel_timer":
+        return "timer"
+    if t == "RMQ_SYS_TRANS_HALF_TOPIC":
+        return "half_check" if "TRANSACTION_CHECK_TIMES" in props else "half"
+    if t == "TRANS_CHECK_MAX_TIME_TOPIC":
+        return "check_max"
+    if t == "%RETRY%GID_lc_pop_LcPopJobs":
+        return "pop_retry"
+    if t.startswith("%RETRY%"):
+        return "retry"
+    if t.startswith("%DLQ%"):
+        return "dlq"
+    if rec["sysFlag"] & 0xC == 0x8:
+        return "commit"
+    return "delivered" if m["kind"] in ("delay", "timer") else "put"
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name", LIFECYCLE)
+def test_copies_are_the_stored_copies(name, mode):
+    """Every message's copy rows are exactly its storeCopies, each field as the record says (manifest)."""
+    copies = _by_key(MODES[mode](name), "copy")
+    recs = records(name)
+    msgs = truth(name)["messages"]
+    assert set(copies) >= {m["uniqKey"] for m in msgs}
+    for m in msgs:
+        got = copies[m["uniqKey"]]
+        assert sorted((r["topic"], r["queue_id"], r["queue_offset"], r["phys_offset"]) for r in got) == sorted(
+            (c["topic"], c["queueId"], c["queueOffset"], c["commitLogOffset"]) for c in m["storeCopies"]
+        ), m["uniqKey"]
+        assert [r["phys_offset"] for r in got] == sorted(r["phys_offset"] for r in got)  # store order
+        halves = sorted(c["commitLogOffset"] for c in m["storeCopies"] if c["topic"] == "RMQ_SYS_TRANS_HALF_TOPIC")
+        for r in got:
+            c = next(c for c in m["storeCopies"] if c["commitLogOffset"] == r["phys_offset"])
+            rec, props = recs[r["phys_offset"]], recs[r["phys_offset"]]["properties"]
+            hop = expected_hop(m, c, rec)
+            level = int(props["DELAY"]) if props.get("DELAY") not in (None, "0") else (c["queueId"] + 1 if hop == "scheduled" else None)
+            due = {"scheduled": rec["storeTimestamp"] + LEVELS_MS[min(level or 1, 18) - 1], "timer": int(props.get("TIMER_OUT_MS", 0))}.get(hop)
+            want = {
+                "kind": "copy",
+                "uniq_key": m["uniqKey"],
+                "hop": hop,
+                "topic": c["topic"],
+                "queue_id": c["queueId"],
+                "queue_offset": c["queueOffset"],
+                "phys_offset": c["commitLogOffset"],
+                "store_time": rec["storeTimestamp"],
+                "total_size": rec["storeSize"],
+                "msg_id": c["offsetMsgId"],
+                "real_topic": props.get("REAL_TOPIC"),
+                "real_queue_id": int(props["REAL_QID"]) if "REAL_QID" in props else None,
+                "delay_level": level,
+                "due_time": due,
+                "reconsume_times": c["reconsumeTimes"],
+                "check_times": int(props["TRANSACTION_CHECK_TIMES"]) if "TRANSACTION_CHECK_TIMES" in props else None,
+                "prepared_offset": max(h for h in halves if h < c["commitLogOffset"]) if hop == "commit" else None,
+                "origin_msg_id": props.get("ORIGIN_MESSAGE_ID"),
+                "retry_topic": props.get("RETRY_TOPIC"),
+                "producer_group": props.get("PGROUP"),
+                "keys": [k for k in props.get("KEYS", "").split(" ") if k],
+                "tags": props.get("TAGS"),
+                "recovery_drops": False,  # the crash store's pages were complete: the broker's recovery keeps every record
+            }
+            assert {k: r[k] for k in want} == want
+            assert r["file"].endswith("commitlog/00000000000000000000")
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name", LIFECYCLE)
+def test_verdicts_are_what_happened(name, mode):
+    """The state and every group's status are what the broker and its clients did (truth.json)."""
+    verdicts = {r["uniq_key"]: r for r in MODES[mode](name) if r["kind"] == "verdict"}
+    clean = name == "rmq53-lifecycle"
+    offsets = _offsets(name)
+    for m in truth(name)["messages"]:
+        v = verdicts[m["uniqKey"]]
+        assert v["state"] == expected_state(m), m["uniqKey"]
+        if m["kind"] == "pop":
+            want = {POP: "acked" if m.get("popAcked") else ("unacked" if m.get("pops") else "not_consumed")}
+        else:
+            success = [a for a in m.get("consumeAttempts", []) if a["result"] == "CONSUME_SUCCESS"]
+            want = {PUSH: "consumed" if success else "not_consumed"}
+            if not clean and success:
+                # as last persisted: consumed only where the committed offset is past the copy the consumer read
+                a = success[-1]
+                topic = next(c["topic"] for c in m["storeCopies"] if c["commitLogOffset"] == a["commitLogOffset"])
+                if offsets.get((PUSH, topic, a["queueId"]), -1) <= a["queueOffset"]:
+                    want = {PUSH: "not_consumed"}
+        assert v["groups"] == want, m["uniqKey"]
+        assert v["why"] and "None" not in v["why"]
+        assert v["due_time"] == (max(c["due_time"] for c in _by_key(MODES[mode](name), "copy")[m["uniqKey"]] if c["due_time"]) if v["state"] == "scheduled" else None)
+        assert bool(v["evidence_caveats"]) == (not clean)
+
+
+def _offsets(name: str) -> dict[tuple[str, str, int], int]:
+    from rmqdump.readers.configfiles import loads_fastjson
+
+    doc = loads_fastjson((REAL / name / "store" / "config" / "consumerOffset.json").read_text())
+    return {(k.split("@")[1], k.split("@")[0], int(q)): int(o) for k, per in doc["offsetTable"].items() for q, o in per.items()}
+
+
+def expected_evidence(name: str) -> set[tuple]:
+    """(uniq key, hop, record offset, named topic, queue, offset, held in the timer) for every op, checkpoint and ack record in
+    the store, for each position it names that holds a copy of a message (the test's own reading of the bodies)."""
+    where = {(c["topic"], c["queueId"], c["queueOffset"]): m["uniqKey"] for m in truth(name)["messages"] for c in m["storeCopies"]}
+    out = set()
+    for off, rec in records(name).items():
+        t, props = rec["topic"], rec["properties"]
+        held = t == "rmq_sys_wheel_timer" and props.get("REAL_TOPIC", "").startswith("rmq_sys_REVIVE_LOG_")
+        if t == "RMQ_SYS_TRANS_OP_HALF_TOPIC":
+            names = [("RMQ_SYS_TRANS_HALF_TOPIC", rec["queueId"], int(x)) for x in rec["body"].split(",") if x]
+            hop = "op"
+        elif t.startswith("rmq_sys_REVIVE_LOG_") or held:
+            b = json.loads(rec.get("body") or _body(name, off))
+            if props["TAGS"] == "ck":
+                hop, names = "checkpoint", [(b["t"], b["q"], b["so"] + d) for d in b["d"]]
+            else:
+                hop, names = "ack", [(b["t"], b["q"], o) for o in b.get("aol", [b.get("ao")])]
+        else:
+            continue
+        out |= {(where[n], hop, off, *n, held) for n in names if n in where}
+    return out
+
+
+def _body(name: str, off: int) -> str:
+    """A record's body read by the test itself (IPv4 hosts: the body length at byte 84, the body after it)."""
+    with open(REAL / name / "store" / "commitlog" / "00000000000000000000", "rb") as f:
+        f.seek(off + 84)
+        n = int.from_bytes(f.read(4), "big")
+        return f.read(n).decode()
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name", LIFECYCLE)
+def test_every_record_about_a_message_is_its_evidence(name, mode):
+    rows = [r for r in MODES[mode](name) if r["kind"] == "evidence"]
+    got = {(r["uniq_key"], r["hop"], r["phys_offset"], r["names_topic"], r["names_queue_id"], r["names_queue_offset"], r["held_in_timer"]) for r in rows}
+    assert len(got) == len(rows)
+    assert got == expected_evidence(name)
+    recs = records(name)
+    for r in rows:
+        rec = recs[r["phys_offset"]]
+        assert (r["topic"], r["queue_id"], r["queue_offset"], r["store_time"]) == (rec["topic"], rec["queueId"], rec["queueOffset"], rec["storeTimestamp"])
+        if r["hop"] != "op":
+            b = json.loads(rec.get("body") or _body(name, r["phys_offset"]))
+            assert (r["group"], r["pop_time"]) == (b["c"], b["pt"])
+            assert (r["invisible_time"], r["revive_time"]) == ((b["it"], b["reviveTime"]) if r["hop"] == "checkpoint" else (None, None))
+
+
+def expected_problems(name: str) -> set[tuple[str, str]]:
+    """Odd journeys, from truth: a transaction committed twice; a DLQ copy at or below the group's retry limit."""
+    limit = json.loads((REAL / name / "store" / "config" / "subscriptionGroup.json").read_text())["subscriptionGroupTable"][PUSH]["retryMaxTimes"]
+    out = set()
+    for m in truth(name)["messages"]:
+        commits = [c for c in m["storeCopies"] if c["topic"] == m["topic"] and m["kind"] == "transaction"]
+        if len(commits) > 1:
+            out.add(("journey_double_commit", m["uniqKey"]))
+        if any(c["topic"].startswith("%DLQ%") and c["reconsumeTimes"] <= limit for c in m["storeCopies"]):
+            out.add(("journey_dlq_before_retry_limit", m["uniqKey"]))
+    return out
+
+
+@pytest.mark.parametrize("name", LIFECYCLE)
+def test_odd_journeys_are_problems(name):
+    rows = rows_all(name)
+    got = {(r["code"], r["uniq_key"]) for r in rows if r["kind"] == "problem"}
+    assert got == expected_problems(name)
+    assert any(code == "journey_double_commit" for code, _ in got) == (name == "rmq53-lifecycle-crash")
+    summary = rows[-1]
+    assert summary == {"kind": "summary", "journeys": len(truth(name)["messages"]), "problems": len(got), "not_found": 0}
+
+
+def test_one_message_by_id_key_and_offset_msgid():
+    m = next(m for m in truth("rmq53-lifecycle")["messages"] if m.get("inDLQ") and m["consumePlan"] == "failAlways")
+    store = REAL / "rmq53-lifecycle" / "store"
+    by_uniq = run("journey", m["uniqKey"], "-s", store, "-f", "jsonl")
+    by_offset = run("journey", m["offsetMsgId"], "-s", store, "-f", "jsonl")
+    by_key = run("journey", "--key", m["keys"].split()[0], "-s", store, "-f", "jsonl")
+    for r in (by_uniq, by_offset, by_key):
+        assert r.exit_code == 0, r.stderr
+        rows = jsonl(r.stdout)
+        assert [x["uniq_key"] for x in rows if x["kind"] == "verdict"] == [m["uniqKey"]]
+        assert {(x["topic"], x["phys_offset"]) for x in rows if x["kind"] == "copy"} == {(c["topic"], c["commitLogOffset"]) for c in m["storeCopies"]}
+    table = run("journey", m["uniqKey"], "-s", store)
+    assert table.exit_code == 0 and "dead_letter" in table.stdout and "%DLQ%GID_lc_push" in table.stdout
+
+
+def test_not_found_and_malformed_ids():
+    store = REAL / "rmq53-lifecycle" / "store"
+    r = run("journey", "7F0000010F5B5FFD2B278C7058CF0FFF", "-s", store)
+    assert r.exit_code == 1 and "journey_not_found" in r.stderr and "Traceback" not in r.stderr
+    r = run("journey", "not-hex", "-s", store)
+    assert r.exit_code == 2 and "bad_msgid" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    r = run("journey", "-s", store)
+    assert r.exit_code == 2 and "usage" in r.stderr
+
+
+@pytest.mark.parametrize("name", ["rmq4-basic", "rmq4-flags", "rmq5-basic", "rmq53-v2", "rmq4-crash"])
+def test_other_stores_every_record_is_a_copy(name):
+    """On stores written by the broker's store code alone, every stored record is a copy of the message its UNIQ_KEY (else
+    its offset msgId) names, and the journey's state follows from its topics and transaction types (the manifest)."""
+    from rmqdump.readers.msgid import OffsetMsgId
+
+    rows = _rows_all(name)
+    want: dict[str, set] = defaultdict(set)
+    kinds: dict[str, list] = defaultdict(list)
+    for m in manifest(name):
+        if m.get("appendStatus", "PUT_OK") != "PUT_OK" or not m.get("msgId") or m["topic"] == "RMQ_SYS_TRANS_OP_HALF_TOPIC":
+            continue  # an op record is evidence about halves, not a copy of a message
+        phys = OffsetMsgId.decode(m["msgId"]).phys_offset
+        key = m.get("uniqKey") or m["msgId"]
+        want[key].add((m["topic"], m["queueId"], m["logicsOffset"], phys))
+        kinds[key].append((phys, m["topic"], m["sysFlag"] & 0xC))
+    got: dict[str, set] = defaultdict(set)
+    for r in rows:
+        if r["kind"] == "copy":
+            got[r["uniq_key"]].add((r["topic"], r["queue_id"], r["queue_offset"], r["phys_offset"]))
+    assert {k: v for k, v in got.items() if k in want} == dict(want)
+    states = {r["uniq_key"]: r["state"] for r in rows if r["kind"] == "verdict"}
+    for key, recs in kinds.items():
+        recs.sort()
+        topics, tx = [t for _, t, _ in recs], [f for _, _, f in recs]
+        if any(t.startswith("%DLQ%") for t in topics):
+            state = "dead_letter"
+        elif 0x8 in tx:
+            state = "tx_committed"
+        elif 0xC in tx:
+            state = "tx_rolled_back"
+        elif "RMQ_SYS_TRANS_HALF_TOPIC" in topics:
+            continue  # settled or not by op records whose bodies the manifest does not hold: judged on the lifecycle stores
+        elif 0x4 in tx:
+            state = "tx_pending"
+        elif topics[-1] == "SCHEDULE_TOPIC_XXXX":
+            state = "scheduled"
+        else:
+            state = "delivered"
+        assert states[key] == state, key
+
+
+def test_delay_delivered_past_the_levels_offset_but_missing(tmp_path):
+    """config/delayOffset.json past a still-scheduled copy (a delivery the CommitLog does not hold) is journey_delay_undelivered."""
+    src = REAL / "rmq53-lifecycle" / "store"
+    dst = tmp_path / "store"
+    shutil.copytree(src, dst)
+    pending = [m for m in truth("rmq53-lifecycle")["messages"] if m["kind"] == "delay" and not m["deliveredBeforeShutdown"]]
+    level18 = [m for m in pending if m["delayLevel"] == 18]
+    assert level18
+    for f in ("delayOffset.json", "delayOffset.json.bak"):
+        p = dst / "config" / f
+        p.write_text(p.read_text().replace("18:0", "18:" + str(1 + max(c["queueOffset"] for m in level18 for c in m["storeCopies"]))))
+    rows = _rows_all_at(dst)
+    got = {r["uniq_key"] for r in rows if r.get("code") == "journey_delay_undelivered"}
+    assert got == {m["uniqKey"] for m in level18}
+
+
+def _rows_all_at(store) -> list[dict]:
+    r = run("journey", "--all", "-s", store, "-f", "jsonl")
+    assert r.exit_code == 1, r.stderr
+    return jsonl(r.stdout)

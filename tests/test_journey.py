@@ -342,3 +342,90 @@ def _rows_all_at(store) -> list[dict]:
     r = run("journey", "--all", "-s", store, "-f", "jsonl")
     assert r.exit_code == 1, r.stderr
     return jsonl(r.stdout)
+
+
+# --- the rules on journeys the stores above do not hold, each built by the test from records it describes ---
+
+
+def _copy(hop: str, topic: str, phys: int, **kw):
+    from rmqdump.readers.lifecycle import Copy
+
+    base = dict(uniq_key="AA" * 16, hop=hop, topic=topic, queue_id=0, queue_offset=phys // 100, phys_offset=phys, store_timestamp=1000 + phys,
+                total_size=100, msg_id=f"7F000001000051AF{phys:016X}", file="/s/commitlog/00000000000000000000")  # fmt: skip
+    base.update(kw)
+    return Copy(**base)
+
+
+def _judge(copies, **ctx):
+    from rmqdump.checks.journey import Context, link
+
+    c = Context(**ctx)
+    (j,) = link(copies, c)
+    return j
+
+
+def test_a_commit_without_its_half_and_a_second_commit():
+    half = _copy("half", "RMQ_SYS_TRANS_HALF_TOPIC", 100, real_topic="T", real_queue_id=0)
+    first = _copy("commit", "T", 300, prepared_offset=100)
+    stray = _copy("commit", "T", 500, prepared_offset=400)  # names no half of this message
+    j = _judge([half, first, stray])
+    assert j.verdict.state == "tx_committed"
+    assert [(p.code, p.phys_offset, p.file_offset) for p in j.problems] == [
+        ("journey_double_commit", 500, 500),
+        ("journey_commit_without_half", 500, 500),
+    ]
+    assert [p.code for p in _judge([half, first]).problems] == []
+    # a half in a file already deleted (below the CommitLog's first offset) cannot be judged: no problem
+    assert [p.code for p in _judge([_copy("commit", "T", 500, prepared_offset=400)], min_phys=450).problems] == []
+
+
+def test_a_retry_whose_original_is_gone():
+    orig = _copy("put", "T", 100)
+    retry = _copy("retry", "%RETRY%G", 300, origin_msg_id=orig.msg_id, retry_topic="T", reconsume_times=1)
+    assert [p.code for p in _judge([orig, retry]).problems] == []
+    j = _judge([retry])
+    assert [(p.code, p.phys_offset) for p in j.problems] == [("journey_origin_missing", 300)]
+    assert [p.code for p in _judge([retry], min_phys=200).problems] == []  # deleted with its file, as retention does
+
+
+def test_an_orphan_checkpoint_and_a_body_the_broker_does_not_write():
+    from rmqdump.checks.journey import Context, orphan_checkpoints
+    from rmqdump.readers.lifecycle import read_record
+    from rmqdump.readers.message import Message
+
+    def rec(body: bytes, tag: str, phys: int):
+        m = Message("/s/commitlog/00000000000000000000", phys, 200, 0, 0, None, None, 1, 0, 0, 0, 1, "h", 2, "h", 0, 0, len(body),
+                    "rmq_sys_REVIVE_LOG_C", {"TAGS": tag}, "X")  # fmt: skip
+        return read_record(m, body)
+
+    ck = rec(b'{"c":"G","t":"T","q":0,"so":5,"d":[0,2],"pt":7,"it":10,"bm":1}', "ck", 1000)
+    assert (ck.hop, ck.names, ck.acked, ck.revive_time) == ("checkpoint", [("T", 0, 5), ("T", 0, 7)], [5], 17)
+    bad = rec(b"not json", "ack", 2000)
+    assert bad.hop == "ack" and bad.names == [] and bad.problem
+    ctx = Context()
+    ctx.add_evidence([ck, bad])
+    got = orphan_checkpoints(ctx, {("T", 0, 5)}, {("T", 0): (0, 10)})
+    assert [(p.code, p.phys_offset) for p in got] == [("journey_orphan_checkpoint", 1000), ("journey_bad_evidence", 2000)]
+    assert orphan_checkpoints(ctx, {("T", 0, 5)}, {("T", 0): (8, 10)})[0].code == "journey_bad_evidence"  # offset 7 below the queue's min
+
+
+def test_pop_ack_of_the_latest_checkpoint_decides():
+    """changeInvisibleTime acks the old checkpoint and writes a new one: only an ack of the newest one counts."""
+    from rmqdump.checks.journey import Context
+    from rmqdump.readers.lifecycle import Evidence
+
+    def ev(hop, pt, phys):
+        return Evidence(hop, "rmq_sys_REVIVE_LOG_C", 0, phys, phys, pt, "/s/commitlog/00000000000000000000", [("T", 0, 1)], group="G", pop_time=pt, start_offset=1, invisible_time=5, revive_time=pt + 5)
+
+    msg = _copy("put", "T", 100, queue_offset=1)
+    old_ck, old_ack, new_ck = ev("checkpoint", 10, 1000), ev("ack", 10, 1100), ev("checkpoint", 20, 1200)
+    ctx = Context()
+    ctx.add_evidence([old_ck, old_ack, new_ck])
+    from rmqdump.checks.journey import link
+
+    (j,) = link([msg], ctx)
+    assert j.verdict.groups == {"G": "unacked"}
+    ctx.add_evidence([ev("ack", 20, 1300)])
+    (j,) = link([msg], ctx)
+    assert j.verdict.groups == {"G": "acked"}
+    assert len(j.evidence) == 4

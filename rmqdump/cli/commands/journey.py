@@ -158,14 +158,17 @@ def _copy_detail(row: dict) -> str:
     from rmqdump.common.timeutil import iso
 
     parts = []
-    if row["real_topic"] and row["real_topic"] != row["topic"]:
+    held = row["hop"] in ("scheduled", "timer", "half", "half_check", "check_max")
+    if held and row["real_topic"] and row["real_topic"] != row["topic"]:
         parts.append(f"for {row['real_topic']} q{row['real_queue_id']}")
-    if row["delay_level"]:
+    if row["delay_level"] and row["hop"] == "scheduled":
         parts.append(f"level {row['delay_level']}")
     if row["due_time"] is not None:
         parts.append(f"due {iso(row['due_time'])}")
     if row["reconsume_times"]:
-        parts.append(f"attempt {row['reconsume_times'] + 1}")
+        parts.append(f"reconsumed {row['reconsume_times']}")
+    if row["origin_msg_id"] and row["hop"] in ("retry", "dlq"):
+        parts.append(f"from {row['retry_topic']}")
     if row["check_times"]:
         parts.append(f"check {row['check_times']}")
     if row["prepared_offset"] is not None:

@@ -9,6 +9,6 @@ columns and types of the `rmqdump sql` tables (`rmqdump sql --schema`); see
 rmqdump.engines.spark.api for how the rows are made. Needs PySpark.
 """
 
-from rmqdump.engines.spark.api import compacted, index_entries, messages, offsets, problems, register, units
+from rmqdump.engines.spark.api import compacted, copies, evidence, index_entries, journeys, messages, offsets, problems, register, units
 
-__all__ = ["compacted", "index_entries", "messages", "offsets", "problems", "register", "units"]
+__all__ = ["compacted", "copies", "evidence", "index_entries", "journeys", "messages", "offsets", "problems", "register", "units"]

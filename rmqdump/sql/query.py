@@ -148,6 +148,9 @@ def _reader(name: str, stores: list[StoreRef], cols: list[str], on_bytes, failed
         "problems": lambda: T.problems(stores, cols, on_bytes, mapper),
         "offsets": lambda: T.offsets(stores, cols),
         "compacted": lambda: T.compacted(stores, cols, on_bytes),
+        "copies": lambda: T.journey_tables("copies", stores, cols, on_bytes, mapper),
+        "evidence": lambda: T.journey_tables("evidence", stores, cols, on_bytes, mapper),
+        "journeys": lambda: T.journey_tables("journeys", stores, cols, on_bytes, mapper),
     }
 
     def batches():

@@ -152,6 +152,58 @@ TABLES: dict[str, list[Column]] = {
         ("lag", pa.int64(), "max_offset - committed"),
         ("flags", pa.list_(pa.string()), "ok, below_min, above_max, no_queue, bak_differs, only_in_bak, not_in_bak"),
     ),
+    "copies": _cols(
+        _BROKER,
+        ("uniq_key", pa.string(), "UNIQ_KEY of the message this record is a copy of (its offset msgId when it has none)"),
+        ("hop", pa.string(), "what the copy is: put, scheduled, timer, delivered, half, half_check, commit, check_max, retry, pop_retry, dlq, prepared, rollback"),
+        ("topic", pa.string(), "topic the copy is stored under"),
+        ("queue_id", pa.int32(), "queue id"),
+        ("queue_offset", pa.int64(), "queue offset"),
+        ("phys_offset", pa.int64(), "CommitLog offset"),
+        ("store_time", pa.int64(), "broker store time, epoch ms"),
+        ("total_size", pa.int32(), "record size in bytes"),
+        ("msg_id", pa.string(), "offset msgId of the copy"),
+        ("real_topic", pa.string(), "REAL_TOPIC: where a held copy goes"),
+        ("real_queue_id", pa.int32(), "REAL_QID"),
+        ("delay_level", pa.int32(), "delay level (DELAY, or the schedule queue id + 1)"),
+        ("due_time", pa.int64(), "when a held copy falls due, epoch ms"),
+        ("reconsume_times", pa.int32(), "reconsumeTimes of the copy"),
+        ("check_times", pa.int32(), "TRANSACTION_CHECK_TIMES of a half put again by a check"),
+        ("prepared_offset", pa.int64(), "a commit's half (preparedTransactionOffset)"),
+        ("origin_msg_id", pa.string(), "ORIGIN_MESSAGE_ID of a retry or DLQ copy"),
+        ("retry_topic", pa.string(), "RETRY_TOPIC: the topic a retry or DLQ copy came from"),
+        ("producer_group", pa.string(), "PGROUP"),
+        ("recovery_drops", pa.bool_(), "past where the broker's recovery would cut the CommitLog"),
+    ),
+    "evidence": _cols(
+        _BROKER,
+        ("uniq_key", pa.string(), "the message the record names (one row per message named)"),
+        ("hop", pa.string(), "op (settles a transaction's half), checkpoint or ack (POP)"),
+        ("topic", pa.string(), "topic of the record"),
+        ("queue_id", pa.int32(), "queue id of the record"),
+        ("queue_offset", pa.int64(), "queue offset of the record"),
+        ("phys_offset", pa.int64(), "CommitLog offset of the record"),
+        ("store_time", pa.int64(), "store time of the record, epoch ms"),
+        ("names_topic", pa.string(), "topic of the position it names"),
+        ("names_queue_id", pa.int32(), "queue id of the position it names"),
+        ("names_queue_offset", pa.int64(), "queue offset of the position it names"),
+        ("held_in_timer", pa.bool_(), "a checkpoint or ack still in the timer wheel, not yet in the revive topic"),
+        ("group", pa.string(), "POP consumer group"),
+        ("pop_time", pa.int64(), "POP time, epoch ms"),
+        ("invisible_time", pa.int64(), "a checkpoint's invisible time, ms"),
+        ("revive_time", pa.int64(), "when a checkpoint's unacked messages are revived, epoch ms"),
+    ),
+    "journeys": _cols(
+        _BROKER,
+        ("uniq_key", pa.string(), "the message"),
+        ("state", pa.string(), "scheduled, delivered, dead_letter, tx_pending, tx_committed, tx_rolled_back, tx_discarded"),
+        ("groups", pa.map_(pa.string(), pa.string()), "consumer group -> consumed, not_consumed, acked, unacked"),
+        ("why", pa.string(), "the verdict in one sentence"),
+        ("due_time", pa.int64(), "when a scheduled message falls due, epoch ms"),
+        ("copies", pa.int32(), "stored copies of the message"),
+        ("first_phys_offset", pa.int64(), "CommitLog offset of its first copy"),
+        ("problems", pa.list_(pa.string()), "codes of what is odd about its journey"),
+    ),
 }
 
 
@@ -375,3 +427,37 @@ def offsets(stores: list[StoreRef], columns: list[str]) -> Iterator[pa.RecordBat
         if rows:
             vals = {"broker": [ref.name] * len(rows), **{c: [r.to_dict()[c] for r in rows] for c in columns if c != "broker"}}
             yield _batch(schema, {c: vals[c] for c in columns})
+
+
+def _journeys(ref: StoreRef, on_bytes, mapper):
+    from rmqdump.query.journeys import journeys
+
+    found, _, _ = journeys(Store.open(ref.root), None, mapper=mapper, on_bytes=on_bytes)
+    return found
+
+
+def _rows_batches(ref: StoreRef, table: str, columns: list[str], rows: list[dict]) -> Iterator[pa.RecordBatch]:
+    schema = arrow_schema(table, columns)
+    for lo in range(0, len(rows), PROBLEM_BATCH):
+        chunk = rows[lo : lo + PROBLEM_BATCH]
+        yield _batch(schema, {c: [ref.name] * len(chunk) if c == "broker" else [r[c] for r in chunk] for c in columns})
+
+
+_ROW_KIND = {"copies": "copy", "evidence": "evidence"}
+
+
+def journey_tables(table: str, stores: list[StoreRef], columns: list[str], on_bytes=None, mapper: Mapper = map) -> Iterator[pa.RecordBatch]:
+    """`copies`, `evidence` or `journeys`: the rows `rmqdump journey --all` prints, store by store."""
+    for ref in stores:
+        rows: list[dict] = []
+        for j in _journeys(ref, on_bytes, mapper):
+            if table == "journeys":
+                v = j.verdict
+                rows.append(
+                    {"uniq_key": j.uniq_key, "state": v.state, "groups": list(v.groups.items()), "why": v.why, "due_time": v.due_time,
+                     "copies": len(j.copies), "first_phys_offset": j.copies[0].phys_offset, "problems": [p.code for p in j.problems]}
+                )  # fmt: skip
+            else:
+                rows += [r for r in j.rows() if r["kind"] == _ROW_KIND[table]]
+        yield from _rows_batches(ref, table, columns, rows)
+

@@ -193,6 +193,18 @@ def compacted(spark, stores: StoresArg, columns: Sequence[str] | None = None):
     return _per_store(spark, stores_of(stores), lambda ref, c: T.compacted([ref], c), ddl("compacted", cols), cols)
 
 
+def _journey_table(table: str):
+    def make(spark, stores: StoresArg, columns: Sequence[str] | None = None):
+        cols = columns_for(table, columns)
+        return _per_store(spark, stores_of(stores), lambda ref, c: T.journey_tables(table, [ref], c), ddl(table, cols), cols)
+
+    make.__doc__ = f"The `{table}` rows of `rmqdump journey --all` on each store: one task per store."
+    return make
+
+
+copies, evidence, journeys = (_journey_table(t) for t in ("copies", "evidence", "journeys"))
+
+
 TABLES: dict[str, Callable] = {
     "messages": messages,
     "units": units,
@@ -200,6 +212,9 @@ TABLES: dict[str, Callable] = {
     "problems": problems,
     "offsets": offsets,
     "compacted": compacted,
+    "copies": copies,
+    "evidence": evidence,
+    "journeys": journeys,
 }
 
 
@@ -220,4 +235,4 @@ def register(spark, stores: StoresArg, columns: dict[str, list[str]] | None = No
     return names
 
 
-__all__ = ["compacted", "index_entries", "messages", "offsets", "problems", "register", "units"]
+__all__ = ["compacted", "copies", "evidence", "index_entries", "journeys", "messages", "offsets", "problems", "register", "units"]

@@ -328,3 +328,58 @@ def test_filler_unit_not_written_by_rmqdump_keeps_todays_problems(with_report, t
     assert code == 1
     assert {(p["code"], p["topic"], p["queue_id"], p["unit_index"]) for p in probs} == _today(victim, first)
     assert summary["filler_units"] == 0
+
+
+# --- the table: causes, not rows ---
+
+
+def cq_units_on_disk(root: Path) -> set[tuple[str, int, int]]:
+    """(topic, queue, queue offset) of every valid unit, parsed from the ConsumeQueue files' bytes (20-byte units:
+    offset int64, size int32, tagsCode int64, big-endian; a file's name is its first unit's byte position)."""
+    out = set()
+    for qdir in (root / "consumequeue").glob("*/*"):
+        for f in qdir.iterdir():
+            data = f.read_bytes()
+            for k in range(len(data) // 20):
+                off, size, _ = struct.unpack_from(">qiq", data, k * 20)
+                if off >= 0 and size > 0:
+                    out.add((qdir.parent.name, int(qdir.name), (int(f.name) + k * 20) // 20))
+    return out
+
+
+def missing_runs(name: str, split_at: int | None = None) -> list[tuple]:
+    """The manifest's queued messages with no unit on disk (the damaged record aside), as runs of consecutive queue
+    offsets per queue: (topic, queue, first, last, count, first wroteOffset, last wroteOffset, wroteOffset >= split_at)."""
+    base = REAL / name
+    hit = {r["physicalOffset"] for r in json.loads((base / "damage.json").read_text(encoding="utf-8"))["recordsHit"]}
+    have = cq_units_on_disk(base / "store")
+    miss = sorted(
+        (m["topic"], m["queueId"], m["logicsOffset"], m["wroteOffset"])
+        for m in manifest(name)
+        if m.get("kind", "put") == "put" and queued(m) and m["wroteOffset"] not in hit and (m["topic"], m["queueId"], m["logicsOffset"]) not in have
+    )
+    runs: list[list] = []
+    for t, q, i, w in miss:
+        late = split_at is not None and w >= split_at
+        r = runs[-1] if runs else None
+        if r and (r[0], r[1], r[7]) == (t, q, late) and r[3] == i - 1:
+            r[3], r[4], r[6] = i, r[4] + 1, w
+        else:
+            runs.append([t, q, i, i, 1, w, w, late])
+    return [tuple(r) for r in runs]
+
+
+def test_table_shows_a_run_per_queue_the_damage_first():
+    """midfile-magic: 1 bad_magic and 3,499 missing units (the crash's dispatch lag) are 1 + a line per run, not 3,500 rows."""
+    name = "rmq53-damaged-midfile-magic"
+    r = run("cq", "verify", "-s", REAL / name / "store")
+    assert r.exit_code == 1
+    lines = [x.split() for x in r.stdout.split("\n") if x.startswith(" bad_magic") or x.startswith(" cq_")]
+    damage = json.loads((REAL / name / "damage.json").read_text(encoding="utf-8"))["recordsHit"][0]
+    assert lines[0][:3] == ["bad_magic", "1", str(damage["physicalOffset"])]  # no topic, queue or units: count, phys
+    want = missing_runs(name)
+    got = [(x[1], int(x[2]), x[3], int(x[4]), x[5]) for x in lines[1:]]
+    fmt = lambda a, b: str(a) if a == b else f"{a}..{b}"  # noqa: E731
+    assert sorted(got) == sorted((t, q, fmt(a, b), n, fmt(wa, wb)) for t, q, a, b, n, wa, wb, _ in want)
+    assert [x[0] for x in lines[1:]] == ["cq_missing_unit"] * len(want)
+    assert "3,499 units missing in 12 queues" in r.stderr and len(want) < 30

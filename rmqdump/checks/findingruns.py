@@ -12,9 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from rmqdump.checks import cqunits
+from rmqdump.common import problems as P
 
 # The order lines are shown in: the damage first, then what follows from it.
 DAMAGE, UNITS, MISSING = 0, 1, 2
+_RECORD_CODES = {P.BAD_MAGIC, P.BAD_TOTAL_SIZE, P.SIZE_MISMATCH, P.BODY_CRC_MISMATCH, P.PROP_CRC_MISMATCH, P.ZEROED_RANGE, P.RECORD_PAST_END, P.TRUNCATED_TAIL}
 
 
 @dataclass
@@ -98,7 +100,7 @@ class RunFolder:
 
 
 def causes(runs: list[Run]) -> list[str]:
-    """The runs said in a few words per kind, the damage first: e.g. `1 damaged CommitLog record (bad_magic)`,
+    """The runs said in a few words per kind, the damage first: e.g. `1 damaged record (bad_magic)`,
     `3,499 units missing in 12 queues`."""
     out = []
     damage: dict[str, int] = {}
@@ -107,7 +109,8 @@ def causes(runs: list[Run]) -> list[str]:
             damage[r.code] = damage.get(r.code, 0) + r.count
     if damage:
         n = sum(damage.values())
-        out.append(f"{n:,} damaged CommitLog record{'s' if n != 1 else ''} or range{'s' if n != 1 else ''} ({', '.join(sorted(damage))})")
+        what = "damaged record" if set(damage) <= _RECORD_CODES else "CommitLog or file finding"
+        out.append(f"{n:,} {what}{'s' if n != 1 else ''} ({', '.join(sorted(damage))})")
     units = [r for r in runs if r.rank == UNITS]
     if units:
         n = sum(r.count for r in units)

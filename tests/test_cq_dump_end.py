@@ -59,10 +59,18 @@ def _files(qdir: Path) -> list[Path]:
 
 def broker_queue(qdir: Path, batch: bool) -> tuple[list[tuple], int, int]:
     """(units up to the queue's end, unwritten units after it, the end's queue offset) as the broker's recovery walks the files."""
+    units, rest, end_index, _ = unwritten_tail(qdir, batch)
+    return units, rest, end_index
+
+
+def unwritten_tail(qdir: Path, batch: bool) -> tuple[list[tuple], int, int, dict]:
+    """broker_queue's answer and where the unwritten tail starts in the bytes: {cq_file, file_offset (in that file),
+    not_zero (its units holding a byte other than zero)}."""
     unit = BCQ_UNIT if batch else CQ_UNIT
     units: list[tuple] = []
     rest = 0
     end_index = None
+    tail = {"cq_file": None, "file_offset": None, "not_zero": 0}
     for f in _files(qdir):
         data = f.read_bytes()
         first = int(f.name) // unit.size
@@ -72,10 +80,12 @@ def broker_queue(qdir: Path, batch: bool) -> tuple[list[tuple], int, int]:
             if rest or not ok:
                 if end_index is None:
                     end_index = first + k
+                    tail.update(cq_file=f.name, file_offset=k * unit.size)
                 rest += 1
+                tail["not_zero"] += any(data[k * unit.size : (k + 1) * unit.size])
             else:
                 units.append(u if batch else (first + k, *u))
-    return units, rest, end_index
+    return units, rest, end_index, tail
 
 
 def _queues(root: Path) -> list[tuple[str, int, Path, bool]]:
@@ -131,12 +141,14 @@ def test_dump_is_exactly_the_brokers_units_then_one_tail_line(name, rel, unpacke
     want = manifest_units(name, rel)
     seen: dict[tuple[str, int], set] = {}
     for topic, qid, qdir, batch in queues:
-        units, rest, end = broker_queue(qdir, batch)
+        units, rest, end, where = unwritten_tail(qdir, batch)
         code, got, rows = dump(root, topic, qid)
         assert code == (0 if units else 1), (topic, qid)
         tail = rows[-1]
         assert [x["kind"] for x in rows] == ["unit"] * len(units) + ["unwritten"], (topic, qid)
         assert (tail["topic"], tail["queue_id"], tail["units"]) == (topic, qid, rest)
+        # where the tail starts: the byte offset in its own file, not the queue's; and how many of its units hold data
+        assert (tail["cq_file"] and Path(tail["cq_file"]).name, tail["file_offset"], tail["not_zero"]) == (where["cq_file"], where["file_offset"], where["not_zero"]), (topic, qid)
         if batch:
             assert [(x["phys_offset"], x["size"], x["tags_code"], x["store_time"], x["queue_offset"], x["batch_size"]) for x in got] == [u[:6] for u in units]
         else:
@@ -237,3 +249,22 @@ def test_timer_list_stops_at_the_logs_end_and_counts_the_unwritten_units(unpacke
     tail = rows[-1]
     assert (tail["units"], tail["timer_log_offset"], tail["file_offset"]) == (n - end, int(last.name) + end * TIMER_UNIT, end * TIMER_UNIT)
     assert tail["timer_log_file"].endswith(last.name)
+
+
+def test_dirty_unwritten_units_are_counted_where_the_tail_starts(tmp_path):
+    """Bytes after a queue's end (a unit with offset -1 written three units past it): the closing row's not_zero and
+    file_offset against the test's own parse of the file; a queue spanning files puts the tail in its last one."""
+    import shutil
+
+    root = tmp_path / "s"
+    shutil.copytree(REAL / "rmq4-basic" / "store", root)
+    qdir = root / "consumequeue" / "TopicTest" / "0"
+    assert len(_files(qdir)) > 1  # the tail's file offset differs from its queue-wide one
+    _, _, end, where = unwritten_tail(qdir, False)
+    patch(qdir / where["cq_file"], where["file_offset"] + 3 * 20, CQ_UNIT.pack(-1, 7, 0))
+    _, rest, end2, where2 = unwritten_tail(qdir, False)
+    assert end2 == end and where2["not_zero"] == 1 and where2["file_offset"] < end * 20
+    code, _, rows = dump(root, "TopicTest", 0)
+    tail = rows[-1]
+    assert code == 0
+    assert (Path(tail["cq_file"]).name, tail["file_offset"], tail["not_zero"], tail["units"]) == (where2["cq_file"], where2["file_offset"], 1, rest)

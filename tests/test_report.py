@@ -102,7 +102,7 @@ def test_damage_map_places_the_crash_lost_units(crash):
     for key in (K.TORN, K.BAD_RECORD, K.ZERO, K.CQ_HOLES, K.CQ_BAD, K.DROPPED):
         assert not d.counts[key].any(), key
     assert crash.problem_total == 500 and crash.problem_codes == {"cq_missing_unit": 500}
-    assert len(crash.problems) == 200  # --limit's default; the rest are counted
+    assert crash.run_total == len(crash.runs) == 12  # a line per queue: the crash's dispatch stopped in every one
 
 
 def test_recovery_and_unwritten_tail_match_the_broker(crash):
@@ -232,7 +232,7 @@ def test_cli_writes_the_page_exit_codes_and_no_overwrite(tmp_path):
     out = tmp_path / "crash.html"
     r = run("report", "-s", store_root("rmq4-crash"), "--out", out)
     assert r.exit_code == 1 and out.is_file()  # problems found, page written
-    assert "500 problems" in r.stderr
+    assert "500 units missing in 12 queues: a restart dispatches these again: no loss" in r.stderr  # crash.json: 500 undispatched
     r = run("report", "-s", store_root("rmq4-crash"), "--out", out)
     assert r.exit_code == 2 and "output_exists" in r.stderr and "--force" in r.stderr and len(r.stderr.strip().splitlines()) == 1
     r = run("report", "-s", root := copy_store("rmq4-flags", tmp_path / "copy"), "--out", root / "config" / "report.html")
@@ -315,7 +315,7 @@ def test_page_escapes_store_text():
         info=K.store_info(Store.open(store_root("rmq4-flags")), with_recovery=False),
         traffic=K.Traffic(),
         damage=K.DamageMap(0, 1),
-        problems=[],
+        runs=[],
         problem_total=0,
         problem_codes={},
         verify=K.VerifySummary(),
@@ -500,3 +500,33 @@ def test_problems_out_streams_every_finding(tmp_path):
     assert out.read_text(encoding="utf-8").count("has no ConsumeQueue unit") == 5
     r = run("report", "-s", root, "--out", tmp_path / "q.html", "--problems-out", found)
     assert r.exit_code == 2 and "exists" in r.output  # no overwrite without --force
+
+
+def test_report_says_causes_and_what_a_restart_dispatches_again():
+    """midfile-magic: a line per queue and fate, not 200 rows; the missing units below where the broker's recovery
+    stops (broker-recovery.json) are dispatched again by the restart (its ConsumeQueues afterwards hold them), the
+    rest are lost with their records; the verdict counts causes."""
+    from test_cq_verify import missing_runs
+
+    name = "rmq53-damaged-midfile-magic"
+    broker = json.loads((REAL / name / "broker-recovery.json").read_text(encoding="utf-8"))
+    stop = broker["afterRecovery"]["maxPhyOffset"]
+    want = missing_runs(name, split_at=stop)
+    after = {(k.split("/")[0], int(k.split("/")[1]), u[0]) for k, q in broker["consumeQueues"].items() for u in q["units"]}
+    for t, q, a, b, *_r, late in want:  # the broker's truth: re-dispatched ones are in its queues after the restart, lost ones not
+        assert all(((t, q, i) in after) != late for i in range(a, b + 1))
+    rep = _collect(REAL / name / "store")
+    got = [(r.topic, r.queue_id, r.first_index, r.last_index, r.count, r.first_phys, r.last_phys, r.note == K.TRUNCATED) for r in rep.runs if r.code == "cq_missing_unit"]
+    assert sorted(got) == sorted(want)
+    assert all(r.note in (K.REDISPATCHED, K.TRUNCATED) for r in rep.runs if r.code == "cq_missing_unit")
+    assert rep.runs[0].code == "bad_magic" and rep.run_total == len(rep.runs) == len(want) + 1
+    again = sum(r[4] for r in want if not r[7])
+    lost = sum(r[4] for r in want if r[7])
+    queues = len({(r[0], r[1]) for r in want})
+    assert rep.causes == [
+        "1 damaged record (bad_magic)",
+        f"{again:,} units missing in {queues} queues: {K.REDISPATCHED}",
+        f"{lost:,} units missing in {queues} queues: {K.TRUNCATED}",
+    ]
+    page = render(rep)
+    assert "3500 problems" not in page and "; ".join(rep.causes) in page

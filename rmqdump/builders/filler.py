@@ -28,6 +28,11 @@ import zlib
 from rmqdump.schemas import BlankMarker, MessageRecord
 from rmqdump.schemas import constants as C
 
+REPAIR_DIR = "rmqdump-repair"  # beside the store's own directories: the broker does not read it
+REPORT = "report.json"  # in REPAIR_DIR: what repair did; with the fillers themselves, what tells repair's holes from damage (checks/repairholes.py)
+FILLER = "filler"  # a range's action in the report: a filler record written over it
+BLANKED = "blank"  # ... a BLANK marker closing its file
+
 
 def _record(phys: int, body: bytes, store_ts: int, total: int = 0) -> bytes:
     return MessageRecord.build(

@@ -49,7 +49,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from rmqdump.builders.filler import MIN_BLANK, MIN_FILLER, blank_marker, filler_record
+from rmqdump.builders.filler import BLANKED, FILLER, MIN_BLANK, MIN_FILLER, REPAIR_DIR, REPORT, blank_marker, filler_record
 from rmqdump.builders.rebuild import (
     VERIFY_FROM_COLUMNS,
     RangeResult,
@@ -78,14 +78,10 @@ from rmqdump.schemas import constants as C
 
 REPAIR_DLEDGER = "repair_dledger_unsupported"
 
-REPAIR_DIR = "rmqdump-repair"  # beside the store's own directories: the broker does not read it
 QUARANTINE = "quarantine.bin"
 QUARANTINE_INDEX = "quarantine.json"
-REPORT = "report.json"
 COPIED_DIRS = ("config",)  # broker state kept as it was (consumer offsets, topics, delay offsets)
 
-FILLER = "filler"
-BLANKED = "blank"
 LEFT = "left"
 
 BEFORE_WINDOW = 4 << 20  # the broker's default maxMessageSize: the record before a range starts within it

@@ -26,9 +26,10 @@ from rmqdump.checks.cqunits import (
     missing_units,
     real_mask,
 )
+from rmqdump.checks.repairholes import RepairHoles
 from rmqdump.common.problems import Problem
 from rmqdump.readers.commitlog import CommitLog
-from rmqdump.readers.consumequeue import UNIT_SIZE, ConsumeQueue, reads_cached
+from rmqdump.readers.consumequeue import UNIT_SIZE, ConsumeQueue, QueueUnits, reads_cached
 from rmqdump.readers.store import Store
 from rmqdump.scan.dispatch import DelayLevels
 from rmqdump.scan.ranges import Mapper, RangeScan, ScanOptions, scan_range
@@ -43,13 +44,21 @@ class VerifySummary:
     messages: int = 0
     problems: int = 0
     codes: dict[str, int] = field(default_factory=dict)
+    filler_units: list[dict] = field(default_factory=list)  # repair's own filler units (checks.repairholes): listed, not problems
 
     def count(self, p: Problem) -> None:
         self.problems += 1
         self.codes[p.code] = self.codes.get(p.code, 0) + 1
 
     def to_dict(self) -> dict:
-        return {"kind": "summary", "queues": self.queues, "units": self.units, "messages": self.messages, "problems": self.problems}
+        return {
+            "kind": "summary",
+            "queues": self.queues,
+            "units": self.units,
+            "messages": self.messages,
+            "problems": self.problems,
+            "filler_units": len(self.filler_units),
+        }
 
 
 WINDOW_RECORDS = 1 << 18  # records joined at a time: about 11 MB of columns, a few times that while a window is checked (peak RSS ~410 MB at 4M messages)
@@ -131,6 +140,12 @@ class _QueueState:
     q: ConsumeQueue
     where: Callable
     ranges: list[tuple[int, int, bool] | None]  # per file: (min, max) offset of its real units, a real unit came before the file
+    fillers: RepairHoles | None = None
+
+    def read(self, f) -> QueueUnits:
+        """One file's units, less repair's filler units (listed by the order pass)."""
+        u = self.q.read_file(f)
+        return u if self.fillers is None else self.fillers.take(u, self.q.topic, self.q.queue_id, self.where)[0]
 
 
 @dataclass(frozen=True)
@@ -218,7 +233,7 @@ def _findings(store: Store, scope: VerifyScope, s: VerifySummary, windows: Itera
         s.units += order.units
         yield from order.problems
     states: list[_QueueState] = []
-    yield from _order_pass(queues, states, s)
+    yield from _order_pass(queues, states, s, RepairHoles.of(store))
     from rmqdump.readers.recordprops import RecordProps
 
     reader = RecordProps(store.commitlog)
@@ -228,14 +243,19 @@ def _findings(store: Store, scope: VerifyScope, s: VerifySummary, windows: Itera
         reader.close()
 
 
-def _order_pass(queues: list[ConsumeQueue], states: list[_QueueState], s: VerifySummary) -> Iterator[Problem]:
-    """Per queue, file by file: the order checks, and (into `states`) the offset range of each file's real units."""
+def _order_pass(queues: list[ConsumeQueue], states: list[_QueueState], s: VerifySummary, fillers: RepairHoles | None = None) -> Iterator[Problem]:
+    """Per queue, file by file: the order checks, and (into `states`) the offset range of each file's real units.
+
+    fillers: the holes a repair by rmqdump left; their filler units are taken out of the checks and listed in `s`."""
     for q in queues:
         where = cq_locator(q)
         last_valid = q.last_valid_index()
         prev, seen = -1, False
         ranges: list[tuple[int, int, bool] | None] = []
         for chunk in q.chunks():
+            if fillers is not None:
+                chunk, rows = fillers.take(chunk, q.topic, q.queue_id, where)
+                s.filler_units += rows
             seen_before = seen
             res = check_order(chunk, q.topic, q.queue_id, last_valid_index=last_valid, prev_offset=prev, seen_real=seen, cq_file_of=where)
             prev, seen = res.last_offset, res.seen_real
@@ -244,7 +264,7 @@ def _order_pass(queues: list[ConsumeQueue], states: list[_QueueState], s: Verify
             ro = chunk.offset[real]
             ranges.append((int(ro.min()), int(ro.max()), seen_before) if ro.size else None)
             yield from res.problems
-        states.append(_QueueState(q, where, ranges))
+        states.append(_QueueState(q, where, ranges, fillers))
 
 
 def _window_pass(store, scope, kinds, states, windows, s, reader) -> Iterator[Problem]:
@@ -370,4 +390,4 @@ def _chunks_in(st: _QueueState, lo: int, hi: int):
     for f, rng in zip(st.q.files, st.ranges, strict=True):
         if rng is None or rng[1] < lo or rng[0] >= hi:
             continue
-        yield f, rng, st.q.read_file(f)
+        yield f, rng, st.read(f)

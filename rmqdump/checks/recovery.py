@@ -151,6 +151,10 @@ class RecoveryPreview:
     load_errors: list[str] = field(default_factory=list)
     rules: str = ""  # the broker releases whose rules it follows (BrokerRules.name)
 
+    def redispatches(self, phys_offset: int) -> bool:
+        """Whether the restart dispatches the record at this offset into its ConsumeQueue again (a missing unit it writes back)."""
+        return self.redispatch_from <= phys_offset < self.valid_end
+
     def to_dict(self) -> dict:
         return {
             "kind": "recovery",

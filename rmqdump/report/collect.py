@@ -19,8 +19,9 @@ import numpy as np
 from rmqdump.checks import cqunits
 from rmqdump.checks.cqunits import PROBLEM_COLUMNS
 from rmqdump.checks.cqverify import VerifySummary, record_windows, verify
+from rmqdump.checks.findingruns import Run, RunFolder, causes
 from rmqdump.checks.offsets import OffsetsReport, consumer_offsets
-from rmqdump.checks.recovery import DroppedRecord
+from rmqdump.checks.recovery import DroppedRecord, RecoveryPreview
 from rmqdump.common import problems as P
 from rmqdump.common.problems import InputError, Problem
 from rmqdump.query.storeinfo import StoreInfo, store_info, walk_bytes
@@ -35,6 +36,8 @@ LATENCY_BUCKETS = 42  # <0, 0, then [2^k, 2^(k+1)) ms for k = 0..39
 DAMAGE_BINS = 400  # bins along the CommitLog's offset axis
 CHAIN_MAX = 64  # chain lengths at or above this share the last histogram bar
 MAX_DROPPED = 50  # records a restart would drop, listed on the page (the preview describes up to 10,000)
+REDISPATCHED = "a restart dispatches these again: no loss"
+TRUNCATED = "past where a restart truncates: lost with their records unless repaired"
 MAX_CQ_HOLE_LOOKUPS = 10_000  # holes placed on the offset axis (by the unit before them); the rest are counted only
 
 
@@ -330,7 +333,7 @@ class Report:
     info: StoreInfo
     traffic: Traffic
     damage: DamageMap
-    problems: list[dict]  # the first `limit` findings
+    runs: list[Run]  # the first `limit` lines of the findings: a run of one code in one queue is one (checks.findingruns)
     problem_total: int
     problem_codes: dict[str, int]
     verify: VerifySummary
@@ -339,11 +342,22 @@ class Report:
     offsets_note: str | None
     index: list[IndexStats]
     check_crc: bool
+    causes: list[str] = field(default_factory=list)  # the findings said in a few words per kind (findingruns.causes)
+    run_total: int = 0  # lines in all
 
     @property
     def bad(self) -> bool:
         r = self.info.recovery
         return bool(self.problem_total) or (r is not None and (r.truncated_bytes > 0 or bool(r.load_errors)))
+
+
+def _fate(r: RecoveryPreview | None, p: Problem) -> str | None:
+    """What a restart does with a message missing from its ConsumeQueue: dispatches it again, or drops it (None: neither)."""
+    if r is None or p.code != cqunits.CQ_MISSING_UNIT or p.phys_offset is None:
+        return None
+    if r.redispatches(p.phys_offset):
+        return REDISPATCHED
+    return TRUNCATED if p.phys_offset >= r.valid_end else None
 
 
 def _hole_offset(store: Store, p: Problem) -> int | None:
@@ -392,7 +406,7 @@ def collect(
     on_problem: Callable[[Problem], None] | None = None,
 ) -> Report:
     """Everything the page shows. on_bytes(n): CommitLog bytes walked, collect_bytes() in all; on_problem(p): every
-    finding, in cq verify's order, as it is found (the page keeps the first `limit` and counts the rest).
+    finding, in cq verify's order, as it is found (the page shows the first `limit` lines of runs and counts the rest).
 
     The CommitLog is walked by the info summary (the newest file with data, to find the data end; the recovery
     preview from where the broker would start) and once whole by cq verify, whose ranges also fill the traffic bins.
@@ -401,7 +415,7 @@ def collect(
     cl = info.commitlog
     damage = DamageMap(cl.min_offset, max(cl.files_end, cl.data_end))
     summary = VerifySummary()
-    first: list[dict] = []
+    folder = RunFolder()
     holes_placed = 0
     cl_bytes = sum(f.size for f in store.commitlog.files)
     told = _Share(on_bytes, cl_bytes)
@@ -412,8 +426,7 @@ def collect(
     for p in verify(store, check_crc=check_crc, summary=summary, mapper=mapper, windows=windows):
         if on_problem is not None:
             on_problem(p)
-        if len(first) < limit:
-            first.append(p.to_dict(PROBLEM_COLUMNS))
+        folder.add(p.to_dict(PROBLEM_COLUMNS), _fate(info.recovery, p))
         row = damage_row(p)
         if row is None:
             continue
@@ -443,4 +456,5 @@ def collect(
     except InputError as e:
         offsets, note = None, e.line()
     index = [index_stats(p) for p in list_index_files(store.root)]
-    return Report(info, traffic, damage, first, summary.problems, dict(summary.codes), summary, dropped, offsets, note, index, check_crc)
+    runs = folder.runs()
+    return Report(info, traffic, damage, runs[:limit], summary.problems, dict(summary.codes), summary, dropped, offsets, note, index, check_crc, causes(runs), len(runs))

@@ -81,7 +81,7 @@ def _summary(rep: K.Report) -> str:
     cl = inf.commitlog
     ck = inf.checkpoint
     state = '<span class="bad">abort present: unclean shutdown</span>' if inf.abort else "clean shutdown (no abort file)"
-    verdict = f'<span class="bad">{rep.problem_total} problems found</span>' if rep.problem_total else '<span class="ok">no problems found by cq verify</span>'
+    verdict = f'<span class="bad">{_e("; ".join(rep.causes))}</span>' if rep.problem_total else '<span class="ok">no problems found by cq verify</span>'
     items = [
         ("store", _e(inf.root)),
         ("state", f"{state}; lock file: {'yes' if inf.lock else 'no'}"),
@@ -234,17 +234,15 @@ def _problems(rep: K.Report) -> str:
     if not rep.problem_total:
         return '<p class="ok">None.</p>'
     codes = ", ".join(f"{k} {v}" for k, v in sorted(rep.problem_codes.items()))
-    out = f"<p>{rep.problem_total} problems ({_e(codes)}); the first {len(rep.problems)}:</p>"
+    out = f"<p>{rep.problem_total} findings ({_e(codes)}) in {rep.run_total} lines: a run of one code in one queue is one line, the damage first"
+    out += f"; the first {len(rep.runs)}:</p>" if rep.run_total > len(rep.runs) else ":</p>"
     out += '<div class="scroll">' + _table(
-        ["code", "topic", "queue", "unit", "phys offset", "file", "file offset", "detail"],
-        (
-            [d["code"], d["topic"], d["queue_id"], d["unit_index"], d["phys_offset"], _rel(rep, d["cq_file"] or d["file"]), d["file_offset"], d["detail"]]
-            for d in rep.problems
-        ),
-        numeric={2, 3, 4, 6},
-        total=rep.problem_total,
+        ["code", "topic", "queue", "queue offsets", "count", "phys offsets", "file", "detail"],
+        ([r.code, r.topic, r.queue_id, r.units, r.count, r.phys, _rel(rep, r.file), r.text] for r in rep.runs),
+        numeric={2, 3, 4, 5},
+        total=rep.run_total,
         keep={0},
-        wrap={1, 5},
+        wrap={1, 6},
     )
     return out + "</div>"
 

@@ -246,20 +246,14 @@ def units_cmd(
     raise typer.Exit(0 if rows else 1)
 
 
-def add_to_cq_verify(st, topic, queue, check_crc: bool, summary, fmt: ListFormat, rows: list[tuple]) -> None:
-    """`cq verify` covers compaction topics too: their problems, counted in its summary, in its format (a store without compaction/ adds nothing)."""
+def add_to_cq_verify(st, topic, queue, check_crc: bool, summary, emit) -> None:
+    """`cq verify` covers compaction topics too: their problems, counted in its summary, handed to `emit` as its own
+    (a store without compaction/ adds nothing)."""
     from rmqdump.checks.compactionverify import verify
-    from rmqdump.checks.cqunits import PROBLEM_COLUMNS
 
     for p in verify(st.root, st.commitlog, topic=topic, queue_id=queue, check_crc=check_crc):
         summary.count(p)
-        if fmt is ListFormat.jsonl:
-            render.jsonl(p.to_dict(PROBLEM_COLUMNS))
-        else:
-            e = p.extra
-            q, u = e.get("queue_id"), e.get("unit_index")
-            phys = "" if p.phys_offset is None else str(p.phys_offset)
-            rows.append((p.code, e.get("topic") or "", "" if q is None else str(q), "" if u is None else str(u), phys, st.rel(p.file), p.detail))
+        emit(p)
 
 
 def _s(v) -> str:

@@ -41,6 +41,7 @@ def verify_cmd(
     """
     from rmqdump.checks.cqunits import PROBLEM_COLUMNS
     from rmqdump.checks.cqverify import WINDOW_RECORDS, VerifySummary, verify
+    from rmqdump.checks.findingruns import RunFolder, causes
     from rmqdump.readers.store import Store
     from rmqdump.scan.dispatch import DelayLevels
     from rmqdump.schemas import constants as C
@@ -55,7 +56,15 @@ def verify_cmd(
     if not st.commitlog.files:
         render.fail(f"no_commitlog: {st.root}: no CommitLog files in commitlog/", 2)
     summary = VerifySummary()
-    rows: list[tuple] = []
+    folder = RunFolder()
+
+    def emit(p) -> None:
+        d = p.to_dict(PROBLEM_COLUMNS)
+        if fmt is ListFormat.jsonl:
+            render.jsonl(d)
+        else:
+            folder.add(d)
+
     total = sum(f.size for f in st.commitlog.files)
     with render.progress(total, "verify") as advance:
         if engine is Engine.spark:
@@ -70,53 +79,57 @@ def verify_cmd(
                 st, topic=topic, queue_id=queue, check_crc=not no_crc, delays=delays, summary=summary, on_bytes=advance, window_records=window, mapper=mapper
             )
         for p in found:
-            d = p.to_dict(PROBLEM_COLUMNS)
-            if fmt is ListFormat.jsonl:
-                render.jsonl(d)
-            else:
-                rows.append(
-                    (
-                        d["code"],
-                        d["topic"] or "",
-                        "" if d["queue_id"] is None else str(d["queue_id"]),
-                        "" if d["unit_index"] is None else str(d["unit_index"]),
-                        "" if d["phys_offset"] is None else str(d["phys_offset"]),
-                        st.rel(d.get("ext_file") or d["cq_file"] or d["file"] or ""),
-                        d["detail"],
-                    )
-                )
-                if len(rows) >= 500:
-                    _flush(rows)
+            emit(p)
     from rmqdump.cli.commands.compaction import add_to_cq_verify
 
-    add_to_cq_verify(st, topic, queue, not no_crc, summary, fmt, rows)
+    add_to_cq_verify(st, topic, queue, not no_crc, summary, emit)
     if fmt is ListFormat.jsonl:
+        for row in summary.filler_units:
+            render.jsonl(row)
         render.jsonl(summary.to_dict())
     else:
-        _flush(rows)
+        _table(st, folder.runs())
+        _fillers(st, summary.filler_units)
         codes = ", ".join(f"{k} {v}" for k, v in sorted(summary.codes.items()))
+        fillers = f"; {len(summary.filler_units)} filler units of rmqdump repair (not problems)" if summary.filler_units else ""
         render.err.print(
-            f"{summary.queues} queues, {summary.units} units, {summary.messages} messages: {summary.problems} problems{' (' + codes + ')' if codes else ''}",
+            f"{summary.queues} queues, {summary.units} units, {summary.messages} messages: {summary.problems} problems{' (' + codes + ')' if codes else ''}{fillers}",
             highlight=False,
         )
+        for c in causes(folder.runs()) if folder.findings > len(folder.runs()) else ():
+            render.err.print(f"  {c}", highlight=False)
     raise typer.Exit(1 if summary.problems else 0)
 
 
-def _flush(rows: list[tuple]) -> None:
-    if not rows:
+def _table(st: Store, runs: list) -> None:
+    """The findings as lines: a run of one code in one queue is one line (checks.findingruns), the damage first."""
+    if not runs:
         return
     from rich.table import Table
 
     t = Table(box=None, header_style="bold")
-    t.add_column("code", no_wrap=True, min_width=max(len(r[0]) for r in rows))
-    for name in ("topic", "queue", "unit", "phys"):
+    t.add_column("code", no_wrap=True, min_width=max(len(r.code) for r in runs))
+    for name in ("topic", "queue", "units", "count", "phys"):
         t.add_column(name, overflow="fold")
     t.add_column("file", overflow="fold")
     t.add_column("detail", overflow="fold")
-    for r in rows:
-        t.add_row(*r)
+    for r in runs:
+        t.add_row(r.code, r.topic or "", "" if r.queue_id is None else str(r.queue_id), r.units, str(r.count), r.phys, st.rel(r.file or ""), r.text)
     render.out.print(t)
-    rows.clear()
+
+
+def _fillers(st: Store, rows: list[dict]) -> None:
+    """repair's filler units, a line per run in a queue: the queue offsets and the replaced range each stands for."""
+    if not rows:
+        return
+    from rmqdump.checks.findingruns import RunFolder
+
+    folder = RunFolder()
+    for d in rows:
+        where = f"{d['length']} bytes at {d['phys_offset']}, replaced by a {d['replaced_by']}" if d["phys_offset"] is not None else f"one of {d['candidates']}"
+        folder.add({"code": "filler_unit", **d, "detail": f"stands for a message destroyed in the range {where}"}, note=None)
+    render.out.print("filler units written by rmqdump repair where destroyed messages were (the broker's pull steps over them):", highlight=False)
+    _table(st, folder.runs())
 
 
 def _queue(st: Store, topic: str, queue: int):

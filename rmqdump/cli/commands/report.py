@@ -84,7 +84,7 @@ def report(
     with publishing(str(out), force=force, stores=[st.root], kind="file") as tmp, open(tmp, "w", encoding="utf-8") as f:
         f.write(page)
     render.err.print(
-        f"wrote {out}: {rep.verify.messages} messages, {rep.problem_total} problems"
+        f"wrote {out}: {rep.verify.messages} messages; {'; '.join(rep.causes) if rep.causes else 'no problems'}"
         + (f", a restart drops {rep.info.recovery.truncated_messages} messages" if rep.info.recovery and rep.info.recovery.truncated_messages else ""),
         highlight=False,
         markup=False,

@@ -29,6 +29,7 @@ from rmqdump.readers.commitlog import CommitLog, commitlog_path
 from rmqdump.readers.indexfile import IndexFile, key_hash, open_all
 from rmqdump.readers.message import Message
 from rmqdump.readers.msgid import OffsetMsgId, UniqKey, id_bytes
+from rmqdump.readers.store import prove_readable
 from rmqdump.scan.ranges import Mapper, ScanOptions, scan_range
 from rmqdump.scan.splits import Split, commitlog_splits
 from rmqdump.scan.walk import read_at
@@ -221,6 +222,8 @@ class Index:
     ):
         """`tail`: also scan the CommitLog past the index's end (once, on the first lookup), with `mapper` over its ranges."""
         self.store = str(store)
+        if files is None:
+            prove_readable(self.store)
         self.files = files if files is not None else open_all(self.store, hash_slots, index_entries)
         self.commitlog = CommitLog.open(commitlog_path(self.store)) if os.path.isdir(commitlog_path(self.store)) else CommitLog([], [], None)
         self._topics: list[str] | None = None

@@ -278,19 +278,21 @@ def divergences(draw):
             chosen.append((m, mode))
             named.add((m["topic"], m["queueId"], qo))
             used += m["wroteBytes"]
-    return k, chosen
+    fill = draw(st.one_of(st.just(b"\0"), st.binary(min_size=1, max_size=64).filter(any)))  # what follows: zeros, or garbage
+    return k, chosen, fill
 
 
-def _build(dst: Path, k: int, chosen: list[tuple[dict, object]]) -> tuple[list[dict], dict[int, bytes]]:
+def _build(dst: Path, k: int, chosen: list[tuple[dict, object]], fill: bytes = b"\0") -> tuple[list[dict], dict[int, bytes]]:
     """A copy of the store holding the original up to record k, then `chosen` (records moved; `new_key`: with another
-    UNIQ_KEY; an int: named at a queue offset shifted by it, as a producer's retry to the other side would be), then zeros."""
+    UNIQ_KEY; an int: named at a queue offset shifted by it, as a producer's retry to the other side would be), then
+    `fill` repeated to the file's end (zeros, or garbage: a torn write, another broker's bytes)."""
     recs = _records()
     shutil.copytree(REAL / STORE / "store", dst)
     at = recs[k]["wroteOffset"]
     base = at // FILE * FILE
     orig = _stream(_file_bytes(REAL / STORE / "store"))
     data = bytearray((dst / "commitlog" / f"{base:020d}").read_bytes())
-    data[at - base :] = bytes(FILE - (at - base))
+    data[at - base :] = (fill * (FILE // len(fill) + 1))[: FILE - (at - base)]
     written = []
     pos = at
     for m, mode in chosen:
@@ -334,7 +336,7 @@ def test_retried_message_is_read_twice():
     recs = _records()
     k = next(i for i in range(100, len(recs) - 1) if recs[i]["wroteOffset"] // FILE == recs[i + 1]["wroteOffset"] // FILE and recs[i + 1]["logicsOffset"] > 0)
     m = recs[k + 1]
-    events = _check_built(k, [(m, -1)], lambda queues, offsets: {(m["topic"], m["queueId"]): m["logicsOffset"]})
+    events = _check_built(k, [(m, -1)], b"\0", lambda queues, offsets: {(m["topic"], m["queueId"]): m["logicsOffset"]})
     assert events == [("b", m["topic"], m["queueId"], [m["logicsOffset"]])]
 
 
@@ -346,13 +348,13 @@ def event(text: str) -> None:
         _event(text)
 
 
-def _check_built(k: int, chosen: list, commit) -> list:
+def _check_built(k: int, chosen: list, fill: bytes, commit) -> list:
     """Build B from (k, chosen), commit offsets on B (`commit(queues, offsets_of)`), diff, and compare with the model;
     returns (side, topic, queue, read-twice offsets) of the consumers that read something twice."""
     recs = _records()
     with tempfile.TemporaryDirectory() as tmp:
         b_root = Path(tmp) / "b"
-        written, b_files = _build(b_root, k, chosen)
+        written, b_files = _build(b_root, k, chosen, fill)
         a_bytes, b_bytes = _stream(_file_bytes(REAL / STORE / "store")), _stream(b_files)
         b_bytes += bytes(len(a_bytes) - len(b_bytes))  # where B has no file: zeros
         d = next((i for i in range(len(a_bytes)) if a_bytes[i] != b_bytes[i]), None)
@@ -371,6 +373,7 @@ def _check_built(k: int, chosen: list, commit) -> list:
             (b_root / "config" / "consumerOffset.json").write_text(json.dumps({"offsetTable": table}))
         committed = {"a": _offsets(REAL / STORE / "store"), "b": _offsets(b_root)}
         res, got = _diff(REAL / STORE / "store", b_root)
+    event("tail: " + ("zeros" if fill == b"\0" else "garbage") + (", differs at a record start" if d == upto else ""))
     if d is None:
         event("identical")
         assert res.exit_code == 0 and got["prefix"][0]["identical"]
@@ -631,3 +634,59 @@ def test_walk_starts_at_a_consumequeue_unit():
     assert unit_before(a, t["firstDifferingByteOffset"]) == t["identicalUpTo"]  # the master's CQ names its first phase-2 message
     _, got = _diff(REAL / "rmq53-ha-failover" / "master" / "store", REAL / "rmq53-ha-failover" / "slave" / "store")
     assert got["prefix"][0]["identical_up_to"] == t["identicalUpTo"]
+
+
+@pytest.mark.parametrize("seq", [m["seq"] for m in manifest("rmq4-flags") if m["sysFlag"] & 0x4])  # PREPARED and ROLLBACK records
+def test_first_differing_byte_at_a_record_no_queue_names(tmp_path, seq):
+    """B differs from A first at the first byte of a record no ConsumeQueue unit names (a PREPARED or ROLLBACK
+    transaction record): the walk starts at an earlier unit and must count the record that ends exactly there.
+    The expected prefix is the manifest's: the end of the last whole record at or before that byte."""
+    ms = sorted(manifest("rmq4-flags"), key=lambda m: m["wroteOffset"])
+    m = next(x for x in ms if x["seq"] == seq)
+    d, size = m["wroteOffset"], SETTINGS["rmq4-flags"]["commitlog"]
+    b = tmp_path / "b"
+    shutil.copytree(REAL / "rmq4-flags" / "store", b)
+    path = b / "commitlog" / f"{d // size * size:020d}"
+    data = bytearray(path.read_bytes())
+    data[d % size] = 0xFF  # the high byte of its totalSize: nothing else changes
+    path.write_bytes(bytes(data))
+    upto = max(x["wroteOffset"] + x["wroteBytes"] for x in ms if x["wroteOffset"] + x["wroteBytes"] <= d)
+    assert upto == d  # records follow each other: the one before ends where this one starts
+    res, k = _diff(REAL / "rmq4-flags" / "store", b)
+    assert res.exit_code == 1
+    pre = k["prefix"][0]
+    assert (pre["first_differing_byte"], pre["identical_up_to"]) == (d, upto)
+    # past the prefix A holds this record and every later one; B the later ones at the same offsets
+    a_msgs = [x["phys_offset"] for x in k["message"] if x["side"] == "a"]
+    assert a_msgs == [x["wroteOffset"] for x in ms if x["wroteOffset"] >= upto]
+    assert [x["phys_offset"] for x in k["message"] if x["side"] == "b"] == a_msgs[1:]
+    (s,) = k["summary"]
+    assert s["identical_up_to"] == upto
+
+
+def test_consumers_affected_is_unknown_without_committed_offsets(tmp_path):
+    """Neither side of rmq53-ha-failover holds config/consumerOffset.json: the impact is unknown, not 0; with offsets
+    on one side only, that side's consumers are counted and the other named."""
+    pair = REAL / "rmq53-ha-failover"
+    assert not (pair / "master" / "store" / "config" / "consumerOffset.json").exists()
+    assert not (pair / "slave" / "store" / "config" / "consumerOffset.json").exists()
+    res, k = _diff(pair / "master" / "store", pair / "slave" / "store")
+    assert res.exit_code == 1
+    (s,) = k["summary"]
+    assert (s["consumers_affected"], s["consumers_affected_why"]) == (None, "neither store holds config/consumerOffset.json")
+    t = run("diff", pair / "master" / "store", pair / "slave" / "store")
+    assert "consumers affected: unknown (neither store holds config/consumerOffset.json)" in t.stdout
+    tq = _truth("rmq53-ha-failover")["queues"]["TradeEvents/0"]
+    a = tmp_path / "a"
+    shutil.copytree(pair / "master" / "store", a)
+    (a / "config").mkdir()
+    lo = tq["divergentOffsets"][0]["queueOffset"]
+    (a / "config" / "consumerOffset.json").write_text(json.dumps({"offsetTable": {"TradeEvents@g": {"0": lo + 1}, "TradeEvents@h": {"0": lo}}}))
+    res, k = _diff(a, pair / "slave" / "store")
+    (s,) = k["summary"]
+    assert s["consumers_affected"] == 1  # g committed past the first divergent offset; h at it consumed nothing that differs
+    assert s["consumers_affected_why"] == "B holds no config/consumerOffset.json: B's consumers are not counted"
+    # identical stores: nothing differs, so no consumer can be affected, offsets or not
+    res, k = _diff(pair / "master" / "store", pair / "master" / "store")
+    assert res.exit_code == 0
+    assert (k["summary"][0]["consumers_affected"], k["summary"][0]["consumers_affected_why"]) == (0, None)

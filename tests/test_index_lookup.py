@@ -31,8 +31,9 @@ def indexed_seqs(store: str) -> frozenset[int] | None:
 
 
 @cache
-def expected(store: str, recovered: bool = False) -> tuple[dict, dict]:
-    """(topic, key) -> physical offsets, and key -> offsets over all topics, from the manifest."""
+def expected(store: str, recovered: bool = True) -> tuple[dict, dict]:
+    """(topic, key) -> physical offsets, and key -> offsets over all topics, from the manifest (recovered=False: only
+    what the index holds, the dispatched messages of the crashed store)."""
     disp = None if recovered else indexed_seqs(store)
     scoped: dict = defaultdict(set)
     unscoped: dict = defaultdict(set)
@@ -76,7 +77,7 @@ def test_crash_store_finds_only_what_was_dispatched_and_recovered_finds_all():
     undispatched = [m for m in manifest(store) if m["seq"] not in disp and _keys(m)]
     assert undispatched
     recovered_scoped, _ = expected(store, recovered=True)
-    with Index(store_root(store)) as crashed, Index(REAL / store / "recovered") as rec:
+    with Index(store_root(store), tail=False) as crashed, Index(REAL / store / "recovered") as rec:
         for m in undispatched[:200]:
             for k in _keys(m):
                 assert m["wroteOffset"] not in {x.phys_offset for x in crashed.lookup(k, [m["topic"]]).messages}
@@ -117,7 +118,8 @@ def test_cli_lookup_outputs_commitlog_message_objects():
     first = ms[0]
     c = run("commitlog", store_root(store) / "commitlog", "--from-offset", first["wroteOffset"], "--limit", 1, "-f", "jsonl")
     cl_msg = next(o for o in jsonl(c.stdout) if o["kind"] == "message")
-    assert {k: v for k, v in msgs[0].items() if k not in ("index_file", "index_entry")} == cl_msg
+    assert msgs[0]["source"] == "index"
+    assert {k: v for k, v in msgs[0].items() if k not in ("index_file", "index_entry", "source")} == cl_msg
     assert msgs[0]["uniq_key"] == first["uniqKey"] and msgs[0]["store_timestamp"] == first["storeTimestamp"]
 
 
@@ -218,3 +220,146 @@ def test_damaged_chain_cannot_loop_the_walk(tmp_path):
     r = run("index", "verify", "-s", root, "-f", "jsonl")
     bad = [p for p in jsonl(r.stdout) if p["kind"] == "problem" and p["code"] == "index_chain_not_backwards"]
     assert r.exit_code == 1 and [p["entry"] for p in bad] == [head]
+
+
+# --- past the index's end: what a crash left undispatched, and stores without IndexFiles ---
+
+# Message.to_dict key -> manifest key: every field a lookup prints that the broker's put recorded.
+MANIFEST_FIELDS = {
+    "phys_offset": "wroteOffset",
+    "total_size": "wroteBytes",
+    "topic": "topic",
+    "queue_id": "queueId",
+    "queue_offset": "logicsOffset",
+    "sys_flag": "sysFlag",
+    "flag": "flag",
+    "born_timestamp": "bornTimestamp",
+    "store_timestamp": "storeTimestamp",
+    "born_host": "bornHost",
+    "store_host": "storeHost",
+    "reconsume_times": "reconsumeTimes",
+    "prepared_transaction_offset": "preparedTransactionOffset",
+    "body_crc": "bodyCRC",
+    "body_length": "body_len",
+    "tags": "tags",
+    "keys": "keys",
+    "uniq_key": "uniqKey",
+    "properties": "properties",
+    "msg_id": "msgId",
+}
+
+
+def _same_as_manifest(got: dict, m: dict) -> None:
+    for ours, theirs in MANIFEST_FIELDS.items():
+        assert got[ours] == m[theirs], (ours, got[ours], m[theirs])
+    assert got["crc_ok"] is True
+
+
+def _by_offset(store: str) -> dict[int, dict]:
+    return {m["wroteOffset"]: m for m in manifest(store)}
+
+
+def test_crash_store_keys_past_the_index_are_found_and_marked():
+    """Every key and UNIQ_KEY of every message the crash left out of the index is found, as the manifest says."""
+    store = "rmq4-crash"
+    disp = indexed_seqs(store)
+    scoped, _ = expected(store)
+    tail = {m["wroteOffset"] for m in manifest(store) if m["seq"] not in disp}
+    with Index(store_root(store)) as idx:
+        t = idx.tail
+        # The index's last entry is the last dispatched message; everything after it is scanned.
+        assert t.after == max(m["wroteOffset"] for m in manifest(store) if m["seq"] in disp)
+        assert t.records == len(tail)
+        for m in (m for m in manifest(store) if m["seq"] not in disp):
+            for k in _keys(m):
+                got = idx.lookup(k, [m["topic"]])
+                assert {x.phys_offset for x in got.messages} == scoped[(m["topic"], k)], (m["seq"], k)
+                for x in got.messages:
+                    assert x.extra["source"] == ("unindexed_tail" if x.phys_offset in tail else "index")
+                assert got.found_in_tail == len(scoped[(m["topic"], k)] & tail)
+
+
+def test_cli_crash_store_lookup_is_complete():
+    store = "rmq4-crash"
+    disp = indexed_seqs(store)
+    byoff = _by_offset(store)
+    tail = {m["wroteOffset"] for m in manifest(store) if m["seq"] not in disp}
+    _, unscoped = expected(store)
+    key = max(unscoped, key=lambda k: (len(unscoped[k] & tail), len(unscoped[k]), k))  # the key most often past the index
+    assert unscoped[key] & tail and unscoped[key] - tail
+    r = run("index", "lookup", key, "-s", store_root(store), "-f", "jsonl")
+    assert r.exit_code == 0, r.stderr
+    out = jsonl(r.stdout)
+    msgs = [o for o in out if o["kind"] == "message"]
+    assert [o["phys_offset"] for o in msgs] == sorted(unscoped[key])
+    for o in msgs:
+        _same_as_manifest(o, byoff[o["phys_offset"]])
+        assert o["source"] == ("unindexed_tail" if o["phys_offset"] in tail else "index")
+    s = out[-1]
+    assert s["kind"] == "summary" and s["found"] == len(unscoped[key])
+    last_indexed = max(o for o in byoff if byoff[o]["seq"] in disp)
+    end = sum(p.stat().st_size for p in (store_root(store) / "commitlog").iterdir())  # the files follow each other from 0
+    assert s["unindexed_tail"] == {
+        "from_offset": last_indexed,
+        "to_offset": end,
+        "bytes": end - last_indexed,
+        "records": len(tail),
+        "found": len(unscoped[key] & tail),
+        "problems": 0,
+        "why": f"the index ends at offset {last_indexed}",
+    }
+    t = run("index", "lookup", key, "-s", store_root(store))
+    assert t.exit_code == 0 and f"{len(unscoped[key] & tail)} of them past the index (the index ends at offset" in t.stderr and "unindexed_tail" in t.stdout
+    # A UNIQ_KEY written after the index's end: `msgid` and `index lookup --id` find it; its offset msgId is read directly.
+    last = manifest(store)[-1]
+    for args in (("msgid", last["uniqKey"]), ("index", "lookup", "--id", last["uniqKey"])):
+        r = run(*args, "-s", store_root(store), "-f", "jsonl")
+        assert r.exit_code == 0, r.stderr
+        out = jsonl(r.stdout)
+        msgs = [o for o in out if o["kind"] == "message"]
+        assert [o["source"] for o in msgs] == ["unindexed_tail"]
+        _same_as_manifest(msgs[0], last)
+        assert out[-1]["unindexed_tail"]["found"] == 1
+    out = jsonl(run("msgid", last["msgId"], "-s", store_root(store), "-f", "jsonl").stdout)
+    assert [o["phys_offset"] for o in out if o["kind"] == "message"] == [last["wroteOffset"]]
+    assert not any(o["kind"] == "summary" for o in out)  # a direct read: no index walk, no scan
+
+
+def test_store_without_index_files_is_scanned_whole(tmp_path):
+    store = "rmq4-basic"
+    root = copy_store(store, tmp_path)
+    for p in list_index_files(root):
+        (root / "index" / p.rsplit("/", 1)[1]).unlink()
+    scoped, unscoped = expected(store)
+    byoff = _by_offset(store)
+    with Index(root) as idx:
+        assert (idx.tail.after, idx.tail.from_offset, idx.tail.records) == (-1, 0, len(byoff))
+        for topic, key in sorted(all_keys(store)):
+            got = idx.lookup(key, [topic])
+            assert {m.phys_offset for m in got.messages} == scoped.get((topic, key), set()), (topic, key)
+            assert all(m.extra["source"] == "unindexed_tail" for m in got.messages)
+    key = max(unscoped, key=lambda k: (len(unscoped[k]), k))
+    r = run("index", "lookup", key, "-s", root, "-f", "jsonl")
+    assert r.exit_code == 0, r.stderr
+    out = jsonl(r.stdout)
+    msgs = [o for o in out if o["kind"] == "message"]
+    assert [o["phys_offset"] for o in msgs] == sorted(unscoped[key])
+    for o in msgs:
+        _same_as_manifest(o, byoff[o["phys_offset"]])
+    assert out[-1]["unindexed_tail"]["why"] == "no index entries: the whole CommitLog was scanned"
+    assert out[-1]["unindexed_tail"]["from_offset"] == 0
+    m = next(m for m in manifest(store) if m.get("uniqKey"))
+    r = run("msgid", m["uniqKey"], "-s", root, "-f", "jsonl")
+    assert r.exit_code == 0 and {o["phys_offset"] for o in jsonl(r.stdout) if o["kind"] == "message"} == unscoped[m["uniqKey"]]
+    r = run("index", "lookup", "no-such-key-anywhere", "-s", root)
+    assert r.exit_code == 1 and "0 messages" in r.stderr and "whole CommitLog was scanned" in r.stderr
+
+
+def test_fleet_lookup_scans_each_store_past_its_index():
+    last = manifest("rmq4-crash")[-1]
+    r = run("index", "lookup", last["uniqKey"], "-s", store_root("rmq4-crash"), "-s", store_root("rmq4-basic"), "-t", last["topic"], "-f", "jsonl")
+    assert r.exit_code == 0, r.stderr
+    out = jsonl(r.stdout)
+    assert [(o["broker"], o["phys_offset"], o["source"]) for o in out if o["kind"] == "message"] == [("rmq4-crash", last["wroteOffset"], "unindexed_tail")]
+    summaries = {o["broker"]: o for o in out if o["kind"] == "summary"}
+    assert summaries["rmq4-crash"]["unindexed_tail"]["found"] == 1 and summaries["rmq4-basic"]["unindexed_tail"]["found"] == 0

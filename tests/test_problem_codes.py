@@ -524,7 +524,7 @@ def test_no_topics(tmp_path):
     res = run("index", "lookup", "k1_0", "-s", root)
     assert res.exit_code == 2
     assert res.stderr.strip().splitlines() == [
-        f"rmqdump: no_topics: {root}: the store names no topics (no consumequeue/ directories, no config/topics.json): pass --topic"
+        f"rmqdump: no_topics: {root}: the store names no topics (no consumequeue/ directories, no config/topics.json, no records): pass --topic"
     ]
     assert run("index", "lookup", "k1_0", "-s", root, "--topic", "orders").exit_code == 0
 

@@ -42,6 +42,7 @@ from rmqdump.common.javahash import index_hash_many
 from rmqdump.common.problems import InputError, Problem
 from rmqdump.common.publish import check_target, publishing
 from rmqdump.readers.commitlog import CommitLog, SegmentFile, commitlog_path
+from rmqdump.readers.store import prove_readable
 from rmqdump.scan.ranges import Mapper, RangeScan, ScanOptions, scan_range
 from rmqdump.scan.splits import DEFAULT_SPLIT, Split, commitlog_splits
 from rmqdump.schemas import Checkpoint as CheckpointLayout
@@ -143,6 +144,7 @@ def check_paths(store: str, out: str, force: bool) -> tuple[str, str]:
         raise InputError(NOT_A_STORE, store, "not a directory")
     if not os.path.isdir(commitlog_path(s)):
         raise InputError(NO_COMMITLOG, commitlog_path(store), "a store root holds commitlog/: nothing to rebuild from")
+    prove_readable(s)
     return s, check_target(out, force=force, stores=[store], kind="dir")
 
 

@@ -25,6 +25,7 @@ from rmqdump.common.problems import Problem
 from rmqdump.readers.commitlog import CommitLog
 from rmqdump.readers.compaction import CompactionFiles, CompactionQueue, LogRecord, end_unit_mask, find_compaction, is_tombstone, split_queue_key
 from rmqdump.readers.fastpath import field_offset
+from rmqdump.readers.mapped import open_readonly
 from rmqdump.scan.compaction import Original, batch_records, originals
 from rmqdump.scan.walk import scan_commitlog
 from rmqdump.schemas import constants as C
@@ -77,7 +78,7 @@ class _Bytes:
     def read(self, path: str, pos: int, n: int) -> bytes:
         fd = self.fds.get(path)
         if fd is None:
-            fd = self.fds[path] = os.open(path, os.O_RDONLY)
+            fd = self.fds[path] = open_readonly(path)
         return os.pread(fd, n, pos)
 
     def close(self) -> None:

@@ -38,6 +38,7 @@ COLUMNS = [
 MESSAGE_FIELDS = [
     "phys_offset", "total_size", "topic", "queue_id", "queue_offset", "uniq_key", "msg_id", "keys", "tags", "store_timestamp",
 ]  # fmt: skip
+NO_OFFSETS = "holds no config/consumerOffset.json"
 _BRIEF = (("phys_offset", "phys_offset"), ("size", "total_size"), ("uniq_key", "uniq_key"), ("msg_id", "msg_id"))
 
 
@@ -383,29 +384,44 @@ class ConsumerImpact:
         }
 
 
-def committed_offsets(st: Store) -> list[tuple[str, str, int, int]]:
-    """(group, topic, queue id, committed offset) from the store's config/consumerOffset.json (none when absent)."""
+def committed_offsets(st: Store) -> tuple[list[tuple[str, str, int, int]], str | None]:
+    """(group, topic, queue id, committed offset) from the store's config/consumerOffset.json, and why there are
+    none to look at (no such file, or one that cannot be read), else None: no offsets is not "no consumer"."""
     try:
         rep = consumer_offsets(st)
-    except InputError:
-        return []
-    return [(r.group, r.topic, r.queue_id, r.committed) for r in rep.rows if r.committed is not None]
+    except InputError as e:
+        return [], NO_OFFSETS if e.code == "not_found" else f"has an unreadable {os.path.basename(e.path)} ({e.code})"
+    return [(r.group, r.topic, r.queue_id, r.committed) for r in rep.rows if r.committed is not None], None
 
 
-def consumer_impacts(stores: dict[str, Store], sp: Spill, lowest: dict[tuple[str, int], int], queues: list[QueueDiff], rows: int) -> list[ConsumerImpact]:
+def consumers_unknown(whys: dict[str, str | None]) -> str | None:
+    """Why consumers_affected is not the whole answer (None when both sides' committed offsets were read)."""
+    missing = [s for s in SIDES if whys.get(s)]
+    if not missing:
+        return None
+    if len(missing) == len(SIDES) and whys["a"] == whys["b"] == NO_OFFSETS:
+        return "neither store holds config/consumerOffset.json"
+    text = "; ".join(f"{s.upper()} {whys[s]}" for s in missing)
+    return text + (": no committed offset to judge" if len(missing) == len(SIDES) else f": {missing[0].upper()}'s consumers are not counted")
+
+
+def consumer_impacts(
+    stores: dict[str, Store], sp: Spill, lowest: dict[tuple[str, int], int], queues: list[QueueDiff], rows: int, whys: dict[str, str | None]
+) -> list[ConsumerImpact]:
     """For each committed offset of a queue whose sides differ past the prefix: what moving to the other side skips or repeats.
 
     lowest: per queue the lowest queue offset either side's records past the prefix name. Per (queue, identity)
     one aggregation gives each side's lowest queue offset and all its queue offsets; a committed offset c on
     side s then skips the other side's offsets below c whose message s never had, and reads twice those from
-    c on whose message s had below c."""
+    c on whose message s had below c. whys: filled per side with why it has no committed offsets (or None)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     maxes = {(q.topic, q.queue_id): {"a": q.a_max_offset, "b": q.b_max_offset} for q in queues}
     wanted = []  # committed offsets past something the two sides disagree on, in output order
     for s in SIDES:
-        for group, topic, qid, c in committed_offsets(stores[s]):
+        held, whys[s] = committed_offsets(stores[s])
+        for group, topic, qid, c in held:
             if (topic, qid) in lowest and c > lowest[(topic, qid)]:
                 wanted.append((s, group, topic, qid, c))
     if not wanted:
@@ -460,6 +476,7 @@ class StoreDiff:
     notes: list[str]
     first_entries: dict[str, tuple[int, int] | None] = field(default_factory=dict)  # DLedger: each side's first entry past the prefix
     epochs: EpochDiff | None = None  # controller mode: both sides' epoch histories
+    offsets_missing: dict[str, str | None] = field(default_factory=dict)  # per side: why it has no committed offsets, else None
 
     def close(self) -> None:
         self.spill.close()
@@ -611,12 +628,21 @@ class StoreDiff:
             "same_offset": self.count("a", "same"),
             "queues_divergent": sum(1 for q in self.queues if q.divergent_ranges),
             "divergent_offsets": sum(q.divergent_count for q in self.queues),
-            "consumers_affected": sum(1 for c in self.consumers if c.affected()),
+            **self.consumers_affected(),
             "consistent_point": None if self.epochs is None else self.epochs.consistent_point,
             "a_problems": len(self.problems["a"]),
             "b_problems": len(self.problems["b"]),
             "notes": self.notes,
         }
+
+    def consumers_affected(self) -> dict:
+        """How many committed offsets move badly to the other side; null when neither side has offsets to look at
+        (0 would read as "no impact"), with why."""
+        why = consumers_unknown(self.offsets_missing)
+        if not (self.past("a") or self.past("b")):
+            return {"consumers_affected": 0, "consumers_affected_why": None}  # nothing past the prefix: no consumer can be
+        known = not all(self.offsets_missing.get(s) for s in SIDES)
+        return {"consumers_affected": sum(1 for c in self.consumers if c.affected()) if known else None, "consumers_affected_why": why}
 
     def records(self) -> Iterator[dict]:
         """The JSON Lines objects, in order: prefix, messages (A's then B's), queues, consumers, epochs, summary.
@@ -731,11 +757,12 @@ def diff_stores(
             for t, q, lo in sp.rows(f"SELECT topic, queue_id, min(queue_offset) FROM {_both(sp, 'topic, queue_id, queue_offset')} GROUP BY topic, queue_id")
         }
         queues = queue_diffs(stores, sp, set(lowest))
-        consumers = consumer_impacts(stores, sp, lowest, queues, rows)
+        whys: dict[str, str | None] = {}
+        consumers = consumer_impacts(stores, sp, lowest, queues, rows, whys)
         if pre.first_differing_byte is None and any(os.path.exists(os.path.join(st.root, EPOCH_FILE)) for st in stores.values()):
             data_end = dict.fromkeys(SIDES, data_end_of(a.commitlog))  # identical: both end where A's last record does
         epochs = epoch_diff(stores, data_end)
     except BaseException:
         sp.close()
         raise
-    return StoreDiff(pre, sp, counts, queues, consumers, data_end, problems, _notes(stores), first, epochs)
+    return StoreDiff(pre, sp, counts, queues, consumers, data_end, problems, _notes(stores), first, epochs, whys)

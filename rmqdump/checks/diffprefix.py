@@ -20,7 +20,7 @@ import numpy as np
 from rmqdump.common.problems import InputError
 from rmqdump.readers.commitlog import CommitLog
 from rmqdump.readers.fastpath import field_struct
-from rmqdump.readers.mapped import next_data
+from rmqdump.readers.mapped import next_data, open_binary, open_readonly
 from rmqdump.readers.message import Message
 from rmqdump.scan.ranges import Mapper
 from rmqdump.scan.walk import read_at, scan_commitlog
@@ -66,7 +66,7 @@ class _Stream:
         fd = self.fds.get(path)
         if fd is None:
             try:
-                fd = self.fds[path] = os.open(path, os.O_RDONLY)
+                fd = self.fds[path] = open_readonly(path)
             except OSError as e:
                 raise InputError("unreadable", path, e.strerror or str(e)) from None
         return fd
@@ -128,7 +128,7 @@ def _hole_edges(path: str, size: int, most: int = 256) -> list[int]:
     """Offsets in a file where data turns into a hole and back (readers.mapped.next_data), at most `most` of them."""
     out: list[int] = []
     try:
-        fd = os.open(path, os.O_RDONLY)
+        fd = open_readonly(path)
     except OSError:
         return []
     try:
@@ -229,7 +229,7 @@ def common_prefix(
 def _proven(cl: CommitLog, path: str, pos: int, phys: int) -> bool:
     """A record starts at file offset `pos`: a message magic, its physicalOffset field naming `phys`, and the record holds together."""
     try:
-        with open(path, "rb") as f:
+        with open_binary(path) as f:
             f.seek(pos)
             head = f.read(_PHYS_AT + _PHYS.size)
     except OSError:

@@ -25,6 +25,7 @@ from rmqdump.common.javahash import index_hash_many, java_hash_many
 from rmqdump.common.problems import Problem
 from rmqdump.readers.commitlog import CommitLog, commitlog_path, frame_of
 from rmqdump.readers.indexfile import LAYOUT_SIZE, IndexFile, IndexLayoutError, Layout, list_index_files
+from rmqdump.readers.store import prove_readable
 from rmqdump.scan.dispatch import DelayLevels, DispatchColumns
 from rmqdump.scan.ranges import Mapper, RangeScan, ScanOptions, scan_range
 from rmqdump.scan.splits import DEFAULT_SPLIT, Split, commitlog_splits
@@ -551,6 +552,7 @@ def verify(
         return p
 
     store = str(store)
+    prove_readable(store)
     files, probs = _open_files(list_index_files(store), hash_slots, index_entries)
     try:
         s.index_files = len(files)

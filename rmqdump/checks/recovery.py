@@ -43,7 +43,7 @@ from rmqdump.readers.checkpoint import Checkpoint
 from rmqdump.readers.commitlog import Blank, SegmentFile
 from rmqdump.readers.consumequeue import ConsumeQueue, QueueUnits, read_units
 from rmqdump.readers.fastpath import field_offset, field_struct, struct_format
-from rmqdump.readers.mapped import MappedFile
+from rmqdump.readers.mapped import MappedFile, open_binary, open_readonly
 from rmqdump.readers.message import Message, decode_properties, split_keys
 from rmqdump.readers.store import Store
 from rmqdump.scan.resync import first_nonzero, resync
@@ -181,7 +181,7 @@ class RecoveryPreview:
 def first_store_timestamp(seg: SegmentFile, *, allow_v2: bool = True) -> int | None:
     """storeTimestamp of a file's first record, as isMappedFileMatchedRecover reads it (None: no message magic)."""
     need = _STORE_TS_AT[True] + 8
-    with open(seg.path, "rb") as f:
+    with open_binary(seg.path) as f:
         head = f.read(need)
     if len(head) < _STORE_TS_AT[False] + 8:
         return None
@@ -341,7 +341,7 @@ def _last_nonzero(mf: MappedFile, start: int, stop: int) -> int:
     stop = min(stop, mf.size)
     if start >= stop or first_nonzero(mf, start, stop) is None:
         return start
-    fd = os.open(mf.path, os.O_RDONLY)
+    fd = open_readonly(mf.path)
     try:
         hi = stop
         while hi > start:

@@ -5,6 +5,12 @@ many hashes, so every candidate is read from the CommitLog and kept only when
 its own topic and KEYS or UNIQ_KEY really say KEY. Only the slot and the
 entries of its chain are touched: a lookup costs a few page reads however
 large the index files are.
+
+The index stops where the broker's dispatch stopped (a crash leaves the
+CommitLog running further), so the CommitLog past the index's end is scanned
+once per store, through the planner's ranges, for the keys the index would
+have taken: a lookup is complete, or its summary says which stretch was not
+readable.
 """
 
 from __future__ import annotations
@@ -15,11 +21,17 @@ import os
 from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 
+import numpy as np
+
+from rmqdump.common.javahash import index_hash_many
 from rmqdump.common.problems import Problem
 from rmqdump.readers.commitlog import CommitLog, commitlog_path
 from rmqdump.readers.indexfile import IndexFile, key_hash, open_all
 from rmqdump.readers.message import Message
 from rmqdump.readers.msgid import OffsetMsgId, UniqKey, id_bytes
+from rmqdump.readers.store import prove_readable
+from rmqdump.scan.ranges import Mapper, ScanOptions, scan_range
+from rmqdump.scan.splits import Split, commitlog_splits
 from rmqdump.scan.walk import read_at
 
 SECOND = 1000
@@ -103,6 +115,73 @@ class FileWalk:
 
 
 @dataclass
+class TailScan:
+    """The CommitLog past the index's end, read once: the index keys (hash of topic#key) of every record there."""
+
+    after: int  # records at or before this offset are the index's (its last indexed record); -1: no index entries
+    from_offset: int  # first byte scanned
+    to_offset: int  # end of the CommitLog's data
+    records: int  # records found past `after`
+    problems: list[Problem]  # damage met in the stretch: a record there may be unreadable
+    hashes: np.ndarray  # index hashes of topic#key (as IndexFile entries hold them), sorted
+    phys: np.ndarray  # the record of each hash
+    topics: frozenset[str]
+
+    @property
+    def nbytes(self) -> int:
+        return max(0, self.to_offset - self.from_offset)
+
+    def offsets_of(self, h: int) -> list[int]:
+        """Records past the index's end with an index key of hash h (one per record, in offset order)."""
+        lo, hi = np.searchsorted(self.hashes, [h, h + 1])
+        return sorted(set(self.phys[lo:hi].tolist()))
+
+    def to_dict(self, found: int) -> dict:
+        return {
+            "from_offset": self.from_offset,
+            "to_offset": self.to_offset,
+            "bytes": self.nbytes,
+            "records": self.records,
+            "found": found,
+            "problems": len(self.problems),
+            "why": "no index entries: the whole CommitLog was scanned" if self.after < 0 else f"the index ends at offset {self.after}",
+        }
+
+
+def index_end(files: list[IndexFile]) -> int:
+    """The offset of the last record the index holds (the newest endPhyOffset of a file with entries), -1 when none."""
+    return max((f.header.end_phy_offset for f in files if f.count > 1), default=-1)
+
+
+def _tail_range(split: Split, after: int) -> tuple[np.ndarray, np.ndarray, set[str], int, list[Problem]]:
+    """One range's index keys of the records past `after`: (hashes, their records, topics, records, problems)."""
+    rs = scan_range(split, ScanOptions(keys=True))
+    c = rs.columns
+    past = c.phys > after
+    keep = past[c.key_rec] if len(c.key_rec) else np.zeros(0, dtype=bool)
+    topics = {c.topics[t] for t in np.unique(c.topic_id[past]).tolist()}
+    return index_hash_many(c.key_hash[keep]).astype(np.int32), c.phys[c.key_rec[keep]].astype(np.int64), topics, int(past.sum()), rs.problems
+
+
+def scan_tail(cl: CommitLog, after: int, mapper: Mapper = map) -> TailScan:
+    """Every index key of the records after offset `after`, by the planner's ranges from that record on."""
+    start = max(after, 0)
+    splits = []
+    for sp in commitlog_splits(cl):
+        if sp.base + sp.end <= start:
+            continue
+        splits.append(replace(sp, start=max(sp.start, start - sp.base)))
+    end = max((sp.base + sp.size for sp in splits), default=start)
+    parts = list(mapper(lambda sp: _tail_range(sp, after), splits))
+    hashes = np.concatenate([p[0] for p in parts]) if parts else np.zeros(0, dtype=np.int32)
+    phys = np.concatenate([p[1] for p in parts]) if parts else np.zeros(0, dtype=np.int64)
+    order = np.argsort(hashes, kind="stable")
+    topics = frozenset().union(*(p[2] for p in parts))
+    problems = [q for p in parts for q in p[4]]
+    return TailScan(after, start if splits else end, end, sum(p[3] for p in parts), problems, hashes[order], phys[order], topics)
+
+
+@dataclass
 class LookupResult:
     key: str
     keys: list[dict]  # {"topic", "index_key", "hash"} per topic tried
@@ -112,6 +191,8 @@ class LookupResult:
     outside_window: int = 0
     unreadable: list[Problem] = field(default_factory=list)
     truncated: bool = False  # --max reached
+    tail: TailScan | None = None  # the CommitLog past the index's end, scanned
+    found_in_tail: int = 0
 
     @property
     def found(self) -> bool:
@@ -129,18 +210,42 @@ def _in_window(ts: int, begin: int | None, end: int | None) -> bool:
 class Index:
     """The index files and CommitLog of one store, opened once for many lookups."""
 
-    def __init__(self, store: str, hash_slots: int | None = None, index_entries: int | None = None, files: list[IndexFile] | None = None):
+    def __init__(
+        self,
+        store: str,
+        hash_slots: int | None = None,
+        index_entries: int | None = None,
+        files: list[IndexFile] | None = None,
+        *,
+        tail: bool = True,
+        mapper: Mapper = map,
+    ):
+        """`tail`: also scan the CommitLog past the index's end (once, on the first lookup), with `mapper` over its ranges."""
         self.store = str(store)
+        if files is None:
+            prove_readable(self.store)
         self.files = files if files is not None else open_all(self.store, hash_slots, index_entries)
         self.commitlog = CommitLog.open(commitlog_path(self.store)) if os.path.isdir(commitlog_path(self.store)) else CommitLog([], [], None)
         self._topics: list[str] | None = None
         self._records: OrderedDict[int, Message | Problem] = OrderedDict()
+        self._want_tail, self._mapper = tail, mapper
+        self._tail: TailScan | None = None
 
     @property
     def topics(self) -> list[str]:
+        """Topics the store names; with the tail scanned, also those only its records name (dispatch never saw them)."""
         if self._topics is None:
             self._topics = store_topics(self.store)
+        if self.tail is not None and not self.tail.topics <= set(self._topics):
+            self._topics = sorted(set(self._topics) | self.tail.topics)
         return self._topics
+
+    @property
+    def tail(self) -> TailScan | None:
+        """The CommitLog past the index's end, scanned on first use (None when not asked for)."""
+        if self._want_tail and self._tail is None:
+            self._tail = scan_tail(self.commitlog, index_end(self.files), self._mapper)
+        return self._tail
 
     def close(self) -> None:
         for f in self.files:
@@ -157,11 +262,13 @@ class Index:
     ) -> LookupResult:
         """Messages whose KEYS or UNIQ_KEY is `key`, in the given topics (default: every topic the store knows)."""
         topics = list(topics) if topics else self.topics
-        res = LookupResult(key, [], [], [])
+        res = LookupResult(key, [], [], [], tail=self.tail)
         seen: set[int] = set()
         for i, topic in enumerate(topics):
             h = key_hash(topic, key)
             res.keys.append({"topic": topic, "index_key": f"{topic}#{key}", "hash": h})
+            if res.tail is not None:  # newest first: the records the index never took
+                self._tail_hits(res.tail, topic, key, h, begin, end, max_messages, seen, res)
             for f in reversed(self.files):  # newest first, like IndexService.queryOffset
                 if res.truncated:
                     break
@@ -171,6 +278,27 @@ class Index:
                     f.release()
         res.messages.sort(key=lambda m: m.phys_offset)
         return res
+
+    def _tail_hits(self, tail: TailScan, topic, key, h, begin, end, max_messages, seen: set[int], res: LookupResult) -> None:
+        """The records past the index's end with a key of hash h, kept when they really are topic#key."""
+        for phys in tail.offsets_of(h):
+            if phys in seen:
+                continue
+            if max_messages is not None and len(res.messages) >= max_messages:
+                res.truncated = True
+                return
+            m = self.read_record(phys)
+            if isinstance(m, Problem):
+                res.unreadable.append(m)
+            elif not _matches(m, topic, key):
+                res.collisions += 1
+            elif not _in_window(m.store_timestamp, begin, end):
+                res.outside_window += 1
+            else:
+                seen.add(phys)
+                m.extra["source"] = "unindexed_tail"
+                res.messages.append(m)
+                res.found_in_tail += 1
 
     def _walk_file(self, f: IndexFile, topic, key, h, begin, end, max_messages, seen: set[int], res: LookupResult) -> FileWalk:
         hd = f.header
@@ -228,6 +356,7 @@ class Index:
                 res.outside_window += 1
                 continue
             seen.add(st.phys_offset)
+            m.extra["source"] = "index"
             m.extra["index_file"] = f.name
             m.extra["index_entry"] = st.entry
             res.messages.append(m)

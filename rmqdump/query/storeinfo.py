@@ -25,7 +25,7 @@ from rmqdump.readers.checkpoint import Checkpoint
 from rmqdump.readers.commitlog import SegmentFile
 from rmqdump.readers.configfiles import ConfigFile, read_config
 from rmqdump.readers.dledger import UNIT_SIZE
-from rmqdump.readers.mapped import MappedFile
+from rmqdump.readers.mapped import MappedFile, open_binary
 from rmqdump.readers.message import Message
 from rmqdump.readers.recordprops import is_lmq
 from rmqdump.readers.store import IndexFileInfo, Store, Unsupported
@@ -169,7 +169,7 @@ class StoreInfo:
 def _starts_with_data(seg: SegmentFile) -> bool:
     if seg.size == 0:
         return False
-    with open(seg.path, "rb") as f:
+    with open_binary(seg.path) as f:
         return any(f.read(8))
 
 

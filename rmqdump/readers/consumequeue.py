@@ -18,7 +18,7 @@ import numpy as np
 
 from rmqdump.common.problems import InputError, Problem
 from rmqdump.readers.fastpath import numpy_dtype
-from rmqdump.readers.mapped import OffsetFile, next_data, offset_files
+from rmqdump.readers.mapped import OffsetFile, next_data, offset_files, open_binary, open_readonly
 from rmqdump.schemas import ConsumeQueueUnit
 from rmqdump.schemas import constants as C
 
@@ -148,10 +148,7 @@ def _read_whole(path: str, length: int) -> tuple[np.ndarray, int]:
     buf = np.zeros(length, dtype=np.uint8)  # calloc: pages not written stay shared zero pages
     if not length:
         return buf, 0
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError as e:
-        raise InputError("unreadable", path, e.strerror or str(e)) from None
+    fd = open_readonly(path)
     end = 0
     try:
         mv = memoryview(buf)
@@ -373,7 +370,7 @@ class ConsumeQueue(UnitChunks):
         pos = index * UNIT_SIZE - f.base
         if pos + UNIT_SIZE > f.size:
             return None
-        with open(f.path, "rb") as fh:
+        with open_binary(f.path) as fh:
             fh.seek(pos)
             raw = fh.read(UNIT_SIZE)
         rec = np.frombuffer(raw, dtype=UNIT_DTYPE)[0]

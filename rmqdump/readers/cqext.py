@@ -19,7 +19,7 @@ import numpy as np
 from rmqdump.common.problems import Problem
 from rmqdump.readers.consumequeue import common_file_size, queue_dirs, queue_files
 from rmqdump.readers.fastpath import gather, numpy_dtype
-from rmqdump.readers.mapped import MappedFile, OffsetFile
+from rmqdump.readers.mapped import MappedFile, OffsetFile, open_binary
 from rmqdump.schemas import ConsumeQueueExtHeader
 from rmqdump.schemas import constants as C
 
@@ -177,7 +177,7 @@ class ConsumeQueueExt:
         u = self.units()
         f = self.files[int(u.file_index[k])]
         p = int(u.pos[k]) + EXT_HEADER_SIZE
-        with open(f.path, "rb") as fh:
+        with open_binary(f.path) as fh:
             fh.seek(p)
             return fh.read(max(0, int(u.bitmap_size[k])))
 

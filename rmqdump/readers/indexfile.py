@@ -480,7 +480,7 @@ def list_index_files(store: str) -> list[str]:
         names = sorted(os.listdir(d))
     except OSError as e:
         raise InputError("unreadable", d, e.strerror or str(e)) from None
-    return [os.path.join(d, n) for n in names if os.path.isfile(os.path.join(d, n)) and NAME_RE.match(n)]
+    return [os.path.join(d, n) for n in names if NAME_RE.match(n)]  # one that is no readable file: `unreadable` when opened
 
 
 def open_all(store: str, hash_slots: int | None = None, index_entries: int | None = None) -> list[IndexFile]:

@@ -1,6 +1,8 @@
 """Read-only memory maps of store files.
 
-The store is evidence: files are opened O_RDONLY and mapped ACCESS_READ.
+The store is evidence: files are opened O_RDONLY (open_readonly, the one way
+a store file is opened: what cannot be read is the input error `unreadable`
+naming it, never a file passed over) and mapped ACCESS_READ.
 Long scans give pages back with MADV_DONTNEED as they go, so resident memory
 stays bounded however large the file is (the pages stay in the page cache).
 Also how the store's logs and queues name their files (OffsetFile,
@@ -14,6 +16,7 @@ import errno
 import mmap
 import os
 import re
+import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -40,19 +43,55 @@ class OffsetFile:
         return os.path.basename(self.path)
 
 
+def open_readonly(path: str) -> int:
+    """A store file opened read-only (a descriptor), or the input error `unreadable` naming it, at byte 0.
+
+    Every reader opens store files here, so a file that cannot be read (no
+    permission, an I/O error, a directory or FIFO where a file should be) stops
+    the command with one line, whichever reader meets it first. O_NONBLOCK: a
+    FIFO in a file's place must not hang the open (regular files ignore it).
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as e:
+        raise InputError("unreadable", str(path), e.strerror or str(e), 0) from None
+    try:
+        regular = stat.S_ISREG(os.fstat(fd).st_mode)
+    except OSError as e:
+        os.close(fd)
+        raise InputError("unreadable", str(path), e.strerror or str(e), 0) from None
+    if not regular:
+        os.close(fd)
+        raise InputError("unreadable", str(path), "not a regular file", 0)
+    return fd
+
+
+def open_binary(path: str):
+    """A store file as a binary file object (open_readonly's checks)."""
+    return os.fdopen(open_readonly(path), "rb")
+
+
+def readable_size(path: str) -> int:
+    """The size of a store file that open_readonly accepts (it is opened once to prove it can be read)."""
+    fd = open_readonly(path)
+    try:
+        return os.fstat(fd).st_size
+    finally:
+        os.close(fd)
+
+
 def offset_files(path: str, kind: type[OffsetFile] = OffsetFile) -> tuple[list, list[str]]:
     """The files of a directory named by their offset, in offset order, and the paths of its other files (in name order).
 
-    An unreadable directory raises OSError: each reader reports that its own way.
+    Each offset-named entry is proven readable (InputError `unreadable` otherwise: a file that cannot be read
+    is never silently left out). An unreadable directory raises OSError: each reader reports that its own way.
     """
     files, others = [], []
     for n in sorted(os.listdir(path)):
         full = os.path.join(path, n)
-        if not os.path.isfile(full):
-            continue
         if OFFSET_NAME_RE.match(n):
-            files.append(kind(full, int(n), os.path.getsize(full)))
-        else:
+            files.append(kind(full, int(n), readable_size(full)))
+        elif os.path.isfile(full):
             others.append(full)
     files.sort(key=lambda f: f.base)
     return files, others
@@ -64,15 +103,12 @@ class MappedFile:
     def __init__(self, path: str, limit: int | None = None):
         """`limit`: treat the file as this long (the configured CommitLog file size); bytes past it are not data."""
         self.path = str(path)
-        try:
-            fd = os.open(self.path, os.O_RDONLY)
-        except OSError as e:
-            raise InputError("unreadable", self.path, e.strerror or str(e)) from None
+        fd = open_readonly(self.path)
         try:
             self.size = os.fstat(fd).st_size
             self._mm = mmap.mmap(fd, self.size, access=mmap.ACCESS_READ) if self.size else None
         except OSError as e:
-            raise InputError("unreadable", self.path, e.strerror or str(e)) from None
+            raise InputError("unreadable", self.path, e.strerror or str(e), 0) from None
         finally:
             os.close(fd)
         if limit is not None:

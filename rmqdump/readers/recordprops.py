@@ -14,6 +14,7 @@ import numpy as np
 
 from rmqdump.readers.commitlog import CommitLog
 from rmqdump.readers.fastpath import ColumnarParser, gather, numpy_dtype
+from rmqdump.readers.mapped import open_readonly
 from rmqdump.schemas import MessageRecord, RecordPrefix
 from rmqdump.schemas import constants as C
 from rmqdump.schemas.commitlog import MIN_RECORD_SIZE
@@ -28,7 +29,7 @@ def find_all(path: str, needle: bytes, start: int, stop: int) -> list[int]:
     """Offsets of every occurrence of `needle` in bytes [start, stop) of a file (read in chunks, never mapped whole)."""
     out: list[int] = []
     k = len(needle)
-    fd = os.open(path, os.O_RDONLY)
+    fd = open_readonly(path)
     try:
         pos = start
         while pos < stop:
@@ -106,7 +107,7 @@ class RecordProps:
             inside = (phys >= seg.base) & (phys < seg.base + seg.size)
             if not inside.any():
                 continue
-            fd = os.open(seg.path, os.O_RDONLY)
+            fd = open_readonly(seg.path)
             try:
                 starts = phys[inside] - seg.base
                 sizes = size[inside] if size is not None else np.array([_read_total(fd, int(a)) for a in starts.tolist()], dtype=np.int64)

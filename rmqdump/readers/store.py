@@ -24,7 +24,9 @@ from rmqdump.readers.consumequeue import ConsumeQueue, common_file_size, queue_d
 from rmqdump.readers.cqext import ConsumeQueueExt, find_ext_queues
 from rmqdump.readers.dledger import DLedgerDir
 from rmqdump.readers.indexfile import HEADER_SIZE as INDEX_HEADER_SIZE
+from rmqdump.readers.indexfile import NAME_RE as INDEX_NAME_RE
 from rmqdump.readers.indexfile import parse_header
+from rmqdump.readers.mapped import offset_files, open_binary, readable_size
 from rmqdump.readers.rocksdbcq import RocksDBConsumeQueues, is_rocksdb, open_queues
 
 COMMITLOG_DIR = "commitlog"
@@ -33,6 +35,29 @@ INDEX_DIR = "index"
 
 # Store layout problems (stable codes).
 INDEX_SHORT = "index_file_short"
+
+
+def prove_readable(root: str) -> None:
+    """Every CommitLog, ConsumeQueue and IndexFile of a store root can be opened; else the input error `unreadable`
+    naming the first that cannot (the readers prove each file as they list it: rmqdump.readers.mapped.offset_files).
+
+    Every command given a store root calls it (through Store.open, or directly where it reads the store without
+    one), so none answers from the rest of the store while passing over a file it could not read.
+    """
+    root = str(root)
+    dirs = [commitlog_dir(root)] + [qdir for _, _, qdir in queue_dirs(os.path.join(root, CONSUMEQUEUE_DIR))[0]]
+    for d in dirs:
+        if d is None:
+            continue
+        try:
+            offset_files(d)
+        except OSError as e:
+            raise InputError("unreadable", d, e.strerror or str(e)) from None
+    idx = os.path.join(root, INDEX_DIR)
+    if os.path.isdir(idx):
+        for n in sorted(os.listdir(idx)):
+            if INDEX_NAME_RE.match(n):
+                readable_size(os.path.join(idx, n))
 
 
 @dataclass(frozen=True)
@@ -64,10 +89,10 @@ class Unsupported:
 
 
 def read_index_header(path: str) -> IndexFileInfo:
-    size = os.path.getsize(path)
-    if size < INDEX_HEADER_SIZE:
-        return IndexFileInfo(path, size, None)
-    with open(path, "rb") as f:
+    with open_binary(path) as f:
+        size = os.fstat(f.fileno()).st_size
+        if size < INDEX_HEADER_SIZE:
+            return IndexFileInfo(path, size, None)
         raw = f.read(INDEX_HEADER_SIZE)
     return IndexFileInfo(path, size, parse_header(raw).to_dict())
 
@@ -175,9 +200,9 @@ class Store:
             return
         for n in sorted(os.listdir(d)):  # the broker loads them in name order
             p = os.path.join(d, n)
-            if not os.path.isfile(p):
+            if not os.path.isfile(p) and not INDEX_NAME_RE.match(n):
                 continue
-            info = read_index_header(p)
+            info = read_index_header(p)  # an index file that cannot be read (or is no file): the input error unreadable
             if info.header is None:
                 self.problems.append(Problem(INDEX_SHORT, p, info.size, f"{info.size} bytes: shorter than the 40-byte index header"))
             self.index_files.append(info)

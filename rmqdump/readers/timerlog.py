@@ -25,7 +25,7 @@ import numpy as np
 from rmqdump.common.problems import InputError, Problem
 from rmqdump.readers.commitlog import Blank
 from rmqdump.readers.fastpath import field_offset, numpy_dtype
-from rmqdump.readers.mapped import MappedFile, OffsetFile, offset_files
+from rmqdump.readers.mapped import MappedFile, OffsetFile, offset_files, open_readonly
 from rmqdump.readers.message import Message
 from rmqdump.schemas import constants as C
 from rmqdump.schemas.timer import TimerCheck, TimerLogBlank, TimerLogUnit, TimerWheelSlot
@@ -295,7 +295,7 @@ class TimerWheel:
         """
         out = []
         step = 4 << 20
-        fd = os.open(self.path, os.O_RDONLY)
+        fd = open_readonly(self.path)
         try:
             for lo, hi in _extents(fd, self.size):
                 lo -= lo % SLOT_SIZE

@@ -13,7 +13,7 @@ import os
 
 from rmqdump.readers.commitlog import SegmentFile
 from rmqdump.readers.fastpath import field_struct, struct_format
-from rmqdump.readers.mapped import MappedFile, next_data
+from rmqdump.readers.mapped import MappedFile, next_data, open_readonly
 from rmqdump.schemas import BlankMarker, RecordPrefix, message_header
 from rmqdump.schemas import constants as C
 from rmqdump.schemas import dledger as DL
@@ -96,7 +96,7 @@ def first_nonzero(mf: MappedFile, start: int, stop: int) -> int | None:
     """
     step = len(_ZERO_CHUNK)
     stop = min(stop, mf.size)
-    fd = os.open(mf.path, os.O_RDONLY)
+    fd = open_readonly(mf.path)
     try:
         st = os.fstat(fd)
         key = (mf.path, st.st_ino, st.st_size, st.st_mtime_ns)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from rmqdump.common.problems import InputError, Problem
 from rmqdump.readers.commitlog import CommitLog, commitlog_path
+from rmqdump.readers.store import prove_readable
 
 MiB = 1 << 20
 DEFAULT_SPLIT = 128 * MiB  # the unit of parallel work of every pass: ~110k records of 1.2 KB, ~5 MB of columns
@@ -77,6 +78,7 @@ def resolve_stores(values: list[str]) -> list[StoreRef]:
                 raise InputError("not_found", r, "no such store directory")
             if not os.path.isdir(commitlog_path(r)):
                 raise InputError("not_a_store", r, "no commitlog/ directory in this store root")
+            prove_readable(r)
             refs.append(StoreRef(name or default_name(r), os.path.abspath(r)))
     seen: dict[str, str] = {}
     for ref in refs:

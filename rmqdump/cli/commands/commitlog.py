@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import typer
@@ -39,6 +40,7 @@ def commitlog(
     from rmqdump.common.timeutil import parse_time
     from rmqdump.query.listing import Filter, Records, Tally, list_records
     from rmqdump.readers.commitlog import CommitLog
+    from rmqdump.readers.store import prove_readable
 
     try:
         flt = Filter(topic, queue, from_offset, to_offset, parse_time(since) if since else None, parse_time(until) if until else None, key, tag, limit)
@@ -47,6 +49,9 @@ def commitlog(
     if not files and not stores:
         render.fail("usage: rmqdump commitlog: give FILE... or --store/-s DIR (see 'rmqdump commitlog --help')", 2)
     paths = [str(f) for f in files or []] + list(stores or [])
+    for p in paths:
+        if os.path.isdir(os.path.join(p, "commitlog")) or os.path.isdir(os.path.join(p, "consumequeue")):
+            prove_readable(p)  # a store root: none of its files is passed over unread
     cl = CommitLog.open(paths)
     if not cl.files:
         render.fail(f"no_commitlog: {', '.join(paths)}: no CommitLog files found", 2)

@@ -105,6 +105,10 @@ def _table(d) -> None:
         )
     if t.row_count:
         render.out.print(t)
+    ca = d.consumers_affected()
+    if not d.identical:
+        count = "unknown" if ca["consumers_affected"] is None else str(ca["consumers_affected"])
+        render.out.print(f"consumers affected: {count}" + (f" ({ca['consumers_affected_why']})" if ca["consumers_affected_why"] else ""), markup=False)
     if d.consumers:
         c = Table("committed on", "group", "topic", "queue", "offset", "skips there", "reads twice", box=None, header_style="bold")
         for x in d.consumers:

@@ -42,7 +42,7 @@ def print_messages(messages: list[Message], brokers: bool = False) -> None:
 
     t = Table(*(["broker"] if brokers else []), *MESSAGE_COLUMNS, box=None, pad_edge=False, header_style="bold")
     for m in messages:
-        where = f"{m.extra.get('index_file', '')}#{m.extra.get('index_entry', '')}" if "index_file" in m.extra else "-"
+        where = f"{m.extra.get('index_file', '')}#{m.extra.get('index_entry', '')}" if "index_file" in m.extra else m.extra.get("source", "-")
         t.add_row(
             *([m.extra.get("broker", "")] if brokers else []),
             str(m.phys_offset),
@@ -85,6 +85,7 @@ def _summary(res: LookupResult) -> dict:
         "outside_window": res.outside_window,
         "unreadable": len(res.unreadable),
         "truncated": res.truncated,
+        "unindexed_tail": None if res.tail is None else res.tail.to_dict(res.found_in_tail),
     }
 
 
@@ -155,27 +156,59 @@ def emit_broker(broker: str, got, fmt: ListFormat, explain: bool) -> list:
 
 
 def lookup_quiet(root: str, key, msg_id, topics, b, e, limit, hash_slots, index_entries):
-    """One store of a fleet lookup, printing nothing: (messages, lookup result, decoded id) or the InputError met."""
-    from rmqdump.query.lookup import Index, resolve_id
+    """One store of a fleet lookup, printing nothing: (messages, lookup result, decoded id) or the InputError met.
+
+    Without index files the whole CommitLog is scanned; without either there is nothing to look in."""
+    from rmqdump.query.lookup import Index
     from rmqdump.readers.indexfile import list_index_files
-    from rmqdump.readers.msgid import MsgIdError
 
     try:
-        if not list_index_files(root):
-            raise InputError("index_no_files", os.path.join(root, "index"), "no index files (a store root holds index/yyyyMMddHHmmssSSS files)")
-        with Index(root, hash_slots, index_entries) as idx:
-            if not topics and not idx.topics:
-                raise InputError("no_topics", root, "the store names no topics (no consumequeue/ directories, no config/topics.json): pass --topic")
-            if msg_id is not None:
-                try:
-                    r = resolve_id(idx, msg_id, topics or None, begin=b, end=e, max_messages=limit)
-                except MsgIdError as err:
-                    raise InputError("msgid_bad", msg_id, str(err)) from None
+        if not list_index_files(root) and not _has_commitlog(root):
+            raise InputError("index_no_files", os.path.join(root, "index"), "no index files and no CommitLog files to scan (is this a store root?)")
+        with Index(root, hash_slots, index_entries, mapper=tail_mapper(root)) as idx:
+            if msg_id is not None:  # an offset msgId is read directly: no topics, no scan past the index
+                r = resolve_msgid(idx, msg_id, topics, begin=b, end=e, max_messages=limit)
+                if r.kind == "uniq_key":
+                    _need_topics(root, topics, idx)
                 return r.messages, r.lookup, r.decoded(_now_ms())
+            _need_topics(root, topics, idx)
             res = idx.lookup(key, topics or None, begin=b, end=e, max_messages=limit)
             return res.messages, res, None
     except InputError as err:
         return err
+
+
+def _need_topics(root: str, topics, idx) -> None:
+    if not topics and not idx.topics:
+        raise InputError("no_topics", root, "the store names no topics (no consumequeue/ directories, no config/topics.json, no records): pass --topic")
+
+
+def resolve_msgid(idx, text: str, topics, **kw):
+    """resolve_id, a malformed id as the input error msgid_bad."""
+    from rmqdump.query.lookup import resolve_id
+    from rmqdump.readers.msgid import MsgIdError
+
+    try:
+        return resolve_id(idx, text, topics or None, **kw)
+    except MsgIdError as err:
+        raise InputError("msgid_bad", text, str(err)) from None
+
+
+def _has_commitlog(root: str) -> bool:
+    from rmqdump.readers.commitlog import commitlog_dir
+
+    d = commitlog_dir(root)
+    return d is not None and any(n.isdigit() for n in os.listdir(d))
+
+
+def tail_mapper(root: str):
+    """The local engine over the ranges of the CommitLog a lookup may scan past the index's end."""
+    from rmqdump.engines.local import local_map
+    from rmqdump.readers.commitlog import commitlog_dir
+
+    d = commitlog_dir(root)
+    total = sum(os.path.getsize(os.path.join(d, n)) for n in os.listdir(d) if n.isdigit()) if d else 0
+    return local_map(None, total)
 
 
 def _lookup_one(root, key, msg_id, topics, b, e, limit, hash_slots, index_entries, fmt, explain) -> list:
@@ -231,6 +264,17 @@ def _summary_line(s: dict) -> str:
         + (f"; {s['outside_window']} outside the time window" if s["outside_window"] else "")
         + (f"; {s['unreadable']} entries point at unreadable records" if s["unreadable"] else "")
         + ("; stopped at --limit" if s["truncated"] else "")
+        + _tail_line(s["unindexed_tail"])
+    )
+
+
+def _tail_line(t: dict | None) -> str:
+    """How much of the CommitLog past the index's end was scanned, and whether all of it could be read."""
+    if t is None:
+        return ""
+    return (
+        f"; {t['found']} of them past the index ({t['why']}; scanned {t['from_offset']}..{t['to_offset']}: {t['bytes']} bytes, {t['records']} records)"
+        + (f"; {t['problems']} damaged stretches there: keys in them cannot be read" if t["problems"] else "")
     )
 
 

@@ -8,7 +8,7 @@ import typer
 
 from rmqdump.cli import render
 from rmqdump.cli.commands import options as O
-from rmqdump.cli.commands.index import emit_lookup, fleet_lookup, hash_slots_option, index_entries_option, lookup_quiet
+from rmqdump.cli.commands.index import emit_lookup, fleet_lookup, hash_slots_option, index_entries_option, lookup_quiet, resolve_msgid, tail_mapper
 from rmqdump.cli.commands.options import ListFormat
 from rmqdump.cli.fleet import FLEET_HELP, fleet
 
@@ -34,17 +34,14 @@ def msgid(
     Example:  rmqdump msgid C000020230155FFD2B276C21C3CC0001 --store fixtures/real/rmq4-basic/store
     """
     from rmqdump.common.timeutil import iso
-    from rmqdump.query.lookup import Index, resolve_id
-    from rmqdump.readers.msgid import MsgIdError
+    from rmqdump.query.lookup import Index
 
     refs = fleet(store)
     if refs is not None:
         raise typer.Exit(fleet_lookup(refs, lambda ref: lookup_quiet(ref.root, None, text, topics, None, None, None, hash_slots, index_entries), fmt, explain))
-    try:
-        with Index(str(store[0] if store else "."), hash_slots, index_entries) as idx:
-            r = resolve_id(idx, text, topics or None)
-    except MsgIdError as e:
-        render.fail(f"msgid_bad: {e}", 2)
+    root = str(store[0] if store else ".")
+    with Index(root, hash_slots, index_entries, mapper=tail_mapper(root)) as idx:
+        r = resolve_msgid(idx, text, topics)
     d = r.decoded(int(time.time() * 1000))
     if fmt is ListFormat.jsonl:
         render.jsonl(d)

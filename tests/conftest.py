@@ -161,6 +161,15 @@ def run_proc(*args: str, **kw) -> subprocess.CompletedProcess:
     return r
 
 
+@pytest.fixture(scope="session")
+def warm_kernels() -> None:
+    """The user cache holds the compiled kernels (a process that compiles says so on stderr): for tests that want a
+    process's stderr silent, whatever ran before them."""
+    first = store_root("rmq4-basic") / "commitlog" / "00000000000000000000"
+    for args in (["info", "-s", store_root("rmq4-basic")], ["commitlog", first, "-n", "1", "-f", "jsonl"]):
+        run_proc(*args)
+
+
 def jsonl(text: str) -> list[dict]:
     """JSON Lines split on newlines only: str.splitlines would also split at U+2028 or U+0085 inside a body."""
     return [json.loads(line) for line in text.split("\n") if line.strip()]

@@ -78,7 +78,7 @@ def test_single_file_and_help():
     assert top.returncode == 0 and "commitlog" in top.stdout
 
 
-def test_piped_output_has_no_progress_noise():
+def test_piped_output_has_no_progress_noise(warm_kernels):
     r = run_proc("commitlog", CL, "-f", "jsonl", "--limit", "1")
     assert r.returncode == 0
     assert r.stderr == ""

@@ -227,7 +227,7 @@ def test_info_progress_bar_on_a_terminal_only(monkeypatch):
     assert run("info", "-s", root).exit_code == 0 and buf.getvalue() == ""
 
 
-def test_info_piped_has_no_progress_and_a_pty_has_it():
+def test_info_piped_has_no_progress_and_a_pty_has_it(warm_kernels):
     """As an operator runs it: stderr a pipe, nothing on it; stderr a terminal (a pty), the bar is drawn there."""
     import pty
     import subprocess

@@ -81,10 +81,9 @@ def main() -> None:
 
     limit_arenas()  # before any thread starts
     keep_out(sys.argv[1:])
-    if sys.stderr.isatty():
-        from rmqdump.scan.native import on_first_compile
+    from rmqdump.scan.native import on_first_compile
 
-        on_first_compile(_compile_notice)
+    on_first_compile(_compile_notice)  # on a terminal or not: a script's log says why this run took seconds
     try:
         _run()
     except SystemExit as e:
@@ -93,10 +92,10 @@ def main() -> None:
 
 
 def _compile_notice(what: str, cache: str) -> None:
-    """A terminal user waiting seconds for the first scan after an install is told why, once."""
+    """A user waiting seconds for the first scan after an install is told why, in one line (never wrapped), once."""
     from rmqdump.cli import render
 
-    render.err.print(f"rmqdump: compiling {what} for this install, once (some seconds; kept in {cache})", markup=False, highlight=False)
+    render.err.print(f"rmqdump: compiling {what} for this install, once (some seconds; kept in {cache})", markup=False, highlight=False, soft_wrap=True)
 
 
 def _leave(code) -> None:

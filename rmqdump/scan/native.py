@@ -18,11 +18,11 @@ import os
 import zlib
 from collections.abc import Callable
 
-from rmqdump.scan.layout import fingerprint
-
 
 def cache_dir(crc: str = "table") -> str:
     """Where compiled code is kept: a directory the user can write, whatever the install directory."""
+    from rmqdump.scan.layout import fingerprint  # here: the CLI imports this module at start, before it knows whether it scans
+
     base = os.environ.get("RMQDUMP_CACHE_DIR")
     if not base:
         xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
@@ -79,30 +79,37 @@ def crc_library() -> tuple[str, str | None]:
 
 _COMPILE_NOTICES: list[Callable[[str, str], None]] = []
 
+# What each compiled module is called in the notice.
+_KERNELS = {"rmqdump.scan.kernel": "the scan kernel", "rmqdump.text.kernel": "the text kernels"}
+
 
 def on_first_compile(notice: Callable[[str, str], None]) -> None:
-    """Call notice(what, cache directory) before compiled code that is not cached yet is first loaded (the CLI
-    prints one line on a terminal: the first run after an install compiles for some seconds)."""
+    """Call notice(what, cache directory) when this process starts compiling code the cache does not hold (the CLI
+    prints one line: the first run after an install compiles for some seconds). Called once per kernel module."""
     _COMPILE_NOTICES.append(notice)
 
 
-def is_cached(d: str, package: str, module: str) -> bool:
-    """Whether numba's cache `d` holds an index for `package/module.py` (numba keeps a module's index files in a
-    subdirectory named after the source's directory: PACKAGE_<hash>/MODULE.FUNCTION-LINE.pyXY.nbi)."""
-    try:
-        subdirs = [e.path for e in os.scandir(d) if e.is_dir() and e.name.startswith(package + "_")]
-        return any(f.startswith(module + ".") and f.endswith(".nbi") for s in subdirs for f in os.listdir(s))
-    except OSError:
-        return False
+def _compile_listener(cache: str):
+    """A numba listener on "numba:compile", an event numba raises only when no cached code fits (a cache miss,
+    whatever the reason: nothing cached yet, a new specialization, a changed source), never on a cached load."""
+    from numba.core import event
 
+    told: set[str] = set()
 
-@functools.cache
-def announce(package: str, module: str, what: str) -> None:
-    """Before `package/module.py`'s compiled code is loaded: tell the notices when it must be compiled first (once per process)."""
-    d = configure()
-    if _COMPILE_NOTICES and not is_cached(d, package, module):
-        for notice in _COMPILE_NOTICES:
-            notice(what, d)
+    class Listener(event.Listener):
+        def on_start(self, ev):
+            module = getattr(getattr(ev.data.get("dispatcher"), "py_func", None), "__module__", None)
+            what = _KERNELS.get(module)
+            if what is None or what in told:
+                return
+            told.add(what)
+            for notice in _COMPILE_NOTICES:
+                notice(what, cache)
+
+        def on_end(self, ev):
+            pass
+
+    return Listener()
 
 
 @functools.cache
@@ -116,6 +123,10 @@ def configure() -> str:
     import numba
 
     numba.config.CACHE_DIR = d  # also when numba was imported before us
+    if _COMPILE_NOTICES:
+        from numba.core import event
+
+        event.register("numba:compile", _compile_listener(d))
     if lib:
         import llvmlite.binding
 

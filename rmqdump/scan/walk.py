@@ -29,7 +29,7 @@ from rmqdump.readers.mapped import MappedFile
 from rmqdump.readers.message import Message, decode_properties, format_host, offset_msg_id
 from rmqdump.scan import layout as K
 from rmqdump.scan.damage import diagnose
-from rmqdump.scan.native import announce, configure
+from rmqdump.scan.native import configure
 from rmqdump.scan.resync import resync
 from rmqdump.schemas import HostV4, HostV6, message_header
 from rmqdump.schemas import dledger as DL
@@ -372,7 +372,6 @@ def _diagnose_single(seg: SegmentFile, mf: MappedFile, p: int):
 def kernel():
     """The compiled kernel module, numba set up first (rmqdump.scan.native): commands that scan nothing never load it."""
     configure()
-    announce("scan", "kernel", "the scan kernel")
     from rmqdump.scan import kernel as compiled
 
     return compiled

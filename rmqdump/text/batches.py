@@ -11,7 +11,7 @@ import json
 
 import numpy as np
 
-from rmqdump.scan.native import announce, configure
+from rmqdump.scan.native import configure
 
 
 def flag_snippets(sys_flags: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -53,7 +53,6 @@ def kernels():
     (rmqdump.scan.native.cache_dir), so only the first run after an install compiles.
     """
     configure()
-    announce("text", "kernel", "the text kernels")
     from rmqdump.text import kernel
 
     return kernel

@@ -102,3 +102,18 @@ GROUP_CONSUMED = "consumed"
 GROUP_NOT_CONSUMED = "not_consumed"
 GROUP_ACKED = "acked"
 GROUP_UNACKED = "unacked"
+
+# Properties a record carries only when the broker moved the message (delay, timer, retry, DLQ, POP revive) or it
+# belongs to a transaction: a record with none of them, in a topic of its own, is a message as its producer put it.
+MOVED_PROPERTIES = (
+    PROPERTY_REAL_TOPIC,
+    PROPERTY_REAL_QUEUE_ID,
+    PROPERTY_DELAY,
+    PROPERTY_TIMER_OUT_MS,
+    PROPERTY_TIMER_DELAY_SEC,
+    PROPERTY_TRANSACTION_CHECK_TIMES,
+    PROPERTY_RETRY_TOPIC,
+    PROPERTY_ORIGIN_MESSAGE_ID,
+    PROPERTY_FIRST_POP_TIME,
+    PROPERTY_PRODUCER_GROUP,
+)

@@ -207,20 +207,63 @@ def judge(copies: list[Copy], evidence: list[tuple[Evidence, QueuePos]], ctx: Co
         status, note = _group_status(g, copies, ctx)
         groups[g] = status
         notes.append(note)
-    weaker = []
-    if ctx.abnormal:
-        weaker.append(
-            "the broker did not shut down cleanly: committed offsets and delay progress are as last persisted "
-            "(a message shown not_consumed may have been consumed and not yet committed: a restart delivers it again)"
-        )
+    weaker = store_caveats(ctx)
     dropped = [c for c in copies if c.recovery_drops]
     if dropped:
-        weaker.append(f"the broker's recovery would drop {len(dropped)} of its copies (from CommitLog offset {dropped[0].phys_offset})")
-    if ctx.offsets_file is None:
-        weaker.append("the store has no config/consumerOffset.json: no group's progress is known")
+        weaker.insert(len(weaker) - (ctx.offsets_file is None), f"the broker's recovery would drop {len(dropped)} of its copies (from CommitLog offset {dropped[0].phys_offset})")
     _problems(copies, ctx, problems)
     why = why + ("" if not notes else " " + " ".join(notes))
     return Journey(key, copies, evidence, Verdict(key, state, groups, why, due, weaker), problems)
+
+
+def store_caveats(ctx: Context) -> list[str]:
+    """What weakens every verdict of the store: files as last persisted after a crash, no committed offsets at all."""
+    out = []
+    if ctx.abnormal:
+        out.append(
+            "the broker did not shut down cleanly: committed offsets and delay progress are as last persisted "
+            "(a message shown not_consumed may have been consumed and not yet committed: a restart delivers it again)"
+        )
+    if ctx.offsets_file is None:
+        out.append("the store has no config/consumerOffset.json: no group's progress is known")
+    return out
+
+
+def delivered_why(topic: str, queue_id: int, queue_offset: int) -> str:
+    return f"Delivered to {topic} queue {queue_id} offset {queue_offset}."
+
+
+def committed_status(g: str, topic: str, queue_id: int, queue_offset: int, committed: int | None) -> tuple[str, str]:
+    """A push group's status on the copy it reads last, from its committed offset on that queue."""
+    if committed is None:
+        return L.GROUP_NOT_CONSUMED, f"{g}: not consumed (no committed offset on {topic} queue {queue_id})."
+    if committed > queue_offset:
+        return L.GROUP_CONSUMED, f"{g}: consumed ({topic} queue {queue_id} committed to {committed} > {queue_offset})."
+    return L.GROUP_NOT_CONSUMED, f"{g}: not consumed ({topic} queue {queue_id} committed to {committed} <= {queue_offset})."
+
+
+@dataclass
+class PutJudge:
+    """The verdict `judge` gives a message stored once, as put, in a topic no POP group reads, without building its
+    journey: what a whole-store pass needs for most messages. Picklable (a Spark task takes it along)."""
+
+    readers: dict[str, list[str]]  # topic -> push groups with a committed offset on it, sorted
+    offsets: dict[tuple[str, str, int], int]
+    caveats: list[str]
+
+    @classmethod
+    def of(cls, ctx: Context) -> PutJudge:
+        readers = {t: sorted(g for g in ctx.readers_of(t) if g not in (L.TRANS_GROUP, L.REVIVE_GROUP)) for t in ctx._readers()}
+        return cls(readers, dict(ctx.offsets), store_caveats(ctx))
+
+    def verdict(self, key: str, topic: str, queue_id: int, queue_offset: int) -> dict:
+        groups, notes = {}, []
+        for g in self.readers.get(topic, ()):
+            status, note = committed_status(g, topic, queue_id, queue_offset, self.offsets.get((g, topic, queue_id)))
+            groups[g] = status
+            notes.append(note)
+        why = delivered_why(topic, queue_id, queue_offset) + ("" if not notes else " " + " ".join(notes))
+        return Verdict(key, L.STATE_DELIVERED, groups, why, None, list(self.caveats)).to_dict()
 
 
 def _where(c: Copy) -> str:
@@ -267,7 +310,7 @@ def _state(copies: list[Copy], hops: list[str], ctx: Context, problems: list[Pro
         )
     readable = [c for c in copies if c.hop in _READABLE]
     at = readable[-1] if readable else last
-    return L.STATE_DELIVERED, f"Delivered to {_where(at)}.", None
+    return L.STATE_DELIVERED, delivered_why(at.topic, at.queue_id, at.queue_offset), None
 
 
 def _groups(copies: list[Copy], ctx: Context) -> set[str]:
@@ -304,12 +347,7 @@ def _group_status(g: str, copies: list[Copy], ctx: Context) -> tuple[str, str]:
         return L.GROUP_NOT_CONSUMED, f"{g}: not consumed (it gave up after {last.reconsume_times} attempts)."
     if last.hop == L.HOP_SCHEDULED:
         return L.GROUP_NOT_CONSUMED, f"{g}: not consumed yet (retry {last.reconsume_times} waits in {last.topic})."
-    committed = ctx.offsets.get((g, last.topic, last.queue_id))
-    if committed is None:
-        return L.GROUP_NOT_CONSUMED, f"{g}: not consumed (no committed offset on {last.topic} queue {last.queue_id})."
-    if committed > last.queue_offset:
-        return L.GROUP_CONSUMED, f"{g}: consumed ({last.topic} queue {last.queue_id} committed to {committed} > {last.queue_offset})."
-    return L.GROUP_NOT_CONSUMED, f"{g}: not consumed ({last.topic} queue {last.queue_id} committed to {committed} <= {last.queue_offset})."
+    return committed_status(g, last.topic, last.queue_id, last.queue_offset, ctx.offsets.get((g, last.topic, last.queue_id)))
 
 
 def _pop_status(g: str, copies: list[Copy], ctx: Context) -> tuple[str, str]:

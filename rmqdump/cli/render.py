@@ -7,11 +7,12 @@ the CLI prints.
 from __future__ import annotations
 
 import base64
-import json
 import os
 import sys
 from contextlib import contextmanager
 from typing import Any
+
+from rmqdump.common.jsontext import encode as _ENCODE  # one spelling for every row
 
 
 def __getattr__(name: str):
@@ -28,12 +29,16 @@ def __getattr__(name: str):
     return g[name]
 
 
-_ENCODE = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode  # built once, not per line
 
 
 def jsonl(obj: dict[str, Any], out=None) -> None:
     """One JSON Lines object on stdout (or on the text file `out`)."""
     (out or sys.stdout).write(_ENCODE(obj) + "\n")
+
+
+def text(chunk: str) -> None:
+    """Lines already spelled as JSON Lines (by common.jsontext), written as they are."""
+    sys.stdout.write(chunk)
 
 
 def jsonl_streamed(obj: dict[str, Any], chunk: int = 4096) -> None:

@@ -206,11 +206,7 @@ def by_keys(store: Store, keys: list[str]) -> list[str]:
 
 def journeys(store: Store, ids: list[str] | None = None, *, mapper: Mapper = map, check_crc: bool = True, use_index: bool | None = None, on_bytes=None):
     """The journeys of the messages `ids` name (None: every message), the store-wide problems, and how it was read."""
-    recovery_end = None
-    if store.abort and store.commitlog.files:
-        from rmqdump.checks.recovery import preview
-
-        recovery_end = preview(store, check_crc=check_crc, count_after=False).valid_end
+    recovery_end = recovery_end_of(store, check_crc)
     if ids is None:
         g = scan_store(store, None, mapper=mapper, check_crc=check_crc, on_bytes=on_bytes)
     else:
@@ -234,6 +230,27 @@ def journeys(store: Store, ids: list[str] | None = None, *, mapper: Mapper = map
         bounds = {k: q.bounds() for k, q in store.queues.items()}
         problems += orphan_checkpoints(ctx, known, bounds)
     return found, problems, g
+
+
+def recovery_end_of(store: Store, check_crc: bool = True) -> int | None:
+    """Where the broker's recovery would cut the CommitLog, for a store it would recover abnormally (None otherwise)."""
+    if not (store.abort and store.commitlog.files):
+        return None
+    from rmqdump.checks.recovery import preview
+
+    return preview(store, check_crc=check_crc, count_after=False).valid_end
+
+
+def all_journeys(store: Store, *, mapper: Mapper = map, check_crc: bool = True, broker: str | None = None, on_bytes=None):
+    """Every journey of the store in bounded memory (rmqdump.query.journeyscan): Rendered chunks, then linked Journeys,
+    then the list of problems."""
+    from rmqdump.query.journeyscan import every_journey
+
+    end = recovery_end_of(store, check_crc)
+    return every_journey(
+        store, lambda ev: context(store, ev, recovery_end=end), mapper=mapper, check_crc=check_crc, recovery_end=end, broker=broker,
+        on_bytes=on_bytes, prepare=lambda copies: _due_times(store, copies),
+    )  # fmt: skip
 
 
 def _due_times(store: Store, copies: list[Copy]) -> None:

@@ -162,6 +162,14 @@ class Evidence:
         return d
 
 
+def is_own_topic(topic: str) -> bool:
+    """A topic producers put into, not one the broker moves messages through (system, schedule, retry, DLQ topics)."""
+    return not (
+        topic in (L.SCHEDULE_TOPIC, L.TIMER_TOPIC, L.TRANS_HALF_TOPIC, L.TRANS_OP_HALF_TOPIC, L.TRANS_CHECK_MAX_TIME_TOPIC)
+        or topic.startswith((L.REVIVE_TOPIC_PREFIX, L.RETRY_PREFIX, L.DLQ_PREFIX))
+    )
+
+
 def is_evidence_topic(topic: str) -> bool:
     return topic == L.TRANS_OP_HALF_TOPIC or topic.startswith(L.REVIVE_TOPIC_PREFIX)
 

@@ -124,6 +124,32 @@ class Batch:
         c = self.cols
         return self.raw(int(c["body_pos"][i]), int(c["body_length"][i]))
 
+    def msg_id(self, i: int) -> str:
+        """Record i's offset msgId (its store host and physical offset)."""
+        c = self.cols
+        addr, port, _ = self._host_at(int(c["store_host_pos"][i]), bool(c["store_host_then"][i]))
+        return offset_msg_id(addr, port, self.seg.base + int(c["_pos"][i]))
+
+    def msg_ids(self, rows: np.ndarray) -> list[str]:
+        """The offset msgIds of these records (a batch's records share a few store hosts)."""
+        c = self.cols
+        pos, v6, phys = c["store_host_pos"][rows].tolist(), c["store_host_then"][rows].tolist(), (c["_pos"][rows] + self.seg.base).tolist()
+        prefix: dict[tuple[int, bytes], str] = {}
+        out = []
+        for p, six, ph in zip(pos, v6, phys, strict=True):
+            raw = self.raw(p, 20 if six else 8)
+            head = prefix.get((len(raw), raw))
+            if head is None:
+                head = prefix[(len(raw), raw)] = offset_msg_id(raw[:-4], int.from_bytes(raw[-4:], "big"), 0)[:-16]
+            out.append(f"{head}{ph:016X}")
+        return out
+
+    def property_columns(self) -> tuple:
+        """Every record's properties as the compiled parser splits them (scan.kernel.properties_columns): item names and
+        values, TAGS, UNIQ_KEY and the KEYS tokens, as offsets into byte buffers."""
+        c = self.cols
+        return kernel().properties_columns(self.mf.data, np.asarray(c["properties_pos"], np.int64), np.asarray(c["properties_length"], np.int64))
+
     def _host(self, name: str, i: int) -> tuple[bytes, int]:
         c = self.cols
         pos = int(c[name + "_pos"][i])

@@ -59,6 +59,8 @@ def journey(
     problems = 0
     missing: list[str] = []
     total = 0
+    if every:
+        raise typer.Exit(_every(roots, refs is not None, fmt, workers, not no_crc, engine, master, spark_conf, ship))
     for broker, root in roots:
         try:
             found, probs, missed = _one_store(root, ids, key, every, workers, not no_crc, engine, master, spark_conf, ship)
@@ -84,6 +86,68 @@ def journey(
     else:
         render.err.print(f"{total} journeys, {problems} problems, {len(missing)} not found", highlight=False)
     raise typer.Exit(1 if problems or missing or not total else 0)
+
+
+def _every(roots, fleet_given: bool, fmt: ListFormat, workers, check_crc, engine, master, spark_conf, ship) -> int:
+    """--all: every journey of each store, in bounded memory (single-copy journeys streamed as the ranges are read)."""
+    from collections import Counter
+
+    from rmqdump.cli.commands.options import range_mapper
+    from rmqdump.common.problems import InputError
+    from rmqdump.query.journeys import all_journeys
+    from rmqdump.query.journeyscan import Rendered
+    from rmqdump.readers.store import Store
+
+    total, n_problems = 0, 0
+    states: Counter = Counter()
+    groups: Counter = Counter()
+    for broker, root in roots:
+        try:
+            st = Store.open(root)
+        except InputError as e:
+            if not fleet_given:
+                raise
+            render.err.print(f"rmqdump: {broker}: {e.line()}", highlight=False)
+            n_problems += 1
+            continue
+        size = sum(f.size for f in st.commitlog.files)
+        with range_mapper(engine, workers, size, master, spark_conf, ship) as mapper, render.progress(size, "journey", enabled=None) as advance:
+            for item in all_journeys(st, mapper=mapper, check_crc=check_crc, broker=broker, on_bytes=advance):
+                if isinstance(item, Rendered):
+                    total += item.journeys
+                    states.update(item.states)
+                    groups.update(item.groups)
+                    if fmt is ListFormat.jsonl and item.text:
+                        render.text(item.text)
+                elif isinstance(item, list):
+                    n_problems += len(item)
+                    _emit([], item, fmt, broker)
+                else:
+                    total += 1
+                    states[item.verdict.state] += 1
+                    groups.update(item.verdict.groups.items())
+                    n_problems += len(item.problems)
+                    if fmt is ListFormat.jsonl or item.problems or item.verdict.state != "delivered":
+                        _emit([item], [], fmt, broker)
+    if fmt is ListFormat.jsonl:
+        render.jsonl({"kind": "summary", "journeys": total, "problems": n_problems, "not_found": 0})
+    else:
+        from rich.table import Table
+
+        t = Table("state", "journeys", box=None, header_style="bold")
+        for k, v in sorted(states.items()):
+            t.add_row(k, str(v))
+        render.out.print(t)
+        g = Table("group", "status", "journeys", box=None, header_style="bold")
+        for (gr, status), v in sorted(groups.items()):
+            g.add_row(gr, status, str(v))
+        if groups:
+            render.out.print(g)
+        render.err.print(
+            f"{total} journeys, {n_problems} problems (the table shows every journey that is not simply delivered; -f jsonl lists them all)",
+            highlight=False,
+        )
+    return 1 if n_problems or not total else 0
 
 
 _SEEN: set[str] = set()

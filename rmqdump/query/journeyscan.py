@@ -1,0 +1,298 @@
+"""Every journey of a store in bounded memory: two passes over the CommitLog's ranges, most messages never made objects.
+
+Most messages of a store were put once and never moved: one copy, no record about them. Those journeys need nothing
+but their own record, and building a Copy for each (and holding them all to link them) costs a hundred times the scan
+and gigabytes at a few million messages. So:
+
+1. survey (mapped over the ranges): the records the broker wrote about messages (moved copies, transaction records,
+   evidence) are read whole; of every other record only a 64-bit hash of its UNIQ_KEY is kept (8 bytes a record);
+2. on the driver: the hashes seen twice, or also carried by a moved copy, mark the messages whose journey needs linking;
+3. render (mapped again): each range writes the JSON Lines of its single-copy journeys (the verdict `PutJudge` gives,
+   the same `judge` would) and hands back as Copies only the records of messages to link; those are linked last.
+
+A record whose UNIQ_KEY is not 32 hex characters, or whose topic a POP group reads, is always linked: the hash and the
+one-copy verdict are for the common case only. Hash collisions only send messages down the linking path.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from rmqdump.checks.journey import PutJudge, committed_status, link, orphan_checkpoints
+from rmqdump.common.jsontext import encode
+from rmqdump.common.problems import Problem
+from rmqdump.readers.lifecycle import Copy, Evidence, is_own_topic, read_record, wants_body
+from rmqdump.readers.store import Store
+from rmqdump.scan.ranges import Mapper, ScanOptions, scan_range
+from rmqdump.scan.splits import DEFAULT_SPLIT, commitlog_splits
+from rmqdump.schemas import constants as C
+from rmqdump.schemas import lifecycle as L
+
+_HEX = np.full(256, 255, dtype=np.uint8)
+for _i, _ch in enumerate(b"0123456789ABCDEF"):
+    _HEX[_ch] = _i
+for _i, _ch in enumerate(b"abcdef"):
+    _HEX[_ch] = 10 + _i
+_SHIFTS = np.arange(60, -4, -4, dtype=np.uint64)  # 16 nibbles, most significant first
+_MIX = np.uint64(0x9E3779B97F4A7C15)
+_MOVED = {p.encode() for p in L.MOVED_PROPERTIES}
+RENDER_SPLIT = 16 << 20  # the render pass's ranges: their JSON text (about 1 KB a journey) waits whole, a few in flight
+
+
+def key_hashes(keys: np.ndarray) -> np.ndarray:
+    """64-bit hashes of UNIQ_KEYs given as an (n, 32) array of hex characters (the survey's and the driver's alike)."""
+    nib = _HEX[keys].astype(np.uint64)
+    hi = (nib[:, :16] << _SHIFTS).sum(axis=1, dtype=np.uint64)
+    lo = (nib[:, 16:] << _SHIFTS).sum(axis=1, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        return hi ^ (lo * _MIX)
+
+
+def text_hashes(keys: list[str]) -> np.ndarray:
+    ok = [k for k in keys if len(k) == 32 and all(c in "0123456789ABCDEFabcdef" for c in k)]
+    if not ok:
+        return np.zeros(0, np.uint64)
+    return key_hashes(np.frombuffer("".join(ok).encode(), np.uint8).reshape(-1, 32))
+
+
+@dataclass
+class _Plain:
+    """A batch's records put once by a producer (no moving property, own topic, no transaction type, a 32-hex UNIQ_KEY)."""
+
+    mask: np.ndarray
+    hashes: np.ndarray  # of the masked records
+    props: tuple
+
+
+def _plain(b, topics: list[str]) -> _Plain:
+    n = len(b)
+    props = b.property_columns()
+    rows, noffs, nbuf = props[0], props[1], props[2]
+    uoffs, ubuf, uniq = props[8], props[9], props[10]
+    moved = np.zeros(n, bool)
+    if len(noffs) > 1:
+        starts, lens = noffs[:-1], np.diff(noffs)
+        item_row = np.repeat(np.arange(n), np.diff(rows))
+        for name in _MOVED:  # compared in place: candidates of the name's length, then their bytes
+            cand = np.flatnonzero(lens == len(name))
+            if len(cand):
+                got = nbuf[starts[cand][:, None] + np.arange(len(name))]
+                moved[item_row[cand[(got == np.frombuffer(name, np.uint8)).all(axis=1)]]] = True
+    own = np.array([is_own_topic(t) for t in topics], bool)[b.found["topic_id"]] if topics else np.zeros(n, bool)
+    tx = (np.asarray(b.cols["sys_flag"]) & C.TRANSACTION_MASK) != 0
+    ulen = np.diff(uoffs)
+    mask = own & ~tx & ~moved & (uniq == 1) & (ulen == 32)
+    idx = np.flatnonzero(mask)
+    if len(idx):
+        keys = ubuf[uoffs[idx][:, None] + np.arange(32)]
+        ok = (_HEX[keys] != 255).all(axis=1)
+        if not ok.all():
+            mask[idx[~ok]] = False
+            idx, keys = idx[ok], keys[ok]
+        hashes = key_hashes(keys)
+    else:
+        hashes = np.zeros(0, np.uint64)
+    return _Plain(mask, hashes, props)
+
+
+def _topics(b) -> list[str]:
+    return [b.topic(int(r)) for r in b.found["topic_first"].tolist()]
+
+
+def _objects(b, rows) -> tuple[list[Copy], list[Evidence]]:
+    copies, evidence = [], []
+    for i in rows:
+        m = b.message(int(i))
+        r = read_record(m, b.body(int(i)) if wants_body(m) else None)
+        if isinstance(r, Evidence):
+            evidence.append(r)
+        elif r is not None:
+            copies.append(r)
+    return copies, evidence
+
+
+def _survey_fold(b, _cols):
+    p = _plain(b, _topics(b))
+    copies, evidence = _objects(b, np.flatnonzero(~p.mask))
+    return p.hashes, copies, evidence
+
+
+def survey(split):
+    """Pass 1 of one range: the hashes of its plain records, its other records as Copies and Evidence."""
+    rs = scan_range(split, ScanOptions(topics=frozenset(), fold=_survey_fold))
+    hashes = [h for h, _, _ in rs.folded]
+    return (
+        np.concatenate(hashes) if hashes else np.zeros(0, np.uint64),
+        [c for _, cs, _ in rs.folded for c in cs],
+        [e for _, _, es in rs.folded for e in es],
+        rs.problems,
+        rs.nbytes,
+    )
+
+
+@dataclass
+class Rendered:
+    """A range's single-copy journeys as JSON Lines (copy and verdict rows), and the Copies of its records to link."""
+
+    text: str
+    journeys: int
+    states: Counter = field(default_factory=Counter)
+    groups: Counter = field(default_factory=Counter)  # (group, status) -> journeys
+    copies: list[Copy] = field(default_factory=list)
+    nbytes: int = 0
+
+
+def _text(v: str | None) -> str:
+    return "null" if v is None else encode(v)
+
+
+class _Speller:
+    """The JSON Lines of a single-copy journey, spelled from pieces escaped once per topic, queue and group: the same text
+    as encoding Copy.to_dict() and PutJudge.verdict() (tests/test_journey.py holds the two to the same bytes)."""
+
+    def __init__(self, judge: PutJudge, file: str, broker: str | None):
+        self.judge = judge
+        self.tail = f',"file":{encode(file)}' + ("" if broker is None else f',"broker":{encode(broker)}') + "}"
+        self.vtail = f',"due_time":null,"evidence_caveats":{encode(judge.caveats)}' + ("" if broker is None else f',"broker":{encode(broker)}') + "}"
+        self.topics: dict[str, str] = {}
+        self.queues: dict[tuple[str, int], list] = {}
+
+    def copy(self, key, topic, qid, qo, phys, ts, size, msg_id, reconsume, keys, tag) -> str:
+        t = self.topics.get(topic)
+        if t is None:
+            t = self.topics[topic] = encode(topic)
+        return (
+            f'{{"kind":"copy","uniq_key":"{key}","hop":"put","topic":{t},"queue_id":{qid},"queue_offset":{qo},"phys_offset":{phys},'
+            f'"store_time":{ts},"total_size":{size},"msg_id":"{msg_id}","real_topic":null,"real_queue_id":null,"delay_level":null,'
+            f'"due_time":null,"reconsume_times":{reconsume},"check_times":null,"prepared_offset":null,"origin_msg_id":null,'
+            f'"retry_topic":null,"producer_group":null,"keys":{encode(keys)},"tags":{_text(tag)},"recovery_drops":false{self.tail}'
+        )
+
+    def verdict(self, key, topic, qid, qo) -> tuple[str, list]:
+        q = self.queues.get((topic, qid))
+        if q is None:
+            groups = [(g, encode(g), self.judge.offsets.get((g, topic, qid))) for g in self.judge.readers.get(topic, ())]
+            where = encode(f"Delivered to {topic} queue {qid} offset ")[:-1]
+            q = self.queues[(topic, qid)] = [groups, where]
+        groups, where = q
+        parts, notes, statuses = [], [], []
+        for g, gj, committed in groups:
+            status, note = committed_status(g, topic, qid, qo, committed)
+            parts.append(f'{gj}:"{status}"')
+            notes.append(note)
+            statuses.append((g, status))
+        why = f"{where}{qo}." + ("" if not notes else " " + encode(" ".join(notes))[1:-1]) + '"'
+        line = f'{{"kind":"verdict","uniq_key":"{key}","state":"delivered","groups":{{{",".join(parts)}}},"why":{why}{self.vtail}'
+        return line, statuses
+
+
+@dataclass(frozen=True)
+class _Render:
+    linked: np.ndarray  # sorted hashes of the messages to link
+    judge: PutJudge
+    pop_topics: frozenset[str]
+    recovery_end: int | None
+    broker: str | None
+
+
+def _render_fold(r: _Render, b, _cols):
+    topics = _topics(b)
+    p = _plain(b, topics)
+    idx = np.flatnonzero(p.mask)
+    keep = np.ones(len(idx), bool)
+    if len(r.linked):
+        pos = np.searchsorted(r.linked, p.hashes)
+        keep &= ~((pos < len(r.linked)) & (r.linked[np.minimum(pos, len(r.linked) - 1)] == p.hashes))
+    tid = b.found["topic_id"][idx]
+    keep &= ~np.array([t in r.pop_topics for t in topics], bool)[tid] if topics else keep
+    c = b.cols
+    phys = b.phys[idx]
+    size = np.asarray(c["total_size"])[idx]
+    if r.recovery_end is not None:
+        keep &= phys + size <= r.recovery_end
+    link_rows = idx[~keep]
+    copies, _ = _objects(b, link_rows)
+    fast = idx[keep]
+    out = Rendered("", 0, nbytes=0, copies=copies)
+    if not len(fast):
+        return out
+    _, _, _, _, _, toffs, tbuf, tags, uoffs, ubuf, _, krows, koffs, kbuf, _ = p.props
+    speller = _Speller(r.judge, b.seg.path, r.broker)
+    topic_of = [topics[t] for t in b.found["topic_id"][fast].tolist()]
+    cols = {k: np.asarray(c[k])[fast].tolist() for k in ("queue_id", "queue_offset", "store_timestamp", "total_size", "reconsume_times")}
+    phys_l = b.phys[fast].tolist()
+    ids = b.msg_ids(fast)
+    lines = []
+    toffs_l, uoffs_l, krows_l, koffs_l, tags_l = toffs.tolist(), uoffs.tolist(), krows.tolist(), koffs.tolist(), tags.tolist()
+    tb, ub, kb = tbuf.tobytes(), ubuf.tobytes(), kbuf.tobytes()
+    for j, i in enumerate(fast.tolist()):
+        key = ub[uoffs_l[i] : uoffs_l[i + 1]].decode()
+        tag = tb[toffs_l[i] : toffs_l[i + 1]].decode("utf-8", "replace") if tags_l[i] else None
+        keys = [kb[koffs_l[k] : koffs_l[k + 1]].decode("utf-8", "replace") for k in range(krows_l[i], krows_l[i + 1])]
+        topic, qid, qo = topic_of[j], cols["queue_id"][j], cols["queue_offset"][j]
+        lines.append(speller.copy(key, topic, qid, qo, phys_l[j], cols["store_timestamp"][j], cols["total_size"][j], ids[j], cols["reconsume_times"][j], keys, tag))
+        line, statuses = speller.verdict(key, topic, qid, qo)
+        lines.append(line)
+        for g_s in statuses:
+            out.groups[g_s] += 1
+    out.states[L.STATE_DELIVERED] += len(fast)
+    out.text = "\n".join(lines) + "\n"
+    out.journeys = len(fast)
+    return out
+
+
+def render(split, r: _Render) -> Rendered:
+    """Pass 2 of one range."""
+    rs = scan_range(split, ScanOptions(topics=frozenset(), fold=functools.partial(_render_fold, r)))
+    parts = rs.folded
+    out = Rendered("".join(x.text for x in parts), sum(x.journeys for x in parts), nbytes=rs.nbytes)
+    for x in parts:
+        out.states.update(x.states)
+        out.groups.update(x.groups)
+        out.copies += x.copies
+    return out
+
+
+def every_journey(store: Store, ctx_of, *, mapper: Mapper = map, check_crc: bool = True, recovery_end: int | None = None,
+                  broker: str | None = None, on_bytes=None, prepare=None) -> Iterator:
+    """Rendered chunks (single-copy journeys, in CommitLog order), then the linked Journeys in the order of their first
+    copy, then the problems (scan damage, orphan checkpoints) as one list. `ctx_of(evidence)` makes the Context;
+    `prepare(copies)` completes the Copies to link before they are linked."""  # fmt: skip
+    splits = commitlog_splits(store.commitlog, DEFAULT_SPLIT, check_crc=check_crc)
+    hashes, copies, evidence, problems = [], [], [], []
+    for h, cs, es, ps, nbytes in mapper(survey, splits):
+        hashes.append(h)
+        copies += cs
+        evidence += es
+        problems += ps
+        if on_bytes is not None:
+            on_bytes(nbytes // 2)
+    ctx = ctx_of(evidence)
+    allh = np.sort(np.concatenate(hashes)) if hashes else np.zeros(0, np.uint64)
+    del hashes
+    twice = allh[1:][allh[1:] == allh[:-1]] if len(allh) > 1 else allh[:0]
+    del allh
+    linked = np.unique(np.concatenate([twice, text_hashes([c.uniq_key for c in copies])]))
+    spec = _Render(linked, PutJudge.of(ctx), frozenset(ctx.pop.groups_of_topic), recovery_end, broker)
+    for part in mapper(functools.partial(render, r=spec), commitlog_splits(store.commitlog, RENDER_SPLIT, check_crc=check_crc)):
+        copies += part.copies
+        if on_bytes is not None:
+            on_bytes(part.nbytes - part.nbytes // 2)
+        yield part
+    for c in copies:
+        if recovery_end is not None and c.phys_offset + c.total_size > recovery_end:
+            c.recovery_drops = True
+    if prepare is not None:
+        prepare(copies)
+    yield from link(copies, ctx)
+    known = {c.pos for c in copies}
+    bounds = {k: q.bounds() for k, q in store.queues.items()}
+    yield problems + orphan_checkpoints(ctx, known, bounds)
+
+
+__all__ = ["Problem", "Rendered", "every_journey", "key_hashes", "render", "survey"]

@@ -72,7 +72,7 @@ from rmqdump.readers.commitlog import CommitLog, SegmentFile, commitlog_path
 from rmqdump.readers.mapped import MappedFile
 from rmqdump.readers.message import Message
 from rmqdump.scan.dispatch import DispatchJoin, dispatch_columns
-from rmqdump.scan.headerfix import Restored, restore_header, store_units, unit_agrees
+from rmqdump.scan.headerfix import Restored, restore_stretches, store_units, unit_agrees
 from rmqdump.scan.ranges import Mapper, RangeScan, ScanOptions, scan_range
 from rmqdump.scan.splits import Split, commitlog_splits
 from rmqdump.scan.walk import Batch, read_at, read_record, scan_file
@@ -269,13 +269,7 @@ def _restore_headers(rs: RangeScan, root: str | None) -> list[Restored]:
     """The records at the start of the range's damaged stretches whose header alone is wrong, proven (rmqdump.scan.headerfix),
     and named by the store's ConsumeQueue unit where one exists (`root`: the store; None: no queues to ask)."""
     sp = rs.split
-    stretches = [(e.file_offset, e.file_offset + int(e.extra["skipped"])) for e in rs.damaged if e.extra.get("skipped")]
-    stretches = [(a, b) for a, b in stretches if b < sp.size]  # a record must follow: the end of the one restored
-    if not stretches:
-        return []
-    seg = SegmentFile(sp.path, sp.base, sp.size)
-    with MappedFile(sp.path, limit=sp.size) as mf:
-        found = [r for a, b in stretches if (r := restore_header(seg, mf.view, a, b)) is not None]
+    found = restore_stretches(SegmentFile(sp.path, sp.base, sp.size), rs.damaged)
     if found and root is not None:
         from rmqdump.readers.store import Store
 

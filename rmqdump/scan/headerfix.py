@@ -28,6 +28,7 @@ import numpy as np
 
 from rmqdump.readers.commitlog import SegmentFile
 from rmqdump.readers.fastpath import field_struct, struct_format
+from rmqdump.readers.mapped import MappedFile
 from rmqdump.readers.message import decode_properties
 from rmqdump.scan.dispatch import DelayLevels, dispatch_columns
 from rmqdump.scan.walk import Batch, kernel, scan_file
@@ -146,6 +147,18 @@ def restore_header(seg: SegmentFile, view, p: int, nxt: int | None) -> Restored 
             r.found[name], r.restored[name] = was, now
     r.fields.sort(key=lambda n: n != TOTAL_SIZE)  # in the record's order: totalSize, then magic
     return r if _proven(r) else None
+
+
+def restore_stretches(seg: SegmentFile, damage: list) -> list[Restored]:
+    """The first record of each damaged stretch (scan.damage's problems, with the bytes `skipped` to the next
+    record) whose header alone is wrong, restored where the rest proves it. A stretch that runs to the end of its
+    file has no next record to end the one restored: none is."""
+    stretches = [(e.file_offset, e.file_offset + int(e.extra["skipped"])) for e in damage if e.extra.get("skipped")]
+    stretches = [(a, b) for a, b in stretches if b < seg.size]
+    if seg.frame or not stretches:
+        return []
+    with MappedFile(seg.path, limit=seg.size) as mf:
+        return [r for a, b in stretches if (r := restore_header(seg, mf.view, a, b)) is not None]
 
 
 def _proven(r: Restored) -> bool:

@@ -17,7 +17,7 @@ to re-send (the producer's message, intact):
   cq_damaged           the same, in a queue whose ConsumeQueue files are damaged
   header_damaged       its magic code or totalSize is wrong, everything else proves it
                        (rmqdump.scan.headerfix): given back with its header restored, when
-                       the restart loses it (at or past the new end, or no kept unit reaches it)
+                       no consumer gets it after the restart (header_damaged())
 flagged (evidence, not to re-send):
   stale_tail           its queue offset is not above one its queue reached earlier in
                        the CommitLog: written before the records in front of it, the
@@ -42,7 +42,7 @@ from rmqdump.readers.commitlog import SegmentFile
 from rmqdump.readers.consumequeue import QueueUnits, read_units
 from rmqdump.readers.mapped import MappedFile
 from rmqdump.readers.store import Store
-from rmqdump.scan.headerfix import Restored, restore_stretches
+from rmqdump.scan.headerfix import MAGIC_CODE, Restored, restore_stretches
 from rmqdump.scan.queueorder import above_earlier, queue_key, queue_members
 from rmqdump.scan.ranges import range_batches
 from rmqdump.scan.splits import Split
@@ -237,14 +237,17 @@ def survey_range(split: Split) -> tuple[dict[str, np.ndarray], list[str], list[P
 
 
 def header_damaged(p: Plan, r: Restored, reach: Reach) -> bool:
-    """Whether a restored record is given back: the restart loses it (at or past its new end, or no unit it keeps
-    reaches the record, whose header the dispatch cannot read either), and it passes the filters."""
+    """Whether a restored record is given back: no consumer gets it after the restart (it lies at or past the new
+    end; its magic is damaged, which the pull path's decoder refuses too; or no unit the restart keeps reaches it,
+    and no re-dispatch reads past its header), and it passes the filters."""
     m = r.batch().message(0)
     if p.topics is not None and m.topic not in p.topics:
         return False
     if (p.since is not None and m.store_timestamp < p.since) or (p.until is not None and m.store_timestamp >= p.until):
         return False
-    return r.phys >= p.valid_end or not bool(reach.reached(np.array([r.phys]), np.array([r.length]))[0])
+    if r.phys >= p.valid_end or MAGIC_CODE in r.fields:  # no walk and no pull decodes a record of another magic
+        return True
+    return not bool(reach.reached(np.array([r.phys]), np.array([r.length]))[0])
 
 
 def _regressed(ok: np.ndarray, topic: np.ndarray, queue_id: np.ndarray, qo: np.ndarray, n_topics: int, highest: dict) -> np.ndarray:

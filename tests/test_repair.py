@@ -20,11 +20,11 @@ import zlib
 from pathlib import Path
 
 import pytest
-from conftest import ORACLE, REAL, ROOT, SETTINGS, broker_recovery, copy_store, jsonl, need_oracle, run, run_proc, unpack_store
+from conftest import ORACLE, REAL, ROOT, SETTINGS, broker_recovery, copy_store, jsonl, need_oracle, patch, run, run_proc, unpack_store
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from rmqdump.schemas import MessageRecord
+from rmqdump.schemas import BlankMarker, MessageRecord
 
 DAMAGED = ["bodycrc", "clean-flip", "midfile-magic", "size-field", "unscanned-magic", "zeroed-page"]
 SIZING = ["--hash-slots", "500", "--index-entries", "2000"]  # each damaged store's README.txt: maxHashSlotNum=500, maxIndexNum=2000
@@ -62,6 +62,14 @@ def check_broker_keeps(o: dict, intact: list[dict]) -> None:
     assert not [u for q in o["consumeQueues"].values() for u in q["units"] if u[1] in fillers and u[2] != HOLE]
 
 
+def header_only(damage: dict) -> list[str] | None:
+    """damage.json's one record hit, when only header fields (magicCode, totalSize) were: those fields."""
+    hits = damage["recordsHit"]
+    if len(hits) != 1 or not set(hits[0]["fieldsHit"]) <= {"magicCode", "totalSize"}:
+        return None
+    return hits[0]["fieldsHit"]
+
+
 def check_hole(o: dict, m: dict) -> None:
     """The queue offset of a destroyed message: a filler unit (0, Integer.MAX_VALUE), or the queue's end if it was the last.
 
@@ -77,6 +85,53 @@ def check_hole(o: dict, m: dict) -> None:
     assert unit == [m["logicsOffset"], 0, HOLE]
     first = next(w for w in o["commitLogWalk"]["messages"] if w["offset"] == 0)
     assert first["size"] < HOLE
+
+
+BLANK_MAGIC = 0xCBD43194  # CommitLog.BLANK_MAGIC_CODE
+FILLER_HEAD = 91  # a V1 record with IPv4 hosts, empty body, topic and properties: 4+4+4+4+4+8+8+4+8+8+8+8+4+8+4+1+2
+
+
+def replaced_bytes_model(new: Path, r: dict) -> bytes:
+    """What a replaced range must hold, built here from the schemas: a BLANK marker (totalSize = the bytes left in the
+    file, then zeros), or a rolled-back V1 record of exactly the range's length at its own offset (empty topic and
+    properties, its body's CRC; only its body text and times are taken from the bytes written)."""
+    with open(new / "commitlog" / Path(r["file"]).name, "rb") as f:
+        f.seek(r["file_offset"])
+        got = f.read(r["length"])
+    if r["action"] == "blank":
+        return BlankMarker.build({"total_size": r["length"], "magic": BLANK_MAGIC}) + bytes(r["length"] - 8)
+    assert r["action"] == "filler"
+    rec = MessageRecord.parse(got)
+    body = rec.body
+    assert len(body) == r["length"] - FILLER_HEAD
+    host = {"address": bytes(4), "port": 0}
+    return MessageRecord.build(
+        {
+            "total_size": r["length"], "magic": 0xDAA320A7, "body_crc": zlib.crc32(body) & 0x7FFFFFFF, "queue_id": 0, "flag": 0,
+            "queue_offset": 0, "phys_offset": r["phys_offset"], "sys_flag": ROLLBACK, "born_timestamp": rec.born_timestamp,
+            "born_host": host, "store_timestamp": rec.store_timestamp, "store_host": host, "reconsume_times": 0,
+            "prepared_transaction_offset": 0, "body_length": len(body), "body": body, "topic_length": 0, "topic": b"",
+            "properties_length": 0, "properties": b"",
+        }
+    )  # fmt: skip
+
+
+def check_replaced_bytes(new: Path, ranges: list[dict]) -> None:
+    for r in ranges:
+        if r["action"] in ("blank", "filler"):
+            with open(new / "commitlog" / Path(r["file"]).name, "rb") as f:
+                f.seek(r["file_offset"])
+                assert f.read(r["length"]) == replaced_bytes_model(new, r), r
+
+
+def check_markers_walked(o: dict, ranges: list[dict], size: int) -> None:
+    """The broker walks each BLANK marker repair wrote as one, going on at the next file; nothing is undecodable."""
+    events = {e["offset"]: e for e in o["commitLogWalk"]["events"]}
+    assert not [e for e in events.values() if "BLANK" not in e["event"]]
+    for r in ranges:
+        if r["action"] == "blank":
+            e = events.get(r["phys_offset"])
+            assert e is not None and e["event"].startswith("BLANK end-of-file marker") and e["continuedAt"] == (r["phys_offset"] // size + 1) * size, e
 
 
 def _classpath() -> str:
@@ -197,16 +252,19 @@ def test_broker_restarts_from_repair_keeping_every_intact_message(name, engine, 
     code, rows = repair_cli("-s", base / "store", "--out", new, *SIZING, *spark)
     assert code == 1
     ranges = [r for r in rows if r["kind"] == "range"]
-    assert ranges and all(r["action"] == "filler" for r in ranges)
+    restored = header_only(damage)  # the damaged record's header alone: written back restored, the broker keeps it
+    assert ranges and all(r["action"] == ("header_restored" if restored else "filler") for r in ranges)
     assert not (new / "abort").exists()
 
     o = broker_recovery(new, tmp_path / "oracle.json")
     assert o["recoveryPath"].startswith("normal")
-    check_broker_keeps(o, intact)
+    check_broker_keeps(o, every if restored else intact)
+    check_markers_walked(o, ranges, 262144)  # README.txt: mappedFileSizeCommitLog=262144
+    check_replaced_bytes(new, ranges)
 
     walk = {w["offset"]: w for w in o["commitLogWalk"]["messages"]}
     for m in every:
-        if m["wroteOffset"] not in hit:
+        if m["wroteOffset"] not in hit or restored:
             continue
         w = walk.get(m["wroteOffset"])
         if w is not None and not (w["sysFlag"] & 0xC == ROLLBACK and w["topic"] == ""):
@@ -229,6 +287,17 @@ def test_broker_restarts_from_repair_keeping_every_intact_message(name, engine, 
         assert qbytes[q["quarantine_offset"] : q["quarantine_offset"] + q["length"]] == src
         assert hashlib.sha256(src).hexdigest() == q["sha256"]
     # a record whose header still reads (body CRC mismatch) is named in its range: damage.json's record
+    if restored:  # the record written back is the one the broker wrote: the store's bytes with damage.json's old bytes
+        (r,) = ranges
+        (h,) = damage["recordsHit"]
+        assert (r["phys_offset"], r["length"]) == (h["physicalOffset"], h["size"])
+        assert r["restored"]["header_fields"] == [{"magicCode": "magic_code", "totalSize": "total_size"}[f] for f in restored]
+        want = bytearray((base / "store" / damage["file"]).read_bytes())
+        want[damage["fileOffset"] : damage["fileOffset"] + damage["length"]] = bytes.fromhex(damage["oldBytesHex"])
+        got = (new / damage["file"]).read_bytes()
+        at = r["file_offset"]
+        assert got[at : at + r["length"]] == want[at : at + r["length"]]
+        assert index["ranges"][0]["replaced_by"] == "header_restored"
     named = [(d["phys_offset"], d["topic"], d["queue_id"], d["queue_offset"], d["uniq_key"]) for r in ranges for d in r["destroyed"]]
     crc_hit = [
         (h["physicalOffset"], h["topic"], h["queueId"], h["queueOffset"], h["uniqKey"]) for h in damage["recordsHit"] if name in ("bodycrc", "clean-flip")
@@ -278,9 +347,23 @@ def test_zeroed_file_tail_before_later_files_gets_a_blank_marker(tmp_path):
     ranges = [r for r in rows if r["kind"] == "range"]
     assert code == 1
     assert [(r["phys_offset"], r["end"], r["codes"], r["action"]) for r in ranges] == [(last["wroteOffset"], size, ["zeroed_range"], "blank")]
+    check_replaced_bytes(tmp_path / "new", ranges)
     o = broker_recovery(tmp_path / "new", tmp_path / "oracle.json")
     check_broker_keeps(o, [m for m in every if m is not last])
+    check_markers_walked(o, ranges, size)
     check_hole(o, last)
+    # after a crash (abort file) with a checkpoint older than every file, the broker's abnormal recovery walks every
+    # file from the first, across the marker, and re-dispatches: it keeps every intact message all the same
+    crashed = tmp_path / "crashed"
+    shutil.copytree(tmp_path / "new", crashed)
+    (crashed / "abort").write_bytes(b"")
+    patch(crashed / "checkpoint", 0, bytes(16))  # physicMsgTimestamp, logicsMsgTimestamp: 0
+    o = broker_recovery(crashed, tmp_path / "oracle-abort.json")
+    assert o["recoveryPath"].startswith("abnormal")
+    walked = [x["message"] for x in o["log"]["infoDuringLoad"] if x["message"].startswith("recover next physics file")]
+    assert walked[0].endswith(f"/commitlog/{size:020d}")  # it started in the first file and crossed its marker
+    check_broker_keeps(o, [m for m in every if m is not last])
+    check_markers_walked(o, ranges, size)
 
 
 @pytest.mark.slow

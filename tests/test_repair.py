@@ -20,11 +20,11 @@ import zlib
 from pathlib import Path
 
 import pytest
-from conftest import ORACLE, REAL, ROOT, SETTINGS, broker_recovery, copy_store, jsonl, need_oracle, patch, run, run_proc, unpack_store
-from hypothesis import HealthCheck, Phase, given, settings
+from conftest import ORACLE, REAL, ROOT, SETTINGS, broker_recovery, copy_store, flip, jsonl, need_oracle, patch, run, run_proc, unpack_store
+from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
-from rmqdump.schemas import BlankMarker, MessageRecord
+from rmqdump.schemas import BlankMarker, MessageRecord, message_header
 
 DAMAGED = ["bodycrc", "clean-flip", "midfile-magic", "size-field", "unscanned-magic", "zeroed-page"]
 SIZING = ["--hash-slots", "500", "--index-entries", "2000"]  # each damaged store's README.txt: maxHashSlotNum=500, maxIndexNum=2000
@@ -494,6 +494,8 @@ def test_hole_in_the_first_commitlog_file_caveat(tmp_path, broker_pull):
     every = sorted(puts(name), key=lambda m: m["wroteOffset"])
     first = every[0]
     _damage(root, name, first, "magic", 0)
+    assert first["body_len"] > 0
+    _damage(root, name, first, "body_flip", 0)  # its body CRC fails too: nothing proves it, it is destroyed
     s = SETTINGS[name]
     new = tmp_path / "new"
     code, rows = repair_cli("-s", root, "--out", new, "--hash-slots", s["hash_slots"], "--index-entries", s["index_entries"])
@@ -595,6 +597,7 @@ def _damage(root: Path, name: str, rec: dict, kind: str, extra: int) -> tuple[in
     max_examples=5, deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate], suppress_health_check=[HealthCheck.function_scoped_fixture]
 )  # no shrinking: each example is a broker restart (~5 s); a failure prints its inputs
 @given(name=st.sampled_from(["rmq4-basic", "rmq53-v2"]), pick=st.floats(0.0, 0.97), kind=st.sampled_from(KINDS), extra=st.integers(0, 10_000))
+@example(name="rmq53-v2", pick=0.5247, kind="magic", extra=0)  # a V2 record (2-byte topic length) of the 187-character topic
 def test_hypothesis_damage_repaired_broker_keeps_intact(tmp_path_factory, name, pick, kind, extra):
     tmp = tmp_path_factory.mktemp("hyp")
     root = copy_store(name, tmp)
@@ -604,6 +607,8 @@ def test_hypothesis_damage_repaired_broker_keeps_intact(tmp_path_factory, name, 
         kind = "magic"
     lo, hi = _damage(root, name, rec, kind, extra)
     intact = [m for m in every if m["wroteOffset"] + m["wroteBytes"] <= lo or m["wroteOffset"] >= hi]
+    if kind in ("magic", "total_size") and rec.get("body_len", 0) > 0:
+        intact.append(rec)  # its header alone damaged, its body CRC proves it: written back restored, the broker keeps it
     s = SETTINGS[name]
     new = tmp / "new"
     code, rows = repair_cli("-s", root, "--out", new, "--hash-slots", s["hash_slots"], "--index-entries", s["index_entries"])
@@ -710,3 +715,29 @@ def test_an_empty_body_is_never_a_crc_stop_as_the_broker_checks_only_a_body(tmp_
     s = SETTINGS[name]
     code, out = repair_cli("-s", root, "--out", tmp_path / "new", "--hash-slots", s["hash_slots"], "--index-entries", s["index_entries"])
     assert code == 0 and [r for r in out if r["kind"] == "range"] == []
+
+
+@pytest.mark.parametrize("name", ["midfile-magic", "size-field"])
+def test_header_damage_with_a_broken_body_crc_stays_a_filler(name, tmp_path):
+    """A copy of the store whose header-damaged record also has a body byte flipped: nothing proves the record any
+    more (its body CRC fails), so repair replaces it by a filler, its queue offset a hole, as any damage; the broker
+    (oracle, on midfile-magic) keeps every other put."""
+    full = f"rmq53-damaged-{name}"
+    damage = json.loads((REAL / full / "damage.json").read_text(encoding="utf-8"))
+    (hit,) = damage["recordsHit"]
+    root = copy_store(full, tmp_path)
+    record_at = damage["fileOffset"] - (damage["physicalOffset"] - hit["physicalOffset"])
+    flip(root / damage["file"], record_at + message_header().sizeof() + 5, 0x10)  # IPv4 hosts: the body's 6th byte
+    code, rows = repair_cli("-s", root, "--out", tmp_path / "new", *SIZING)
+    ranges = [r for r in rows if r["kind"] == "range"]
+    assert code == 1
+    assert [(r["phys_offset"], r["length"], r["action"], r["restored"]) for r in ranges] == [(hit["physicalOffset"], hit["size"], "filler", None)]
+    check_replaced_bytes(tmp_path / "new", ranges)
+    holes = [(h["topic"], h["queue_id"], h["from"], h["to"]) for h in rows if h["kind"] == "hole"]
+    assert holes == [(hit["topic"], hit["queueId"], hit["queueOffset"], hit["queueOffset"] + 1)]
+    if name == "midfile-magic":
+        o = broker_recovery(tmp_path / "new", tmp_path / "oracle.json")
+        every = puts(full)
+        check_broker_keeps(o, [m for m in every if m["wroteOffset"] != hit["physicalOffset"]])
+        check_hole(o, next(m for m in every if m["wroteOffset"] == hit["physicalOffset"]))
+        check_markers_walked(o, ranges, 262144)

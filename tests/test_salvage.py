@@ -480,3 +480,21 @@ def test_a_file_cut_short_is_named_as_what_keeps_the_broker_from_loading(tmp_pat
     _, man = salvage(root, tmp_path / "out")
     (err,) = man["recovery"]["load_errors"]
     assert err.startswith(f"commitlog_file_size: {cut}@1000: ")
+
+
+@pytest.mark.parametrize("scenario", ["midfile-magic", "size-field"])
+def test_header_damage_with_a_broken_body_crc_is_not_given_back(scenario, tmp_path):
+    """A copy whose header-damaged record also has a body byte flipped: its body CRC no longer proves it, so it is
+    not given back (only named as damage); every other put the broker loses is still re-sent."""
+    base = REAL / f"rmq53-damaged-{scenario}"
+    damage = json.loads((base / "damage.json").read_text())
+    (hit,) = damage["recordsHit"]
+    root = copy_store(f"rmq53-damaged-{scenario}", tmp_path)
+    record_at = damage["fileOffset"] - (damage["physicalOffset"] - hit["physicalOffset"])
+    flip(root / damage["file"], record_at + message_header().sizeof() + 5, 0x10)  # IPv4 hosts: the body's 6th byte
+    code, man = salvage(root, tmp_path / "out")
+    resend = {r["phys_offset"]: r["reason"] for r in rows(tmp_path / "out", "messages")}
+    broker = served(json.loads((base / "broker-recovery.json").read_text()))
+    assert man["header_damaged"] == [] and man["counts"]["header_damaged"] == 0 and "header_damaged" not in resend.values()
+    assert set(resend) == {m["wroteOffset"] for m in manifest(f"rmq53-damaged-{scenario}") if m["wroteOffset"] not in broker} - {hit["physicalOffset"]}
+    assert damaged_named({"physicalOffset": hit["physicalOffset"], "size": hit["size"]}, man, {}) and code == 1

@@ -741,3 +741,28 @@ def test_header_damage_with_a_broken_body_crc_stays_a_filler(name, tmp_path):
         check_broker_keeps(o, [m for m in every if m["wroteOffset"] != hit["physicalOffset"]])
         check_hole(o, next(m for m in every if m["wroteOffset"] == hit["physicalOffset"]))
         check_markers_walked(o, ranges, 262144)
+
+
+def test_a_restored_record_beside_a_destroyed_one_stays_its_own_range(tmp_path):
+    """midfile-magic with the body of the record right after the header-damaged one flipped too: two ranges that touch,
+    kept apart: the first written back restored (the broker keeps it), the second a filler (its queue offset a hole)."""
+    full = "rmq53-damaged-midfile-magic"
+    damage = json.loads((REAL / full / "damage.json").read_text(encoding="utf-8"))
+    (hit,) = damage["recordsHit"]
+    every = sorted(puts(full), key=lambda m: m["wroteOffset"])
+    nxt = next(m for m in every if m["wroteOffset"] == hit["physicalOffset"] + hit["size"])
+    root = copy_store(full, tmp_path)
+    record_at = damage["fileOffset"] - (damage["physicalOffset"] - hit["physicalOffset"])
+    flip(root / damage["file"], record_at + hit["size"] + message_header().sizeof() + 3, 0x10)  # the next record's body
+    code, rows = repair_cli("-s", root, "--out", tmp_path / "new", *SIZING)
+    ranges = [r for r in rows if r["kind"] == "range"]
+    assert code == 1
+    assert [(r["phys_offset"], r["length"], r["action"]) for r in ranges] == [
+        (hit["physicalOffset"], hit["size"], "header_restored"),
+        (nxt["wroteOffset"], nxt["wroteBytes"], "filler"),
+    ]
+    check_replaced_bytes(tmp_path / "new", ranges)
+    o = broker_recovery(tmp_path / "new", tmp_path / "oracle.json")
+    check_broker_keeps(o, [m for m in every if m is not nxt])
+    check_hole(o, nxt)
+    check_markers_walked(o, ranges, 262144)

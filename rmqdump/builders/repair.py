@@ -318,12 +318,15 @@ def _scan_range(split: Split, scan: ScanOptions, copies: dict[str, str], root: s
     return out
 
 
-def _merge(spans: list[tuple[int, int, str, str, str]]) -> list[DamagedRange]:
-    """Spans in offset order, overlapping or touching ones of one file joined."""
+def _merge(spans: list[tuple[int, int, str, str, str]], apart: frozenset[int] = frozenset()) -> list[DamagedRange]:
+    """Spans in offset order, overlapping or touching ones of one file joined; a span starting at an offset of `apart`
+    (a record restored, already given to the builders) is only ever joined by one that overlaps it, never by a
+    neighbour that merely touches it."""
     out: list[DamagedRange] = []
     for start, end, code, detail, path in sorted(spans):
         last = out[-1] if out else None
-        if last is not None and last.file == path and start <= last.end:
+        touching_only = start == last.end if last is not None else False
+        if last is not None and last.file == path and start <= last.end and not (touching_only and (start in apart or last.start in apart)):
             last.end = max(last.end, end)
             if code not in last.codes:
                 last.codes.append(code)
@@ -391,10 +394,10 @@ class _Scan:
         # loads no CommitLog file of another size), and its missing bytes read as zeros there, where the walk would stop
         spans += [(a, b, P.CL_FILE_SIZE, f"{b - a} bytes missing: the file is {f.size} bytes, the others {self.cl.file_size}", f.path)
                   for f, a, b in short_files(self.cl) if a < data_end]  # fmt: skip
-        self.ranges = _merge(spans)
+        restored = {(r.phys, r.phys + r.length): r for f in finds for r in f.restored}
+        self.ranges = _merge(spans, frozenset(a for a, _ in restored))
         destroyed = sorted((d for f in finds for d in f.destroyed), key=lambda d: d["phys_offset"])
         at = [d["phys_offset"] for d in destroyed]
-        restored = {(r.phys, r.phys + r.length): r for f in finds for r in f.restored}
         for r in self.ranges:  # both in offset order: each range's records found by bisection, not a pass over all
             r.destroyed = destroyed[bisect.bisect_left(at, r.start) : bisect.bisect_left(at, r.end)]
             r.restored = restored.get((r.start, r.end))  # only a range that is exactly the one record restored

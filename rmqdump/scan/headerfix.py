@@ -87,7 +87,7 @@ class _Buffer:
     """Bytes in memory standing in for a mapped file (rmqdump.readers.mapped.MappedFile's reading side)."""
 
     def __init__(self, path: str, data: bytes):
-        self.path, self.size = path, len(data)
+        self.path, self.size, self._bytes = path, len(data), data
         self.data = np.frombuffer(data, dtype=np.uint8)
         self.view = memoryview(data)
 
@@ -95,7 +95,7 @@ class _Buffer:
         pass
 
     def find(self, needle: bytes, start: int, stop: int) -> int:
-        return bytes(self.view).find(needle, start, stop)
+        return self._bytes.find(needle, start, stop)
 
     def find_each(self, needles, start: int, stop: int):
         for j, nd in enumerate(needles):

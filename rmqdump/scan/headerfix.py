@@ -83,6 +83,12 @@ class Restored:
         return next(b for b in scan_file(seg, _Buffer(self.file, self.data), check_crc=True) if len(b))
 
 
+def spelled(fields: list[str], found: dict, restored: dict) -> str:
+    """The restored fields as text: `magic_code 0x5A5A5A5A -> 0xDAA320A7, total_size 378 -> 330`."""
+    spell = {MAGIC_CODE: lambda v: f"0x{v:08X}"}
+    return ", ".join(f"{k} {spell.get(k, str)(found[k])} -> {spell.get(k, str)(restored[k])}" for k in fields)
+
+
 class _Buffer:
     """Bytes in memory standing in for a mapped file (rmqdump.readers.mapped.MappedFile's reading side)."""
 

@@ -41,10 +41,10 @@ def _print_table(rep, s: dict) -> None:
             for d in r.destroyed:
                 p(f"  {'':>12} {'':>7}  destroyed: {_rec(d)} UNIQ_KEY {d['uniq_key']}")
             if r.restored is not None:
+                from rmqdump.scan.headerfix import spelled
+
                 h = r.restored
-                spell = {"magic_code": lambda v: f"0x{v:08X}"}
-                was = ", ".join(f"{k} {spell.get(k, str)(h.found[k])} -> {spell.get(k, str)(h.restored[k])}" for k in h.fields)
-                p(f"  {'':>12} {'':>7}  header restored ({was}): the record is kept at its offset")
+                p(f"  {'':>12} {'':>7}  header restored ({spelled(h.fields, h.found, h.restored)}): the record is kept at its offset")
             if r.action == "left":
                 p(f"  {'':>12} {'':>7}  {r.why}")
         if len(rep.ranges) > TABLE_ROWS:

@@ -38,8 +38,9 @@ def _print_table(d: dict) -> None:
         for x in d["damage"][:TABLE_ROWS]:
             p(f"  {x['code']}: {x['file']}@{x['file_offset']}: {x['detail']}", markup=False)
     for h in d["header_damaged"][:TABLE_ROWS]:
-        spell = {"magic_code": lambda v: f"0x{v:08X}"}
-        was = ", ".join(f"{k} {spell.get(k, str)(h['found'][k])} -> {spell.get(k, str)(h['restored'][k])}" for k in h["header_fields"])
+        from rmqdump.scan.headerfix import spelled
+
+        was = spelled(h["header_fields"], h["found"], h["restored"])
         p(f"  header_damaged @{h['phys_offset']} {h['topic']}/{h['queue_id']}#{h['queue_offset']} ({h['size']} B): {was}", markup=False)
     p("files:")
     for f in d["files"]:

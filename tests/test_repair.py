@@ -20,11 +20,11 @@ import zlib
 from pathlib import Path
 
 import pytest
-from conftest import ORACLE, REAL, ROOT, SETTINGS, broker_recovery, copy_store, jsonl, need_oracle, run, run_proc, unpack_store
-from hypothesis import HealthCheck, Phase, given, settings
+from conftest import ORACLE, REAL, ROOT, SETTINGS, broker_recovery, copy_store, flip, jsonl, need_oracle, patch, run, run_proc, unpack_store
+from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
-from rmqdump.schemas import MessageRecord
+from rmqdump.schemas import BlankMarker, MessageRecord, message_header
 
 DAMAGED = ["bodycrc", "clean-flip", "midfile-magic", "size-field", "unscanned-magic", "zeroed-page"]
 SIZING = ["--hash-slots", "500", "--index-entries", "2000"]  # each damaged store's README.txt: maxHashSlotNum=500, maxIndexNum=2000
@@ -62,6 +62,14 @@ def check_broker_keeps(o: dict, intact: list[dict]) -> None:
     assert not [u for q in o["consumeQueues"].values() for u in q["units"] if u[1] in fillers and u[2] != HOLE]
 
 
+def header_only(damage: dict) -> list[str] | None:
+    """damage.json's one record hit, when only header fields (magicCode, totalSize) were: those fields."""
+    hits = damage["recordsHit"]
+    if len(hits) != 1 or not set(hits[0]["fieldsHit"]) <= {"magicCode", "totalSize"}:
+        return None
+    return hits[0]["fieldsHit"]
+
+
 def check_hole(o: dict, m: dict) -> None:
     """The queue offset of a destroyed message: a filler unit (0, Integer.MAX_VALUE), or the queue's end if it was the last.
 
@@ -77,6 +85,53 @@ def check_hole(o: dict, m: dict) -> None:
     assert unit == [m["logicsOffset"], 0, HOLE]
     first = next(w for w in o["commitLogWalk"]["messages"] if w["offset"] == 0)
     assert first["size"] < HOLE
+
+
+BLANK_MAGIC = 0xCBD43194  # CommitLog.BLANK_MAGIC_CODE
+FILLER_HEAD = 91  # a V1 record with IPv4 hosts, empty body, topic and properties: 4+4+4+4+4+8+8+4+8+8+8+8+4+8+4+1+2
+
+
+def replaced_bytes_model(new: Path, r: dict) -> bytes:
+    """What a replaced range must hold, built here from the schemas: a BLANK marker (totalSize = the bytes left in the
+    file, then zeros), or a rolled-back V1 record of exactly the range's length at its own offset (empty topic and
+    properties, its body's CRC; only its body text and times are taken from the bytes written)."""
+    with open(new / "commitlog" / Path(r["file"]).name, "rb") as f:
+        f.seek(r["file_offset"])
+        got = f.read(r["length"])
+    if r["action"] == "blank":
+        return BlankMarker.build({"total_size": r["length"], "magic": BLANK_MAGIC}) + bytes(r["length"] - 8)
+    assert r["action"] == "filler"
+    rec = MessageRecord.parse(got)
+    body = rec.body
+    assert len(body) == r["length"] - FILLER_HEAD
+    host = {"address": bytes(4), "port": 0}
+    return MessageRecord.build(
+        {
+            "total_size": r["length"], "magic": 0xDAA320A7, "body_crc": zlib.crc32(body) & 0x7FFFFFFF, "queue_id": 0, "flag": 0,
+            "queue_offset": 0, "phys_offset": r["phys_offset"], "sys_flag": ROLLBACK, "born_timestamp": rec.born_timestamp,
+            "born_host": host, "store_timestamp": rec.store_timestamp, "store_host": host, "reconsume_times": 0,
+            "prepared_transaction_offset": 0, "body_length": len(body), "body": body, "topic_length": 0, "topic": b"",
+            "properties_length": 0, "properties": b"",
+        }
+    )  # fmt: skip
+
+
+def check_replaced_bytes(new: Path, ranges: list[dict]) -> None:
+    for r in ranges:
+        if r["action"] in ("blank", "filler"):
+            with open(new / "commitlog" / Path(r["file"]).name, "rb") as f:
+                f.seek(r["file_offset"])
+                assert f.read(r["length"]) == replaced_bytes_model(new, r), r
+
+
+def check_markers_walked(o: dict, ranges: list[dict], size: int) -> None:
+    """The broker walks each BLANK marker repair wrote as one, going on at the next file; nothing is undecodable."""
+    events = {e["offset"]: e for e in o["commitLogWalk"]["events"]}
+    assert not [e for e in events.values() if "BLANK" not in e["event"]]
+    for r in ranges:
+        if r["action"] == "blank":
+            e = events.get(r["phys_offset"])
+            assert e is not None and e["event"].startswith("BLANK end-of-file marker") and e["continuedAt"] == (r["phys_offset"] // size + 1) * size, e
 
 
 def _classpath() -> str:
@@ -197,16 +252,19 @@ def test_broker_restarts_from_repair_keeping_every_intact_message(name, engine, 
     code, rows = repair_cli("-s", base / "store", "--out", new, *SIZING, *spark)
     assert code == 1
     ranges = [r for r in rows if r["kind"] == "range"]
-    assert ranges and all(r["action"] == "filler" for r in ranges)
+    restored = header_only(damage)  # the damaged record's header alone: written back restored, the broker keeps it
+    assert ranges and all(r["action"] == ("header_restored" if restored else "filler") for r in ranges)
     assert not (new / "abort").exists()
 
     o = broker_recovery(new, tmp_path / "oracle.json")
     assert o["recoveryPath"].startswith("normal")
-    check_broker_keeps(o, intact)
+    check_broker_keeps(o, every if restored else intact)
+    check_markers_walked(o, ranges, 262144)  # README.txt: mappedFileSizeCommitLog=262144
+    check_replaced_bytes(new, ranges)
 
     walk = {w["offset"]: w for w in o["commitLogWalk"]["messages"]}
     for m in every:
-        if m["wroteOffset"] not in hit:
+        if m["wroteOffset"] not in hit or restored:
             continue
         w = walk.get(m["wroteOffset"])
         if w is not None and not (w["sysFlag"] & 0xC == ROLLBACK and w["topic"] == ""):
@@ -229,6 +287,17 @@ def test_broker_restarts_from_repair_keeping_every_intact_message(name, engine, 
         assert qbytes[q["quarantine_offset"] : q["quarantine_offset"] + q["length"]] == src
         assert hashlib.sha256(src).hexdigest() == q["sha256"]
     # a record whose header still reads (body CRC mismatch) is named in its range: damage.json's record
+    if restored:  # the record written back is the one the broker wrote: the store's bytes with damage.json's old bytes
+        (r,) = ranges
+        (h,) = damage["recordsHit"]
+        assert (r["phys_offset"], r["length"]) == (h["physicalOffset"], h["size"])
+        assert r["restored"]["header_fields"] == [{"magicCode": "magic_code", "totalSize": "total_size"}[f] for f in restored]
+        want = bytearray((base / "store" / damage["file"]).read_bytes())
+        want[damage["fileOffset"] : damage["fileOffset"] + damage["length"]] = bytes.fromhex(damage["oldBytesHex"])
+        got = (new / damage["file"]).read_bytes()
+        at = r["file_offset"]
+        assert got[at : at + r["length"]] == want[at : at + r["length"]]
+        assert index["ranges"][0]["replaced_by"] == "header_restored"
     named = [(d["phys_offset"], d["topic"], d["queue_id"], d["queue_offset"], d["uniq_key"]) for r in ranges for d in r["destroyed"]]
     crc_hit = [
         (h["physicalOffset"], h["topic"], h["queueId"], h["queueOffset"], h["uniqKey"]) for h in damage["recordsHit"] if name in ("bodycrc", "clean-flip")
@@ -278,9 +347,23 @@ def test_zeroed_file_tail_before_later_files_gets_a_blank_marker(tmp_path):
     ranges = [r for r in rows if r["kind"] == "range"]
     assert code == 1
     assert [(r["phys_offset"], r["end"], r["codes"], r["action"]) for r in ranges] == [(last["wroteOffset"], size, ["zeroed_range"], "blank")]
+    check_replaced_bytes(tmp_path / "new", ranges)
     o = broker_recovery(tmp_path / "new", tmp_path / "oracle.json")
     check_broker_keeps(o, [m for m in every if m is not last])
+    check_markers_walked(o, ranges, size)
     check_hole(o, last)
+    # after a crash (abort file) with a checkpoint older than every file, the broker's abnormal recovery walks every
+    # file from the first, across the marker, and re-dispatches: it keeps every intact message all the same
+    crashed = tmp_path / "crashed"
+    shutil.copytree(tmp_path / "new", crashed)
+    (crashed / "abort").write_bytes(b"")
+    patch(crashed / "checkpoint", 0, bytes(16))  # physicMsgTimestamp, logicsMsgTimestamp: 0
+    o = broker_recovery(crashed, tmp_path / "oracle-abort.json")
+    assert o["recoveryPath"].startswith("abnormal")
+    walked = [x["message"] for x in o["log"]["infoDuringLoad"] if x["message"].startswith("recover next physics file")]
+    assert walked[0].endswith(f"/commitlog/{size:020d}")  # it started in the first file and crossed its marker
+    check_broker_keeps(o, [m for m in every if m is not last])
+    check_markers_walked(o, ranges, size)
 
 
 @pytest.mark.slow
@@ -411,6 +494,8 @@ def test_hole_in_the_first_commitlog_file_caveat(tmp_path, broker_pull):
     every = sorted(puts(name), key=lambda m: m["wroteOffset"])
     first = every[0]
     _damage(root, name, first, "magic", 0)
+    assert first["body_len"] > 0
+    _damage(root, name, first, "body_flip", 0)  # its body CRC fails too: nothing proves it, it is destroyed
     s = SETTINGS[name]
     new = tmp_path / "new"
     code, rows = repair_cli("-s", root, "--out", new, "--hash-slots", s["hash_slots"], "--index-entries", s["index_entries"])
@@ -512,6 +597,7 @@ def _damage(root: Path, name: str, rec: dict, kind: str, extra: int) -> tuple[in
     max_examples=5, deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate], suppress_health_check=[HealthCheck.function_scoped_fixture]
 )  # no shrinking: each example is a broker restart (~5 s); a failure prints its inputs
 @given(name=st.sampled_from(["rmq4-basic", "rmq53-v2"]), pick=st.floats(0.0, 0.97), kind=st.sampled_from(KINDS), extra=st.integers(0, 10_000))
+@example(name="rmq53-v2", pick=0.5247, kind="magic", extra=0)  # a V2 record (2-byte topic length) of the 187-character topic
 def test_hypothesis_damage_repaired_broker_keeps_intact(tmp_path_factory, name, pick, kind, extra):
     tmp = tmp_path_factory.mktemp("hyp")
     root = copy_store(name, tmp)
@@ -521,6 +607,8 @@ def test_hypothesis_damage_repaired_broker_keeps_intact(tmp_path_factory, name, 
         kind = "magic"
     lo, hi = _damage(root, name, rec, kind, extra)
     intact = [m for m in every if m["wroteOffset"] + m["wroteBytes"] <= lo or m["wroteOffset"] >= hi]
+    if kind in ("magic", "total_size") and rec.get("body_len", 0) > 0:
+        intact.append(rec)  # its header alone damaged, its body CRC proves it: written back restored, the broker keeps it
     s = SETTINGS[name]
     new = tmp / "new"
     code, rows = repair_cli("-s", root, "--out", new, "--hash-slots", s["hash_slots"], "--index-entries", s["index_entries"])
@@ -627,3 +715,54 @@ def test_an_empty_body_is_never_a_crc_stop_as_the_broker_checks_only_a_body(tmp_
     s = SETTINGS[name]
     code, out = repair_cli("-s", root, "--out", tmp_path / "new", "--hash-slots", s["hash_slots"], "--index-entries", s["index_entries"])
     assert code == 0 and [r for r in out if r["kind"] == "range"] == []
+
+
+@pytest.mark.parametrize("name", ["midfile-magic", "size-field"])
+def test_header_damage_with_a_broken_body_crc_stays_a_filler(name, tmp_path):
+    """A copy of the store whose header-damaged record also has a body byte flipped: nothing proves the record any
+    more (its body CRC fails), so repair replaces it by a filler, its queue offset a hole, as any damage; the broker
+    (oracle, on midfile-magic) keeps every other put."""
+    full = f"rmq53-damaged-{name}"
+    damage = json.loads((REAL / full / "damage.json").read_text(encoding="utf-8"))
+    (hit,) = damage["recordsHit"]
+    root = copy_store(full, tmp_path)
+    record_at = damage["fileOffset"] - (damage["physicalOffset"] - hit["physicalOffset"])
+    flip(root / damage["file"], record_at + message_header().sizeof() + 5, 0x10)  # IPv4 hosts: the body's 6th byte
+    code, rows = repair_cli("-s", root, "--out", tmp_path / "new", *SIZING)
+    ranges = [r for r in rows if r["kind"] == "range"]
+    assert code == 1
+    assert [(r["phys_offset"], r["length"], r["action"], r["restored"]) for r in ranges] == [(hit["physicalOffset"], hit["size"], "filler", None)]
+    check_replaced_bytes(tmp_path / "new", ranges)
+    holes = [(h["topic"], h["queue_id"], h["from"], h["to"]) for h in rows if h["kind"] == "hole"]
+    assert holes == [(hit["topic"], hit["queueId"], hit["queueOffset"], hit["queueOffset"] + 1)]
+    if name == "midfile-magic":
+        o = broker_recovery(tmp_path / "new", tmp_path / "oracle.json")
+        every = puts(full)
+        check_broker_keeps(o, [m for m in every if m["wroteOffset"] != hit["physicalOffset"]])
+        check_hole(o, next(m for m in every if m["wroteOffset"] == hit["physicalOffset"]))
+        check_markers_walked(o, ranges, 262144)
+
+
+def test_a_restored_record_beside_a_destroyed_one_stays_its_own_range(tmp_path):
+    """midfile-magic with the body of the record right after the header-damaged one flipped too: two ranges that touch,
+    kept apart: the first written back restored (the broker keeps it), the second a filler (its queue offset a hole)."""
+    full = "rmq53-damaged-midfile-magic"
+    damage = json.loads((REAL / full / "damage.json").read_text(encoding="utf-8"))
+    (hit,) = damage["recordsHit"]
+    every = sorted(puts(full), key=lambda m: m["wroteOffset"])
+    nxt = next(m for m in every if m["wroteOffset"] == hit["physicalOffset"] + hit["size"])
+    root = copy_store(full, tmp_path)
+    record_at = damage["fileOffset"] - (damage["physicalOffset"] - hit["physicalOffset"])
+    flip(root / damage["file"], record_at + hit["size"] + message_header().sizeof() + 3, 0x10)  # the next record's body
+    code, rows = repair_cli("-s", root, "--out", tmp_path / "new", *SIZING)
+    ranges = [r for r in rows if r["kind"] == "range"]
+    assert code == 1
+    assert [(r["phys_offset"], r["length"], r["action"]) for r in ranges] == [
+        (hit["physicalOffset"], hit["size"], "header_restored"),
+        (nxt["wroteOffset"], nxt["wroteBytes"], "filler"),
+    ]
+    check_replaced_bytes(tmp_path / "new", ranges)
+    o = broker_recovery(tmp_path / "new", tmp_path / "oracle.json")
+    check_broker_keeps(o, [m for m in every if m is not nxt])
+    check_hole(o, nxt)
+    check_markers_walked(o, ranges, 262144)

@@ -31,7 +31,7 @@ from hypothesis import strategies as st
 from rmqdump.schemas import message_header
 
 DAMAGED = ["midfile-magic", "bodycrc", "zeroed-page", "size-field", "clean-flip", "unscanned-magic"]
-RESEND = {"after_recovery_stop", "undispatched", "cq_damaged"}
+RESEND = {"after_recovery_stop", "undispatched", "cq_damaged", "header_damaged"}
 
 
 def served(rec: dict) -> dict[int, str]:
@@ -60,8 +60,9 @@ def rows(out: Path, name: str) -> list[dict]:
     return got
 
 
-def check_against_manifest(r: dict, m: dict) -> None:
-    """Every field a producer needs to re-send the message, as the manifest recorded the put."""
+def check_against_manifest(r: dict, m: dict, original: bytes | None = None) -> None:
+    """Every field a producer needs to re-send the message, as the manifest recorded the put. `original`: the record
+    as the broker wrote it, when the store's copy was damaged since (damage.json's old bytes put back)."""
     assert (r["topic"], r["queue_id"], r["queue_offset"]) == (m["topic"], m["queueId"], m.get("queueOffset", m.get("logicsOffset")))
     assert r["total_size"] == m["wroteBytes"] == len(r["raw"])
     assert r["sys_flag"] == m["sysFlag"] and r["born_timestamp"] == m["bornTimestamp"] and r["msg_id"] == m["msgId"]
@@ -69,7 +70,7 @@ def check_against_manifest(r: dict, m: dict) -> None:
     assert r["raw"][:4] == m["wroteBytes"].to_bytes(4, "big")
     with open(r["file"], "rb") as f:  # the record put back together is the record as the broker stored it
         f.seek(r["phys_offset"] - int(os.path.basename(r["file"])))
-        assert f.read(r["total_size"]) == r["raw"]
+        assert (original or f.read(r["total_size"])) == r["raw"]
     props = dict(m.get("propertiesWritten", m.get("properties")))
     if "storedPropCRC32" in m:  # rmq53-v2 README.txt: the store appends __CRC32# with these digits
         props["__CRC32#"] = m["storedPropCRC32"]
@@ -94,6 +95,40 @@ def salvage_in_windows(store: Path, out: Path, fmt: str = "parquet") -> tuple[in
 
     res = salvage_store(Store.open(str(store)), str(out), fmt=fmt, split_size=SMALL_RANGES, sync=False)
     return (1 if res.salvaged else 0), json.loads((out / "manifest.json").read_text())
+
+
+def undamaged(base: Path, damage: dict, m: dict) -> bytes:
+    """The record of put `m` as the broker wrote it: the store's bytes with damage.json's old bytes put back."""
+    data = bytearray((base / "store" / damage["file"]).read_bytes())
+    at = damage["fileOffset"]
+    old = bytes.fromhex(damage["oldBytesHex"])
+    assert data[at : at + len(old)] == bytes.fromhex(damage["newBytesHex"])
+    data[at : at + len(old)] = old
+    start = m["wroteOffset"] - (damage["physicalOffset"] - at)
+    return bytes(data[start : start + m["wroteBytes"]])
+
+
+def expected_reason(hit: dict, rec: dict, header_only: bool) -> str:
+    """The reason a record damage.json names gets, from the broker's own recovery (broker-recovery.json): served by
+    the broker -> kept_damaged; a header alone damaged -> header_damaged (given back); else past the recovery's new
+    end -> damaged."""
+    if hit["physicalOffset"] in served(rec):
+        return "kept_damaged"
+    if header_only:
+        return "header_damaged"
+    assert hit["physicalOffset"] >= rec["afterRecovery"]["maxPhyOffset"]
+    return "damaged"
+
+
+HEADER_FIELDS = {"magicCode": "magic_code", "totalSize": "total_size"}  # damage.json's fieldsHit names -> salvage's
+
+
+def header_only(damage: dict) -> list[str] | None:
+    """The header fields damage.json says its one record lost, when nothing else of it was hit."""
+    (hit,) = damage["recordsHit"][:1] if len(damage["recordsHit"]) == 1 else [None]
+    if hit is None or not set(hit["fieldsHit"]) <= set(HEADER_FIELDS):
+        return None
+    return [HEADER_FIELDS[f] for f in hit["fieldsHit"]]
 
 
 def damaged_named(rec: dict, man: dict, flagged: dict[int, dict]) -> bool:
@@ -130,12 +165,24 @@ def test_salvage_plus_what_the_broker_serves_is_every_intact_put(scenario, windo
     resend = {r["phys_offset"]: r for r in rows(tmp_path / "out", "messages")}
     flagged = {r["phys_offset"]: r for r in rows(tmp_path / "out", "flagged")}
     intact = {at: m for at, m in puts.items() if at not in hit}
-    assert set(resend) <= set(intact)  # nothing invented, nothing damaged salvaged as intact
+    header_fields = header_only(damage)
+    given_back = {at for at, r in resend.items() if r["reason"] == "header_damaged"}
+    assert given_back == (set(hit) if header_fields else set())  # a header alone damaged: its record given back
+    assert set(resend) - given_back <= set(intact)  # nothing invented, nothing else damaged salvaged as intact
+    for at in given_back:
+        r = resend[at]
+        check_against_manifest(r, puts[at], original=undamaged(base, damage, puts[at]))
+        assert r["header_fields"] == header_fields
+        old, new = (int(damage[k], 16) for k in ("oldBytesHex", "newBytesHex"))
+        assert (r["header_found"], r["header_restored"]) == ([new], [old])  # the 4 bytes damage.json changed
+        assert r["body_length"] == len(r["body"]) == puts[at]["bodyLength"]
+        assert [(h["phys_offset"], h["header_fields"], h["uniq_key"]) for h in man["header_damaged"]] == [(at, header_fields, puts[at]["uniqKey"])]
     for at, r in resend.items():
-        check_against_manifest(r, intact[at])
+        if at not in given_back:
+            check_against_manifest(r, intact[at])
         assert r["reason"] in RESEND
-        if r["reason"] == "after_recovery_stop":
-            assert at not in broker  # the broker does not keep it
+        if r["reason"] in ("after_recovery_stop", "header_damaged"):
+            assert at not in broker  # the broker does not keep it (or no consumer decodes it: unscanned-magic)
         else:
             assert at not in reached  # no unit the broker keeps reaches it
     for at, m in intact.items():  # nothing missing
@@ -144,10 +191,13 @@ def test_salvage_plus_what_the_broker_serves_is_every_intact_put(scenario, windo
         assert damaged_named(r, man, flagged), r
         if at in broker:  # kept by the broker although damaged: flagged, never re-sent
             assert flagged[at]["reason"] == "kept_damaged"
+        got = resend.get(at, flagged.get(at, {})).get("reason")
+        if got is not None or header_fields:  # decoded (or restored): its reason follows from the broker's recovery
+            assert got == expected_reason(r, rec, bool(header_fields)), (at, got)
     if scenario == "zeroed-page":
         survivor = [at for at in hit if at in broker]
         assert survivor == [1404372] and broker[1404372] != hit[1404372]["uniqKey"]  # README.txt: kept with a garbled UNIQ_KEY
-    assert man["counts"]["after_recovery_stop"] + man["counts"]["undispatched"] + man["counts"]["cq_damaged"] == len(resend)
+    assert sum(man["counts"][k] for k in RESEND) == len(resend)
     assert sum(man["topics"].get(t, {}).get("after_recovery_stop", 0) for t in man["topics"]) == man["counts"]["after_recovery_stop"]
     for f in man["files"]:
         assert hashlib.sha256((tmp_path / "out" / f["name"]).read_bytes()).hexdigest() == f["sha256"]
@@ -198,6 +248,7 @@ def _damage(root: Path, name: str, kind: str, k: float) -> tuple[int, int]:
 @settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(name=st.sampled_from(["rmq4-basic", "rmq53-v2"]), kind=st.sampled_from(["body", "magic", "page"]), k=st.floats(0.0, 1.0))
 @example(name="rmq4-basic", kind="body", k=0.9375)  # found by this test: damage before the file a 5.3.2+ broker starts at
+@example(name="rmq53-v2", kind="body", k=0.5)  # the damaged record is where the recovery stops: damaged, not kept_damaged (>= at the stop)
 def test_damaged_copies_judged_by_the_broker(tmp_path_factory, name, kind, k):
     tmp = tmp_path_factory.mktemp("salvage")
     root = copy_store(name, tmp)
@@ -218,11 +269,14 @@ def test_damaged_copies_judged_by_the_broker(tmp_path_factory, name, kind, k):
     salvage(root, tmp / "out")
     resend = {r["phys_offset"]: r for r in rows(tmp / "out", "messages")}
     flagged = {r["phys_offset"]: r for r in rows(tmp / "out", "flagged")}
-    assert not set(resend) & hit
+    given_back = set(resend) & hit
+    assert given_back <= ({puts[lo - 4]["wroteOffset"]} if kind == "magic" and lo - 4 in puts else set())  # only a magic alone damaged
     assert set(resend) <= set(puts)
     for at, r in resend.items():
-        check_against_manifest(r, puts[at])
-        if r["reason"] == "after_recovery_stop":
+        pristine = before[at - base : at - base + puts[at]["wroteBytes"]] if at in given_back else None
+        check_against_manifest(r, puts[at], original=pristine)
+        assert (r["reason"] == "header_damaged") == (at in given_back)
+        if r["reason"] in ("after_recovery_stop", "header_damaged"):
             assert at not in broker
     for at, m in puts.items():
         if at not in hit:
@@ -232,6 +286,7 @@ def test_damaged_copies_judged_by_the_broker(tmp_path_factory, name, kind, k):
         assert damaged_named({"physicalOffset": at, "size": puts[at]["wroteBytes"]}, man, flagged), (name, kind, lo, at)
         if at in flagged:
             assert flagged[at]["reason"] == ("kept_damaged" if at in broker else "damaged")
+            assert (at >= rec["afterRecovery"]["maxPhyOffset"]) == (at not in broker)  # the broker's own stop decides
 
 
 @pytest.mark.slow
@@ -425,3 +480,21 @@ def test_a_file_cut_short_is_named_as_what_keeps_the_broker_from_loading(tmp_pat
     _, man = salvage(root, tmp_path / "out")
     (err,) = man["recovery"]["load_errors"]
     assert err.startswith(f"commitlog_file_size: {cut}@1000: ")
+
+
+@pytest.mark.parametrize("scenario", ["midfile-magic", "size-field"])
+def test_header_damage_with_a_broken_body_crc_is_not_given_back(scenario, tmp_path):
+    """A copy whose header-damaged record also has a body byte flipped: its body CRC no longer proves it, so it is
+    not given back (only named as damage); every other put the broker loses is still re-sent."""
+    base = REAL / f"rmq53-damaged-{scenario}"
+    damage = json.loads((base / "damage.json").read_text())
+    (hit,) = damage["recordsHit"]
+    root = copy_store(f"rmq53-damaged-{scenario}", tmp_path)
+    record_at = damage["fileOffset"] - (damage["physicalOffset"] - hit["physicalOffset"])
+    flip(root / damage["file"], record_at + message_header().sizeof() + 5, 0x10)  # IPv4 hosts: the body's 6th byte
+    code, man = salvage(root, tmp_path / "out")
+    resend = {r["phys_offset"]: r["reason"] for r in rows(tmp_path / "out", "messages")}
+    broker = served(json.loads((base / "broker-recovery.json").read_text()))
+    assert man["header_damaged"] == [] and man["counts"]["header_damaged"] == 0 and "header_damaged" not in resend.values()
+    assert set(resend) == {m["wroteOffset"] for m in manifest(f"rmq53-damaged-{scenario}") if m["wroteOffset"] not in broker} - {hit["physicalOffset"]}
+    assert damaged_named({"physicalOffset": hit["physicalOffset"], "size": hit["size"]}, man, {}) and code == 1

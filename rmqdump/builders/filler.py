@@ -32,6 +32,7 @@ REPAIR_DIR = "rmqdump-repair"  # beside the store's own directories: the broker 
 REPORT = "report.json"  # in REPAIR_DIR: what repair did; with the fillers themselves, what tells repair's holes from damage (checks/repairholes.py)
 FILLER = "filler"  # a range's action in the report: a filler record written over it
 BLANKED = "blank"  # ... a BLANK marker closing its file
+RESTORED = "header_restored"  # ... its record written back with the damaged header fields restored
 
 
 def _record(phys: int, body: bytes, store_ts: int, total: int = 0) -> bytes:

@@ -71,6 +71,8 @@ from rmqdump.common.publish import publishing
 from rmqdump.readers.commitlog import CommitLog, SegmentFile, commitlog_path
 from rmqdump.readers.mapped import MappedFile
 from rmqdump.readers.message import Message
+from rmqdump.scan.dispatch import DispatchJoin, dispatch_columns
+from rmqdump.scan.headerfix import Restored, restore_stretches, store_units, unit_agrees
 from rmqdump.scan.ranges import Mapper, RangeScan, ScanOptions, scan_range
 from rmqdump.scan.splits import Split, commitlog_splits
 from rmqdump.scan.walk import Batch, read_at, read_record, scan_file
@@ -104,6 +106,7 @@ class DamagedRange:
     quarantine_offset: int | None = None
     sha256: str | None = None
     destroyed: list[dict] = field(default_factory=list)  # records in the range whose header still reads (a body CRC mismatch)
+    restored: Restored | None = None  # the range is one record whose header alone was damaged (rmqdump.scan.headerfix)
 
     @property
     def length(self) -> int:
@@ -125,6 +128,7 @@ class DamagedRange:
             "quarantine_offset": self.quarantine_offset,
             "sha256": self.sha256,
             "destroyed": self.destroyed,
+            "restored": None if self.restored is None else self.restored.to_dict(),
             "details": self.details,
         }
 
@@ -163,6 +167,11 @@ class RepairReport:
         return [r for r in self.ranges if r.action != LEFT]
 
     @property
+    def replaced(self) -> list[DamagedRange]:
+        """Ranges whose record is gone from the copy (a filler or a BLANK marker in its place)."""
+        return [r for r in self.ranges if r.action in (FILLER, BLANKED)]
+
+    @property
     def left(self) -> list[DamagedRange]:
         return [r for r in self.ranges if r.action == LEFT]
 
@@ -179,6 +188,7 @@ class RepairReport:
             "ranges": len(self.ranges),
             "repaired": len(self.repaired),
             "repaired_bytes": sum(r.length for r in self.repaired),
+            "headers_restored": sum(r.action == RESTORED for r in self.ranges),
             "left": len(self.left),
             "queue_holes": sum(h["to"] - h["from"] for h in self.holes),
             "flagged_records": len(self.flagged),
@@ -217,6 +227,7 @@ class _Finds:
     flagged: list[Problem] = field(default_factory=list)
     destroyed: list[dict] = field(default_factory=list)
     crc_failed: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # physical offsets
+    restored: list[Restored] = field(default_factory=list)  # records of damaged stretches whose header alone was wrong
 
 
 def _crc_failed(b: Batch, cols) -> tuple[np.ndarray, np.ndarray, list[dict]]:
@@ -228,10 +239,10 @@ def _crc_failed(b: Batch, cols) -> tuple[np.ndarray, np.ndarray, list[dict]]:
     return b.phys[idx], b.cols["_end"][idx] + b.seg.base, [_describe(b.message(i)) for i in idx.tolist()]
 
 
-def _finds(rs: RangeScan) -> _Finds:
+def _finds(rs: RangeScan, restored: list[Restored]) -> _Finds:
     sp = rs.split
     file_end = sp.base + sp.size
-    out = _Finds(records=rs.records, flagged=[p for p in rs.flagged if p.code != P.BODY_CRC_MISMATCH])
+    out = _Finds(records=rs.records, flagged=[p for p in rs.flagged if p.code != P.BODY_CRC_MISMATCH], restored=restored)
     path = sp.path
     for phys, ends, described in rs.folded:
         out.spans += [(a, e, P.BODY_CRC_MISMATCH, "body CRC does not match bodyCRC", path) for a, e in zip(phys.tolist(), ends.tolist(), strict=True)]
@@ -249,10 +260,39 @@ def _finds(rs: RangeScan) -> _Finds:
     return out
 
 
-def _scan_range(split: Split, scan: ScanOptions, copies: dict[str, str]) -> tuple[RangeResult, _Finds]:
+def _restore_headers(rs: RangeScan, root: str | None) -> list[Restored]:
+    """The records at the start of the range's damaged stretches whose header alone is wrong, proven (rmqdump.scan.headerfix),
+    and named by the store's ConsumeQueue unit where one exists (`root`: the store; None: no queues to ask)."""
+    sp = rs.split
+    found = restore_stretches(SegmentFile(sp.path, sp.base, sp.size), rs.damaged)
+    if found and root is not None:
+        from rmqdump.readers.store import Store
+
+        unit_at = store_units(Store.open(root))
+        found = [r for r in found if unit_agrees(r, unit_at)]
+    return found
+
+
+def _with_restored(rs: RangeScan, restored: list[Restored], scan: ScanOptions) -> RangeScan:
+    """The range's dispatch columns with the restored records in their places (physical order), for the builders."""
+    join = DispatchJoin()
+    c = rs.columns
+    done = np.zeros(len(c), dtype=bool)
+    for r in sorted(restored, key=lambda r: r.phys):
+        before = ~done & (c.phys < r.phys)
+        join.add(c.select(before))
+        done |= before
+        join.add(dispatch_columns(r.batch(), scan.delays, keys=scan.keys).of_topics(scan.topics))
+    join.add(c.select(~done))
+    return replace(rs, columns=join.take(), records=rs.records + len(restored))
+
+
+def _scan_range(split: Split, scan: ScanOptions, copies: dict[str, str], root: str | None = None) -> tuple[RangeResult, _Finds]:
     """One range's dispatch columns (rmqdump.builders.rebuild) and what the recovery would stop at in it; with a
     copy of its file named in `copies`, that byte range is also copied there, on a thread beside the scan.
-    A pure function of the range: any engine's worker runs it (a Spark executor writes the copy where it sees NEWDIR)."""
+    A record whose header alone is damaged is restored and given to the builders (`root`: the store, whose queues
+    must agree). A pure function of the range: any engine's worker runs it (a Spark executor writes the copy where
+    it sees NEWDIR)."""
     dst = copies.get(split.path)
     # the copy goes to the disk (waiting on it, without the GIL) while this thread scans the same bytes
     copying = Background(lambda args: direct_copy_range(*args), ahead=1, name="rmqdump-copy") if dst is not None else None
@@ -260,7 +300,10 @@ def _scan_range(split: Split, scan: ScanOptions, copies: dict[str, str]) -> tupl
         if copying is not None:
             copying.put((split.path, dst, split.start, split.end))
         rs = scan_range(split, scan)
-        out = range_result(rs), _finds(rs)
+        restored = _restore_headers(rs, root) if split.check_crc else []  # proven by the body CRC: never without it
+        if restored:
+            rs = _with_restored(rs, restored, scan)
+        out = range_result(rs), _finds(rs, restored)
     except BaseException:
         if copying is not None:
             copying.close(quiet=True)
@@ -270,12 +313,15 @@ def _scan_range(split: Split, scan: ScanOptions, copies: dict[str, str]) -> tupl
     return out
 
 
-def _merge(spans: list[tuple[int, int, str, str, str]]) -> list[DamagedRange]:
-    """Spans in offset order, overlapping or touching ones of one file joined."""
+def _merge(spans: list[tuple[int, int, str, str, str]], apart: frozenset[int] = frozenset()) -> list[DamagedRange]:
+    """Spans in offset order, overlapping or touching ones of one file joined; a span starting at an offset of `apart`
+    (a record restored, already given to the builders) is only ever joined by one that overlaps it, never by a
+    neighbour that merely touches it."""
     out: list[DamagedRange] = []
     for start, end, code, detail, path in sorted(spans):
         last = out[-1] if out else None
-        if last is not None and last.file == path and start <= last.end:
+        touching_only = start == last.end if last is not None else False
+        if last is not None and last.file == path and start <= last.end and not (touching_only and (start in apart or last.start in apart)):
             last.end = max(last.end, end)
             if code not in last.codes:
                 last.codes.append(code)
@@ -307,8 +353,8 @@ class _Scan:
     still in CommitLog order) are given to the builders last.
     """
 
-    def __init__(self, cl: CommitLog, mapper: Mapper, scan: ScanOptions, check_crc: bool, copies: dict[str, str] | None = None):
-        self.cl, self.mapper, self.scan, self.check_crc, self.copies = cl, mapper, scan, check_crc, copies or {}
+    def __init__(self, cl: CommitLog, mapper: Mapper, scan: ScanOptions, check_crc: bool, copies: dict[str, str] | None = None, root: str | None = None):
+        self.cl, self.mapper, self.scan, self.check_crc, self.copies, self.root = cl, mapper, scan, check_crc, copies or {}, root
         self.ranges: list[DamagedRange] = []
         self.data_end = -1
         self.records = 0
@@ -318,7 +364,7 @@ class _Scan:
         finds: list[_Finds] = []
         held: list[RangeResult] = []
         splits = commitlog_splits(self.cl, check_crc=self.check_crc)
-        for r, f in self.mapper(functools.partial(_scan_range, scan=self.scan, copies=self.copies), splits):
+        for r, f in self.mapper(functools.partial(_scan_range, scan=self.scan, copies=self.copies, root=self.root), splits):
             finds.append(f)
             if len(f.crc_failed):
                 bad = np.isin(r.phys, f.crc_failed)
@@ -343,22 +389,24 @@ class _Scan:
         # loads no CommitLog file of another size), and its missing bytes read as zeros there, where the walk would stop
         spans += [(a, b, P.CL_FILE_SIZE, f"{b - a} bytes missing: the file is {f.size} bytes, the others {self.cl.file_size}", f.path)
                   for f, a, b in short_files(self.cl) if a < data_end]  # fmt: skip
-        self.ranges = _merge(spans)
+        restored = {(r.phys, r.phys + r.length): r for f in finds for r in f.restored}
+        self.ranges = _merge(spans, frozenset(a for a, _ in restored))
         destroyed = sorted((d for f in finds for d in f.destroyed), key=lambda d: d["phys_offset"])
         at = [d["phys_offset"] for d in destroyed]
         for r in self.ranges:  # both in offset order: each range's records found by bisection, not a pass over all
             r.destroyed = destroyed[bisect.bisect_left(at, r.start) : bisect.bisect_left(at, r.end)]
+            r.restored = restored.get((r.start, r.end))  # only a range that is exactly the one record restored
         self.data_end = data_end
         self.records = sum(f.records for f in finds)
         self.flagged = [p for f in finds for p in f.flagged]
 
 
-def find_damage(cl: CommitLog, mapper: Mapper = map, check_crc: bool = True) -> tuple[list[DamagedRange], int, int, list[Problem]]:
+def find_damage(cl: CommitLog, mapper: Mapper = map, check_crc: bool = True, root: str | None = None) -> tuple[list[DamagedRange], int, int, list[Problem]]:
     """(damaged ranges, planned; end of the last intact record; records scanned; records flagged but accepted).
 
     check_crc=False finds no body CRC mismatch: those records stay as they are (faster).
     """
-    sc = _Scan(cl, mapper, ScanOptions(fold=_crc_failed), check_crc)
+    sc = _Scan(cl, mapper, ScanOptions(fold=_crc_failed), check_crc, root=root)
     for _ in sc.results():
         pass
     return sc.ranges, sc.data_end, sc.records, sc.flagged
@@ -413,7 +461,13 @@ def plan(cl: CommitLog, ranges: list[DamagedRange], data_end: int) -> None:
         seg = next(f for f in cl.files if f.path == r.file)
         r.before, r.after = _neighbours(cl, r)
         to_file_end = r.end >= seg.base + seg.size
-        if r.start >= data_end:
+        if r.restored is not None:
+            r.action = RESTORED
+            r.why = (
+                f"{' and '.join(r.restored.fields)} restored: the rest of the record is proven (body CRC, the size its fields add up to "
+                "equals the distance to the next record, its physicalOffset, properties, its ConsumeQueue unit)"
+            )
+        elif r.start >= data_end:
             r.action, r.why = LEFT, "no intact record after it: the broker's truncation there loses nothing"
         elif to_file_end:
             if r.length >= MIN_BLANK:
@@ -430,6 +484,8 @@ def plan(cl: CommitLog, ranges: list[DamagedRange], data_end: int) -> None:
 
 
 def _bytes_for(r: DamagedRange) -> bytes:
+    if r.action == RESTORED:
+        return r.restored.data
     if r.action == BLANKED:
         return blank_marker(r.length)
     ts = (r.before or {}).get("store_timestamp") or (r.after or {}).get("store_timestamp") or 0
@@ -562,7 +618,7 @@ def _build(
     rb = RebuildReport(report.store, report.out, settings, rb_options, report.commitlog_files, report.commitlog_bytes)
     rb.damaged.extend(report.layout)
     columns = ScanColumns(tmp) if options.verify and VERIFY_FROM_COLUMNS else None
-    scan = _Scan(cl, options.mapper, dispatch_options(settings, rb_options, fold=_crc_failed), options.check_crc, copies)
+    scan = _Scan(cl, options.mapper, dispatch_options(settings, rb_options, fold=_crc_failed), options.check_crc, copies, root=report.store)
     build_into(tmp, cl, settings, rb_options, rb, on_bytes, columns, results=scan.results())
     report.ranges, report.data_end, report.records, report.flagged = scan.ranges, scan.data_end, scan.records, scan.flagged
     # what the repaired copy no longer holds: the damage replaced, the body CRCs (its records are not checked again)
@@ -685,7 +741,7 @@ def repair(
 
         carried = CarriedState()
         carry_compaction(s, tmp, report.rebuild.queues if report.rebuild else [], carried)
-        carry_timer(s, tmp, [(r.start, r.end) for r in report.repaired], report.holes, carried)
+        carry_timer(s, tmp, [(r.start, r.end) for r in report.replaced], report.holes, carried)
         report.copied += carried.copied
         report.voided_timer_units = carried.voided_timer_units
         report.notes += carried.notes

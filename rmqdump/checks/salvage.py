@@ -15,6 +15,9 @@ to re-send (the producer's message, intact):
   after_recovery_stop  at or past the broker's new end (its body CRC checks)
   undispatched         before it, a queued type, no unit and no re-dispatch reaches it
   cq_damaged           the same, in a queue whose ConsumeQueue files are damaged
+  header_damaged       its magic code or totalSize is wrong, everything else proves it
+                       (rmqdump.scan.headerfix): given back with its header restored, when
+                       no consumer gets it after the restart (header_damaged())
 flagged (evidence, not to re-send):
   stale_tail           its queue offset is not above one its queue reached earlier in
                        the CommitLog: written before the records in front of it, the
@@ -35,9 +38,11 @@ import numpy as np
 
 from rmqdump.checks.recovery import Chains, RecoveryPreview, first_stop, preview
 from rmqdump.common.problems import Problem
+from rmqdump.readers.commitlog import SegmentFile
 from rmqdump.readers.consumequeue import QueueUnits, read_units
 from rmqdump.readers.mapped import MappedFile
 from rmqdump.readers.store import Store
+from rmqdump.scan.headerfix import MAGIC_CODE, Restored, restore_stretches
 from rmqdump.scan.queueorder import above_earlier, queue_key, queue_members
 from rmqdump.scan.ranges import range_batches
 from rmqdump.scan.splits import Split
@@ -47,11 +52,12 @@ from rmqdump.schemas import constants as C
 AFTER_STOP = "after_recovery_stop"
 UNDISPATCHED = "undispatched"
 CQ_DAMAGED = "cq_damaged"
+HEADER_DAMAGED = "header_damaged"
 STALE_TAIL = "stale_tail"
 DAMAGED = "damaged"
 KEPT_DAMAGED = "kept_damaged"
-REASONS = (AFTER_STOP, UNDISPATCHED, CQ_DAMAGED, STALE_TAIL, DAMAGED, KEPT_DAMAGED)
-TO_RESEND = (AFTER_STOP, UNDISPATCHED, CQ_DAMAGED)
+REASONS = (AFTER_STOP, UNDISPATCHED, CQ_DAMAGED, STALE_TAIL, DAMAGED, KEPT_DAMAGED, HEADER_DAMAGED)
+TO_RESEND = (AFTER_STOP, UNDISPATCHED, CQ_DAMAGED, HEADER_DAMAGED)
 FLAGGED = (STALE_TAIL, DAMAGED, KEPT_DAMAGED)
 NONE = -1  # reason code of a record that needs nothing
 BATCH_RECORDS = 16384  # records per scan batch: the pages and Arrow copies of one batch are what salvage holds
@@ -199,8 +205,9 @@ class _Chain:
         return None if self.last is None or self.count < 2 else (self.first, (self.last, self.count - 1))
 
 
-def survey_range(split: Split) -> tuple[dict[str, np.ndarray], list[str], list[Problem], int, tuple | None]:
-    """One byte range's compact columns (topic ids into the range's own topic list), its damage, its bytes, its chain."""
+def survey_range(split: Split) -> tuple[dict[str, np.ndarray], list[str], list[Problem], int, tuple | None, list[Restored]]:
+    """One byte range's compact columns (topic ids into the range's own topic list), its damage, its bytes, its chain,
+    and the records of its damaged stretches whose header alone is wrong, restored (with CRCs checked only)."""
     cols: dict[str, list[np.ndarray]] = {k: [] for k in SURVEY_DTYPES}
     names: dict[str, int] = {}
     damage: list[Problem] = []
@@ -225,7 +232,22 @@ def survey_range(split: Split) -> tuple[dict[str, np.ndarray], list[str], list[P
             cols["store_timestamp"].append(c["store_timestamp"].astype(np.int64))
         damage.extend(b.damage())
     arrays = {k: np.concatenate(v) if v else np.zeros(0, SURVEY_DTYPES[k]) for k, v in cols.items()}
-    return arrays, list(names), damage, split.length, chain.entry()
+    restored = restore_stretches(SegmentFile(split.path, split.base, split.size), damage) if split.check_crc else []
+    return arrays, list(names), damage, split.length, chain.entry(), restored
+
+
+def header_damaged(p: Plan, r: Restored, reach: Reach) -> bool:
+    """Whether a restored record is given back: no consumer gets it after the restart (it lies at or past the new
+    end; its magic is damaged, which the pull path's decoder refuses too; or no unit the restart keeps reaches it,
+    and no re-dispatch reads past its header), and it passes the filters."""
+    m = r.batch().message(0)
+    if p.topics is not None and m.topic not in p.topics:
+        return False
+    if (p.since is not None and m.store_timestamp < p.since) or (p.until is not None and m.store_timestamp >= p.until):
+        return False
+    if r.phys >= p.valid_end or MAGIC_CODE in r.fields:  # no walk and no pull decodes a record of another magic
+        return True
+    return not bool(reach.reached(np.array([r.phys]), np.array([r.length]))[0])
 
 
 def _regressed(ok: np.ndarray, topic: np.ndarray, queue_id: np.ndarray, qo: np.ndarray, n_topics: int, highest: dict) -> np.ndarray:

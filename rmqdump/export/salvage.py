@@ -34,8 +34,10 @@ from rmqdump.common.publish import publishing
 from rmqdump.export import arrowbatch
 from rmqdump.export.dataset import DICTIONARY_COLUMNS
 from rmqdump.readers.store import Store
+from rmqdump.scan.headerfix import Restored, store_units, unit_agrees
 from rmqdump.scan.ranges import Mapper
 from rmqdump.scan.splits import DEFAULT_SPLIT, commitlog_splits
+from rmqdump.schemas import constants as C
 
 FORMATS = ("parquet", "jsonl")
 MANIFEST = "manifest.json"
@@ -49,10 +51,13 @@ _REASONS = pa.array(S.REASONS, pa.string())
 
 
 _RAW = [arrowbatch.BODY_OFFSET_FIELD, arrowbatch.RAW_WITHOUT_BODY_FIELD]
+# a header_damaged record's restored fields (rmqdump.scan.headerfix: magic_code, total_size), as found and as restored;
+# null for every other record
+_HEADER = [("header_fields", pa.list_(pa.string())), ("header_found", pa.list_(pa.int64())), ("header_restored", pa.list_(pa.int64()))]
 
 
 def schema() -> pa.Schema:
-    return pa.schema([*arrowbatch.FIELDS, arrowbatch.BODY_FIELD, ("reason", pa.string()), *_RAW])
+    return pa.schema([*arrowbatch.FIELDS, arrowbatch.BODY_FIELD, ("reason", pa.string()), *_HEADER, *_RAW])
 
 
 def _base_schema() -> pa.Schema:
@@ -172,6 +177,7 @@ class SalvageResult:
     damage: list[dict] = field(default_factory=list)
     damage_count: int = 0
     damage_bytes: int = 0
+    header_damaged: list[dict] = field(default_factory=list)  # records given back with their header restored
     files: list[dict] = field(default_factory=list)
     records_scanned: int = 0
     filters: dict = field(default_factory=dict)
@@ -206,6 +212,7 @@ class SalvageResult:
             "damage": self.damage,
             "damage_count": self.damage_count,
             "damage_bytes": self.damage_bytes,
+            "header_damaged": self.header_damaged,
             "files": self.files,
             "seconds": round(self.seconds, 3),
         }
@@ -244,12 +251,15 @@ class _Window:
 
 
 def _survey(store: Store, spill: ColumnSpill, res: SalvageResult, check_crc: bool, split_size: int, on_bytes, mapper: Mapper):
-    """Every range's survey columns appended to `spill` in CommitLog order (topic indices into one list); (windows, topics, chains)."""
+    """Every range's survey columns appended to `spill` in CommitLog order (topic indices into one list); (windows,
+    topics, chains, the records restored from damaged stretches, in physical order)."""
     splits = commitlog_splits(store.commitlog, split_size, check_crc=check_crc)
     names: dict[str, int] = {}
     chains: dict = {}
     windows: list[_Window] = []
-    for sp, (arrays, topics, damage, nbytes, chain) in zip(splits, mapper(S.survey_range, splits), strict=True):
+    restored: dict[int, Restored] = {}
+    for sp, (arrays, topics, damage, nbytes, chain, found) in zip(splits, mapper(S.survey_range, splits), strict=True):
+        restored.update((r.phys, r) for r in found)
         if chain is not None:
             chains[chain[0]] = chain[1]
         if len(arrays["topic"]):
@@ -261,7 +271,7 @@ def _survey(store: Store, spill: ColumnSpill, res: SalvageResult, check_crc: boo
             res.note_damage(pr)
         if on_bytes is not None:
             on_bytes(nbytes)
-    return windows, list(names), chains
+    return windows, list(names), chains, [restored[k] for k in sorted(restored)]
 
 
 class _UnitsByWindow:
@@ -322,6 +332,20 @@ def _tally(res: SalvageResult, c: dict[str, np.ndarray], reason: np.ndarray, top
             per[r] = per.get(r, 0) + int(n)
 
 
+def _tally_restored(res: SalvageResult, r: Restored) -> None:
+    """Counts, bytes, range and topic of one record given back with its header restored; its manifest entry."""
+    m = r.batch().message(0)
+    code = S.HEADER_DAMAGED
+    res.counts[code] += 1
+    res.bytes[code] += r.length
+    res.ranges[code].add(np.array([r.phys]), np.array([r.phys + r.length]))
+    per = res.topics.setdefault(m.topic, {})
+    per[code] = per.get(code, 0) + 1
+    entry = {**r.to_dict(), "topic": m.topic, "queue_id": m.queue_id, "queue_offset": m.queue_offset, "uniq_key": m.properties.get(C.PROPERTY_UNIQ_KEY)}
+    if len(res.header_damaged) < S.RANGES_LISTED:
+        res.header_damaged.append(entry)
+
+
 @dataclass
 class _Chunk:
     """Chosen records of one window, sorted, to read again and turn into Arrow: their offsets, reason codes and the
@@ -331,6 +355,26 @@ class _Chunk:
     why: np.ndarray
     crc: np.ndarray
     prop_crc: np.ndarray
+
+
+def _with_header(rb: pa.RecordBatch, reason: pa.Array, r: Restored | None = None) -> pa.RecordBatch:
+    """A record batch of _base_schema() with the reason and header columns (of `r` when one restored record) added."""
+    at = rb.num_columns - len(_RAW)
+    n = rb.num_rows
+    cols = [reason]
+    for (_, typ), values in zip(
+        _HEADER, (None, None, None) if r is None else (r.fields, [r.found[k] for k in r.fields], [r.restored[k] for k in r.fields]), strict=True
+    ):
+        cols.append(pa.nulls(n, typ) if values is None else pa.array([values], typ))
+    for i, (name, col) in enumerate(zip(["reason", *(f[0] for f in _HEADER)], cols, strict=True)):
+        rb = rb.add_column(at + i, pa.field(name, col.type), col)
+    return rb
+
+
+def _restored_arrow(broker: str, r: Restored) -> pa.RecordBatch:
+    """One record given back with its header restored (its restored bytes, CRCs as the kernel checked them)."""
+    rb = arrowbatch.selected(r.batch(), np.array([0]), broker, _base_schema())
+    return _with_header(rb, pa.array([S.HEADER_DAMAGED], pa.string()), r)
 
 
 def _arrow(store: Store, broker: str, ch: _Chunk) -> Iterator[tuple[str, pa.RecordBatch]]:
@@ -344,7 +388,7 @@ def _arrow(store: Store, broker: str, ch: _Chunk) -> Iterator[tuple[str, pa.Reco
             for lo in range(0, len(rows), ROWS_PER_GROUP):  # a row group at a time: bodies and raw bytes are copies
                 rb = arrowbatch.selected(b, rows[lo : lo + ROWS_PER_GROUP], broker, _base_schema())
                 col = _REASONS.take(pa.array(why[lo : lo + ROWS_PER_GROUP].astype(np.int32)))
-                yield name, rb.add_column(rb.num_columns - len(_RAW), pa.field("reason", pa.string()), col)
+                yield name, _with_header(rb, col)
         # taken (Arrow holds copies): its pages of the map can go, as export does
         b.mf.release(int(b.cols["_pos"][0]), int(b.cols["_end"][-1]))
 
@@ -381,7 +425,11 @@ def salvage(
         try:
             # the survey first (the mapper's threads), then the recovery preview, whose walk steps over the stretches the
             # survey read without finding anything it stops at: every byte is scanned once
-            windows, topic_names, chains = _survey(store, cols, res, check_crc, split_size, on_bytes, mapper)
+            windows, topic_names, chains, restored = _survey(store, cols, res, check_crc, split_size, on_bytes, mapper)
+            if restored:  # the ConsumeQueue unit at its queue offset, where one exists, must name it
+                unit_at = store_units(store)
+                restored = [r for r in restored if unit_agrees(r, unit_at)]
+            at = np.searchsorted(np.array([w.start for w in windows], dtype=np.int64), [r.phys for r in restored], side="right") - 1
             cols.finish()
             p = S.plan(store, check_crc=check_crc, topics=topics, since=since, until=until, on_bytes=on_bytes, chains=lambda: chains)
             res.recovery = _recovery(p)
@@ -394,23 +442,38 @@ def salvage(
                     damaged.add(key)
             clf = S.Classifier(p, damaged)
 
-            def chunks() -> Iterator[_Chunk]:
-                """Each window classified and tallied, in order; its chosen records in chunks."""
+            def chunks() -> Iterator[_Chunk | Restored]:
+                """Each window classified and tallied, in order; its chosen records in chunks, and the records restored
+                in it given back, each in its place."""
                 for i, w in enumerate(windows):
                     c = cols.window(*w.rows)
                     _note_past(res.recovery, c)
-                    reason = clf.classify(c, topic_names, units.reach(i))
+                    reach = units.reach(i)
+                    reason = clf.classify(c, topic_names, reach)
                     _tally(res, c, reason, topic_names)
+                    mine = [r for r, j in zip(restored, at, strict=True) if j == i and S.header_damaged(p, r, reach)]
+                    for r in mine:
+                        _tally_restored(res, r)
                     wanted = np.flatnonzero(reason != S.NONE)
-                    for lo in range(0, len(wanted), CHUNK_ROWS):
-                        k = wanted[lo : lo + CHUNK_ROWS]
-                        yield _Chunk(c["phys"][k], reason[k], c["crc"][k], c["prop_crc"][k])
+                    # the records before each restored one first, then it: physical order
+                    cuts = [*np.searchsorted(c["phys"][wanted], [r.phys for r in mine]).tolist(), len(wanted)]
+                    prev = 0
+                    for cut, r in zip(cuts, [*mine, None], strict=True):
+                        for lo in range(prev, cut, CHUNK_ROWS):
+                            k = wanted[lo : min(cut, lo + CHUNK_ROWS)]
+                            yield _Chunk(c["phys"][k], reason[k], c["crc"][k], c["prop_crc"][k])
+                        if r is not None:
+                            yield r
+                        prev = cut
 
             names = schema().names
             sinks = {name: _Sink(os.path.join(tmp, f"{name}.{fmt}"), fmt, names) for name in SETS}
             # on this thread: Arrow building on the scan's workers was measured no faster (the sinks' thread and the
             # building already fill two cores) and held more copies in flight
             for ch in chunks():
+                if isinstance(ch, Restored):
+                    sinks["messages"].write(_restored_arrow(broker, ch))
+                    continue
                 for name, rb in _arrow(store, broker, ch):
                     sinks[name].write(rb)
         finally:

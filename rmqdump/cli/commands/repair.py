@@ -32,12 +32,19 @@ def _print_table(rep, s: dict) -> None:
     if not rep.ranges:
         p("damaged ranges: none (NEWDIR is a clean copy with rebuilt queues and index)")
     else:
-        p(f"damaged ranges: {len(rep.ranges)}, {s['repaired']} replaced ({s['repaired_bytes']} bytes), {s['left']} left to the broker's truncation")
+        p(
+            f"damaged ranges: {len(rep.ranges)}, {s['repaired']} replaced ({s['repaired_bytes']} bytes; {s['headers_restored']} by the record with its header restored), {s['left']} left to the broker's truncation"
+        )
         p(f"  {'phys_offset':>12} {'length':>7}  {'action':<6}  {'codes':<28} before -> after")
         for r in rep.ranges[:TABLE_ROWS]:
             p(f"  {r.start:>12} {r.length:>7}  {r.action:<6}  {','.join(r.codes):<28} {_rec(r.before)} -> {_rec(r.after)}")
             for d in r.destroyed:
                 p(f"  {'':>12} {'':>7}  destroyed: {_rec(d)} UNIQ_KEY {d['uniq_key']}")
+            if r.restored is not None:
+                from rmqdump.scan.headerfix import spelled
+
+                h = r.restored
+                p(f"  {'':>12} {'':>7}  header restored ({spelled(h.fields, h.found, h.restored)}): the record is kept at its offset")
             if r.action == "left":
                 p(f"  {'':>12} {'':>7}  {r.why}")
         if len(rep.ranges) > TABLE_ROWS:

@@ -37,6 +37,11 @@ def _print_table(d: dict) -> None:
         p(f"damage: {d['damage_count']} stretches ({d['damage_bytes']} bytes) not decodable, listed in manifest.json")
         for x in d["damage"][:TABLE_ROWS]:
             p(f"  {x['code']}: {x['file']}@{x['file_offset']}: {x['detail']}", markup=False)
+    for h in d["header_damaged"][:TABLE_ROWS]:
+        from rmqdump.scan.headerfix import spelled
+
+        was = spelled(h["header_fields"], h["found"], h["restored"])
+        p(f"  header_damaged @{h['phys_offset']} {h['topic']}/{h['queue_id']}#{h['queue_offset']} ({h['size']} B): {was}", markup=False)
     p("files:")
     for f in d["files"]:
         p(f"  {f['name']}: {f['rows']} rows, {f['bytes']} bytes, sha256 {f['sha256']}")

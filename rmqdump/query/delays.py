@@ -8,7 +8,7 @@ own view is `rmqdump timer list`.
 from __future__ import annotations
 
 from rmqdump.checks.journey import DELAY_UNDELIVERED
-from rmqdump.query.storejourneys import StoreJourneys, View
+from rmqdump.query.storejourneys import StoreJourneys, View, about
 from rmqdump.schemas import lifecycle as L
 
 
@@ -64,6 +64,6 @@ def delays(sj: StoreJourneys, store_arg: str) -> View:
     timers = timer_waiting(sj)
     if timers:
         v.rows.append({"kind": "timer", "waiting": timers, "see": f"rmqdump timer list -s {store_arg}"})
-    v.problems = sj.damage + [p for j in sj.found for p in j.problems if p.code == DELAY_UNDELIVERED]
+    v.problems = sj.damage + [about(p, j) for j in sj.found for p in j.problems if p.code == DELAY_UNDELIVERED]
     v.summary = {"levels": sum(1 for r in v.rows if r["kind"] == "level"), "scheduled": len(waiting), "timer_waiting": timers, "problems": len(v.problems)}
     return v

@@ -4,7 +4,7 @@ config files (the journey Context) and each queue's bounds. The views are folds 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from rmqdump.checks.journey import Context, Journey
 from rmqdump.common.problems import Problem
@@ -53,3 +53,8 @@ def store_journeys(store: Store, *, mapper: Mapper = map, check_crc: bool = True
     damage = [p for p in problems if id(p) in scanned]
     rest = [p for p in problems if id(p) not in scanned]
     return StoreJourneys(store, found, damage, rest, context(store, g.evidence))
+
+
+def about(p: Problem, j: Journey) -> Problem:
+    """A journey's problem as a view passes it on: naming the message (UNIQ_KEY), as `journey` does."""
+    return replace(p, extra={**p.extra, "uniq_key": j.uniq_key})

@@ -7,7 +7,7 @@ op evidence, and a second commit is the journey's own journey_double_commit prob
 from __future__ import annotations
 
 from rmqdump.checks.journey import BAD_EVIDENCE, COMMIT_WITHOUT_HALF, DOUBLE_COMMIT, Journey
-from rmqdump.query.storejourneys import StoreJourneys, View
+from rmqdump.query.storejourneys import StoreJourneys, View, about
 from rmqdump.schemas import lifecycle as L
 
 HALF_HOPS = (L.HOP_HALF, L.HOP_HALF_CHECK, L.HOP_PREPARED)
@@ -41,7 +41,7 @@ def transactions(sj: StoreJourneys) -> View:
         if row is None:
             continue
         v.rows.append(row)
-        v.problems += [p for p in j.problems if p.code in TX_PROBLEMS]
+        v.problems += [about(p, j) for p in j.problems if p.code in TX_PROBLEMS]
     v.rows += check_progress(sj)
     v.problems = sj.damage + v.problems + sj.evidence_problems((L.EVIDENCE_OP,), (BAD_EVIDENCE,))
     states: dict[str, int] = {}

@@ -93,6 +93,27 @@ def test_tx_lists_every_transaction_once_as_it_ended(name):
     assert rows[-1] == {"kind": "summary", "transactions": len(msgs), **dict(sorted(states.items())), "problems": len(doubles)}
 
 
+def test_tx_check_progress_behind_the_half_queue(tmp_path):
+    """A check service committed short of the half queue's end (consumerOffset.json edited in a copy): behind = max - committed."""
+    import shutil
+
+    src, dst = REAL / "rmq53-lifecycle" / "store", tmp_path / "store"
+    for d in ("commitlog", "consumequeue", "config"):
+        shutil.copytree(src / d, dst / d)
+    for f in ("consumerOffset.json", "consumerOffset.json.bak"):
+        p = dst / "config" / f
+        text = p.read_text()
+        assert '"RMQ_SYS_TRANS_HALF_TOPIC@CID_RMQ_SYS_TRANS":{0:57' in text
+        p.write_text(text.replace('"RMQ_SYS_TRANS_HALF_TOPIC@CID_RMQ_SYS_TRANS":{0:57', '"RMQ_SYS_TRANS_HALF_TOPIC@CID_RMQ_SYS_TRANS":{0:40'))
+    r = run("tx", "-s", dst, "-f", "jsonl")
+    assert r.exit_code == 0, r.stderr
+    half_max = broker_queues("rmq53-lifecycle")[(HALF, 0)]["maxOffset"]
+    assert [(x["topic"], x["committed"], x["max_offset"], x["behind"]) for x in kind(jsonl(r.stdout), "check_progress")] == [
+        (HALF, 40, half_max, half_max - 40),
+        (OP, _offsets("rmq53-lifecycle")[("CID_RMQ_SYS_TRANS", OP, 0)], broker_queues("rmq53-lifecycle")[(OP, 0)]["maxOffset"], 0),
+    ]
+
+
 def _commits(name: str, key: str) -> list[int]:
     m = next(m for m in truth(name)["messages"] if m["uniqKey"] == key)
     return sorted(c["commitLogOffset"] for c in m["storeCopies"] if c["topic"] == m["topic"])

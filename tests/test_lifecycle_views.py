@@ -272,6 +272,28 @@ def test_delay_on_a_store_of_the_store_code_alone():
     assert {r["level"]: r["delay_offset"] for r in kind(rows, "level")} == {lv: _delay_offsets("rmq4-flags").get(lv) for lv in (1, 2, 3, 18)}
 
 
+def test_delay_level_delivered_past_a_waiting_message(tmp_path):
+    """config/delayOffset.json (in a copy) says level 18 was delivered past its waiting messages: the journeys'
+    journey_delay_undelivered is passed on, each naming its message, and the level shows the file's offset."""
+    import shutil
+
+    src, dst = REAL / "rmq53-lifecycle" / "store", tmp_path / "store"
+    for d in ("commitlog", "consumequeue", "config"):
+        shutil.copytree(src / d, dst / d)
+    level18 = [m for m in truth("rmq53-lifecycle")["messages"] if m["kind"] == "delay" and not m["deliveredBeforeShutdown"] and m["delayLevel"] == 18]
+    past = 1 + max(last_copy(m)["queueOffset"] for m in level18)
+    for f in ("delayOffset.json", "delayOffset.json.bak"):
+        p = dst / "config" / f
+        p.write_text(p.read_text().replace("18:0", f"18:{past}"))
+    r = run("delay", "-s", dst, "-f", "jsonl")
+    rows = jsonl(r.stdout)
+    assert r.exit_code == 1, r.stderr
+    assert {(p["code"], p["uniq_key"], p["phys_offset"]) for p in kind(rows, "problem")} == {
+        ("journey_delay_undelivered", m["uniqKey"], last_copy(m)["commitLogOffset"]) for m in level18
+    }
+    assert next(x for x in kind(rows, "level") if x["level"] == 18)["delay_offset"] == past
+
+
 # --- every other store: empty views -----------------------------------------------------------------
 
 
@@ -291,3 +313,13 @@ def test_tables_and_unreadable_stores(command, tmp_path):
     assert r.stdout.lstrip().startswith(first)
     r = run(command, "-s", tmp_path / "missing")
     assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1 and str(tmp_path / "missing") in r.stderr
+
+
+@pytest.mark.parametrize("command", ["tx", "pop", "delay"])
+def test_commitlog_damage_is_passed_on(command):
+    """A record whose body fails its CRC (damage.json): the view may miss what it held, so it says where and exits 1."""
+    damage = json.loads((REAL / "rmq53-damaged-bodycrc" / "damage.json").read_text())
+    code, rows = view(command, "rmq53-damaged-bodycrc")
+    probs = kind(rows, "problem")
+    assert code == 1 and [(p["code"], p["phys_offset"]) for p in probs] == [("body_crc_mismatch", r["physicalOffset"]) for r in damage["recordsHit"]]
+    assert all(p["file"].endswith(damage["file"]) for p in probs) and rows[-1]["problems"] == len(probs)

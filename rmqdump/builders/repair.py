@@ -49,7 +49,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from rmqdump.builders.filler import BLANKED, FILLER, MIN_BLANK, MIN_FILLER, REPAIR_DIR, REPORT, blank_marker, filler_record
+from rmqdump.builders.filler import BLANKED, FILLER, MIN_BLANK, MIN_FILLER, REPAIR_DIR, REPORT, RESTORED, blank_marker, filler_record
 from rmqdump.builders.rebuild import (
     VERIFY_FROM_COLUMNS,
     RangeResult,

@@ -1,0 +1,70 @@
+"""How the store-wide lifecycle views (`tx`, `pop`, `delay`) run and print: one mapped scan into journeys, a fold, then
+a table per row kind (or JSON Lines), a summary line, and the exit code (1 when the view passes a problem through)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from rmqdump.cli import render
+from rmqdump.cli.commands.options import ListFormat
+
+
+def scan(store: Path, workers: int | None, check_crc: bool, label: str):
+    """The store's journeys (rmqdump.query.storejourneys), with a progress bar on a terminal."""
+    from rmqdump.engines.local import local_map
+    from rmqdump.query.storejourneys import store_journeys
+    from rmqdump.readers.store import Store
+
+    st = Store.open(store)
+    total = sum(f.size for f in st.commitlog.files)
+    with render.progress(total, label, enabled=None) as advance:
+        return store_journeys(st, mapper=local_map(workers, total), check_crc=check_crc, on_bytes=advance)
+
+
+def show(view, fmt: ListFormat, noun: str) -> None:
+    """Print the view and exit: 0 nothing passed through, 1 a problem."""
+    if fmt is ListFormat.jsonl:
+        for row in view.rows:
+            render.jsonl(row)
+        for p in view.problems:
+            render.jsonl(p.to_dict())
+        render.jsonl({"kind": "summary", **view.summary})
+    else:
+        _tables(view.rows)
+        for p in view.problems:
+            render.err.print(f"rmqdump: {p.line()}", highlight=False)
+        render.err.print(", ".join(f"{n} {k.replace('_', ' ')}" for k, n in view.summary.items()) or f"no {noun}", highlight=False)
+    raise typer.Exit(1 if view.problems else 0)
+
+
+def _cell(value) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, dict):
+        return " ".join(str(x) for x in value.values())
+    if isinstance(value, list):
+        return ",".join(str(x) for x in value)
+    return str(value)
+
+
+def _tables(rows: list[dict]) -> None:
+    """One table per row kind, in the order the kinds first appear; a note is printed as text."""
+    from rich.table import Table
+
+    from rmqdump.common.timeutil import iso
+
+    kinds: dict[str, list[dict]] = {}
+    for r in rows:
+        kinds.setdefault(r["kind"], []).append(r)
+    for kind, rs in kinds.items():
+        if kind in ("note", "timer"):
+            for r in rs:
+                render.out.print(r.get("text") or f"{r['waiting']} messages wait in the timer wheel: see {r['see']}", markup=False)
+            continue
+        cols = [k for k in rs[0] if k != "kind"]
+        t = Table(*cols, title=kind, box=None, header_style="bold", title_justify="left")
+        for r in rs:
+            t.add_row(*(iso(r[c]) if c in ("due_time", "invisible_until") and r[c] is not None else _cell(r[c]) for c in cols))
+        render.out.print(t)

@@ -429,3 +429,34 @@ def test_pop_ack_of_the_latest_checkpoint_decides():
     (j,) = link([msg], ctx)
     assert j.verdict.groups == {"G": "acked"}
     assert len(j.evidence) == 4
+
+
+@pytest.mark.parametrize("via", ["queues", "scan"])
+@pytest.mark.parametrize("name", LIFECYCLE)
+def test_lifecycle_journeys_through_the_queues_or_a_scan(name, via):
+    """The store-wide views' input: every message the broker moved or a POP consumer popped, with its copies and state,
+    whether found through the system queues and the index or by the whole-store scan."""
+    from rmqdump.query.journeys import lifecycle_journeys
+    from rmqdump.readers.store import Store
+
+    found, problems, g, ctx = lifecycle_journeys(Store.open(REAL / name / "store"), via=via)
+    assert g.how == ("queues" if via == "queues" else "scan")
+    moved = [m for m in truth(name)["messages"] if m["kind"] != "normal" or len(m["storeCopies"]) > 1]
+    by_key = {j.uniq_key: j for j in found}
+    assert set(by_key) == {m["uniqKey"] for m in moved}
+    for m in moved:
+        j = by_key[m["uniqKey"]]
+        assert sorted((c.topic, c.queue_id, c.queue_offset, c.phys_offset) for c in j.copies) == sorted(
+            (c["topic"], c["queueId"], c["queueOffset"], c["commitLogOffset"]) for c in m["storeCopies"]
+        )
+        assert j.verdict.state == expected_state(m)
+    assert problems == []
+    assert {(p.code, j.uniq_key) for j in found for p in j.problems} == expected_problems(name)
+    about = {
+        off
+        for off, rec in records(name).items()
+        if rec["topic"] == "RMQ_SYS_TRANS_OP_HALF_TOPIC"
+        or rec["topic"].startswith("rmq_sys_REVIVE_LOG_")
+        or (rec["topic"] == "rmq_sys_wheel_timer" and rec["properties"].get("REAL_TOPIC", "").startswith("rmq_sys_REVIVE_LOG_"))
+    }
+    assert sorted(e.phys_offset for e in ctx.evidence) == sorted(about)

@@ -14,7 +14,7 @@ import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
-from rmqdump.checks.journey import Context, Journey, link, orphan_checkpoints
+from rmqdump.checks.journey import BAD_EVIDENCE, ORPHAN_CHECKPOINT, Context, Journey, link, orphan_checkpoints
 from rmqdump.checks.offsets import OFFSETS_FILE, offset_table
 from rmqdump.common.problems import InputError, Problem
 from rmqdump.query.lookup import Index
@@ -42,7 +42,8 @@ class Gathered:
     evidence: list[Evidence] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)  # CommitLog damage met on the way
     scanned_bytes: int = 0
-    how: str = ""  # "index", "scan"
+    how: str = ""  # "index", "scan", "queues"
+    reached: int = 0  # how far into the CommitLog the queues read reach
 
 
 def _config(store: Store, name: str) -> tuple[object, str | None]:
@@ -136,48 +137,134 @@ def _evidence_queues(store: Store) -> list:
     ]
 
 
-def lookup_store(store: Store, ids: list[str], *, check_crc: bool = True) -> Gathered:
+def _queue_records(store: Store, queues, g: Gathered, *, check_crc: bool, units=None) -> Iterator[Copy | Evidence]:
+    """The records the units of these queues name (all units, or `units`: (queue, unit index) pairs), read whole; what
+    cannot be read is a problem on `g`. Notes on `g.reached` how far into the CommitLog the queues go."""
+    pairs = units if units is not None else ((q, i) for q in queues for i in range(*q.bounds()))
+    for q, i in pairs:
+        u = q.unit_at(i)
+        if u is None:
+            continue
+        g.reached = max(g.reached, u[0] + 1)
+        m = read_at(store.commitlog, u[0], check_crc=check_crc, with_body=True)
+        if isinstance(m, Problem):
+            g.problems.append(m)
+            continue
+        r = read_record(m, m.body)
+        if r is not None:
+            yield r
+
+
+def lookup_store(store: Store, ids: list[str], *, check_crc: bool = True, moved: bool = False) -> Gathered:
     """The copies of the messages `ids` name (UNIQ_KEYs or offset msgIds) through the index, the records about messages
-    through their queues, and both in the CommitLog past where the index and those queues reach."""
+    through their queues, and both in the CommitLog past where the index and those queues reach. moved: every copy the
+    broker moved found past there is wanted too (with its message's earlier copies, through the index)."""
     g = Gathered(how="index")
-    keys = set()
     with Index(store.root) as index:
-        for text in ids:
-            keys.add(resolve_key(index, text))
-        for key in sorted(keys):
-            res = index.lookup(key)
-            g.problems += res.unreadable
-            for m in res.messages:
-                if m.uniq_key == key or (m.uniq_key is None and m.msg_id == key):
-                    r = read_record(m)
-                    if isinstance(r, Copy):
-                        g.copies.append(r)
-        tail = _indexed_end(index)
-    reached = tail
-    for q in _evidence_queues(store):
-        lo, hi = q.bounds()
-        for i in range(lo, hi):
-            u = q.unit_at(i)
-            if u is None:
-                continue
-            phys = u[0]
-            reached = max(reached, phys + 1)
-            m = read_at(store.commitlog, phys, check_crc=check_crc, with_body=True)
-            if isinstance(m, Problem):
-                g.problems.append(m)
-                continue
-            r = read_record(m, m.body)
-            if isinstance(r, Evidence):
-                g.evidence.append(r)
-    start = min(tail, reached)
-    seen = {c.phys_offset for c in g.copies} | {e.phys_offset for e in g.evidence}
-    for b in scan_commitlog(store.commitlog, from_offset=start, check_crc=check_crc):
-        g.problems += b.problems()
-        g.scanned_bytes += int(b.phys[-1]) - int(b.phys[0]) if len(b) else 0
-        copies, evidence = _fold(frozenset(keys), b, None)
-        g.copies += [c for c in copies if c.phys_offset not in seen]
-        g.evidence += [e for e in evidence if e.phys_offset not in seen]
+        keys = {resolve_key(index, text) for text in ids}
+        g.reached = tail = _indexed_end(index)
+        g.evidence += [r for r in _queue_records(store, _evidence_queues(store), g, check_crc=check_crc) if isinstance(r, Evidence)]
+        seen: set[int] = set()
+        _indexed_copies(index, sorted(keys), g, seen)
+        for e in g.evidence:
+            seen.add(e.phys_offset)
+        more: set[str] = set()
+        for b in scan_commitlog(store.commitlog, from_offset=min(tail, g.reached), check_crc=check_crc):
+            g.problems += b.problems()
+            g.scanned_bytes += int(b.phys[-1]) - int(b.phys[0]) if len(b) else 0
+            copies, evidence = _fold(None if moved else frozenset(keys), b, None)
+            for c in copies:
+                if c.phys_offset not in seen and (c.uniq_key in keys or (moved and c.hop != L.HOP_PUT)):
+                    seen.add(c.phys_offset)
+                    g.copies.append(c)
+                    if c.uniq_key not in keys:
+                        more.add(c.uniq_key)
+            g.evidence += [e for e in evidence if e.phys_offset not in seen]
+        _indexed_copies(index, sorted(more), g, seen)
     return g
+
+
+def _indexed_copies(index: Index, keys: list[str], g: Gathered, seen: set[int]) -> None:
+    for key in keys:
+        res = index.lookup(key)
+        g.problems += res.unreadable
+        for m in res.messages:
+            if m.phys_offset not in seen and (m.uniq_key == key or (m.uniq_key is None and m.msg_id == key)):
+                r = read_record(m)
+                if isinstance(r, Copy):
+                    seen.add(m.phys_offset)
+                    g.copies.append(r)
+
+
+def _moved_queues(store: Store) -> list:
+    """The queues the broker moves messages through (delays, the timer, transactions, retries, the DLQ)."""
+    return [
+        q
+        for (t, _), q in sorted(store.queues.items())
+        if t in (L.SCHEDULE_TOPIC, L.TIMER_TOPIC, L.TRANS_HALF_TOPIC, L.TRANS_CHECK_MAX_TIME_TOPIC) or t.startswith((L.RETRY_PREFIX, L.DLQ_PREFIX))
+    ]
+
+
+def lifecycle_keys(store: Store, *, check_crc: bool = True) -> tuple[list[str], Gathered]:
+    """The UNIQ_KEYs of every message the broker moved or a POP consumer popped, read through the queues (their system
+    and retry topics, and the positions POP checkpoints name); and what was met on the way."""
+    g = Gathered(how="queues")
+    keys: dict[str, None] = {}
+    for r in _queue_records(store, _moved_queues(store), g, check_crc=check_crc):
+        if isinstance(r, Copy):
+            keys.setdefault(r.uniq_key)
+    cks = [r for r in _queue_records(store, _evidence_queues(store), g, check_crc=check_crc) if isinstance(r, Evidence) and r.hop == L.EVIDENCE_CHECKPOINT]
+    named = sorted({pos for ck in cks for pos in ck.names})
+    units = [(store.queues[(t, q)], qo) for t, q, qo in named if (t, q) in store.queues]
+    for r in _queue_records(store, (), g, check_crc=check_crc, units=units):
+        if isinstance(r, Copy):
+            keys.setdefault(r.uniq_key)
+    return list(keys), g
+
+
+def _interesting(j: Journey) -> bool:
+    return len(j.copies) > 1 or j.copies[0].hop != L.HOP_PUT or bool(j.evidence)
+
+
+def lifecycle_journeys(store: Store, *, mapper: Mapper = map, check_crc: bool = True, on_bytes=None, via: str | None = None):
+    """The journeys of every message the broker moved or a POP consumer popped (the store-wide views' input). Returns
+    the journeys, the problems (CommitLog damage met, evidence that is not what the broker writes, orphan checkpoints),
+    the Gathered records (g.problems: the damage) and the Context.
+
+    via "queues": through the system and retry queues, the positions POP checkpoints name and the index, plus the
+    CommitLog past where they reach: a few reads however big the store. via "scan": the whole-store two-pass scan,
+    which also finds what no queue names (a 4.x-style prepared or rolled back record). Default: the scan for a
+    CommitLog under SCAN_BELOW or a store without ConsumeQueues, else the queues."""
+    if via is None:
+        via = "scan" if _data_bytes(store) < SCAN_BELOW or not store.queues else "queues"
+    if via == "scan":
+        found, problems, ctx = [], [], Context()
+        g = Gathered(how="scan")
+        for item in all_journeys(store, mapper=mapper, check_crc=check_crc, on_bytes=on_bytes, spell=False):
+            if isinstance(item, list):
+                problems = item
+            elif isinstance(item, Context):
+                ctx = item
+            elif isinstance(item, Journey) and _interesting(item):
+                found.append(item)
+        g.problems = [p for p in problems if p.code not in (ORPHAN_CHECKPOINT, BAD_EVIDENCE)]
+        g.copies = [c for j in found for c in j.copies]
+        g.evidence = ctx.evidence
+        return found, problems, g, ctx
+    end = recovery_end_of(store, check_crc)
+    keys, first = lifecycle_keys(store, check_crc=check_crc)
+    g = lookup_store(store, keys, check_crc=check_crc, moved=True)
+    g.how = "queues"
+    g.problems = first.problems + [p for p in g.problems if p not in first.problems]
+    ctx = context(store, g.evidence, recovery_end=end)
+    for c in g.copies:
+        if end is not None and c.phys_offset + c.total_size > end:
+            c.recovery_drops = True
+    _due_times(store, g.copies)
+    found = [j for j in link(g.copies, ctx) if _interesting(j)]
+    known = {c.pos for c in g.copies}
+    problems = list(g.problems) + orphan_checkpoints(ctx, known, {k: q.bounds() for k, q in store.queues.items()})
+    return found, problems, g, ctx
 
 
 def resolve_key(index: Index, text: str) -> str:
@@ -241,15 +328,15 @@ def recovery_end_of(store: Store, check_crc: bool = True) -> int | None:
     return preview(store, check_crc=check_crc, count_after=False).valid_end
 
 
-def all_journeys(store: Store, *, mapper: Mapper = map, check_crc: bool = True, broker: str | None = None, on_bytes=None):
+def all_journeys(store: Store, *, mapper: Mapper = map, check_crc: bool = True, broker: str | None = None, on_bytes=None, spell: bool = True):
     """Every journey of the store in bounded memory (rmqdump.query.journeyscan): Rendered chunks, then linked Journeys,
-    then the list of problems."""
+    then the list of problems. spell=False: the single-copy journeys are only counted, not spelled."""
     from rmqdump.query.journeyscan import every_journey
 
     end = recovery_end_of(store, check_crc)
     return every_journey(
         store, lambda ev: context(store, ev, recovery_end=end), mapper=mapper, check_crc=check_crc, recovery_end=end, broker=broker,
-        on_bytes=on_bytes, prepare=lambda copies: _due_times(store, copies),
+        on_bytes=on_bytes, prepare=lambda copies: _due_times(store, copies), spell=spell,
     )  # fmt: skip
 
 

@@ -198,6 +198,7 @@ class _Render:
     pop_topics: frozenset[str]
     recovery_end: int | None
     broker: str | None
+    spell: bool = True  # False: only the records of messages to link are wanted (the store-wide views)
 
 
 def _render_fold(r: _Render, b, _cols):
@@ -219,7 +220,7 @@ def _render_fold(r: _Render, b, _cols):
     copies, _ = _objects(b, link_rows)
     fast = idx[keep]
     out = Rendered("", 0, nbytes=0, copies=copies)
-    if not len(fast):
+    if not len(fast) or not r.spell:
         return out
     _, _, _, _, _, toffs, tbuf, tags, uoffs, ubuf, _, krows, koffs, kbuf, _ = p.props
     speller = _Speller(r.judge, b.seg.path, r.broker)
@@ -259,9 +260,9 @@ def render(split, r: _Render) -> Rendered:
 
 
 def every_journey(store: Store, ctx_of, *, mapper: Mapper = map, check_crc: bool = True, recovery_end: int | None = None,
-                  broker: str | None = None, on_bytes=None, prepare=None) -> Iterator:
+                  broker: str | None = None, on_bytes=None, prepare=None, spell: bool = True) -> Iterator:
     """Rendered chunks (single-copy journeys, in CommitLog order), then the linked Journeys in the order of their first
-    copy, then the problems (scan damage, orphan checkpoints) as one list. `ctx_of(evidence)` makes the Context;
+    copy, then the Context they were judged against, then the problems (scan damage, orphan checkpoints) as one list. `ctx_of(evidence)` makes the Context;
     `prepare(copies)` completes the Copies to link before they are linked."""  # fmt: skip
     splits = commitlog_splits(store.commitlog, DEFAULT_SPLIT, check_crc=check_crc)
     hashes, copies, evidence, problems = [], [], [], []
@@ -278,7 +279,7 @@ def every_journey(store: Store, ctx_of, *, mapper: Mapper = map, check_crc: bool
     twice = allh[1:][allh[1:] == allh[:-1]] if len(allh) > 1 else allh[:0]
     del allh
     linked = np.unique(np.concatenate([twice, text_hashes([c.uniq_key for c in copies])]))
-    spec = _Render(linked, PutJudge.of(ctx), frozenset(ctx.pop.groups_of_topic), recovery_end, broker)
+    spec = _Render(linked, PutJudge.of(ctx), frozenset(ctx.pop.groups_of_topic), recovery_end, broker, spell)
     for part in mapper(functools.partial(render, r=spec), commitlog_splits(store.commitlog, RENDER_SPLIT, check_crc=check_crc)):
         copies += part.copies
         if on_bytes is not None:
@@ -292,6 +293,7 @@ def every_journey(store: Store, ctx_of, *, mapper: Mapper = map, check_crc: bool
     yield from link(copies, ctx)
     known = {c.pos for c in copies}
     bounds = {k: q.bounds() for k, q in store.queues.items()}
+    yield ctx
     yield problems + orphan_checkpoints(ctx, known, bounds)
 
 

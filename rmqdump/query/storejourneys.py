@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, replace
 
 from rmqdump.checks.journey import Context, Journey
 from rmqdump.common.problems import Problem
-from rmqdump.query.journeys import context, journeys
+from rmqdump.query.journeys import lifecycle_journeys
 from rmqdump.readers.store import Store
 from rmqdump.scan.ranges import Mapper
 
@@ -47,12 +47,13 @@ class View:
 
 
 def store_journeys(store: Store, *, mapper: Mapper = map, check_crc: bool = True, on_bytes=None) -> StoreJourneys:
-    """Every journey in one mapped scan of the CommitLog (rmqdump.query.journeys), split into damage and evidence problems."""
-    found, problems, g = journeys(store, None, mapper=mapper, check_crc=check_crc, on_bytes=on_bytes)
+    """The journeys of every message the broker moved or a POP consumer popped (rmqdump.query.journeys: through the
+    queues and the index, or one mapped scan without ConsumeQueues), split into damage and evidence problems."""
+    found, problems, g, ctx = lifecycle_journeys(store, mapper=mapper, check_crc=check_crc, on_bytes=on_bytes)
     scanned = {id(p) for p in g.problems}
     damage = [p for p in problems if id(p) in scanned]
     rest = [p for p in problems if id(p) not in scanned]
-    return StoreJourneys(store, found, damage, rest, context(store, g.evidence))
+    return StoreJourneys(store, found, damage, rest, ctx)
 
 
 def about(p: Problem, j: Journey) -> Problem:

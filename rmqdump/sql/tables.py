@@ -429,35 +429,41 @@ def offsets(stores: list[StoreRef], columns: list[str]) -> Iterator[pa.RecordBat
             yield _batch(schema, {c: vals[c] for c in columns})
 
 
-def _journeys(ref: StoreRef, on_bytes, mapper):
-    from rmqdump.query.journeys import journeys
+def _journey_rows(table: str, ref: StoreRef, on_bytes, mapper) -> Iterator[list[dict]]:
+    """The rows of one journey table for a store, a range's single-copy journeys at a time, then the linked ones."""
+    import json
 
-    found, _, _ = journeys(Store.open(ref.root), None, mapper=mapper, on_bytes=on_bytes)
-    return found
+    from rmqdump.checks.journey import Journey
+    from rmqdump.query.journeys import all_journeys
+    from rmqdump.query.journeyscan import Rendered
+
+    for item in all_journeys(Store.open(ref.root), mapper=mapper, on_bytes=on_bytes, spell=table != "evidence"):
+        if isinstance(item, Rendered):
+            rows = [json.loads(line) for line in item.text.splitlines()]
+            if table == "journeys":
+                copies = {r["uniq_key"]: r for r in rows if r["kind"] == "copy"}
+                yield [_journey_row(r, 1, copies[r["uniq_key"]]["phys_offset"], []) for r in rows if r["kind"] == "verdict"]
+            elif table == "copies":
+                yield [r for r in rows if r["kind"] == "copy"]
+        elif isinstance(item, Journey):
+            if table == "journeys":
+                yield [_journey_row(item.verdict.to_dict(), len(item.copies), item.copies[0].phys_offset, [p.code for p in item.problems])]
+            else:
+                yield [r for r in item.rows() if r["kind"] == _ROW_KIND[table]]
 
 
-def _rows_batches(ref: StoreRef, table: str, columns: list[str], rows: list[dict]) -> Iterator[pa.RecordBatch]:
-    schema = arrow_schema(table, columns)
-    for lo in range(0, len(rows), PROBLEM_BATCH):
-        chunk = rows[lo : lo + PROBLEM_BATCH]
-        yield _batch(schema, {c: [ref.name] * len(chunk) if c == "broker" else [r[c] for r in chunk] for c in columns})
+def _journey_row(v: dict, copies: int, first: int, problems: list[str]) -> dict:
+    return {**v, "groups": list(v["groups"].items()), "copies": copies, "first_phys_offset": first, "problems": problems}
 
 
 _ROW_KIND = {"copies": "copy", "evidence": "evidence"}
 
 
 def journey_tables(table: str, stores: list[StoreRef], columns: list[str], on_bytes=None, mapper: Mapper = map) -> Iterator[pa.RecordBatch]:
-    """`copies`, `evidence` or `journeys`: the rows `rmqdump journey --all` prints, store by store."""
+    """`copies`, `evidence` or `journeys`: the rows `rmqdump journey --all` prints, store by store, in bounded memory."""
+    schema = arrow_schema(table, columns)
     for ref in stores:
-        rows: list[dict] = []
-        for j in _journeys(ref, on_bytes, mapper):
-            if table == "journeys":
-                v = j.verdict
-                rows.append(
-                    {"uniq_key": j.uniq_key, "state": v.state, "groups": list(v.groups.items()), "why": v.why, "due_time": v.due_time,
-                     "copies": len(j.copies), "first_phys_offset": j.copies[0].phys_offset, "problems": [p.code for p in j.problems]}
-                )  # fmt: skip
-            else:
-                rows += [r for r in j.rows() if r["kind"] == _ROW_KIND[table]]
-        yield from _rows_batches(ref, table, columns, rows)
-
+        for rows in _journey_rows(table, ref, on_bytes, mapper):
+            for lo in range(0, len(rows), PROBLEM_BATCH):
+                chunk = rows[lo : lo + PROBLEM_BATCH]
+                yield _batch(schema, {c: [ref.name] * len(chunk) if c == "broker" else [r[c] for r in chunk] for c in columns})

@@ -92,6 +92,7 @@ def _every(roots, fleet_given: bool, fmt: ListFormat, workers, check_crc, engine
     """--all: every journey of each store, in bounded memory (single-copy journeys streamed as the ranges are read)."""
     from collections import Counter
 
+    from rmqdump.checks.journey import Journey
     from rmqdump.cli.commands.options import range_mapper
     from rmqdump.common.problems import InputError
     from rmqdump.query.journeys import all_journeys
@@ -122,7 +123,7 @@ def _every(roots, fleet_given: bool, fmt: ListFormat, workers, check_crc, engine
                 elif isinstance(item, list):
                     n_problems += len(item)
                     _emit([], item, fmt, broker)
-                else:
+                elif isinstance(item, Journey):
                     total += 1
                     states[item.verdict.state] += 1
                     groups.update(item.verdict.groups.items())

@@ -9,6 +9,20 @@ columns and types of the `rmqdump sql` tables (`rmqdump sql --schema`); see
 rmqdump.engines.spark.api for how the rows are made. Needs PySpark.
 """
 
-from rmqdump.engines.spark.api import compacted, copies, evidence, index_entries, journeys, messages, offsets, problems, register, units
+from rmqdump.engines.spark.api import (
+    compacted,
+    copies,
+    delays,
+    evidence,
+    index_entries,
+    journeys,
+    messages,
+    offsets,
+    pops,
+    problems,
+    register,
+    transactions,
+    units,
+)
 
-__all__ = ["compacted", "copies", "evidence", "index_entries", "journeys", "messages", "offsets", "problems", "register", "units"]
+__all__ = ["compacted", "copies", "delays", "evidence", "index_entries", "journeys", "messages", "offsets", "pops", "problems", "register", "transactions", "units"]

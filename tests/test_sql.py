@@ -208,7 +208,7 @@ def test_schema_lists_every_table_and_column():
     rows = jsonl(r.stdout)
     assert {(x["table"], x["column"]) for x in rows} == {(t, c.name) for t, cols in TABLES.items() for c in cols}
     assert all(x["meaning"] for x in rows)
-    assert set(TABLES) == {"messages", "units", "index_entries", "problems", "offsets", "compacted", "copies", "evidence", "journeys"}
+    assert set(TABLES) == {"messages", "units", "index_entries", "problems", "offsets", "compacted", "copies", "evidence", "journeys", "transactions", "pops", "delays"}
     from rmqdump.export.arrowbatch import schema
 
     assert columns_of("messages") == schema(with_body=True).names

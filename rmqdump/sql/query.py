@@ -151,6 +151,9 @@ def _reader(name: str, stores: list[StoreRef], cols: list[str], on_bytes, failed
         "copies": lambda: T.journey_tables("copies", stores, cols, on_bytes, mapper),
         "evidence": lambda: T.journey_tables("evidence", stores, cols, on_bytes, mapper),
         "journeys": lambda: T.journey_tables("journeys", stores, cols, on_bytes, mapper),
+        "transactions": lambda: T.lifecycle_tables("transactions", stores, cols, on_bytes, mapper),
+        "pops": lambda: T.lifecycle_tables("pops", stores, cols, on_bytes, mapper),
+        "delays": lambda: T.lifecycle_tables("delays", stores, cols, on_bytes, mapper),
     }
 
     def batches():

@@ -204,6 +204,42 @@ TABLES: dict[str, list[Column]] = {
         ("first_phys_offset", pa.int64(), "CommitLog offset of its first copy"),
         ("problems", pa.list_(pa.string()), "codes of what is odd about its journey"),
     ),
+    "transactions": _cols(
+        _BROKER,
+        ("uniq_key", pa.string(), "the transaction's message"),
+        ("state", pa.string(), "tx_pending, tx_committed, tx_rolled_back, tx_discarded (or dead_letter after its commit)"),
+        ("checks", pa.int32(), "broker checks so far (the highest TRANSACTION_CHECK_TIMES)"),
+        ("halves", pa.int32(), "half copies (the first, and one per check)"),
+        ("first_half_offset", pa.int64(), "CommitLog offset of the first half"),
+        ("last_half_offset", pa.int64(), "CommitLog offset of the latest half"),
+        ("op_offset", pa.int64(), "CommitLog offset of the op record settling it"),
+        ("commit_offset", pa.int64(), "CommitLog offset of its (first) commit"),
+        ("producer_group", pa.string(), "PGROUP"),
+        ("topic", pa.string(), "the topic it is bound for"),
+    ),
+    "pops": _cols(
+        _BROKER,
+        ("uniq_key", pa.string(), "the popped message"),
+        ("group", pa.string(), "POP consumer group"),
+        ("state", pa.string(), "acked or unacked (the latest checkpoint against its acks)"),
+        ("topic", pa.string(), "topic it was last popped from"),
+        ("queue_id", pa.int32(), "queue id it was last popped from"),
+        ("queue_offset", pa.int64(), "queue offset it was last popped from"),
+        ("checkpoints", pa.int32(), "checkpoint records naming it (revive topic and timer wheel)"),
+        ("invisible_until", pa.int64(), "revive time of its latest checkpoint, epoch ms"),
+        ("revived_topic", pa.string(), "POP retry topic it was revived into"),
+        ("revived_queue_offset", pa.int64(), "its queue offset there"),
+    ),
+    "delays": _cols(
+        _BROKER,
+        ("uniq_key", pa.string(), "a message still waiting in SCHEDULE_TOPIC_XXXX"),
+        ("level", pa.int32(), "delay level"),
+        ("due_time", pa.int64(), "when it falls due, epoch ms"),
+        ("real_topic", pa.string(), "where it goes then"),
+        ("real_queue_id", pa.int32(), "queue it goes to"),
+        ("queue_offset", pa.int64(), "its offset in the level's schedule queue"),
+        ("phys_offset", pa.int64(), "CommitLog offset of the scheduled copy"),
+    ),
 }
 
 
@@ -467,3 +503,39 @@ def journey_tables(table: str, stores: list[StoreRef], columns: list[str], on_by
             for lo in range(0, len(rows), PROBLEM_BATCH):
                 chunk = rows[lo : lo + PROBLEM_BATCH]
                 yield _batch(schema, {c: [ref.name] * len(chunk) if c == "broker" else [r[c] for r in chunk] for c in columns})
+
+
+def _view_rows(table: str, sj) -> list[dict]:
+    from rmqdump.query.delays import scheduled_rows
+    from rmqdump.query.pops import popped_rows
+    from rmqdump.query.transactions import transaction_row
+
+    if table == "delays":
+        return scheduled_rows(sj)
+    if table == "pops":
+        out = []
+        for j in sj.found:
+            for r in popped_rows(j):
+                rv = r["revived_to"] or {}
+                out.append({**r, "checkpoints": len(r["checkpoint_offsets"]), "revived_topic": rv.get("topic"), "revived_queue_offset": rv.get("queue_offset")})
+        return out
+    out = []
+    for j in sj.found:
+        r = transaction_row(j)
+        if r is not None:
+            h = r["half_offsets"]
+            out.append({**r, "halves": len(h), "first_half_offset": h[0], "last_half_offset": h[-1]})
+    return out
+
+
+def lifecycle_tables(table: str, stores: list[StoreRef], columns: list[str], on_bytes=None, mapper: Mapper = map) -> Iterator[pa.RecordBatch]:
+    """`transactions`, `pops` or `delays`: the rows of `rmqdump tx`, `pop` and `delay`, store by store."""
+    from rmqdump.query.storejourneys import store_journeys
+
+    schema = arrow_schema(table, columns)
+    for ref in stores:
+        rows = _view_rows(table, store_journeys(Store.open(ref.root), mapper=mapper, on_bytes=on_bytes))
+        for lo in range(0, len(rows), PROBLEM_BATCH):
+            chunk = rows[lo : lo + PROBLEM_BATCH]
+            yield _batch(schema, {c: [ref.name] * len(chunk) if c == "broker" else [r[c] for r in chunk] for c in columns})
+

@@ -205,6 +205,18 @@ def _journey_table(table: str):
 copies, evidence, journeys = (_journey_table(t) for t in ("copies", "evidence", "journeys"))
 
 
+def _lifecycle_table(table: str):
+    def make(spark, stores: StoresArg, columns: Sequence[str] | None = None):
+        cols = columns_for(table, columns)
+        return _per_store(spark, stores_of(stores), lambda ref, c: T.lifecycle_tables(table, [ref], c), ddl(table, cols), cols)
+
+    make.__doc__ = f"The `{table}` rows (`rmqdump tx`, `pop`, `delay`) of each store: one task per store."
+    return make
+
+
+transactions, pops, delays = (_lifecycle_table(t) for t in ("transactions", "pops", "delays"))
+
+
 TABLES: dict[str, Callable] = {
     "messages": messages,
     "units": units,
@@ -215,6 +227,9 @@ TABLES: dict[str, Callable] = {
     "copies": copies,
     "evidence": evidence,
     "journeys": journeys,
+    "transactions": transactions,
+    "pops": pops,
+    "delays": delays,
 }
 
 
@@ -235,4 +250,4 @@ def register(spark, stores: StoresArg, columns: dict[str, list[str]] | None = No
     return names
 
 
-__all__ = ["compacted", "copies", "evidence", "index_entries", "journeys", "messages", "offsets", "problems", "register", "units"]
+__all__ = ["compacted", "copies", "delays", "evidence", "index_entries", "journeys", "messages", "offsets", "pops", "problems", "register", "transactions", "units"]

@@ -41,6 +41,7 @@ for _i, _ch in enumerate(b"abcdef"):
 _SHIFTS = np.arange(60, -4, -4, dtype=np.uint64)  # 16 nibbles, most significant first
 _MIX = np.uint64(0x9E3779B97F4A7C15)
 _MOVED = {p.encode() for p in L.MOVED_PROPERTIES}
+SURVEY_SPLIT = DEFAULT_SPLIT  # the survey's ranges: the planner's
 RENDER_SPLIT = 16 << 20  # the render pass's ranges: their JSON text (about 1 KB a journey) waits whole, a few in flight
 
 
@@ -264,7 +265,7 @@ def every_journey(store: Store, ctx_of, *, mapper: Mapper = map, check_crc: bool
     """Rendered chunks (single-copy journeys, in CommitLog order), then the linked Journeys in the order of their first
     copy, then the Context they were judged against, then the problems (scan damage, orphan checkpoints) as one list. `ctx_of(evidence)` makes the Context;
     `prepare(copies)` completes the Copies to link before they are linked."""  # fmt: skip
-    splits = commitlog_splits(store.commitlog, DEFAULT_SPLIT, check_crc=check_crc)
+    splits = commitlog_splits(store.commitlog, SURVEY_SPLIT, check_crc=check_crc)
     hashes, copies, evidence, problems = [], [], [], []
     for h, cs, es, ps, nbytes in mapper(survey, splits):
         hashes.append(h)

@@ -7,9 +7,10 @@ import ast
 from pathlib import Path
 
 import rmqdump
+import rmqdump.schemas
 
 ROOT = Path(rmqdump.__file__).parent
-REPO = ROOT.parent
+SCHEMAS = Path(rmqdump.schemas.__file__).parent  # the top-level schemas/ in a checkout (the build maps it into the package)
 
 # Lowest first. A module may import its own layer and the ones before it.
 LAYERS = [
@@ -32,17 +33,16 @@ def layer_of(module: str) -> int | None:
     return None
 
 
-def module_name(path: Path) -> str:
-    rel = path.relative_to(REPO).with_suffix("")
-    parts = list(rel.parts)
+def module_name(path: Path, root: Path = ROOT, package: str = "rmqdump") -> str:
+    """The dotted name of a file under `root`, the folder of `package`."""
+    parts = [*package.split("."), *path.relative_to(root).with_suffix("").parts]
     if parts[-1] == "__init__":
         parts = parts[:-1]
     return ".".join(parts)
 
 
-def imports_of(path: Path) -> set[str]:
-    """Every project module a file imports, at its top or inside a function."""
-    mod = module_name(path)
+def imports_of(path: Path, mod: str) -> set[str]:
+    """Every project module a file (module `mod`) imports, at its top or inside a function."""
     package = mod if path.name == "__init__.py" else mod.rsplit(".", 1)[0]
     out = set()
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
@@ -61,8 +61,8 @@ def imports_of(path: Path) -> set[str]:
 
 
 def project_modules() -> dict[str, Path]:
-    files = [*ROOT.rglob("*.py"), *(ROOT / "schemas").glob("*.py")]  # rmqdump/schemas: a link to the top-level schemas/
-    return {module_name(p): p for p in files}
+    """Every module of rmqdump, rmqdump.schemas read from the folder it is imported from."""
+    return {module_name(p): p for p in ROOT.rglob("*.py")} | {module_name(p, SCHEMAS, "rmqdump.schemas"): p for p in SCHEMAS.glob("*.py")}
 
 
 def resolve(name: str, modules: dict[str, Path]) -> str | None:
@@ -74,7 +74,7 @@ def resolve(name: str, modules: dict[str, Path]) -> str | None:
 
 def graph() -> dict[str, set[str]]:
     modules = project_modules()
-    return {m: {t for n in imports_of(p) if (t := resolve(n, modules)) and t != m} for m, p in modules.items()}
+    return {m: {t for n in imports_of(p, m) if (t := resolve(n, modules)) and t != m} for m, p in modules.items()}
 
 
 def test_every_module_has_a_layer():

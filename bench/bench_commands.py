@@ -150,7 +150,7 @@ def precompile() -> None:
     PYTHONDONTWRITEBYTECODE=1 would otherwise compile every module again in every timed command)."""
     import compileall
 
-    for d in (ROOT / "rmqdump", ROOT / "schemas"):  # rmqdump/schemas links to schemas/
+    for d in (ROOT / "rmqdump", ROOT / "schemas"):  # rmqdump.schemas is mapped from schemas/ by the build
         compileall.compile_dir(str(d), quiet=1)
 
 

@@ -1,15 +1,18 @@
-"""The tree is the architecture: each layer imports only the layers below it (and itself), and no modules import each
-other in a circle, lazily or not."""
+"""The tree is the architecture: each layer imports only the layers below it (and itself), no modules import each
+other in a circle, lazily or not, and docs/architecture.md names every module in its layer's row."""
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import rmqdump
+import rmqdump.schemas
 
 ROOT = Path(rmqdump.__file__).parent
-REPO = ROOT.parent
+SCHEMAS = Path(rmqdump.schemas.__file__).parent  # the top-level schemas/ in a checkout (the build maps it into the package)
+DOC = Path(__file__).resolve().parent.parent / "docs" / "architecture.md"
 
 # Lowest first. A module may import its own layer and the ones before it.
 LAYERS = [
@@ -32,17 +35,16 @@ def layer_of(module: str) -> int | None:
     return None
 
 
-def module_name(path: Path) -> str:
-    rel = path.relative_to(REPO).with_suffix("")
-    parts = list(rel.parts)
+def module_name(path: Path, root: Path = ROOT, package: str = "rmqdump") -> str:
+    """The dotted name of a file under `root`, the folder of `package`."""
+    parts = [*package.split("."), *path.relative_to(root).with_suffix("").parts]
     if parts[-1] == "__init__":
         parts = parts[:-1]
     return ".".join(parts)
 
 
-def imports_of(path: Path) -> set[str]:
-    """Every project module a file imports, at its top or inside a function."""
-    mod = module_name(path)
+def imports_of(path: Path, mod: str) -> set[str]:
+    """Every project module a file (module `mod`) imports, at its top or inside a function."""
     package = mod if path.name == "__init__.py" else mod.rsplit(".", 1)[0]
     out = set()
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
@@ -61,8 +63,8 @@ def imports_of(path: Path) -> set[str]:
 
 
 def project_modules() -> dict[str, Path]:
-    files = [*ROOT.rglob("*.py"), *(ROOT / "schemas").glob("*.py")]  # rmqdump/schemas: a link to the top-level schemas/
-    return {module_name(p): p for p in files}
+    """Every module of rmqdump, rmqdump.schemas read from the folder it is imported from."""
+    return {module_name(p): p for p in ROOT.rglob("*.py")} | {module_name(p, SCHEMAS, "rmqdump.schemas"): p for p in SCHEMAS.glob("*.py")}
 
 
 def resolve(name: str, modules: dict[str, Path]) -> str | None:
@@ -74,7 +76,7 @@ def resolve(name: str, modules: dict[str, Path]) -> str | None:
 
 def graph() -> dict[str, set[str]]:
     modules = project_modules()
-    return {m: {t for n in imports_of(p) if (t := resolve(n, modules)) and t != m} for m, p in modules.items()}
+    return {m: {t for n in imports_of(p, m) if (t := resolve(n, modules)) and t != m} for m, p in modules.items()}
 
 
 def test_every_module_has_a_layer():
@@ -129,3 +131,44 @@ def test_the_checks_find_a_planted_upward_import_and_cycle():
     g["rmqdump.readers.commitlog"] = g["rmqdump.readers.commitlog"] | {"rmqdump.scan.walk"}
     assert upward(g) == ["rmqdump.readers.commitlog -> rmqdump.scan.walk"]
     assert any("rmqdump.readers.commitlog" in c and "rmqdump.scan.walk" in c for c in cycles(g))
+
+
+def layer_rows(doc: str) -> dict[int, str]:
+    """The rows of the doc's layer table, by layer index (0: schemas)."""
+    return {int(m[1]) - 1: m[0] for m in re.finditer(r"^\| (\d+) \|.*$", doc, flags=re.M)}
+
+
+def doc_path(module: str, path: Path) -> str:
+    """A module's file as the doc spells it: `schemas/x.py` for the layouts, `rmqdump/...` for the rest."""
+    return "schemas/" + path.name if module.startswith("rmqdump.schemas") else "rmqdump/" + path.relative_to(ROOT).as_posix()
+
+
+def unnamed(doc: str, modules: dict[str, Path]) -> list[str]:
+    """Modules their layer's row does not name: by their path or a tail of it (`checks/salvage.py`), or by the file
+    name alone when no other module of that layer has that name."""
+    rows = layer_rows(doc)
+    files = {m: doc_path(m, p) for m, p in modules.items() if p.name != "__init__.py"}
+    out = []
+    for m, f in files.items():
+        layer, base = layer_of(m), f.rsplit("/", 1)[-1]
+        named = set(re.findall(r"`([^`\s]+\.py)`", rows.get(layer, "")))
+        alone = sum(layer_of(o) == layer and g.rsplit("/", 1)[-1] == base for o, g in files.items()) == 1
+        if not any(f == n or (f.endswith("/" + n) and ("/" in n or alone)) for n in named):
+            out.append(f)
+    return sorted(out)
+
+
+def test_the_architecture_doc_names_every_module():
+    """Read from the tree at test time: a module added anywhere under rmqdump/ or schemas/ must get its line."""
+    assert unnamed(DOC.read_text(encoding="utf-8"), project_modules()) == []
+
+
+def test_the_doc_check_finds_a_module_left_out():
+    doc, modules = DOC.read_text(encoding="utf-8"), project_modules()
+    assert "rmqdump.scan.dataend" in modules and "rmqdump.schemas.timer" in modules  # the tree is read, schemas too
+    assert unnamed(doc.replace("`dataend.py`", "the data end"), modules) == ["rmqdump/scan/dataend.py"]
+    assert unnamed(doc.replace("`timer.py` (timer log unit", "the timer (timer log unit"), modules) == ["schemas/timer.py"]
+    # a file name two modules of one layer share names neither of them
+    assert unnamed(doc.replace("`checks/salvage.py`", "`salvage.py`"), modules) == ["rmqdump/checks/salvage.py"]
+    modules = {**modules, "rmqdump.checks.newpass": ROOT / "checks" / "newpass.py"}  # a module someone adds
+    assert unnamed(doc, modules) == ["rmqdump/checks/newpass.py"]

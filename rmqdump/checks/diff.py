@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from rmqdump.checks.diffepochs import EpochDiff, data_end_of, epoch_diff
+from rmqdump.checks.diffepochs import EpochDiff, epoch_diff
 from rmqdump.checks.diffprefix import Prefix, common_prefix
 from rmqdump.checks.diffspill import Spill
 from rmqdump.checks.offsets import consumer_offsets
@@ -27,6 +27,7 @@ from rmqdump.common.problems import InputError
 from rmqdump.readers.commitlog import CommitLog
 from rmqdump.readers.epochfile import EPOCH_FILE
 from rmqdump.readers.store import Store
+from rmqdump.scan.dataend import data_end_of
 from rmqdump.scan.ranges import Mapper
 from rmqdump.scan.walk import scan_commitlog
 

@@ -5,10 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rmqdump.common.problems import Problem
-from rmqdump.readers.commitlog import CommitLog
 from rmqdump.readers.epochfile import EPOCH_FILE_DAMAGED, Epoch, EpochFile, read_epoch_file
 from rmqdump.readers.store import Store
-from rmqdump.scan.walk import scan_commitlog
 
 SIDES = ("a", "b")
 JAVA_LONG_MAX = (1 << 63) - 1  # an open epoch's end (EpochEntry.endOffset default)
@@ -55,18 +53,6 @@ class EpochDiff:
             d[f"{s}_epochs"] = [{"epoch": e, "start_offset": st, "end_offset": end} for e, st, end in self.ends[s]]
         d["consistent_point"] = self.consistent_point
         return d
-
-
-def data_end_of(cl: CommitLog) -> int:
-    """The end of the CommitLog's last record (its newest file holding one)."""
-    for seg in reversed(cl.files):
-        end = None
-        for batch in scan_commitlog(cl, from_offset=seg.base, to_offset=seg.base + seg.size, check_crc=False):
-            if len(batch):
-                end = int(batch.phys[-1]) + int(batch.cols["total_size"][-1])
-        if end is not None:
-            return end
-    return cl.min_offset
 
 
 def epoch_diff(stores: dict[str, Store], data_end: dict[str, int]) -> EpochDiff | None:

@@ -22,7 +22,8 @@ from rmqdump.common.problems import Problem
 from rmqdump.readers.commitlog import CommitLog
 from rmqdump.readers.fastpath import field_offset
 from rmqdump.readers.timerlog import SLOT_SIZE, TimerRecord, TimerStore, TimerUnits
-from rmqdump.scan.walk import messages_at, scan_commitlog
+from rmqdump.scan.dataend import data_end_of
+from rmqdump.scan.walk import messages_at
 from rmqdump.schemas import constants as C
 from rmqdump.schemas.timer import TimerCheck, TimerLogUnit, TimerWheelSlot
 
@@ -111,7 +112,7 @@ def verify_timers(
 
     yield from counted(ts.problems)
     seen_queue_max = None
-    data_end = _data_end(cl) if ts.count else cl.min_offset
+    data_end = data_end_of(cl) if ts.count else cl.min_offset
     for u in ts.chunks(CHUNK):  # records looked up a chunk of units at a time: memory bounded by the chunk
         recs = records_at(cl, u.offset_py, check_crc=check_crc)
         yield from counted(_units_vs_records(ts, cl, recs, u, data_end))
@@ -239,18 +240,6 @@ def _units_vs_records(ts: TimerStore, cl: CommitLog, recs: dict[int, TimerRecord
                 )
             )
     return out
-
-
-def _data_end(cl: CommitLog) -> int:
-    """End of the last record of the newest CommitLog file holding any (one file scanned; remembered per CommitLog)."""
-    end = cl.min_offset
-    for seg in reversed(cl.files):
-        for b in scan_commitlog(cl, from_offset=seg.base, to_offset=seg.base + seg.size, check_crc=False):
-            if len(b):
-                end = seg.base + int(b.cols["_end"][-1])
-        if end > cl.min_offset:
-            break
-    return end
 
 
 def _prev_links(ts: TimerStore) -> Iterator[Problem]:

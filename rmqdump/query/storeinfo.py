@@ -22,15 +22,13 @@ from rmqdump.query.cqseek import RecordReader
 from rmqdump.query.timers import timer_summary
 from rmqdump.readers.batchcq import BatchConsumeQueue
 from rmqdump.readers.checkpoint import Checkpoint
-from rmqdump.readers.commitlog import SegmentFile
 from rmqdump.readers.configfiles import ConfigFile, read_config
 from rmqdump.readers.dledger import UNIT_SIZE
-from rmqdump.readers.mapped import MappedFile, open_binary
 from rmqdump.readers.message import Message
 from rmqdump.readers.recordprops import is_lmq
 from rmqdump.readers.store import IndexFileInfo, Store, Unsupported
 from rmqdump.readers.timerlog import TimerStore
-from rmqdump.scan.walk import scan_file
+from rmqdump.scan.dataend import data_end_bytes, data_end_of
 
 
 @dataclass
@@ -166,45 +164,10 @@ class StoreInfo:
     dledger: DLedgerInfo | None = None
 
 
-def _starts_with_data(seg: SegmentFile) -> bool:
-    if seg.size == 0:
-        return False
-    with open_binary(seg.path) as f:
-        return any(f.read(8))
-
-
-def data_end_bytes(store: Store) -> int:
-    """The bytes data_end() scans when the newest file with a non-zero head holds a record (a progress bar's total)."""
-    return next((seg.size for seg in reversed(store.commitlog.files) if _starts_with_data(seg)), 0)
-
-
-def data_end(store: Store, on_bytes: Callable[[int], None] | None = None) -> int:
-    """End of the last record in the newest CommitLog file that holds any (by scanning that one file).
-
-    on_bytes(n) is told of the bytes of each file scanned, as it goes.
-    """
-    for seg in reversed(store.commitlog.files):
-        if not _starts_with_data(seg):
-            continue
-        with MappedFile(seg.path, limit=store.commitlog.file_size) as mf:  # past the configured size is no data (as the scan)
-            end, done = None, 0
-            for b in scan_file(seg, mf, start=0, check_crc=False):
-                if len(b):
-                    end = seg.base + int(b.cols["_end"][-1])
-                    if on_bytes is not None and end - seg.base > done:
-                        on_bytes(end - seg.base - done)
-                        done = end - seg.base
-            if on_bytes is not None and seg.size > done:
-                on_bytes(seg.size - done)
-            if end is not None:
-                return end
-    return store.commitlog.min_offset
-
-
 def walk_bytes(store: Store, *, with_recovery: bool = True) -> int:
     """The CommitLog bytes store_info() walks (and tells its `on_bytes` of): data_end's file and the recovery preview's span."""
     dledger = sum(f.size for f in store.commitlog.files) if store.dledger is not None else 0  # dledger_info's entry walk
-    return data_end_bytes(store) + (preview_bytes(store) if with_recovery else 0) + dledger
+    return data_end_bytes(store.commitlog) + (preview_bytes(store) if with_recovery else 0) + dledger
 
 
 def queue_info(q, reader: RecordReader) -> QueueInfo:
@@ -249,7 +212,7 @@ def store_info(store: Store, *, with_recovery: bool = True, check_crc: bool = Tr
         bytes=sum(f.size for f in cl.files),
         min_offset=cl.min_offset,
         files_end=(cl.files[-1].base + cl.files[-1].size) if cl.files else 0,
-        data_end=data_end(store, on_bytes) if cl.files else 0,
+        data_end=data_end_of(cl, on_bytes) if cl.files else 0,
     )
     with RecordReader(cl) as reader:
         queues = [queue_info(q, reader) for q in store.select_queues()]

@@ -43,7 +43,7 @@ from rmqdump.common.problems import InputError
 DEFAULT_MASTER = "local[*]"
 DEFAULT_DRIVER_MEMORY = "4g"
 SHIP_MODES = ("auto", "zip", "venv", "none")
-SHIPPED_PACKAGES = ("rmqdump", "construct")  # rmqdump.schemas inside rmqdump (a link to schemas/ in a checkout)
+SHIPPED_PACKAGES = ("rmqdump", "rmqdump.schemas", "construct")  # rmqdump.schemas named: a checkout's build maps it from schemas/
 ENV_ALIAS = "rmqdump_env"  # the directory spark.archives unpacks the driver's environment into
 # Left out of the packed environment: every Spark installation puts its own pyspark and py4j on the
 # workers' PYTHONPATH (and they must match the cluster's Spark, not the driver's pip install).
@@ -83,20 +83,27 @@ def is_local(master: str) -> bool:
 
 @cache
 def package_zip() -> str:
-    """A zip of the packages executors need, built from the ones this driver imports."""
+    """A zip of the packages executors need, built from the ones this driver imports.
+
+    Each package is stored under its dotted name wherever its folder is (a subpackage may be mapped from elsewhere,
+    as rmqdump.schemas is in a checkout); a file already stored under that name (an installed rmqdump holds its
+    schemas) is stored once.
+    """
     fd, path = tempfile.mkstemp(prefix="rmqdump-pyfiles-", suffix=".zip")
     os.close(fd)
+    stored: set[str] = set()
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
         for name in SHIPPED_PACKAGES:
             mod = importlib.import_module(name)
             root = os.path.dirname(os.path.abspath(mod.__file__))
-            base = os.path.dirname(root)
             for d, dirs, files in os.walk(root, followlinks=True):
                 dirs[:] = [x for x in dirs if x != "__pycache__"]
                 for f in files:
-                    if f.endswith(".py"):
-                        full = os.path.join(d, f)
-                        z.write(full, os.path.relpath(full, base))
+                    full = os.path.join(d, f)
+                    arc = "/".join([*name.split("."), *os.path.relpath(full, root).split(os.sep)])
+                    if f.endswith(".py") and arc not in stored:
+                        stored.add(arc)
+                        z.write(full, arc)
     return path
 
 

@@ -513,3 +513,15 @@ def test_single_copy_spelling_is_the_objects_spelling():
         want = judge.verdict(c.uniq_key, c.topic, 2, qo)
         assert line == encode({**want, "broker": "b\\1"})
         assert statuses == list(want["groups"].items())
+
+
+def test_a_fleet_names_the_broker_that_holds_the_message():
+    m = next(m for m in truth("rmq53-lifecycle-crash")["messages"] if m["kind"] == "transaction" and m["txOutcome"] == "commit")
+    r = run("journey", m["uniqKey"], "-s", str(REAL / "rmq53-lifecycle*" / "store"), "-f", "jsonl")
+    assert r.exit_code in (0, 1), r.stderr
+    rows = jsonl(r.stdout)
+    assert {x["broker"] for x in rows if x["kind"] in ("copy", "verdict")} == {"rmq53-lifecycle-crash"}
+    assert {(x["topic"], x["phys_offset"]) for x in rows if x["kind"] == "copy"} == {(c["topic"], c["commitLogOffset"]) for c in m["storeCopies"]}
+    assert rows[-1]["not_found"] == 0
+    r = run("journey", "7F0000010F5B5FFD2B278C7058CF0FFF", "-s", str(REAL / "rmq53-lifecycle*" / "store"), "-f", "jsonl")
+    assert r.exit_code == 1 and jsonl(r.stdout)[-2:] == [{"kind": "not_found", "id": "7F0000010F5B5FFD2B278C7058CF0FFF"}, {"kind": "summary", "journeys": 0, "problems": 0, "not_found": 1}]

@@ -58,12 +58,13 @@ def journey(
     roots = [(r.name, r.root) for r in refs] if refs is not None else [(None, str(store[0] if store else "."))]
     problems = 0
     missing: list[str] = []
+    seen: set[str] = set()  # UNIQ_KEYs and msgIds found in any store of the fleet
     total = 0
     if every:
         raise typer.Exit(_every(roots, refs is not None, fmt, workers, not no_crc, engine, master, spark_conf, ship))
     for broker, root in roots:
         try:
-            found, probs, missed = _one_store(root, ids, key, every, workers, not no_crc, engine, master, spark_conf, ship)
+            found, probs, missed = _one_store(root, ids, key, every, workers, not no_crc, engine, master, spark_conf, ship, seen)
         except InputError as e:
             if refs is None:
                 raise
@@ -75,7 +76,7 @@ def journey(
         problems += len(probs) + sum(len(j.problems) for j in found)
         _emit(found, probs, fmt, broker)
     if refs is not None:
-        missing = [m for m in missing if not _found_anywhere(m)]
+        missing = [m for m in missing if m.strip().upper() not in seen]
     for m in missing:
         if fmt is ListFormat.jsonl:
             render.jsonl({"kind": "not_found", "id": m})
@@ -151,14 +152,7 @@ def _every(roots, fleet_given: bool, fmt: ListFormat, workers, check_crc, engine
     return 1 if n_problems or not total else 0
 
 
-_SEEN: set[str] = set()
-
-
-def _found_anywhere(m: str) -> bool:
-    return m in _SEEN
-
-
-def _one_store(root, ids, key, every, workers, check_crc, engine, master, spark_conf, ship):
+def _one_store(root, ids, key, every, workers, check_crc, engine, master, spark_conf, ship, seen: set[str]):
     from rmqdump.cli.commands.options import range_mapper
     from rmqdump.query.journeys import by_keys, journeys
     from rmqdump.readers.store import Store
@@ -174,7 +168,7 @@ def _one_store(root, ids, key, every, workers, check_crc, engine, master, spark_
         found, probs, _ = journeys(st, wanted, mapper=mapper, check_crc=check_crc, on_bytes=advance)
     keys = {j.uniq_key for j in found}
     ids_of = {c.msg_id for j in found for c in j.copies}
-    _SEEN.update(keys | ids_of)
+    seen.update(keys | ids_of)
     missed = [] if wanted is None else [t for t in ids if t.strip().upper() not in keys and t.strip().upper() not in ids_of]
     return found, probs, missed
 

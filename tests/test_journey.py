@@ -525,3 +525,27 @@ def test_a_fleet_names_the_broker_that_holds_the_message():
     assert rows[-1]["not_found"] == 0
     r = run("journey", "7F0000010F5B5FFD2B278C7058CF0FFF", "-s", str(REAL / "rmq53-lifecycle*" / "store"), "-f", "jsonl")
     assert r.exit_code == 1 and jsonl(r.stdout)[-2:] == [{"kind": "not_found", "id": "7F0000010F5B5FFD2B278C7058CF0FFF"}, {"kind": "summary", "journeys": 0, "problems": 0, "not_found": 1}]
+
+
+@pytest.mark.parametrize("name", LIFECYCLE)
+def test_info_says_what_the_lifecycle_holds_back(name):
+    r = run("info", "-s", REAL / name / "store", "-f", "jsonl")
+    (d,) = [x for x in jsonl(r.stdout) if x["kind"] == "lifecycle"]
+    msgs = truth(name)["messages"]
+    waiting = [m for m in msgs if expected_state(m) == "scheduled"]
+    in_timer = [m for m in waiting if max(m["storeCopies"], key=lambda c: c["commitLogOffset"])["topic"] == "rmq_sys_wheel_timer"]
+    tx = [m for m in msgs if m["kind"] == "transaction"]
+    assert d == {
+        "kind": "lifecycle",
+        "delays_waiting": len(waiting) - len(in_timer),
+        "timer_waiting": len(in_timer),
+        "transactions_pending": sum(expected_state(m) == "tx_pending" for m in tx),
+        "transactions_discarded": sum(expected_state(m) == "tx_discarded" for m in tx),
+        "dead_letter_messages": sum(m.get("inDLQ", False) for m in msgs),
+        "dead_letter_queues": {"%DLQ%GID_lc_push": sum(m.get("inDLQ", False) for m in msgs)},
+        "pops_unacked": sum(m["kind"] == "pop" and bool(m.get("pops")) and not m["popAcked"] for m in msgs),
+        "problems": len(expected_problems(name)),
+    }
+    table = run("info", "-s", REAL / name / "store")
+    assert f"{d['pops_unacked']} popped messages never acked (rmqdump pop -s" in table.stdout
+    assert all(x["kind"] != "lifecycle" for x in jsonl(run("info", "-s", REAL / "rmq4-basic" / "store", "-f", "jsonl").stdout))

@@ -227,6 +227,19 @@ def _compaction(st, fmt: ListFormat) -> bool:
     return bool(cf.problems)
 
 
+def _lifecycle(st, fmt: ListFormat, store_arg: str, check_crc: bool) -> None:
+    """One line on the messages the broker holds back or gave up on (delays, timers, transactions, DLQs, POP)."""
+    from rmqdump.query.lifecycle import lifecycle_line, lifecycle_summary
+
+    d = lifecycle_summary(st, check_crc=check_crc)
+    if d is None:
+        return
+    if fmt is ListFormat.jsonl:
+        render.jsonl(d)
+    else:
+        render.out.print(f"[bold]Lifecycle[/bold] {lifecycle_line(d, store_arg)}", highlight=False)
+
+
 def info(
     store: list[str] = O.stores_option(
         "Store root (default: .). Repeat it, or give a glob such as 'brokers/*/store' (NAME=DIR names a broker): one summary row per broker, "
@@ -258,6 +271,7 @@ def info(
     else:
         _table(inf)
     compaction_bad = _compaction(st, fmt)
+    _lifecycle(st, fmt, store[0] if store else ".", not no_crc)
     r = inf.recovery
     bad = bool(inf.problems) or compaction_bad or (r is not None and (r.truncated_bytes > 0 or bool(r.load_errors)))
     raise typer.Exit(1 if bad else 0)

@@ -1,0 +1,59 @@
+"""`info`'s lifecycle line: how many delayed and timer messages wait, transactions hang, messages sit in DLQs and popped
+messages were never acked, each with the command that looks closer. Read through the queues (rmqdump.query.journeys),
+nothing when the store has no queue the broker moves messages through."""
+
+from __future__ import annotations
+
+from rmqdump.query.delays import scheduled_rows
+from rmqdump.query.pops import popped_rows
+from rmqdump.query.storejourneys import store_journeys
+from rmqdump.readers.store import Store
+from rmqdump.schemas import lifecycle as L
+
+
+def _lifecycle_queues(store: Store) -> bool:
+    return any(
+        t in (L.SCHEDULE_TOPIC, L.TIMER_TOPIC, L.TRANS_HALF_TOPIC, L.TRANS_CHECK_MAX_TIME_TOPIC) or t.startswith((L.REVIVE_TOPIC_PREFIX, L.RETRY_PREFIX, L.DLQ_PREFIX))
+        for t, _ in store.queues
+    )
+
+
+def lifecycle_summary(store: Store, *, check_crc: bool = True) -> dict | None:
+    """The counts (None when the store has no lifecycle queue, or no CommitLog to read them in)."""
+    if not _lifecycle_queues(store) or not store.commitlog.files:
+        return None
+    sj = store_journeys(store, check_crc=check_crc)
+    states: dict[str, int] = {}
+    timer_waiting = 0
+    for j in sj.found:
+        states[j.verdict.state] = states.get(j.verdict.state, 0) + 1
+        timer_waiting += j.verdict.state == L.STATE_SCHEDULED and j.copies[-1].hop == L.HOP_TIMER
+    dlq = {}
+    for (t, _), q in sorted(store.queues.items()):
+        if t.startswith(L.DLQ_PREFIX):
+            lo, hi = q.bounds()
+            dlq[t] = dlq.get(t, 0) + max(0, hi - lo)
+    unacked = sum(r["state"] == L.GROUP_UNACKED for j in sj.found for r in popped_rows(j))
+    return {
+        "kind": "lifecycle",
+        "delays_waiting": len(scheduled_rows(sj)),
+        "timer_waiting": timer_waiting,
+        "transactions_pending": states.get(L.STATE_TX_PENDING, 0),
+        "transactions_discarded": states.get(L.STATE_TX_DISCARDED, 0),
+        "dead_letter_messages": sum(dlq.values()),
+        "dead_letter_queues": dlq,
+        "pops_unacked": unacked,
+        "problems": len(sj.damage) + len(sj.store_problems) + sum(len(j.problems) for j in sj.found),
+    }
+
+
+def lifecycle_line(d: dict, store_arg: str) -> str:
+    """The one line `info` prints, each count with the command that lists it."""
+    dlq = ", ".join(f"{t}: {n}" for t, n in d["dead_letter_queues"].items())
+    s = f"-s {store_arg}"
+    return (
+        f"{d['delays_waiting']} delayed messages waiting (rmqdump delay {s}), {d['timer_waiting']} timer messages waiting "
+        f"(rmqdump timer list {s}), {d['transactions_pending']} transactions pending and {d['transactions_discarded']} discarded "
+        f"(rmqdump tx {s}), {d['dead_letter_messages']} messages in dead-letter queues{f' ({dlq})' if dlq else ''} "
+        f"(rmqdump journey --all {s}), {d['pops_unacked']} popped messages never acked (rmqdump pop {s})"
+    )

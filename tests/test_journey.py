@@ -508,7 +508,7 @@ def test_single_copy_spelling_is_the_objects_spelling():
     for qo in (2, 5, 7, 9):
         c = Copy("AB" * 16, "put", 'T"ö', 2, qo, 100 + qo, 1000, 321, "0A" * 16, '/s/"c"/00000000000000000000', reconsume_times=1,
                  keys=['k"1', "ü"], tags="t\\x")  # fmt: skip
-        assert sp.copy(c.uniq_key, c.topic, 2, qo, c.phys_offset, 1000, 321, c.msg_id, 1, c.keys, c.tags) == encode({**c.to_dict(), "broker": "b\\1"})
+        assert sp.copy(c.uniq_key, c.topic, 2, qo, c.phys_offset, 1000, 321, c.msg_id, 1, encode(c.keys), encode(c.tags)) == encode({**c.to_dict(), "broker": "b\\1"})
         line, statuses = sp.verdict(c.uniq_key, c.topic, 2, qo)
         want = judge.verdict(c.uniq_key, c.topic, 2, qo)
         assert line == encode({**want, "broker": "b\\1"})
@@ -549,3 +549,18 @@ def test_info_says_what_the_lifecycle_holds_back(name):
     table = run("info", "-s", REAL / name / "store")
     assert f"{d['pops_unacked']} popped messages never acked (rmqdump pop -s" in table.stdout
     assert all(x["kind"] != "lifecycle" for x in jsonl(run("info", "-s", REAL / "rmq4-basic" / "store", "-f", "jsonl").stdout))
+
+
+@pytest.mark.parametrize("keys", [["a", "b c", "ü€"], ['q"uote'], ["back\\slash"], ["ctl\x01"], [b"\xff\xfe".decode("latin-1")], []])
+def test_keys_spelled_by_joining_only_when_json_would_leave_them_as_they_are(keys):
+    import numpy as np
+
+    from rmqdump.common.jsontext import encode
+    from rmqdump.query.journeyscan import _plain_text
+
+    raw = "".join(keys).encode("utf-8")
+    if _plain_text(np.frombuffer(raw, np.uint8)):
+        assert ('["' + '","'.join(keys) + '"]' if keys else "[]") == encode(keys)
+    else:
+        assert any(c in "".join(keys) for c in '"\\\x01') or keys == [b"\xff\xfe".decode("latin-1")]
+    assert not _plain_text(np.frombuffer(b"\xff\xfe", np.uint8))  # not UTF-8: the encoder's path

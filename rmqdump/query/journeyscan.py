@@ -42,7 +42,7 @@ _SHIFTS = np.arange(60, -4, -4, dtype=np.uint64)  # 16 nibbles, most significant
 _MIX = np.uint64(0x9E3779B97F4A7C15)
 _MOVED = {p.encode() for p in L.MOVED_PROPERTIES}
 SURVEY_SPLIT = DEFAULT_SPLIT  # the survey's ranges: the planner's
-RENDER_SPLIT = 16 << 20  # the render pass's ranges: their JSON text (about 1 KB a journey) waits whole, a few in flight
+RENDER_SPLIT = 4 << 20  # the render pass's ranges: their JSON text (twice the records' bytes) waits whole, a few in flight
 
 
 def key_hashes(keys: np.ndarray) -> np.ndarray:
@@ -152,6 +152,20 @@ def _text(v: str | None) -> str:
     return "null" if v is None else encode(v)
 
 
+def _plain_text(buf: np.ndarray) -> bool:
+    """Whether every string in this buffer is spelled in JSON as it is: valid UTF-8 with no quote, backslash or control
+    character (the encoder leaves UTF-8 as is)."""
+    if not len(buf):
+        return True
+    if ((buf < 0x20) | (buf == 0x22) | (buf == 0x5C)).any():
+        return False
+    try:
+        buf.tobytes().decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
 class _Speller:
     """The JSON Lines of a single-copy journey, spelled from pieces escaped once per topic, queue and group: the same text
     as encoding Copy.to_dict() and PutJudge.verdict() (tests/test_journey.py holds the two to the same bytes)."""
@@ -163,7 +177,7 @@ class _Speller:
         self.topics: dict[str, str] = {}
         self.queues: dict[tuple[str, int], list] = {}
 
-    def copy(self, key, topic, qid, qo, phys, ts, size, msg_id, reconsume, keys, tag) -> str:
+    def copy(self, key, topic, qid, qo, phys, ts, size, msg_id, reconsume, keys_json, tag_json) -> str:
         t = self.topics.get(topic)
         if t is None:
             t = self.topics[topic] = encode(topic)
@@ -171,7 +185,7 @@ class _Speller:
             f'{{"kind":"copy","uniq_key":"{key}","hop":"put","topic":{t},"queue_id":{qid},"queue_offset":{qo},"phys_offset":{phys},'
             f'"store_time":{ts},"total_size":{size},"msg_id":"{msg_id}","real_topic":null,"real_queue_id":null,"delay_level":null,'
             f'"due_time":null,"reconsume_times":{reconsume},"check_times":null,"prepared_offset":null,"origin_msg_id":null,'
-            f'"retry_topic":null,"producer_group":null,"keys":{encode(keys)},"tags":{_text(tag)},"recovery_drops":false{self.tail}'
+            f'"retry_topic":null,"producer_group":null,"keys":{keys_json},"tags":{tag_json},"recovery_drops":false{self.tail}'
         )
 
     def verdict(self, key, topic, qid, qo) -> tuple[str, list]:
@@ -179,15 +193,17 @@ class _Speller:
         if q is None:
             groups = [(g, encode(g), self.judge.offsets.get((g, topic, qid))) for g in self.judge.readers.get(topic, ())]
             where = encode(f"Delivered to {topic} queue {qid} offset ")[:-1]
-            q = self.queues[(topic, qid)] = [groups, where]
-        groups, where = q
+            plain = all(encode(x)[1:-1] == x for x in [topic, *(g for g, _, _ in groups)])  # the notes need no escaping
+            q = self.queues[(topic, qid)] = [groups, where, plain]
+        groups, where, plain = q
         parts, notes, statuses = [], [], []
         for g, gj, committed in groups:
             status, note = committed_status(g, topic, qid, qo, committed)
             parts.append(f'{gj}:"{status}"')
             notes.append(note)
             statuses.append((g, status))
-        why = f"{where}{qo}." + ("" if not notes else " " + encode(" ".join(notes))[1:-1]) + '"'
+        joined = " ".join(notes)
+        why = f"{where}{qo}." + ("" if not notes else " " + (joined if plain else encode(joined)[1:-1])) + '"'
         line = f'{{"kind":"verdict","uniq_key":"{key}","state":"delivered","groups":{{{",".join(parts)}}},"why":{why}{self.vtail}'
         return line, statuses
 
@@ -232,12 +248,15 @@ def _render_fold(r: _Render, b, _cols):
     lines = []
     toffs_l, uoffs_l, krows_l, koffs_l, tags_l = toffs.tolist(), uoffs.tolist(), krows.tolist(), koffs.tolist(), tags.tolist()
     tb, ub, kb = tbuf.tobytes(), ubuf.tobytes(), kbuf.tobytes()
+    plain_tags, plain_keys = _plain_text(tbuf), _plain_text(kbuf)
     for j, i in enumerate(fast.tolist()):
         key = ub[uoffs_l[i] : uoffs_l[i + 1]].decode()
         tag = tb[toffs_l[i] : toffs_l[i + 1]].decode("utf-8", "replace") if tags_l[i] else None
         keys = [kb[koffs_l[k] : koffs_l[k + 1]].decode("utf-8", "replace") for k in range(krows_l[i], krows_l[i + 1])]
         topic, qid, qo = topic_of[j], cols["queue_id"][j], cols["queue_offset"][j]
-        lines.append(speller.copy(key, topic, qid, qo, phys_l[j], cols["store_timestamp"][j], cols["total_size"][j], ids[j], cols["reconsume_times"][j], keys, tag))
+        keys_json = ('["' + '","'.join(keys) + '"]' if keys else "[]") if plain_keys else encode(keys)
+        tag_json = ("null" if tag is None else f'"{tag}"') if plain_tags else _text(tag)
+        lines.append(speller.copy(key, topic, qid, qo, phys_l[j], cols["store_timestamp"][j], cols["total_size"][j], ids[j], cols["reconsume_times"][j], keys_json, tag_json))
         line, statuses = speller.verdict(key, topic, qid, qo)
         lines.append(line)
         for g_s in statuses:

@@ -439,7 +439,7 @@ def _check_page(page: Path, tmp: Path) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["rmq4-crash", "rmq4-basic"])
+@pytest.mark.parametrize("name", ["rmq4-crash", "rmq4-basic", "rmq53-lifecycle"])
 def test_page_draws_in_headless_chromium_offline(name, tmp_path):
     page = tmp_path / f"{name}.html"
     assert run("report", "-s", store_root(name), "--out", page).exit_code in (0, 1)
@@ -530,3 +530,41 @@ def test_report_says_causes_and_what_a_restart_dispatches_again():
     ]
     page = render(rep)
     assert "3500 problems" not in page and "; ".join(rep.causes) in page
+
+
+@pytest.mark.parametrize("name", ["rmq53-lifecycle", "rmq53-lifecycle-crash"])
+def test_lifecycle_section_is_what_the_broker_held_back(name, tmp_path):
+    """The lifecycle section's lists against truth.json: delayed messages waiting (by due time), transactions left
+    pending or discarded with their checks, the DLQ's size, popped messages never acked; the page shows them."""
+    from test_journey import expected_state, truth
+
+    from rmqdump.readers.store import Store
+    from rmqdump.report.lifecyclesection import collect_lifecycle
+
+    msgs = truth(name)["messages"]
+    lc = collect_lifecycle(Store.open(store_root(name)))
+    waiting = [m for m in msgs if expected_state(m) == "scheduled" and max(m["storeCopies"], key=lambda c: c["commitLogOffset"])["topic"] == "SCHEDULE_TOPIC_XXXX"]
+    assert sorted(r["uniq_key"] for r in lc.delays) == sorted(m["uniqKey"] for m in waiting)
+    assert [r["due_time"] for r in lc.delays] == sorted(r["due_time"] for r in lc.delays) == sorted(lc.due_times)
+    hanging = {m["uniqKey"]: expected_state(m) for m in msgs if m["kind"] == "transaction" and expected_state(m) in ("tx_pending", "tx_discarded")}
+    assert {r["uniq_key"]: r["state"] for r in lc.transactions} == hanging and lc.transactions_total == len(hanging)
+    for r in lc.transactions:
+        m = next(m for m in msgs if m["uniqKey"] == r["uniq_key"])
+        assert r["checks"] == max(int(records_props(name, c["commitLogOffset"]).get("TRANSACTION_CHECK_TIMES", 0)) for c in m["storeCopies"])
+    dlq = [m for m in msgs if m.get("inDLQ")]
+    assert lc.dead_letters == [("GID_lc_push", len(dlq), len(dlq))]
+    never = sorted(m["uniqKey"] for m in msgs if m["kind"] == "pop" and m.get("pops") and not m["popAcked"])
+    assert sorted(r["uniq_key"] for r in lc.unacked) == never and lc.unacked_total == len(never)
+    page = tmp_path / "p.html"
+    assert run("report", "-s", store_root(name), "--out", page).exit_code in (0, 1)
+    text = page.read_text(encoding="utf-8")
+    assert "<h2>Message lifecycle</h2>" in text and f"{len(never)} popped messages never acked" in text
+    other = tmp_path / "basic.html"
+    assert run("report", "-s", store_root("rmq4-basic"), "--out", other).exit_code in (0, 1)
+    assert "Message lifecycle" not in other.read_text(encoding="utf-8")
+
+
+def records_props(name: str, offset: int) -> dict:
+    from conftest import manifest
+
+    return next(m["properties"] for m in manifest(name) if m.get("kind") == "store_msg" and m["commitLogOffset"] == offset)

@@ -27,6 +27,7 @@ from rmqdump.common.problems import InputError, Problem
 from rmqdump.query.storeinfo import StoreInfo, store_info, walk_bytes
 from rmqdump.readers.indexfile import IndexFile, iter_entries, list_index_files
 from rmqdump.readers.store import Store
+from rmqdump.report.lifecyclesection import Lifecycle, collect_lifecycle
 from rmqdump.scan.ranges import Mapper
 
 RATE_MAX_BINS = 200  # time bins of the rate plot; the bin width grows to keep within this
@@ -344,6 +345,7 @@ class Report:
     check_crc: bool
     causes: list[str] = field(default_factory=list)  # the findings said in a few words per kind (findingruns.causes)
     run_total: int = 0  # lines in all
+    lifecycle: Lifecycle | None = None  # delays, transactions, DLQs, POP (None: the store has none)
 
     @property
     def bad(self) -> bool:
@@ -457,4 +459,5 @@ def collect(
         offsets, note = None, e.line()
     index = [index_stats(p) for p in list_index_files(store.root)]
     runs = folder.runs()
-    return Report(info, traffic, damage, runs[:limit], summary.problems, dict(summary.codes), summary, dropped, offsets, note, index, check_crc, causes(runs), len(runs))
+    lifecycle = collect_lifecycle(store, check_crc=check_crc)
+    return Report(info, traffic, damage, runs[:limit], summary.problems, dict(summary.codes), summary, dropped, offsets, note, index, check_crc, causes(runs), len(runs), lifecycle)

@@ -247,6 +247,38 @@ def _problems(rep: K.Report) -> str:
     return out + "</div>"
 
 
+def _lifecycle(rep: K.Report) -> str:
+    lc = rep.lifecycle
+    s = lc.summary
+    out = [
+        f'<p>{s["delays_waiting"]} delayed messages waiting, {s["timer_waiting"]} timer messages waiting, '
+        f'{s["transactions_pending"]} transactions pending and {s["transactions_discarded"]} discarded, '
+        f'{s["dead_letter_messages"]} messages in dead-letter queues, {s["pops_unacked"]} popped messages never acked. '
+        f"<code>rmqdump journey ID</code> tells one message's story; <code>rmqdump delay</code>, <code>tx</code> and "
+        f"<code>pop</code> list them all.</p>",
+        _plot(plots.due_plot(lc.due_times), "No delayed message is waiting."),
+    ]
+    if lc.delays:
+        out.append("<h3>Delayed messages waiting</h3>")
+        out.append(_table(["due (UTC)", "level", "goes to", "queue", "uniq key", "phys offset"],
+                          ([iso(r["due_time"]), r["level"], r["real_topic"], r["real_queue_id"], r["uniq_key"], r["phys_offset"]] for r in lc.delays),
+                          numeric={1, 3, 5}, total=len(lc.due_times), keep={0, 4}))  # fmt: skip
+    if lc.transactions:
+        out.append("<h3>Transactions hanging or discarded</h3>")
+        out.append(_table(["state", "broker checks", "topic", "producer group", "uniq key", "latest half"],
+                          ([r["state"], r["checks"], r["topic"], r["producer_group"], r["uniq_key"], r["half_offsets"][-1]] for r in lc.transactions),
+                          numeric={1, 5}, total=lc.transactions_total, keep={0, 4}))  # fmt: skip
+    if lc.dead_letters:
+        out.append("<h3>Dead-letter queues</h3>")
+        out.append(_table(["group", "messages", "dead-lettered journeys found"], ([g, n, k] for g, n, k in lc.dead_letters), numeric={1, 2}))
+    if lc.unacked:
+        out.append("<h3>Popped messages never acked</h3>")
+        out.append(_table(["group", "topic", "queue", "offset", "invisible until (UTC)", "uniq key"],
+                          ([r["group"], r["topic"], r["queue_id"], r["queue_offset"], iso(r["invisible_until"]), r["uniq_key"]] for r in lc.unacked),
+                          numeric={2, 3}, total=lc.unacked_total, keep={4, 5}))  # fmt: skip
+    return "".join(out)
+
+
 def sections(rep: K.Report) -> list[tuple[str, str]]:
     """One store's sections (heading, HTML), as its own page shows them and a fleet page repeats them per broker."""
     return [
@@ -257,7 +289,7 @@ def sections(rep: K.Report) -> list[tuple[str, str]]:
         ("Damage map", _damage(rep)),
         ("Index files", _index(rep)),
         ("Problems", _problems(rep)),
-    ]
+    ] + ([("Message lifecycle", _lifecycle(rep))] if rep.lifecycle is not None else [])
 
 
 def document(title: str, body: str) -> str:

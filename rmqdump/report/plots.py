@@ -258,3 +258,20 @@ def index_plot(stats: list[K.IndexStats]) -> str | None:
     a3.set_title("Chain length histogram (all files)")
     a3.grid(axis="y", alpha=0.3)
     return svg(fig)
+
+
+@_styled
+def due_plot(due_times: list[int]) -> str | None:
+    """Delayed messages waiting, by the time they fall due (UTC)."""
+    if not due_times:
+        return None
+    fig, ax = _figure(2.2)
+    ts = [_utc(t) for t in sorted(due_times)]
+    ax.hist(ts, bins=min(60, max(5, len(ts))), color="#1f77b4")
+    ax.set_ylabel("messages")
+    ax.set_xlabel("due (UTC)")
+    ax.grid(axis="y", alpha=0.3)
+    ax.set_title(f"Delayed messages waiting: {len(ts)}, by due time")
+    fig.autofmt_xdate()
+    return svg(fig)
+

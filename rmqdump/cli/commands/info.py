@@ -229,7 +229,7 @@ def _compaction(st, fmt: ListFormat) -> bool:
 
 def _lifecycle(st, fmt: ListFormat, store_arg: str, check_crc: bool) -> None:
     """One line on the messages the broker holds back or gave up on (delays, timers, transactions, DLQs, POP)."""
-    from rmqdump.query.lifecycle import lifecycle_line, lifecycle_summary
+    from rmqdump.query.lifecyclesummary import lifecycle_line, lifecycle_summary
 
     d = lifecycle_summary(st, check_crc=check_crc)
     if d is None:

@@ -1,0 +1,127 @@
+"""`cq verify` of stores repaired by rmqdump, `index verify` and `report` with `--engine spark` on a real local[2]
+session, judged by the stores' truth: the local tests' own checks (damage.json, manifests, crash.json, the broker's
+recovered.json) run again with their command given `--engine spark`, and each run must have been Spark's tasks."""
+
+from __future__ import annotations
+
+import pytest
+import test_cq_verify
+import test_index_verify
+import test_report
+from conftest import store_root
+
+pytest.importorskip("pyspark")
+
+SPARK = ("--engine", "spark", "--master", "local[2]")
+
+
+def _jobs(spark) -> set[int]:
+    return set(spark.sparkContext.statusTracker().getJobIdsForGroup())
+
+
+@pytest.fixture
+def on_spark(spark, monkeypatch):
+    """Make `module.run` give `--engine spark` to the command `words`; afterwards, check Spark ran jobs for it."""
+    before = _jobs(spark)
+    used = []
+
+    def patch(module, *words: str) -> None:
+        plain = module.run
+
+        def run(*args):
+            if tuple(str(a) for a in args[: len(words)]) == words:
+                used.append(words)
+                args = (*args, *SPARK)
+            return plain(*args)
+
+        monkeypatch.setattr(module, "run", run)
+
+    yield patch
+    assert used, "the command under test was never run"
+    assert _jobs(spark) - before, "--engine spark ran no Spark job"
+
+
+# --- (cq verify) a store repaired by `rmqdump repair`: repair's filler units listed, nothing else, exit 0 ---
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", test_cq_verify.DAMAGED)
+def test_repaired_store_lists_repairs_filler_units_on_spark(on_spark, name, tmp_path):
+    """The filler units each destroyed message left (damage.json and the manifest, test_cq_verify's model), found by the
+    Spark engine's group tasks; repair itself runs locally."""
+    on_spark(test_cq_verify, "cq", "verify")
+    test_cq_verify.test_repaired_store_lists_repairs_filler_units_and_nothing_else(name, tmp_path)
+
+
+# --- index verify ---------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["rmq4-flags", "rmq53-v2"])
+def test_index_verify_healthy_stores_on_spark(on_spark, name):
+    on_spark(test_index_verify, "index", "verify")
+    test_index_verify.test_healthy_stores_have_no_problems(name)
+
+
+def test_index_verify_crash_store_on_spark(on_spark):
+    """rmq4-crash: exactly the messages crash.json says were not dispatched miss their entries, and the index is behind."""
+    on_spark(test_index_verify, "index", "verify")
+    test_index_verify.test_crashed_store_reports_exactly_the_undispatched_messages()
+
+
+def test_index_verify_entry_into_a_record_on_spark(on_spark, tmp_path):
+    on_spark(test_index_verify, "index", "verify")
+    test_index_verify.test_entry_into_the_middle_of_a_record(tmp_path)
+
+
+# --- report -----------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def spark_reports(spark, tmp_path_factory):
+    """`rmqdump report --engine spark` on rmq4-crash and rmq4-basic: the exit code, and the Report each page was drawn from."""
+    from conftest import run
+
+    from rmqdump.report import page
+
+    drawn, codes = {}, {}
+    plain = page.render
+    before = _jobs(spark)
+    for name in ("rmq4-crash", "rmq4-basic"):
+
+        def keep(rep, div=None, name=name):
+            drawn[name] = rep
+            return plain(rep, div)
+
+        page.render = keep
+        try:
+            r = run("report", "-s", store_root(name), "-o", tmp_path_factory.mktemp("report") / "page.html", *SPARK)
+        finally:
+            page.render = plain
+        codes[name] = r.exit_code
+    assert _jobs(spark) - before, "--engine spark ran no Spark job"
+    return drawn, codes
+
+
+def test_report_exit_codes_on_spark(spark_reports):
+    _, codes = spark_reports
+    assert codes == {"rmq4-crash": 1, "rmq4-basic": 0}  # the crash's 500 undispatched messages; the clean store clean
+
+
+@pytest.mark.parametrize("name", ["rmq4-crash", "rmq4-basic"])
+def test_report_traffic_is_the_manifests_on_spark(spark_reports, name):
+    reps, _ = spark_reports
+    test_report.test_rate_bins_are_the_manifest_binned(name, reps["rmq4-crash"], reps["rmq4-basic"])
+    test_report.test_latency_buckets_are_the_manifest_latencies(name, reps["rmq4-crash"], reps["rmq4-basic"])
+
+
+def test_report_crash_store_is_the_brokers_on_spark(spark_reports):
+    crash = spark_reports[0]["rmq4-crash"]
+    test_report.test_damage_map_places_the_crash_lost_units(crash)
+    test_report.test_recovery_and_unwritten_tail_match_the_broker(crash)
+    test_report.test_index_stats_match_the_broker_headers(crash)
+
+
+def test_report_clean_store_is_the_brokers_on_spark(spark_reports):
+    basic = spark_reports[0]["rmq4-basic"]
+    test_report.test_index_keys_are_the_manifest_keys(basic)
+    test_report.test_consumer_lag_against_the_committed_file_and_the_manifest(basic)

@@ -19,26 +19,40 @@ def _jobs(spark) -> set[int]:
     return set(spark.sparkContext.statusTracker().getJobIdsForGroup())
 
 
+def _tasks_since(spark, before: set[int]) -> int:
+    """Spark tasks run by the jobs started since `before` (a session's first use also runs a small executor check)."""
+    tracker = spark.sparkContext.statusTracker()
+    infos = [tracker.getJobInfo(j) for j in _jobs(spark) - before]
+    stages = [tracker.getStageInfo(s) for i in infos if i is not None for s in i.stageIds]
+    return sum(st.numTasks for st in stages if st is not None)
+
+
+def _commitlog_files(*names: str) -> int:
+    """Each CommitLog file is at least one range, so at least one task when the ranges are Spark's."""
+    return sum(1 for n in names for f in (store_root(n) / "commitlog").iterdir() if f.name.isdigit())
+
+
 @pytest.fixture
 def on_spark(spark, monkeypatch):
-    """Make `module.run` give `--engine spark` to the command `words`; afterwards, check Spark ran jobs for it."""
+    """patch(module, words, store names): `module.run` gives `--engine spark` to the command `words`; afterwards Spark
+    must have run at least a task per CommitLog file of those stores (a range is never two files)."""
     before = _jobs(spark)
-    used = []
+    used: list[tuple[str, ...]] = []
 
-    def patch(module, *words: str) -> None:
+    def patch(module, words: tuple[str, ...], *stores: str) -> None:
         plain = module.run
+        used.append(stores)
 
         def run(*args):
             if tuple(str(a) for a in args[: len(words)]) == words:
-                used.append(words)
                 args = (*args, *SPARK)
             return plain(*args)
 
         monkeypatch.setattr(module, "run", run)
 
     yield patch
-    assert used, "the command under test was never run"
-    assert _jobs(spark) - before, "--engine spark ran no Spark job"
+    assert used, "no command was given --engine spark"
+    assert _tasks_since(spark, before) >= _commitlog_files(*used[0]), "the CommitLog's ranges were not Spark's tasks"
 
 
 # --- (cq verify) a store repaired by `rmqdump repair`: repair's filler units listed, nothing else, exit 0 ---
@@ -49,7 +63,7 @@ def on_spark(spark, monkeypatch):
 def test_repaired_store_lists_repairs_filler_units_on_spark(on_spark, name, tmp_path):
     """The filler units each destroyed message left (damage.json and the manifest, test_cq_verify's model), found by the
     Spark engine's group tasks; repair itself runs locally."""
-    on_spark(test_cq_verify, "cq", "verify")
+    on_spark(test_cq_verify, ("cq", "verify"), f"rmq53-damaged-{name}")
     test_cq_verify.test_repaired_store_lists_repairs_filler_units_and_nothing_else(name, tmp_path)
 
 
@@ -58,53 +72,65 @@ def test_repaired_store_lists_repairs_filler_units_on_spark(on_spark, name, tmp_
 
 @pytest.mark.parametrize("name", ["rmq4-flags", "rmq53-v2"])
 def test_index_verify_healthy_stores_on_spark(on_spark, name):
-    on_spark(test_index_verify, "index", "verify")
+    on_spark(test_index_verify, ("index", "verify"), name)
     test_index_verify.test_healthy_stores_have_no_problems(name)
 
 
 def test_index_verify_crash_store_on_spark(on_spark):
     """rmq4-crash: exactly the messages crash.json says were not dispatched miss their entries, and the index is behind."""
-    on_spark(test_index_verify, "index", "verify")
+    on_spark(test_index_verify, ("index", "verify"), "rmq4-crash")
     test_index_verify.test_crashed_store_reports_exactly_the_undispatched_messages()
 
 
 def test_index_verify_entry_into_a_record_on_spark(on_spark, tmp_path):
-    on_spark(test_index_verify, "index", "verify")
+    on_spark(test_index_verify, ("index", "verify"), "rmq53-v2")  # a copy of it, one index entry changed
     test_index_verify.test_entry_into_the_middle_of_a_record(tmp_path)
 
 
 # --- report -----------------------------------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def spark_reports(spark, tmp_path_factory):
-    """`rmqdump report --engine spark` on rmq4-crash and rmq4-basic: the exit code, and the Report each page was drawn from."""
+REPORTED = ("rmq4-crash", "rmq4-basic")
+
+
+@pytest.fixture(scope="module", params=["each", "fleet"])
+def spark_reports(request, spark, tmp_path_factory):
+    """`rmqdump report --engine spark` on rmq4-crash and rmq4-basic, each alone or both as a fleet (one command, one
+    session for both stores): the exit codes and the Report of each store the page was drawn from."""
     from conftest import run
 
-    from rmqdump.report import page
+    from rmqdump.report import fleetpage, page
 
     drawn, codes = {}, {}
-    plain = page.render
+    out = tmp_path_factory.mktemp("report") / "page.html"
     before = _jobs(spark)
-    for name in ("rmq4-crash", "rmq4-basic"):
+    one_page, fleet_page = page.render, fleetpage.render
 
-        def keep(rep, div=None, name=name):
-            drawn[name] = rep
-            return plain(rep, div)
+    def one(rep, div=None):
+        drawn[name] = rep
+        return one_page(rep, div)
 
-        page.render = keep
-        try:
-            r = run("report", "-s", store_root(name), "-o", tmp_path_factory.mktemp("report") / "page.html", *SPARK)
-        finally:
-            page.render = plain
-        codes[name] = r.exit_code
-    assert _jobs(spark) - before, "--engine spark ran no Spark job"
+    def fleet(brokers, errors=()):
+        drawn.update(brokers)
+        return fleet_page(brokers, errors)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(page, "render", one)
+        mp.setattr(fleetpage, "render", fleet)
+        if request.param == "each":
+            for name in REPORTED:
+                codes[name] = run("report", "-s", store_root(name), "-o", out, "--force", *SPARK).exit_code
+        else:
+            codes["fleet"] = run("report", *[f"--store={n}={store_root(n)}" for n in REPORTED], "-o", out, *SPARK).exit_code
+    assert _tasks_since(spark, before) >= _commitlog_files(*REPORTED), "the CommitLog's ranges were not Spark's tasks"
+    assert set(drawn) == set(REPORTED)
     return drawn, codes
 
 
 def test_report_exit_codes_on_spark(spark_reports):
     _, codes = spark_reports
-    assert codes == {"rmq4-crash": 1, "rmq4-basic": 0}  # the crash's 500 undispatched messages; the clean store clean
+    # the crash's 500 undispatched messages; the clean store clean; a fleet with a broker with problems
+    assert codes in ({"rmq4-crash": 1, "rmq4-basic": 0}, {"fleet": 1})
 
 
 @pytest.mark.parametrize("name", ["rmq4-crash", "rmq4-basic"])

@@ -306,3 +306,37 @@ def test_salvage_and_repair_on_standalone_cluster(cluster, executor_python, tmp_
     r = run_proc("repair", str(base / "store"), "--out", str(new), "--hash-slots", "500", "--index-entries", "2000", *no_mem, cwd=str(ROOT), timeout=600)
     assert r.returncode == 1, r.stderr[-3000:]
     check_broker_keeps(broker_recovery(new, tmp_path / "oracle.json"), intact)
+
+
+def test_index_verify_and_report_on_standalone_cluster(cluster, executor_python, monkeypatch, tmp_path):
+    """rmq4-crash with the cluster reading the ranges: index verify misses exactly the entries of the messages crash.json
+    says were not dispatched (test_index_verify's own check, its command run here as a process on the cluster); the
+    report's findings are exactly those messages' missing ConsumeQueue units, and it exits 1."""
+    from types import SimpleNamespace
+
+    import test_index_verify
+
+    url, tmp = cluster
+    no_mem = [a for a in _spark_args(url, executor_python) if a not in ("--driver-memory", "1g")]
+    apps = lambda: {p.name for w in ("work0", "work1") for p in (tmp / w).iterdir()}  # noqa: E731  (an executor's app-* dir)
+    before = apps()
+
+    def on_cluster(*args):
+        p = run_proc(*args, *no_mem, cwd=str(ROOT), timeout=600)
+        assert "Traceback" not in p.stderr, p.stderr[-3000:]
+        return SimpleNamespace(exit_code=p.returncode, stdout=p.stdout, stderr=p.stderr)
+
+    monkeypatch.setattr(test_index_verify, "run", on_cluster)
+    test_index_verify.test_crashed_store_reports_exactly_the_undispatched_messages()
+
+    name = "rmq4-crash"
+    dispatched = set(json.loads((REAL / name / "crash.json").read_text())["dispatchedSeqs"])
+    lost = {(m["topic"], m["queueId"], m["logicsOffset"], m["wroteOffset"]) for m in manifest(name) if m["seq"] not in dispatched}
+    probs = tmp_path / "problems.jsonl"
+    r = on_cluster("report", "-s", str(REAL / name / "store"), "-o", str(tmp_path / "page.html"), "--problems-out", str(probs))
+    assert r.exit_code == 1 and (tmp_path / "page.html").stat().st_size > 0, r.stderr[-3000:]
+    found = [json.loads(x) for x in probs.read_text(encoding="utf-8").splitlines()]
+    assert {x["code"] for x in found} == {"cq_missing_unit"}
+    assert len(found) == len(lost) == 500
+    assert {(x["topic"], x["queue_id"], x["unit_index"], x["phys_offset"]) for x in found} == lost
+    assert len(apps() - before) == 2  # each command was an application whose executors ran on the workers

@@ -1,14 +1,18 @@
 """`report` over a fleet: the stores collected one after the other, each on every core (the local map over its
-ranges; collecting stores in threads side by side would share the ConsumeQueue read cache, which is one per process),
-one page written."""
+ranges, or the caller's mapper such as Spark's tasks; collecting stores in threads side by side would share the
+ConsumeQueue read cache, which is one per process), one page written."""
 
 from __future__ import annotations
 
 from rmqdump.cli import render
 
 
-def fleet_report(refs, out: str, *, force: bool, limit: int, check_crc: bool, workers: int | None = None, broker_version: tuple[int, ...] | None = None) -> int:
-    """Write the fleet page; 1 when a broker has problems, would drop data on restart, or cannot be read."""
+def fleet_report(
+    refs, out: str, *, force: bool, limit: int, check_crc: bool, workers: int | None = None, broker_version: tuple[int, ...] | None = None, mapper=None
+) -> int:
+    """Write the fleet page; 1 when a broker has problems, would drop data on restart, or cannot be read.
+
+    mapper: what maps every store's CommitLog ranges (--engine spark's tasks); default the local engine, sized per store."""
     from rmqdump.common.problems import InputError
     from rmqdump.common.publish import check_target, publishing
     from rmqdump.engines.local import local_map
@@ -32,8 +36,8 @@ def fleet_report(refs, out: str, *, force: bool, limit: int, check_crc: bool, wo
             if isinstance(st, InputError):
                 return st
             try:
-                mapper = local_map(workers, sum(f.size for f in st.commitlog.files))
-                return collect(st, check_crc=check_crc, limit=limit, mapper=mapper, on_bytes=advance)
+                ranges = mapper if mapper is not None else local_map(workers, sum(f.size for f in st.commitlog.files))
+                return collect(st, check_crc=check_crc, limit=limit, mapper=ranges, on_bytes=advance)
             except InputError as e:
                 return e
 

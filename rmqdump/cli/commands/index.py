@@ -284,6 +284,10 @@ def verify_cmd(
     hash_slots: int = hash_slots_option(),
     index_entries: int = index_entries_option(),
     workers: int = O.workers_option(),
+    engine: O.Engine = O.engine_option("the CommitLog's ranges read by Spark tasks; the index files checked on this machine"),
+    master: str = O.master_option(),
+    spark_conf: list[str] = O.spark_conf_option(),
+    ship: O.Ship = O.ship_option(),
 ):
     """Check every index file against itself and against the CommitLog, both ways.
 
@@ -297,7 +301,6 @@ def verify_cmd(
     Example:  rmqdump index verify --store fixtures/real/rmq4-crash/store -f jsonl
     """
     from rmqdump.checks.indexverify import PROBLEM_COLUMNS, IndexVerifySummary, verify
-    from rmqdump.engines.local import local_map
     from rmqdump.readers.commitlog import commitlog_path
 
     if not os.path.isdir(str(store)):
@@ -308,8 +311,7 @@ def verify_cmd(
     s = IndexVerifySummary()
     rows = []
     total = sum(os.path.getsize(os.path.join(cl_dir, n)) for n in os.listdir(cl_dir) if n.isdigit())
-    with render.progress(total, "index verify") as advance:
-        mapper = local_map(workers, total)
+    with O.range_mapper(engine, workers, total, master, spark_conf, ship) as mapper, render.progress(total, "index verify") as advance:
         for p in verify(str(store), hash_slots=hash_slots, index_entries=index_entries, summary=s, on_bytes=advance, mapper=mapper):
             d = p.to_dict(PROBLEM_COLUMNS)
             if fmt is ListFormat.jsonl:

@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 
 from rmqdump.cli import render
+from rmqdump.cli.commands import options as O
 from rmqdump.cli.commands.options import broker_version, broker_version_option, stores_option, workers_option
 from rmqdump.cli.fleet import fleet
 
@@ -29,6 +30,10 @@ def report(
     diff: Path = typer.Option(
         None, "--diff", help="Another store that was one with this one (a master's slave after a failover): add the divergence section (see `rmqdump diff`)."
     ),
+    engine: O.Engine = O.engine_option("each store's CommitLog ranges read by Spark tasks; the page folded on this machine"),
+    master: str = O.master_option(),
+    spark_conf: list[str] = O.spark_conf_option(),
+    ship: O.Ship = O.ship_option(),
 ):
     """One HTML page (no network needed: inline SVG plots, no script) with the info summary, the recovery preview,
     message rate and latency, queues and consumer lag, a damage map along the CommitLog, index files and the problems.
@@ -58,7 +63,10 @@ def report(
         if diff is not None or problems_out is not None:
             render.fail("usage: --diff and --problems-out take one store (-s once)", 2)
 
-        raise typer.Exit(fleet_report(refs, str(out), force=force, limit=limit, check_crc=not no_crc, workers=workers, broker_version=version))
+        with contextlib.ExitStack() as stack:  # Spark: one session for the fleet; local: each store's own threads
+            mapper = stack.enter_context(O.range_mapper(engine, workers, 0, master, spark_conf, ship)) if engine is O.Engine.spark else None
+            code = fleet_report(refs, str(out), force=force, limit=limit, check_crc=not no_crc, workers=workers, broker_version=version, mapper=mapper)
+        raise typer.Exit(code)
     st = Store.open(store[0] if store else ".", version)
     check_target(str(out), force=force, stores=[st.root], kind="file")  # before the long part: fail fast
     with contextlib.ExitStack() as stack:
@@ -67,8 +75,8 @@ def report(
             tmp = stack.enter_context(publishing(str(problems_out), force=force, stores=[st.root], kind="file"))
             sink = stack.enter_context(open(tmp, "w", encoding="utf-8"))
             on_problem = lambda p: render.jsonl(p.to_dict(PROBLEM_COLUMNS), sink)  # noqa: E731
-        with render.progress(collect_bytes(st), "report") as advance:  # on a terminal only
-            mapper = local_map(workers, sum(f.size for f in st.commitlog.files))
+        cl_bytes = sum(f.size for f in st.commitlog.files)
+        with O.range_mapper(engine, workers, cl_bytes, master, spark_conf, ship) as mapper, render.progress(collect_bytes(st), "report") as advance:
             rep = collect(st, check_crc=not no_crc, limit=limit, mapper=mapper, on_bytes=advance, on_problem=on_problem)
     div = None
     if diff is not None:
@@ -79,7 +87,8 @@ def report(
         other = Store.open(diff)
         if not other.commitlog.files:
             render.fail(f"no_commitlog: {other.root}: no CommitLog files found (--diff)", 2)
-        div = collect_divergence(st, other, check_crc=not no_crc, mapper=mapper, temp_dir=str(out.absolute().parent))
+        # the two sides' CRCs side by side on this machine, as `diff` does on either engine (not CommitLog ranges)
+        div = collect_divergence(st, other, check_crc=not no_crc, mapper=local_map(workers, cl_bytes), temp_dir=str(out.absolute().parent))
     page = render_page(rep, div)
     with publishing(str(out), force=force, stores=[st.root], kind="file") as tmp, open(tmp, "w", encoding="utf-8") as f:
         f.write(page)

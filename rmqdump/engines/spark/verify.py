@@ -9,7 +9,9 @@
    belong to it are rebuilt into a RecordTable, and the local engine's pure
    functions run on it: cqunits.check_units over the queue's files, chunk by
    chunk with the same carry, then cqunits.missing_units. No check is
-   written here; only where rows go.
+   written here; only where rows go. The filler units a repair by rmqdump
+   left (rmqdump.checks.repairholes) are taken out of each queue's chunks
+   first and come back as listed rows, as in the local engine's order pass.
 The driver puts the findings back into the local engine's order.
 
 A store with Batch ConsumeQueues, ConsumeQueue ext, LMQ queues or a RocksDB
@@ -29,6 +31,7 @@ import pyarrow.compute as pc
 
 from rmqdump.checks.cqunits import CommitLogExtent, RecordTable, check_units, missing_units
 from rmqdump.checks.cqverify import VerifyScope, VerifySummary, cq_locator, verify
+from rmqdump.checks.repairholes import RepairHoles
 from rmqdump.common.problems import Problem
 from rmqdump.engines.spark.rangemap import SparkMap, folds_on_driver
 from rmqdump.readers.consumequeue import UNIT_SIZE, ConsumeQueue
@@ -141,6 +144,7 @@ class _Plan:
     extent: CommitLogExtent
     check_tags: bool
     scope: VerifyScope
+    fillers: RepairHoles | None  # the holes a repair by rmqdump left: their filler units are listed, not checked
 
 
 def _expected_path(plan: _Plan, t: str, qid: int, index: int, cq: ConsumeQueue | None) -> str:
@@ -184,6 +188,10 @@ def _group_fn(plan: _Plan):
             last_valid = cq.last_valid_index()
             prev, seen = -1, False
             for chunk in cq.chunks():
+                if plan.fillers is not None:
+                    chunk, taken = plan.fillers.take(chunk, t, qid, where)
+                    for row in taken:
+                        rows.append((3, plan.order[(t, qid)], 0, len(rows), json.dumps(row)))
                 res = check_units(
                     chunk,
                     t,
@@ -259,6 +267,7 @@ def verify_spark(spark, store: Store, scope: VerifyScope, *, summary: VerifySumm
             extent=CommitLogExtent.of(store.commitlog, data_end),
             check_tags=not (store.ext_queues or os.path.isdir(os.path.join(store.root, "consumequeue_ext"))),
             scope=scope,
+            fillers=RepairHoles.of(store),
         )
         qrows = [(q.topic, q.queue_id) for q in queues]
         queue_df = spark.createDataFrame(sc.parallelize(qrows, max(1, min(len(qrows), 2 * sc.defaultParallelism))), "topic string, queue_id int")
@@ -282,6 +291,7 @@ def verify_spark(spark, store: Store, scope: VerifyScope, *, summary: VerifySumm
     unit_rows = sorted((r for r in findings if r["section"] == 0), key=lambda r: (r["a"], r["seq"]))
     missing = sorted((r for r in findings if r["section"] == 1), key=lambda r: r["a"])
     s.units = sum(r["units"] for r in findings if r["section"] == 2)
+    s.filler_units += [json.loads(r["problem"]) for r in sorted((r for r in findings if r["section"] == 3), key=lambda r: (r["a"], r["seq"]))]
     out.extend(Problem.from_dict(json.loads(r["problem"])) for r in unit_rows)
     out.extend(Problem.from_dict(json.loads(r["problem"])) for r in missing)
     for p in out:

@@ -323,3 +323,38 @@ def test_commitlog_damage_is_passed_on(command):
     probs = kind(rows, "problem")
     assert code == 1 and [(p["code"], p["phys_offset"]) for p in probs] == [("body_crc_mismatch", r["physicalOffset"]) for r in damage["recordsHit"]]
     assert all(p["file"].endswith(damage["file"]) for p in probs) and rows[-1]["problems"] == len(probs)
+
+
+@pytest.mark.parametrize("name", ["rmq53-lifecycle", "rmq53-lifecycle-crash"])
+def test_retry_view_is_what_the_push_consumer_gave_up_on(name):
+    """Per push group: messages retried, retry copies, retries still waiting, dead letters with their original topics;
+    one row per dead-lettered message: all from truth.json's copies of each message."""
+    import json
+
+    from conftest import REAL, jsonl, run
+    from test_journey import expected_state
+
+    msgs = json.loads((REAL / name / "truth.json").read_text())["messages"]
+    r = run("retry", "-s", REAL / name / "store", "-f", "jsonl")
+    rows = jsonl(r.stdout)
+    retry, dlq = "%RETRY%GID_lc_push", "%DLQ%GID_lc_push"
+    dead = [m for m in msgs if m.get("inDLQ")]
+    waiting = [m for m in msgs if m["kind"] == "normal" and expected_state(m) == "scheduled"]
+    assert [x for x in rows if x["kind"] == "group"] == [
+        {
+            "kind": "group",
+            "group": "GID_lc_push",
+            "retried": sum(any(c["topic"] == retry for c in m["storeCopies"]) for m in msgs),
+            "retry_copies": sum(c["topic"] == retry for m in msgs for c in m["storeCopies"]),
+            "waiting_retry": len(waiting),
+            "dead_letters": len(dead),
+            "retry_limit": json.loads((REAL / name / "store" / "config" / "subscriptionGroup.json").read_text())["subscriptionGroupTable"]["GID_lc_push"]["retryMaxTimes"],
+            "from_topics": {"LcOrders": len(dead)},
+        }
+    ]
+    got = {(x["uniq_key"], x["attempts"], x["dlq_queue_offset"], x["phys_offset"]) for x in rows if x["kind"] == "dead_letter"}
+    want = {(m["uniqKey"], c["reconsumeTimes"], c["queueOffset"], c["commitLogOffset"]) for m in dead for c in m["storeCopies"] if c["topic"] == dlq}
+    assert got == want
+    assert r.exit_code == 1  # the consumer sent some straight to the DLQ: journey_dlq_before_retry_limit
+    empty = run("retry", "-s", REAL / "rmq4-basic" / "store", "-f", "jsonl")
+    assert empty.exit_code == 0 and jsonl(empty.stdout) == [{"kind": "summary", "groups": 0, "dead_letters": 0, "problems": 0}]

@@ -43,6 +43,8 @@ def _cell(value) -> str:
     if value is None:
         return ""
     if isinstance(value, dict):
+        if value and all(isinstance(x, int) for x in value.values()):  # counts by name
+            return ", ".join(f"{k}: {n}" for k, n in value.items())
         return " ".join(str(x) for x in value.values())
     if isinstance(value, list):
         return ",".join(str(x) for x in value)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib
 
-MODULES = ["commitlog", "export", "info", "cq", "compaction", "offsets", "index", "msgid", "diff", "rebuild", "repair", "report", "salvage", "sql", "timer", "journey", "tx", "pop", "delay"]
+MODULES = ["commitlog", "export", "info", "cq", "compaction", "offsets", "index", "msgid", "diff", "rebuild", "repair", "report", "salvage", "sql", "timer", "journey", "retry", "tx", "pop", "delay"]
 
 
 def register(app, guarded) -> None:

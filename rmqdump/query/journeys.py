@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from rmqdump.checks.journey import BAD_EVIDENCE, ORPHAN_CHECKPOINT, Context, Journey, link, orphan_checkpoints
 from rmqdump.checks.offsets import OFFSETS_FILE, offset_table
 from rmqdump.common.problems import InputError, Problem
-from rmqdump.query.lookup import Index
+from rmqdump.query.lookup import Index, index_end
 from rmqdump.readers.configfiles import CONFIG_DIR, read_config
 from rmqdump.readers.lifecycle import Copy, Evidence, read_record, wants_body
 from rmqdump.readers.message import Message
@@ -125,8 +125,8 @@ def _data_bytes(store: Store) -> int:
 
 
 def _indexed_end(index: Index) -> int:
-    """The CommitLog offset the IndexFiles reach (0 with none)."""
-    return max((f.header.end_phy_offset for f in index.files if f.count > 1), default=0)
+    """The CommitLog offset of the last record the IndexFiles hold (-1 with none)."""
+    return index_end(index.files)
 
 
 def _evidence_queues(store: Store) -> list:
@@ -169,7 +169,10 @@ def lookup_store(store: Store, ids: list[str], *, check_crc: bool = True, moved:
         for e in g.evidence:
             seen.add(e.phys_offset)
         more: set[str] = set()
-        for b in scan_commitlog(store.commitlog, from_offset=min(tail, g.reached), check_crc=check_crc):
+        start = max(0, min(tail, g.reached))
+        done = tail >= 0 and g.reached <= tail and store.commitlog.nothing_after(tail)
+        past = () if done else scan_commitlog(store.commitlog, from_offset=start, check_crc=check_crc)
+        for b in past:
             g.problems += b.problems()
             g.scanned_bytes += int(b.phys[-1]) - int(b.phys[0]) if len(b) else 0
             copies, evidence = _fold(None if moved else frozenset(keys), b, None)

@@ -244,7 +244,11 @@ class Index:
     def tail(self) -> TailScan | None:
         """The CommitLog past the index's end, scanned on first use (None when not asked for)."""
         if self._want_tail and self._tail is None:
-            self._tail = scan_tail(self.commitlog, index_end(self.files), self._mapper)
+            end = index_end(self.files)
+            if end >= 0 and self.commitlog.nothing_after(end):  # the index holds the CommitLog's last record: no tail
+                self._tail = TailScan(end, end, end, 0, [], np.zeros(0, np.int32), np.zeros(0, np.int64), frozenset())
+            else:
+                self._tail = scan_tail(self.commitlog, end, self._mapper)
         return self._tail
 
     def close(self) -> None:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from rmqdump.common import problems as P
 from rmqdump.common.problems import InputError, Problem
-from rmqdump.readers.mapped import OFFSET_NAME_RE, OffsetFile, offset_files
+from rmqdump.readers.mapped import OFFSET_NAME_RE, OffsetFile, offset_files, open_binary
 from rmqdump.schemas import dledger as DL
 
 FRAME_SIZE = DL.EntryHeader.sizeof()
@@ -143,6 +143,24 @@ class CommitLog:
             if f.base <= phys_offset < f.base + f.size:
                 return f
         return None
+
+    def nothing_after(self, phys_offset: int) -> bool:
+        """Whether no record follows the one at `phys_offset`: it is in the last file, its totalSize is positive, and
+        the file ends after it or holds 8 zero bytes there. A cheap look (12 bytes read), so a pass over what follows a
+        point (the index's end) is skipped when there is nothing; False whenever unsure (a scan then decides)."""
+        seg = self.file_for(phys_offset)
+        if seg is None or seg is not self.files[-1] or seg.frame:
+            return False
+        pos = phys_offset - seg.base
+        with open_binary(seg.path) as f:
+            f.seek(pos)
+            size = int.from_bytes(f.read(4), "big", signed=True)
+            if size <= 0:
+                return False
+            if pos + size >= seg.size:
+                return True
+            f.seek(pos + size)
+            return f.read(8) == bytes(8)
 
     def out_of_range(self, code: str, phys_offset: int) -> Problem:
         """An offset in no CommitLog file, located at the CommitLog's directory (no file holds it)."""

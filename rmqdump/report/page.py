@@ -122,7 +122,7 @@ def _recovery(rep: K.Report) -> str:
     if r is None:
         return '<p class="sub">No recovery preview.</p>'
     lines = [
-        f"{'<b>ABNORMAL</b>' if r.abnormal else 'normal'} recovery (broker {_e(r.rules)}): scan from {r.scan_from} (file {_e(r.scan_from_file)}), stops at {r.valid_end}: {_e(r.stop)}",
+        f"{'<b>ABNORMAL</b>' if r.abnormal else 'normal'} recovery (rules: {_e(r.rules)}, {_e(r.rules_why)}): scan from {r.scan_from} (file {_e(r.scan_from_file)}), stops at {r.valid_end}: {_e(r.stop)}",
         (f'<span class="{"bad" if r.truncated_bytes else "ok"}">dropped on restart: {r.truncated_bytes} bytes, {r.truncated_messages} messages</span>')
         + f" after {r.valid_end} (logical truncation; the bytes stay on disk)",
         f"CommitLog files deleted: {_e(', '.join(r.commitlog_files_dropped) or 'none')}",

@@ -165,7 +165,7 @@ def _table(info: StoreInfo) -> None:
     r = info.recovery
     if r is not None:
         o.print("[bold]Recovery preview[/bold] (what the broker would do on restart)")
-        o.print(f"  {'ABNORMAL' if r.abnormal else 'normal'} recovery (broker {r.rules}): scan from {r.scan_from} (file {r.scan_from_file}), stops at {r.valid_end}: {r.stop}")
+        o.print(f"  {'ABNORMAL' if r.abnormal else 'normal'} recovery (rules: {r.rules}, {r.rules_why}): scan from {r.scan_from} (file {r.scan_from_file}), stops at {r.valid_end}: {r.stop}")
         o.print(
             f"  dropped on restart: {r.truncated_bytes} bytes, {r.truncated_messages} messages after {r.valid_end} (logical truncation; the bytes stay on disk)"
         )

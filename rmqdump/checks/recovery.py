@@ -123,7 +123,7 @@ class DroppedRecord:
     file: str
     file_offset: int
     total_size: int  # as its header declares
-    state: str  # "torn" (its bytes do not hold together), "intact", or the CRC code that fails it
+    state: str  # "intact", "torn" (cut short: past its file's end, or its later bytes zeros), or the scan's code for it
     topic: str | None = None
     queue_id: int | None = None
     queue_offset: int | None = None
@@ -393,14 +393,18 @@ def _from_message(m: Message, file_offset: int) -> DroppedRecord:
 
 
 def _describe(seg: SegmentFile, mf: MappedFile, p: int, total: int) -> DroppedRecord:
-    """What a dropped record still says: all of it when it decodes, else each field that lies before its zero tail."""
-    if p + total <= mf.size:
-        m = read_record(seg, mf, p, check_crc=True)
-        if isinstance(m, Message):
-            return _from_message(m, p)
-    d = DroppedRecord(seg.base + p, seg.path, p, total, "torn")
+    """What a dropped record still says: all of it when it decodes, else each field that lies before its zero tail.
+
+    Its state: "torn" when it runs past its file's end or its later bytes are zeros (never written), else the code
+    the scan gives the record (a size field changed, a bad magic ...), so every output names it alike.
+    """
+    m = read_record(seg, mf, p, check_crc=True) if p + total <= mf.size else None
+    if isinstance(m, Message):
+        return _from_message(m, p)
     end = min(p + total, mf.size)
     z = _last_nonzero(mf, p, end)  # bytes from z on are zeros: the part of the record the OS never wrote (or zeros)
+    torn = m is None or z < end - _PROPS_LEN.size  # a whole record ends in its properties, or in their empty length
+    d = DroppedRecord(seg.base + p, seg.path, p, total, "torn" if torn else m.code)
     view = mf.view
     if p + _SYSFLAG_AT + 4 > z:
         return d

@@ -86,13 +86,7 @@ def _summary(rep: K.Report) -> str:
         ("store", _e(inf.root)),
         ("state", f"{state}; lock file: {'yes' if inf.lock else 'no'}"),
         ("verdict", verdict + f" ({rep.verify.queues} queues, {rep.verify.units} units, {rep.verify.messages} messages checked)"),
-        (
-            "CommitLog",
-            _e(
-                f"{cl.files} files x {cl.file_size} bytes = {cl.bytes} bytes; offsets {cl.min_offset}..{cl.files_end}; "
-                f"data ends at {cl.data_end} ({cl.files_end - cl.data_end} bytes unwritten)"
-            ),
-        ),
+        ("CommitLog", _e(cl.summary())),
         (
             "checkpoint",
             _e(
@@ -102,7 +96,7 @@ def _summary(rep: K.Report) -> str:
             if ck is not None
             else '<span class="bad">missing</span>',
         ),
-        ("ConsumeQueues", _e(f"{len(inf.queues)} queues, {sum(q.units for q in inf.queues)} units, file size {inf.cq_file_size}")),
+        ("ConsumeQueues", _e(f"{len(inf.queues)} queues, {sum(q.units for q in inf.queues)} units" + ("" if inf.cq_file_size is None else f", file size {inf.cq_file_size}"))),
         ("index files", _e(f"{len(inf.index_files)}")),
         ("CRC", "checked" if rep.check_crc else "not checked (--no-crc)"),
     ]

@@ -14,6 +14,7 @@ import sys
 import typer
 
 from rmqdump import __version__
+from rmqdump.cli.helptext import WholeSentenceGroup
 from rmqdump.cli.render import fail
 from rmqdump.common.problems import InputError
 from rmqdump.common.publish import NO_ROOM, OUTPUT_NO_SPACE
@@ -26,6 +27,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     rich_markup_mode=None,  # plain click help: rich and markdown-it cost start-up time
     context_settings={"help_option_names": ["-h", "--help"]},
+    cls=WholeSentenceGroup,  # no command's summary cut with "..."
 )
 
 

@@ -12,6 +12,7 @@ from rmqdump.cli import render
 from rmqdump.cli.commands import options as O
 from rmqdump.cli.commands.options import ListFormat, store_option
 from rmqdump.cli.fleet import FLEET_HELP, fleet, fleet_map
+from rmqdump.cli.helptext import WholeSentenceGroup
 from rmqdump.common.problems import InputError
 from rmqdump.common.timeutil import iso, parse_time
 
@@ -23,7 +24,7 @@ index_app = typer.Typer(
     name="index",
     help="IndexFile: find messages by key or id, verify the index against the CommitLog, dump a file.",
     no_args_is_help=True,
-    rich_markup_mode=None,  # plain click help: rich and markdown-it cost start-up time
+    cls=WholeSentenceGroup, rich_markup_mode=None,  # plain click help: rich and markdown-it cost start-up time
 )
 
 MESSAGE_COLUMNS = ["offset", "size", "topic", "q", "qoffset", "stored (UTC)", "tags", "keys", "uniq_key", "index entry"]

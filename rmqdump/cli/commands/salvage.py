@@ -45,7 +45,7 @@ def _print_table(d: dict) -> None:
 def salvage_cmd(
     store: Path = O.storedir_argument(),
     store_opt: Path = O.storedir_option(),
-    out: Path = O.out_option("Directory to create: messages, flagged, manifest.json. Outside the store, empty or absent."),
+    out: Path = O.out_option("Directory to create: messages, flagged, manifest.json. Outside the store, empty or absent.", metavar="OUT"),
     fmt: SalvageFormat = O.format_option(SalvageFormat.parquet, "parquet, or jsonl (one JSON object per line; body and raw_without_body in base64)."),
     topic: list[str] = O.topic_option("Only this topic (repeatable)."),
     since: str = O.since_option(),

@@ -226,7 +226,7 @@ def _index(rep: K.Report) -> str:
 
 def _problems(rep: K.Report) -> str:
     if not rep.problem_total:
-        return '<p class="ok">None.</p>'
+        return '<p class="ok">No problems found.</p>'
     codes = ", ".join(f"{k} {v}" for k, v in sorted(rep.problem_codes.items()))
     out = f"<p>{rep.problem_total} findings ({_e(codes)}) in {rep.run_total} lines: a run of one code in one queue is one line, the damage first"
     out += f"; the first {len(rep.runs)}:</p>" if rep.run_total > len(rep.runs) else ":</p>"

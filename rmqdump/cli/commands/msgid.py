@@ -50,7 +50,7 @@ def msgid(
             if k == "kind":
                 continue
             extra = f" ({iso(v)})" if k in ("time", "month_start", "anchor") and isinstance(v, int) else ""
-            render.out.print(f"{k}: {v}{extra}", markup=False)
+            render.out.print(f"{k}: {'unknown' if v is None else v}{extra}", markup=False)  # JSON's null, in words
     emit_lookup(r.messages, r.lookup, fmt, explain)
     raise typer.Exit(0 if r.messages else 1)
 

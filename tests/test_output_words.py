@@ -98,7 +98,7 @@ def test_every_command_speaks_without_none_or_exception_names(damaged, name, tmp
     s = damaged[name]
     bad = []
     for fmt in ("table", "jsonl"):
-        for i, cmd in enumerate(_commands(s, tmp_path / fmt)):
+        for cmd in _commands(s, tmp_path / fmt):
             if fmt == "jsonl" and cmd[0] in TABLE_ONLY:
                 continue
             args = [str(a) for a in cmd] + (["-f", "jsonl"] if fmt == "jsonl" and "-f" not in cmd else [])

@@ -10,12 +10,12 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REAL, ROOT, manifest, store_root
+from conftest import REAL, ROOT, manifest, need_pyspark, store_root
 
 from rmqdump.readers.configfiles import loads_fastjson
 from rmqdump.sql.tables import TABLES
 
-pytest.importorskip("pyspark")
+need_pyspark()
 
 FLEET = ["rmq4-basic", "rmq4-crash", "rmq4-flags"]
 

@@ -89,6 +89,9 @@ def test_usage_names_the_arguments_as_the_help_text_does():
         assert usage.endswith(f"rmqdump {cmd} [OPTIONS] [STOREDIR]"), usage
         assert "STOREDIR" in h.split("Options:")[0].split(usage)[1]  # the text speaks of it too
         assert f"-o, --out {out_name}" in h and "-s, --store STOREDIR" in h and out_name in h.split("Arguments:")[0], cmd
+    for cmd, names in ((["commitlog"], ["FILE"]), (["diff"], ["A", "B"]), (["msgid"], ["ID"]), (["index", "lookup"], ["KEY"]), (["sql"], ["QUERY"])):
+        usage = run_proc(*cmd, "--help", env=env).stdout.splitlines()[0]
+        assert [w.strip("[]{}.") for w in usage.split("[OPTIONS]")[1].split()] == names, usage  # as the README's command table
     for cmd in ("repair", "rebuild"):  # the sizes are inferred from the store: no bare broker default as the default
         h = " ".join(run_proc(cmd, "--help", env=env).stdout.split())
         assert "else the store's own ConsumeQueue files" in h and "default 300000" not in h, cmd

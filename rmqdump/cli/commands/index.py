@@ -91,7 +91,7 @@ def _summary(res: LookupResult) -> dict:
 
 
 def lookup(
-    key: str = typer.Argument(None, help="A key (one KEYS token) or a UNIQ_KEY."),
+    key: str = typer.Argument(None, metavar="KEY", help="A key (one KEYS token) or a UNIQ_KEY."),
     msg_id: str = typer.Option(None, "--id", help="A message id instead of KEY: an offset msgId is read directly, a UNIQ_KEY looked up in the index."),
     store: list[str] = O.stores_option(FLEET_HELP),
     topics: list[str] = O.topic_option("Topic of the message (repeatable). Default: every topic in consumequeue/ and config/topics.json."),
@@ -344,7 +344,7 @@ def _problem_table(rows: list[dict]) -> None:
 
 
 def dump(
-    file: Path = typer.Argument(..., help="One index file (store/index/yyyyMMddHHmmssSSS)."),
+    file: Path = typer.Argument(..., metavar="FILE", help="One index file (store/index/yyyyMMddHHmmssSSS)."),
     fmt: ListFormat = O.format_option(ListFormat.table, "table or jsonl."),
     slots: bool = typer.Option(True, "--slots/--no-slots", help="List the non-empty slots."),
     entries: bool = typer.Option(True, "--entries/--no-entries", help="List the written entries."),

@@ -14,7 +14,7 @@ from rmqdump.cli.fleet import FLEET_HELP, fleet
 
 
 def msgid(
-    text: str = typer.Argument(..., help="An offset msgId or a UNIQ_KEY (32 or 56 hex characters)."),
+    text: str = typer.Argument(..., metavar="ID", help="An offset msgId or a UNIQ_KEY (32 or 56 hex characters)."),
     store: list[str] = O.stores_option(FLEET_HELP),
     topics: list[str] = O.topic_option("Look the UNIQ_KEY up in this topic only (repeatable)."),
     fmt: ListFormat = O.format_option(ListFormat.table, "table or jsonl."),

@@ -116,3 +116,20 @@ def test_every_command_speaks_without_none_or_exception_names(damaged, name, tmp
                 bad.append((" ".join(args[:3]), fmt, text[max(0, m - 120) : m + 40]))
             shutil.rmtree(tmp_path / fmt / "rebuilt", ignore_errors=True)
     assert not bad, bad
+
+
+def test_an_internal_error_is_one_line_without_the_exception_class(monkeypatch):
+    """A failure nothing foresaw (here construct's StreamError from deep in a reader) is still one line, exit 2, in
+    words; RMQDUMP_TRACEBACK=1 is how a developer sees the class and where."""
+    from construct import StreamError
+
+    import rmqdump.query.storeinfo as storeinfo
+
+    def broken(*a, **kw):
+        raise StreamError("stream read less than specified amount, expected 8, found 3")
+
+    monkeypatch.setattr(storeinfo, "store_info", broken)
+    monkeypatch.delenv("RMQDUMP_TRACEBACK", raising=False)
+    r = run("info", "-s", store_root("rmq4-flags"), "--no-recovery")
+    assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1
+    assert "internal_error: stream read less than specified amount" in r.stderr and not EXCEPTION.search(r.stderr)

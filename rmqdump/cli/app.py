@@ -51,7 +51,7 @@ def guarded(fn):
                 raise
             if isinstance(e, OSError) and e.errno in NO_ROOM:  # a write outside a published output: standard output, a spill
                 fail(f"{OUTPUT_NO_SPACE}: {e.filename or 'standard output or a temporary file'}: {os.strerror(e.errno)}", 2)
-            fail(f"internal_error: {type(e).__name__}: {e} (RMQDUMP_TRACEBACK=1 shows where)", 2)
+            fail(f"internal_error: {str(e).strip() or 'an unexpected failure'} (RMQDUMP_TRACEBACK=1 shows where and what)", 2)
 
     return wrapper
 

@@ -57,6 +57,18 @@ def need_oracle() -> None:
         pytest.skip(f"the broker oracle is not at {ORACLE}")
 
 
+def need_pyspark():
+    """pyspark, for the Spark tests: fail under CI (where a missing pyspark means the Spark tests never ran), skip
+    elsewhere; the one place that decides, as need_oracle does for the broker oracle."""
+    try:
+        import pyspark
+    except ImportError:
+        if os.environ.get("CI"):
+            pytest.fail("pyspark is not installed: CI runs the Spark tests (pip install -e '.[test,spark]')", pytrace=False)
+        pytest.skip("pyspark is not installed", allow_module_level=True)
+    return pyspark
+
+
 def broker_recovery(store: Path, out: Path) -> dict:
     """What the broker's own recovery does to a copy of `store`: the oracle's JSON (its README describes each field)."""
     need_oracle()

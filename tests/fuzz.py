@@ -1357,7 +1357,8 @@ def rocksdb_setup(ws: Path) -> dict:
     for m in _manifest("rmq53-rocksdbcq"):
         if m["kind"] == "cq_unit":
             want.setdefault((m["topic"], m["queueId"]), []).append((m["queueOffset"], m["commitLogOffset"], m["size"], m["tagsCode"], m["storeTime"]))
-    return {"store": store, "files": files, "origs": [f.read_bytes() for f in files], "want": {k: sorted(v) for k, v in want.items()}}
+    puts = sum(1 for m in _manifest("rmq53-rocksdbcq") if m["kind"] == "put" and m["status"] == "PUT_OK")
+    return {"store": store, "files": files, "origs": [f.read_bytes() for f in files], "want": {k: sorted(v) for k, v in want.items()}, "puts": puts}
 
 
 def rocksdb_strategy(ctx: dict) -> st.SearchStrategy:
@@ -1372,12 +1373,10 @@ def rocksdb_strategy(ctx: dict) -> st.SearchStrategy:
 def rocksdb_case(ctx: dict, ex) -> None:
     """A RocksDB ConsumeQueue read through RocksDB: what is listed is the broker's units exactly, or the damage is reported."""
     which, edits, (topic, qid), mode = ex
-    datas = _apply_one(ctx, which, edits)
+    _apply_one(ctx, which, edits)
     s = str(ctx["store"])
     if mode == "verify":
-        o = invoke("cq", "verify", "-s", s, "-f", "jsonl", "--no-crc")
-        if o.code == 0 and datas != ctx["origs"]:
-            return  # damage RocksDB does not read (a block no key needs, an OPTIONS comment): the store is whole
+        rocksdb_verify(ctx, s, topic, qid)
         return
     o = invoke("cq", "dump", "-s", s, "--topic", topic, "--queue", str(qid), "-f", "jsonl")
     got = [(r["queue_offset"], r["phys_offset"], r["size"], r["tags_code"], r["store_time"]) for r in o.rows("unit")]
@@ -1385,6 +1384,38 @@ def rocksdb_case(ctx: dict, ex) -> None:
         raise FuzzFailure(
             f"cq dump exit 0 on a damaged RocksDB with {len(got)} units, the broker wrote {len(ctx['want'][(topic, qid)])}: {_first_diff(got, ctx['want'][(topic, qid)])}"
         )
+
+
+def rocksdb_verify(ctx: dict, s: str, topic: str, qid: int) -> None:
+    """cq verify on a damaged RocksDB ConsumeQueue (the CommitLog intact): exit 0 only when every queue the broker wrote
+    reads back whole (the sampled one unit for unit); exit 1 names the damage and never counts a unit or message the
+    broker did not write; exit 2 names a file of the RocksDB. invoke() holds exit 0/1/2, no traceback, one error line."""
+    o = invoke("cq", "verify", "-s", s, "-f", "jsonl", "--no-crc")
+    want = ctx["want"]
+    if o.code == 2:
+        if "consumequeue" not in o.stderr:
+            raise FuzzFailure(f"cq verify exit 2 on a damaged RocksDB without naming its files: {o.stderr.strip()}")
+        return
+    summary = o.rows("summary")
+    if len(summary) != 1:
+        raise FuzzFailure(f"cq verify exit {o.code} without one summary line: {o.stdout[-2000:]}")
+    sm = summary[0]
+    units = sum(len(v) for v in want.values())
+    if sm["messages"] != ctx["puts"]:  # the CommitLog is intact: every message the broker stored is read
+        raise FuzzFailure(f"cq verify read {sm['messages']} messages of an intact CommitLog holding {ctx['puts']}")
+    if sm["units"] > units or sm["queues"] > len(want):
+        raise FuzzFailure(f"cq verify counted {sm['units']} units in {sm['queues']} queues; the broker wrote {units} in {len(want)}")
+    if o.code == 1:
+        if not o.rows("problem") or sm["problems"] == 0:
+            raise FuzzFailure(f"cq verify exit 1 on a damaged RocksDB naming no problem: {o.stdout[-2000:]}")
+        return
+    # exit 0: damage RocksDB does not read (a block no key needs, an OPTIONS comment): the store must be whole
+    if (sm["units"], sm["queues"], sm["problems"]) != (units, len(want), 0):
+        raise FuzzFailure(f"cq verify exit 0 with {sm['units']} units in {sm['queues']} queues; the broker wrote {units} in {len(want)}")
+    d = invoke("cq", "dump", "-s", s, "--topic", topic, "--queue", str(qid), "-f", "jsonl")
+    got = [(r["queue_offset"], r["phys_offset"], r["size"], r["tags_code"], r["store_time"]) for r in d.rows("unit")]
+    if got != want[(topic, qid)]:
+        raise FuzzFailure(f"cq verify exit 0, yet {topic}/{qid} dumps {len(got)} units, the broker wrote {len(want[(topic, qid)])}: {_first_diff(got, want[(topic, qid)])}")
 
 
 DL_ENTRY = struct.Struct(">iiqqqi")  # magic, size, index, term, pos, channel (+ chain crc, body crc: 48 bytes in all)

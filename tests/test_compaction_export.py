@@ -12,7 +12,7 @@ import json
 
 import pyarrow.dataset as ds
 import pytest
-from conftest import REAL, copy_store, jsonl, run, store_root
+from conftest import REAL, copy_store, jsonl, need_pyspark, run, store_root
 
 from rmqdump.schemas import SparseConsumeQueueUnit
 
@@ -109,7 +109,7 @@ def test_other_stores_have_null_compaction_columns(tmp_path):
 
 @pytest.mark.parametrize("writer", ["spark", "arrow"])
 def test_spark_export_compaction_columns_equal_truth(tmp_path, writer):
-    pytest.importorskip("pyspark")
+    need_pyspark()
     from rmqdump.engines.spark.export import export_spark
     from rmqdump.engines.spark.session import build_session
     from rmqdump.scan.splits import resolve_stores
@@ -125,7 +125,7 @@ def test_spark_export_compaction_columns_equal_truth(tmp_path, writer):
 
 
 def test_pyspark_api_messages_compaction_columns():
-    pytest.importorskip("pyspark")
+    need_pyspark()
     from rmqdump.engines.spark.session import build_session
     from rmqdump.spark import messages
 

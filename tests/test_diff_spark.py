@@ -8,16 +8,16 @@ rmq53-ha-lag's truth.json, checked by test_diff.test_pair_equals_truth.
 
 from __future__ import annotations
 
-import pytest
-import test_diff
-from conftest import REAL
-
-pytest.importorskip("pyspark")
-
 import itertools
 
-from rmqdump.engines.spark import diffdecode
-from rmqdump.readers.commitlog import CommitLog
+import pytest
+import test_diff
+from conftest import REAL, need_pyspark
+
+need_pyspark()
+
+from rmqdump.engines.spark import diffdecode  # noqa: E402  (after the check: it needs pyspark)
+from rmqdump.readers.commitlog import CommitLog  # noqa: E402
 
 
 @pytest.mark.slow

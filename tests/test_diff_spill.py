@@ -7,6 +7,7 @@ are split by a hash of their key into parts of about GROUPS_PER_PART rows; on a 
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -40,7 +41,8 @@ def test_temp_dir_is_used_and_removed(tmp_path):
         res, k = _diff(FAILOVER / "master" / "store", FAILOVER / "slave" / "store", "--temp-dir", spill)
     finally:
         diffspill.Spill.close = orig
-    assert res.exit_code == 1 and k["summary"][0]["only_a"] == 300
+    truth = json.loads((FAILOVER / "truth.json").read_text(encoding="utf-8"))
+    assert res.exit_code == 1 and k["summary"][0]["only_a"] == truth["counts"]["onlyMaster"] == len(truth["onlyOnMaster"])
     assert seen and seen[0][0] == str(spill) and "rec_a.parquet" in seen[0][1]
     assert os.listdir(spill) == []  # removed on close
 

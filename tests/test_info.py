@@ -167,8 +167,10 @@ def test_recovery_preview_tells_each_byte_from_its_start_file_on(name):
     span = sum(n for base, n in sizes.items() if base >= r.scan_from)
     assert all(n > 0 for n in told) and sum(told) == span == preview_bytes(Store.open(root))
     assert len(told) >= sum(1 for base in sizes if base >= r.scan_from)  # at least once a file: the bar moves during the walk
-    # normal (5.3.2 on): the file holding the ConsumeQueues' max offset, the last here; crash: from 0
-    assert (r.scan_from == max(sizes)) == (name != "rmq4-crash")
+    # crash: from 0; normal, 4.x (the release that wrote rmq4-*): the third-last file; 5.3.2 on (the newest 5.x rules
+    # for a 5.x store): the file holding the ConsumeQueues' max offset, the last here
+    want = 0 if name == "rmq4-crash" else sorted(sizes)[-3] if name.startswith("rmq4") else max(sizes)
+    assert r.scan_from == want
 
 
 def test_recovery_preview_progress_through_a_bad_body(tmp_path):
@@ -264,3 +266,21 @@ def test_info_piped_has_no_progress_and_a_pty_has_it(warm_kernels):
     shown = b"".join(chunks).decode("utf-8", "replace")
     assert p.returncode == 0 and b"Recovery preview" in p.stdout
     assert "info" in shown and "━" in shown and "MB" in shown
+
+
+def test_a_commitlog_of_random_bytes_is_not_called_unwritten(tmp_path):
+    """A CommitLog file of random bytes holds no record: info says so, rather than 'data ends at 0 (N bytes unwritten)',
+    and prints no Python None for the sizes it cannot know (no ConsumeQueues here)."""
+    import random
+
+    size = 1 << 20
+    (tmp_path / "commitlog").mkdir()
+    (tmp_path / "commitlog" / f"{0:020d}").write_bytes(random.Random(3).randbytes(size))
+    screen = run("info", "-s", tmp_path, "--no-recovery").stdout
+    assert f"no record decodes: {size} bytes from 0 on hold none" in screen and "unwritten" not in screen
+    assert "ConsumeQueues (0 queues)" in screen and "None" not in screen
+    cl = next(x for x in jsonl(run("info", "-s", tmp_path, "--no-recovery", "-f", "jsonl").stdout) if x["kind"] == "commitlog")
+    assert (cl["data_end"], cl["data_end_is_record"], cl["files_end"]) == (0, False, size)
+    healthy = next(x for x in jsonl(run("info", "-s", store_root("rmq4-basic"), "--no-recovery", "-f", "jsonl").stdout) if x["kind"] == "commitlog")
+    end = max(m["wroteOffset"] + m["wroteBytes"] for m in manifest("rmq4-basic"))
+    assert (healthy["data_end"], healthy["data_end_is_record"]) == (end, True)

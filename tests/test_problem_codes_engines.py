@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 import pytest
-from conftest import REAL, run
+from conftest import REAL, need_pyspark, run
 
 from rmqdump.common.problems import InputError
 
@@ -30,7 +30,7 @@ def test_pyspark_missing(tmp_path, monkeypatch):
 
 def test_spark_unsupported_library_options(tmp_path):
     """index_after / to_offset are options of the local engine's library only: the Spark build refuses them before any job."""
-    pytest.importorskip("pyspark")
+    need_pyspark()
     from rmqdump.builders.rebuild import RebuildOptions, RebuildReport
     from rmqdump.builders.settings import resolve
     from rmqdump.engines.spark.rebuild import build_into_spark
@@ -46,7 +46,7 @@ def test_spark_unsupported_library_options(tmp_path):
 
 def test_spark_writer_needs_shared_path(tmp_path):
     """--spark-writer arrow writes with pyarrow on each executor: a URI (no shared path) is refused before any job."""
-    pytest.importorskip("pyspark")
+    need_pyspark()
     from rmqdump.engines.spark.export import export_spark
     from rmqdump.engines.spark.session import build_session
     from rmqdump.scan.splits import StoreRef

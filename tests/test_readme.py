@@ -50,6 +50,53 @@ def test_every_command_has_help_with_an_example():
         assert "Example" in r.stdout, f"`rmqdump {' '.join(parts)} --help` has no Example"
 
 
+def _groups() -> list[tuple[list[str], dict]]:
+    """(command path, its subcommands) of the top level and of every command group."""
+    import typer.main
+
+    from rmqdump.cli.app import app
+
+    top = typer.main.get_command(app)
+    return [([], top.commands)] + [([name], cmd.commands) for name, cmd in top.commands.items() if hasattr(cmd, "commands")]
+
+
+def _first_sentence(doc: str) -> str:
+    """A docstring's first sentence, as a reader of the docstring sees it (the model the help list is held to)."""
+    words = doc.split("\n\n")[0].split()
+    end = next((i for i, w in enumerate(words) if w.endswith(".")), len(words) - 1)
+    return " ".join(words[: end + 1]).rstrip(".")
+
+
+def test_help_lists_each_command_whole_at_80_columns():
+    """`rmqdump --help` and each group's --help, at 80 columns: no summary cut with "...", each the command's whole
+    first sentence (its docstring's)."""
+    env = {**os.environ, "COLUMNS": "80"}
+    for path, commands in _groups():
+        out = run_proc(*path, "--help", env=env).stdout
+        listing = out[out.index("Commands:") :]
+        assert "..." not in listing, path
+        flat = " ".join(listing.split())
+        for name, cmd in commands.items():
+            assert f"{name} {_first_sentence(cmd.help)}" in flat, (path, name)
+
+
+def test_usage_names_the_arguments_as_the_help_text_does():
+    """Commands whose help speaks of STOREDIR and NEWDIR/OUTDIR/OUT show those names in their usage and options."""
+    env = {**os.environ, "COLUMNS": "200"}
+    for cmd, out_name in (("repair", "NEWDIR"), ("rebuild", "OUTDIR"), ("salvage", "OUT")):
+        h = run_proc(cmd, "--help", env=env).stdout
+        usage = h.splitlines()[0]
+        assert usage.endswith(f"rmqdump {cmd} [OPTIONS] [STOREDIR]"), usage
+        assert "STOREDIR" in h.split("Options:")[0].split(usage)[1]  # the text speaks of it too
+        assert f"-o, --out {out_name}" in h and "-s, --store STOREDIR" in h and out_name in h.split("Arguments:")[0], cmd
+    for cmd, names in ((["commitlog"], ["FILE"]), (["diff"], ["A", "B"]), (["msgid"], ["ID"]), (["index", "lookup"], ["KEY"]), (["sql"], ["QUERY"])):
+        usage = run_proc(*cmd, "--help", env=env).stdout.splitlines()[0]
+        assert [w.strip("[]{}.") for w in usage.split("[OPTIONS]")[1].split()] == names, usage  # as the README's command table
+    for cmd in ("repair", "rebuild"):  # the sizes are inferred from the store: no bare broker default as the default
+        h = " ".join(run_proc(cmd, "--help", env=env).stdout.split())
+        assert "else the store's own ConsumeQueue files" in h and "default 300000" not in h, cmd
+
+
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 
 

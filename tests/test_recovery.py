@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 
 import pytest
 from conftest import HEALTHY, REAL, SETTINGS, copy_store, jsonl, manifest, run, store_root
@@ -122,12 +124,53 @@ def test_newer_checkpoint_moves_the_scan_start(tmp_path):
 
 
 def test_without_abort_5_3_2_starts_from_the_consume_queue_max(tmp_path):
-    """The default rules are the newest broker's: 5.3.2 on, CommitLog.recoverNormally starts at the file holding the
-    ConsumeQueues' max offset (asked for explicitly, the same)."""
+    """A 5.3.2+ broker: CommitLog.recoverNormally starts at the file holding the ConsumeQueues' max offset (asked for
+    by --broker-version or by the start rule itself); a 4.x broker, the one that wrote rmq4-basic, at the third-last."""
     st = Store.open(store_root("rmq4-basic"))
-    for r in (preview(st), preview(st, normal_start=NORMAL_FROM_CQ), preview(Store.open(store_root("rmq4-basic"), (5, 3, 3)))):
-        last = st.commitlog.files[-1]
+    last = st.commitlog.files[-1]
+    for r in (preview(st, normal_start=NORMAL_FROM_CQ), preview(Store.open(store_root("rmq4-basic"), (5, 3, 3)))):
         assert r.scan_from == last.base and r.cq_max_phys_offset == r.valid_end
+    r = preview(st)
+    end = max(x["wroteOffset"] + x["wroteBytes"] for x in manifest("rmq4-basic"))
+    assert (r.rules, r.scan_from, r.valid_end) == ("4.x", st.commitlog.files[-3].base, end)
+
+
+def _written_by(name: str) -> tuple[int, ...]:
+    """The release that wrote a fixture store, as its README (written with the store) says."""
+    text = (REAL / name / "README.txt").read_text(encoding="utf-8")
+    return tuple(int(x) for x in re.search(r"(?:rocketmq-all-|RocketMQ )(\d+)\.(\d+)\.(\d+)", text).groups())
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in REAL.iterdir() if (p / "store").is_dir()))
+def test_rules_are_those_of_the_release_that_wrote_the_store(name):
+    """No --broker-version: the preview follows the rules of the release that wrote the store (its README says which),
+    and says so; --broker-version still overrides."""
+    from rmqdump.checks.recovery import broker_rules
+
+    want = broker_rules((4,) if _written_by(name)[0] == 4 else None)  # a 5.x store: the newest 5.x rules
+    r = preview(Store.open(store_root(name)), count_after=False)
+    assert (r.rules, r.rules_why.startswith("inferred: ")) == (want.name, True)
+    assert preview(Store.open(store_root(name), (4, 9, 7)), count_after=False).rules == "4.x"
+
+
+def test_rules_inferred_from_a_v2_record_alone(tmp_path):
+    """A 5.x store stripped of every 5.x file and config: its V2 records still say 5.x (a file's first record)."""
+    root = copy_store("rmq53-v2", tmp_path)
+    for name in ("abort.bak", "compaction", "config"):
+        p = root / name
+        shutil.rmtree(p) if p.is_dir() else p.unlink()
+    size = SETTINGS["rmq53-v2"]["commitlog"]
+    head = min(x["wroteOffset"] for x in manifest("rmq53-v2") if x["messageVersion"] == "MESSAGE_VERSION_V2" and x["wroteOffset"] % size == 0)
+    r = preview(Store.open(root), count_after=False)
+    assert r.rules == "5.3.2 on" and f"V2 record at {head}" in r.rules_why
+
+
+def test_info_says_which_rules_and_why():
+    """The preview line names the rules and how they were chosen, on screen and in jsonl."""
+    screen = run("info", "-s", store_root("rmq4-basic")).stdout
+    assert "recovery (rules: 4.x, inferred: no 5.x file, config field or V2 record in the store)" in screen
+    rec = next(x for x in jsonl(run("info", "-s", store_root("rmq4-basic"), "-f", "jsonl", "--broker-version", "5.3.3").stdout) if x["kind"] == "recovery")
+    assert (rec["broker_rules"], rec["broker_rules_why"]) == ("5.3.2 on", "--broker-version 5.3.3")
 
 
 def test_a_4x_broker_stops_at_the_first_v2_record():

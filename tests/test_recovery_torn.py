@@ -266,5 +266,5 @@ def test_every_record_after_an_early_crc_failure_is_dropped_and_described(tmp_pa
     if listed is None:
         screen = run("info", "-s", root).stdout.splitlines()
         lines = [x.strip() for x in screen if x.startswith("    ")]
-        assert lines[0].startswith(f"body_crc_mismatch record at {victim['wroteOffset']} ({victim['wroteBytes']} bytes): topic {victim['topic']}")
+        assert lines[0].startswith(f"bad record (body_crc_mismatch) at {victim['wroteOffset']} ({victim['wroteBytes']} bytes): topic {victim['topic']}")
         assert len(lines) == 21 and lines[-1].startswith(f"... {len(after) - 20} more")

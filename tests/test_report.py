@@ -225,6 +225,27 @@ def test_torn_last_record_is_in_the_torn_row(tmp_path):
     assert rep.info.recovery.valid_end == last["wroteOffset"]
 
 
+def test_a_record_is_named_alike_in_the_preview_and_the_damage_map(tmp_path):
+    """One dropped record, one name on every part of the page: a changed size field (damage.json) is a bad record in
+    the preview's list and in the damage map, never torn; a record whose later bytes are zeros is torn in both."""
+    name = "rmq53-damaged-size-field"
+    hit = json.loads((REAL / name / "damage.json").read_text())["recordsHit"][0]["physicalOffset"]
+    rep = _collect(store_root(name))
+    state = {d.phys_offset: d.state for d in rep.dropped}
+    d = rep.damage
+    assert state[hit] == "size_mismatch" and d.counts[K.TORN].sum() == 0 and d.counts[K.BAD_RECORD][int((hit - d.lo) / d.width)] >= 1
+
+    root = copy_store("rmq4-crash", tmp_path)
+    last = max(_put("rmq4-crash"), key=lambda m: m["wroteOffset"])
+    size = SETTINGS["rmq4-crash"]["commitlog"]
+    base = last["wroteOffset"] // size * size
+    patch(root / "commitlog" / f"{base:020d}", last["wroteOffset"] - base + 8, bytes(last["wroteBytes"] - 8))  # only totalSize and magic written
+    rep = _collect(root)
+    d = rep.damage
+    assert [(x.phys_offset, x.state) for x in rep.dropped] == [(last["wroteOffset"], "torn")]
+    assert d.counts[K.BAD_RECORD].sum() == 0 and d.counts[K.TORN][int((last["wroteOffset"] - d.lo) / d.width)] == 1
+
+
 # --- the command ---------------------------------------------------------------------------------------------
 
 

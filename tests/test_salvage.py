@@ -266,7 +266,7 @@ def test_damaged_copies_judged_by_the_broker(tmp_path_factory, name, kind, k):
         for at, m in puts.items()
         if at < hi and lo < at + m["wroteBytes"] and before[at - base : at - base + m["wroteBytes"]] != after[at - base : at - base + m["wroteBytes"]]
     }
-    salvage(root, tmp / "out")
+    salvage(root, tmp / "out", "--broker-version", "5.3.3")  # the oracle's release (rmq4-basic alone would get 4.x rules)
     resend = {r["phys_offset"]: r for r in rows(tmp / "out", "messages")}
     flagged = {r["phys_offset"]: r for r in rows(tmp / "out", "flagged")}
     given_back = set(resend) & hit
@@ -293,8 +293,9 @@ def test_damaged_copies_judged_by_the_broker(tmp_path_factory, name, kind, k):
 def test_damage_before_the_file_a_5_3_2_broker_starts_at(tmp_path):
     """rmq4-basic (clean shutdown), a body byte flipped in the third-last CommitLog file: RocketMQ 5.3.3 (the oracle)
     starts its normal recovery at the file holding the ConsumeQueues' max offset, never walks the damage and keeps
-    every message, so salvage (by default the newest rules) re-sends nothing and flags the damaged one as kept. Asked
-    for a 5.3.1 broker, which walks the last three files, everything after the damaged record is lost and re-sent."""
+    every message, so salvage asked for 5.3.3 re-sends nothing and flags the damaged one as kept. Asked for a 5.3.1
+    broker, which walks the last three files, everything after the damaged record is lost and re-sent; and so by
+    default, as the store shows no 5.x mark: the 4.x broker that wrote it walks the last three files too."""
     name = "rmq4-basic"
     size = SETTINGS[name]["commitlog"]
     root = copy_store(name, tmp_path)
@@ -307,14 +308,16 @@ def test_damage_before_the_file_a_5_3_2_broker_starts_at(tmp_path):
     broker = served(rec)
     assert all(broker.get(m["wroteOffset"]) == m["uniqKey"] for m in puts if m is not victim)  # 5.3.3 keeps them all
 
-    code, man = salvage(root, tmp_path / "newest")
+    code, man = salvage(root, tmp_path / "newest", "--broker-version", "5.3.3")
     assert rows(tmp_path / "newest", "messages") == [] and man["recovery"]["broker_rules"] == "5.3.2 on"
     assert [(r["phys_offset"], r["reason"]) for r in rows(tmp_path / "newest", "flagged")] == [(victim["wroteOffset"], "kept_damaged")]
     assert code == 1
 
-    salvage(root, tmp_path / "531", "--broker-version", "5.3.1")
-    resend = {r["phys_offset"]: r["reason"] for r in rows(tmp_path / "531", "messages")}
-    assert resend == {m["wroteOffset"]: "after_recovery_stop" for m in puts if m["wroteOffset"] > victim["wroteOffset"]}
+    for out, version in (("531", ["--broker-version", "5.3.1"]), ("inferred", [])):
+        _, man = salvage(root, tmp_path / out, *version)
+        resend = {r["phys_offset"]: r["reason"] for r in rows(tmp_path / out, "messages")}
+        assert resend == {m["wroteOffset"]: "after_recovery_stop" for m in puts if m["wroteOffset"] > victim["wroteOffset"]}, out
+    assert man["recovery"]["broker_rules"] == "4.x"
 
 
 @pytest.mark.slow

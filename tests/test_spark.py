@@ -10,13 +10,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import REAL, SETTINGS, STORES, copy_store, manifest, patch, run
+from conftest import REAL, SETTINGS, STORES, copy_store, manifest, need_pyspark, patch, run
 from test_export import check_against_manifest, check_intact, read_dataset, read_jsonl, reader_rows
 
 from rmqdump.export.dataset import export_local
 from rmqdump.scan.splits import StoreRef, resolve_stores
 
-pytest.importorskip("pyspark")
+need_pyspark()
 
 
 @pytest.fixture(scope="module")

@@ -10,12 +10,12 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REAL, ROOT, manifest, store_root
+from conftest import REAL, ROOT, manifest, need_pyspark, store_root
 
 from rmqdump.readers.configfiles import loads_fastjson
 from rmqdump.sql.tables import TABLES
 
-pytest.importorskip("pyspark")
+need_pyspark()
 
 FLEET = ["rmq4-basic", "rmq4-crash", "rmq4-flags"]
 
@@ -131,6 +131,34 @@ def test_index_entries_are_one_per_key_and_uniq_key_of_each_indexed_message(spar
                 if k:
                     want[(n, m["wroteOffset"])] = k
     assert got == want
+
+
+def test_compacted_is_the_consumer_view_the_broker_gives(spark):
+    """rmq53-compaction: the compacted table is truth.json's consumerView of each queue, row for row (part: at or before
+    the queue's compaction checkpoint, or after it)."""
+    from rmqdump.spark import compacted
+
+    t = json.loads((REAL / "rmq53-compaction" / "truth.json").read_text())
+    cols = ["broker", "topic", "queue_id", "queue_offset", "keys", "uniq_key", "phys_offset", "compaction_log_offset", "part", "size", "body_length"]
+    got = sorted(tuple(r) for r in compacted(spark, [str(store_root("rmq53-compaction"))], columns=cols).collect())
+    want = sorted(
+        (
+            "rmq53-compaction",
+            t["compactionTopic"]["name"],
+            int(q),
+            v["queueOffset"],
+            v["keys"],
+            v["uniqKey"],
+            v["commitLogWroteOffset"],
+            v["compactionLogOffset"],
+            "compacted" if v["queueOffset"] <= tq["checkpointOffset"] else "after_checkpoint",
+            v["size"],
+            v["bodyLength"],
+        )
+        for q, tq in t["queues"].items()
+        for v in tq["consumerView"]
+    )
+    assert want and got == want
 
 
 def _readme_job() -> str:

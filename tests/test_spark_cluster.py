@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import REAL, ROOT, manifest, run_proc
+from conftest import REAL, ROOT, manifest, need_pyspark, run_proc
 from test_export import check_against_manifest, read_dataset
 from test_spark_python import RMQDUMP, bare_env
 
@@ -24,7 +24,7 @@ from rmqdump.engines.spark.session import ENV_ALIAS, EXECUTOR_MODULE_MISSING
 from rmqdump.export.dataset import export_local
 from rmqdump.scan.splits import resolve_stores
 
-pyspark = pytest.importorskip("pyspark")
+pyspark = need_pyspark()
 
 pytestmark = pytest.mark.cluster
 

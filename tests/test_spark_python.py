@@ -11,12 +11,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REAL, manifest, observe_output
+from conftest import REAL, manifest, need_pyspark, observe_output
 from test_export import check_against_manifest, read_dataset
 
 from rmqdump.engines.spark import session as S
 
-pytest.importorskip("pyspark")
+need_pyspark()
 
 RMQDUMP = Path(sys.executable).parent / "rmqdump"  # the console script of the venv running the tests
 STORE = REAL / "rmq4-flags" / "store"

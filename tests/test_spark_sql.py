@@ -8,9 +8,9 @@ import json
 from collections import Counter
 
 import pytest
-from conftest import HEALTHY, REAL, STORES, jsonl, manifest, run, store_root
+from conftest import HEALTHY, REAL, STORES, jsonl, manifest, need_pyspark, run, store_root
 
-pytest.importorskip("pyspark")
+need_pyspark()
 
 NAMES = sorted(p.parent.name for p in REAL.glob("*/store"))
 FLEET = str(REAL / "*" / "store")
@@ -81,7 +81,10 @@ def truth(name: str, what: str):
             return sorted(m["wroteOffset"] for m in ms if m["seq"] not in done)
         return sorted(m["wroteOffset"] for m in ms if m["sysFlag"] & 0xC in (0x4, 0xC))  # prepared and rolled back: never queued
     if what == "problems":
-        return {"cq_missing_unit": 500} if name == "rmq4-crash" else {}
+        if name == "rmq4-crash":  # the messages put but never dispatched have no unit
+            crash = json.loads((REAL / name / "crash.json").read_text())
+            return {"cq_missing_unit": crash["messagesPut"] - len(crash["dispatchedSeqs"])}
+        return {}
     raise KeyError(what)
 
 
@@ -140,6 +143,65 @@ def test_fleet_unit_status_is_the_verify_finding_at_the_unit(fleet_rows):
     for name in HEALTHY:
         queued = sum(1 for m in records(name) if m["sysFlag"] & 0xC in (0, 0x8))
         assert status[(name, "ok")] == queued
+
+
+def _dispatched(name: str, queued: bool = True) -> list[dict]:
+    """The manifest records the broker dispatched: on rmq4-crash only those before the crash (crash.json); queued: only
+    those given a ConsumeQueue unit (not prepared or rolled-back transaction records)."""
+    ms = [m for m in records(name) if m["sysFlag"] & 0xC in (0, 0x8) or not queued]
+    if name == "rmq4-crash":
+        done = set(json.loads((REAL / name / "crash.json").read_text())["dispatchedSeqs"])
+        ms = [m for m in ms if m["seq"] in done]
+    return ms
+
+
+def test_fleet_unit_status_of_the_crash_is_its_dispatched_records(fleet_rows):
+    """rmq4-crash: every unit the broker wrote before the crash is ok, and there is no other (crash.json)."""
+    status = {r["status"]: r["n"] for r in fleet_rows["status"] if r["broker"] == "rmq4-crash"}
+    assert status == {"ok": len(_dispatched("rmq4-crash"))}
+
+
+def test_fleet_index_entries_are_each_indexed_key_and_uniq_key(fleet_rows):
+    """The broker indexes topic#UNIQ_KEY and topic#each key of every dispatched record but rolled-back ones, prepared
+    ones included (README.txt);
+    rmq_key_hash finds exactly the TopicTest messages carrying KEY, once per time they carry it."""
+    count = {r["broker"]: r["n"] for r in fleet_rows["index"]}
+    hashed = {r["broker"]: r["n"] for r in fleet_rows["key_hash"]}
+    for name in STORES:
+        indexed = [m for m in _dispatched(name, queued=False) if m["sysFlag"] & 0xC != 0xC]
+        assert count[name] == sum(len(m["keys"]) + (m["uniqKey"] is not None) for m in indexed), name
+        assert hashed.get(name, 0) == sum(m["keys"].count(KEY) for m in indexed if m["topic"] == "TopicTest"), name
+
+
+def test_fleet_offsets_are_the_brokers_consumer_offsets_and_lag(fleet_rows):
+    """committed: the broker's config/consumerOffset.json; lag: the queue's units (its manifest's dispatched records,
+    the queue's max offset) minus committed."""
+    from rmqdump.readers.configfiles import loads_fastjson
+
+    got = {(r["broker"], r["topic"], r["queue_id"]): (r["committed"], r["lag"]) for r in fleet_rows["offsets"]}
+    checked = 0
+    for name in STORES:
+        path = store_root(name) / "config" / "consumerOffset.json"
+        if not path.exists():
+            assert not any(b == name for b, _, _ in got), name
+            continue
+        top = Counter()
+        for m in _dispatched(name):
+            top[(m["topic"], m["queueId"])] = max(top[(m["topic"], m["queueId"])], m["logicsOffset"] + 1)
+        for key, queues in loads_fastjson(path.read_text())["offsetTable"].items():
+            topic = key.split("@", 1)[0]
+            for q, committed in queues.items():
+                assert got[(name, topic, int(q))] == (committed, top[(topic, int(q))] - committed), (name, topic, q)
+                checked += 1
+    assert checked
+
+
+def test_fleet_compacted_is_the_brokers_consumer_view(fleet_rows):
+    """rmq53-compaction: what a consumer of the compacted topic gets is truth.json's consumerView, per queue."""
+    t = json.loads((REAL / "rmq53-compaction" / "truth.json").read_text())
+    views = [v for q in t["queues"].values() for v in q["consumerView"]]
+    want = [{"broker": "rmq53-compaction", "topic": t["compactionTopic"]["name"], "n": len(views), "hi": max(v["queueOffset"] for v in views)}]
+    assert len(views) == t["counts"]["consumerViewMessages"] and fleet_rows["compacted"] == want
 
 
 def test_spark_bad_query_is_one_line(spark):

@@ -8,10 +8,10 @@ import os
 from collections import Counter
 
 import pytest
-from conftest import REAL, ROOT, jsonl, manifest, run, run_proc, store_root
+from conftest import REAL, ROOT, jsonl, manifest, need_pyspark, run, run_proc, store_root
 from test_spark_cluster import _spark_args, cluster, executor_python  # noqa: F401  (the cluster fixtures)
 
-pytest.importorskip("pyspark")
+need_pyspark()
 
 pytestmark = pytest.mark.cluster
 

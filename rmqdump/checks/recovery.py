@@ -12,7 +12,7 @@ recoverAbnormally (4.9.x to 5.3.x):
   5.3.2 on, from the newest file starting at or below the ConsumeQueues' max
   physical offset; the re-dispatch starts at the ConsumeQueues' max physical
   offset. Which one is the store's `broker_version` (the operator's
-  --broker-version; by default the newest rules: broker_rules).
+  --broker-version), else what the store shows (store_rules).
 * either way the walk stops at the first record that fails the broker's own
   check (magic, body CRC with checkCRCOnRecover, totalSize against the fields)
   or at a zero tail; BLANK goes to the next file. That is the new end: the
@@ -64,6 +64,7 @@ class BrokerRules:
     name: str  # the releases they hold for
     allow_v2: bool  # reads MESSAGE_MAGIC_CODE_V2 records (5.x); a 4.x broker stops at the first one
     normal_start: str  # where a normal recovery starts: NORMAL_THIRD_LAST or NORMAL_FROM_CQ
+    why: str = ""  # how they were chosen: the operator's --broker-version, or what the store shows
 
 
 def parse_broker_version(text: str) -> tuple[int, ...]:
@@ -75,13 +76,28 @@ def parse_broker_version(text: str) -> tuple[int, ...]:
     return tuple(int(p) for p in parts)
 
 
-def broker_rules(version: tuple[int, ...] | None) -> BrokerRules:
+def broker_rules(version: tuple[int, ...] | None, why: str = "") -> BrokerRules:
     """The recovery rules of a broker release; None: the newest (5.3.2 on)."""
     if version is not None and version[0] < 5:
-        return BrokerRules("4.x", allow_v2=False, normal_start=NORMAL_THIRD_LAST)
+        return BrokerRules("4.x", allow_v2=False, normal_start=NORMAL_THIRD_LAST, why=why)
     if version is not None and version < FROM_CQ_SINCE:
-        return BrokerRules("5.0 to 5.3.1", allow_v2=True, normal_start=NORMAL_THIRD_LAST)
-    return BrokerRules("5.3.2 on", allow_v2=True, normal_start=NORMAL_FROM_CQ)
+        return BrokerRules("5.0 to 5.3.1", allow_v2=True, normal_start=NORMAL_THIRD_LAST, why=why)
+    return BrokerRules("5.3.2 on", allow_v2=True, normal_start=NORMAL_FROM_CQ, why=why)
+
+
+def store_rules(store: Store) -> BrokerRules:
+    """The rules of the broker that will restart `store`: the operator's --broker-version, else inferred from the store.
+
+    A 4.x broker cannot restart a store a 5.x broker wrote (5.x files, V2 records), and the broker that wrote a store
+    is the one an operator restarts: a store with no mark of 5.x gets 4.x rules, one with any gets the newest 5.x.
+    """
+    v = store.broker_version
+    if v is not None:
+        return broker_rules(v, "--broker-version " + ".".join(map(str, v)))
+    marks = store.marks_of_5x()
+    if not marks:
+        return broker_rules((4,), "inferred: no 5.x file, config field or V2 record in the store")
+    return broker_rules(None, f"inferred: written by 5.x ({', '.join(marks[:3])}{', ...' if len(marks) > 3 else ''}), the newest 5.x rules")
 
 _H4 = message_header()
 _H6 = message_header(born_v6=True)
@@ -107,7 +123,7 @@ class DroppedRecord:
     file: str
     file_offset: int
     total_size: int  # as its header declares
-    state: str  # "torn" (its bytes do not hold together), "intact", or the CRC code that fails it
+    state: str  # "intact", "torn" (cut short: past its file's end, or its later bytes zeros), or the scan's code for it
     topic: str | None = None
     queue_id: int | None = None
     queue_offset: int | None = None
@@ -150,6 +166,7 @@ class RecoveryPreview:
     cq_max_phys_offset: int
     load_errors: list[str] = field(default_factory=list)
     rules: str = ""  # the broker releases whose rules it follows (BrokerRules.name)
+    rules_why: str = ""  # how those were chosen (BrokerRules.why)
 
     def redispatches(self, phys_offset: int) -> bool:
         """Whether the restart dispatches the record at this offset into its ConsumeQueue again (a missing unit it writes back)."""
@@ -159,6 +176,7 @@ class RecoveryPreview:
         return {
             "kind": "recovery",
             "broker_rules": self.rules,
+            "broker_rules_why": self.rules_why,
             "abnormal": self.abnormal,
             "scan_from": self.scan_from,
             "valid_end": self.valid_end,
@@ -375,14 +393,18 @@ def _from_message(m: Message, file_offset: int) -> DroppedRecord:
 
 
 def _describe(seg: SegmentFile, mf: MappedFile, p: int, total: int) -> DroppedRecord:
-    """What a dropped record still says: all of it when it decodes, else each field that lies before its zero tail."""
-    if p + total <= mf.size:
-        m = read_record(seg, mf, p, check_crc=True)
-        if isinstance(m, Message):
-            return _from_message(m, p)
-    d = DroppedRecord(seg.base + p, seg.path, p, total, "torn")
+    """What a dropped record still says: all of it when it decodes, else each field that lies before its zero tail.
+
+    Its state: "torn" when it runs past its file's end or its later bytes are zeros (never written), else the code
+    the scan gives the record (a size field changed, a bad magic ...), so every output names it alike.
+    """
+    m = read_record(seg, mf, p, check_crc=True) if p + total <= mf.size else None
+    if isinstance(m, Message):
+        return _from_message(m, p)
     end = min(p + total, mf.size)
     z = _last_nonzero(mf, p, end)  # bytes from z on are zeros: the part of the record the OS never wrote (or zeros)
+    torn = m is None or z < end - _PROPS_LEN.size  # a whole record ends in its properties, or in their empty length
+    d = DroppedRecord(seg.base + p, seg.path, p, total, "torn" if torn else m.code)
     view = mf.view
     if p + _SYSFLAG_AT + 4 > z:
         return d
@@ -518,7 +540,7 @@ def preview_bytes(store: Store, *, allow_v2: bool | None = None, message_index_s
     files = store.commitlog.files
     if not files:
         return 0
-    rules = broker_rules(store.broker_version)
+    rules = store_rules(store)
     allow_v2 = rules.allow_v2 if allow_v2 is None else allow_v2
     normal_start = rules.normal_start if normal_start is None else normal_start
     abnormal = store.abort
@@ -548,9 +570,9 @@ def preview(
     and dropped are left 0 and empty), for a caller that reads every record there itself. chains: see _walk.
     allow_v2, normal_start: by default those of the store's broker_version (broker_rules).
     """
-    rules = broker_rules(store.broker_version)
+    rules = store_rules(store)
     if allow_v2 is not None or normal_start is not None:
-        rules = BrokerRules("as asked", rules.allow_v2 if allow_v2 is None else allow_v2, normal_start or rules.normal_start)
+        rules = BrokerRules("as asked", rules.allow_v2 if allow_v2 is None else allow_v2, normal_start or rules.normal_start, "as the caller asked")
     allow_v2, normal_start = rules.allow_v2, rules.normal_start
     cl = store.commitlog
     files = cl.files
@@ -561,7 +583,7 @@ def preview(
     cq_max = max((_queue_max_phys(q) for q in queues), default=-1)
     min_ts = _min_timestamp(ckpt, message_index_safe)
     if not files:
-        return RecoveryPreview(abnormal, 0, None, 0, "no CommitLog files", 0, 0, [], 0, 0, [], [], 0, min_ts, cq_max, load_errors, rules.name)
+        return RecoveryPreview(abnormal, 0, None, 0, "no CommitLog files", 0, 0, [], 0, 0, [], [], 0, min_ts, cq_max, load_errors, rules.name, rules.why)
 
     start = _start_index(files, abnormal, min_ts, cq_max, allow_v2=allow_v2, normal_start=normal_start)
     progress = _Walked(on_bytes, files[start].base)
@@ -601,4 +623,5 @@ def preview(
         cq_max_phys_offset=cq_max,
         load_errors=load_errors,
         rules=rules.name,
+        rules_why=rules.why,
     )

@@ -14,6 +14,7 @@ import sys
 import typer
 
 from rmqdump import __version__
+from rmqdump.cli.helptext import WholeSentenceGroup
 from rmqdump.cli.render import fail
 from rmqdump.common.problems import InputError
 from rmqdump.common.publish import NO_ROOM, OUTPUT_NO_SPACE
@@ -26,6 +27,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     rich_markup_mode=None,  # plain click help: rich and markdown-it cost start-up time
     context_settings={"help_option_names": ["-h", "--help"]},
+    cls=WholeSentenceGroup,  # no command's summary cut with "..."
 )
 
 
@@ -49,7 +51,7 @@ def guarded(fn):
                 raise
             if isinstance(e, OSError) and e.errno in NO_ROOM:  # a write outside a published output: standard output, a spill
                 fail(f"{OUTPUT_NO_SPACE}: {e.filename or 'standard output or a temporary file'}: {os.strerror(e.errno)}", 2)
-            fail(f"internal_error: {type(e).__name__}: {e} (RMQDUMP_TRACEBACK=1 shows where)", 2)
+            fail(f"internal_error: {str(e).strip() or 'an unexpected failure'} (RMQDUMP_TRACEBACK=1 shows where and what)", 2)
 
     return wrapper
 

@@ -223,6 +223,7 @@ def _recovery(p: S.Plan) -> dict:
     r = p.preview
     return {
         "broker_rules": r.rules,
+        "broker_rules_why": r.rules_why,
         "abnormal": r.abnormal,
         "scan_from": r.scan_from,
         "valid_end": r.valid_end,

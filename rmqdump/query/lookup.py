@@ -144,7 +144,9 @@ class TailScan:
             "records": self.records,
             "found": found,
             "problems": len(self.problems),
-            "why": "no index entries: the whole CommitLog was scanned" if self.after < 0 else f"the index ends at offset {self.after}",
+            "why": "no index entries: the whole CommitLog was scanned"
+            if self.after < 0
+            else f"the index ends at offset {self.after}" + (", the CommitLog's last record: nothing follows it" if self.nbytes == 0 and not self.records else ""),
         }
 
 

@@ -74,6 +74,7 @@ class CommitLogInfo:
     min_offset: int
     files_end: int
     data_end: int
+    data_is_records: bool = True  # data_end is a record's end; False: no record decodes in the newest file with data
 
     def to_dict(self) -> dict:
         return {
@@ -84,7 +85,17 @@ class CommitLogInfo:
             "min_offset": self.min_offset,
             "files_end": self.files_end,
             "data_end": self.data_end,
+            "data_end_is_record": self.data_is_records,
         }
+
+    def summary(self) -> str:
+        """The CommitLog in one line, for `info` and the report: files, offsets, where the data ends."""
+        sizes = f"x {self.file_size} bytes " if self.file_size is not None else "(of no common size) "
+        if self.data_is_records:
+            end = f"data ends at {self.data_end} ({self.files_end - self.data_end} bytes unwritten)"
+        else:
+            end = f"no record decodes: {self.files_end - self.data_end} bytes from {self.data_end} on hold none (see the problems)"
+        return f"{self.files} files {sizes}= {self.bytes} bytes; offsets {self.min_offset}..{self.files_end}; {end}"
 
 
 @dataclass
@@ -206,13 +217,15 @@ def store_info(store: Store, *, with_recovery: bool = True, check_crc: bool = Tr
     """The `info` summary; on_bytes(n) is told of the CommitLog bytes walked (walk_bytes() in all), for a progress bar."""
     checkpoint = store.checkpoint()  # a damaged one is recorded in store.problems
     cl = store.commitlog
+    end = data_end_of(cl, on_bytes) if cl.files else 0
     cli = CommitLogInfo(
         files=len(cl.files),
         file_size=cl.file_size,
         bytes=sum(f.size for f in cl.files),
         min_offset=cl.min_offset,
         files_end=(cl.files[-1].base + cl.files[-1].size) if cl.files else 0,
-        data_end=data_end_of(cl, on_bytes) if cl.files else 0,
+        data_end=end,
+        data_is_records=end > cl.min_offset or data_end_bytes(cl) == 0,
     )
     with RecordReader(cl) as reader:
         queues = [queue_info(q, reader) for q in store.select_queues()]

@@ -28,10 +28,15 @@ from rmqdump.readers.indexfile import NAME_RE as INDEX_NAME_RE
 from rmqdump.readers.indexfile import parse_header
 from rmqdump.readers.mapped import offset_files, open_binary, readable_size
 from rmqdump.readers.rocksdbcq import RocksDBConsumeQueues, is_rocksdb, open_queues
+from rmqdump.schemas import constants as C
 
 COMMITLOG_DIR = "commitlog"
 CONSUMEQUEUE_DIR = "consumequeue"
 INDEX_DIR = "index"
+# Written by 5.x brokers only (4.9.x has none of them): timer store, batch queues, compaction, the clean-shutdown
+# abort.bak, the timer's config files.
+FIVE_X_FILES = ("abort.bak", "timerwheel", "timerlog", "batchconsumequeue", "compaction", "config/timercheck", "config/timermetrics")
+FIVE_X_TOPIC_FIELDS = (b"stateVersion", b"attributes")  # TopicConfig attributes and DataVersion.stateVersion: 5.0 on
 
 # Store layout problems (stable codes).
 INDEX_SHORT = "index_file_short"
@@ -115,8 +120,8 @@ class Store:
     batch_queues: dict[tuple[str, int], BatchConsumeQueue] = field(default_factory=dict)  # batchconsumequeue/
     ext_queues: dict[tuple[str, int], ConsumeQueueExt] = field(default_factory=dict)  # consumequeue_ext/
     dledger: DLedgerDir | None = None  # when the CommitLog is a DLedger one (its files are dledger-<id>/data/)
-    # the broker release that will restart this store, as the operator says (--broker-version); None: the newest whose
-    # recovery rmqdump follows (checks.recovery.broker_rules)
+    # the broker release that will restart this store, as the operator says (--broker-version); None: inferred from
+    # what the store shows (checks.recovery.store_rules)
     broker_version: tuple[int, ...] | None = None
 
     @classmethod
@@ -261,6 +266,28 @@ class Store:
         if any(t.startswith("%LMQ%") for t, _ in self.queues):
             out.append("lmq")
         return out
+
+    def marks_of_5x(self) -> list[str]:
+        """What in the store only a 5.x broker writes (files, directories, config fields, a V2 record at a file's
+        head), named for the output: the recovery preview infers the broker release from it when none is given."""
+        root = self.root
+        found = [name for name in FIVE_X_FILES if os.path.exists(os.path.join(root, name))]
+        if self.rocksdb_cq is not None:
+            found.append("RocksDB consumequeue/")
+        try:
+            with open(os.path.join(root, "config", "topics.json"), "rb") as f:  # a config file: damage is configfiles' to name
+                head = f.read(1 << 16)
+            found += [f"config/topics.json {k.decode()}" for k in FIVE_X_TOPIC_FIELDS if b'"' + k + b'"' in head]
+        except OSError:
+            pass
+        if self.dledger is None:
+            for seg in self.commitlog.files:
+                with open_binary(seg.path) as f:
+                    head = f.read(8)
+                if len(head) == 8 and int.from_bytes(head[4:], "big") == C.MAGIC_V2:
+                    found.append(f"V2 record at {seg.base}")
+                    break
+        return found
 
     def select_batch_queues(self, topic: str | None = None, queue_id: int | None = None) -> list[BatchConsumeQueue]:
         return [q for (t, i), q in sorted(self.batch_queues.items()) if (topic is None or t == topic) and (queue_id is None or i == queue_id)]

@@ -425,11 +425,12 @@ def collect(
     windows = record_windows(
         store.commitlog, check_crc=check_crc, on_bytes=told, mapper=mapper, fold=traffic_columns, on_scan=lambda r: add_traffic(traffic, r)
     )
+    torn = {d.phys_offset for d in info.recovery.dropped if d.state == "torn"} if info.recovery is not None else set()
     for p in verify(store, check_crc=check_crc, summary=summary, mapper=mapper, windows=windows):
         if on_problem is not None:
             on_problem(p)
         folder.add(p.to_dict(PROBLEM_COLUMNS), _fate(info.recovery, p))
-        row = damage_row(p)
+        row = TORN if p.phys_offset in torn and damage_row(p) == BAD_RECORD else damage_row(p)  # as the preview names it
         if row is None:
             continue
         if row == ZERO:
@@ -451,7 +452,8 @@ def collect(
     if r is not None:
         damage.span(DROPPED, r.valid_end, r.valid_end + r.truncated_bytes)
         dropped = r.dropped[:MAX_DROPPED]  # the preview describes them (up to its own cap); the page lists the first few
-    damage.span(UNWRITTEN, cl.data_end, cl.files_end)
+    if cl.data_is_records:  # else no record decodes there: not a zero tail
+        damage.span(UNWRITTEN, cl.data_end, cl.files_end)
     told.finish()
     try:
         offsets, note = consumer_offsets(store), None

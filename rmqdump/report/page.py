@@ -86,13 +86,7 @@ def _summary(rep: K.Report) -> str:
         ("store", _e(inf.root)),
         ("state", f"{state}; lock file: {'yes' if inf.lock else 'no'}"),
         ("verdict", verdict + f" ({rep.verify.queues} queues, {rep.verify.units} units, {rep.verify.messages} messages checked)"),
-        (
-            "CommitLog",
-            _e(
-                f"{cl.files} files x {cl.file_size} bytes = {cl.bytes} bytes; offsets {cl.min_offset}..{cl.files_end}; "
-                f"data ends at {cl.data_end} ({cl.files_end - cl.data_end} bytes unwritten)"
-            ),
-        ),
+        ("CommitLog", _e(cl.summary())),
         (
             "checkpoint",
             _e(
@@ -102,7 +96,7 @@ def _summary(rep: K.Report) -> str:
             if ck is not None
             else '<span class="bad">missing</span>',
         ),
-        ("ConsumeQueues", _e(f"{len(inf.queues)} queues, {sum(q.units for q in inf.queues)} units, file size {inf.cq_file_size}")),
+        ("ConsumeQueues", _e(f"{len(inf.queues)} queues, {sum(q.units for q in inf.queues)} units" + ("" if inf.cq_file_size is None else f", file size {inf.cq_file_size}"))),
         ("index files", _e(f"{len(inf.index_files)}")),
         ("CRC", "checked" if rep.check_crc else "not checked (--no-crc)"),
     ]
@@ -122,7 +116,7 @@ def _recovery(rep: K.Report) -> str:
     if r is None:
         return '<p class="sub">No recovery preview.</p>'
     lines = [
-        f"{'<b>ABNORMAL</b>' if r.abnormal else 'normal'} recovery (broker {_e(r.rules)}): scan from {r.scan_from} (file {_e(r.scan_from_file)}), stops at {r.valid_end}: {_e(r.stop)}",
+        f"{'<b>ABNORMAL</b>' if r.abnormal else 'normal'} recovery (rules: {_e(r.rules)}, {_e(r.rules_why)}): scan from {r.scan_from} (file {_e(r.scan_from_file)}), stops at {r.valid_end}: {_e(r.stop)}",
         (f'<span class="{"bad" if r.truncated_bytes else "ok"}">dropped on restart: {r.truncated_bytes} bytes, {r.truncated_messages} messages</span>')
         + f" after {r.valid_end} (logical truncation; the bytes stay on disk)",
         f"CommitLog files deleted: {_e(', '.join(r.commitlog_files_dropped) or 'none')}",
@@ -232,7 +226,7 @@ def _index(rep: K.Report) -> str:
 
 def _problems(rep: K.Report) -> str:
     if not rep.problem_total:
-        return '<p class="ok">None.</p>'
+        return '<p class="ok">No problems found.</p>'
     codes = ", ".join(f"{k} {v}" for k, v in sorted(rep.problem_codes.items()))
     out = f"<p>{rep.problem_total} findings ({_e(codes)}) in {rep.run_total} lines: a run of one code in one queue is one line, the damage first"
     out += f"; the first {len(rep.runs)}:</p>" if rep.run_total > len(rep.runs) else ":</p>"

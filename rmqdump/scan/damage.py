@@ -97,8 +97,8 @@ def diagnose_record(seg: SegmentFile, mf: MappedFile, p: int) -> tuple[list, int
 def _size_detail(mf: MappedFile, p: int, total: int) -> str:
     try:
         rec = MessageRecord.parse(bytes(mf.view[p : p + total]))
-    except (ConstructError, ValueError) as e:
-        return f"fields of the record overrun its totalSize {total} ({type(e).__name__})"
+    except (ConstructError, ValueError):
+        return f"fields of the record overrun its totalSize {total} (a length field points past it)"
     built = len(MessageRecord.build(rec))
     return f"totalSize {total} but the fields add up to {built}"
 

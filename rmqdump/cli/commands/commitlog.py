@@ -12,7 +12,7 @@ from rmqdump.cli.commands.options import BodyMode, Format
 
 
 def commitlog(
-    files: list[Path] = typer.Argument(None, help="CommitLog files, commitlog/ directories or store roots (files are taken in offset order)."),
+    files: list[Path] = typer.Argument(None, metavar="FILE", help="CommitLog files, commitlog/ directories or store roots (files are taken in offset order)."),
     stores: list[str] = O.stores_option("A store root, instead of FILE (repeat it to list several stores' CommitLogs one after another)."),
     topic: str = O.topic_option("Only messages of this topic."),
     queue: int = O.queue_option("Only messages of this queue id."),

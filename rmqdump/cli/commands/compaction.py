@@ -9,9 +9,10 @@ import typer
 from rmqdump.cli import render
 from rmqdump.cli.commands import options as O
 from rmqdump.cli.commands.options import ListFormat, store_option
+from rmqdump.cli.helptext import WholeSentenceGroup
 
 compaction_app = typer.Typer(
-    help="Compaction topics: verify the compaction log and queue against the CommitLog, show what a consumer gets.", no_args_is_help=True, rich_markup_mode=None
+    help="Compaction topics: verify the compaction log and queue against the CommitLog, show what a consumer gets.", no_args_is_help=True, cls=WholeSentenceGroup, rich_markup_mode=None
 )
 
 

@@ -10,11 +10,12 @@ import typer
 from rmqdump.cli import render
 from rmqdump.cli.commands import options as O
 from rmqdump.cli.commands.options import Engine, ListFormat, Ship, engine_option, master_option, ship_option, spark_conf_option, store_option
+from rmqdump.cli.helptext import WholeSentenceGroup
 
 if TYPE_CHECKING:
     from rmqdump.readers.store import Store
 
-cq_app = typer.Typer(help="ConsumeQueues: verify against the CommitLog, dump units, find an offset by time.", no_args_is_help=True, rich_markup_mode=None)
+cq_app = typer.Typer(help="ConsumeQueues: verify against the CommitLog, dump units, find an offset by time.", no_args_is_help=True, cls=WholeSentenceGroup, rich_markup_mode=None)
 
 
 def verify_cmd(

@@ -11,8 +11,8 @@ from rmqdump.cli.commands.options import ListFormat
 
 
 def diff(
-    store_a: Path = typer.Argument(..., help="Store root A (e.g. the old master's)."),
-    store_b: Path = typer.Argument(..., help="Store root B (e.g. the promoted slave's)."),
+    store_a: Path = typer.Argument(..., metavar="A", help="Store root A (e.g. the old master's)."),
+    store_b: Path = typer.Argument(..., metavar="B", help="Store root B (e.g. the promoted slave's)."),
     fmt: ListFormat = O.format_option(ListFormat.table, "table or jsonl (kinds prefix, message, queue, consumer, summary)."),
     out: Path = O.out_option("Also write the messages only on each side as Parquet (side=a|b/topic=...), bodies included.", required=False),
     force: bool = O.force_option("Replace an existing --out."),

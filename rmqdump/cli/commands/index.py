@@ -12,6 +12,7 @@ from rmqdump.cli import render
 from rmqdump.cli.commands import options as O
 from rmqdump.cli.commands.options import ListFormat, store_option
 from rmqdump.cli.fleet import FLEET_HELP, fleet, fleet_map
+from rmqdump.cli.helptext import WholeSentenceGroup
 from rmqdump.common.problems import InputError
 from rmqdump.common.timeutil import iso, parse_time
 
@@ -23,7 +24,7 @@ index_app = typer.Typer(
     name="index",
     help="IndexFile: find messages by key or id, verify the index against the CommitLog, dump a file.",
     no_args_is_help=True,
-    rich_markup_mode=None,  # plain click help: rich and markdown-it cost start-up time
+    cls=WholeSentenceGroup, rich_markup_mode=None,  # plain click help: rich and markdown-it cost start-up time
 )
 
 MESSAGE_COLUMNS = ["offset", "size", "topic", "q", "qoffset", "stored (UTC)", "tags", "keys", "uniq_key", "index entry"]
@@ -90,7 +91,7 @@ def _summary(res: LookupResult) -> dict:
 
 
 def lookup(
-    key: str = typer.Argument(None, help="A key (one KEYS token) or a UNIQ_KEY."),
+    key: str = typer.Argument(None, metavar="KEY", help="A key (one KEYS token) or a UNIQ_KEY."),
     msg_id: str = typer.Option(None, "--id", help="A message id instead of KEY: an offset msgId is read directly, a UNIQ_KEY looked up in the index."),
     store: list[str] = O.stores_option(FLEET_HELP),
     topics: list[str] = O.topic_option("Topic of the message (repeatable). Default: every topic in consumequeue/ and config/topics.json."),
@@ -345,7 +346,7 @@ def _problem_table(rows: list[dict]) -> None:
 
 
 def dump(
-    file: Path = typer.Argument(..., help="One index file (store/index/yyyyMMddHHmmssSSS)."),
+    file: Path = typer.Argument(..., metavar="FILE", help="One index file (store/index/yyyyMMddHHmmssSSS)."),
     fmt: ListFormat = O.format_option(ListFormat.table, "table or jsonl."),
     slots: bool = typer.Option(True, "--slots/--no-slots", help="List the non-empty slots."),
     entries: bool = typer.Option(True, "--entries/--no-entries", help="List the written entries."),

@@ -75,8 +75,9 @@ def _dropped_line(d: DroppedRecord) -> str:
         return "?" if v is None else str(v)
 
     keys = "?" if d.keys is None else (" ".join(d.keys) or "-")
+    what = f"{d.state} record" if d.state in ("intact", "torn") else f"bad record ({d.state})"  # the report's damage map row
     return (
-        f"{d.state} record at {d.phys_offset} ({d.total_size} bytes): topic {val(d.topic)}, queue {val(d.queue_id)}, "
+        f"{what} at {d.phys_offset} ({d.total_size} bytes): topic {val(d.topic)}, queue {val(d.queue_id)}, "
         f"queue offset {val(d.queue_offset)}, stored {iso(d.store_timestamp) if d.store_timestamp is not None else '?'}, "
         f"keys {keys}, UNIQ_KEY {val(d.uniq_key)}"
     )
@@ -90,10 +91,7 @@ def _table(info: StoreInfo) -> None:
     o.print(f"[bold]Store[/bold] {info.root}")
     state = "[red]abort present: unclean shutdown[/red]" if info.abort else "clean shutdown (no abort file)"
     o.print(f"  state: {state}; lock file: {'yes' if info.lock else 'no'}")
-    o.print(
-        f"  CommitLog: {cl.files} files x {cl.file_size} bytes = {cl.bytes} bytes; offsets {cl.min_offset}..{cl.files_end}; "
-        f"data ends at {cl.data_end} ({cl.files_end - cl.data_end} bytes unwritten)"
-    )
+    o.print(f"  CommitLog: {cl.summary()}")
     dl = info.dledger
     if dl is not None:
         o.print(
@@ -123,7 +121,8 @@ def _table(info: StoreInfo) -> None:
             iso(q.first_store_timestamp),
             iso(q.last_store_timestamp),
         )
-    o.print(f"[bold]ConsumeQueues[/bold] ({len(info.queues)} queues, file size {info.cq_file_size})")
+    size = "" if info.cq_file_size is None else f", file size {info.cq_file_size}"
+    o.print(f"[bold]ConsumeQueues[/bold] ({len(info.queues)} queues{size})")
     o.print(t)
     t = Table("index file", "size", "begin (UTC)", "end (UTC)", "begin phys", "end phys", "slots used", "indexCount", box=None, header_style="bold")
     for f in info.index_files:
@@ -165,7 +164,7 @@ def _table(info: StoreInfo) -> None:
     r = info.recovery
     if r is not None:
         o.print("[bold]Recovery preview[/bold] (what the broker would do on restart)")
-        o.print(f"  {'ABNORMAL' if r.abnormal else 'normal'} recovery (broker {r.rules}): scan from {r.scan_from} (file {r.scan_from_file}), stops at {r.valid_end}: {r.stop}")
+        o.print(f"  {'ABNORMAL' if r.abnormal else 'normal'} recovery (rules: {r.rules}, {r.rules_why}): scan from {r.scan_from} (file {r.scan_from_file}), stops at {r.valid_end}: {r.stop}")
         o.print(
             f"  dropped on restart: {r.truncated_bytes} bytes, {r.truncated_messages} messages after {r.valid_end} (logical truncation; the bytes stay on disk)"
         )

@@ -14,7 +14,7 @@ from rmqdump.cli.fleet import FLEET_HELP, fleet
 
 
 def msgid(
-    text: str = typer.Argument(..., help="An offset msgId or a UNIQ_KEY (32 or 56 hex characters)."),
+    text: str = typer.Argument(..., metavar="ID", help="An offset msgId or a UNIQ_KEY (32 or 56 hex characters)."),
     store: list[str] = O.stores_option(FLEET_HELP),
     topics: list[str] = O.topic_option("Look the UNIQ_KEY up in this topic only (repeatable)."),
     fmt: ListFormat = O.format_option(ListFormat.table, "table or jsonl."),
@@ -50,7 +50,7 @@ def msgid(
             if k == "kind":
                 continue
             extra = f" ({iso(v)})" if k in ("time", "month_start", "anchor") and isinstance(v, int) else ""
-            render.out.print(f"{k}: {v}{extra}", markup=False)
+            render.out.print(f"{k}: {'unknown' if v is None else v}{extra}", markup=False)  # JSON's null, in words
     emit_lookup(r.messages, r.lookup, fmt, explain)
     raise typer.Exit(0 if r.messages else 1)
 

@@ -56,11 +56,11 @@ def store_option() -> Path:
 
 
 def storedir_argument() -> Path:
-    return typer.Argument(None, help="Store root (holds commitlog/); only read. Or give it as --store/-s.")
+    return typer.Argument(None, metavar="STOREDIR", help="Store root (holds commitlog/); only read. Or give it as --store/-s.", show_default=False)
 
 
 def storedir_option() -> Path:
-    return typer.Option(None, "--store", "-s", help="Store root, instead of STOREDIR.")
+    return typer.Option(None, "--store", "-s", metavar="STOREDIR", help="Store root, instead of STOREDIR.")
 
 
 def one_store(command: str, store: Path | None, store_opt: Path | None) -> Path:
@@ -119,8 +119,37 @@ def format_option(default: Enum, help: str):
     return typer.Option(default, "--format", "-f", help=help)
 
 
-def out_option(help: str, required: bool = True):
-    return typer.Option(... if required else None, "--out", "-o", help=help)
+def out_option(help: str, required: bool = True, metavar: str | None = None):
+    """--out/-o; metavar: the name the command's help gives the output (NEWDIR, OUTDIR, OUT), so usage and text agree."""
+    return typer.Option(... if required else None, "--out", "-o", help=help, metavar=metavar)
+
+
+def cq_units_option() -> int:
+    return typer.Option(
+        None,
+        "--cq-units-per-file",
+        min=1,
+        help="Units per ConsumeQueue file (broker: mappedFileSizeConsumeQueue / 20). Default: from --broker-conf, else the store's own "
+        "ConsumeQueue files (asked for when they disagree), else the broker's 300000 when the store has none.",
+    )
+
+
+def hash_slots_option() -> int:
+    return typer.Option(
+        None,
+        "--hash-slots",
+        min=1,
+        help="Index hash slots (broker: maxHashSlotNum). Default: from --broker-conf, else the store's IndexFiles, else the broker's 5000000.",
+    )
+
+
+def index_entries_option() -> int:
+    return typer.Option(
+        None,
+        "--index-entries",
+        min=2,
+        help="Index entries per file (broker: maxIndexNum). Default: from --broker-conf, else the store's IndexFiles, else the broker's 20000000.",
+    )
 
 
 WORKERS_HELP = "Threads reading byte ranges of the CommitLog in parallel (default: every usable core, as far as memory allows, for a CommitLog over 64 MiB; the output is the same for any N)."
@@ -149,7 +178,8 @@ def broker_version_option() -> str | None:
         metavar="X.Y.Z",
         help="The broker release that will restart the store (e.g. 4.9.7, 5.1.4, 5.3.3): the recovery preview follows its rules "
         "(4.x stops at the first V2 record; before 5.3.2 a normal recovery starts at the third-last CommitLog file, from 5.3.2 at the "
-        "file holding the ConsumeQueues' max offset). Default: the newest rules (5.3.2 on).",
+        "file holding the ConsumeQueues' max offset). Default: inferred from the store (4.x rules when it shows no 5.x file, config "
+        "field or V2 record; else the newest, 5.3.2 on); the output says which and why.",
     )
 
 

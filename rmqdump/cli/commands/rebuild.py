@@ -100,13 +100,11 @@ def _print_table(rep, s: dict) -> None:
 def rebuild_cmd(
     store: Path = O.storedir_argument(),
     store_opt: Path = O.storedir_option(),
-    out: Path = O.out_option("Where to write consumequeue/, index/ and checkpoint. Must be outside STOREDIR, empty or absent."),
+    out: Path = O.out_option("Where to write consumequeue/, index/ and checkpoint. Must be outside STOREDIR, empty or absent.", metavar="OUTDIR"),
     force: bool = O.force_option("Replace a non-empty OUTDIR (only once the new one is complete)."),
     only: Part = typer.Option(None, "--only", help="Build only the ConsumeQueues or only the index."),
     topic: list[str] = O.topic_option("Only this topic (repeatable). The index then holds only its keys."),
-    cq_units: int = typer.Option(
-        None, "--cq-units-per-file", min=1, help="Units per ConsumeQueue file (broker: mappedFileSizeConsumeQueue / 20; default 300000)."
-    ),
+    cq_units: int = O.cq_units_option(),
     bcq_file_size: int = typer.Option(
         None, "--bcq-file-size", min=46, help="Bytes per Batch ConsumeQueue file (broker: mapperFileSizeBatchConsumeQueue; default 13800000)."
     ),
@@ -116,8 +114,8 @@ def rebuild_cmd(
         min=0,
         help="Write consumequeue_ext/ with filter bitmaps of this many bits (broker: bitMapLengthConsumeQueueExt); the bits are written all ones.",
     ),
-    hash_slots: int = typer.Option(None, "--hash-slots", min=1, help="Index hash slots (broker: maxHashSlotNum; default 5000000)."),
-    index_entries: int = typer.Option(None, "--index-entries", min=2, help="Index entries per file (broker: maxIndexNum; default 20000000)."),
+    hash_slots: int = O.hash_slots_option(),
+    index_entries: int = O.index_entries_option(),
     delay_levels: str = typer.Option(None, "--delay-levels", help="messageDelayLevel, e.g. '1s 5s 10s 30s 1m 2m ... 2h' (the broker default)."),
     broker_conf: Path = typer.Option(
         None, "--broker-conf", help="A broker.conf to take mappedFileSizeConsumeQueue, maxHashSlotNum, maxIndexNum, messageDelayLevel from."

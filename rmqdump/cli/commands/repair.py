@@ -75,13 +75,11 @@ def _print_table(rep, s: dict) -> None:
 def repair_cmd(
     store: Path = O.storedir_argument(),
     store_opt: Path = O.storedir_option(),
-    out: Path = O.out_option("Where to write the repaired store. Must be outside STOREDIR, empty or absent."),
+    out: Path = O.out_option("Where to write the repaired store. Must be outside STOREDIR, empty or absent.", metavar="NEWDIR"),
     force: bool = O.force_option("Replace a non-empty NEWDIR (only once the new one is complete)."),
-    cq_units: int = typer.Option(
-        None, "--cq-units-per-file", min=1, help="Units per ConsumeQueue file (broker: mappedFileSizeConsumeQueue / 20; default 300000)."
-    ),
-    hash_slots: int = typer.Option(None, "--hash-slots", min=1, help="Index hash slots (broker: maxHashSlotNum; default 5000000)."),
-    index_entries: int = typer.Option(None, "--index-entries", min=2, help="Index entries per file (broker: maxIndexNum; default 20000000)."),
+    cq_units: int = O.cq_units_option(),
+    hash_slots: int = O.hash_slots_option(),
+    index_entries: int = O.index_entries_option(),
     broker_conf: Path = typer.Option(None, "--broker-conf", help="A broker.conf to take the ConsumeQueue and index sizes from."),
     workers: int = O.workers_option(),
     no_crc: bool = O.no_crc_option("Skip the body CRC checks (faster); a record whose body CRC does not match is then left as it is."),

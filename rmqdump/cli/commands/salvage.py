@@ -23,7 +23,7 @@ def _print_table(d: dict) -> None:
     p = render.out.print
     r = d["recovery"]
     p(f"salvaged into {d['out']} ({d['format']}), {d['records_scanned']} records scanned")
-    p(f"recovery: {'ABNORMAL' if r['abnormal'] else 'normal'} (broker {r['broker_rules']}), stops at {r['valid_end']}: {r['stop']}")
+    p(f"recovery: {'ABNORMAL' if r['abnormal'] else 'normal'} (rules: {r['broker_rules']}, {r['broker_rules_why']}), stops at {r['valid_end']}: {r['stop']}")
     for e in r["load_errors"]:
         p(f"the broker would refuse to load the store: {e}", markup=False)
     for name, n in d["salvaged"].items():
@@ -50,7 +50,7 @@ def _print_table(d: dict) -> None:
 def salvage_cmd(
     store: Path = O.storedir_argument(),
     store_opt: Path = O.storedir_option(),
-    out: Path = O.out_option("Directory to create: messages, flagged, manifest.json. Outside the store, empty or absent."),
+    out: Path = O.out_option("Directory to create: messages, flagged, manifest.json. Outside the store, empty or absent.", metavar="OUT"),
     fmt: SalvageFormat = O.format_option(SalvageFormat.parquet, "parquet, or jsonl (one JSON object per line; body and raw_without_body in base64)."),
     topic: list[str] = O.topic_option("Only this topic (repeatable)."),
     since: str = O.since_option(),

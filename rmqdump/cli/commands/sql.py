@@ -23,7 +23,7 @@ TABLE_ROWS = 1000  # rows a terminal table shows; -f jsonl/csv/parquet stream an
 
 
 def sql(
-    query: str = typer.Argument(None, help="One SELECT over messages, units, index_entries, problems, offsets."),
+    query: str = typer.Argument(None, metavar="QUERY", help="One SELECT over messages, units, index_entries, problems, offsets."),
     store: list[str] = typer.Option([], "--store", "-s", help="A store root (holds commitlog/); repeat it, or give a glob. NAME=DIR sets the broker name."),
     fmt: SqlFormat = typer.Option(SqlFormat.table, "--format", "-f", help="table, jsonl, csv, or parquet (parquet needs --out)."),
     out: str = typer.Option(None, "--out", "-o", help="Write the result to this file (beside it first, then renamed into place) instead of stdout."),

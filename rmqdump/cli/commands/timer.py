@@ -10,13 +10,14 @@ import typer
 
 from rmqdump.cli import render
 from rmqdump.cli.commands.options import ListFormat, parsed, store_option
+from rmqdump.cli.helptext import WholeSentenceGroup
 from rmqdump.common.timeutil import iso, parse_time
 
 if TYPE_CHECKING:  # the libraries are imported when a command runs: `rmqdump --help` stays fast
     from rmqdump.readers.store import Store
     from rmqdump.readers.timerlog import TimerStore
 
-timer_app = typer.Typer(help="5.x timer messages: list the timer log, verify wheel/log/CommitLog, dump the wheel.", no_args_is_help=True, rich_markup_mode=None)
+timer_app = typer.Typer(help="5.x timer messages: list the timer log, verify wheel/log/CommitLog, dump the wheel.", no_args_is_help=True, cls=WholeSentenceGroup, rich_markup_mode=None)
 
 
 class State(str, Enum):

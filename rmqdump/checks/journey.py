@@ -143,6 +143,10 @@ class Journey:
         return out
 
 
+def _n(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
 def _file_offset(file: str, phys: int) -> int | None:
     name = os.path.basename(file)
     return phys - int(name) if name.isdigit() else None
@@ -275,7 +279,7 @@ def _state(copies: list[Copy], hops: list[str], ctx: Context, problems: list[Pro
     dlq = [c for c in copies if c.hop == L.HOP_DLQ]
     if dlq:
         d = dlq[-1]
-        return L.STATE_DEAD_LETTER, f"Dead-lettered into {_where(d)} after {d.reconsume_times} delivery attempts; no consumer gets it unless the DLQ is consumed.", None
+        return L.STATE_DEAD_LETTER, f"Dead-lettered into {_where(d)} after {_n(d.reconsume_times, 'delivery attempt')}; no consumer gets it unless the DLQ is consumed.", None
     if any(h in L.TX_HOPS for h in hops):
         halves = [c for c in copies if c.hop in (L.HOP_HALF, L.HOP_HALF_CHECK, L.HOP_PREPARED)]
         checks = max((c.check_times or 0 for c in copies), default=0)
@@ -344,7 +348,7 @@ def _group_status(g: str, copies: list[Copy], ctx: Context) -> tuple[str, str]:
         return L.GROUP_NOT_CONSUMED, f"{g}: not consumed (it never reached a queue {g} reads)."
     last = mine[-1]
     if last.hop == L.HOP_DLQ:
-        return L.GROUP_NOT_CONSUMED, f"{g}: not consumed (it gave up after {last.reconsume_times} attempts)."
+        return L.GROUP_NOT_CONSUMED, f"{g}: not consumed (it gave up after {_n(last.reconsume_times, 'attempt')})."
     if last.hop == L.HOP_SCHEDULED:
         return L.GROUP_NOT_CONSUMED, f"{g}: not consumed yet (retry {last.reconsume_times} waits in {last.topic})."
     return committed_status(g, last.topic, last.queue_id, last.queue_offset, ctx.offsets.get((g, last.topic, last.queue_id)))
@@ -407,7 +411,7 @@ def _problems(copies: list[Copy], ctx: Context, problems: list[Problem]) -> None
                 problems.append(
                     _problem(
                         DLQ_BEFORE_LIMIT, c,
-                        f"dead-lettered after {c.reconsume_times} attempts, before {g}'s retry limit of {limit} "
+                        f"dead-lettered after {_n(c.reconsume_times, 'attempt')}, before {g}'s retry limit of {limit} "
                         "(the consumer asked for it, or the limit changed)",
                     )
                 )  # fmt: skip

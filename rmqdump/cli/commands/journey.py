@@ -85,7 +85,7 @@ def journey(
     if fmt is ListFormat.jsonl:
         render.jsonl({"kind": "summary", "journeys": total, "problems": problems, "not_found": len(missing)})
     else:
-        render.err.print(f"{total} journeys, {problems} problems, {len(missing)} not found", highlight=False)
+        render.err.print(f"{total} {'journey' if total == 1 else 'journeys'}, {problems} {'problem' if problems == 1 else 'problems'}, {len(missing)} not found", highlight=False)
     raise typer.Exit(1 if problems or missing or not total else 0)
 
 

@@ -564,3 +564,24 @@ def test_keys_spelled_by_joining_only_when_json_would_leave_them_as_they_are(key
     else:
         assert any(c in "".join(keys) for c in '"\\\x01') or keys == [b"\xff\xfe".decode("latin-1")]
     assert not _plain_text(np.frombuffer(b"\xff\xfe", np.uint8))  # not UTF-8: the encoder's path
+
+
+@pytest.mark.parametrize("command", [["journey", "--all"], ["tx"], ["pop"], ["delay"], ["retry"]])
+def test_a_damaged_lifecycle_store_names_the_damage_never_a_traceback(command, tmp_path):
+    """A POP checkpoint's body flipped in a copy of the store: the record fails its body CRC; every lifecycle command
+    names it (file and byte offset, from the test's own choice of record) and exits 1, with no traceback."""
+    name = "rmq53-lifecycle"
+    dst = tmp_path / "store"
+    shutil.copytree(REAL / name / "store", dst)
+    off = min(o for o, rec in records(name).items() if rec["topic"].startswith("rmq_sys_REVIVE_LOG_") and rec["properties"]["TAGS"] == "ck")
+    seg = dst / "commitlog" / "00000000000000000000"
+    with open(seg, "r+b") as f:
+        f.seek(off + 88)  # the body's first byte (IPv4 hosts)
+        b = f.read(1)
+        f.seek(off + 88)
+        f.write(bytes([b[0] ^ 0x20]))
+    r = run(*command, "-s", dst, "-f", "jsonl")
+    assert r.exit_code == 1, (r.stdout[-500:], r.stderr[-500:])
+    assert "Traceback" not in r.stdout + r.stderr
+    probs = [x for x in jsonl(r.stdout) if x["kind"] == "problem"]
+    assert any(p["code"] == "body_crc_mismatch" and p["phys_offset"] == off and p["file"].endswith("00000000000000000000") and p["file_offset"] == off + 88 for p in probs), probs  # located at the body

@@ -225,7 +225,12 @@ def expected_filler_units(name: str) -> list[dict]:
     walk = {w["offset"] for w in json.loads((base / "broker-recovery.json").read_text(encoding="utf-8"))["commitLogWalk"]["messages"]}
     kept = [r for r in damage["recordsHit"] if all(f.startswith("topic+properties") for f in r["fieldsHit"])]
     assert all(r["physicalOffset"] in walk for r in kept)
-    gone = [r for r in damage["recordsHit"] if r not in kept]
+    # a record hit only in its magic code or totalSize is written back whole by repair (its body CRC, properties and
+    # size prove the rest; the broker keeps it after repair): no filler stands for it
+    restored = [r for r in damage["recordsHit"] if set(r["fieldsHit"]) <= {"magicCode", "totalSize"}]
+    gone = [r for r in damage["recordsHit"] if r not in kept and r not in restored]
+    if not gone:
+        return []
     lo = min(r["physicalOffset"] for r in gone)
     hi = max(r["physicalOffset"] + r["size"] for r in gone)
     puts = [m for m in manifest(f"rmq53-damaged-{name}") if m.get("kind", "put") == "put"]
@@ -276,7 +281,7 @@ def test_repaired_store_lists_repairs_filler_units_and_nothing_else(name, tmp_pa
         assert struct.unpack(">qiq", raw) == FILLER_UNIT
     assert rows[-1]["problems"] == 0 and rows[-1]["filler_units"] == len(want)
     table = run("cq", "verify", "-s", new)
-    assert table.exit_code == 0 and f"{len(want)} filler units of rmqdump repair" in table.stderr
+    assert table.exit_code == 0 and (f"{len(want)} filler units of rmqdump repair" in table.stderr if want else "filler unit" not in table.stderr)
 
 
 def _plant_filler_unit(root: Path, name: str) -> tuple[dict, dict]:

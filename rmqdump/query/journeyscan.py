@@ -20,10 +20,9 @@ import functools
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
 
 from rmqdump.checks.journey import PutJudge, committed_status, committed_wording, link, orphan_checkpoints
 from rmqdump.common.jsontext import encode
@@ -35,6 +34,9 @@ from rmqdump.scan.ranges import Mapper, ScanOptions, scan_range
 from rmqdump.scan.splits import DEFAULT_SPLIT, commitlog_splits
 from rmqdump.schemas import constants as C
 from rmqdump.schemas import lifecycle as L
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 _HEX = np.full(256, 255, dtype=np.uint8)
 for _i, _ch in enumerate(b"0123456789ABCDEF"):
@@ -285,6 +287,7 @@ def _spell_rows(speller: _Speller, b, props: tuple, topics: list[str], fast: np.
 
 def _strings(offsets: np.ndarray, buf: np.ndarray) -> pa.StringArray | None:
     """Arrow strings over the kernel's offsets and bytes, or None if one of them is not UTF-8 on its own."""
+    import pyarrow as pa
     arr = pa.StringArray.from_buffers(len(offsets) - 1, pa.py_buffer(np.ascontiguousarray(offsets, np.int32)), pa.py_buffer(np.ascontiguousarray(buf)))
     try:
         arr.validate(full=True)
@@ -295,6 +298,7 @@ def _strings(offsets: np.ndarray, buf: np.ndarray) -> pa.StringArray | None:
 
 def _fixed(chars: np.ndarray) -> pa.StringArray:
     """An (n, w) array of ASCII characters as n strings."""
+    import pyarrow as pa
     n, w = chars.shape
     return pa.StringArray.from_buffers(n, pa.py_buffer(np.arange(0, n * w + 1, w, dtype=np.int32)), pa.py_buffer(np.ascontiguousarray(chars)))
 
@@ -302,6 +306,8 @@ def _fixed(chars: np.ndarray) -> pa.StringArray:
 def _msg_ids(b, fast: np.ndarray) -> pa.StringArray:
     """The offset msgIds of these rows (as Batch.msg_ids spells them): each store host's prefix once, the physical
     offsets' 16 hex digits column-wise."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
     c = b.cols
     hp, v6 = np.asarray(c["store_host_pos"])[fast], np.asarray(c["store_host_then"])[fast].astype(bool)
     heads, code = [], np.zeros(len(fast), np.int64)
@@ -310,7 +316,10 @@ def _msg_ids(b, fast: np.ndarray) -> pa.StringArray:
         if not len(sel):
             continue
         raws = b.mf.data[hp[sel][:, None] + np.arange(20 if six else 8)]
-        uniq, inv = np.unique(raws, axis=0, return_inverse=True)
+        if (raws == raws[0]).all():  # the common case: one broker stored the batch (a sort is 20x the cost)
+            uniq, inv = raws[:1], np.zeros(len(sel), np.int64)
+        else:
+            uniq, inv = np.unique(raws, axis=0, return_inverse=True)
         code[sel] = len(heads) + inv.ravel()
         heads += [offset_msg_id(u[:-4].tobytes(), int.from_bytes(u[-4:].tobytes(), "big"), 0)[:-16] for u in uniq]
     nib = (b.phys[fast].astype(np.uint64)[:, None] >> _SHIFTS) & np.uint64(15)
@@ -318,12 +327,15 @@ def _msg_ids(b, fast: np.ndarray) -> pa.StringArray:
 
 
 def _join(*parts) -> pa.Array:
+    import pyarrow.compute as pc
     return pc.binary_join_element_wise(*parts, "")
 
 
 def _spell_columns(speller: _Speller, b, props: tuple, topics: list[str], fast: np.ndarray, groups: Counter) -> str | None:
     """The single-copy journeys of these rows spelled column by column with Arrow's string kernels (the same bytes as
     _spell_rows), or None when a string needs JSON escaping: tags, keys, topic or group names."""
+    import pyarrow as pa  # loaded when the first journey is spelled: the survey's peak memory stays without its 50 MB
+    import pyarrow.compute as pc
     _, _, _, _, _, toffs, tbuf, tags, uoffs, ubuf, _, krows, koffs, kbuf, _ = props
     if not (_plain_text(tbuf) and _plain_text(kbuf)):
         return None

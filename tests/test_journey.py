@@ -13,7 +13,7 @@ from collections import defaultdict
 from functools import cache
 
 import pytest
-from conftest import REAL, jsonl, manifest, run
+from conftest import REAL, copy_store, jsonl, manifest, patch, run
 
 LIFECYCLE = ["rmq53-lifecycle", "rmq53-lifecycle-crash"]
 PUSH, POP = "GID_lc_push", "GID_lc_pop"
@@ -585,3 +585,78 @@ def test_a_damaged_lifecycle_store_names_the_damage_never_a_traceback(command, t
     assert "Traceback" not in r.stdout + r.stderr
     probs = [x for x in jsonl(r.stdout) if x["kind"] == "problem"]
     assert any(p["code"] == "body_crc_mismatch" and p["phys_offset"] == off and p["file"].endswith("00000000000000000000") and p["file_offset"] == off + 88 for p in probs), probs  # located at the body
+
+
+def _single_copy_lines(store, monkeypatch) -> tuple[list[str], int]:
+    """The rows journey --all spells range by range (its single-copy journeys), over many small ranges, and how many
+    batches were spelled row by row."""
+    from rmqdump.engines.local import LocalMap
+    from rmqdump.query import journeyscan
+    from rmqdump.query.journeys import all_journeys
+    from rmqdump.readers.store import Store
+
+    monkeypatch.setattr(journeyscan, "RENDER_SPLIT", 16 << 10)
+    by_row = []
+    spell_rows = journeyscan._spell_rows
+    monkeypatch.setattr(journeyscan, "_spell_rows", lambda *a: by_row.append(1) or spell_rows(*a))
+    items = all_journeys(Store.open(store), mapper=LocalMap(1))
+    return [x for item in items if isinstance(item, journeyscan.Rendered) for x in item.text.splitlines()], len(by_row)
+
+
+def _spelled_as_manifest_says(lines: list[str], name: str, store, keys_of=lambda rec: rec["properties"].get("KEYS", "")) -> None:
+    """Each copy row is the bytes of its record as manifest.jsonl lists it (in the encoder's key order), and the verdict
+    after it the bytes of what consumerOffset.json says of each group reading its topic (a clean store: no caveats)."""
+    recs, offsets = records(name), _offsets(name)
+    enc = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+    assert lines and len(lines) % 2 == 0
+    for copy, verdict in zip(lines[::2], lines[1::2], strict=True):
+        rec = recs[json.loads(copy)["phys_offset"]]
+        t, q, qo, key = rec["topic"], rec["queueId"], rec["queueOffset"], rec["uniqKey"]
+        want = {
+            "kind": "copy", "uniq_key": key, "hop": "put", "topic": t, "queue_id": q, "queue_offset": qo, "phys_offset": rec["commitLogOffset"],
+            "store_time": rec["storeTimestamp"], "total_size": rec["storeSize"], "msg_id": rec["offsetMsgId"], "real_topic": None,
+            "real_queue_id": None, "delay_level": None, "due_time": None, "reconsume_times": rec["reconsumeTimes"], "check_times": None,
+            "prepared_offset": None, "origin_msg_id": None, "retry_topic": None, "producer_group": None,
+            "keys": [k for k in keys_of(rec).split(" ") if k], "tags": rec["properties"].get("TAGS"), "recovery_drops": False,
+            "file": str(store / "commitlog" / "00000000000000000000"),
+        }  # fmt: skip
+        assert copy == enc(want)
+        groups, notes = {}, []
+        for g in sorted({g for g, tt, _ in offsets if tt == t} - {"CID_RMQ_SYS_TRANS", "CID_RMQ_SYS_REVIVE_GROUP"}):
+            done = offsets.get((g, t, q))
+            groups[g] = "consumed" if done is not None and done > qo else "not_consumed"
+            if done is None:
+                notes.append(f"{g}: not consumed (no committed offset on {t} queue {q}).")
+            else:
+                notes.append(f"{g}: {'consumed' if done > qo else 'not consumed'} ({t} queue {q} committed to {done} {'>' if done > qo else '<='} {qo}).")
+        why = " ".join([f"Delivered to {t} queue {q} offset {qo}.", *notes])
+        assert verdict == enc({"kind": "verdict", "uniq_key": key, "state": "delivered", "groups": groups, "why": why, "due_time": None, "evidence_caveats": []})
+
+
+def test_single_copy_rows_are_the_manifests_records(monkeypatch):
+    """journey --all spells its single-copy journeys column by column: the bytes the manifest's records and the committed
+    offsets give, consumed and not consumed groups both."""
+    name = "rmq53-lifecycle"
+    lines, by_row = _single_copy_lines(REAL / name / "store", monkeypatch)
+    assert by_row == 0
+    _spelled_as_manifest_says(lines, name, REAL / name / "store")
+    statuses = {s for x in lines[1::2] for s in json.loads(x)["groups"].values()}
+    assert statuses == {"consumed", "not_consumed"}
+
+
+def test_keys_that_json_escapes_are_spelled_row_by_row(tmp_path, monkeypatch):
+    """A record whose KEYS hold a quote (the same length: the record stays whole) sends its range down the row-by-row
+    path; every row is still the bytes the manifest gives, the quote escaped."""
+    name = "rmq53-lifecycle"
+    store = copy_store(name, tmp_path)
+    plain = {x["phys_offset"] for x in map(json.loads, _single_copy_lines(store, monkeypatch)[0][::2])}
+    off = min(o for o in plain if records(name)[o]["properties"].get("KEYS", "").count("-") >= 2)
+    old = records(name)[off]["properties"]["KEYS"]
+    new = old.replace("-", '"', 1)
+    log = store / "commitlog" / "00000000000000000000"
+    raw = log.read_bytes()
+    at = raw.index(b"KEYS\x01" + old.encode() + b"\x02", off, off + records(name)[off]["storeSize"]) + 5
+    patch(log, at, new.encode())
+    lines, by_row = _single_copy_lines(store, monkeypatch)
+    assert by_row == 1 and any('\\"' in x for x in lines[::2])
+    _spelled_as_manifest_says(lines, name, store, keys_of=lambda rec: new if rec["commitLogOffset"] == off else rec["properties"].get("KEYS", ""))

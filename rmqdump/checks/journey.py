@@ -237,13 +237,23 @@ def delivered_why(topic: str, queue_id: int, queue_offset: int) -> str:
     return f"Delivered to {topic} queue {queue_id} offset {queue_offset}."
 
 
+def committed_wording(g: str, topic: str, queue_id: int, committed: int | None) -> tuple[tuple[str, str, str | None], ...]:
+    """The (status, text before the queue offset, text after it) of a push group's note for a queue offset below its
+    committed offset and for one at or above it; None after: the note does not name the queue offset. One home for
+    the wording, which the whole-store pass spells column-wise (rmqdump.query.journeyscan)."""
+    if committed is None:
+        none = (L.GROUP_NOT_CONSUMED, f"{g}: not consumed (no committed offset on {topic} queue {queue_id}).", None)
+        return none, none
+    return (
+        (L.GROUP_CONSUMED, f"{g}: consumed ({topic} queue {queue_id} committed to {committed} > ", ")."),
+        (L.GROUP_NOT_CONSUMED, f"{g}: not consumed ({topic} queue {queue_id} committed to {committed} <= ", ")."),
+    )
+
+
 def committed_status(g: str, topic: str, queue_id: int, queue_offset: int, committed: int | None) -> tuple[str, str]:
     """A push group's status on the copy it reads last, from its committed offset on that queue."""
-    if committed is None:
-        return L.GROUP_NOT_CONSUMED, f"{g}: not consumed (no committed offset on {topic} queue {queue_id})."
-    if committed > queue_offset:
-        return L.GROUP_CONSUMED, f"{g}: consumed ({topic} queue {queue_id} committed to {committed} > {queue_offset})."
-    return L.GROUP_NOT_CONSUMED, f"{g}: not consumed ({topic} queue {queue_id} committed to {committed} <= {queue_offset})."
+    status, head, tail = committed_wording(g, topic, queue_id, committed)[committed is None or committed <= queue_offset]
+    return status, head if tail is None else f"{head}{queue_offset}{tail}"
 
 
 @dataclass

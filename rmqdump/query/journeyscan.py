@@ -9,6 +9,8 @@ and gigabytes at a few million messages. So:
 2. on the driver: the hashes seen twice, or also carried by a moved copy, mark the messages whose journey needs linking;
 3. render (mapped again): each range writes the JSON Lines of its single-copy journeys (the verdict `PutJudge` gives,
    the same `judge` would) and hands back as Copies only the records of messages to link; those are linked last.
+   The rows are spelled column by column with Arrow's string kernels (a Python loop per row cost 10 us a journey and
+   held the GIL); a batch whose topic, group, key or tag strings JSON must escape is spelled row by row instead.
 
 A record whose UNIQ_KEY is not 32 hex characters, or whose topic a POP group reads, is always linked: the hash and the
 one-copy verdict are for the common case only. Hash collisions only send messages down the linking path.
@@ -20,18 +22,23 @@ import functools
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from rmqdump.checks.journey import PutJudge, committed_status, link, orphan_checkpoints
+from rmqdump.checks.journey import PutJudge, committed_status, committed_wording, link, orphan_checkpoints
 from rmqdump.common.jsontext import encode
 from rmqdump.common.problems import Problem
 from rmqdump.readers.lifecycle import Copy, Evidence, is_own_topic, read_record, wants_body
+from rmqdump.readers.message import offset_msg_id
 from rmqdump.readers.store import Store
 from rmqdump.scan.ranges import Mapper, ScanOptions, scan_range
 from rmqdump.scan.splits import DEFAULT_SPLIT, commitlog_splits
 from rmqdump.schemas import constants as C
 from rmqdump.schemas import lifecycle as L
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 _HEX = np.full(256, 255, dtype=np.uint8)
 for _i, _ch in enumerate(b"0123456789ABCDEF"):
@@ -40,6 +47,7 @@ for _i, _ch in enumerate(b"abcdef"):
     _HEX[_ch] = 10 + _i
 _SHIFTS = np.arange(60, -4, -4, dtype=np.uint64)  # 16 nibbles, most significant first
 _MIX = np.uint64(0x9E3779B97F4A7C15)
+_UPPER_HEX = np.frombuffer(b"0123456789ABCDEF", np.uint8)
 _MOVED = {p.encode() for p in L.MOVED_PROPERTIES}
 SURVEY_SPLIT = DEFAULT_SPLIT  # the survey's ranges: the planner's
 RENDER_SPLIT = 4 << 20  # the render pass's ranges: their JSON text (twice the records' bytes) waits whole, a few in flight
@@ -166,6 +174,15 @@ def _plain_text(buf: np.ndarray) -> bool:
     return True
 
 
+_COPY = (
+    '{"kind":"copy","uniq_key":"', '","hop":"put","topic":', ',"queue_id":', ',"queue_offset":', ',"phys_offset":',
+    ',"store_time":', ',"total_size":', ',"msg_id":"', '","real_topic":null,"real_queue_id":null,"delay_level":null,'
+    '"due_time":null,"reconsume_times":', ',"check_times":null,"prepared_offset":null,"origin_msg_id":null,'
+    '"retry_topic":null,"producer_group":null,"keys":', ',"tags":', ',"recovery_drops":false',
+)  # fmt: skip  # the text around a single-copy row's values (key, topic JSON, queue id, queue offset, phys, time, size, msgId, reconsume times, keys JSON, tags JSON)
+_VERDICT = ('{"kind":"verdict","uniq_key":"', '","state":"delivered","groups":{', '},"why":')
+
+
 class _Speller:
     """The JSON Lines of a single-copy journey, spelled from pieces escaped once per topic, queue and group: the same text
     as encoding Copy.to_dict() and PutJudge.verdict() (tests/test_journey.py holds the two to the same bytes)."""
@@ -181,12 +198,8 @@ class _Speller:
         t = self.topics.get(topic)
         if t is None:
             t = self.topics[topic] = encode(topic)
-        return (
-            f'{{"kind":"copy","uniq_key":"{key}","hop":"put","topic":{t},"queue_id":{qid},"queue_offset":{qo},"phys_offset":{phys},'
-            f'"store_time":{ts},"total_size":{size},"msg_id":"{msg_id}","real_topic":null,"real_queue_id":null,"delay_level":null,'
-            f'"due_time":null,"reconsume_times":{reconsume},"check_times":null,"prepared_offset":null,"origin_msg_id":null,'
-            f'"retry_topic":null,"producer_group":null,"keys":{keys_json},"tags":{tag_json},"recovery_drops":false{self.tail}'
-        )
+        values = (key, t, qid, qo, phys, ts, size, msg_id, reconsume, keys_json, tag_json)
+        return "".join(x for pair in zip(_COPY[:-1], values, strict=True) for x in (pair[0], str(pair[1]))) + _COPY[-1] + self.tail
 
     def verdict(self, key, topic, qid, qo) -> tuple[str, list]:
         q = self.queues.get((topic, qid))
@@ -204,7 +217,7 @@ class _Speller:
             statuses.append((g, status))
         joined = " ".join(notes)
         why = f"{where}{qo}." + ("" if not notes else " " + (joined if plain else encode(joined)[1:-1])) + '"'
-        line = f'{{"kind":"verdict","uniq_key":"{key}","state":"delivered","groups":{{{",".join(parts)}}},"why":{why}{self.vtail}'
+        line = f'{_VERDICT[0]}{key}{_VERDICT[1]}{",".join(parts)}{_VERDICT[2]}{why}{self.vtail}'
         return line, statuses
 
 
@@ -239,8 +252,18 @@ def _render_fold(r: _Render, b, _cols):
     out = Rendered("", 0, nbytes=0, copies=copies)
     if not len(fast) or not r.spell:
         return out
-    _, _, _, _, _, toffs, tbuf, tags, uoffs, ubuf, _, krows, koffs, kbuf, _ = p.props
     speller = _Speller(r.judge, b.seg.path, r.broker)
+    text = _spell_columns(speller, b, p.props, topics, fast, out.groups)
+    out.text = _spell_rows(speller, b, p.props, topics, fast, out.groups) if text is None else text
+    out.states[L.STATE_DELIVERED] += len(fast)
+    out.journeys = len(fast)
+    return out
+
+
+def _spell_rows(speller: _Speller, b, props: tuple, topics: list[str], fast: np.ndarray, groups: Counter) -> str:
+    """The single-copy journeys of these rows spelled one by one: the path for strings JSON must escape."""
+    _, _, _, _, _, toffs, tbuf, tags, uoffs, ubuf, _, krows, koffs, kbuf, _ = props
+    c = b.cols
     topic_of = [topics[t] for t in b.found["topic_id"][fast].tolist()]
     cols = {k: np.asarray(c[k])[fast].tolist() for k in ("queue_id", "queue_offset", "store_timestamp", "total_size", "reconsume_times")}
     phys_l = b.phys[fast].tolist()
@@ -260,11 +283,121 @@ def _render_fold(r: _Render, b, _cols):
         line, statuses = speller.verdict(key, topic, qid, qo)
         lines.append(line)
         for g_s in statuses:
-            out.groups[g_s] += 1
-    out.states[L.STATE_DELIVERED] += len(fast)
-    out.text = "\n".join(lines) + "\n"
-    out.journeys = len(fast)
-    return out
+            groups[g_s] += 1
+    return "\n".join(lines) + "\n"
+
+
+def _strings(offsets: np.ndarray, buf: np.ndarray) -> pa.StringArray | None:
+    """Arrow strings over the kernel's offsets and bytes, or None if one of them is not UTF-8 on its own."""
+    import pyarrow as pa
+    arr = pa.StringArray.from_buffers(len(offsets) - 1, pa.py_buffer(np.ascontiguousarray(offsets, np.int32)), pa.py_buffer(np.ascontiguousarray(buf)))
+    try:
+        arr.validate(full=True)
+    except pa.ArrowInvalid:
+        return None
+    return arr
+
+
+def _fixed(chars: np.ndarray) -> pa.StringArray:
+    """An (n, w) array of ASCII characters as n strings."""
+    import pyarrow as pa
+    n, w = chars.shape
+    return pa.StringArray.from_buffers(n, pa.py_buffer(np.arange(0, n * w + 1, w, dtype=np.int32)), pa.py_buffer(np.ascontiguousarray(chars)))
+
+
+def _msg_ids(b, fast: np.ndarray) -> pa.StringArray:
+    """The offset msgIds of these rows (as Batch.msg_ids spells them): each store host's prefix once, the physical
+    offsets' 16 hex digits column-wise."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    c = b.cols
+    hp, v6 = np.asarray(c["store_host_pos"])[fast], np.asarray(c["store_host_then"])[fast].astype(bool)
+    heads, code = [], np.zeros(len(fast), np.int64)
+    for six in (False, True):
+        sel = np.flatnonzero(v6 == six)
+        if not len(sel):
+            continue
+        raws = b.mf.data[hp[sel][:, None] + np.arange(20 if six else 8)]
+        if (raws == raws[0]).all():  # the common case: one broker stored the batch (a sort is 20x the cost)
+            uniq, inv = raws[:1], np.zeros(len(sel), np.int64)
+        else:
+            uniq, inv = np.unique(raws, axis=0, return_inverse=True)
+        code[sel] = len(heads) + inv.ravel()
+        heads += [offset_msg_id(u[:-4].tobytes(), int.from_bytes(u[-4:].tobytes(), "big"), 0)[:-16] for u in uniq]
+    nib = (b.phys[fast].astype(np.uint64)[:, None] >> _SHIFTS) & np.uint64(15)
+    return pc.binary_join_element_wise(pa.array(heads).take(pa.array(code)), _fixed(_UPPER_HEX[nib]), "")
+
+
+def _join(*parts) -> pa.Array:
+    import pyarrow.compute as pc
+    return pc.binary_join_element_wise(*parts, "")
+
+
+def _spell_columns(speller: _Speller, b, props: tuple, topics: list[str], fast: np.ndarray, groups: Counter) -> str | None:
+    """The single-copy journeys of these rows spelled column by column with Arrow's string kernels (the same bytes as
+    _spell_rows), or None when a string needs JSON escaping: tags, keys, topic or group names."""
+    import pyarrow as pa  # loaded when the first journey is spelled: the survey's peak memory stays without its 50 MB
+    import pyarrow.compute as pc
+    _, _, _, _, _, toffs, tbuf, tags, uoffs, ubuf, _, krows, koffs, kbuf, _ = props
+    if not (_plain_text(tbuf) and _plain_text(kbuf)):
+        return None
+    tid = b.found["topic_id"][fast]
+    used = np.unique(tid).tolist()
+    judge = speller.judge
+    if not all(encode(x)[1:-1] == x for t in used for x in (topics[t], *judge.readers.get(topics[t], ()))):
+        return None
+    tag_values, key_values = _strings(toffs, tbuf), _strings(koffs, kbuf)
+    if tag_values is None or key_values is None:
+        return None
+    m = len(fast)
+    c = b.cols
+    ix = pa.array(fast)
+    num = {k: np.asarray(c[k])[fast] for k in ("queue_id", "queue_offset", "store_timestamp", "total_size", "reconsume_times")}
+    text = {k: pc.cast(pa.array(v), pa.string()) for k, v in num.items()}
+    key = _fixed(ubuf[uoffs[fast][:, None] + np.arange(32)])
+    keys = pa.ListArray.from_arrays(pa.array(krows), key_values).take(ix)
+    keys_json = pc.if_else(pc.equal(pc.list_value_length(keys), 0), "[]", _join('["', pc.binary_join(keys, '","'), '"]'))
+    tag_json = pc.if_else(pa.array(tags[fast] != 0), _join('"', tag_values.take(ix), '"'), "null")
+    topic_json = pa.array([encode(t) for t in topics]).take(pa.array(tid))
+    qo_text = text["queue_offset"]
+    copy = (
+        _COPY[0], key, _COPY[1], topic_json, _COPY[2], text["queue_id"], _COPY[3], qo_text, _COPY[4], pc.cast(pa.array(b.phys[fast]), pa.string()),
+        _COPY[5], text["store_timestamp"], _COPY[6], text["total_size"], _COPY[7], _msg_ids(b, fast), _COPY[8], text["reconsume_times"],
+        _COPY[9], keys_json, _COPY[10], tag_json, _COPY[11] + speller.tail + "\n" + _VERDICT[0],
+    )  # fmt: skip  # the copy row's pieces, then the verdict row's start: each line is built in one pass
+    # the verdict's middle (its groups and why) per topic and queue: the groups reading the topic, their committed offsets
+    qid, qo = num["queue_id"], num["queue_offset"]
+    queue = tid.astype(np.int64) * (1 << 32) + qid.astype(np.int64)
+    order = np.argsort(queue, kind="stable")
+    starts = np.flatnonzero(np.r_[True, queue[order][1:] != queue[order][:-1]])
+    chunks = []
+    for lo, hi in zip(starts.tolist(), [*starts[1:].tolist(), m], strict=True):
+        rows = order[lo:hi]
+        topic, q = topics[int(tid[rows[0]])], int(qid[rows[0]])
+        sub_qo = qo_text.take(pa.array(rows))
+        parts, notes = [], []
+        for g in judge.readers.get(topic, ()):
+            committed = judge.offsets.get((g, topic, q))
+            below = np.zeros(len(rows), bool) if committed is None else committed > qo[rows]
+            n_below = int(np.count_nonzero(below))
+            words = committed_wording(g, topic, q, committed)
+            for (status, _, _), n in zip(words, (n_below, len(rows) - n_below), strict=True):
+                if n:
+                    groups[(g, status)] += n
+            mask = pa.array(below)
+            parts.append(pc.if_else(mask, f'{encode(g)}:"{words[0][0]}"', f'{encode(g)}:"{words[1][0]}"'))
+            notes.append(pc.if_else(mask, *(head if tail is None else _join(head, sub_qo, tail) for _, head, tail in words)))
+        where = f"Delivered to {topic} queue {q} offset "
+        middle = [pc.binary_join_element_wise(*parts, ",") if parts else "", _VERDICT[2] + '"' + where, sub_qo, "."]
+        if notes:
+            middle += [" ", pc.binary_join_element_wise(*notes, " ")]
+        chunks.append(_join(*middle))
+    inverse = np.empty(m, np.int64)
+    inverse[order] = np.arange(m)
+    middle = pa.concat_arrays(chunks).take(pa.array(inverse))
+    lines = _join(*copy, key, _VERDICT[1], middle, '"' + speller.vtail + "\n")
+    offs = np.frombuffer(lines.buffers()[1], np.int32)[lines.offset : lines.offset + m + 1]
+    return str(memoryview(lines.buffers()[2])[int(offs[0]) : int(offs[-1])], "utf-8")
 
 
 def render(split, r: _Render) -> Rendered:

@@ -8,9 +8,9 @@ import pytest
 import test_cq_verify
 import test_index_verify
 import test_report
-from conftest import store_root
+from conftest import need_pyspark, store_root
 
-pytest.importorskip("pyspark")
+need_pyspark()
 
 SPARK = ("--engine", "spark", "--master", "local[2]")
 

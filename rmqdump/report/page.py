@@ -16,7 +16,7 @@ MAX_TABLE_ROWS = 500  # rows of a per-queue or per-offset table; the rest are co
 
 _CSS = f"""
 body{{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:24px auto;max-width:1120px;color:#1a1a1a;background:#fff}}
-h1{{font-size:22px;margin:0 0 4px}} h3{{font-size:14px;margin:16px 0 4px}} h2{{font-size:17px;margin:28px 0 8px;border-bottom:1px solid #dde2ea;padding-bottom:4px}}
+h1{{font-size:22px;margin:0 0 4px}} h3{{font-size:14px;margin:16px 0 4px}} h4{{font-size:13px;margin:14px 0 4px}} h2{{font-size:17px;margin:28px 0 8px;border-bottom:1px solid #dde2ea;padding-bottom:4px}}
 .sub{{color:#555}} .bad{{color:#b00020;font-weight:600}} .ok{{color:#1b7f3b;font-weight:600}}
 table{{border-collapse:collapse;font-size:12px;margin:6px 0}} td,th{{border-bottom:1px solid #eceff3;padding:2px 8px;text-align:left;vertical-align:top}}
 th{{background:#f7f8fa}} td.n{{text-align:right;font-variant-numeric:tabular-nums}}
@@ -253,20 +253,20 @@ def _lifecycle(rep: K.Report) -> str:
         _plot(plots.due_plot(lc.due_times), "No delayed message is waiting."),
     ]
     if lc.delays:
-        out.append("<h3>Delayed messages waiting</h3>")
+        out.append("<h4>Delayed messages waiting</h4>")
         out.append(_table(["due (UTC)", "level", "goes to", "queue", "uniq key", "phys offset"],
                           ([iso(r["due_time"]), r["level"], r["real_topic"], r["real_queue_id"], r["uniq_key"], r["phys_offset"]] for r in lc.delays),
                           numeric={1, 3, 5}, total=len(lc.due_times), keep={0, 4}))  # fmt: skip
     if lc.transactions:
-        out.append("<h3>Transactions hanging or discarded</h3>")
+        out.append("<h4>Transactions hanging or discarded</h4>")
         out.append(_table(["state", "broker checks", "topic", "producer group", "uniq key", "latest half"],
                           ([r["state"], r["checks"], r["topic"], r["producer_group"], r["uniq_key"], r["half_offsets"][-1]] for r in lc.transactions),
                           numeric={1, 5}, total=lc.transactions_total, keep={0, 4}))  # fmt: skip
     if lc.dead_letters:
-        out.append("<h3>Dead-letter queues</h3>")
+        out.append("<h4>Dead-letter queues</h4>")
         out.append(_table(["group", "messages", "dead-lettered journeys found"], ([g, n, k] for g, n, k in lc.dead_letters), numeric={1, 2}))
     if lc.unacked:
-        out.append("<h3>Popped messages never acked</h3>")
+        out.append("<h4>Popped messages never acked</h4>")
         out.append(_table(["group", "topic", "queue", "offset", "invisible until (UTC)", "uniq key"],
                           ([r["group"], r["topic"], r["queue_id"], r["queue_offset"], iso(r["invisible_until"]), r["uniq_key"]] for r in lc.unacked),
                           numeric={2, 3}, total=lc.unacked_total, keep={4, 5}))  # fmt: skip

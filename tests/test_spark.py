@@ -6,6 +6,7 @@ import json
 import os
 import re
 import subprocess
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -323,7 +324,7 @@ def _readme_settings(name: str) -> dict:
     text = (REAL / name / "README.txt").read_text(encoding="utf-8")
 
     def value(key: str) -> int | None:
-        m = re.search(rf"\b{key}\s*=\s*(\d+)", text)
+        m = re.search(rf"\b{key}(?:\s*=\s*|\s+)(\d+)", text)  # "key=value", or a settings table's "key   value"
         return int(m.group(1)) if m else None
 
     out = {"cq_units": value("mappedFileSizeConsumeQueue") // 20, "hash_slots": value("maxHashSlotNum"), "index_entries": value("maxIndexNum")}
@@ -342,6 +343,17 @@ def _manifest_records(name: str, side: str) -> list[tuple]:
             (m["physicalOffset"], m["totalSize"], m["topic"], m["queueId"], m["storeTimestamp"], m["msgId"], m["bodyCRC"], m["sysFlag"])
             for m in rows
             if m.get("kind") == "commitlog_msg" and m.get("side", side or None) == (side or None)
+        )
+    if any(m.get("kind") == "store_msg" for m in rows):  # a whole broker's store: one line per ConsumeQueue unit, no body CRC
+        log = (REAL / name / "store" / "commitlog" / "00000000000000000000").read_bytes()  # its one CommitLog file
+
+        def body_crc(off: int, n: int) -> int:  # the broker's UtilAll.crc32 of the body (IPv4 hosts: body after byte 88)
+            return zlib.crc32(log[off + 88 : off + 88 + n]) & 0x7FFFFFFF
+
+        return sorted(
+            (m["commitLogOffset"], m["storeSize"], m["topic"], m["queueId"], m["storeTimestamp"], m["offsetMsgId"], body_crc(m["commitLogOffset"], m["bodyLen"]), m["sysFlag"])
+            for m in rows
+            if m.get("kind") == "store_msg"
         )
     # a DLedger store's puts carry the put's time; its dledger_msg_lookup rows, each message read back, the stored one
     stored = {m["commitLogOffset"]: m["storeTimestamp"] for m in rows if m.get("kind") == "dledger_msg_lookup"}

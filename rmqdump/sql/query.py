@@ -14,6 +14,7 @@ query sees the stores' tables and nothing else.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import shutil
@@ -148,12 +149,7 @@ def _reader(name: str, stores: list[StoreRef], cols: list[str], on_bytes, failed
         "problems": lambda: T.problems(stores, cols, on_bytes, mapper),
         "offsets": lambda: T.offsets(stores, cols),
         "compacted": lambda: T.compacted(stores, cols, on_bytes),
-        "copies": lambda: T.journey_tables("copies", stores, cols, on_bytes, mapper),
-        "evidence": lambda: T.journey_tables("evidence", stores, cols, on_bytes, mapper),
-        "journeys": lambda: T.journey_tables("journeys", stores, cols, on_bytes, mapper),
-        "transactions": lambda: T.lifecycle_tables("transactions", stores, cols, on_bytes, mapper),
-        "pops": lambda: T.lifecycle_tables("pops", stores, cols, on_bytes, mapper),
-        "delays": lambda: T.lifecycle_tables("delays", stores, cols, on_bytes, mapper),
+        **{t: functools.partial(T.message_story_tables, t, stores, cols, on_bytes, mapper) for t in T.JOURNEY_TABLES + T.LIFECYCLE_TABLES},
     }
 
     def batches():

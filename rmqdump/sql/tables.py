@@ -445,9 +445,14 @@ def compacted(stores: list[StoreRef], columns: list[str], on_bytes: Callable[[in
         if cf is None or not cf.queues:
             continue
         rows = [r for r in consumer_view(cf, Store.open(ref.root).commitlog, None, on_bytes=on_bytes) if not isinstance(r, Problem)]
-        for lo in range(0, len(rows), PROBLEM_BATCH):
-            chunk = rows[lo : lo + PROBLEM_BATCH]
-            yield _batch(schema, {c: [ref.name] * len(chunk) if c == "broker" else [r[c] for r in chunk] for c in columns})
+        yield from _row_batches(ref, schema, columns, rows)
+
+
+def _row_batches(ref: StoreRef, schema: pa.Schema, columns: list[str], rows: list[dict]) -> Iterator[pa.RecordBatch]:
+    """A store's rows (dicts with the table's columns) as batches of PROBLEM_BATCH, its broker name in `broker`."""
+    for lo in range(0, len(rows), PROBLEM_BATCH):
+        chunk = rows[lo : lo + PROBLEM_BATCH]
+        yield _batch(schema, {c: [ref.name] * len(chunk) if c == "broker" else [r[c] for r in chunk] for c in columns})
 
 
 def offsets(stores: list[StoreRef], columns: list[str]) -> Iterator[pa.RecordBatch]:
@@ -500,9 +505,7 @@ def journey_tables(table: str, stores: list[StoreRef], columns: list[str], on_by
     schema = arrow_schema(table, columns)
     for ref in stores:
         for rows in _journey_rows(table, ref, on_bytes, mapper):
-            for lo in range(0, len(rows), PROBLEM_BATCH):
-                chunk = rows[lo : lo + PROBLEM_BATCH]
-                yield _batch(schema, {c: [ref.name] * len(chunk) if c == "broker" else [r[c] for r in chunk] for c in columns})
+            yield from _row_batches(ref, schema, columns, rows)
 
 
 def _view_rows(table: str, sj) -> list[dict]:
@@ -534,8 +537,15 @@ def lifecycle_tables(table: str, stores: list[StoreRef], columns: list[str], on_
 
     schema = arrow_schema(table, columns)
     for ref in stores:
-        rows = _view_rows(table, store_journeys(Store.open(ref.root), mapper=mapper, on_bytes=on_bytes))
-        for lo in range(0, len(rows), PROBLEM_BATCH):
-            chunk = rows[lo : lo + PROBLEM_BATCH]
-            yield _batch(schema, {c: [ref.name] * len(chunk) if c == "broker" else [r[c] for r in chunk] for c in columns})
+        yield from _row_batches(ref, schema, columns, _view_rows(table, store_journeys(Store.open(ref.root), mapper=mapper, on_bytes=on_bytes)))
+
+
+JOURNEY_TABLES = ("copies", "evidence", "journeys")
+LIFECYCLE_TABLES = ("transactions", "pops", "delays")
+
+
+def message_story_tables(table: str, stores: list[StoreRef], columns: list[str], on_bytes=None, mapper: Mapper = map) -> Iterator[pa.RecordBatch]:
+    """Any of the journey and lifecycle tables: the one entry the DuckDB and Spark engines call."""
+    make = journey_tables if table in JOURNEY_TABLES else lifecycle_tables
+    return make(table, stores, columns, on_bytes, mapper)
 

@@ -193,28 +193,16 @@ def compacted(spark, stores: StoresArg, columns: Sequence[str] | None = None):
     return _per_store(spark, stores_of(stores), lambda ref, c: T.compacted([ref], c), ddl("compacted", cols), cols)
 
 
-def _journey_table(table: str):
+def _story_table(table: str):
     def make(spark, stores: StoresArg, columns: Sequence[str] | None = None):
         cols = columns_for(table, columns)
-        return _per_store(spark, stores_of(stores), lambda ref, c: T.journey_tables(table, [ref], c), ddl(table, cols), cols)
+        return _per_store(spark, stores_of(stores), lambda ref, c: T.message_story_tables(table, [ref], c), ddl(table, cols), cols)
 
-    make.__doc__ = f"The `{table}` rows of `rmqdump journey --all` on each store: one task per store."
+    make.__doc__ = f"The `{table}` rows (`rmqdump journey --all`, `tx`, `pop`, `delay`) of each store: one task per store."
     return make
 
 
-copies, evidence, journeys = (_journey_table(t) for t in ("copies", "evidence", "journeys"))
-
-
-def _lifecycle_table(table: str):
-    def make(spark, stores: StoresArg, columns: Sequence[str] | None = None):
-        cols = columns_for(table, columns)
-        return _per_store(spark, stores_of(stores), lambda ref, c: T.lifecycle_tables(table, [ref], c), ddl(table, cols), cols)
-
-    make.__doc__ = f"The `{table}` rows (`rmqdump tx`, `pop`, `delay`) of each store: one task per store."
-    return make
-
-
-transactions, pops, delays = (_lifecycle_table(t) for t in ("transactions", "pops", "delays"))
+copies, evidence, journeys, transactions, pops, delays = (_story_table(t) for t in T.JOURNEY_TABLES + T.LIFECYCLE_TABLES)
 
 
 TABLES: dict[str, Callable] = {

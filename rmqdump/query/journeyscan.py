@@ -34,6 +34,7 @@ from rmqdump.readers.message import offset_msg_id
 from rmqdump.readers.store import Store
 from rmqdump.scan.ranges import Mapper, ScanOptions, scan_range
 from rmqdump.scan.splits import DEFAULT_SPLIT, commitlog_splits
+from rmqdump.schemas import UniqKeyV4
 from rmqdump.schemas import constants as C
 from rmqdump.schemas import lifecycle as L
 
@@ -49,6 +50,7 @@ _SHIFTS = np.arange(60, -4, -4, dtype=np.uint64)  # 16 nibbles, most significant
 _MIX = np.uint64(0x9E3779B97F4A7C15)
 _UPPER_HEX = np.frombuffer(b"0123456789ABCDEF", np.uint8)
 _MOVED = {p.encode() for p in L.MOVED_PROPERTIES}
+KEY_HEX = 2 * UniqKeyV4.sizeof()  # a UNIQ_KEY of an IPv4 producer, as hex: the common case the fast path takes
 SURVEY_SPLIT = DEFAULT_SPLIT  # the survey's ranges: the planner's
 RENDER_SPLIT = 4 << 20  # the render pass's ranges: their JSON text (twice the records' bytes) waits whole, a few in flight
 
@@ -63,10 +65,10 @@ def key_hashes(keys: np.ndarray) -> np.ndarray:
 
 
 def text_hashes(keys: list[str]) -> np.ndarray:
-    ok = [k for k in keys if len(k) == 32 and all(c in "0123456789ABCDEFabcdef" for c in k)]
+    ok = [k for k in keys if len(k) == KEY_HEX and all(c in "0123456789ABCDEFabcdef" for c in k)]
     if not ok:
         return np.zeros(0, np.uint64)
-    return key_hashes(np.frombuffer("".join(ok).encode(), np.uint8).reshape(-1, 32))
+    return key_hashes(np.frombuffer("".join(ok).encode(), np.uint8).reshape(-1, KEY_HEX))
 
 
 @dataclass
@@ -95,10 +97,10 @@ def _plain(b, topics: list[str]) -> _Plain:
     own = np.array([is_own_topic(t) for t in topics], bool)[b.found["topic_id"]] if topics else np.zeros(n, bool)
     tx = (np.asarray(b.cols["sys_flag"]) & C.TRANSACTION_MASK) != 0
     ulen = np.diff(uoffs)
-    mask = own & ~tx & ~moved & (uniq == 1) & (ulen == 32)
+    mask = own & ~tx & ~moved & (uniq == 1) & (ulen == KEY_HEX)
     idx = np.flatnonzero(mask)
     if len(idx):
-        keys = ubuf[uoffs[idx][:, None] + np.arange(32)]
+        keys = ubuf[uoffs[idx][:, None] + np.arange(KEY_HEX)]
         ok = (_HEX[keys] != 255).all(axis=1)
         if not ok.all():
             mask[idx[~ok]] = False
@@ -354,7 +356,7 @@ def _spell_columns(speller: _Speller, b, props: tuple, topics: list[str], fast: 
     ix = pa.array(fast)
     num = {k: np.asarray(c[k])[fast] for k in ("queue_id", "queue_offset", "store_timestamp", "total_size", "reconsume_times")}
     text = {k: pc.cast(pa.array(v), pa.string()) for k, v in num.items()}
-    key = _fixed(ubuf[uoffs[fast][:, None] + np.arange(32)])
+    key = _fixed(ubuf[uoffs[fast][:, None] + np.arange(KEY_HEX)])
     keys = pa.ListArray.from_arrays(pa.array(krows), key_values).take(ix)
     keys_json = pc.if_else(pc.equal(pc.list_value_length(keys), 0), "[]", _join('["', pc.binary_join(keys, '","'), '"]'))
     tag_json = pc.if_else(pa.array(tags[fast] != 0), _join('"', tag_values.take(ix), '"'), "null")

@@ -15,8 +15,12 @@ from dataclasses import dataclass
 
 from rmqdump.common import problems as P
 from rmqdump.common.problems import InputError, Problem
+from rmqdump.readers.fastpath import struct_format
 from rmqdump.readers.mapped import OFFSET_NAME_RE, OffsetFile, offset_files, open_binary
+from rmqdump.schemas import RecordPrefix
 from rmqdump.schemas import dledger as DL
+
+_PREFIX = struct_format(RecordPrefix)  # totalSize, magic
 
 FRAME_SIZE = DL.EntryHeader.sizeof()
 
@@ -154,13 +158,16 @@ class CommitLog:
         pos = phys_offset - seg.base
         with open_binary(seg.path) as f:
             f.seek(pos)
-            size = int.from_bytes(f.read(4), "big", signed=True)
+            head = f.read(_PREFIX.size)
+            if len(head) < _PREFIX.size:
+                return False
+            size = _PREFIX.unpack(head)[0]
             if size <= 0:
                 return False
             if pos + size >= seg.size:
                 return True
             f.seek(pos + size)
-            return f.read(8) == bytes(8)
+            return f.read(_PREFIX.size) == bytes(_PREFIX.size)  # no totalSize, no magic: nothing was written there
 
     def out_of_range(self, code: str, phys_offset: int) -> Problem:
         """An offset in no CommitLog file, located at the CommitLog's directory (no file holds it)."""

@@ -31,7 +31,7 @@ from rmqdump.scan import layout as K
 from rmqdump.scan.damage import diagnose
 from rmqdump.scan.native import configure
 from rmqdump.scan.resync import resync
-from rmqdump.schemas import HostV4, HostV6, message_header
+from rmqdump.schemas import HostV4, HostV6, OffsetMsgIdV4, message_header
 from rmqdump.schemas import dledger as DL
 from rmqdump.schemas.commitlog import PropertiesLength
 
@@ -49,6 +49,7 @@ _HOST_TEXT: dict[bytes, str] = {}  # raw address+port -> "ip:port"; hosts repeat
 _HOST_TEXT_MAX = 1 << 16
 
 _HOSTS = {False: struct_format(HostV4), True: struct_format(HostV6)}
+_PHYS_HEX = 2 * OffsetMsgIdV4.subcons[-1].sizeof()  # the physical offset's hex digits at a msgId's end
 
 
 def _column_dtypes() -> dict[str, np.dtype]:
@@ -134,14 +135,15 @@ class Batch:
         """The offset msgIds of these records (a batch's records share a few store hosts)."""
         c = self.cols
         pos, v6, phys = c["store_host_pos"][rows].tolist(), c["store_host_then"][rows].tolist(), (c["_pos"][rows] + self.seg.base).tolist()
-        prefix: dict[tuple[int, bytes], str] = {}
+        prefix: dict[tuple[bytes, int], str] = {}
         out = []
         for p, six, ph in zip(pos, v6, phys, strict=True):
-            raw = self.raw(p, 20 if six else 8)
-            head = prefix.get((len(raw), raw))
-            if head is None:
-                head = prefix[(len(raw), raw)] = offset_msg_id(raw[:-4], int.from_bytes(raw[-4:], "big"), 0)[:-16]
-            out.append(f"{head}{ph:016X}")
+            addr, port, _ = self._host_at(p, six)
+            head = prefix.get((addr, port))
+            if head is None:  # the msgId of offset 0 without its offset: the host's part, spelled once
+                zero = offset_msg_id(addr, port, 0)
+                head = prefix[(addr, port)] = zero[: len(zero) - _PHYS_HEX]
+            out.append(f"{head}{ph:0{_PHYS_HEX}X}")
         return out
 
     def property_columns(self) -> tuple:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from rmqdump.query.delays import scheduled_rows
 from rmqdump.query.pops import popped_rows
-from rmqdump.query.storejourneys import store_journeys
+from rmqdump.query.storejourneys import StoreJourneys, store_journeys
 from rmqdump.readers.store import Store
 from rmqdump.schemas import lifecycle as L
 
@@ -18,11 +18,17 @@ def _lifecycle_queues(store: Store) -> bool:
     )
 
 
-def lifecycle_summary(store: Store, *, check_crc: bool = True) -> dict | None:
-    """The counts (None when the store has no lifecycle queue, or no CommitLog to read them in)."""
-    if not _lifecycle_queues(store) or not store.commitlog.files:
+def has_lifecycle(store: Store) -> bool:
+    """Whether the store has a queue the broker moves messages through, and a CommitLog to read them in."""
+    return _lifecycle_queues(store) and bool(store.commitlog.files)
+
+
+def lifecycle_summary(store: Store, *, check_crc: bool = True, sj: StoreJourneys | None = None) -> dict | None:
+    """The counts (None when the store has no lifecycle queue, or no CommitLog to read them in); `sj`: the journeys
+    already read, when the caller has them."""
+    if not has_lifecycle(store):
         return None
-    sj = store_journeys(store, check_crc=check_crc)
+    sj = sj if sj is not None else store_journeys(store, check_crc=check_crc)
     states: dict[str, int] = {}
     timer_waiting = 0
     for j in sj.found:

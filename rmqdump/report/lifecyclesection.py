@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from rmqdump.query.delays import scheduled_rows
-from rmqdump.query.lifecyclesummary import lifecycle_summary
+from rmqdump.query.lifecyclesummary import has_lifecycle, lifecycle_summary
 from rmqdump.query.pops import popped_rows
 from rmqdump.query.storejourneys import store_journeys
 from rmqdump.query.transactions import transaction_row
@@ -30,10 +30,10 @@ class Lifecycle:
 
 
 def collect_lifecycle(store: Store, *, check_crc: bool = True) -> Lifecycle | None:
-    summary = lifecycle_summary(store, check_crc=check_crc)
-    if summary is None:
+    if not has_lifecycle(store):
         return None
     sj = store_journeys(store, check_crc=check_crc)
+    summary = lifecycle_summary(store, sj=sj)
     waiting = sorted(scheduled_rows(sj), key=lambda r: (r["due_time"] or 0, r["phys_offset"]))
     hanging = [r for j in sj.found if (r := transaction_row(j)) and r["state"] in (L.STATE_TX_PENDING, L.STATE_TX_DISCARDED)]
     unacked = [r for j in sj.found for r in popped_rows(j) if r["state"] == L.GROUP_UNACKED]

@@ -660,3 +660,20 @@ def test_keys_that_json_escapes_are_spelled_row_by_row(tmp_path, monkeypatch):
     lines, by_row = _single_copy_lines(store, monkeypatch)
     assert by_row == 1 and any('\\"' in x for x in lines[::2])
     _spelled_as_manifest_says(lines, name, store, keys_of=lambda rec: new if rec["commitLogOffset"] == off else rec["properties"].get("KEYS", ""))
+
+
+def test_offsets_that_do_not_parse_are_named_not_called_absent(tmp_path):
+    """A consumerOffset.json (and .bak) that does not parse: every verdict's caveat names both files and the byte where
+    parsing failed, rather than saying the store has none; the groups it cannot judge are not_consumed."""
+    dst = tmp_path / "store"
+    shutil.copytree(REAL / "rmq53-lifecycle" / "store", dst)
+    for f in ("consumerOffset.json", "consumerOffset.json.bak"):
+        (dst / "config" / f).write_text("{garbage")
+    m = next(m for m in truth("rmq53-lifecycle")["messages"] if m["consumePlan"] == "ok" and m["kind"] == "normal")
+    r = run("journey", m["uniqKey"], "-s", dst, "-f", "jsonl")
+    (v,) = [x for x in jsonl(r.stdout) if x["kind"] == "verdict"]
+    (caveat,) = v["evidence_caveats"]
+    assert caveat.startswith("config/consumerOffset.json does not parse (")
+    assert f"{dst}/config/consumerOffset.json: not JSON: " in caveat and f"{dst}/config/consumerOffset.json.bak: not JSON: " in caveat
+    assert caveat.count("at byte 1") == 2
+    assert v["groups"] == {} and r.exit_code == 0

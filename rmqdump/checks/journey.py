@@ -70,7 +70,8 @@ class Context:
     """What a journey is judged against besides its own records: config files, the POP ledger, the op records."""
 
     offsets: dict[tuple[str, str, int], int] = field(default_factory=dict)  # (group, topic, queue id) -> committed offset
-    offsets_file: str | None = None  # None: the store has no consumerOffset.json
+    offsets_file: str | None = None  # None: the store has no consumerOffset.json that parses
+    offsets_unreadable: str | None = None  # why the file and its .bak do not parse, when they are there
     delay_offsets: dict[int, int] = field(default_factory=dict)  # delay level -> next schedule queue offset to deliver
     delay_file: str | None = None
     retry_limits: dict[str, int] = field(default_factory=dict)  # group -> retryMaxTimes
@@ -229,7 +230,11 @@ def store_caveats(ctx: Context) -> list[str]:
             "(a message shown not_consumed may have been consumed and not yet committed: a restart delivers it again)"
         )
     if ctx.offsets_file is None:
-        out.append("the store has no config/consumerOffset.json: no group's progress is known")
+        out.append(
+            f"config/consumerOffset.json does not parse ({ctx.offsets_unreadable}): no group's progress is known"
+            if ctx.offsets_unreadable
+            else "the store has no config/consumerOffset.json: no group's progress is known"
+        )
     return out
 
 

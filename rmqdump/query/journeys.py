@@ -46,20 +46,26 @@ class Gathered:
     reached: int = 0  # how far into the CommitLog the queues read reach
 
 
-def _config(store: Store, name: str) -> tuple[object, str | None]:
+def _config(store: Store, name: str, why: list[str] | None = None) -> tuple[object, str | None]:
+    """A config file's content (its .bak when the file does not parse, as the broker's ConfigManager falls back);
+    (None, None) when neither parses, each failure noted on `why` as 'PATH: what is wrong'."""
     path = os.path.join(store.root, CONFIG_DIR, name)
     for p in (path, path + ".bak"):
         if os.path.isfile(p):
             cf = read_config(p)
             if cf.error is None:
                 return cf.data, p
+            if why is not None:
+                why.append(f"{p}: {cf.error}")
     return None, None
 
 
 def context(store: Store, evidence: Iterable[Evidence], *, recovery_end: int | None = None) -> Context:
     """The config files a journey is judged against, read leniently (a file that does not parse counts as absent)."""
     ctx = Context(abnormal=store.abort, recovery_end=recovery_end, min_phys=store.commitlog.min_offset if store.commitlog.files else 0)
-    data, path = _config(store, OFFSETS_FILE)
+    bad: list[str] = []
+    data, path = _config(store, OFFSETS_FILE, bad)
+    ctx.offsets_unreadable = "; ".join(bad) if path is None else None
     if path is not None:
         ctx.offsets = offset_table(data)
         ctx.offsets_file = path

@@ -23,6 +23,7 @@ from rmqdump.readers.mapped import MappedFile
 from rmqdump.readers.message import decode_properties, java_crc32, parse_crc_digits, split_keys
 from rmqdump.scan import layout as K
 from rmqdump.scan.dispatch import DelayLevels, dispatch_columns
+from rmqdump.scan.native import configure
 from rmqdump.scan.walk import kernel, scan_commitlog, scan_file
 from rmqdump.schemas import MessageRecord
 from rmqdump.schemas import constants as C
@@ -213,7 +214,8 @@ def test_join_offsets_is_searchsorted(phys, offsets, ascending, reuse):
 @given(data=st.binary(max_size=300), lo=st.integers(0, 20))
 def test_crc32_is_zlibs(data, lo):
     """Both CRC paths of the kernel: its table code, and the library it calls when it finds one (libdeflate, else zlib)."""
-    jit = kernel()
+    configure()
+    from rmqdump.scan import kernel as jit  # the JIT module: its CRC helpers are not entry points of the ahead-of-time one
     buf = np.frombuffer(bytes(7) + data, dtype=np.uint8)
     start = min(lo, len(buf))
     assert jit.crc32(buf, start, len(buf) - start) == jit._crc(buf, start, len(buf) - start) == zlib.crc32(bytes(buf[start:]))

@@ -248,34 +248,34 @@ def scan(data, size, start, end, check_crc, out, keys, frame=0, base=0):
     n = 0
     nk = 0
     p = start
-    code = END
+    code = np.int64(END)
     e0 = p  # start of the current record, or of its entry header
     fsize = fbody = 0
     while p < end:
         e0 = p
         if n >= cap:
-            code = FULL
+            code = np.int64(FULL)
             break
         if frame:
             if p + frame + 8 > size:
-                code = STUCK
+                code = np.int64(STUCK)
                 break
             if _rd(data, p + _O_FMAG, _W_FMAG, _S_FMAG) != FRAME_MAGIC or _rd(data, p + _O_FPOS, _W_FPOS, _S_FPOS) != base + p:
-                code = STUCK
+                code = np.int64(STUCK)
                 break
             fsize = _rd(data, p + _O_FSIZE, _W_FSIZE, _S_FSIZE)
             fbody = _rd(data, p + _O_FBODY, _W_FBODY, _S_FBODY)
             p += frame
         if p + 8 > size:
-            code = STUCK
+            code = np.int64(STUCK)
             break
         total = _rd(data, p + _OFF[0, _F_TOTAL], _W_TOTAL, _S_TOTAL)
         magic = _rd(data, p + _OFF[0, _F_MAGIC], _W_MAGIC, _S_MAGIC)
         if (magic != _MAGIC_V1 and magic != _MAGIC_V2) or total < MIN_RECORD_SIZE or total > size - p:
-            code = STUCK
+            code = np.int64(STUCK)
             break
         if frame and (fsize != frame + total or fbody != total):
-            code = STUCK
+            code = np.int64(STUCK)
             break
         lim = p + total
         sys_flag = _rd(data, p + _OFF[0, _F_SYS], _W_SYS, _S_SYS)
@@ -286,33 +286,33 @@ def scan(data, size, start, end, check_crc, out, keys, frame=0, base=0):
             v |= 2
         h = p + _HSIZE[v]
         if h > lim:
-            code = STUCK
+            code = np.int64(STUCK)
             break
         body_len = _rd(data, p + _OFF[v, _F_BLEN], _W_BLEN, _S_BLEN)
         if body_len < 0 or h + body_len > lim:
-            code = STUCK
+            code = np.int64(STUCK)
             break
         q = h + body_len
         if magic == _MAGIC_V2:
             if q + _W_TL2 > lim:
-                code = STUCK
+                code = np.int64(STUCK)
                 break
             tlen = _rd(data, q, _W_TL2, _S_TL2)
             tpos = q + _W_TL2
         else:
             if q + _W_TL1 > lim:
-                code = STUCK
+                code = np.int64(STUCK)
                 break
             tlen = _rd(data, q, _W_TL1, _S_TL1)
             tpos = q + _W_TL1
         if tlen < 0 or tpos + tlen + _W_PL > lim:
-            code = STUCK
+            code = np.int64(STUCK)
             break
         q = tpos + tlen
         plen = _rd(data, q, _W_PL, _S_PL)
         ppos = q + _W_PL
         if plen < 0 or ppos + plen != lim:
-            code = STUCK
+            code = np.int64(STUCK)
             break
 
         # properties: the dispatcher's values (the last value of a repeated name wins)
@@ -364,7 +364,7 @@ def scan(data, size, start, end, check_crc, out, keys, frame=0, base=0):
                 a = b + 1
         if not room:
             nk = k0
-            code = FULL
+            code = np.int64(FULL)
             break
 
         # topic id: FNV-1a of the bytes, equal bytes checked against the topic's first record
@@ -401,9 +401,9 @@ def scan(data, size, start, end, check_crc, out, keys, frame=0, base=0):
             tags_h, _, tags_slow = _hash(data, ta, tb)
             if tags_h >= 0x80000000:
                 tags_h -= 0x100000000
-        delay = DELAY_NONE
+        delay = np.int64(DELAY_NONE)
         if da >= 0:
-            delay = DELAY_PY
+            delay = np.int64(DELAY_PY)
             if 0 < db - da <= 18:
                 d = 0
                 for i in range(da, db):

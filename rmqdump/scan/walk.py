@@ -29,7 +29,7 @@ from rmqdump.readers.mapped import MappedFile
 from rmqdump.readers.message import Message, decode_properties, format_host, offset_msg_id
 from rmqdump.scan import layout as K
 from rmqdump.scan.damage import diagnose
-from rmqdump.scan.native import configure
+from rmqdump.scan.native import load_kernel
 from rmqdump.scan.resync import resync
 from rmqdump.schemas import HostV4, HostV6, OffsetMsgIdV4, message_header
 from rmqdump.schemas import dledger as DL
@@ -398,11 +398,8 @@ def _diagnose_single(seg: SegmentFile, mf: MappedFile, p: int):
 
 
 def kernel():
-    """The compiled kernel module, numba set up first (rmqdump.scan.native): commands that scan nothing never load it."""
-    configure()
-    from rmqdump.scan import kernel as compiled
-
-    return compiled
+    """The compiled kernel (rmqdump.scan.native.load_kernel: ahead of time, else JIT): commands that scan nothing never load it."""
+    return load_kernel()
 
 
 def scan_commitlog(cl: CommitLog, *, from_offset: int | None = None, to_offset: int | None = None, check_crc: bool = True) -> Iterator[Batch]:

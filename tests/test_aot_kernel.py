@@ -151,3 +151,20 @@ def test_every_entry_point_gives_the_jit_kernels_answer_on_every_fixture_file(bu
         table, prev = np.zeros(64, np.int32), np.zeros(500, np.int32)
         got.append((k.index_put(table, slots, 1, prev), table, prev))
     assert got[0][0] == got[1][0] and np.array_equal(got[0][1], got[1][1]) and np.array_equal(got[0][2], got[1][2])
+
+
+def test_a_machine_that_cannot_build_it_keeps_the_jit_kernel_and_tries_once(tmp_path):
+    """No C compiler (CC names none): the build fails once, leaves its reason, and later runs neither retry nor fail."""
+    cache = tmp_path / "cache"
+    env = _env(cache, CC="/nonexistent/cc")
+    first = _probe(env, "cq", "verify", "-s", store_root("rmq4-basic"), "-f", "jsonl")
+    assert first["code"] == 0 and first["kernel"] == "rmqdump.scan.kernel"
+    deadline = time.time() + BUILD_TIMEOUT
+    while list(cache.rglob("aot-*.lock")) and time.time() < deadline:
+        time.sleep(1)
+    failed = list(cache.rglob("aot-*.failed"))
+    assert len(failed) == 1 and failed[0].read_text().strip() and not list(cache.rglob(MODULE + "*.so"))
+    again = _probe(env, "cq", "verify", "-s", store_root("rmq4-basic"), "-f", "jsonl")
+    assert again["code"] == 0 and again["kernel"] == "rmqdump.scan.kernel"
+    assert not list(cache.rglob("aot-*.lock"))  # no second build started
+    assert again["out"] == first["out"]

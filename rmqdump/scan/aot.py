@@ -11,6 +11,8 @@ on every fixture store).
 
 Run as `python -m rmqdump.scan.aot DIR`: builds into a temporary directory
 beside DIR and renames it into place, so a reader never sees half a module.
+A build that fails (no C compiler on the machine, say) leaves DIR.failed with
+the reason, and no later run tries again until that file is removed.
 """
 
 from __future__ import annotations
@@ -73,7 +75,9 @@ def main(argv: list[str]) -> int:
     try:
         build(target)
         return 0
-    except Exception:  # a failed build leaves the JIT kernel in use; the next run may try again
+    except Exception as e:  # no C compiler, say: the JIT kernel stays in use, and no later run tries again
+        with contextlib.suppress(OSError), open(target + ".failed", "w", encoding="utf-8") as f:
+            f.write(f"{type(e).__name__}: {e}\n")
         return 1
     finally:
         if lock:

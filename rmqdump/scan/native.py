@@ -192,6 +192,8 @@ def _start_aot_build(kind: str, jit_cache: str) -> None:
     from building it twice. Said on stderr when the JIT kernel is already cached (else the compile notice says it)."""
     target = aot_dir(kind)
     lock = target + ".lock"
+    if os.path.exists(target + ".failed"):  # tried once on this install and could not build: the JIT kernel serves
+        return
     try:
         os.makedirs(os.path.dirname(target), exist_ok=True)
         if os.path.exists(lock) and time.time() - os.path.getmtime(lock) > AOT_LOCK_STALE:

@@ -3,8 +3,9 @@
     python bench/bench_startup.py [--repeat 3] [--first] [--store fixtures/real/rmq4-basic/store]
 
 Warm rows: each command runs once (warm-up: the page cache, the compiled code in a cache directory of the
-benchmark's own), then `--repeat` times under `/usr/bin/time`; the median wall time and the largest peak RSS
-are printed. `--first` adds the first runs after an install: each command alone with a new empty cache
+benchmark's own, and the ahead-of-time kernel that run starts building, waited for), then `--repeat` times under
+`/usr/bin/time`; the median wall time and the largest peak RSS are printed, with the ahead-of-time kernel
+(what a user meets from the second run on) and with `RMQDUMP_AOT=off` (numba's cached JIT kernel). `--first` adds the first runs after an install: each command alone with a new empty cache
 directory (RMQDUMP_CACHE_DIR), as a new user meets it, and the notice lines it printed on stderr.
 Bytecode is compiled first (`compileall`), as an installed package has it.
 Prints a Markdown table; the machine has 2 cores shared with other work, so figures drift between runs.
@@ -21,6 +22,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -43,14 +45,21 @@ def commands(store: Path, out: Path) -> dict[str, list[str]]:
     }
 
 
-def timed(args: list[str], cache: str) -> tuple[float, int, str]:
+def timed(args: list[str], cache: str, aot: bool = True) -> tuple[float, int, str]:
     """(wall seconds, peak RSS KiB, stderr without the timing line) of one whole process."""
-    env = {**os.environ, "RMQDUMP_CACHE_DIR": cache}
+    env = {**os.environ, "RMQDUMP_CACHE_DIR": cache, "RMQDUMP_AOT": "on" if aot else "off"}
     env.pop("NUMBA_CACHE_DIR", None)
     r = subprocess.run(["/usr/bin/time", "-f", "@@ %e %M", RMQDUMP, *args], env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL)
     lines = r.stderr.splitlines()
     wall, rss = lines[-1].split()[1:]
     return float(wall), int(rss), "\n".join(lines[:-1])
+
+
+def wait_builds(cache: str, limit: float = 900) -> None:
+    """Until no ahead-of-time kernel build is running in `cache` (its lock file gone)."""
+    deadline = time.time() + limit
+    while list(Path(cache).rglob("aot-*.lock")) and time.time() < deadline:
+        time.sleep(1)
 
 
 def main() -> None:
@@ -65,16 +74,20 @@ def main() -> None:
         cache = str(work / "cache")
         cmds = commands(a.store, work)
         print("| command | median s | peak RSS MiB |\n|---|---:|---:|")
-        for name, args in cmds.items():
-            timed(args, cache)  # warm-up (compiles, the first time)
-            runs = [timed(args, cache) for _ in range(a.repeat)]
-            print(f"| `rmqdump {name}` warm | {statistics.median(w for w, _, _ in runs):.3f} | {max(r for _, r, _ in runs) / 1024:.0f} |", flush=True)
+        for aot in (True, False):
+            for name, args in cmds.items():
+                timed(args, cache, aot)  # warm-up (compiles, the first time)
+                wait_builds(cache)
+                runs = [timed(args, cache, aot) for _ in range(a.repeat)]
+                kind = "warm, ahead-of-time kernel" if aot else "warm, RMQDUMP_AOT=off"
+                print(f"| `rmqdump {name}` {kind} | {statistics.median(w for w, _, _ in runs):.3f} | {max(r for _, r, _ in runs) / 1024:.0f} |", flush=True)
         if a.first:
             for name, args in cmds.items():
                 if name == "--version":
                     continue
                 fresh = tempfile.mkdtemp(dir=work)
                 wall, rss, err = timed(args, fresh)
+                wait_builds(fresh)  # the background build it started is not part of its time, nor of the next row's
                 said = sum(line.startswith("rmqdump: compiling") for line in err.splitlines())
                 print(f"| `rmqdump {name}` first run (empty cache; {said} notice lines) | {wall:.2f} | {rss / 1024:.0f} |", flush=True)
     finally:

@@ -38,7 +38,7 @@ def _probe(env: dict, *args: str) -> dict:
     code = (
         "import sys, json; from typer.testing import CliRunner; from rmqdump.cli.app import app;"
         f"r = CliRunner().invoke(app, {list(map(str, args))!r});"
-        "from rmqdump.scan.native import load_kernel;"
+        "from rmqdump.scan.aot import load_kernel;"
         "print(json.dumps({'code': r.exit_code, 'out': r.stdout, 'numba': 'numba' in sys.modules,"
         " 'kernel': load_kernel().__name__}))"
     )
@@ -77,7 +77,7 @@ def test_a_later_run_loads_the_built_kernel_without_numba(built):
 
 def _load(cache: Path):
     """The built module, loaded in this process as native.load_kernel loads it."""
-    code = "import sys; from rmqdump.scan import native; m = native._load_aot(*native.crc_library()); print(m.__file__)"
+    code = "import sys; from rmqdump.scan import aot, native; m = aot._load_aot(*native.crc_library()); print(m.__file__)"
     p = subprocess.run([sys.executable, "-c", code], env=_env(cache), cwd=ROOT, capture_output=True, text=True, check=True)
     path = p.stdout.strip()
     import ctypes

@@ -42,8 +42,7 @@ def scan_modules() -> set[str]:
     import importlib.machinery
     import os
 
-    from rmqdump.scan.aot import MODULE
-    from rmqdump.scan.native import aot_dir
+    from rmqdump.scan.aot import MODULE, aot_dir
 
     built = os.path.exists(os.path.join(aot_dir(), MODULE + importlib.machinery.EXTENSION_SUFFIXES[0]))
     return {"numpy"} if built and os.environ.get("RMQDUMP_AOT") != "off" else {"numpy", "numba"}

@@ -9,6 +9,8 @@ loads it); it is the same source as the JIT kernel, typed with the signatures
 below, which are the only ones the scan path calls (tests compare the two
 on every fixture store).
 
+`load_kernel()` is how every scan gets the kernel: this module when built,
+else the JIT one, starting the build (`RMQDUMP_AOT=off`: the JIT one only).
 Run as `python -m rmqdump.scan.aot DIR`: builds into a temporary directory
 beside DIR and renames it into place, so a reader never sees half a module.
 A build that fails (no C compiler on the machine, say) leaves DIR.failed with
@@ -18,10 +20,19 @@ the reason, and no later run tries again until that file is removed.
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import functools
+import hashlib
+import importlib.machinery
+import importlib.util
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
+import time
+
+from rmqdump.scan.native import COMPILE_NOTICES, cache_dir, configure, crc_library
 
 MODULE = "rmqdump_scan_kernel"
 
@@ -47,8 +58,6 @@ def build(target: str) -> None:
     """Compile the kernel's entry points into `target`/MODULE*.so (the directory appears whole or not at all)."""
     from numba.pycc import CC
 
-    from rmqdump.scan.native import configure
-
     configure()
     from rmqdump.scan import kernel
 
@@ -65,6 +74,94 @@ def build(target: str) -> None:
         os.rename(tmp, target)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+AOT_LOCK_STALE = 15 * 60  # a build lock older than this was left by a build that died
+
+
+def aot_dir(kind: str | None = None) -> str:
+    """Where the ahead-of-time kernel of this source, layout, CRC library, Python and numba is kept."""
+    kind = kind or crc_library()[0]
+    h = hashlib.sha1()
+    here = os.path.dirname(os.path.abspath(__file__))
+    for name in ("kernel.py", "layout.py", "aot.py"):
+        with open(os.path.join(here, name), "rb") as f:
+            h.update(f.read())
+    spec = importlib.util.find_spec("numba")  # its version file, not the package: importing numba is what this avoids
+    if spec and spec.origin:
+        try:
+            with open(os.path.join(os.path.dirname(spec.origin), "_version.py"), "rb") as f:
+                h.update(f.read())
+        except OSError:
+            pass
+    import numpy
+
+    h.update(repr((sys.implementation.cache_tag, numpy.__version__, importlib.machinery.EXTENSION_SUFFIXES[0])).encode())
+    return os.path.join(cache_dir(kind), f"aot-{h.hexdigest()[:16]}")
+
+
+def _load_aot(kind: str, lib: str | None):
+    """The ahead-of-time kernel module, or None when this install has not built it (or it does not load)."""
+    path = os.path.join(aot_dir(kind), MODULE + importlib.machinery.EXTENSION_SUFFIXES[0])
+    if not os.path.exists(path):
+        return None
+    try:
+        if lib:  # the module calls the CRC library's function by name: make it visible first
+            ctypes.CDLL(lib, mode=ctypes.RTLD_GLOBAL)
+        spec = importlib.util.spec_from_file_location(MODULE, path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+    except (ImportError, OSError):
+        return None
+
+
+def _start_aot_build(kind: str, jit_cache: str) -> None:
+    """Build the ahead-of-time kernel in a detached, lowest-priority process, once: a lock keeps runs side by side
+    from building it twice. Said on stderr when the JIT kernel is already cached (else the compile notice says it)."""
+    target = aot_dir(kind)
+    lock = target + ".lock"
+    if os.path.exists(target + ".failed"):  # tried once on this install and could not build: the JIT kernel serves
+        return
+    try:
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        if os.path.exists(lock) and time.time() - os.path.getmtime(lock) > AOT_LOCK_STALE:
+            os.unlink(lock)
+        fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    except OSError:  # being built, or a cache directory this user cannot write: the JIT kernel serves
+        return
+    os.close(fd)
+    jit_cached = os.path.isdir(jit_cache) and any(n.startswith("kernel.scan-") for n in os.listdir(jit_cache))
+    try:
+        subprocess.Popen(
+            [sys.executable, "-m", "rmqdump.scan.aot", target, lock],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            start_new_session=True, close_fds=True,
+        )
+    except OSError:
+        os.unlink(lock)
+        return
+    if jit_cached:
+        for notice in COMPILE_NOTICES:
+            notice("a start-up copy of the scan kernel in the background", target)
+
+
+@functools.cache
+def load_kernel():
+    """The scan kernel's entry points (scan, index_put, join_offsets, properties_columns, pack_bytes, holds_zero):
+    the ahead-of-time module when built, else the JIT module (numba set up first), starting the build."""
+    kind, lib = crc_library()
+    aot = os.environ.get("RMQDUMP_AOT", "on") != "off"
+    if aot:
+        module = _load_aot(kind, lib)
+        if module is not None:
+            return module
+    jit_cache = configure()
+    from rmqdump.scan import kernel
+
+    if aot:
+        _start_aot_build(kind, jit_cache)
+    return kernel
 
 
 def main(argv: list[str]) -> int:

@@ -28,8 +28,8 @@ from rmqdump.readers.fastpath import gather, numpy_dtype, struct_format
 from rmqdump.readers.mapped import MappedFile
 from rmqdump.readers.message import Message, decode_properties, format_host, offset_msg_id
 from rmqdump.scan import layout as K
+from rmqdump.scan.aot import load_kernel
 from rmqdump.scan.damage import diagnose
-from rmqdump.scan.native import load_kernel
 from rmqdump.scan.resync import resync
 from rmqdump.schemas import HostV4, HostV6, OffsetMsgIdV4, message_header
 from rmqdump.schemas import dledger as DL
@@ -398,7 +398,7 @@ def _diagnose_single(seg: SegmentFile, mf: MappedFile, p: int):
 
 
 def kernel():
-    """The compiled kernel (rmqdump.scan.native.load_kernel: ahead of time, else JIT): commands that scan nothing never load it."""
+    """The compiled kernel (rmqdump.scan.aot.load_kernel: ahead of time, else JIT): commands that scan nothing never load it."""
     return load_kernel()
 
 

@@ -27,6 +27,7 @@ from rmqdump.readers.compaction import CompactionFiles, CompactionQueue, LogReco
 from rmqdump.readers.fastpath import field_offset
 from rmqdump.readers.mapped import open_readonly
 from rmqdump.scan.compaction import Original, batch_records, originals
+from rmqdump.scan.ranges import Mapper
 from rmqdump.scan.walk import scan_commitlog
 from rmqdump.schemas import constants as C
 from rmqdump.schemas import message_header
@@ -96,8 +97,10 @@ def verify(
     check_crc: bool = True,
     summary: Summary | None = None,
     on_bytes: Callable[[int], None] | None = None,
+    mapper: Mapper = map,
 ) -> list[Problem]:
-    """Every problem of the compaction topics of a store (those selected), in queue then file order; [] without compaction/."""
+    """Every problem of the compaction topics of a store (those selected), in queue then file order; [] without compaction/.
+    `mapper` maps the CommitLog's ranges read for the originals (builtin map, or an engine's)."""
     s = summary if summary is not None else Summary()
     cf = find_compaction(root)
     if cf is None:
@@ -108,7 +111,7 @@ def verify(
     picked = {(q.topic, q.queue_id) for q in queues}
     probs = [p for p in cf.problems if p.extra.get("topic") is None or (p.extra.get("topic"), p.extra.get("queue_id")) in picked]
     probs += _checkpoint_entries(cf, topic, queue_id)
-    orig = originals(cl, {q.topic for q in queues}, on_bytes=on_bytes) if cl.files and queues else {}
+    orig = originals(cl, {q.topic for q in queues}, on_bytes=on_bytes, mapper=mapper) if cl.files and queues else {}
     reader = _Bytes()
     try:
         for q in queues:

@@ -1,4 +1,4 @@
-"""How the store-wide lifecycle views (`tx`, `pop`, `delay`) run and print: one mapped scan into journeys, a fold, then
+"""How the store-wide lifecycle views (`tx`, `pop`, `delay`, `retry`) run and print: one mapped scan into journeys, a fold, then
 a table per row kind (or JSON Lines), a summary line, and the exit code (1 when the view passes a problem through)."""
 
 from __future__ import annotations
@@ -8,19 +8,19 @@ from pathlib import Path
 import typer
 
 from rmqdump.cli import render
-from rmqdump.cli.commands.options import ListFormat
+from rmqdump.cli.commands.options import Engine, ListFormat, Ship, range_mapper
 
 
-def scan(store: Path, workers: int | None, check_crc: bool, label: str):
-    """The store's journeys (rmqdump.query.storejourneys), with a progress bar on a terminal."""
-    from rmqdump.engines.local import local_map
+def scan(store: Path, check_crc: bool, label: str, engine: Engine, workers: int | None, master: str, spark_conf: list[str], ship: Ship):
+    """The store's journeys (rmqdump.query.storejourneys), its ranges read by the engine --engine names (threads, or
+    Spark tasks), with a progress bar on a terminal."""
     from rmqdump.query.storejourneys import store_journeys
     from rmqdump.readers.store import Store
 
     st = Store.open(store)
     total = sum(f.size for f in st.commitlog.files)
-    with render.progress(total, label, enabled=None) as advance:
-        return store_journeys(st, mapper=local_map(workers, total), check_crc=check_crc, on_bytes=advance)
+    with range_mapper(engine, workers, total, master, spark_conf, ship) as mapper, render.progress(total, label, enabled=None) as advance:
+        return store_journeys(st, mapper=mapper, check_crc=check_crc, on_bytes=advance)
 
 
 def show(view, fmt: ListFormat, noun: str) -> None:

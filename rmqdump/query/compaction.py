@@ -17,15 +17,22 @@ from rmqdump.readers.commitlog import CommitLog
 from rmqdump.readers.compaction import CompactionFiles, compaction_key, end_unit_mask, is_tombstone, queue_units_bounds
 from rmqdump.readers.message import Message
 from rmqdump.scan.compaction import Original, batch_records, originals, part_of, served_records
+from rmqdump.scan.ranges import Mapper
 from rmqdump.scan.walk import scan_commitlog
 
 
 def consumer_view(
-    cf: CompactionFiles, cl: CommitLog, topic: str | None, queue_id: int | None = None, *, on_bytes: Callable[[int], None] | None = None
+    cf: CompactionFiles,
+    cl: CommitLog,
+    topic: str | None,
+    queue_id: int | None = None,
+    *,
+    on_bytes: Callable[[int], None] | None = None,
+    mapper: Mapper = map,
 ) -> Iterator[dict | Problem]:
     """Rows of kind `message`, queue by queue in unit order (every compaction topic's when topic is None); a Problem where a unit's record cannot be read."""
     queues = cf.select(topic, queue_id)
-    orig = originals(cl, {q.topic for q in queues}, on_bytes=on_bytes) if cl.files and queues else {}
+    orig = originals(cl, {q.topic for q in queues}, on_bytes=on_bytes, mapper=mapper) if cl.files and queues else {}
     for q in queues:
         cp = cf.checkpoint.offset(q.topic, q.queue_id)
         mine = orig.get((q.topic, q.queue_id), {})
@@ -58,11 +65,18 @@ def _row(m: Message, o: Original | None, cp: int, cq_file: str | None, cq_pos: i
 
 
 def key_history(
-    cf: CompactionFiles, cl: CommitLog, topic: str, key: str, queue_id: int | None = None, *, on_bytes: Callable[[int], None] | None = None
+    cf: CompactionFiles,
+    cl: CommitLog,
+    topic: str,
+    key: str,
+    queue_id: int | None = None,
+    *,
+    on_bytes: Callable[[int], None] | None = None,
+    mapper: Mapper = map,
 ) -> list[dict]:
     """Every put of one key (the whole KEYS string) the CommitLog or the compaction log holds, oldest first, with what became of it."""
     queues = cf.select(topic, queue_id)
-    orig = originals(cl, {topic}, on_bytes=on_bytes) if cl.files and queues else {}
+    orig = originals(cl, {topic}, on_bytes=on_bytes, mapper=mapper) if cl.files and queues else {}
     rows: list[dict] = []
     for q in queues:
         cp = cf.checkpoint.offset(q.topic, q.queue_id)
@@ -154,12 +168,18 @@ def compaction_summary(cf: CompactionFiles) -> list[dict]:
 
 
 def log_rows(
-    cf: CompactionFiles, cl: CommitLog, topic: str, queue_id: int | None = None, *, on_bytes: Callable[[int], None] | None = None
+    cf: CompactionFiles,
+    cl: CommitLog,
+    topic: str,
+    queue_id: int | None = None,
+    *,
+    on_bytes: Callable[[int], None] | None = None,
+    mapper: Mapper = map,
 ) -> Iterator[dict | Problem]:
     """Every compaction-log record as `commitlog` lists a message, with `compaction_log_offset` (its own offset) and
     `phys_offset` (its original's CommitLog offset, None when the CommitLog no longer holds it); the scan's problems in place."""
     queues = cf.select(topic, queue_id)
-    orig = originals(cl, {topic}, on_bytes=on_bytes) if cl.files and queues else {}
+    orig = originals(cl, {topic}, on_bytes=on_bytes, mapper=mapper) if cl.files and queues else {}
     for q in queues:
         mine = orig.get((q.topic, q.queue_id), {})
         for b in scan_commitlog(q.log):

@@ -8,6 +8,7 @@ from rmqdump.query.delays import scheduled_rows
 from rmqdump.query.pops import popped_rows
 from rmqdump.query.storejourneys import StoreJourneys, store_journeys
 from rmqdump.readers.store import Store
+from rmqdump.scan.ranges import Mapper
 from rmqdump.schemas import lifecycle as L
 
 
@@ -23,12 +24,12 @@ def has_lifecycle(store: Store) -> bool:
     return _lifecycle_queues(store) and bool(store.commitlog.files)
 
 
-def lifecycle_summary(store: Store, *, check_crc: bool = True, sj: StoreJourneys | None = None) -> dict | None:
+def lifecycle_summary(store: Store, *, check_crc: bool = True, sj: StoreJourneys | None = None, mapper: Mapper = map) -> dict | None:
     """The counts (None when the store has no lifecycle queue, or no CommitLog to read them in); `sj`: the journeys
-    already read, when the caller has them."""
+    already read, when the caller has them; else they are read with `mapper` over the CommitLog's ranges."""
     if not has_lifecycle(store):
         return None
-    sj = sj if sj is not None else store_journeys(store, check_crc=check_crc)
+    sj = sj if sj is not None else store_journeys(store, check_crc=check_crc, mapper=mapper)
     states: dict[str, int] = {}
     timer_waiting = 0
     for j in sj.found:

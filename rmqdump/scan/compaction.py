@@ -8,6 +8,7 @@ view` and the rebuild of the compaction ConsumeQueue compare and write.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -18,8 +19,9 @@ from rmqdump.readers.commitlog import CommitLog
 from rmqdump.readers.compaction import CompactionFiles, CompactionQueue, LogRecord, compaction_key, find_compaction, tags_code
 from rmqdump.readers.mapped import OffsetFile
 from rmqdump.readers.message import Message, decode_properties
-from rmqdump.scan.splits import StoreRef
-from rmqdump.scan.walk import Batch, read_at, scan_commitlog
+from rmqdump.scan.ranges import Mapper, range_batches
+from rmqdump.scan.splits import Split, StoreRef, commitlog_splits
+from rmqdump.scan.walk import Batch, read_at
 from rmqdump.schemas import constants as C
 
 
@@ -50,39 +52,45 @@ class Original:
     uniq_key: str | None
 
 
-def originals(cl: CommitLog, topics: set[str], *, on_bytes=None) -> dict[tuple[str, int], dict[int, Original]]:
-    """Every CommitLog record of these topics, per (topic, queue id), by queue offset (one scan of the CommitLog)."""
+def originals(cl: CommitLog, topics: set[str], *, on_bytes=None, mapper: Mapper = map) -> dict[tuple[str, int], dict[int, Original]]:
+    """Every CommitLog record of these topics, per (topic, queue id), by queue offset: one pass over the CommitLog's
+    ranges, `mapper` mapping them (builtin map, or an engine's), folded in range order."""
     out: dict[tuple[str, int], dict[int, Original]] = {}
     lengths = np.array(sorted({len(t.encode()) for t in topics}), dtype=np.int64)
-    done = cl.min_offset
-    for b in scan_commitlog(cl, check_crc=False):
-        c = b.cols
-        n = len(b)
-        if n:
-            for i in np.flatnonzero(np.isin(c["topic_length"], lengths)).tolist():
-                t = b.topic(i)
-                if t not in topics:
-                    continue
-                props = record_props(b, i)
-                pos = int(c["_pos"][i])
-                o = Original(
-                    b.seg.path,
-                    pos,
-                    b.seg.base + pos,
-                    int(c["total_size"][i]),
-                    int(c["queue_offset"][i]),
-                    compaction_key(props),
-                    int(c["body_length"][i]),
-                    int(c["store_timestamp"][i]),
-                    tags_code(props),
-                    props.get(C.PROPERTY_UNIQ_KEY),
-                )
-                out.setdefault((t, int(c["queue_id"][i])), {})[o.queue_offset] = o
-            end = b.seg.base + int(c["_pos"][n - 1]) + int(c["total_size"][n - 1])
-            if on_bytes is not None and end > done:
-                on_bytes(end - done)
-                done = end
+    splits = commitlog_splits(cl, check_crc=False)
+    for sp, found in zip(splits, mapper(functools.partial(_range_originals, topics=frozenset(topics), lengths=lengths), splits), strict=True):
+        for t, qid, o in found:
+            out.setdefault((t, qid), {})[o.queue_offset] = o
+        if on_bytes is not None:
+            on_bytes(sp.length)
     return out
+
+
+def _range_originals(split: Split, topics: frozenset[str], lengths: np.ndarray) -> list[tuple[str, int, Original]]:
+    """(topic, queue id, original) of the records of these topics that start in one range, in offset order."""
+    found = []
+    for b in range_batches(split):
+        c = b.cols
+        for i in np.flatnonzero(np.isin(c["topic_length"], lengths)).tolist():
+            t = b.topic(i)
+            if t not in topics:
+                continue
+            props = record_props(b, i)
+            pos = int(c["_pos"][i])
+            o = Original(
+                b.seg.path,
+                pos,
+                b.seg.base + pos,
+                int(c["total_size"][i]),
+                int(c["queue_offset"][i]),
+                compaction_key(props),
+                int(c["body_length"][i]),
+                int(c["store_timestamp"][i]),
+                tags_code(props),
+                props.get(C.PROPERTY_UNIQ_KEY),
+            )
+            found.append((t, int(c["queue_id"][i]), o))
+    return found
 
 
 COMPACTED, AFTER_CHECKPOINT, NOT_SERVED = "compacted", "after_checkpoint", "not_served"

@@ -66,6 +66,11 @@ def verify_cmd(
     queue: int = O.queue_option(),
     no_crc: bool = O.no_crc_option("Skip body/property CRC checks of the compaction-log records (faster)."),
     fmt: ListFormat = O.format_option(ListFormat.table, "table or jsonl."),
+    workers: int = O.workers_option(),
+    engine: O.Engine = O.engine_option("the CommitLog's ranges read for the originals as Spark tasks"),
+    master: str = O.master_option(),
+    spark_conf: list[str] = O.spark_conf_option(),
+    ship: O.Ship = O.ship_option(),
 ):
     """Check the compaction log, its queue and checkpoint against each other, the CommitLog and the retention rule.
 
@@ -80,8 +85,9 @@ def verify_cmd(
     st = Store.open(store)
     _files(st)
     s = Summary()
-    with render.progress(sum(f.size for f in st.commitlog.files), "compaction verify") as advance:
-        found = verify(st.root, st.commitlog, topic=topic, queue_id=queue, check_crc=not no_crc, summary=s, on_bytes=advance)
+    total = sum(f.size for f in st.commitlog.files)
+    with O.range_mapper(engine, workers, total, master, spark_conf, ship) as mapper, render.progress(total, "compaction verify") as advance:
+        found = verify(st.root, st.commitlog, topic=topic, queue_id=queue, check_crc=not no_crc, summary=s, on_bytes=advance, mapper=mapper)
     if fmt is ListFormat.jsonl:
         for p in found:
             render.jsonl(p.to_dict(PROBLEM_COLUMNS))
@@ -102,6 +108,11 @@ def view_cmd(
     queue: int = O.queue_option(),
     key: str = typer.Option(None, "--key", help="The history of one key (the whole KEYS string): every put, which is served, why the others are not."),
     fmt: ListFormat = O.format_option(ListFormat.table, "table or jsonl."),
+    workers: int = O.workers_option(),
+    engine: O.Engine = O.engine_option("the CommitLog's ranges read for the originals as Spark tasks"),
+    master: str = O.master_option(),
+    spark_conf: list[str] = O.spark_conf_option(),
+    ship: O.Ship = O.ship_option(),
 ):
     """What a consumer of the compacted queue gets, in order; with --key, the history of one key.
 
@@ -117,11 +128,12 @@ def view_cmd(
     st = Store.open(store)
     cf = _files(st)
     _queues(cf, topic, queue)
-    with render.progress(sum(f.size for f in st.commitlog.files), "compaction view") as advance:
+    total = sum(f.size for f in st.commitlog.files)
+    with O.range_mapper(engine, workers, total, master, spark_conf, ship) as mapper, render.progress(total, "compaction view") as advance:
         if key is not None:
-            rows = key_history(cf, st.commitlog, topic, key, queue, on_bytes=advance)
+            rows = key_history(cf, st.commitlog, topic, key, queue, on_bytes=advance, mapper=mapper)
         else:
-            rows = list(consumer_view(cf, st.commitlog, topic, queue, on_bytes=advance))
+            rows = list(consumer_view(cf, st.commitlog, topic, queue, on_bytes=advance, mapper=mapper))
     bad = [r for r in rows if isinstance(r, Problem)]
     good = [r for r in rows if not isinstance(r, Problem)]
     if fmt is ListFormat.jsonl:
@@ -154,6 +166,11 @@ def log_cmd(
     topic: str = O.topic_option("The compaction topic.", required=True),
     queue: int = O.queue_option(),
     fmt: ListFormat = O.format_option(ListFormat.table, "table or jsonl."),
+    workers: int = O.workers_option(),
+    engine: O.Engine = O.engine_option("the CommitLog's ranges read for the originals as Spark tasks"),
+    master: str = O.master_option(),
+    spark_conf: list[str] = O.spark_conf_option(),
+    ship: O.Ship = O.ship_option(),
 ):
     """The records of a compaction log, each with its compaction-log offset and its original's CommitLog offset.
 
@@ -171,8 +188,9 @@ def log_cmd(
     st = Store.open(store)
     cf = _files(st)
     _queues(cf, topic, queue)
-    with render.progress(sum(f.size for f in st.commitlog.files), "compaction log") as advance:
-        rows = list(log_rows(cf, st.commitlog, topic, queue, on_bytes=advance))
+    total = sum(f.size for f in st.commitlog.files)
+    with O.range_mapper(engine, workers, total, master, spark_conf, ship) as mapper, render.progress(total, "compaction log") as advance:
+        rows = list(log_rows(cf, st.commitlog, topic, queue, on_bytes=advance, mapper=mapper))
     bad = [r for r in rows if isinstance(r, Problem)]
     if fmt is ListFormat.jsonl:
         for r in rows:
@@ -247,12 +265,12 @@ def units_cmd(
     raise typer.Exit(0 if rows else 1)
 
 
-def add_to_cq_verify(st, topic, queue, check_crc: bool, summary, emit) -> None:
+def add_to_cq_verify(st, topic, queue, check_crc: bool, summary, emit, mapper=map) -> None:
     """`cq verify` covers compaction topics too: their problems, counted in its summary, handed to `emit` as its own
-    (a store without compaction/ adds nothing)."""
+    (a store without compaction/ adds nothing); `mapper`: cq verify's own, over the CommitLog's ranges."""
     from rmqdump.checks.compactionverify import verify
 
-    for p in verify(st.root, st.commitlog, topic=topic, queue_id=queue, check_crc=check_crc):
+    for p in verify(st.root, st.commitlog, topic=topic, queue_id=queue, check_crc=check_crc, mapper=mapper):
         summary.count(p)
         emit(p)
 

@@ -13,6 +13,10 @@ def delay(
     fmt: ListFormat = O.format_option(ListFormat.table, "table or jsonl."),
     workers: int = O.workers_option(),
     no_crc: bool = O.no_crc_option(),
+    engine: O.Engine = O.engine_option("the same rows, the CommitLog's ranges read by Spark tasks"),
+    master: str = O.master_option(),
+    spark_conf: list[str] = O.spark_conf_option(),
+    ship: O.Ship = O.ship_option(),
 ):
     """Per delay level: its schedule queue, the delivery progress in config/delayOffset.json, the queue's bounds and how
     many messages wait; then every message still waiting in SCHEDULE_TOPIC_XXXX (push retries too) with when it falls
@@ -26,7 +30,7 @@ def delay(
     from rmqdump.cli.views import scan, show
     from rmqdump.query.delays import delays
 
-    show(delays(scan(store, workers, not no_crc, "delay"), str(store)), fmt, "delay levels")
+    show(delays(scan(store, not no_crc, "delay", engine, workers, master, spark_conf, ship), str(store)), fmt, "delay levels")
 
 
 def register(app, guarded) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -102,6 +103,11 @@ def lookup(
     explain: bool = typer.Option(False, "--explain", help="Show the hash, slot, chain walk and time differences per index file."),
     hash_slots: int = hash_slots_option(),
     index_entries: int = index_entries_option(),
+    workers: int = O.workers_option(),
+    engine: O.Engine = O.engine_option("the CommitLog past the index's end read as Spark tasks"),
+    master: str = O.master_option(),
+    spark_conf: list[str] = O.spark_conf_option(),
+    ship: O.Ship = O.ship_option(),
 ):
     """Find messages by key or UNIQ_KEY through the index files, newest first, and read them from the CommitLog.
 
@@ -119,10 +125,11 @@ def lookup(
     except ValueError as err:
         render.fail(f"usage: {err}", 2)
     refs = fleet(store)
-    if refs is None:
-        messages = _lookup_one(str(store[0] if store else "."), key, msg_id, topics, b, e, limit, hash_slots, index_entries, fmt, explain)
-        raise typer.Exit(0 if messages else 1)
-    raise typer.Exit(fleet_lookup(refs, lambda ref: lookup_quiet(ref.root, key, msg_id, topics, b, e, limit, hash_slots, index_entries), fmt, explain))
+    with tail_mappers(engine, workers, master, spark_conf, ship) as tails:
+        if refs is None:
+            messages = _lookup_one(str(store[0] if store else "."), key, msg_id, topics, b, e, limit, hash_slots, index_entries, fmt, explain, tails)
+            raise typer.Exit(0 if messages else 1)
+        raise typer.Exit(fleet_lookup(refs, lambda ref: lookup_quiet(ref.root, key, msg_id, topics, b, e, limit, hash_slots, index_entries, tails), fmt, explain))
 
 
 def emit_broker(broker: str, got, fmt: ListFormat, explain: bool) -> list:
@@ -156,17 +163,18 @@ def emit_broker(broker: str, got, fmt: ListFormat, explain: bool) -> list:
     return messages
 
 
-def lookup_quiet(root: str, key, msg_id, topics, b, e, limit, hash_slots, index_entries):
+def lookup_quiet(root: str, key, msg_id, topics, b, e, limit, hash_slots, index_entries, tails=None):
     """One store of a fleet lookup, printing nothing: (messages, lookup result, decoded id) or the InputError met.
 
-    Without index files the whole CommitLog is scanned; without either there is nothing to look in."""
+    Without index files the whole CommitLog is scanned; without either there is nothing to look in. `tails(root)`:
+    the mapper over the ranges past the index (tail_mappers; default: the local engine's threads)."""
     from rmqdump.query.lookup import Index
     from rmqdump.readers.indexfile import list_index_files
 
     try:
         if not list_index_files(root) and not _has_commitlog(root):
             raise InputError("index_no_files", os.path.join(root, "index"), "no index files and no CommitLog files to scan (is this a store root?)")
-        with Index(root, hash_slots, index_entries, mapper=tail_mapper(root)) as idx:
+        with Index(root, hash_slots, index_entries, mapper=(tails or tail_mapper)(root)) as idx:
             if msg_id is not None:  # an offset msgId is read directly: no topics, no scan past the index
                 r = resolve_msgid(idx, msg_id, topics, begin=b, end=e, max_messages=limit)
                 if r.kind == "uniq_key":
@@ -202,19 +210,30 @@ def _has_commitlog(root: str) -> bool:
     return d is not None and any(n.isdigit() for n in os.listdir(d))
 
 
-def tail_mapper(root: str):
-    """The local engine over the ranges of the CommitLog a lookup may scan past the index's end."""
+def tail_mapper(root: str, workers: int | None = None):
+    """The local engine over the ranges of the CommitLog a lookup may scan past the index's end (-j, or by its size)."""
     from rmqdump.engines.local import local_map
     from rmqdump.readers.commitlog import commitlog_dir
 
     d = commitlog_dir(root)
     total = sum(os.path.getsize(os.path.join(d, n)) for n in os.listdir(d) if n.isdigit()) if d else 0
-    return local_map(None, total)
+    return local_map(workers, total)
 
 
-def _lookup_one(root, key, msg_id, topics, b, e, limit, hash_slots, index_entries, fmt, explain) -> list:
+@contextmanager
+def tail_mappers(engine: O.Engine, workers: int | None, master: str, spark_conf: list[str], ship: O.Ship):
+    """root -> the mapper a lookup scans past that store's index with: the local engine's threads per store, or one
+    Spark session's tasks for every store of the command."""
+    if engine is O.Engine.local:
+        yield lambda root: tail_mapper(root, workers)
+        return
+    with O.range_mapper(engine, workers, 0, master, spark_conf, ship) as mapper:
+        yield lambda root: mapper
+
+
+def _lookup_one(root, key, msg_id, topics, b, e, limit, hash_slots, index_entries, fmt, explain, tails) -> list:
     """The single-store lookup: its one-line error, or what it found, printed."""
-    got = lookup_quiet(root, key, msg_id, topics, b, e, limit, hash_slots, index_entries)
+    got = lookup_quiet(root, key, msg_id, topics, b, e, limit, hash_slots, index_entries, tails)
     if isinstance(got, InputError):
         raise got
     messages, res, decoded = got

@@ -226,11 +226,16 @@ def _compaction(st, fmt: ListFormat) -> bool:
     return bool(cf.problems)
 
 
-def _lifecycle(st, fmt: ListFormat, store_arg: str, check_crc: bool) -> None:
-    """One line on the messages the broker holds back or gave up on (delays, timers, transactions, DLQs, POP)."""
-    from rmqdump.query.lifecyclesummary import lifecycle_line, lifecycle_summary
+def _lifecycle(st, fmt: ListFormat, store_arg: str, check_crc: bool, engine: O.Engine, workers, master, spark_conf, ship) -> None:
+    """One line on the messages the broker holds back or gave up on (delays, timers, transactions, DLQs, POP): the one
+    pass of `info` over the whole CommitLog, so the one --engine and -j take."""
+    from rmqdump.query.lifecyclesummary import has_lifecycle, lifecycle_line, lifecycle_summary
 
-    d = lifecycle_summary(st, check_crc=check_crc)
+    if not has_lifecycle(st):
+        return
+    total = sum(f.size for f in st.commitlog.files)
+    with O.range_mapper(engine, workers, total, master, spark_conf, ship) as mapper:
+        d = lifecycle_summary(st, check_crc=check_crc, mapper=mapper)
     if d is None:
         return
     if fmt is ListFormat.jsonl:
@@ -248,6 +253,11 @@ def info(
     no_recovery: bool = typer.Option(False, "--no-recovery", help="Skip the recovery preview (it walks the CommitLog from where the broker would)."),
     no_crc: bool = O.no_crc_option("Recovery preview without the body CRC check (the broker checks it by default)."),
     broker: str = O.broker_version_option(),
+    workers: int = O.workers_option(),
+    engine: O.Engine = O.engine_option("the lifecycle line's pass over the CommitLog's ranges as Spark tasks; the recovery preview stays on this machine"),
+    master: str = O.master_option(),
+    spark_conf: list[str] = O.spark_conf_option(),
+    ship: O.Ship = O.ship_option(),
 ):
     """Files, offsets, per-queue counts and times, index headers, checkpoint, abort, config files, and a recovery preview.
 
@@ -270,7 +280,7 @@ def info(
     else:
         _table(inf)
     compaction_bad = _compaction(st, fmt)
-    _lifecycle(st, fmt, store[0] if store else ".", not no_crc)
+    _lifecycle(st, fmt, store[0] if store else ".", not no_crc, engine, workers, master, spark_conf, ship)
     r = inf.recovery
     bad = bool(inf.problems) or compaction_bad or (r is not None and (r.truncated_bytes > 0 or bool(r.load_errors)))
     raise typer.Exit(1 if bad else 0)

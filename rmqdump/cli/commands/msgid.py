@@ -8,7 +8,7 @@ import typer
 
 from rmqdump.cli import render
 from rmqdump.cli.commands import options as O
-from rmqdump.cli.commands.index import emit_lookup, fleet_lookup, hash_slots_option, index_entries_option, lookup_quiet, resolve_msgid, tail_mapper
+from rmqdump.cli.commands.index import emit_lookup, fleet_lookup, hash_slots_option, index_entries_option, lookup_quiet, resolve_msgid, tail_mappers
 from rmqdump.cli.commands.options import ListFormat
 from rmqdump.cli.fleet import FLEET_HELP, fleet
 
@@ -21,6 +21,11 @@ def msgid(
     explain: bool = typer.Option(False, "--explain", help="Show the index walk of a UNIQ_KEY lookup."),
     hash_slots: int = hash_slots_option(),
     index_entries: int = index_entries_option(),
+    workers: int = O.workers_option(),
+    engine: O.Engine = O.engine_option("the CommitLog past the index's end read as Spark tasks"),
+    master: str = O.master_option(),
+    spark_conf: list[str] = O.spark_conf_option(),
+    ship: O.Ship = O.ship_option(),
 ):
     """Decode a message id and read its message.
 
@@ -37,11 +42,12 @@ def msgid(
     from rmqdump.query.lookup import Index
 
     refs = fleet(store)
-    if refs is not None:
-        raise typer.Exit(fleet_lookup(refs, lambda ref: lookup_quiet(ref.root, None, text, topics, None, None, None, hash_slots, index_entries), fmt, explain))
-    root = str(store[0] if store else ".")
-    with Index(root, hash_slots, index_entries, mapper=tail_mapper(root)) as idx:
-        r = resolve_msgid(idx, text, topics)
+    with tail_mappers(engine, workers, master, spark_conf, ship) as tails:
+        if refs is not None:
+            raise typer.Exit(fleet_lookup(refs, lambda ref: lookup_quiet(ref.root, None, text, topics, None, None, None, hash_slots, index_entries, tails), fmt, explain))
+        root = str(store[0] if store else ".")
+        with Index(root, hash_slots, index_entries, mapper=tails(root)) as idx:
+            r = resolve_msgid(idx, text, topics)
     d = r.decoded(int(time.time() * 1000))
     if fmt is ListFormat.jsonl:
         render.jsonl(d)

@@ -13,6 +13,10 @@ def pop(
     fmt: ListFormat = O.format_option(ListFormat.table, "table or jsonl."),
     workers: int = O.workers_option(),
     no_crc: bool = O.no_crc_option(),
+    engine: O.Engine = O.engine_option("the same rows, the CommitLog's ranges read by Spark tasks"),
+    master: str = O.master_option(),
+    spark_conf: list[str] = O.spark_conf_option(),
+    ship: O.Ship = O.ship_option(),
 ):
     """Every popped message per POP group: acked or unacked, the checkpoints naming it, until when it is invisible, and
     where the revive service put it again; then the revive service's committed offsets (CID_RMQ_SYS_REVIVE_GROUP) per
@@ -26,7 +30,7 @@ def pop(
     from rmqdump.cli.views import scan, show
     from rmqdump.query.pops import pops
 
-    show(pops(scan(store, workers, not no_crc, "pop")), fmt, "popped messages")
+    show(pops(scan(store, not no_crc, "pop", engine, workers, master, spark_conf, ship)), fmt, "popped messages")
 
 
 def register(app, guarded) -> None:

@@ -13,6 +13,10 @@ def retry(
     fmt: ListFormat = O.format_option(ListFormat.table, "table or jsonl."),
     workers: int = O.workers_option(),
     no_crc: bool = O.no_crc_option(),
+    engine: O.Engine = O.engine_option("the same rows, the CommitLog's ranges read by Spark tasks"),
+    master: str = O.master_option(),
+    spark_conf: list[str] = O.spark_conf_option(),
+    ship: O.Ship = O.ship_option(),
 ):
     """Per push consumer group: messages retried through its %RETRY% topic, retries still waiting in
     SCHEDULE_TOPIC_XXXX, messages in its %DLQ% topic with the topics they came from and the group's retry limit; then
@@ -26,7 +30,7 @@ def retry(
     from rmqdump.cli.views import scan, show
     from rmqdump.query.retries import retries
 
-    show(retries(scan(store, workers, not no_crc, "retry")), fmt, "retries")
+    show(retries(scan(store, not no_crc, "retry", engine, workers, master, spark_conf, ship)), fmt, "retries")
 
 
 def register(app, guarded) -> None:

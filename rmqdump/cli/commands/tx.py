@@ -13,6 +13,10 @@ def tx(
     fmt: ListFormat = O.format_option(ListFormat.table, "table or jsonl."),
     workers: int = O.workers_option(),
     no_crc: bool = O.no_crc_option(),
+    engine: O.Engine = O.engine_option("the same rows, the CommitLog's ranges read by Spark tasks"),
+    master: str = O.master_option(),
+    spark_conf: list[str] = O.spark_conf_option(),
+    ship: O.Ship = O.ship_option(),
 ):
     """Every transaction (a message with a half copy): its state (tx_pending, tx_committed, tx_rolled_back,
     tx_discarded), the broker's checks, its half copies, the op record settling it and its commit; then the check
@@ -26,7 +30,7 @@ def tx(
     from rmqdump.cli.views import scan, show
     from rmqdump.query.transactions import transactions
 
-    show(transactions(scan(store, workers, not no_crc, "tx")), fmt, "transactions")
+    show(transactions(scan(store, not no_crc, "tx", engine, workers, master, spark_conf, ship)), fmt, "transactions")
 
 
 def register(app, guarded) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 from conftest import REAL, jsonl, manifest, need_pyspark, run, unpack_store
@@ -66,6 +67,12 @@ def _commands(name: str) -> list[tuple[str, list[str], bool]]:
         ("cq-verify", ["cq", "verify", "-f", "jsonl"], True),
         ("index-verify", ["index", "verify", "-f", "jsonl"], True),
     ]
+    if name == "rmq53-compaction":  # the compaction topic's own commands read their originals from the CommitLog
+        cmds += [
+            ("compaction-verify", ["compaction", "verify", "-f", "jsonl"], True),
+            ("compaction-view", ["compaction", "view", "-t", "CompactKV", "-f", "jsonl"], True),
+            ("compaction-log", ["compaction", "log", "-t", "CompactKV", "-f", "jsonl"], True),
+        ]
     probe = _probe(name)
     if probe is not None:
         uniq, key, topic = probe
@@ -83,8 +90,9 @@ def roots(tmp_path_factory) -> dict[str, str]:
 
 
 def _lines(stdout: str, ordered: bool) -> list[str]:
-    """The rows, each as sorted-key JSON; msgid's decoded id is left out (its age is counted from the run's clock)."""
-    rows = [json.dumps(r, sort_keys=True) for r in jsonl(stdout) if r.get("kind") != "msgid"]
+    """The JSON rows, each as sorted-key JSON (a writing command's table summary is not compared: the files are);
+    msgid's decoded id is left out (its age is counted from the run's clock)."""
+    rows = [json.dumps(r, sort_keys=True) for r in jsonl("\n".join(x for x in stdout.splitlines() if x.startswith("{"))) if r.get("kind") != "msgid"]
     return rows if ordered else sorted(rows)
 
 
@@ -103,3 +111,98 @@ def test_same_output_with_one_thread_two_and_spark(spark, roots, name, label):
         uniq, _, _ = _probe(name)
         found = {r.get("uniq_key") for r in map(json.loads, got["j1"][1]) if r.get("kind") == "message"}
         assert uniq in found, f"{label} did not find the manifest's message {uniq}"
+
+
+# Commands that write files: the same files with the same contents (rows of part files compared as one sorted set,
+# since Spark names and cuts its part files its own way), on a 4.x store, a damaged 5.x store and an HA pair.
+WRITERS = ["rmq4-flags", "rmq53-damaged-midfile-magic"]
+
+
+# the index settings a store's README gives where its one index file's size does not tell them
+INDEX_SETTINGS = {"rmq53-damaged-midfile-magic": ["--hash-slots", "500", "--index-entries", "2000"]}
+
+
+def _writer_commands(name: str, root: str, out: str) -> dict[str, list[str]]:
+    index = INDEX_SETTINGS.get(name, [])
+    return {
+        "rebuild": ["rebuild", root, "-o", f"{out}/rebuilt", "-f", "jsonl", *index],
+        "export": ["export", "-s", root, "-o", f"{out}/export", "-f", "jsonl"],
+        "salvage": ["salvage", root, "-o", f"{out}/salvage", "-f", "jsonl"],
+        "repair": ["repair", root, "-o", f"{out}/repaired", "-f", "jsonl", *index],
+        "sql": ["sql", "-s", root, "select topic, queue_id, count(*) n, sum(body_length) b from messages group by 1, 2 order by 1, 2", "-f", "jsonl"],
+        "report": ["report", "-s", root, "-o", f"{out}/page.html"],
+    }
+
+
+_VOLATILE = re.compile(r"(^|_)(seconds|per_second|workers|engine|partitions|master|timings)$")
+
+
+def _clean(v, out: Path):
+    """A JSON value with what differs by engine and run by design removed: timings, worker counts, the output's path."""
+    if isinstance(v, dict):
+        return {k: _clean(x, out) for k, x in v.items() if not _VOLATILE.search(k)}
+    if isinstance(v, list):
+        return [_clean(x, out) for x in v]
+    return v.replace(str(out), "OUT") if isinstance(v, str) else v
+
+
+def _steady(rows: list[str], out: Path) -> list[str]:
+    return sorted(json.dumps(_clean(json.loads(r), out), sort_keys=True) for r in rows)
+
+
+def _contents(out: Path) -> dict[str, object]:
+    """Every file under `out` by kind: bytes (by digest) for store files, sorted rows for JSON Lines and Parquet parts
+    (one set per directory: how Spark cuts its parts is its own), the report's page without its timings."""
+    import hashlib
+
+    import pyarrow.parquet as pq
+
+    rows: dict[str, list[str]] = {}
+    found: dict[str, object] = {}
+    for p in sorted(out.rglob("*")):
+        if not p.is_file() or p.name.startswith((".", "_")) or p.suffix == ".crc":
+            continue
+        rel = p.relative_to(out)
+        if p.suffix == ".parquet":
+            t = pq.read_table(p)
+            rows.setdefault(str(rel.parent), []).extend(json.dumps(r, sort_keys=True, default=str) for r in t.to_pylist())
+        elif p.suffix in (".jsonl", ".json") and "part" in p.name:
+            rows.setdefault(str(rel.parent), []).extend(p.read_text().splitlines())
+        elif p.parent.name != "config" and p.suffix == ".json":  # a command's own account (salvage's manifest, repair's report)
+            found[str(rel)] = _clean(json.loads(p.read_text()), out)
+        elif p.suffix == ".html":
+            found[str(rel)] = re.sub(r"\d+(\.\d+)? ?(ms|s)\b", "T", p.read_text())
+        else:
+            found[str(rel)] = hashlib.sha256(p.read_bytes()).hexdigest()
+    found.update({f"{d}/*": sorted(v) for d, v in rows.items()})
+    return found
+
+
+@pytest.mark.parametrize("label", ["rebuild", "export", "salvage", "repair", "sql", "report"])
+@pytest.mark.parametrize("name", WRITERS)
+def test_writing_commands_write_the_same_with_one_thread_two_and_spark(spark, roots, tmp_path, name, label):
+    got = {}
+    for engine, opts in ENGINES.items():
+        out = tmp_path / engine
+        out.mkdir()
+        args = _writer_commands(name, roots[name], str(out))[label]
+        r = run(*args, *opts)
+        assert r.exit_code in (0, 1), f"{engine}: exit {r.exit_code}: {r.stderr[-2000:]}"
+        got[engine] = (r.exit_code, _steady(_lines(r.stdout, False), out), _contents(out))
+    assert got["j1"][1] or got["j1"][2], f"{label} wrote nothing"
+    assert got["j2"] == got["j1"], f"{label} -j2 differs from -j1"
+    assert got["spark"] == got["j1"], f"{label} --engine spark differs from -j1"
+
+
+def test_diff_of_an_ha_pair_is_the_same_with_one_thread_two_and_spark(spark, tmp_path):
+    """diff of the master and the slave that lagged (truth.json): the same rows and the same spilled messages."""
+    pair = REAL / "rmq53-ha-lag"
+    got = {}
+    for engine, opts in ENGINES.items():
+        out = tmp_path / engine
+        r = run("diff", pair / "master" / "store", pair / "slave" / "store", "-f", "jsonl", "-o", out, *opts)
+        assert r.exit_code in (0, 1), f"{engine}: exit {r.exit_code}: {r.stderr[-2000:]}"
+        got[engine] = (r.exit_code, _steady(_lines(r.stdout, False), out), _contents(out))
+    assert got["j1"][1], "diff printed nothing"
+    assert got["j2"] == got["j1"], "diff -j2 differs from -j1"
+    assert got["spark"] == got["j1"], "diff --engine spark differs from -j1"

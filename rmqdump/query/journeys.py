@@ -25,7 +25,7 @@ from rmqdump.readers.msgid import id_bytes
 from rmqdump.readers.store import Store
 from rmqdump.scan.dispatch import DelayLevels
 from rmqdump.scan.ranges import Mapper, ScanOptions, scan_range
-from rmqdump.scan.splits import DEFAULT_SPLIT, commitlog_splits
+from rmqdump.scan.splits import commitlog_splits
 from rmqdump.scan.walk import read_at, scan_commitlog
 from rmqdump.schemas import lifecycle as L
 
@@ -115,7 +115,7 @@ def _scan_range(split, keys: frozenset[str] | None):
 def scan_store(store: Store, keys: frozenset[str] | None = None, *, mapper: Mapper = map, check_crc: bool = True, on_bytes=None) -> Gathered:
     """Every copy (of `keys`, or of every message) and every record about messages, in one scan of the CommitLog."""
     g = Gathered(how="scan")
-    splits = commitlog_splits(store.commitlog, DEFAULT_SPLIT, check_crc=check_crc)
+    splits = commitlog_splits(store.commitlog, check_crc=check_crc)
     for copies, evidence, problems, nbytes in mapper(functools.partial(_scan_range, keys=keys), splits):
         g.copies += copies
         g.evidence += evidence

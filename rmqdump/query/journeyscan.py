@@ -33,7 +33,7 @@ from rmqdump.readers.lifecycle import Copy, Evidence, is_own_topic, read_record,
 from rmqdump.readers.message import offset_msg_id
 from rmqdump.readers.store import Store
 from rmqdump.scan.ranges import Mapper, ScanOptions, scan_range
-from rmqdump.scan.splits import DEFAULT_SPLIT, commitlog_splits
+from rmqdump.scan.splits import RANGE_BYTES, commitlog_splits, held_range_bytes
 from rmqdump.schemas import UniqKeyV4
 from rmqdump.schemas import constants as C
 from rmqdump.schemas import lifecycle as L
@@ -51,8 +51,8 @@ _MIX = np.uint64(0x9E3779B97F4A7C15)
 _UPPER_HEX = np.frombuffer(b"0123456789ABCDEF", np.uint8)
 _MOVED = {p.encode() for p in L.MOVED_PROPERTIES}
 KEY_HEX = 2 * UniqKeyV4.sizeof()  # a UNIQ_KEY of an IPv4 producer, as hex: the common case the fast path takes
-SURVEY_SPLIT = DEFAULT_SPLIT  # the survey's ranges: the planner's
-RENDER_SPLIT = 4 << 20  # the render pass's ranges: their JSON text (twice the records' bytes) waits whole, a few in flight
+SURVEY_SPLIT = RANGE_BYTES  # the survey's ranges: the planner's (tests make them small)
+RENDER_SPLIT = held_range_bytes("text")  # the render pass's ranges: their JSON text waits whole, a few in flight
 
 
 def key_hashes(keys: np.ndarray) -> np.ndarray:

@@ -30,12 +30,9 @@ from rmqdump.readers.consumequeue import UNIT_SIZE, QueueUnits, read_units
 from rmqdump.readers.indexfile import IndexFile, open_all
 from rmqdump.readers.store import Store
 from rmqdump.scan.compaction import ServedView, served_views
-from rmqdump.scan.ranges import Mapper, range_batches
-from rmqdump.scan.splits import Split, StoreRef, plan
+from rmqdump.scan.ranges import Mapper, map_ranges, range_batches
+from rmqdump.scan.splits import Split, StoreRef, held_range_bytes, plan
 
-# a range's rows wait whole for DuckDB (bodies included when named): with 2 x workers ranges in flight, small
-# ranges keep that bounded (4 x 16 MiB of records) at no cost in speed
-SQL_RANGE_BYTES = 16 << 20
 INDEX_CHUNK = 1 << 20  # entries turned into one batch (about 40 MB of columns), then their pages are given back
 
 _MESSAGE_MEANING = {
@@ -311,13 +308,11 @@ def _batch(schema: pa.Schema, values: dict[str, object]) -> pa.RecordBatch:
 
 def messages(stores: list[StoreRef], columns: list[str], on_bytes: Callable[[int], None] | None = None, mapper: Mapper = map) -> Iterator[pa.RecordBatch]:
     """The export rows of every store, range by range; CRCs are checked only when a CRC column is named."""
-    splits, _layout = plan(stores, SQL_RANGE_BYTES)
+    splits, _layout = plan(stores, held_range_bytes("rows"))  # a range's rows wait whole for DuckDB (bodies too when named)
     served = compaction_views(stores, columns)
     task = functools.partial(_range_messages, columns=columns, views=served)
-    for split, batches in zip(splits, mapper(task, splits), strict=True):  # ranges decoded side by side, taken in order
+    for _, batches in map_ranges(splits, task, mapper, progress=on_bytes):  # ranges decoded side by side, taken in order
         yield from batches
-        if on_bytes:
-            on_bytes(split.length)
 
 
 def _range_messages(split: Split, columns: list[str], views: dict[str, ServedView]) -> list[pa.RecordBatch]:

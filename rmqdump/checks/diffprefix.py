@@ -21,7 +21,7 @@ from rmqdump.readers.commitlog import CommitLog
 from rmqdump.readers.fastpath import field_struct
 from rmqdump.readers.mapped import next_data, open_binary, open_readonly
 from rmqdump.readers.message import Message
-from rmqdump.scan.ranges import Mapper
+from rmqdump.scan.ranges import SERIAL, Mapper
 from rmqdump.scan.splits import RANGE_BYTES, stream_cuts
 from rmqdump.scan.walk import read_at, scan_commitlog
 from rmqdump.schemas import RecordPrefix, message_header
@@ -147,7 +147,7 @@ def common_prefix(
     range_bytes: int = RANGE_BYTES,
     progress: Callable[[int], None] | None = None,
     record_start_before: Callable[[str, int], int | None] | None = None,
-    mapper: Mapper = map,
+    mapper: Mapper = SERIAL,
 ) -> Prefix:
     """Compare two CommitLogs range by range (CRC32 first, bytes in the first range that differs).
 

@@ -32,7 +32,7 @@ from rmqdump.common.problems import Problem
 from rmqdump.readers.lifecycle import Copy, Evidence, is_own_topic, read_record, wants_body
 from rmqdump.readers.message import offset_msg_id
 from rmqdump.readers.store import Store
-from rmqdump.scan.ranges import Mapper, ScanOptions, scan_range
+from rmqdump.scan.ranges import SERIAL, Mapper, ScanOptions, scan_range
 from rmqdump.scan.splits import RANGE_BYTES, commitlog_splits, held_range_bytes
 from rmqdump.schemas import UniqKeyV4
 from rmqdump.schemas import constants as C
@@ -414,7 +414,7 @@ def render(split, r: _Render) -> Rendered:
     return out
 
 
-def every_journey(store: Store, ctx_of, *, mapper: Mapper = map, check_crc: bool = True, recovery_end: int | None = None,
+def every_journey(store: Store, ctx_of, *, mapper: Mapper = SERIAL, check_crc: bool = True, recovery_end: int | None = None,
                   broker: str | None = None, on_bytes=None, prepare=None, spell: bool = True) -> Iterator:
     """Rendered chunks (single-copy journeys, in CommitLog order), then the linked Journeys in the order of their first
     copy, then the Context they were judged against, then the problems (scan damage, orphan checkpoints) as one list. `ctx_of(evidence)` makes the Context;

@@ -1,6 +1,6 @@
 """Export throughput: local engine (1 and 2 workers) and Spark local[2] on the same store.
 
-    python bench/bench_export.py STORE_ROOT [--out-dir DIR] [--split-size 256M] [--body raw] [--skip-spark]
+    python bench/bench_export.py STORE_ROOT [--out-dir DIR] [--range-bytes 256M] [--body raw] [--skip-spark]
 
 Each run is the real command (`rmqdump export ...`) in a subprocess, so the
 figures include process start-up; MB/s is CommitLog bytes / the export's own
@@ -64,17 +64,17 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("store")
     ap.add_argument("--out-dir", default=None, help="where the datasets go (default: a temp dir, removed after)")
-    ap.add_argument("--split-size", default="256M")
+    ap.add_argument("--range-bytes", default="256M")
     ap.add_argument("--body", choices=["none", "raw"], default="none", help="raw: export the body column too (rmqdump export --body raw)")
     ap.add_argument("--skip-spark", action="store_true")
     a = ap.parse_args()
     base = a.out_dir or tempfile.mkdtemp(prefix="bench-export-")
-    exe = [sys.executable, "-m", "rmqdump", "export", "-s", a.store, "--split-size", a.split_size, "--force"] + (["--body", "raw"] if a.body == "raw" else [])
+    exe = [sys.executable, "-m", "rmqdump", "export", "-s", a.store, "--range-bytes", a.range_bytes, "--force"] + (["--body", "raw"] if a.body == "raw" else [])
     runs = [("local, 1 worker", ["--workers", "1"]), ("local, 2 workers", ["--workers", "2"])]
     if not a.skip_spark:
         runs.append(("spark local[2]", ["--engine", "spark", "--master", "local[2]"]))
         runs.append(("spark local[2], --spark-writer arrow", ["--engine", "spark", "--master", "local[2]", "--spark-writer", "arrow"]))
-    print(f"store {a.store}; split size {a.split_size}; body {a.body}")
+    print(f"store {a.store}; range bytes {a.range_bytes}; body {a.body}")
     print("| engine | messages | CommitLog MB | export s | MB/s | Spark start-up s | command wall s | peak RSS MB (process tree) |")
     print("|---|---|---|---|---|---|---|---|")
     try:

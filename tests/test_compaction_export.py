@@ -57,7 +57,7 @@ def rows_of(table) -> dict[int, tuple]:
 
 def test_export_compaction_columns_equal_truth(tmp_path):
     out = tmp_path / "out"
-    res = run("export", "-s", store_root(NAME), "-o", out, "-j", "2", "--split-size", "256K")
+    res = run("export", "-s", store_root(NAME), "-o", out, "-j", "2", "--range-bytes", "256K")
     assert res.exit_code == 0, res.output
     assert rows_of(ds.dataset(out, format="parquet", partitioning="hive").to_table()) == expected()
 

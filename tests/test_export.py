@@ -145,7 +145,7 @@ def test_fleet_tiny_splits_two_workers_same_rows(tmp_path):
     splits, _ = plan(stores, 4096)
     assert len(splits) > 1000
     whole = export_local(stores, str(tmp_path / "whole"))
-    tiny = export_local(stores, str(tmp_path / "tiny"), mapper=LocalMap(2), split_size=4096)
+    tiny = export_local(stores, str(tmp_path / "tiny"), mapper=LocalMap(2), range_bytes=4096)
     assert tiny.messages == whole.messages == sum(len(manifest(s)) for s in STORES)
     a, b = read_dataset(tmp_path / "whole"), read_dataset(tmp_path / "tiny")
     assert a == b
@@ -167,7 +167,7 @@ def test_partitioned_by_topic(tmp_path):
 
 def test_cli_jsonl_with_body(tmp_path):
     out = tmp_path / "j"
-    r = run("export", "--store", f"v2={store_root('rmq53-v2')}", "--out", out, "--format", "jsonl", "--body", "raw", "--split-size", "32K", "--workers", "2")
+    r = run("export", "--store", f"v2={store_root('rmq53-v2')}", "--out", out, "--format", "jsonl", "--body", "raw", "--range-bytes", "32K", "--workers", "2")
     assert r.exit_code == 0, r.stderr
     summary = json.loads(r.stdout)
     assert summary["messages"] == len(manifest("rmq53-v2")) and summary["problems"] == 0
@@ -235,7 +235,7 @@ def test_damaged_store_exports_what_survives(tmp_path):
     found = []
     for split in ("256M", "4K"):
         out = tmp_path / f"out-{split}"
-        r = run("export", "-s", f"rmq4-basic={root}", "-o", out, "--split-size", split, "--workers", "2")
+        r = run("export", "-s", f"rmq4-basic={root}", "-o", out, "--range-bytes", split, "--workers", "2")
         assert r.exit_code == 1
         assert "bad_magic" in r.stderr and f.name in r.stderr
         got = read_dataset(out)

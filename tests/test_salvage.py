@@ -93,7 +93,7 @@ def salvage_in_windows(store: Path, out: Path, fmt: str = "parquet") -> tuple[in
     from rmqdump.export.salvage import salvage as salvage_store
     from rmqdump.readers.store import Store
 
-    res = salvage_store(Store.open(str(store)), str(out), fmt=fmt, split_size=SMALL_RANGES, sync=False)
+    res = salvage_store(Store.open(str(store)), str(out), fmt=fmt, range_bytes=SMALL_RANGES, sync=False)
     return (1 if res.salvaged else 0), json.loads((out / "manifest.json").read_text())
 
 

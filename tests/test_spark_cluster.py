@@ -146,7 +146,7 @@ def test_export_on_standalone_cluster(cluster, executor_python, tmp_path):
     url, _ = cluster
     stores = [str(REAL / n / "store") for n in ("rmq53-v2", "rmq4-flags", "rmq4-crash")]
     out = tmp_path / "spark"
-    args = ["export", *[a for s in stores for a in ("-s", s)], "-o", str(out), "--body", "raw", "--split-size", "64K", *_spark_args(url, executor_python)]
+    args = ["export", *[a for s in stores for a in ("-s", s)], "-o", str(out), "--body", "raw", "--range-bytes", "64K", *_spark_args(url, executor_python)]
     r = run_proc(*args, cwd=str(tmp_path), timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     summary = json.loads(r.stdout.strip().splitlines()[-1])
@@ -206,7 +206,7 @@ def test_cli_by_absolute_path_on_standalone_cluster(cluster, bare, tmp_path):
     url, _ = cluster
     env, _ = bare
     out = tmp_path / "out"
-    r = _bare_run(["export", "-s", str(REAL / "rmq4-flags" / "store"), "-o", str(out), "--split-size", "16K", *_net_args(url)], env, tmp_path)
+    r = _bare_run(["export", "-s", str(REAL / "rmq4-flags" / "store"), "-o", str(out), "--range-bytes", "16K", *_net_args(url)], env, tmp_path)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "Traceback" not in r.stderr
     check_against_manifest("rmq4-flags", read_dataset(out))
@@ -273,7 +273,7 @@ def test_5x_queue_kinds_on_standalone_cluster(cluster, executor_python, name, tm
             assert (int(got["offset"]), int(got["size"]), int(got["tags"])) == (u["commitLogOffset"], u["size"], u["tagsCode"])
 
     out = tmp_path / "e"
-    r = run_proc("export", "-s", f"{name}={store}", "-o", str(out), "--body", "raw", "--split-size", "16K", *spark_args, cwd=str(ROOT), timeout=600)
+    r = run_proc("export", "-s", f"{name}={store}", "-o", str(out), "--body", "raw", "--range-bytes", "16K", *spark_args, cwd=str(ROOT), timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     got = read_dataset(out)
     export_local(resolve_stores([f"{name}={store}"]), str(tmp_path / "el"), with_body=True)

@@ -77,7 +77,7 @@ def test_cli_by_absolute_path_on_local_master(bare, tmp_path):
     env, _ = bare
     out = tmp_path / "out"
     r = subprocess.run(
-        [str(RMQDUMP), "export", "-s", str(STORE), "-o", str(out), "--engine", "spark", "--master", "local[2]", "--driver-memory", "1g", "--split-size", "16K"],
+        [str(RMQDUMP), "export", "-s", str(STORE), "-o", str(out), "--engine", "spark", "--master", "local[2]", "--driver-memory", "1g", "--range-bytes", "16K"],
         capture_output=True,
         text=True,
         env=env,

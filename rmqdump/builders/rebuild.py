@@ -43,8 +43,8 @@ from rmqdump.common.problems import InputError, Problem
 from rmqdump.common.publish import check_target, publishing
 from rmqdump.readers.commitlog import CommitLog, SegmentFile, commitlog_path
 from rmqdump.readers.store import prove_readable
-from rmqdump.scan.ranges import Mapper, RangeScan, ScanOptions, scan_range
-from rmqdump.scan.splits import DEFAULT_SPLIT, Split, commitlog_splits
+from rmqdump.scan.ranges import SERIAL, Mapper, RangeScan, ScanOptions, map_ranges, scan_range
+from rmqdump.scan.splits import RANGE_BYTES, Split, commitlog_splits
 from rmqdump.schemas import Checkpoint as CheckpointLayout
 from rmqdump.schemas import constants as C
 
@@ -61,13 +61,13 @@ class RebuildOptions:
     only: tuple[str, ...] = PARTS
     topics: frozenset[str] | None = None
     check_crc: bool = False
-    mapper: Mapper = map  # how ranges are mapped: builtin map (one thread) or an engine's (rmqdump.engines.local.LocalMap)
+    mapper: Mapper = SERIAL  # how ranges are mapped: one thread, or an engine's (rmqdump.engines.local.LocalMap, Spark's)
     force: bool = False
     verify: bool = True
     sync: bool = True
     index_after: tuple[int, int] | None = None  # see IndexBuilder.after (library use)
     to_offset: int | None = None  # stop before this physical offset (library use)
-    range_bytes: int = DEFAULT_SPLIT  # bytes of CommitLog per range the mapper is given
+    range_bytes: int = RANGE_BYTES  # bytes of CommitLog per range the mapper is given
 
 
 @dataclass
@@ -206,17 +206,6 @@ def dispatch_options(settings: StoreSettings, options: RebuildOptions, fold=None
     return ScanOptions(keys="index" in options.only, delays=settings.delays, topics=options.topics, fold=fold)
 
 
-def driver_mapper(mapper: Mapper) -> Mapper:
-    """The mapper for the self-check's side-by-side jobs over the files just written: the engine's own, unless its
-    workers are elsewhere (Spark's SparkMap maps ranges only, and names its `on_driver` mapper for this)."""
-    return getattr(mapper, "on_driver", mapper)
-
-
-def mapper_workers(mapper: Mapper) -> int:
-    """How many workers a mapper runs (an engine's LocalMap says; builtin map is one)."""
-    return int(getattr(mapper, "workers", 1))
-
-
 # --- the rebuild ---
 
 
@@ -249,8 +238,8 @@ def build_into(
         ixb = IndexBuilder(os.path.join(tmp, "index"), settings.hash_slots, settings.index_entries, after=options.index_after, sync=options.sync)
     if results is None:
         splits = commitlog_splits(cl, options.range_bytes, to_offset=options.to_offset, check_crc=options.check_crc)
-        results = options.mapper(_scan_and_reduce(dispatch_options(settings, options)), splits)
-    workers = report.workers = mapper_workers(options.mapper)
+        results = (r for _, r in map_ranges(splits, _scan_and_reduce(dispatch_options(settings, options)), options.mapper))
+    workers = report.workers = options.mapper.workers
     last_ts = last_queued_ts = None
     five = _FiveX.open(tmp, cl, settings, options, report) if want_cq else None
     beside = _beside(ixb) if ixb is not None and workers > 1 else None  # the index built beside the ConsumeQueues
@@ -475,7 +464,7 @@ def verify_output(
         os.symlink(os.path.join(store, top), link)
     try:
         # side by side on the engine's workers (threads: numpy's big steps run without the GIL)
-        for part, res in zip([j[0] for j in jobs], driver_mapper(options.mapper)(_run_job, jobs), strict=True):
+        for part, res in zip([j[0] for j in jobs], options.mapper.on_driver(_run_job, jobs), strict=True):
             out[part] = res
     finally:
         if linked:
@@ -505,7 +494,7 @@ def _quick_checks(tmp: str, settings: StoreSettings, options: RebuildOptions, co
         jobs["consumequeue"] = (columns.quick_cq, os.path.join(tmp, "consumequeue"), settings.cq_units_per_file, analyzed)
     if "index" in options.only:
         jobs["index"] = (columns.quick_index, os.path.join(tmp, "index"), settings.hash_slots, settings.index_entries)
-    return dict(zip(jobs, driver_mapper(options.mapper)(lambda job: job[0](*job[1:]), jobs.values()), strict=True))
+    return dict(zip(jobs, options.mapper.on_driver(lambda job: job[0](*job[1:]), jobs.values()), strict=True))
 
 
 def _run_job(job: tuple):

@@ -73,7 +73,7 @@ from rmqdump.readers.mapped import MappedFile
 from rmqdump.readers.message import Message
 from rmqdump.scan.dispatch import DispatchJoin, dispatch_columns
 from rmqdump.scan.headerfix import Restored, restore_stretches, store_units, unit_agrees
-from rmqdump.scan.ranges import Mapper, RangeScan, ScanOptions, scan_range
+from rmqdump.scan.ranges import SERIAL, Mapper, RangeScan, ScanOptions, map_ranges, scan_range
 from rmqdump.scan.splits import Split, commitlog_splits
 from rmqdump.scan.walk import Batch, read_at, read_record, scan_file
 from rmqdump.schemas import constants as C
@@ -138,7 +138,7 @@ class RepairOptions:
     force: bool = False
     sync: bool = True
     verify: bool = True
-    mapper: Mapper = map  # how the CommitLog's ranges are mapped (rmqdump.engines.local.LocalMap: threads)
+    mapper: Mapper = SERIAL  # how the CommitLog's ranges are mapped (rmqdump.engines.local.LocalMap: threads)
     check_crc: bool = True  # False: body CRC mismatches are not looked for (a recovery walking them would still stop there)
 
 
@@ -364,7 +364,7 @@ class _Scan:
         finds: list[_Finds] = []
         held: list[RangeResult] = []
         splits = commitlog_splits(self.cl, check_crc=self.check_crc)
-        for r, f in self.mapper(functools.partial(_scan_range, scan=self.scan, copies=self.copies, root=self.root), splits):
+        for _, (r, f) in map_ranges(splits, functools.partial(_scan_range, scan=self.scan, copies=self.copies, root=self.root), self.mapper):
             finds.append(f)
             if len(f.crc_failed):
                 bad = np.isin(r.phys, f.crc_failed)
@@ -401,7 +401,7 @@ class _Scan:
         self.flagged = [p for f in finds for p in f.flagged]
 
 
-def find_damage(cl: CommitLog, mapper: Mapper = map, check_crc: bool = True, root: str | None = None) -> tuple[list[DamagedRange], int, int, list[Problem]]:
+def find_damage(cl: CommitLog, mapper: Mapper = SERIAL, check_crc: bool = True, root: str | None = None) -> tuple[list[DamagedRange], int, int, list[Problem]]:
     """(damaged ranges, planned; end of the last intact record; records scanned; records flagged but accepted).
 
     check_crc=False finds no body CRC mismatch: those records stay as they are (faster).

@@ -32,8 +32,8 @@ from rmqdump.readers.commitlog import CommitLog
 from rmqdump.readers.consumequeue import UNIT_SIZE, ConsumeQueue, QueueUnits, reads_cached
 from rmqdump.readers.store import Store
 from rmqdump.scan.dispatch import DelayLevels
-from rmqdump.scan.ranges import Mapper, RangeScan, ScanOptions, scan_range
-from rmqdump.scan.splits import DEFAULT_SPLIT, commitlog_splits
+from rmqdump.scan.ranges import SERIAL, Mapper, RangeScan, ScanOptions, map_ranges, scan_range
+from rmqdump.scan.splits import RANGE_BYTES, commitlog_splits
 from rmqdump.schemas import constants as C
 
 
@@ -71,8 +71,8 @@ def record_windows(
     delays: DelayLevels | None = None,
     window_records: int = WINDOW_RECORDS,
     on_bytes=None,
-    mapper: Mapper = map,
-    range_bytes: int = DEFAULT_SPLIT,
+    mapper: Mapper = SERIAL,
+    range_bytes: int = RANGE_BYTES,
     fold: Callable | None = None,
     on_scan: Callable[[RangeScan], None] | None = None,
 ) -> Iterator[tuple[RecordTable, list[Problem]]]:
@@ -90,20 +90,18 @@ def record_windows(
     first table asked for.
     """
     options = ScanOptions(keys=False, delays=delays or DelayLevels.parse(), fold=fold)
-    scans = mapper(functools.partial(scan_range, options=options), commitlog_splits(cl, range_bytes, check_crc=check_crc))
-    return _windows(scans, window_records, on_bytes, on_scan)
+    scans = map_ranges(commitlog_splits(cl, range_bytes, check_crc=check_crc), functools.partial(scan_range, options=options), mapper, progress=on_bytes)
+    return _windows(scans, window_records, on_scan)
 
 
-def _windows(scans: Iterable[RangeScan], window_records: int, on_bytes, on_scan=None) -> Iterator[tuple[RecordTable, list[Problem]]]:
+def _windows(scans: Iterable[tuple[object, RangeScan]], window_records: int, on_scan=None) -> Iterator[tuple[RecordTable, list[Problem]]]:
     table = RecordTableBuilder()
     problems: list[Problem] = []
-    for r in scans:
+    for _, r in scans:
         if on_scan is not None:
             on_scan(r)
         table.add_part(r.columns)
         problems += r.problems
-        if on_bytes is not None:
-            on_bytes(r.nbytes)
         if table.n >= window_records:
             yield table.build(), problems
             table, problems = RecordTableBuilder(), []
@@ -194,8 +192,8 @@ def verify(
     summary: VerifySummary | None = None,
     on_bytes=None,
     window_records: int = WINDOW_RECORDS,
-    mapper: Mapper = map,
-    range_bytes: int = DEFAULT_SPLIT,
+    mapper: Mapper = SERIAL,
+    range_bytes: int = RANGE_BYTES,
     windows: Iterable[tuple[RecordTable, list[Problem]]] | None = None,
 ) -> Iterator[Problem]:
     """Every finding of `cq verify` on a store.

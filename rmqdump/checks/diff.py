@@ -28,7 +28,7 @@ from rmqdump.readers.commitlog import CommitLog
 from rmqdump.readers.epochfile import EPOCH_FILE
 from rmqdump.readers.store import Store
 from rmqdump.scan.dataend import data_end_of
-from rmqdump.scan.ranges import Mapper
+from rmqdump.scan.ranges import SERIAL, Mapper
 from rmqdump.scan.walk import scan_commitlog
 
 SIDES = ("a", "b")
@@ -723,7 +723,7 @@ def diff_stores(
     *,
     check_crc: bool = True,
     progress: Callable[[int], None] | None = None,
-    mapper: Mapper = map,
+    mapper: Mapper = SERIAL,
     temp_dir: str | None = None,
     decode: Callable | None = None,
 ) -> StoreDiff:

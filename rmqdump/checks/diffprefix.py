@@ -9,7 +9,6 @@ found by walking that file's records (for DLedger, with the entry's index and te
 
 from __future__ import annotations
 
-import itertools
 import os
 import zlib
 from collections.abc import Callable
@@ -22,12 +21,12 @@ from rmqdump.readers.commitlog import CommitLog
 from rmqdump.readers.fastpath import field_struct
 from rmqdump.readers.mapped import next_data, open_binary, open_readonly
 from rmqdump.readers.message import Message
-from rmqdump.scan.ranges import Mapper
+from rmqdump.scan.ranges import SERIAL, Mapper
+from rmqdump.scan.splits import RANGE_BYTES, stream_cuts
 from rmqdump.scan.walk import read_at, scan_commitlog
 from rmqdump.schemas import RecordPrefix, message_header
 from rmqdump.schemas import constants as C
 
-RANGE_BYTES = 64 << 20  # bytes per compared range (its CRC32 on each side)
 READ_BYTES = 1 << 20  # bytes per read inside a range (small reads: no fresh pages to fault in per read)
 _ZEROS = bytes(READ_BYTES)
 _PHYS_AT, _PHYS = field_struct(message_header(), "phys_offset")
@@ -111,39 +110,6 @@ class _Stream:
         self.fds.clear()
 
 
-def _cuts(a: list, b: list, lo: int, hi: int, step: int) -> list[tuple[int, int]]:
-    """Ranges of at most `step` bytes covering [lo, hi), cut at every file boundary of either side and where
-    a sparse file's data turns into a hole or back (so a hole is a range of its own, skipped unread)."""
-    bounds = {lo, hi}
-    for base, size, path in a + b:
-        bounds.update(x for x in (base, base + size, *(base + t for t in _hole_edges(path, size))) if lo < x < hi)
-    edges = sorted(bounds)
-    out = []
-    for s, e in itertools.pairwise(edges):
-        out.extend((p, min(e, p + step)) for p in range(s, e, step))
-    return out
-
-
-def _hole_edges(path: str, size: int, most: int = 256) -> list[int]:
-    """Offsets in a file where data turns into a hole and back (readers.mapped.next_data), at most `most` of them."""
-    out: list[int] = []
-    try:
-        fd = open_readonly(path)
-    except OSError:
-        return []
-    try:
-        pos = 0
-        while pos < size and len(out) < most:
-            data, data_end = next_data(fd, pos, size)  # a stretch that may hold data; a hole before it and after it
-            if data >= size:
-                break
-            out += [data, data_end]
-            pos = data_end
-    finally:
-        os.close(fd)
-    return sorted(set(out))
-
-
 def _crc(stream: _Stream, lo: int, hi: int) -> int:
     crc = 0
     for p in range(lo, hi, READ_BYTES):
@@ -181,7 +147,7 @@ def common_prefix(
     range_bytes: int = RANGE_BYTES,
     progress: Callable[[int], None] | None = None,
     record_start_before: Callable[[str, int], int | None] | None = None,
-    mapper: Mapper = map,
+    mapper: Mapper = SERIAL,
 ) -> Prefix:
     """Compare two CommitLogs range by range (CRC32 first, bytes in the first range that differs).
 
@@ -196,7 +162,7 @@ def common_prefix(
     sa, sb = _Stream(a), _Stream(b)
     pre = Prefix(start, end, None, end)
     try:
-        for lo, hi in _cuts(fa, fb, start, end, range_bytes):
+        for lo, hi in stream_cuts(fa + fb, start, end, range_bytes):
             pre.ranges += 1
             holes = (sa.hole(lo, hi), sb.hole(lo, hi))
             if progress:

@@ -27,8 +27,8 @@ from rmqdump.readers.commitlog import CommitLog, commitlog_path, frame_of
 from rmqdump.readers.indexfile import LAYOUT_SIZE, IndexFile, IndexLayoutError, Layout, list_index_files
 from rmqdump.readers.store import prove_readable
 from rmqdump.scan.dispatch import DelayLevels, DispatchColumns
-from rmqdump.scan.ranges import Mapper, RangeScan, ScanOptions, scan_range
-from rmqdump.scan.splits import DEFAULT_SPLIT, Split, commitlog_splits
+from rmqdump.scan.ranges import SERIAL, Mapper, RangeScan, ScanOptions, map_ranges, scan_range
+from rmqdump.scan.splits import RANGE_BYTES, Split, commitlog_splits
 from rmqdump.scan.walk import read_at
 
 HEADER_COUNT = "index_header_count"
@@ -530,8 +530,8 @@ def verify(
     summary: IndexVerifySummary | None = None,
     on_bytes=None,
     records_in: Callable[[int, int], tuple[Records, list[Problem]]] | None = None,
-    mapper: Mapper = map,
-    range_bytes: int = DEFAULT_SPLIT,
+    mapper: Mapper = SERIAL,
+    range_bytes: int = RANGE_BYTES,
 ) -> Iterator[Problem]:
     """Every finding of `index verify` on a store root (`on_bytes(n)` is told of each CommitLog stretch done).
 
@@ -588,10 +588,10 @@ def verify(
         splits = commitlog_splits(cl, range_bytes, check_crc=False)  # the index takes a record whatever its body CRC
         if records_in is None:
             options = ScanOptions(keys=True, delays=delays or DelayLevels.parse())
-            scans = mapper(lambda sp: _records_of(scan_range(sp, options)), splits)
+            scans = map_ranges(splits, lambda sp: _records_of(scan_range(sp, options)), mapper, progress=on_bytes)
         else:
-            scans = (records_in(*phys_window(sp)) for sp in splits)
-        for sp, (rec, cl_probs) in zip(splits, scans, strict=True):
+            scans = map_ranges(splits, lambda sp: records_in(*phys_window(sp)), SERIAL, progress=on_bytes)
+        for sp, (rec, cl_probs) in scans:
             a, b = phys_window(sp)
             s.messages += len(rec.phys)
             s.indexed_keys += rec.indexed_keys
@@ -605,8 +605,6 @@ def verify(
             yield from map(emit, _missing(spans, rec, ca, cl, short))
             if len(rec.phys):
                 carry = (int(rec.phys[-1]), int(rec.size[-1]), int(rec.store_ts[-1]))
-            if on_bytes is not None:
-                on_bytes(sp.length)
         if not files:
             if s.indexed_keys:
                 yield emit(

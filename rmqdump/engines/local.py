@@ -5,7 +5,9 @@ without the GIL, the compiled code is loaded once, and results need no
 pickling. Results come back in the order of the items, with a bounded number
 in flight, so a pass folds them as a serial loop would and memory stays
 bounded by the workers, not the store. `LocalMap(1)` runs in the caller's
-thread: `-j1` is the same code with one worker.
+thread: `-j1` is the same code with one worker (rmqdump.scan.ranges.SERIAL's).
+LocalMap is a rmqdump.scan.ranges.Mapper; its `on_driver` is itself (its
+workers are in this process).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from typing import TypeVar
 
+from rmqdump.scan.ranges import SerialMap
 from rmqdump.scan.splits import PARALLEL_MIN_BYTES
 
 T = TypeVar("T")
@@ -56,7 +59,7 @@ def default_workers(total_bytes: int, min_bytes: int = PARALLEL_MIN_BYTES, per_w
     return max(1, cores)
 
 
-class LocalMap:
+class LocalMap(SerialMap):
     """fn over items on `workers` threads, results in item order, at most `workers + ahead` in flight."""
 
     def __init__(self, workers: int = 1, ahead: int | None = None):
@@ -67,7 +70,7 @@ class LocalMap:
         """The results, in order; with threads the first items start now, not at the first result asked for
         (the scan runs while the caller does its own work first)."""
         if self.workers == 1:
-            return map(fn, items)
+            return super().__call__(fn, items)
         items = iter(items)
         ex = ThreadPoolExecutor(self.workers, thread_name_prefix="rmqdump-scan")
         pending = deque(ex.submit(fn, it) for it in itertools.islice(items, self.workers + self.ahead))
@@ -77,7 +80,7 @@ class LocalMap:
         """(index of the item, its result) as they finish, at most `workers + ahead` in flight: for folds that need no
         order (sums), where a slow item must not hold back the next ones."""
         if self.workers == 1:
-            yield from enumerate(map(fn, items))
+            yield from super().unordered(fn, items)
             return
         it = enumerate(items)
         with ThreadPoolExecutor(self.workers, thread_name_prefix="rmqdump-scan") as ex:

@@ -31,15 +31,14 @@ from rmqdump.common.problems import Problem
 from rmqdump.common.publish import check_target, publishing
 from rmqdump.export import arrowbatch
 from rmqdump.scan.compaction import ServedView, served_views
-from rmqdump.scan.ranges import Mapper, range_batches
-from rmqdump.scan.splits import DEFAULT_SPLIT, Split, StoreRef, plan
+from rmqdump.scan.ranges import SERIAL, Mapper, range_batches
+from rmqdump.scan.splits import RANGE_BYTES, Split, StoreRef, group_splits, plan
 
 FORMATS = ("parquet", "jsonl")
 ROWS_PER_GROUP = 65536
 ROWS_PER_GROUP_WITH_BODY = 8192  # bodies are up to 4 MiB: keep a row group's buffer small
 BUFFER_BYTES = 16 << 20  # rows waiting for their row group, all topics together, per task (two run at once by default)
 MAX_OPEN_FILES = 128
-GROUP_BYTES = 64 << 20  # a task's least work when ranges are small
 # Records per scan batch (~20 MB of the benchmark store's 1.2 KB records): fewer cost Python time per batch, more hold map pages.
 EXPORT_BATCH_RECORDS = 16384
 MAX_PROBLEMS = 1000  # problems kept for the report; all are counted
@@ -169,22 +168,6 @@ def topic_partitioning() -> ds.Partitioning:
     return ds.partitioning(pa.schema([("topic", pa.string())]), flavor="hive")
 
 
-def group_splits(splits: list[Split], workers: int, min_bytes: int = GROUP_BYTES) -> list[list[Split]]:
-    """Consecutive ranges into tasks of at least `min_bytes` (or a share of the work), so that
-    small ranges do not each pay for their own part files; big ranges stay one per task."""
-    total = sum(s.length for s in splits)
-    target = max(1, min(min_bytes, total // (4 * max(1, workers))))
-    groups: list[list[Split]] = []
-    size = 0
-    for s in splits:
-        if not groups or size >= target:
-            groups.append([])
-            size = 0
-        groups[-1].append(s)
-        size += s.length
-    return groups
-
-
 def _group_batches(group: list[Split], result: SplitResult, with_body: bool, check_crc: bool, served: dict[str, ServedView] | None) -> Iterator[pa.RecordBatch]:
     for split in group:
         yield from split_batches(split, result, with_body=with_body, check_crc=check_crc, served=served)
@@ -282,9 +265,9 @@ def write_split(
     return result
 
 
-def start_export(stores: list[StoreRef], out: str, fmt: str, engine: str, split_size: int) -> tuple[list[Split], ExportResult]:
+def start_export(stores: list[StoreRef], out: str, fmt: str, engine: str, range_bytes: int) -> tuple[list[Split], ExportResult]:
     """The byte ranges to decode, and a result that already holds the stores' layout problems (both engines)."""
-    splits, layout = plan(stores, split_size)
+    splits, layout = plan(stores, range_bytes)
     res = ExportResult(out, fmt, engine, len(stores), len({s.path for s in splits}), len(splits))
     for broker, p in layout:
         res.add(SplitResult(problems=[p.to_dict(broker=broker)], problem_count=1))
@@ -297,8 +280,8 @@ def export_local(
     *,
     fmt: str = "parquet",
     with_body: bool = False,
-    mapper: Mapper = map,
-    split_size: int = DEFAULT_SPLIT,
+    mapper: Mapper = SERIAL,
+    range_bytes: int = RANGE_BYTES,
     force: bool = False,
     check_crc: bool = True,
     on_bytes: Callable[[int], None] | None = None,
@@ -307,16 +290,15 @@ def export_local(
         raise ValueError(f"format must be one of {FORMATS}")
     out = check_target(out, force=force, stores=[s.root for s in stores])
     t0 = time.perf_counter()
-    splits, res = start_export(stores, out, fmt, "local", split_size)
+    splits, res = start_export(stores, out, fmt, "local", range_bytes)
     served = served_views(stores)
     with publishing(out, force=force, stores=[s.root for s in stores]) as tmp:
-        groups = group_splits(splits, int(getattr(mapper, "workers", 1)))
+        groups = group_splits(splits, mapper.workers)
         sizes = [sum(s.length for s in g) for g in groups]
         order = sorted(range(len(groups)), key=lambda i: -sizes[i])  # the biggest first: the last task to finish is a small one
         task = lambda i: write_split(i, groups[i], tmp, fmt, with_body, check_crc, served)  # noqa: E731
         # the results are summed: taken as they finish where the engine can (a big task must not hold back the next)
-        done = mapper.unordered(task, order) if hasattr(mapper, "unordered") else enumerate(mapper(task, order))
-        for k, r in done:
+        for k, r in mapper.unordered(task, order):
             res.add(r)
             if on_bytes:
                 on_bytes(sizes[order[k]])

@@ -35,8 +35,8 @@ from rmqdump.export import arrowbatch
 from rmqdump.export.dataset import DICTIONARY_COLUMNS
 from rmqdump.readers.store import Store
 from rmqdump.scan.headerfix import Restored, store_units, unit_agrees
-from rmqdump.scan.ranges import Mapper
-from rmqdump.scan.splits import DEFAULT_SPLIT, commitlog_splits
+from rmqdump.scan.ranges import SERIAL, Mapper, map_ranges
+from rmqdump.scan.splits import RANGE_BYTES, commitlog_splits
 from rmqdump.schemas import constants as C
 
 FORMATS = ("parquet", "jsonl")
@@ -251,15 +251,15 @@ class _Window:
     rows: tuple[int, int]
 
 
-def _survey(store: Store, spill: ColumnSpill, res: SalvageResult, check_crc: bool, split_size: int, on_bytes, mapper: Mapper):
+def _survey(store: Store, spill: ColumnSpill, res: SalvageResult, check_crc: bool, range_bytes: int, on_bytes, mapper: Mapper):
     """Every range's survey columns appended to `spill` in CommitLog order (topic indices into one list); (windows,
     topics, chains, the records restored from damaged stretches, in physical order)."""
-    splits = commitlog_splits(store.commitlog, split_size, check_crc=check_crc)
+    splits = commitlog_splits(store.commitlog, range_bytes, check_crc=check_crc)
     names: dict[str, int] = {}
     chains: dict = {}
     windows: list[_Window] = []
     restored: dict[int, Restored] = {}
-    for sp, (arrays, topics, damage, nbytes, chain, found) in zip(splits, mapper(S.survey_range, splits), strict=True):
+    for sp, (arrays, topics, damage, _nbytes, chain, found) in map_ranges(splits, S.survey_range, mapper, progress=on_bytes):
         restored.update((r.phys, r) for r in found)
         if chain is not None:
             chains[chain[0]] = chain[1]
@@ -270,8 +270,6 @@ def _survey(store: Store, spill: ColumnSpill, res: SalvageResult, check_crc: boo
         windows.append(_Window(sp.base + sp.start, (rows, spill.rows)))
         for pr in damage:
             res.note_damage(pr)
-        if on_bytes is not None:
-            on_bytes(nbytes)
     return windows, list(names), chains, [restored[k] for k in sorted(restored)]
 
 
@@ -407,8 +405,8 @@ def salvage(
     broker: str = "",
     sync: bool = True,
     on_bytes: Callable[[int], None] | None = None,
-    mapper: Mapper = map,
-    split_size: int = DEFAULT_SPLIT,
+    mapper: Mapper = SERIAL,
+    range_bytes: int = RANGE_BYTES,
 ) -> SalvageResult:
     """Survey every record (its columns spilled to disk), preview the broker's recovery over the survey's findings, then
     window after window (a survey range each) sort the records into reasons and read the chosen ones again into both
@@ -426,7 +424,7 @@ def salvage(
         try:
             # the survey first (the mapper's threads), then the recovery preview, whose walk steps over the stretches the
             # survey read without finding anything it stops at: every byte is scanned once
-            windows, topic_names, chains, restored = _survey(store, cols, res, check_crc, split_size, on_bytes, mapper)
+            windows, topic_names, chains, restored = _survey(store, cols, res, check_crc, range_bytes, on_bytes, mapper)
             if restored:  # the ConsumeQueue unit at its queue offset, where one exists, must name it
                 unit_at = store_units(store)
                 restored = [r for r in restored if unit_agrees(r, unit_at)]

@@ -24,8 +24,8 @@ from rmqdump.readers.message import Message
 from rmqdump.readers.msgid import id_bytes
 from rmqdump.readers.store import Store
 from rmqdump.scan.dispatch import DelayLevels
-from rmqdump.scan.ranges import Mapper, ScanOptions, scan_range
-from rmqdump.scan.splits import DEFAULT_SPLIT, commitlog_splits
+from rmqdump.scan.ranges import SERIAL, Mapper, ScanOptions, scan_range
+from rmqdump.scan.splits import commitlog_splits
 from rmqdump.scan.walk import read_at, scan_commitlog
 from rmqdump.schemas import lifecycle as L
 
@@ -112,10 +112,10 @@ def _scan_range(split, keys: frozenset[str] | None):
     return copies, evidence, rs.problems, rs.nbytes
 
 
-def scan_store(store: Store, keys: frozenset[str] | None = None, *, mapper: Mapper = map, check_crc: bool = True, on_bytes=None) -> Gathered:
+def scan_store(store: Store, keys: frozenset[str] | None = None, *, mapper: Mapper = SERIAL, check_crc: bool = True, on_bytes=None) -> Gathered:
     """Every copy (of `keys`, or of every message) and every record about messages, in one scan of the CommitLog."""
     g = Gathered(how="scan")
-    splits = commitlog_splits(store.commitlog, DEFAULT_SPLIT, check_crc=check_crc)
+    splits = commitlog_splits(store.commitlog, check_crc=check_crc)
     for copies, evidence, problems, nbytes in mapper(functools.partial(_scan_range, keys=keys), splits):
         g.copies += copies
         g.evidence += evidence
@@ -235,7 +235,7 @@ def _interesting(j: Journey) -> bool:
     return len(j.copies) > 1 or j.copies[0].hop != L.HOP_PUT or bool(j.evidence)
 
 
-def lifecycle_journeys(store: Store, *, mapper: Mapper = map, check_crc: bool = True, on_bytes=None, via: str | None = None):
+def lifecycle_journeys(store: Store, *, mapper: Mapper = SERIAL, check_crc: bool = True, on_bytes=None, via: str | None = None):
     """The journeys of every message the broker moved or a POP consumer popped (the store-wide views' input). Returns
     the journeys, the problems (CommitLog damage met, evidence that is not what the broker writes, orphan checkpoints),
     the Gathered records (g.problems: the damage) and the Context.
@@ -300,7 +300,7 @@ def by_keys(store: Store, keys: list[str]) -> list[str]:
     return out
 
 
-def journeys(store: Store, ids: list[str] | None = None, *, mapper: Mapper = map, check_crc: bool = True, use_index: bool | None = None, on_bytes=None):
+def journeys(store: Store, ids: list[str] | None = None, *, mapper: Mapper = SERIAL, check_crc: bool = True, use_index: bool | None = None, on_bytes=None):
     """The journeys of the messages `ids` name (None: every message), the store-wide problems, and how it was read."""
     recovery_end = recovery_end_of(store, check_crc)
     if ids is None:
@@ -337,7 +337,7 @@ def recovery_end_of(store: Store, check_crc: bool = True) -> int | None:
     return preview(store, check_crc=check_crc, count_after=False).valid_end
 
 
-def all_journeys(store: Store, *, mapper: Mapper = map, check_crc: bool = True, broker: str | None = None, on_bytes=None, spell: bool = True):
+def all_journeys(store: Store, *, mapper: Mapper = SERIAL, check_crc: bool = True, broker: str | None = None, on_bytes=None, spell: bool = True):
     """Every journey of the store in bounded memory (rmqdump.query.journeyscan): Rendered chunks, then linked Journeys,
     then the list of problems. spell=False: the single-copy journeys are only counted, not spelled."""
     from rmqdump.query.journeyscan import every_journey

@@ -32,8 +32,8 @@ from rmqdump.common.problems import Problem
 from rmqdump.readers.lifecycle import Copy, Evidence, is_own_topic, read_record, wants_body
 from rmqdump.readers.message import offset_msg_id
 from rmqdump.readers.store import Store
-from rmqdump.scan.ranges import Mapper, ScanOptions, scan_range
-from rmqdump.scan.splits import DEFAULT_SPLIT, commitlog_splits
+from rmqdump.scan.ranges import SERIAL, Mapper, ScanOptions, scan_range
+from rmqdump.scan.splits import RANGE_BYTES, commitlog_splits, held_range_bytes
 from rmqdump.schemas import UniqKeyV4
 from rmqdump.schemas import constants as C
 from rmqdump.schemas import lifecycle as L
@@ -51,8 +51,8 @@ _MIX = np.uint64(0x9E3779B97F4A7C15)
 _UPPER_HEX = np.frombuffer(b"0123456789ABCDEF", np.uint8)
 _MOVED = {p.encode() for p in L.MOVED_PROPERTIES}
 KEY_HEX = 2 * UniqKeyV4.sizeof()  # a UNIQ_KEY of an IPv4 producer, as hex: the common case the fast path takes
-SURVEY_SPLIT = DEFAULT_SPLIT  # the survey's ranges: the planner's
-RENDER_SPLIT = 4 << 20  # the render pass's ranges: their JSON text (twice the records' bytes) waits whole, a few in flight
+SURVEY_SPLIT = RANGE_BYTES  # the survey's ranges: the planner's (tests make them small)
+RENDER_SPLIT = held_range_bytes("text")  # the render pass's ranges: their JSON text waits whole, a few in flight
 
 
 def key_hashes(keys: np.ndarray) -> np.ndarray:
@@ -414,7 +414,7 @@ def render(split, r: _Render) -> Rendered:
     return out
 
 
-def every_journey(store: Store, ctx_of, *, mapper: Mapper = map, check_crc: bool = True, recovery_end: int | None = None,
+def every_journey(store: Store, ctx_of, *, mapper: Mapper = SERIAL, check_crc: bool = True, recovery_end: int | None = None,
                   broker: str | None = None, on_bytes=None, prepare=None, spell: bool = True) -> Iterator:
     """Rendered chunks (single-copy journeys, in CommitLog order), then the linked Journeys in the order of their first
     copy, then the Context they were judged against, then the problems (scan damage, orphan checkpoints) as one list. `ctx_of(evidence)` makes the Context;

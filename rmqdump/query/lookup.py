@@ -30,7 +30,7 @@ from rmqdump.readers.indexfile import IndexFile, key_hash, open_all
 from rmqdump.readers.message import Message
 from rmqdump.readers.msgid import OffsetMsgId, UniqKey, id_bytes
 from rmqdump.readers.store import prove_readable
-from rmqdump.scan.ranges import Mapper, ScanOptions, scan_range
+from rmqdump.scan.ranges import SERIAL, Mapper, ScanOptions, scan_range
 from rmqdump.scan.splits import Split, commitlog_splits
 from rmqdump.scan.walk import read_at
 
@@ -165,7 +165,7 @@ def _tail_range(split: Split, after: int) -> tuple[np.ndarray, np.ndarray, set[s
     return index_hash_many(c.key_hash[keep]).astype(np.int32), c.phys[c.key_rec[keep]].astype(np.int64), topics, int(past.sum()), rs.problems
 
 
-def scan_tail(cl: CommitLog, after: int, mapper: Mapper = map) -> TailScan:
+def scan_tail(cl: CommitLog, after: int, mapper: Mapper = SERIAL) -> TailScan:
     """Every index key of the records after offset `after`, by the planner's ranges from that record on."""
     start = max(after, 0)
     splits = []
@@ -220,7 +220,7 @@ class Index:
         files: list[IndexFile] | None = None,
         *,
         tail: bool = True,
-        mapper: Mapper = map,
+        mapper: Mapper = SERIAL,
     ):
         """`tail`: also scan the CommitLog past the index's end (once, on the first lookup), with `mapper` over its ranges."""
         self.store = str(store)

@@ -10,7 +10,7 @@ from rmqdump.checks.journey import Context, Journey
 from rmqdump.common.problems import Problem
 from rmqdump.query.journeys import lifecycle_journeys
 from rmqdump.readers.store import Store
-from rmqdump.scan.ranges import Mapper
+from rmqdump.scan.ranges import SERIAL, Mapper
 
 
 @dataclass
@@ -46,7 +46,7 @@ class View:
     summary: dict = field(default_factory=dict)
 
 
-def store_journeys(store: Store, *, mapper: Mapper = map, check_crc: bool = True, on_bytes=None) -> StoreJourneys:
+def store_journeys(store: Store, *, mapper: Mapper = SERIAL, check_crc: bool = True, on_bytes=None) -> StoreJourneys:
     """The journeys of every message the broker moved or a POP consumer popped (rmqdump.query.journeys: through the
     queues and the index, or one mapped scan without ConsumeQueues), split into damage and evidence problems."""
     found, problems, g, ctx = lifecycle_journeys(store, mapper=mapper, check_crc=check_crc, on_bytes=on_bytes)

@@ -28,7 +28,7 @@ from rmqdump.query.storeinfo import StoreInfo, store_info, walk_bytes
 from rmqdump.readers.indexfile import IndexFile, iter_entries, list_index_files
 from rmqdump.readers.store import Store
 from rmqdump.report.lifecyclesection import Lifecycle, collect_lifecycle
-from rmqdump.scan.ranges import Mapper
+from rmqdump.scan.ranges import SERIAL, Mapper
 
 RATE_MAX_BINS = 200  # time bins of the rate plot; the bin width grows to keep within this
 # Bin widths (ms), each a multiple of the one before, so counts re-bin exactly when the span grows.
@@ -403,7 +403,7 @@ def collect(
     *,
     check_crc: bool = True,
     limit: int = 200,
-    mapper: Mapper = map,
+    mapper: Mapper = SERIAL,
     on_bytes: Callable[[int], None] | None = None,
     on_problem: Callable[[Problem], None] | None = None,
 ) -> Report:

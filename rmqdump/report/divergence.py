@@ -18,7 +18,7 @@ from rmqdump.checks.diff import SIDES, ConsumerImpact, QueueDiff, diff_stores
 from rmqdump.common.timeutil import iso
 from rmqdump.readers.store import Store
 from rmqdump.report import plots
-from rmqdump.scan.ranges import Mapper
+from rmqdump.scan.ranges import SERIAL, Mapper
 
 SAMPLES = 20  # messages listed per side and kind; the rest are counted
 TIMELINE_BINS = 120
@@ -43,7 +43,7 @@ class Divergence:
         return bool(self.prefix["identical"])
 
 
-def collect_divergence(a: Store, b: Store, *, check_crc: bool = True, mapper: Mapper = map, temp_dir: str | None = None) -> Divergence:
+def collect_divergence(a: Store, b: Store, *, check_crc: bool = True, mapper: Mapper = SERIAL, temp_dir: str | None = None) -> Divergence:
     """Compare the two stores and keep what the page shows (the records past the prefix stay on disk meanwhile)."""
     with diff_stores(a, b, check_crc=check_crc, mapper=mapper, temp_dir=temp_dir) as d:
         samples = {s: list(d.messages(s, "only", limit=SAMPLES)) for s in SIDES}

@@ -6,12 +6,18 @@ that function starts here: `range_batches` walks the range as the scan
 kernel's batches, `scan_range` reduces them to the dispatch columns and the
 problems the range owns. Whichever engine maps it, and however many workers,
 a range gives the same answer, so `-j1` and `-jN` agree.
+
+A mapper (the Mapper protocol: SERIAL here, the local engine's threads, Spark
+tasks) is the only thing that differs between engines; `map_ranges` is the one
+place a pass's ranges meet it, results taken in range order with one progress
+hook, so a pass is a range function, a fold and a command.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import Protocol, TypeVar, runtime_checkable
 
 from rmqdump.common.problems import Problem
 from rmqdump.readers.commitlog import SegmentFile
@@ -20,7 +26,64 @@ from rmqdump.scan.dispatch import DelayLevels, DispatchColumns, DispatchJoin, di
 from rmqdump.scan.splits import Split
 from rmqdump.scan.walk import Batch, scan_file
 
-Mapper = Callable[[Callable, Iterable], Iterator]  # fn, items -> fn's results in item order (builtin map, or an engine's)
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+@runtime_checkable
+class Mapper(Protocol):
+    """How a pass's work is mapped: SERIAL, rmqdump.engines.local.LocalMap (threads) or the Spark engine's SparkMap."""
+
+    workers: int  # how many items run at once (builders run beside the fold when there are several)
+
+    def __call__(self, fn: Callable[[T], R], items: Iterable[T]) -> Iterator[R]:
+        """fn's results in item order."""
+        ...
+
+    def unordered(self, fn: Callable[[T], R], items: Iterable[T]) -> Iterator[tuple[int, R]]:
+        """(index of the item, its result) as they finish: for folds that need no order (sums)."""
+        ...
+
+    @property
+    def on_driver(self) -> Mapper:
+        """The mapper for work that is not a range (jobs over files this process writes): one whose workers are here."""
+        ...
+
+
+class SerialMap:
+    """The mapper of one worker, in the caller's thread: builtin map under the protocol's names (every pass's default)."""
+
+    workers = 1
+
+    def __call__(self, fn: Callable[[T], R], items: Iterable[T]) -> Iterator[R]:
+        return map(fn, items)
+
+    def unordered(self, fn: Callable[[T], R], items: Iterable[T]) -> Iterator[tuple[int, R]]:
+        return enumerate(map(fn, items))
+
+    @property
+    def on_driver(self) -> SerialMap:
+        return self
+
+
+SERIAL = SerialMap()
+
+
+def map_ranges(
+    ranges: Iterable[Split], fn: Callable[[Split], R], mapper: Mapper = SERIAL, *, progress: Callable[[int], None] | None = None
+) -> Iterator[tuple[Split, R]]:
+    """(range, fn(range)) in range order, fn mapped by `mapper`; progress(the range's bytes) once the caller has
+    folded a range's result (when it asks for the next). The ranges start being read now, not at the first result
+    asked for, where the mapper runs ahead (LocalMap, SparkMap)."""
+    ranges = list(ranges)
+    return _in_order(ranges, mapper(fn, ranges), progress)
+
+
+def _in_order(ranges: list[Split], results: Iterator[R], progress: Callable[[int], None] | None) -> Iterator[tuple[Split, R]]:
+    for sp, r in zip(ranges, results, strict=True):
+        yield sp, r
+        if progress is not None:
+            progress(sp.length)
 
 
 def range_batches(split: Split, *, batch_records: int | None = None) -> Iterator[Batch]:

@@ -1,25 +1,38 @@
-"""Byte ranges over the CommitLog files of one or more stores: the unit of parallel work.
+"""The planner: byte ranges over the CommitLog files of one or more stores, the unit of parallel work.
 
 A range owns the records that start inside it (scan_file resyncs at its start
 by the proof rule and reads past its end to finish its last record), so the
 ranges of a file can be decoded independently, by processes or Spark tasks,
 and together give every record exactly once.
+
+Every pass plans here, with one range size (RANGE_BYTES) and one name for the
+knob (`range_bytes`); a pass that needs other cuts (ranges grouped into
+tasks, two byte streams compared side by side, the records past an offset)
+asks for them by name rather than cutting its own.
 """
 
 from __future__ import annotations
 
 import glob
+import itertools
 import os
 from dataclasses import dataclass
 
 from rmqdump.common.problems import InputError, Problem
 from rmqdump.readers.commitlog import CommitLog, commitlog_path
+from rmqdump.readers.mapped import next_data, open_readonly
 from rmqdump.readers.store import prove_readable
 
 MiB = 1 << 20
-DEFAULT_SPLIT = 128 * MiB  # the unit of parallel work of every pass: ~110k records of 1.2 KB, ~5 MB of columns
-MIN_SPLIT, MAX_SPLIT = 128 * MiB, 512 * MiB  # the range a user may pick; tests go smaller through the library
-PARALLEL_MIN_BYTES = 64 * MiB  # below this a CommitLog is read by one worker: threads would cost more than they save
+RANGE_BYTES = 128 * MiB  # the unit of parallel work of every pass: ~110k records of 1.2 KB, ~5 MB of columns
+DEFAULT_SPLIT = RANGE_BYTES  # the old name, still imported by engines/spark/* (to go when they take RANGE_BYTES)
+PARALLEL_MIN_BYTES = RANGE_BYTES // 2  # below this a CommitLog is read by one worker: threads would cost more than they save
+# A pass whose results hold a range's decoded output whole until its fold takes it (2 x workers ranges in flight)
+# cuts ranges smaller by how much that output outweighs the records' bytes (held_range_bytes):
+HELD_WHOLE = {
+    "rows": 8,  # sql's Arrow rows, bodies included, waiting for DuckDB: -j2 peak RSS 411 MB, not 895 MB, on gen-1m (bench/RESULTS.md)
+    "text": 32,  # journey --all's rendered JSON Lines, twice the records' bytes
+}
 
 
 @dataclass(frozen=True)
@@ -88,16 +101,21 @@ def resolve_stores(values: list[str]) -> list[StoreRef]:
     return refs
 
 
-def file_splits(broker: str, path: str, base: int, size: int, split_size: int, end: int | None = None, check_crc: bool = True) -> list[Split]:
-    """The ranges of one file, `split_size` bytes each, over its first `end` bytes (the whole file by default)."""
-    if split_size <= 0:
-        raise ValueError("split size must be positive")
+def _positive(range_bytes: int) -> int:
+    if range_bytes <= 0:
+        raise ValueError("range_bytes must be positive")
+    return range_bytes
+
+
+def file_splits(broker: str, path: str, base: int, size: int, range_bytes: int, end: int | None = None, check_crc: bool = True) -> list[Split]:
+    """The ranges of one file, `range_bytes` bytes each, over its first `end` bytes (the whole file by default)."""
+    _positive(range_bytes)
     stop = size if end is None else min(size, end)
-    return [Split(broker, path, base, s, min(s + split_size, stop), size, check_crc) for s in range(0, stop, split_size)]
+    return [Split(broker, path, base, s, min(s + range_bytes, stop), size, check_crc) for s in range(0, stop, range_bytes)]
 
 
 def commitlog_splits(
-    cl: CommitLog, split_size: int = DEFAULT_SPLIT, to_offset: int | None = None, broker: str = "", check_crc: bool = True
+    cl: CommitLog, range_bytes: int = RANGE_BYTES, to_offset: int | None = None, broker: str = "", check_crc: bool = True
 ) -> list[Split]:
     """Every range of an opened CommitLog's files, in offset order; `to_offset` stops before that physical offset.
 
@@ -109,11 +127,74 @@ def commitlog_splits(
     for f in cl.files:
         size = min(f.size, cl.file_size) if cl.file_size else f.size
         stop = None if to_offset is None else to_offset - f.base
-        out += file_splits(broker, f.path, f.base, size, split_size, stop, check_crc)
+        out += file_splits(broker, f.path, f.base, size, range_bytes, stop, check_crc)
     return out
 
 
-def partition_count(splits: list[Split], parallelism: int, wanted: int | None = None, target: int = DEFAULT_SPLIT) -> int:
+def splits_past(cl: CommitLog, start: int, range_bytes: int = RANGE_BYTES, check_crc: bool = True) -> list[Split]:
+    """The ranges of `cl` from physical offset `start` on (a record start): the range holding it begins there, the
+    others are commitlog_splits' own (what a diff decodes past the two sides' common prefix)."""
+    out = []
+    for sp in commitlog_splits(cl, range_bytes, check_crc=check_crc):
+        if sp.base + sp.end <= start:
+            continue
+        if sp.base + sp.start < start:
+            sp = Split(sp.broker, sp.path, sp.base, start - sp.base, sp.end, sp.size, sp.check_crc)
+        out.append(sp)
+    return out
+
+
+def group_splits(splits: list[Split], workers: int, min_bytes: int = RANGE_BYTES // 2) -> list[list[Split]]:
+    """Consecutive ranges into tasks of at least `min_bytes` (or a share of the work), so that
+    small ranges do not each pay for their own part files (export); big ranges stay one per task."""
+    total = sum(s.length for s in splits)
+    target = max(1, min(min_bytes, total // (4 * max(1, workers))))
+    groups: list[list[Split]] = []
+    size = 0
+    for s in splits:
+        if not groups or size >= target:
+            groups.append([])
+            size = 0
+        groups[-1].append(s)
+        size += s.length
+    return groups
+
+
+def stream_cuts(files: list[tuple[int, int, str]], lo: int, hi: int, range_bytes: int = RANGE_BYTES) -> list[tuple[int, int]]:
+    """Ranges of at most `range_bytes` covering [lo, hi) of byte streams made of `files` ((base, size, path), of
+    either side of a comparison), cut at every file boundary and where a sparse file's data turns into a hole or
+    back (so a hole is a range of its own, skipped unread)."""
+    _positive(range_bytes)
+    bounds = {lo, hi}
+    for base, size, path in files:
+        bounds.update(x for x in (base, base + size, *(base + t for t in _hole_edges(path, size))) if lo < x < hi)
+    out = []
+    for s, e in itertools.pairwise(sorted(bounds)):
+        out.extend((p, min(e, p + range_bytes)) for p in range(s, e, range_bytes))
+    return out
+
+
+def _hole_edges(path: str, size: int, most: int = 256) -> list[int]:
+    """Offsets in a file where data turns into a hole and back (readers.mapped.next_data), at most `most` of them."""
+    out: list[int] = []
+    try:
+        fd = open_readonly(path)
+    except OSError:
+        return []
+    try:
+        pos = 0
+        while pos < size and len(out) < most:
+            data, data_end = next_data(fd, pos, size)  # a stretch that may hold data; a hole before it and after it
+            if data >= size:
+                break
+            out += [data, data_end]
+            pos = data_end
+    finally:
+        os.close(fd)
+    return sorted(set(out))
+
+
+def partition_count(splits: list[Split], parallelism: int, wanted: int | None = None, target: int = RANGE_BYTES) -> int:
     """How many partitions a Spark job over `splits` takes: `wanted`, else about `target` bytes each and at least
     two per core; never more than one per range."""
     if wanted is None:
@@ -121,14 +202,18 @@ def partition_count(splits: list[Split], parallelism: int, wanted: int | None = 
     return max(1, min(len(splits), wanted))
 
 
-def plan(stores: list[StoreRef], split_size: int = DEFAULT_SPLIT, check_crc: bool = True) -> tuple[list[Split], list[tuple[str, Problem]]]:
+def held_range_bytes(held: str) -> int:
+    """The range size of a pass whose results hold a range's output whole (HELD_WHOLE's `held`: "rows", "text")."""
+    return max(1, RANGE_BYTES // HELD_WHOLE[held])
+
+
+def plan(stores: list[StoreRef], range_bytes: int = RANGE_BYTES, check_crc: bool = True) -> tuple[list[Split], list[tuple[str, Problem]]]:
     """Every byte range of every CommitLog file, and the (broker, layout problem) pairs found on the way."""
-    if split_size <= 0:
-        raise ValueError("split size must be positive")
+    _positive(range_bytes)
     splits: list[Split] = []
     problems: list[tuple[str, Problem]] = []
     for ref in stores:
         cl = CommitLog.open(ref.commitlog)
         problems.extend((ref.name, p) for p in cl.problems)
-        splits.extend(commitlog_splits(cl, split_size, broker=ref.name, check_crc=check_crc))
+        splits.extend(commitlog_splits(cl, range_bytes, broker=ref.name, check_crc=check_crc))
     return splits, problems

@@ -28,6 +28,7 @@ import pyarrow as pa
 from rmqdump.common.problems import InputError
 from rmqdump.common.publish import refuse_inside_stores
 from rmqdump.readers.indexfile import key_hash
+from rmqdump.scan.ranges import SERIAL, Mapper
 from rmqdump.scan.splits import StoreRef
 from rmqdump.sql import tables as T
 
@@ -172,7 +173,7 @@ def run(
     threads: int = 1,
     on_plan: Callable[[Plan], None] | None = None,
     on_bytes: Callable[[int], None] | None = None,
-    mapper=map,
+    mapper: Mapper = SERIAL,
 ) -> Iterator[pa.RecordBatchReader]:
     """The query's result as a stream of Arrow batches (valid inside the `with`); InputError(bad_query) on a bad query.
     `mapper` reads the tables' CommitLog ranges (the local engine's threads: every core scans)."""

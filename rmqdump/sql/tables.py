@@ -30,12 +30,9 @@ from rmqdump.readers.consumequeue import UNIT_SIZE, QueueUnits, read_units
 from rmqdump.readers.indexfile import IndexFile, open_all
 from rmqdump.readers.store import Store
 from rmqdump.scan.compaction import ServedView, served_views
-from rmqdump.scan.ranges import Mapper, range_batches
-from rmqdump.scan.splits import Split, StoreRef, plan
+from rmqdump.scan.ranges import SERIAL, Mapper, map_ranges, range_batches
+from rmqdump.scan.splits import Split, StoreRef, held_range_bytes, plan
 
-# a range's rows wait whole for DuckDB (bodies included when named): with 2 x workers ranges in flight, small
-# ranges keep that bounded (4 x 16 MiB of records) at no cost in speed
-SQL_RANGE_BYTES = 16 << 20
 INDEX_CHUNK = 1 << 20  # entries turned into one batch (about 40 MB of columns), then their pages are given back
 
 _MESSAGE_MEANING = {
@@ -255,7 +252,7 @@ def arrow_schema(table: str, columns: list[str]) -> pa.Schema:
 PROBLEM_BATCH = 10_000  # problems per Arrow batch
 
 
-def verify_findings(ref: StoreRef, on_bytes: Callable[[int], None] | None = None, mapper: Mapper = map) -> Iterator[Problem]:
+def verify_findings(ref: StoreRef, on_bytes: Callable[[int], None] | None = None, mapper: Mapper = SERIAL) -> Iterator[Problem]:
     """What `cq verify` reports on one store, as it finds it (its memory is bounded by its windows; its ranges read by `mapper`)."""
     return cqverify.verify(Store.open(ref.root), on_bytes=on_bytes, mapper=mapper)
 
@@ -309,15 +306,13 @@ def _batch(schema: pa.Schema, values: dict[str, object]) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays([pa.array(values[f.name], f.type) for f in schema], schema=schema)
 
 
-def messages(stores: list[StoreRef], columns: list[str], on_bytes: Callable[[int], None] | None = None, mapper: Mapper = map) -> Iterator[pa.RecordBatch]:
+def messages(stores: list[StoreRef], columns: list[str], on_bytes: Callable[[int], None] | None = None, mapper: Mapper = SERIAL) -> Iterator[pa.RecordBatch]:
     """The export rows of every store, range by range; CRCs are checked only when a CRC column is named."""
-    splits, _layout = plan(stores, SQL_RANGE_BYTES)
+    splits, _layout = plan(stores, held_range_bytes("rows"))  # a range's rows wait whole for DuckDB (bodies too when named)
     served = compaction_views(stores, columns)
     task = functools.partial(_range_messages, columns=columns, views=served)
-    for split, batches in zip(splits, mapper(task, splits), strict=True):  # ranges decoded side by side, taken in order
+    for _, batches in map_ranges(splits, task, mapper, progress=on_bytes):  # ranges decoded side by side, taken in order
         yield from batches
-        if on_bytes:
-            on_bytes(split.length)
 
 
 def _range_messages(split: Split, columns: list[str], views: dict[str, ServedView]) -> list[pa.RecordBatch]:
@@ -341,7 +336,7 @@ def split_messages(split: Split, columns: list[str], served: ServedView | None =
         yield from rbs
 
 
-def units(stores: list[StoreRef], columns: list[str], on_bytes: Callable[[int], None] | None = None, mapper: Mapper = map) -> Iterator[pa.RecordBatch]:
+def units(stores: list[StoreRef], columns: list[str], on_bytes: Callable[[int], None] | None = None, mapper: Mapper = SERIAL) -> Iterator[pa.RecordBatch]:
     """Every unit of every ConsumeQueue up to its last valid one (the zero tail of the last file is not units)."""
     schema = arrow_schema("units", columns)
     for ref in stores:
@@ -411,7 +406,7 @@ def index_file_entries(broker: str, f: IndexFile, schema: pa.Schema) -> Iterator
         f.release()
 
 
-def problems(stores: list[StoreRef], columns: list[str], on_bytes: Callable[[int], None] | None = None, mapper: Mapper = map) -> Iterator[pa.RecordBatch]:
+def problems(stores: list[StoreRef], columns: list[str], on_bytes: Callable[[int], None] | None = None, mapper: Mapper = SERIAL) -> Iterator[pa.RecordBatch]:
     """What `cq verify` reports on each store (layout, CommitLog, ConsumeQueue and compaction findings), streamed in its order."""
     schema = arrow_schema("problems", columns)
     for ref in stores:
@@ -500,7 +495,7 @@ def _journey_row(v: dict, copies: int, first: int, problems: list[str]) -> dict:
 _ROW_KIND = {"copies": "copy", "evidence": "evidence"}
 
 
-def journey_tables(table: str, stores: list[StoreRef], columns: list[str], on_bytes=None, mapper: Mapper = map) -> Iterator[pa.RecordBatch]:
+def journey_tables(table: str, stores: list[StoreRef], columns: list[str], on_bytes=None, mapper: Mapper = SERIAL) -> Iterator[pa.RecordBatch]:
     """`copies`, `evidence` or `journeys`: the rows `rmqdump journey --all` prints, store by store, in bounded memory."""
     schema = arrow_schema(table, columns)
     for ref in stores:
@@ -531,7 +526,7 @@ def _view_rows(table: str, sj) -> list[dict]:
     return out
 
 
-def lifecycle_tables(table: str, stores: list[StoreRef], columns: list[str], on_bytes=None, mapper: Mapper = map) -> Iterator[pa.RecordBatch]:
+def lifecycle_tables(table: str, stores: list[StoreRef], columns: list[str], on_bytes=None, mapper: Mapper = SERIAL) -> Iterator[pa.RecordBatch]:
     """`transactions`, `pops` or `delays`: the rows of `rmqdump tx`, `pop` and `delay`, store by store."""
     from rmqdump.query.storejourneys import store_journeys
 
@@ -544,7 +539,7 @@ JOURNEY_TABLES = ("copies", "evidence", "journeys")
 LIFECYCLE_TABLES = ("transactions", "pops", "delays")
 
 
-def message_story_tables(table: str, stores: list[StoreRef], columns: list[str], on_bytes=None, mapper: Mapper = map) -> Iterator[pa.RecordBatch]:
+def message_story_tables(table: str, stores: list[StoreRef], columns: list[str], on_bytes=None, mapper: Mapper = SERIAL) -> Iterator[pa.RecordBatch]:
     """Any of the journey and lifecycle tables: the one entry the DuckDB and Spark engines call."""
     make = journey_tables if table in JOURNEY_TABLES else lifecycle_tables
     return make(table, stores, columns, on_bytes, mapper)

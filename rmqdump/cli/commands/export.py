@@ -48,7 +48,7 @@ def export(
     driver_memory: str = typer.Option("4g", "--driver-memory", help="spark engine: driver JVM memory."),
     ship: Ship = ship_option(),
     spark_writer: SparkWriter = spark_writer_option(),
-    split_size: str = typer.Option("128M", "--split-size", help="Bytes of CommitLog per range (128M-512M suits big stores)."),
+    range_bytes: str = typer.Option("", "--range-bytes", help="Bytes of CommitLog per range, e.g. 256M (default: every pass's range size; 128M-512M suits big stores).", show_default=False),
     force: bool = O.force_option("Replace --out if it exists."),
     no_crc: bool = O.no_crc_option("Skip the body and property CRC checks (crc_ok and prop_crc_ok are then null)."),
 ):
@@ -60,13 +60,13 @@ def export(
 
     Example:  rmqdump export -s brokers/a/store -s brokers/b/store -o /data/msgs -j 2
     """
-    from rmqdump.scan.splits import DEFAULT_SPLIT, resolve_stores
+    from rmqdump.scan.splits import RANGE_BYTES, resolve_stores
 
     with_body = body is ExportBody.raw
     try:
-        split = parse_size(split_size) if split_size else DEFAULT_SPLIT
+        split = parse_size(range_bytes) if range_bytes else RANGE_BYTES
     except ValueError as e:
-        render.fail(f"usage: --split-size: {e}", 2)
+        render.fail(f"usage: --range-bytes: {e}", 2)
     stores = resolve_stores(store)
     crc = not no_crc
     if engine is Engine.local:
@@ -76,7 +76,7 @@ def export(
         total = _total_bytes(stores)
         with render.progress(total, "export") as advance:
             mapper = local_map(workers, total, per_worker=2 * WORKER_MEMORY)  # a task holds a range's batches and its Parquet buffers
-            res = export_local(stores, out, fmt=fmt.value, with_body=with_body, mapper=mapper, split_size=split, force=force, check_crc=crc, on_bytes=advance)
+            res = export_local(stores, out, fmt=fmt.value, with_body=with_body, mapper=mapper, range_bytes=split, force=force, check_crc=crc, on_bytes=advance)
     else:
         from rmqdump.engines.spark.export import export_spark
         from rmqdump.engines.spark.session import session

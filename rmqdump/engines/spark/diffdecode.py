@@ -14,21 +14,9 @@ import os
 
 from rmqdump.common.problems import InputError, Problem
 from rmqdump.readers.commitlog import CommitLog
-from rmqdump.scan.splits import DEFAULT_SPLIT, Split, commitlog_splits
+from rmqdump.scan.splits import DEFAULT_SPLIT, Split, splits_past
 
 SPARK_SHARED = "usage"  # the executors must write into the driver's temporary directory
-
-
-def splits_past(cl: CommitLog, start: int, split_size: int = DEFAULT_SPLIT, check_crc: bool = True) -> list[Split]:
-    """The planner's ranges of `cl` from physical offset `start` on (a record start): the range holding it begins there."""
-    out = []
-    for sp in commitlog_splits(cl, split_size, check_crc=check_crc):
-        if sp.base + sp.end <= start:
-            continue
-        if sp.base + sp.start < start:
-            sp = Split(sp.broker, sp.path, sp.base, start - sp.base, sp.end, sp.size, sp.check_crc)
-        out.append(sp)
-    return out
 
 
 def _task(splits: list[Split], folder: str):

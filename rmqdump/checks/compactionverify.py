@@ -27,7 +27,7 @@ from rmqdump.readers.compaction import CompactionFiles, CompactionQueue, LogReco
 from rmqdump.readers.fastpath import field_offset
 from rmqdump.readers.mapped import open_readonly
 from rmqdump.scan.compaction import Original, batch_records, originals
-from rmqdump.scan.ranges import Mapper
+from rmqdump.scan.ranges import SERIAL, Mapper
 from rmqdump.scan.walk import scan_commitlog
 from rmqdump.schemas import constants as C
 from rmqdump.schemas import message_header
@@ -97,7 +97,7 @@ def verify(
     check_crc: bool = True,
     summary: Summary | None = None,
     on_bytes: Callable[[int], None] | None = None,
-    mapper: Mapper = map,
+    mapper: Mapper = SERIAL,
 ) -> list[Problem]:
     """Every problem of the compaction topics of a store (those selected), in queue then file order; [] without compaction/.
     `mapper` maps the CommitLog's ranges read for the originals (builtin map, or an engine's)."""

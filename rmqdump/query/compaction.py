@@ -17,7 +17,7 @@ from rmqdump.readers.commitlog import CommitLog
 from rmqdump.readers.compaction import CompactionFiles, compaction_key, end_unit_mask, is_tombstone, queue_units_bounds
 from rmqdump.readers.message import Message
 from rmqdump.scan.compaction import Original, batch_records, originals, part_of, served_records
-from rmqdump.scan.ranges import Mapper
+from rmqdump.scan.ranges import SERIAL, Mapper
 from rmqdump.scan.walk import scan_commitlog
 
 
@@ -28,7 +28,7 @@ def consumer_view(
     queue_id: int | None = None,
     *,
     on_bytes: Callable[[int], None] | None = None,
-    mapper: Mapper = map,
+    mapper: Mapper = SERIAL,
 ) -> Iterator[dict | Problem]:
     """Rows of kind `message`, queue by queue in unit order (every compaction topic's when topic is None); a Problem where a unit's record cannot be read."""
     queues = cf.select(topic, queue_id)
@@ -72,7 +72,7 @@ def key_history(
     queue_id: int | None = None,
     *,
     on_bytes: Callable[[int], None] | None = None,
-    mapper: Mapper = map,
+    mapper: Mapper = SERIAL,
 ) -> list[dict]:
     """Every put of one key (the whole KEYS string) the CommitLog or the compaction log holds, oldest first, with what became of it."""
     queues = cf.select(topic, queue_id)
@@ -174,7 +174,7 @@ def log_rows(
     queue_id: int | None = None,
     *,
     on_bytes: Callable[[int], None] | None = None,
-    mapper: Mapper = map,
+    mapper: Mapper = SERIAL,
 ) -> Iterator[dict | Problem]:
     """Every compaction-log record as `commitlog` lists a message, with `compaction_log_offset` (its own offset) and
     `phys_offset` (its original's CommitLog offset, None when the CommitLog no longer holds it); the scan's problems in place."""

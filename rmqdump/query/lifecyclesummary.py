@@ -8,7 +8,7 @@ from rmqdump.query.delays import scheduled_rows
 from rmqdump.query.pops import popped_rows
 from rmqdump.query.storejourneys import StoreJourneys, store_journeys
 from rmqdump.readers.store import Store
-from rmqdump.scan.ranges import Mapper
+from rmqdump.scan.ranges import SERIAL, Mapper
 from rmqdump.schemas import lifecycle as L
 
 
@@ -24,7 +24,7 @@ def has_lifecycle(store: Store) -> bool:
     return _lifecycle_queues(store) and bool(store.commitlog.files)
 
 
-def lifecycle_summary(store: Store, *, check_crc: bool = True, sj: StoreJourneys | None = None, mapper: Mapper = map) -> dict | None:
+def lifecycle_summary(store: Store, *, check_crc: bool = True, sj: StoreJourneys | None = None, mapper: Mapper = SERIAL) -> dict | None:
     """The counts (None when the store has no lifecycle queue, or no CommitLog to read them in); `sj`: the journeys
     already read, when the caller has them; else they are read with `mapper` over the CommitLog's ranges."""
     if not has_lifecycle(store):

@@ -19,7 +19,7 @@ from rmqdump.readers.commitlog import CommitLog
 from rmqdump.readers.compaction import CompactionFiles, CompactionQueue, LogRecord, compaction_key, find_compaction, tags_code
 from rmqdump.readers.mapped import OffsetFile
 from rmqdump.readers.message import Message, decode_properties
-from rmqdump.scan.ranges import Mapper, range_batches
+from rmqdump.scan.ranges import SERIAL, Mapper, range_batches
 from rmqdump.scan.splits import Split, StoreRef, commitlog_splits
 from rmqdump.scan.walk import Batch, read_at
 from rmqdump.schemas import constants as C
@@ -52,7 +52,7 @@ class Original:
     uniq_key: str | None
 
 
-def originals(cl: CommitLog, topics: set[str], *, on_bytes=None, mapper: Mapper = map) -> dict[tuple[str, int], dict[int, Original]]:
+def originals(cl: CommitLog, topics: set[str], *, on_bytes=None, mapper: Mapper = SERIAL) -> dict[tuple[str, int], dict[int, Original]]:
     """Every CommitLog record of these topics, per (topic, queue id), by queue offset: one pass over the CommitLog's
     ranges, `mapper` mapping them (builtin map, or an engine's), folded in range order."""
     out: dict[tuple[str, int], dict[int, Original]] = {}

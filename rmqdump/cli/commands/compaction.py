@@ -265,11 +265,13 @@ def units_cmd(
     raise typer.Exit(0 if rows else 1)
 
 
-def add_to_cq_verify(st, topic, queue, check_crc: bool, summary, emit, mapper=map) -> None:
+def add_to_cq_verify(st, topic, queue, check_crc: bool, summary, emit, mapper=None) -> None:
     """`cq verify` covers compaction topics too: their problems, counted in its summary, handed to `emit` as its own
-    (a store without compaction/ adds nothing); `mapper`: cq verify's own, over the CommitLog's ranges."""
+    (a store without compaction/ adds nothing); `mapper`: cq verify's own, over the CommitLog's ranges (else one thread)."""
     from rmqdump.checks.compactionverify import verify
+    from rmqdump.scan.ranges import SERIAL
 
+    mapper = SERIAL if mapper is None else mapper
     for p in verify(st.root, st.commitlog, topic=topic, queue_id=queue, check_crc=check_crc, mapper=mapper):
         summary.count(p)
         emit(p)

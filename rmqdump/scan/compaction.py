@@ -18,8 +18,8 @@ from rmqdump.readers.commitlog import CommitLog
 from rmqdump.readers.compaction import CompactionFiles, CompactionQueue, LogRecord, compaction_key, find_compaction, tags_code
 from rmqdump.readers.mapped import OffsetFile
 from rmqdump.readers.message import Message, decode_properties
+from rmqdump.scan._walk import Batch, read_at, scan_commitlog
 from rmqdump.scan.splits import StoreRef
-from rmqdump.scan.walk import Batch, read_at, scan_commitlog
 from rmqdump.schemas import constants as C
 
 

@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from rmqdump.common.problems import Problem
 from rmqdump.readers.commitlog import SegmentFile
 from rmqdump.readers.mapped import MappedFile
+from rmqdump.scan._walk import Batch, scan_file
 from rmqdump.scan.dispatch import DelayLevels, DispatchColumns, DispatchJoin, dispatch_columns
 from rmqdump.scan.splits import Split
-from rmqdump.scan.walk import Batch, scan_file
 
 Mapper = Callable[[Callable, Iterable], Iterator]  # fn, items -> fn's results in item order (builtin map, or an engine's)
 

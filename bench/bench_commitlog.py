@@ -9,8 +9,8 @@ process so its peak RSS (os.wait4 rusage) is its own; the page cache is warmed
 first; each mode runs --repeat times and the fastest run is kept.
 
 Modes:
-  count      scan_commitlog(CommitLog, check_crc=False), counting records
-  crc        scan_commitlog(CommitLog, check_crc=True): body CRC of every record checked
+  count      scanner.batches(CommitLog, check_crc=False), counting records
+  crc        scanner.batches(CommitLog, check_crc=True): body CRC of every record checked
   columns    rmqdump.scan.dispatch.dispatch_columns: header columns + properties
              (topic ids, TAGS -> tagsCode, index-key hashes), what every command
              computes with: the header-and-properties scan the target
@@ -34,7 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from rmqdump.scan.walk import scan_commitlog
+from rmqdump.scan import scanner
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_STORE = ROOT / "bench" / "data" / "gen-1m"
@@ -48,18 +48,18 @@ SECTION = "## commitlog"
 
 def _child(mode: str, commitlog: str, sample: int) -> dict:
     from rmqdump.readers.commitlog import CommitLog
-    from rmqdump.scan.walk import scan_file
+    from rmqdump.scan import scanner
 
     cl = CommitLog.open(commitlog)
     n = 0
     extra: dict = {}
     t0 = time.perf_counter()
     if mode == "count":
-        for b in scan_commitlog(cl, check_crc=False):
+        for b in scanner.batches(cl, check_crc=False):
             n += len(b)
     elif mode == "crc":
         bad = 0
-        for b in scan_commitlog(cl, check_crc=True):
+        for b in scanner.batches(cl, check_crc=True):
             n += len(b)
             bad += len(b.record_problems)
         extra["records_with_problems"] = bad
@@ -68,14 +68,14 @@ def _child(mode: str, commitlog: str, sample: int) -> dict:
 
         delays = DelayLevels.parse()
         keys = tagged = 0
-        for b in scan_commitlog(cl, check_crc=False):
+        for b in scanner.batches(cl, check_crc=False):
             d = dispatch_columns(b, delays)
             n += len(d)
             keys += len(d.key_rec)
             tagged += int((d.tags_code != 0).sum())
         extra.update(index_keys=keys, tagged=tagged)
     elif mode == "message":
-        for b in scan_commitlog(cl, check_crc=False):
+        for b in scanner.batches(cl, check_crc=False):
             for i in range(len(b)):
                 b.message(i)
             n += len(b)
@@ -86,7 +86,7 @@ def _child(mode: str, commitlog: str, sample: int) -> dict:
         seg = cl.files[0]
         spans = []
         with MappedFile(seg.path) as mf:
-            for b in scan_file(seg, mf, check_crc=False):
+            for b in scanner.file_batches_from(seg, mf, check_crc=False):
                 c = b.cols
                 if len(b):
                     spans.extend(zip(c["_pos"].tolist(), c["total_size"].tolist(), strict=True))
@@ -179,7 +179,7 @@ def store_facts(commitlog: str) -> dict:
 
     cl = CommitLog.open(commitlog)
     n = data = 0
-    for b in scan_commitlog(cl, check_crc=False):
+    for b in scanner.batches(cl, check_crc=False):
         n += len(b)
         if len(b):
             data += int(b.cols["total_size"].sum())
@@ -212,8 +212,8 @@ def render_section(facts: dict, mach: dict, rows: list[dict], args_line: str, lo
         "|---|---|---:|---:|---:|---:|",
     ]
     what = {
-        "count": "`scan_commitlog(CommitLog, check_crc=False)`, count records",
-        "crc": "`scan_commitlog(CommitLog, check_crc=True)` (body CRC of every record)",
+        "count": "`scanner.batches(CommitLog, check_crc=False)`, count records",
+        "crc": "`scanner.batches(CommitLog, check_crc=True)` (body CRC of every record)",
         "columns": "header + properties: `rmqdump.scan.dispatch.dispatch_columns` (columnar: topic ids, tagsCode, index-key hashes)",
         "message": "`Batch.message(i)` for every record (full Message objects, no output)",
         "cli": "`rmqdump commitlog DIR -f jsonl > /dev/null` (whole process, wall clock)",

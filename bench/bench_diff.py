@@ -59,7 +59,7 @@ def ensure_store(store: Path) -> None:
 def diverge(store: Path, out: Path, percent: float) -> dict:
     """Copy the CommitLog and give each of the last `percent` % of its messages another UNIQ_KEY."""
     from rmqdump.readers.commitlog import CommitLog
-    from rmqdump.scan.walk import scan_commitlog
+    from rmqdump.scan import scanner
 
     if (out / "commitlog").is_dir():
         return json.loads((out / "diverged.json").read_text())
@@ -67,13 +67,13 @@ def diverge(store: Path, out: Path, percent: float) -> dict:
     shutil.rmtree(tmp, ignore_errors=True)
     (tmp / "commitlog").mkdir(parents=True)
     cl = CommitLog.open(str(store / "commitlog"))
-    total = sum(len(b) for b in scan_commitlog(cl, check_crc=False))
+    total = sum(len(b) for b in scanner.batches(cl, check_crc=False))
     first = total - int(total * percent / 100)
     for f in cl.files:  # sparse like the original (the newest file's unwritten tail is a hole)
         subprocess.run(["cp", "--sparse=always", f.path, str(tmp / "commitlog" / f.name)], check=True)
     seen, at, changed = 0, None, 0
     needle = b"UNIQ_KEY\x01"
-    for b in scan_commitlog(cl, check_crc=False):
+    for b in scanner.batches(cl, check_crc=False):
         n = len(b)
         if seen + n > first:
             with open(tmp / "commitlog" / b.seg.name, "r+b") as fh:

@@ -37,8 +37,8 @@ from rmqdump.common.javahash import index_hash_many
 from rmqdump.query.lookup import Index
 from rmqdump.readers.commitlog import CommitLog
 from rmqdump.readers.indexfile import ENTRY_DTYPE, SLOT_DTYPE
+from rmqdump.scan import scanner
 from rmqdump.scan.dispatch import DelayLevels, dispatch_columns
-from rmqdump.scan.walk import scan_commitlog
 from rmqdump.schemas import IndexHeader
 from rmqdump.schemas import constants as C
 
@@ -60,7 +60,7 @@ def collect_keys(store: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[s
     phys, ts, hashes, names = [], [], [], []
     cl = CommitLog.open(os.path.join(store, "commitlog"))
     delays = DelayLevels.parse()
-    for b in scan_commitlog(cl, check_crc=False):
+    for b in scanner.batches(cl, check_crc=False):
         d = dispatch_columns(b, delays)
         rec = d.key_rec
         if not len(rec):

@@ -31,7 +31,7 @@ import sys
 import tempfile
 
 from rmqdump.readers.commitlog import CommitLog
-from rmqdump.scan.walk import scan_commitlog
+from rmqdump.scan import scanner
 
 DAMAGE_AT = 600_000_000
 
@@ -44,7 +44,7 @@ def make_damaged(src: str, dst: str, kind: str) -> dict:
         os.makedirs(tmp)
         subprocess.run(["cp", "-r", "--sparse=always", os.path.join(src, "commitlog"), tmp], check=True)
         cl = CommitLog.open(os.path.join(tmp, "commitlog"))
-        it = scan_commitlog(cl, from_offset=DAMAGE_AT, check_crc=False)  # held: the batch's map lives as long as its walk
+        it = scanner.batches(cl, from_offset=DAMAGE_AT, check_crc=False)  # held: the batch's map lives as long as its walk
         b = next(it)
         m = b.message(0)
         with open(b.seg.path, "r+b") as f:

@@ -37,7 +37,7 @@ import tempfile
 
 from rmqdump.builders.sparsecopy import copy_file
 from rmqdump.readers.commitlog import CommitLog
-from rmqdump.scan.walk import scan_commitlog
+from rmqdump.scan import scanner
 
 COMMANDS = {
     "rebuild": ["rebuild", "{store}", "--out", "{out}"],
@@ -56,7 +56,7 @@ def setup(gen: str, dest: str, at: float, offset: int | None = None, link: bool 
     shutil.rmtree(built)
     cl = CommitLog.open(os.path.join(dest, "commitlog"))
     target = offset if offset is not None else int(at * sum(f.size for f in cl.files))
-    for b in scan_commitlog(cl, from_offset=target, check_crc=False):
+    for b in scanner.batches(cl, from_offset=target, check_crc=False):
         pos = int(b.cols["body_pos"][0]) + 5
         if os.stat(b.seg.path).st_nlink > 1:  # a hard link to GENSTORE's file: damage a copy of it, never the original
             copy_file(b.seg.path, b.seg.path + ".copy")

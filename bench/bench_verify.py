@@ -25,7 +25,7 @@ import time
 
 import numpy as np
 
-from rmqdump.scan.walk import scan_commitlog
+from rmqdump.scan import scanner
 
 
 def build_cq(root: str, units_per_file: int = 300_000) -> int:
@@ -37,7 +37,7 @@ def build_cq(root: str, units_per_file: int = 300_000) -> int:
     delays = DelayLevels.parse()
     per_queue: dict[tuple[str, int], list[np.ndarray]] = {}
     n = 0
-    for b in scan_commitlog(cl, check_crc=False):
+    for b in scanner.batches(cl, check_crc=False):
         if not len(b):
             continue
         d = dispatch_columns(b, delays, keys=False)

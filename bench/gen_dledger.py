@@ -26,7 +26,7 @@ from gen_store import parse_size  # bench/ is on sys.path when run as a script
 
 from rmqdump.readers.commitlog import CommitLog
 from rmqdump.readers.fastpath import field_offset, struct_format
-from rmqdump.scan.walk import scan_commitlog
+from rmqdump.scan import scanner
 from rmqdump.schemas import dledger as DL
 from rmqdump.schemas import message_header
 
@@ -52,7 +52,7 @@ def convert(src: str, out: str, file_size: int) -> dict:
     data = open(os.path.join(d, DL.DATA_DIR, f"{0:020d}"), "wb")  # noqa: SIM115 (one file after another)
     idx = open(os.path.join(d, DL.INDEX_DIR, f"{0:020d}"), "wb")  # noqa: SIM115 (one file after another)
     units = bytearray()
-    for b in scan_commitlog(cl, check_crc=False):
+    for b in scanner.batches(cl, check_crc=False):
         view = b.mf.view
         chunk = bytearray()
         for p, n in zip(b.cols["_pos"].tolist(), b.cols["total_size"].tolist(), strict=True):

@@ -18,7 +18,7 @@ from rmqdump.common.timeutil import iso
 from rmqdump.query.listing import Filter, list_commitlog
 from rmqdump.readers.commitlog import Blank, CommitLog
 from rmqdump.readers.message import Message
-from rmqdump.scan.walk import scan_commitlog
+from rmqdump.scan import scanner
 
 ENCODE = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
@@ -71,7 +71,7 @@ def test_damaged_store_problems_interleave_as_in_the_reference(tmp_path, monkeyp
     root = copy_store("rmq4-basic", tmp_path)
     cl = root / "commitlog"
     first = cl / "00000000000000000000"
-    b = next(iter(scan_commitlog(CommitLog.open(str(cl)))))
+    b = next(iter(scanner.batches(CommitLog.open(str(cl)))))
     body_pos, props_pos, pos = (b.cols[k].tolist() for k in ("body_pos", "properties_pos", "_pos"))
     flip(first, body_pos[3] + 5)  # a body byte: body_crc_mismatch, the record still listed
     patch(first, props_pos[5] + 1, b"\xff")  # invalid UTF-8 in the properties: bad_properties

@@ -248,14 +248,14 @@ def test_random_damage_never_loses_undamaged_records(tmp_path_factory, damages, 
 def _ranged(cl_dir: Path, step: int):
     """Scan every file in byte ranges of `step`, as the parallel engines do."""
     from rmqdump.readers.mapped import MappedFile
-    from rmqdump.scan.walk import scan_file
+    from rmqdump.scan import scanner
 
     msgs, events = [], []
     cl = CommitLog.open(cl_dir)
     for seg in cl.files:
         with MappedFile(seg.path, limit=cl.file_size) as mf:
             for start in range(0, mf.size, step):
-                for b in scan_file(seg, mf, start=start, end=min(start + step, mf.size)):
+                for b in scanner.file_batches_from(seg, mf, start=start, end=min(start + step, mf.size)):
                     msgs += b.phys.tolist()
                     for i in sorted(b.record_problems):
                         events += [(p.code, p.phys_offset) for p in b.record_problems[i]]

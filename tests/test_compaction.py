@@ -19,7 +19,7 @@ from rmqdump.common.javahash import java_hash
 from rmqdump.readers.commitlog import CommitLog
 from rmqdump.readers.compaction import find_compaction, read_checkpoint, split_queue_key
 from rmqdump.readers.fastpath import field_offset
-from rmqdump.scan.walk import scan_commitlog
+from rmqdump.scan import scanner
 from rmqdump.schemas import SparseConsumeQueueUnit, message_header
 
 NAME = "rmq53-compaction"
@@ -113,7 +113,7 @@ def test_file_ends_equal_truth():
     cf = find_compaction(str(store_root(NAME)))
     for q in cf.queues:
         ends = {}
-        for b in scan_commitlog(q.log):
+        for b in scanner.batches(q.log):
             for e in b.events:
                 ends[os.path.relpath(e.file, store_root(NAME))] = (e.file_offset, e.length, e.marker)
         want = {}

@@ -10,8 +10,8 @@ from conftest import STORES, manifest, store_root
 
 from rmqdump.readers.commitlog import CommitLog
 from rmqdump.readers.fastpath import numpy_dtype
+from rmqdump.scan import scanner
 from rmqdump.scan.dispatch import DelayLevels, dispatch_columns
-from rmqdump.scan.walk import scan_commitlog
 from rmqdump.schemas import ConsumeQueueUnit
 
 UNIT = numpy_dtype(ConsumeQueueUnit)
@@ -36,7 +36,7 @@ def test_dispatch_equals_broker_consumequeue(name):
     units = _broker_units(name)
     got = {}
     delays = DelayLevels.parse()
-    for b in scan_commitlog(CommitLog.open(store_root(name) / "commitlog"), check_crc=False):
+    for b in scanner.batches(CommitLog.open(store_root(name) / "commitlog"), check_crc=False):
         d = dispatch_columns(b, delays, keys=False)
         for i in np.flatnonzero(d.queued).tolist():
             got[(d.topics[d.topic_id[i]], int(d.queue_id[i]), int(d.queue_offset[i]))] = (int(d.phys[i]), int(d.size[i]), int(d.tags_code[i]))

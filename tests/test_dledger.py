@@ -23,7 +23,7 @@ from rmqdump.readers.commitlog import CommitLog, SegmentFile
 from rmqdump.readers.fastpath import numpy_dtype
 from rmqdump.readers.mapped import MappedFile
 from rmqdump.readers.store import Store
-from rmqdump.scan.walk import read_at, scan_commitlog, scan_file
+from rmqdump.scan import scanner
 from rmqdump.schemas import MessageRecord
 from rmqdump.schemas import dledger as DL
 
@@ -112,7 +112,7 @@ def test_scan_matches_construct_walk(unpacked):
     cl = CommitLog.open(unpacked)
     assert [f.frame for f in cl.files] == [48, 48]
     got = []
-    for b in scan_commitlog(cl):
+    for b in scanner.batches(cl):
         for i in range(len(b)):
             m = b.message(i, with_body=True)
             got.append((m, b.entries[i]))
@@ -169,7 +169,7 @@ def test_cq_verify_and_units(unpacked, man):
     units = man["cq_unit"]
     assert len(units) == N
     for u in units:  # every unit points at entry pos + 48, where the message is
-        m = read_at(cl, u["commitLogOffset"])
+        m = scanner.record_at(cl, u["commitLogOffset"])
         assert (m.topic, m.queue_id, m.queue_offset, m.total_size, m.store_timestamp) == (u["topic"], u["queueId"], u["queueOffset"], u["size"], u["storeTime"])
     r = run("cq", "dump", "-s", unpacked, "--topic", "DLedgerTopicB", "--queue", "1", "-f", "jsonl", "--resolve")
     dumped = [d for d in jsonl(r.stdout) if d.get("kind") == "unit" and d["valid"]]
@@ -259,13 +259,13 @@ def test_other_names_and_given_directly(copy, man):
 
 def test_byte_range_splits_give_each_record_once(unpacked):
     cl = CommitLog.open(unpacked)
-    whole = [(int(f.base), int(p)) for b in scan_commitlog(cl) for f in [b.seg] for p in b.cols["_pos"]]
+    whole = [(int(f.base), int(p)) for b in scanner.batches(cl) for f in [b.seg] for p in b.cols["_pos"]]
     for step in (1000, 4096, 33333):
         got = []
         for seg in cl.files:
             with MappedFile(seg.path) as mf:
                 for s in range(0, seg.size, step):
-                    for b in scan_file(seg, mf, start=s, end=min(s + step, seg.size), check_crc=False):
+                    for b in scanner.file_batches_from(seg, mf, start=s, end=min(s + step, seg.size), check_crc=False):
                         got.extend((seg.base, int(p)) for p in b.cols["_pos"])
                         assert not [e for e in b.events if not hasattr(e, "marker")], b.events
         assert got == whole, step
@@ -466,13 +466,13 @@ def test_state_file_that_is_not_key_value(copy):
 def test_jsonl_lines_equal_the_message_objects(unpacked):
     """The output kernel's lines (with and without bodies) are Message.to_dict's, DLedger fields included."""
     cl = CommitLog.open(unpacked)
-    want = [m.to_dict() for b in scan_commitlog(cl) for m in b.messages()]
+    want = [m.to_dict() for b in scanner.batches(cl) for m in b.messages()]
     for extra in ((), ("--body", "hex")):
         rows = [d for d in jsonl(run("commitlog", unpacked, "-f", "jsonl", *extra).stdout) if d["kind"] == "message"]
         for d, w in zip(rows, want, strict=True):
             body = {k: d.pop(k) for k in ("body", "body_encoding") if k in d}
             assert list(d) == list(w) and d == w
-            assert not extra or bytes.fromhex(body["body"]) == read_at(cl, d["phys_offset"], with_body=True).body
+            assert not extra or bytes.fromhex(body["body"]) == scanner.record_at(cl, d["phys_offset"], with_body=True).body
 
 
 def test_info_progress_counts_the_entry_walk(unpacked):

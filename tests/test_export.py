@@ -15,8 +15,8 @@ from rmqdump.engines.local import LocalMap
 from rmqdump.export import arrowbatch
 from rmqdump.export.dataset import export_local, topic_partitioning
 from rmqdump.readers.commitlog import CommitLog
+from rmqdump.scan import scanner
 from rmqdump.scan.splits import StoreRef, default_name, plan, resolve_stores
-from rmqdump.scan.walk import scan_commitlog
 
 CRC_PROP = "__CRC32#"
 
@@ -105,7 +105,7 @@ def reader_rows(name: str, root: Path | None = None, with_body: bool = False) ->
     """What the CommitLog reader's Message.to_dict() says, plus broker: the JSON Lines meaning."""
     cl = CommitLog.open(str((root or store_root(name)) / "commitlog"))
     rows = []
-    for b in scan_commitlog(cl):
+    for b in scanner.batches(cl):
         for i in range(len(b)):
             m = b.message(i, with_body=with_body)
             d = m.to_dict()
@@ -120,7 +120,7 @@ def reader_rows(name: str, root: Path | None = None, with_body: bool = False) ->
 
 
 def test_columns_are_the_message_fields():
-    for b in scan_commitlog(CommitLog.open(str(store_root("rmq4-basic") / "commitlog"))):
+    for b in scanner.batches(CommitLog.open(str(store_root("rmq4-basic") / "commitlog"))):
         # a DLedger record's to_dict has the two (tests/test_dledger.py); the compaction columns: tests/test_compaction_export.py
         keys = [*b.message(0).to_dict(), "dledger_index", "dledger_term", "broker", "compaction_part", "compaction_log_offset"]
         break
@@ -282,7 +282,7 @@ def test_vectorized_properties_decode_like_decode_properties(raws):
 
 def test_vectorized_properties_on_every_real_record():
     for name in STORES:
-        for b in scan_commitlog(CommitLog.open(str(store_root(name) / "commitlog"))):
+        for b in scanner.batches(CommitLog.open(str(store_root(name) / "commitlog"))):
             if len(b):
                 c = b.cols
                 fast = [a.to_pylist() for a in arrowbatch._properties(b.mf.view, c["properties_pos"], c["properties_length"])]

@@ -10,7 +10,7 @@ from conftest import STORES, store_root
 
 from rmqdump.readers.commitlog import CommitLog
 from rmqdump.readers.fastpath import field_offset, numpy_dtype, struct_format
-from rmqdump.scan.walk import scan_commitlog
+from rmqdump.scan import scanner
 from rmqdump.schemas import ConsumeQueueUnit, IndexEntry, MessageRecord, RecordPrefix, message_header
 
 
@@ -30,7 +30,7 @@ def test_dtypes_follow_the_schemas():
 def test_scan_columns_equal_construct(name):
     cl = CommitLog.open(store_root(name) / "commitlog")
     checked = 0
-    for b in scan_commitlog(cl):
+    for b in scanner.batches(cl):
         raw_view = b.mf.view
         for i in range(len(b)):
             pos, end = int(b.cols["_pos"][i]), int(b.cols["_end"][i])
@@ -71,9 +71,9 @@ def test_scan_stops_at_a_length_that_overruns_its_record(tmp_path):
 
     src = store_root("rmq4-basic") / "commitlog"
     shutil.copytree(src, tmp_path / "commitlog")
-    first = next(scan_commitlog(CommitLog.open(tmp_path / "commitlog")))
+    first = next(scanner.batches(CommitLog.open(tmp_path / "commitlog")))
     starts = first.cols["_pos"][:3].tolist()
     patch(Path(first.seg.path), starts[1] + field_offset(message_header(), "body_length"), (10**9).to_bytes(4, "big"))
-    b = next(scan_commitlog(CommitLog.open(tmp_path / "commitlog")))
+    b = next(scanner.batches(CommitLog.open(tmp_path / "commitlog")))
     assert b.cols["_pos"].tolist() == starts[:1]
     assert [e.code for e in b.events] == ["size_mismatch"]

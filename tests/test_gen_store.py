@@ -22,7 +22,7 @@ from construct import Container
 
 from rmqdump.readers.commitlog import Blank, CommitLog
 from rmqdump.readers.message import format_host
-from rmqdump.scan.walk import scan_commitlog
+from rmqdump.scan import scanner
 from rmqdump.schemas import BlankMarker, MessageRecord
 from rmqdump.schemas import constants as C
 
@@ -160,7 +160,7 @@ def test_scan_decodes_everything_with_no_problems(store):
     cl = CommitLog.open(str(out / "commitlog"))
     assert cl.problems == []
     got, blanks = [], []
-    for b in scan_commitlog(cl, check_crc=True):
+    for b in scanner.batches(cl, check_crc=True):
         assert b.record_problems == {}
         got.extend(b.messages(with_body=True))
         blanks.extend(e for e in b.events if isinstance(e, Blank))

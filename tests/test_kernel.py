@@ -22,9 +22,10 @@ from rmqdump.readers.commitlog import CommitLog
 from rmqdump.readers.mapped import MappedFile
 from rmqdump.readers.message import decode_properties, java_crc32, parse_crc_digits, split_keys
 from rmqdump.scan import layout as K
+from rmqdump.scan import scanner
+from rmqdump.scan._walk import kernel
 from rmqdump.scan.dispatch import DelayLevels, dispatch_columns
 from rmqdump.scan.native import configure
-from rmqdump.scan.walk import kernel, scan_commitlog, scan_file
 from rmqdump.schemas import MessageRecord
 from rmqdump.schemas import constants as C
 
@@ -96,14 +97,14 @@ def _check_batches(batches, seen: list | None = None) -> int:
 @pytest.mark.parametrize("name", STORES)
 def test_kernel_equals_construct_on_every_real_record(name):
     cl = CommitLog.open(store_root(name) / "commitlog")
-    assert _check_batches(scan_commitlog(cl, check_crc=True)) > 0
+    assert _check_batches(scanner.batches(cl, check_crc=True)) > 0
 
 
 def test_real_stores_hold_non_ascii_keys_and_scheduled_records():
     """The kernel's UTF-8 -> UTF-16 hashing and the DELAY path are exercised by the real records above."""
     non_ascii = sched = 0
     for name in STORES:
-        for b in scan_commitlog(CommitLog.open(store_root(name) / "commitlog"), check_crc=False):
+        for b in scanner.batches(CommitLog.open(store_root(name) / "commitlog"), check_crc=False):
             non_ascii += int((b.found["key_units"] != b.found["key_len"]).sum())
             non_ascii += sum(1 for i in range(len(b)) if not b.properties_bytes(i).isascii())
             sched += sum(1 for i in range(len(b)) if b.topic(i) == C.SCHEDULE_TOPIC)
@@ -145,7 +146,7 @@ def test_kernel_equals_reference_on_crafted_properties(tmp_path, topic, props):
     two = _record(topic, props, len(one), template)
     (tmp_path / "commitlog").mkdir()
     (tmp_path / "commitlog" / "00000000000000000000").write_bytes(one + two + bytes(64))
-    assert _check_batches(scan_commitlog(CommitLog.open(tmp_path / "commitlog"), check_crc=True)) == 2
+    assert _check_batches(scanner.batches(CommitLog.open(tmp_path / "commitlog"), check_crc=True)) == 2
 
 
 def _ranged(cl_dir: Path, step: int, records: int):
@@ -154,7 +155,7 @@ def _ranged(cl_dir: Path, step: int, records: int):
     for seg in cl.files:
         with MappedFile(seg.path, limit=cl.file_size) as mf:
             for start in range(0, seg.size, step):
-                for b in scan_file(seg, mf, start=start, end=min(start + step, seg.size), batch_records=records):
+                for b in scanner.file_batches_from(seg, mf, start=start, end=min(start + step, seg.size), batch_records=records):
                     d = dispatch_columns(b, DELAYS)
                     topics = [d.topics[t] for t in d.topic_id.tolist()]
                     keys = list(zip((d.phys[d.key_rec]).tolist(), d.key_hash.tolist(), strict=True))
@@ -185,7 +186,7 @@ def test_kernel_equals_construct_under_damage(tmp_path_factory, flips, seed):
         f.write_bytes(bytes(data))
         hit.append(int(f.name) + pos % len(data))
     seen: list = []
-    n = _check_batches(scan_commitlog(CommitLog.open(tmp / "commitlog"), check_crc=True), seen)
+    n = _check_batches(scanner.batches(CommitLog.open(tmp / "commitlog"), check_crc=True), seen)
     # every record the manifest says the broker wrote whose bytes no flip touched is among those checked
     intact = [m for m in manifest("rmq4-basic") if not any(m["wroteOffset"] <= h < m["wroteOffset"] + m["wroteBytes"] for h in hit)]
     assert n == len(seen) and {m["wroteOffset"] for m in intact} <= {int(os.path.basename(p)) + pos for p, pos in seen}
@@ -204,7 +205,7 @@ def test_join_offsets_is_searchsorted(phys, offsets, ascending, reuse):
     offs = offsets + ph[:reuse].tolist()  # offsets that hit records too
     o = np.array(sorted(offs) if ascending else offs, dtype=np.int64)
     rows = np.empty(len(o), dtype=np.int64)
-    hit = kernel().join_offsets(ph, o, rows)
+    hit = scanner.join_offsets(ph, o, rows)
     want = np.searchsorted(ph, o)
     assert rows.tolist() == want.tolist()
     assert hit.tolist() == [bool(r < len(ph) and ph[r] == x) for r, x in zip(want.tolist(), o.tolist(), strict=True)]
@@ -242,8 +243,8 @@ def test_kernel_crc_paths_give_the_same_batches(tmp_path, crc, library):
     code = (
         "import sys; sys.path.insert(0, 'tests'); from test_kernel import _check_batches;"
         "from rmqdump.scan import native; from rmqdump.readers.commitlog import CommitLog;"
-        "from rmqdump.scan.walk import scan_commitlog; from conftest import store_root;"
-        "n = _check_batches(scan_commitlog(CommitLog.open(store_root('rmq53-v2') / 'commitlog'), check_crc=True));"
+        "from rmqdump.scan import scanner; from conftest import store_root;"
+        "n = _check_batches(scanner.batches(CommitLog.open(store_root('rmq53-v2') / 'commitlog'), check_crc=True));"
         f"assert {library} and n > 0; print(n)"
     )
     env = dict(os.environ, RMQDUMP_KERNEL_CRC=crc, RMQDUMP_CACHE_DIR=str(tmp_path / "cache"))
@@ -259,7 +260,7 @@ def test_dispatch_columns_hash_the_manifests_keys():
     equal Java's hashCode of the manifest's TAGS and of the key text at the kernel's key offsets, which is the manifest's."""
     by_offset = {m["wroteOffset"]: m for m in manifest("rmq4-flags")}
     n = sched = 0
-    for b in scan_commitlog(CommitLog.open(store_root("rmq4-flags") / "commitlog"), check_crc=False):
+    for b in scanner.batches(CommitLog.open(store_root("rmq4-flags") / "commitlog"), check_crc=False):
         d = dispatch_columns(b, DELAYS)
         man = [by_offset[p] for p in d.phys.tolist()]
         for i, m in enumerate(man):
@@ -292,7 +293,7 @@ def test_cache_dir_is_the_users_and_numba_waits_for_a_scan(tmp_path):
     code = (
         "import sys, rmqdump.cli.app, rmqdump.readers.commitlog, rmqdump.scan.dispatch;"
         "assert 'numba' not in sys.modules, 'numba imported before a scan';"
-        "from rmqdump.scan.walk import kernel; kernel(); import numba;"
+        "from rmqdump.scan._walk import kernel; kernel(); import numba;"
         "print(numba.config.CACHE_DIR)"
     )
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout.strip()

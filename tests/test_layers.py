@@ -1,5 +1,6 @@
 """The tree is the architecture: each layer imports only the layers below it (and itself), no modules import each
-other in a circle, lazily or not, and docs/architecture.md names every module in its layer's row."""
+other in a circle, lazily or not, records are read outside rmqdump/scan/ only through its scanner, and
+docs/architecture.md names every module in its layer's row."""
 
 from __future__ import annotations
 
@@ -74,9 +75,14 @@ def resolve(name: str, modules: dict[str, Path]) -> str | None:
     return name or None
 
 
+def targets(path: Path, mod: str, modules: dict[str, Path]) -> set[str]:
+    """The project modules a file (module `mod`) imports, resolved."""
+    return {t for n in imports_of(path, mod) if (t := resolve(n, modules)) and t != mod}
+
+
 def graph() -> dict[str, set[str]]:
     modules = project_modules()
-    return {m: {t for n in imports_of(p, m) if (t := resolve(n, modules)) and t != m} for m, p in modules.items()}
+    return {m: targets(p, m, modules) for m, p in modules.items()}
 
 
 def test_every_module_has_a_layer():
@@ -127,10 +133,38 @@ def test_no_import_cycles():
 
 def test_the_checks_find_a_planted_upward_import_and_cycle():
     g = graph()
-    assert "rmqdump.scan.walk" in g["rmqdump.scan.ranges"]  # real imports are read
-    g["rmqdump.readers.commitlog"] = g["rmqdump.readers.commitlog"] | {"rmqdump.scan.walk"}
-    assert upward(g) == ["rmqdump.readers.commitlog -> rmqdump.scan.walk"]
-    assert any("rmqdump.readers.commitlog" in c and "rmqdump.scan.walk" in c for c in cycles(g))
+    assert "rmqdump.scan._walk" in g["rmqdump.scan.ranges"]  # real imports are read
+    g["rmqdump.readers.commitlog"] = g["rmqdump.readers.commitlog"] | {"rmqdump.scan._walk"}
+    assert upward(g) == ["rmqdump.readers.commitlog -> rmqdump.scan._walk"]
+    assert any("rmqdump.readers.commitlog" in c and "rmqdump.scan._walk" in c for c in cycles(g))
+
+
+# The walk and its compiled kernel: private to rmqdump/scan/, so no pass outside it grows a record loop of its own.
+PRIVATE_SCAN = ("rmqdump.scan._walk", "rmqdump.scan.kernel")
+
+
+def private_scan_imports(g: dict[str, set[str]]) -> list[str]:
+    """Imports of the walk or the scan kernel by modules outside rmqdump/scan/ (they go through rmqdump.scan.scanner)."""
+    inside = ("rmqdump.scan", "rmqdump.scan.")
+    return sorted(f"{m} -> {t}" for m, ts in g.items() if not (m == inside[0] or m.startswith(inside[1])) for t in ts if t in PRIVATE_SCAN)
+
+
+def test_only_the_scan_package_imports_the_walk_and_the_kernel():
+    assert private_scan_imports(graph()) == []
+
+
+def test_the_walk_check_finds_a_planted_import(tmp_path):
+    g, modules = graph(), project_modules()
+    assert {"rmqdump.scan._walk", "rmqdump.scan.kernel"} <= set().union(*(g[m] for m in g if m.startswith("rmqdump.scan.")))
+    # a module someone adds outside scan/: the walk lazily inside a function, the kernel as a name of its package
+    new = tmp_path / "newpass.py"
+    new.write_text("from rmqdump.scan import kernel, scanner\n\n\ndef f():\n    from rmqdump.scan._walk import scan_file\n")
+    g["rmqdump.checks.newpass"] = targets(new, "rmqdump.checks.newpass", modules)
+    assert "rmqdump.scan.scanner" in g["rmqdump.checks.newpass"]
+    assert private_scan_imports(g) == ["rmqdump.checks.newpass -> rmqdump.scan._walk", "rmqdump.checks.newpass -> rmqdump.scan.kernel"]
+    # text/ has a kernel module of its own: not the scan kernel
+    g["rmqdump.cli.newcmd"] = {"rmqdump.text.kernel", "rmqdump.scan.scanner"}
+    assert private_scan_imports(g) == ["rmqdump.checks.newpass -> rmqdump.scan._walk", "rmqdump.checks.newpass -> rmqdump.scan.kernel"]
 
 
 def layer_rows(doc: str) -> dict[int, str]:

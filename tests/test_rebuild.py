@@ -29,8 +29,8 @@ from rmqdump.engines.local import LocalMap
 from rmqdump.readers.commitlog import CommitLog
 from rmqdump.readers.fastpath import numpy_dtype
 from rmqdump.readers.mapped import MappedFile
+from rmqdump.scan import scanner
 from rmqdump.scan.dispatch import DelayLevels, dispatch_columns
-from rmqdump.scan.walk import scan_commitlog, scan_file
 from rmqdump.schemas import Checkpoint, IndexEntry, IndexHeader
 
 HEADER = numpy_dtype(IndexHeader)
@@ -260,7 +260,7 @@ def test_dispatch_equals_a_plain_parse(name):
     delays = DelayLevels.parse()
     by_offset = {m["wroteOffset"]: m for m in manifest(name)}
     n = 0
-    for b in scan_commitlog(cl, check_crc=False):
+    for b in scanner.batches(cl, check_crc=False):
         if not len(b):
             continue
         topics, codes, keys, uniqs = reference_dispatch(b, delays)
@@ -285,7 +285,7 @@ def test_dispatch_equals_a_plain_parse(name):
 @pytest.mark.parametrize("name", ["rmq4-flags", "rmq53-v2"])
 def test_dispatch_columns_fallback_paths_agree(name, monkeypatch):
     """The paths taken only for key-heavy records (the kernel runs out of key room) or tiny batches give the same values."""
-    import rmqdump.scan.walk as CL
+    import rmqdump.scan._walk as CL
 
     delays = DelayLevels.parse()
 
@@ -294,7 +294,7 @@ def test_dispatch_columns_fallback_paths_agree(name, monkeypatch):
         cl = CommitLog.open(str(store_root(name) / "commitlog"))
         for seg in cl.files:
             with MappedFile(seg.path, limit=cl.file_size) as mf:
-                for b in scan_file(seg, mf, check_crc=False, **kw):
+                for b in scanner.file_batches_from(seg, mf, check_crc=False, **kw):
                     d = dispatch_columns(b, delays)
                     out.append(
                         (d.phys.tolist(), [d.topics[i] for i in d.topic_id.tolist()], d.tags_code.tolist(), d.phys[d.key_rec].tolist(), d.key_hash.tolist())

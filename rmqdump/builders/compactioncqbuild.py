@@ -21,8 +21,8 @@ from rmqdump.common.publish import publishing
 from rmqdump.readers.commitlog import Blank
 from rmqdump.readers.compaction import CompactionQueue, find_compaction
 from rmqdump.readers.fastpath import struct_format
+from rmqdump.scan import scanner
 from rmqdump.scan.compaction import batch_records
-from rmqdump.scan.walk import scan_commitlog
 from rmqdump.schemas import SparseConsumeQueueUnit
 from rmqdump.schemas import constants as C
 
@@ -57,7 +57,7 @@ def queue_files(q: CompactionQueue, cq_file_size: int) -> tuple[dict[str, bytes]
     built = BuiltQueue(q.topic, q.queue_id)
     probs: list[Problem] = []
     files: dict[str, bytearray] = {}
-    for b in scan_commitlog(q.log, check_crc=False):
+    for b in scanner.batches(q.log, check_crc=False):
         probs.extend(b.problems())
         name = b.seg.name
         buf = files.setdefault(name, bytearray())

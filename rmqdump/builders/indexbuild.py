@@ -2,8 +2,8 @@
 
 The broker puts keys one at a time (IndexFile.putKey): a key's slot is
 hash % slots, its entry links to what the slot held, and the slot then holds
-the entry. That step runs compiled over whole batches (scan.kernel.
-index_put); timeDiffs and the entries are whole-array work. What the broker
+the entry. That step runs compiled over whole batches
+(scan.scanner.index_put); timeDiffs and the entries are whole-array work. What the broker
 does around that, kept here:
 
 - entry numbers start at 1 (indexCount starts at 1; entry 0 stays zero) and
@@ -37,7 +37,7 @@ import numpy as np
 
 from rmqdump.common.javahash import index_hash_many
 from rmqdump.readers.fastpath import numpy_dtype
-from rmqdump.scan.walk import kernel
+from rmqdump.scan import scanner
 from rmqdump.schemas import IndexEntry, IndexHeader, IndexSlot
 from rmqdump.schemas import constants as C
 
@@ -226,7 +226,7 @@ class IndexBuilder:
                 td[j:] = np.minimum(np.maximum(st[j:] - f.begin_timestamp, 0) // 1000, INT_MAX)
         rows = np.empty(k, dtype=_ENTRY)
         prev = np.empty(k, dtype=np.int32)
-        f.hash_slot_count += int(kernel().index_put(self._slot_table, h % np.int32(self.hash_slots), first, prev))
+        f.hash_slot_count += int(scanner.index_put(self._slot_table, h % np.int32(self.hash_slots), first, prev))
         rows["key_hash"] = h
         rows["phys_offset"] = p
         rows["time_diff"] = td

@@ -71,11 +71,12 @@ from rmqdump.common.publish import publishing
 from rmqdump.readers.commitlog import CommitLog, SegmentFile, commitlog_path
 from rmqdump.readers.mapped import MappedFile
 from rmqdump.readers.message import Message
+from rmqdump.scan import scanner
 from rmqdump.scan.dispatch import DispatchJoin, dispatch_columns
 from rmqdump.scan.headerfix import Restored, restore_stretches, store_units, unit_agrees
 from rmqdump.scan.ranges import SERIAL, Mapper, RangeScan, ScanOptions, map_ranges, scan_range
+from rmqdump.scan.scanner import Batch
 from rmqdump.scan.splits import Split, commitlog_splits
-from rmqdump.scan.walk import Batch, read_at, read_record, scan_file
 from rmqdump.schemas import constants as C
 
 REPAIR_DLEDGER = "repair_dledger_unsupported"
@@ -430,7 +431,7 @@ def _record_before(seg: SegmentFile, mf: MappedFile, at: int) -> Message | None:
     """The record ending exactly at file offset `at` (the last intact one before a range), if the scan finds it:
     looked for in the 64 KiB before `at` first (most records are smaller), then in the broker's largest record size."""
     for window in (64 << 10, BEFORE_WINDOW):
-        for b in scan_file(seg, mf, start=max(0, at - window), end=at, check_crc=False):
+        for b in scanner.file_batches_from(seg, mf, start=max(0, at - window), end=at, check_crc=False):
             hit = np.flatnonzero(b.cols["_end"] == at) if len(b) else []
             if len(hit):
                 return b.message(int(hit[-1]))
@@ -445,13 +446,13 @@ def _neighbours(cl: CommitLog, r: DamagedRange) -> tuple[dict | None, dict | Non
         before = _describe(_record_before(seg, mf, r.file_offset)) if r.file_offset > 0 else None
         end_off = r.end - seg.base
         if end_off + 8 <= mf.size:
-            m = read_record(seg, mf, end_off, check_crc=True)
+            m = scanner.file_record_at(seg, mf, end_off, check_crc=True)
             after = _describe(m) if isinstance(m, Message) else {"phys_offset": r.end, "not_a_message": m.line() if isinstance(m, Problem) else str(m)}
             return before, after
     nxt = next((f for f in cl.files if f.base > seg.base), None)
     if nxt is None:
         return before, None
-    m = read_at(cl, nxt.base)
+    m = scanner.record_at(cl, nxt.base)
     return before, _describe(m) if isinstance(m, Message) else {"phys_offset": nxt.base, "not_a_message": m.line()}
 
 

@@ -26,9 +26,9 @@ from rmqdump.readers.commitlog import CommitLog
 from rmqdump.readers.compaction import CompactionFiles, CompactionQueue, LogRecord, end_unit_mask, find_compaction, is_tombstone, split_queue_key
 from rmqdump.readers.fastpath import field_offset
 from rmqdump.readers.mapped import open_readonly
+from rmqdump.scan import scanner
 from rmqdump.scan.compaction import Original, batch_records, originals
 from rmqdump.scan.ranges import SERIAL, Mapper
-from rmqdump.scan.walk import scan_commitlog
 from rmqdump.schemas import constants as C
 from rmqdump.schemas import message_header
 
@@ -177,7 +177,7 @@ def _records(q: CompactionQueue, orig: dict[int, Original], has_commitlog: bool,
     """The log's records, their scan problems, and each one against its CommitLog original."""
     held_from = min(orig) if orig else None
     recs: list[_Rec] = []
-    for b in scan_commitlog(q.log, check_crc=check_crc):
+    for b in scanner.batches(q.log, check_crc=check_crc):
         probs.extend(q.located(p) for p in b.problems())
         for i, r in batch_records(b):
             m = r.message

@@ -78,10 +78,10 @@ class RecordTable:
         """The join of physical offsets with the records: (a record starts there, its row (clipped where none does))."""
         if not len(self) or not len(offsets):
             return np.zeros(len(offsets), dtype=bool), np.zeros(len(offsets), dtype=np.int64)
-        from rmqdump.scan.walk import kernel
+        from rmqdump.scan import scanner
 
         rows = np.empty(len(offsets), dtype=np.int64)
-        hit = kernel().join_offsets(self.phys, np.ascontiguousarray(offsets, dtype=np.int64), rows)
+        hit = scanner.join_offsets(self.phys, np.ascontiguousarray(offsets, dtype=np.int64), rows)
         return hit, np.minimum(rows, len(self) - 1)
 
     @property

@@ -27,9 +27,9 @@ from rmqdump.common.problems import InputError
 from rmqdump.readers.commitlog import CommitLog
 from rmqdump.readers.epochfile import EPOCH_FILE
 from rmqdump.readers.store import Store
+from rmqdump.scan import scanner
 from rmqdump.scan.dataend import data_end_of
 from rmqdump.scan.ranges import SERIAL, Mapper
-from rmqdump.scan.walk import scan_commitlog
 
 SIDES = ("a", "b")
 COLUMNS = [
@@ -62,7 +62,7 @@ class Walk:
 
         frame = self.cl.files[0].frame if self.cl.files else 0  # DLedger: a message lies past its entry header
         to = None if self.to_offset is None else self.to_offset + frame
-        for batch in scan_commitlog(self.cl, from_offset=self.start + frame, to_offset=to, check_crc=self.check_crc):
+        for batch in scanner.batches(self.cl, from_offset=self.start + frame, to_offset=to, check_crc=self.check_crc):
             self.problems.extend(batch.problems())
             if not len(batch):
                 continue

@@ -21,9 +21,9 @@ from rmqdump.readers.commitlog import CommitLog
 from rmqdump.readers.fastpath import field_struct
 from rmqdump.readers.mapped import next_data, open_binary, open_readonly
 from rmqdump.readers.message import Message
+from rmqdump.scan import scanner
 from rmqdump.scan.ranges import SERIAL, Mapper
 from rmqdump.scan.splits import RANGE_BYTES, stream_cuts
-from rmqdump.scan.walk import read_at, scan_commitlog
 from rmqdump.schemas import RecordPrefix, message_header
 from rmqdump.schemas import constants as C
 
@@ -202,7 +202,7 @@ def _proven(cl: CommitLog, path: str, pos: int, phys: int) -> bool:
         return False
     if len(head) < _PHYS_AT + _PHYS.size or _MAGIC.unpack_from(head, _MAGIC_AT)[0] not in C.MESSAGE_MAGICS:
         return False
-    return _PHYS.unpack_from(head, _PHYS_AT)[0] == phys and isinstance(read_at(cl, phys, check_crc=False), Message)
+    return _PHYS.unpack_from(head, _PHYS_AT)[0] == phys and isinstance(scanner.record_at(cl, phys, check_crc=False), Message)
 
 
 def _record_start(cl: CommitLog, d: int, hint: int | None = None) -> tuple[int, int, tuple[int, int] | None]:
@@ -215,7 +215,7 @@ def _record_start(cl: CommitLog, d: int, hint: int | None = None) -> tuple[int, 
     if hint is not None and seg.base < hint <= d and not seg.frame and _proven(cl, seg.path, hint - seg.base, hint):
         start = hint  # a record starts there: the bytes before it are whole records
     end, entry = start, None
-    for batch in scan_commitlog(cl, from_offset=start, to_offset=d, check_crc=False):
+    for batch in scanner.batches(cl, from_offset=start, to_offset=d, check_crc=False):
         if not len(batch):
             continue
         ends = batch.phys + batch.cols["total_size"].astype(np.int64)

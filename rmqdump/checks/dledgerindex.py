@@ -15,7 +15,7 @@ import numpy as np
 from rmqdump.common.problems import Problem
 from rmqdump.readers.commitlog import CommitLog
 from rmqdump.readers.dledger import CHECKPOINT_AHEAD, HEADER, INDEX_MISMATCH, INDEX_MISSING, INDEX_SEQUENCE, UNIT, DLedgerDir, IndexUnits
-from rmqdump.scan.walk import scan_commitlog
+from rmqdump.scan import scanner
 from rmqdump.schemas import dledger as DL
 
 
@@ -50,7 +50,7 @@ def check_index(dl: DLedgerDir, cl: CommitLog, *, check_crc: bool = False, on_by
     prev: int | None = None
     told: dict[str, int] = {}  # file -> its bytes told to on_bytes (a progress bar)
     try:
-        for b in scan_commitlog(cl, check_crc=check_crc):
+        for b in scanner.batches(cl, check_crc=check_crc):
             if on_bytes is not None:
                 end = b.seg.size if b.events else (int(b.cols["_end"][-1]) if len(b) else 0)
                 if end > told.get(b.seg.path, 0):

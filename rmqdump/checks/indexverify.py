@@ -26,10 +26,10 @@ from rmqdump.common.problems import Problem
 from rmqdump.readers.commitlog import CommitLog, commitlog_path, frame_of
 from rmqdump.readers.indexfile import LAYOUT_SIZE, IndexFile, IndexLayoutError, Layout, list_index_files
 from rmqdump.readers.store import prove_readable
+from rmqdump.scan import scanner
 from rmqdump.scan.dispatch import DelayLevels, DispatchColumns
 from rmqdump.scan.ranges import SERIAL, Mapper, RangeScan, ScanOptions, map_ranges, scan_range
 from rmqdump.scan.splits import RANGE_BYTES, Split, commitlog_splits
-from rmqdump.scan.walk import read_at
 
 HEADER_COUNT = "index_header_count"
 HEADER_SLOT_COUNT = "index_header_slot_count"
@@ -200,7 +200,7 @@ def _unique_pairs(pairs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def index_keys_of(cl: CommitLog, phys: int) -> list[tuple[str, int]]:
     """(topic#key, index hash) of the record at phys, as the broker indexes them (none for a ROLLBACK)."""
-    m = read_at(cl, phys, check_crc=False)
+    m = scanner.record_at(cl, phys, check_crc=False)
     if isinstance(m, Problem) or m.transaction == "rollback":
         return []
     names = ([f"{m.topic}#{m.uniq_key}"] if m.uniq_key is not None else []) + [f"{m.topic}#{k}" for k in m.keys]
@@ -492,7 +492,7 @@ def _check_header_ends(f: IndexFile, st: _FileState, cl: CommitLog) -> Iterator[
     first, final = f.step(1), f.step(last)
 
     def stored(phys: int) -> int | None:
-        m = read_at(cl, phys, check_crc=False) if cl.file_for(phys) is not None else None
+        m = scanner.record_at(cl, phys, check_crc=False) if cl.file_for(phys) is not None else None
         return None if m is None or isinstance(m, Problem) else m.store_timestamp
 
     if st.first_live and hd.begin_phy_offset != first.phys_offset:

@@ -46,8 +46,8 @@ from rmqdump.readers.fastpath import field_offset, field_struct, struct_format
 from rmqdump.readers.mapped import MappedFile, open_binary, open_readonly
 from rmqdump.readers.message import Message, decode_properties, split_keys
 from rmqdump.readers.store import Store
+from rmqdump.scan import scanner
 from rmqdump.scan.resync import first_nonzero, resync
-from rmqdump.scan.walk import RELEASE_EVERY, read_record, scan_file
 from rmqdump.schemas import RecordPrefix, message_header
 from rmqdump.schemas import constants as C
 from rmqdump.schemas.commitlog import MIN_RECORD_SIZE, PropertiesLength, TopicLengthV1, TopicLengthV2
@@ -302,7 +302,7 @@ def _walk(
             stop: str | None = None
             next_file = False
             at = 0
-            batches = scan_file(seg, mf, start=0, check_crc=check_crc)
+            batches = scanner.file_batches_from(seg, mf, start=0, check_crc=check_crc)
             while (b := next(batches, None)) is not None:
                 n = len(b)
                 cut = n
@@ -324,7 +324,7 @@ def _walk(
                         end = seg.base + at
                         walked.to(end)
                         stop = None
-                        batches = scan_file(seg, mf, start=at, check_crc=check_crc, batch_records=_AFTER_JUMP)
+                        batches = scanner.file_batches_from(seg, mf, start=at, check_crc=check_crc, batch_records=_AFTER_JUMP)
                         continue
                     records += cut
                     if cut:
@@ -398,7 +398,7 @@ def _describe(seg: SegmentFile, mf: MappedFile, p: int, total: int) -> DroppedRe
     Its state: "torn" when it runs past its file's end or its later bytes are zeros (never written), else the code
     the scan gives the record (a size field changed, a bad magic ...), so every output names it alike.
     """
-    m = read_record(seg, mf, p, check_crc=True) if p + total <= mf.size else None
+    m = scanner.file_record_at(seg, mf, p, check_crc=True) if p + total <= mf.size else None
     if isinstance(m, Message):
         return _from_message(m, p)
     end = min(p + total, mf.size)
@@ -454,7 +454,7 @@ def _appended_after(files: list[SegmentFile], valid_end: int, walked: _Walked, l
         """Whole records from p on, as the scan reads them; where the scan stops (p itself when it takes none)."""
         nonlocal end, count
         listing = len(dropped) < listed  # CRCs only matter for the records still described
-        for b in scan_file(seg, mf, start=p, check_crc=listing):
+        for b in scanner.file_batches_from(seg, mf, start=p, check_crc=listing):
             n = len(b)
             if n:
                 pos = b.cols["_pos"]
@@ -479,7 +479,7 @@ def _appended_after(files: list[SegmentFile], valid_end: int, walked: _Walked, l
             released = 0
             while p is not None and p < size:
                 walked.to(seg.base + p)
-                if p - released >= RELEASE_EVERY:
+                if p - released >= scanner.RELEASE_EVERY:
                     mf.release(released, p)
                     released = p
                 if p + 8 <= size:

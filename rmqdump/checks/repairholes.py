@@ -139,9 +139,9 @@ def _still_there(store: Store, r: Replaced) -> bool:
         return head == BlankMarker.build({"total_size": r.length, "magic": C.MAGIC_BLANK})
     if r.length < MIN_FILLER:
         return False
-    from rmqdump.scan.walk import read_at
+    from rmqdump.scan import scanner
 
-    m = read_at(cl, r.phys_offset, check_crc=True, with_body=True)
+    m = scanner.record_at(cl, r.phys_offset, check_crc=True, with_body=True)
     if getattr(m, "total_size", None) != r.length or m.topic or m.sys_flag & C.TRANSACTION_MASK != C.TRANSACTION_ROLLBACK:
         return False
     text = note(r.length, r.phys_offset)[: r.length - MIN_FILLER]

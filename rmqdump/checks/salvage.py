@@ -42,11 +42,12 @@ from rmqdump.readers.commitlog import SegmentFile
 from rmqdump.readers.consumequeue import QueueUnits, read_units
 from rmqdump.readers.mapped import MappedFile
 from rmqdump.readers.store import Store
+from rmqdump.scan import scanner
 from rmqdump.scan.headerfix import MAGIC_CODE, Restored, restore_stretches
 from rmqdump.scan.queueorder import above_earlier, queue_key, queue_members
 from rmqdump.scan.ranges import range_batches
+from rmqdump.scan.scanner import Batch
 from rmqdump.scan.splits import Split
-from rmqdump.scan.walk import Batch, kernel, scan_file
 from rmqdump.schemas import constants as C
 
 AFTER_STOP = "after_recovery_stop"
@@ -154,7 +155,7 @@ def plan(
 def _zeroed_properties(b: Batch) -> np.ndarray:
     """Records whose properties hold a zero byte: producers never write one (names and values are text, separators 1 and 2)."""
     c = b.cols
-    return kernel().holds_zero(b.mf.data, c["properties_pos"].astype(np.int64), c["properties_length"].astype(np.int64))
+    return scanner.holds_zero(b.mf.data, c["properties_pos"].astype(np.int64), c["properties_length"].astype(np.int64))
 
 
 SURVEY_DTYPES = {  # what classification needs of every record (~43 bytes; no body, no bytes)
@@ -332,7 +333,7 @@ def records(store: Store, phys: np.ndarray, *, check_crc: bool = True) -> Iterat
         with MappedFile(seg.path, limit=store.commitlog.file_size) as mf:
             for start in (int(want[0] - seg.base), 0):
                 stop = int(want[-1] - seg.base) + 1
-                for b in scan_file(seg, mf, start=start, end=stop, check_crc=check_crc, batch_records=BATCH_RECORDS):
+                for b in scanner.file_batches_from(seg, mf, start=start, end=stop, check_crc=check_crc, batch_records=BATCH_RECORDS):
                     if not len(b):
                         continue
                     bp = b.cols["_pos"].astype(np.int64) + seg.base

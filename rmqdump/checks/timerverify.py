@@ -22,8 +22,8 @@ from rmqdump.common.problems import Problem
 from rmqdump.readers.commitlog import CommitLog
 from rmqdump.readers.fastpath import field_offset
 from rmqdump.readers.timerlog import SLOT_SIZE, TimerRecord, TimerStore, TimerUnits
+from rmqdump.scan import scanner
 from rmqdump.scan.dataend import data_end_of
-from rmqdump.scan.walk import messages_at
 from rmqdump.schemas import constants as C
 from rmqdump.schemas.timer import TimerCheck, TimerLogUnit, TimerWheelSlot
 
@@ -89,7 +89,7 @@ class TimerVerifySummary:
 
 def records_at(cl: CommitLog, offsets: np.ndarray, *, check_crc: bool = False) -> dict[int, TimerRecord]:
     """What the timer units need of the records starting exactly at these physical offsets (one scan over their stretch)."""
-    return {k: TimerRecord.of(m) for k, m in messages_at(cl, offsets, check_crc=check_crc).items()}
+    return {k: TimerRecord.of(m) for k, m in scanner.records_at(cl, offsets, check_crc=check_crc).items()}
 
 
 def verify_timers(

@@ -23,7 +23,7 @@ from rmqdump.query.listing import Filter, Records, Tally, record_entries
 from rmqdump.readers.commitlog import Blank
 from rmqdump.readers.mapped import MappedFile
 from rmqdump.readers.message import Message
-from rmqdump.scan.walk import Batch
+from rmqdump.scan.scanner import Batch
 from rmqdump.schemas import constants as C
 from rmqdump.text import batches as TB
 from rmqdump.text import spelling as K

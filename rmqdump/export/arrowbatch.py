@@ -22,8 +22,9 @@ import pyarrow.compute as pc
 
 from rmqdump.readers.fastpath import field_struct, gather, numpy_dtype, struct_format
 from rmqdump.readers.message import decode_properties, flag_names, format_host, split_keys
+from rmqdump.scan import scanner
 from rmqdump.scan.compaction import AFTER_CHECKPOINT, COMPACTED, NOT_SERVED, ServedView
-from rmqdump.scan.walk import Batch, kernel
+from rmqdump.scan.scanner import Batch
 from rmqdump.schemas import HostV4, HostV6, OffsetMsgIdV4
 from rmqdump.schemas import constants as C
 
@@ -137,7 +138,7 @@ def _binary(data: np.ndarray, pos: np.ndarray, length: np.ndarray, typ=pa.binary
     n = len(pos)
     if n and int(np.maximum(length, 0).sum()) >= 1 << 31:
         raise ValueError("a chunk holds 2 GiB of strings")  # chunks hold at most MAX_CHUNK_BYTES of records
-    offsets, buf = kernel().pack_bytes(data, np.asarray(pos, np.int64), np.asarray(length, np.int64))
+    offsets, buf = scanner.pack_bytes(data, np.asarray(pos, np.int64), np.asarray(length, np.int64))
     mask = None if valid is None else _bitmap(valid)
     arr = pa.Array.from_buffers(pa.binary(), n, [mask, pa.py_buffer(offsets), pa.py_buffer(buf)], null_count=-1 if mask else 0)
     return arr.cast(typ) if typ != pa.binary() else arr
@@ -150,7 +151,7 @@ def _without_body(data: np.ndarray, c: dict) -> pa.Array:
     end = pos + c["total_size"].astype(np.int64)
     starts = np.stack([pos, after], axis=1).ravel()
     lengths = np.stack([body - pos, end - after], axis=1).ravel()
-    offsets, buf = kernel().pack_bytes(data, starts, lengths)
+    offsets, buf = scanner.pack_bytes(data, starts, lengths)
     n = len(pos)
     return pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(np.ascontiguousarray(offsets[::2])), pa.py_buffer(buf)], null_count=0)
 
@@ -266,7 +267,7 @@ def _properties(view: memoryview, pos: np.ndarray, length: np.ndarray):
     pos, length = np.asarray(pos, np.int64), np.asarray(length, np.int64)
     if int(length.sum()) >= 1 << 31:
         raise ValueError("a chunk holds 2 GiB of properties")  # chunks hold at most MAX_CHUNK_BYTES of records
-    rows, noffs, nbuf, voffs, vbuf, toffs, tbuf, tags, uoffs, ubuf, uniq, krows, koffs, kbuf, twice = kernel().properties_columns(data, pos, length)
+    rows, noffs, nbuf, voffs, vbuf, toffs, tbuf, tags, uoffs, ubuf, uniq, krows, koffs, kbuf, twice = scanner.properties_columns(data, pos, length)
     if twice:
         return _properties_py(view, pos, length)
     try:

@@ -18,7 +18,7 @@ from rmqdump.common.publish import publishing
 from rmqdump.export import arrowbatch
 from rmqdump.export.dataset import ROWS_PER_GROUP_WITH_BODY, TopicParquetWriter
 from rmqdump.readers.store import Store
-from rmqdump.scan.walk import scan_commitlog
+from rmqdump.scan import scanner
 
 
 def _wanted_upto(chunks, pending: np.ndarray, hi: int) -> tuple[np.ndarray, np.ndarray]:
@@ -49,7 +49,7 @@ def write_side_messages(
                 continue
             sch = arrowbatch.schema(with_body=True)
             with TopicParquetWriter(root, 0, sch, ROWS_PER_GROUP_WITH_BODY) as w:
-                for batch in scan_commitlog(st.commitlog, from_offset=start, check_crc=check_crc):
+                for batch in scanner.batches(st.commitlog, from_offset=start, check_crc=check_crc):
                     if not len(batch):
                         continue
                     take, pending = _wanted_upto(chunks, pending, int(batch.phys[-1]))

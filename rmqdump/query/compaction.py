@@ -16,9 +16,9 @@ from rmqdump.common.problems import Problem
 from rmqdump.readers.commitlog import CommitLog
 from rmqdump.readers.compaction import CompactionFiles, compaction_key, end_unit_mask, is_tombstone, queue_units_bounds
 from rmqdump.readers.message import Message
+from rmqdump.scan import scanner
 from rmqdump.scan.compaction import Original, batch_records, originals, part_of, served_records
 from rmqdump.scan.ranges import SERIAL, Mapper
-from rmqdump.scan.walk import scan_commitlog
 
 
 def consumer_view(
@@ -182,7 +182,7 @@ def log_rows(
     orig = originals(cl, {topic}, on_bytes=on_bytes, mapper=mapper) if cl.files and queues else {}
     for q in queues:
         mine = orig.get((q.topic, q.queue_id), {})
-        for b in scan_commitlog(q.log):
+        for b in scanner.batches(q.log):
             for i, r in batch_records(b):
                 d = r.message.to_dict()
                 o = mine.get(r.queue_offset) if r.message.topic == q.topic and r.message.queue_id == q.queue_id else None

@@ -21,7 +21,7 @@ from rmqdump.readers.cqext import ConsumeQueueExt
 from rmqdump.readers.mapped import MappedFile
 from rmqdump.readers.message import Message
 from rmqdump.readers.recordprops import is_lmq, multi_dispatch
-from rmqdump.scan.walk import read_record
+from rmqdump.scan import scanner
 from rmqdump.schemas import constants as C
 
 SEEK_UNREADABLE = "seek_record_unreadable"
@@ -42,7 +42,7 @@ class RecordReader:
         mf = self._open.get(seg.path)
         if mf is None:
             mf = self._open[seg.path] = MappedFile(seg.path, limit=self.cl.file_size)
-        return read_record(seg, mf, phys - seg.base, check_crc=self.check_crc)
+        return scanner.file_record_at(seg, mf, phys - seg.base, check_crc=self.check_crc)
 
     def close(self) -> None:
         for mf in self._open.values():

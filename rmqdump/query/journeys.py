@@ -23,10 +23,10 @@ from rmqdump.readers.lifecycle import Copy, Evidence, read_record, wants_body
 from rmqdump.readers.message import Message
 from rmqdump.readers.msgid import id_bytes
 from rmqdump.readers.store import Store
+from rmqdump.scan import scanner
 from rmqdump.scan.dispatch import DelayLevels
 from rmqdump.scan.ranges import SERIAL, Mapper, ScanOptions, scan_range
 from rmqdump.scan.splits import commitlog_splits
-from rmqdump.scan.walk import read_at, scan_commitlog
 from rmqdump.schemas import lifecycle as L
 
 DELAY_FILE = "delayOffset.json"
@@ -152,7 +152,7 @@ def _queue_records(store: Store, queues, g: Gathered, *, check_crc: bool, units=
         if u is None:
             continue
         g.reached = max(g.reached, u[0] + 1)
-        m = read_at(store.commitlog, u[0], check_crc=check_crc, with_body=True)
+        m = scanner.record_at(store.commitlog, u[0], check_crc=check_crc, with_body=True)
         if isinstance(m, Problem):
             g.problems.append(m)
             continue
@@ -177,7 +177,7 @@ def lookup_store(store: Store, ids: list[str], *, check_crc: bool = True, moved:
         more: set[str] = set()
         start = max(0, min(tail, g.reached))
         done = tail >= 0 and g.reached <= tail and store.commitlog.nothing_after(tail)
-        past = () if done else scan_commitlog(store.commitlog, from_offset=start, check_crc=check_crc)
+        past = () if done else scanner.batches(store.commitlog, from_offset=start, check_crc=check_crc)
         for b in past:
             g.problems += b.problems()
             g.scanned_bytes += int(b.phys[-1]) - int(b.phys[0]) if len(b) else 0

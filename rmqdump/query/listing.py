@@ -15,7 +15,8 @@ from rmqdump.common import problems as P
 from rmqdump.common.problems import Problem
 from rmqdump.readers.commitlog import Blank, CommitLog
 from rmqdump.readers.message import Message, decompress
-from rmqdump.scan.walk import Batch, scan_commitlog
+from rmqdump.scan import scanner
+from rmqdump.scan.scanner import Batch
 from rmqdump.schemas import constants as C
 
 
@@ -91,7 +92,7 @@ def list_records(
     tally = tally if tally is not None else Tally()
     yield from cl.problems
     done_at: dict[str, int] = {}
-    for b in scan_commitlog(cl, from_offset=flt.from_offset, to_offset=flt.to_offset, check_crc=check_crc):
+    for b in scanner.batches(cl, from_offset=flt.from_offset, to_offset=flt.to_offset, check_crc=check_crc):
         if len(b):
             yield Records(b, np.flatnonzero(flt.mask(b)))
             if flt.limit is not None and tally.messages >= flt.limit:

@@ -30,9 +30,9 @@ from rmqdump.readers.indexfile import IndexFile, key_hash, open_all
 from rmqdump.readers.message import Message
 from rmqdump.readers.msgid import OffsetMsgId, UniqKey, id_bytes
 from rmqdump.readers.store import prove_readable
+from rmqdump.scan import scanner
 from rmqdump.scan.ranges import SERIAL, Mapper, ScanOptions, scan_range
 from rmqdump.scan.splits import Split, commitlog_splits
-from rmqdump.scan.walk import read_at
 
 SECOND = 1000
 RECORD_CACHE = 4096
@@ -373,7 +373,7 @@ class Index:
         """The record at phys; the last few thousand are kept, as one message is found under each of its keys."""
         m = self._records.get(phys)
         if m is None:
-            m = read_at(self.commitlog, phys)
+            m = scanner.record_at(self.commitlog, phys)
             self._records[phys] = m
             if len(self._records) > RECORD_CACHE:
                 self._records.popitem(last=False)
@@ -386,7 +386,7 @@ class Index:
         oid = OffsetMsgId.decode(text)
         if oid.phys_offset < 0 or self.commitlog.file_for(oid.phys_offset) is None:
             return None
-        m = read_at(self.commitlog, oid.phys_offset)
+        m = scanner.record_at(self.commitlog, oid.phys_offset)
         if isinstance(m, Message) and m.msg_id == oid.text:
             return m
         return None

@@ -4,7 +4,7 @@ Files are named by their 20-digit start offset; their configured size is the
 usual step between names. A DLedger CommitLog's data files
 (`dledger-<id>/data/`) are read the same way, each record framed by an entry
 header (`SegmentFile.frame`). Reading their records is the scan's
-(rmqdump.scan.walk), not this module's.
+(rmqdump.scan.scanner), not this module's.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 RocketMQ's DLedgerCommitLog keeps each message inside a DLedger entry
 (schemas.dledger). The scan walks the data files with the entry header as a
-frame (rmqdump.scan.walk, rmqdump.scan.damage, rmqdump.scan.resync); the
+frame (rmqdump.scan.scanner, rmqdump.scan.damage, rmqdump.scan.resync); the
 index files (one unit per entry) and the `checkpoint` / `currterm` files are
 read here and checked against the entries by rmqdump.checks.dledgerindex.
 """

@@ -19,9 +19,9 @@ from rmqdump.readers.commitlog import CommitLog
 from rmqdump.readers.compaction import CompactionFiles, CompactionQueue, LogRecord, compaction_key, find_compaction, tags_code
 from rmqdump.readers.mapped import OffsetFile
 from rmqdump.readers.message import Message, decode_properties
+from rmqdump.scan._walk import Batch, read_at
 from rmqdump.scan.ranges import SERIAL, Mapper, range_batches
 from rmqdump.scan.splits import Split, StoreRef, commitlog_splits
-from rmqdump.scan.walk import Batch, read_at
 from rmqdump.schemas import constants as C
 
 

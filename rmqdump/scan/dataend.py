@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 from rmqdump.readers.commitlog import CommitLog, SegmentFile
 from rmqdump.readers.mapped import MappedFile, open_binary
-from rmqdump.scan.walk import scan_file
+from rmqdump.scan._walk import scan_file
 
 
 def _starts_with_data(seg: SegmentFile) -> bool:

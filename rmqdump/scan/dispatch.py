@@ -15,7 +15,7 @@ import numpy as np
 
 from rmqdump.common.javahash import java_hash
 from rmqdump.scan import layout as K
-from rmqdump.scan.walk import Batch
+from rmqdump.scan._walk import Batch
 from rmqdump.schemas import constants as C
 
 _UNITS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}

@@ -30,8 +30,8 @@ from rmqdump.readers.commitlog import SegmentFile
 from rmqdump.readers.fastpath import field_struct, struct_format
 from rmqdump.readers.mapped import MappedFile
 from rmqdump.readers.message import decode_properties
+from rmqdump.scan._walk import Batch, kernel, scan_file
 from rmqdump.scan.dispatch import DelayLevels, dispatch_columns
-from rmqdump.scan.walk import Batch, kernel, scan_file
 from rmqdump.schemas import RecordPrefix, message_header
 from rmqdump.schemas import constants as C
 from rmqdump.schemas.commitlog import MIN_RECORD_SIZE, PropertiesLength, TopicLengthV1, TopicLengthV2

@@ -1,4 +1,4 @@
-"""The compiled record walk (numba): imported through rmqdump.scan.walk.kernel() only (numba set up first).
+"""The compiled record walk (numba): imported through rmqdump.scan._walk.kernel() only (numba set up first).
 
 `scan` walks one byte range of a mapped CommitLog file by totalSize and, per
 record, checks what the columnar parser checked (prefix, sizes, every length

@@ -22,9 +22,9 @@ from typing import Protocol, TypeVar, runtime_checkable
 from rmqdump.common.problems import Problem
 from rmqdump.readers.commitlog import SegmentFile
 from rmqdump.readers.mapped import MappedFile
+from rmqdump.scan._walk import Batch, scan_file
 from rmqdump.scan.dispatch import DelayLevels, DispatchColumns, DispatchJoin, dispatch_columns
 from rmqdump.scan.splits import Split
-from rmqdump.scan.walk import Batch, scan_file
 
 T = TypeVar("T")
 R = TypeVar("R")

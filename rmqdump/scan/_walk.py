@@ -1,5 +1,9 @@
 """The walk of a CommitLog file: the compiled kernel's batches of records as columns, with what stopped it.
 
+Private to rmqdump/scan/: code outside it reads records through the scanner
+(rmqdump.scan.scanner) or the range scan (rmqdump.scan.ranges), so there is
+one walk and no pass grows a loop of its own.
+
 The kernel (rmqdump.scan.kernel) walks totalSize from record to record,
 checks each record's lengths against its totalSize and its CRCs, and gives a
 batch of records as columns, with what the broker's dispatch takes from them.

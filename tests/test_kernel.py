@@ -23,7 +23,6 @@ from rmqdump.readers.mapped import MappedFile
 from rmqdump.readers.message import decode_properties, java_crc32, parse_crc_digits, split_keys
 from rmqdump.scan import layout as K
 from rmqdump.scan import scanner
-from rmqdump.scan._walk import kernel
 from rmqdump.scan.dispatch import DelayLevels, dispatch_columns
 from rmqdump.scan.native import configure
 from rmqdump.schemas import MessageRecord

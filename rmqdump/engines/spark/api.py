@@ -86,7 +86,8 @@ def units(spark, stores: StoresArg, columns: Sequence[str] | None = None):
     keys = ["broker", "topic", "queue_id", "queue_offset"]
     want = [c for c in T.columns_of("units") if c in cols or ("status" in cols and c in keys)]
     queues = [(ref.name, ref.root, t, q) for ref in refs for (t, q) in sorted(Store.open(ref.root).queues)]
-    df = arrow_stage(spark, queues, _units_task(T.arrow_schema("units", want)), T.arrow_schema("units", want))
+    schema = T.arrow_schema("units", want)
+    df = arrow_stage(spark, queues, _units_task(schema), schema)
     if "status" not in cols:
         return df
     codes = _per_store(spark, refs, _unit_codes, UNIT_CODES)

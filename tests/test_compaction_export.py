@@ -117,7 +117,7 @@ def test_spark_export_compaction_columns_equal_truth(tmp_path, writer):
     spark = build_session("local[2]", ["spark.sql.shuffle.partitions=2"], driver_memory="1g")
     try:
         out = tmp_path / "out"
-        res = export_spark(spark, resolve_stores([str(store_root(NAME))]), str(out), writer=writer, split_size=256 << 10)
+        res = export_spark(spark, resolve_stores([str(store_root(NAME))]), str(out), writer=writer, range_bytes=256 << 10)
     finally:
         spark.stop()
     assert res.problem_count == 0

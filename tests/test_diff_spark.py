@@ -25,7 +25,7 @@ from rmqdump.readers.commitlog import CommitLog  # noqa: E402
 def test_spark_pair_equals_truth(pair, spark, monkeypatch):
     local = test_diff._diff
     monkeypatch.setattr(test_diff, "_diff", lambda a, b, *x: local(a, b, *x, "--engine", "spark", "--master", "local[2]"))
-    monkeypatch.setattr(diffdecode, "DEFAULT_SPLIT", 64 << 10)
+    monkeypatch.setattr(diffdecode, "RANGE_BYTES", 64 << 10)
     calls = []
     real = diffdecode.splits_past
     monkeypatch.setattr(diffdecode, "splits_past", lambda *a, **k: calls.append(real(*a, **k)) or calls[-1])

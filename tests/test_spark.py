@@ -47,13 +47,13 @@ def test_spark_tiny_splits_same_rows(spark, fleet, spark_rows, tmp_path):
     """Ranges of 4 KiB over every real store: every record once, none lost, none twice."""
     from rmqdump.engines.spark.export import export_spark
 
-    res = export_spark(spark, fleet, str(tmp_path / "tiny"), with_body=True, split_size=4096, writer="spark")
+    res = export_spark(spark, fleet, str(tmp_path / "tiny"), with_body=True, range_bytes=4096, writer="spark")
     assert res.splits > 1000
     tiny = read_dataset(tmp_path / "tiny")
     assert len({(r["broker"], r["phys_offset"]) for r in tiny}) == len(tiny)
     assert tiny == spark_rows
     # the same with the tasks writing their part files themselves (--spark-writer arrow)
-    res = export_spark(spark, fleet, str(tmp_path / "arrow"), with_body=True, split_size=4096, writer="arrow")
+    res = export_spark(spark, fleet, str(tmp_path / "arrow"), with_body=True, range_bytes=4096, writer="arrow")
     assert res.messages == len(tiny) and res.problem_count == 0
     assert read_dataset(tmp_path / "arrow") == spark_rows
 
@@ -62,9 +62,9 @@ def test_spark_jsonl_equals_local_jsonl(spark, tmp_path):
     from rmqdump.engines.spark.export import export_spark
 
     stores = [StoreRef("rmq53-v2", str(REAL / "rmq53-v2" / "store")), StoreRef("rmq4-flags", str(REAL / "rmq4-flags" / "store"))]
-    export_spark(spark, stores, str(tmp_path / "s"), fmt="jsonl", with_body=True, split_size=16384, writer="spark")
+    export_spark(spark, stores, str(tmp_path / "s"), fmt="jsonl", with_body=True, range_bytes=16384, writer="spark")
     export_local(stores, str(tmp_path / "l"), fmt="jsonl", with_body=True)
-    export_spark(spark, stores, str(tmp_path / "a"), fmt="jsonl", with_body=True, split_size=16384, writer="arrow")
+    export_spark(spark, stores, str(tmp_path / "a"), fmt="jsonl", with_body=True, range_bytes=16384, writer="arrow")
     assert read_jsonl(tmp_path / "s") == read_jsonl(tmp_path / "l") == read_jsonl(tmp_path / "a")
     lines = lambda d: sorted(line for f in d.rglob("part-*") for line in f.read_text(encoding="utf-8").splitlines())  # noqa: E731
     assert lines(tmp_path / "s") == lines(tmp_path / "l")
@@ -81,8 +81,8 @@ def test_spark_damaged_store_same_rows_and_problems(spark, tmp_path):
         fh.write(b"\xee" * 3000)
     stores = [StoreRef("rmq4-basic", str(root))]
     local = export_local(stores, str(tmp_path / "l"))
-    sp = export_spark(spark, stores, str(tmp_path / "s"), split_size=8192, writer="spark")
-    ar = export_spark(spark, stores, str(tmp_path / "a"), split_size=8192, writer="arrow")
+    sp = export_spark(spark, stores, str(tmp_path / "s"), range_bytes=8192, writer="spark")
+    ar = export_spark(spark, stores, str(tmp_path / "a"), range_bytes=8192, writer="arrow")
     assert local.problem_count > 0
     assert sp.problems == local.problems == ar.problems and sp.problem_count == local.problem_count == ar.problem_count
     assert read_dataset(tmp_path / "a") == read_dataset(tmp_path / "l")
@@ -127,7 +127,7 @@ def _verify_both(spark, root, **kw):
 
     s1, s2 = VerifySummary(), VerifySummary()
     local = [p.to_dict(PROBLEM_COLUMNS) for p in verify(Store.open(root), summary=s1, **kw)]
-    sp = [p.to_dict(PROBLEM_COLUMNS) for p in verify_spark(spark, Store.open(root), VerifyScope(**kw), summary=s2, split_size=8192)]
+    sp = [p.to_dict(PROBLEM_COLUMNS) for p in verify_spark(spark, Store.open(root), VerifyScope(**kw), summary=s2, range_bytes=8192)]
     key = lambda d: json.dumps(d, sort_keys=True)  # noqa: E731
     assert sorted(sp, key=key) == sorted(local, key=key)
     assert s1.to_dict() == s2.to_dict() and s1.codes == s2.codes
@@ -200,7 +200,7 @@ def _rebuild_both(spark, root, tmp_path, **opts):
 
     settings = resolve(str(root), **{k: opts.pop(k) for k in ("index_entries", "hash_slots", "cq_units", "ext_bitmap_bits") if k in opts})
     a = rebuild(str(root), str(tmp_path / "local"), settings, RebuildOptions(sync=False, **opts))
-    b = rebuild_spark(spark, str(root), str(tmp_path / "spark"), settings, RebuildOptions(sync=False, **opts), split_size=16384)
+    b = rebuild_spark(spark, str(root), str(tmp_path / "spark"), settings, RebuildOptions(sync=False, **opts), range_bytes=16384)
     ta, tb = _tree(tmp_path / "local"), _tree(tmp_path / "spark")
     assert ta.keys() == tb.keys() and ta == tb  # the same files, byte for byte
     sa, sb = a.summary(), b.summary()
@@ -449,7 +449,7 @@ def test_spark_equals_local_and_the_broker_on_every_real_store(spark, real_root,
     # export: Spark's decoder tasks give the local engine's rows, and they are the broker's records
     stores = [StoreRef(name, str(root))]
     loc = export_local(stores, str(tmp_path / "el"), with_body=True)
-    sp = export_spark(spark, stores, str(tmp_path / "es"), with_body=True, split_size=16384, writer="spark")
+    sp = export_spark(spark, stores, str(tmp_path / "es"), with_body=True, range_bytes=16384, writer="spark")
     assert sp.problems == loc.problems and sp.problem_count == loc.problem_count and sp.messages == loc.messages
     rows = read_dataset(tmp_path / "es")
     assert rows == read_dataset(tmp_path / "el")
@@ -488,7 +488,7 @@ def test_spark_export_of_a_dledger_and_a_plain_store_together(spark, real_root, 
 
     dl = real_root("rmq53-dledger")
     stores = [StoreRef("rmq53-dledger", str(dl)), StoreRef("rmq4-basic", str(REAL / "rmq4-basic" / "store"))]
-    res = export_spark(spark, stores, str(tmp_path / "o"), split_size=16384, writer=writer)
+    res = export_spark(spark, stores, str(tmp_path / "o"), range_bytes=16384, writer=writer)
     assert res.problem_count == 0
     rows = read_dataset(tmp_path / "o")
     puts = [m for m in manifest("rmq53-dledger") if m["kind"] == "put"]

@@ -25,7 +25,6 @@ from rmqdump.readers.store import prove_readable
 
 MiB = 1 << 20
 RANGE_BYTES = 128 * MiB  # the unit of parallel work of every pass: ~110k records of 1.2 KB, ~5 MB of columns
-DEFAULT_SPLIT = RANGE_BYTES  # the old name, still imported by engines/spark/* (to go when they take RANGE_BYTES)
 PARALLEL_MIN_BYTES = RANGE_BYTES // 2  # below this a CommitLog is read by one worker: threads would cost more than they save
 # A pass whose results hold a range's decoded output whole until its fold takes it (2 x workers ranges in flight)
 # cuts ranges smaller by how much that output outweighs the records' bytes (held_range_bytes):

@@ -84,7 +84,7 @@ def export(
         t0 = time.perf_counter()
         with session(master, spark_conf, driver_memory=driver_memory, ship=ship.value) as spark:
             startup = time.perf_counter() - t0
-            res = export_spark(spark, stores, out, fmt=fmt.value, with_body=with_body, split_size=split, force=force, check_crc=crc, writer=spark_writer.value)
+            res = export_spark(spark, stores, out, fmt=fmt.value, with_body=with_body, range_bytes=split, force=force, check_crc=crc, writer=spark_writer.value)
         res.startup_seconds = startup
     for p in res.problems:
         render.err.print(f"{p['broker']}: {p['code']}: {p['file']}@{p['file_offset']}: {p['detail']}", markup=False, highlight=False)

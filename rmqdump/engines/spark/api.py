@@ -25,21 +25,18 @@ from collections.abc import Callable, Iterator, Sequence
 
 import pyarrow as pa
 
-from rmqdump.engines.spark.export import splits_frame
-from rmqdump.export.arrowbatch import SPARK_TYPES
+from rmqdump.engines.spark.rangemap import arrow_stage, map_ranges
 from rmqdump.readers.indexfile import IndexFile, Layout, key_hash, open_all
 from rmqdump.readers.store import Store
-from rmqdump.scan.splits import DEFAULT_SPLIT, Split, StoreRef, plan, resolve_stores
+from rmqdump.scan.splits import RANGE_BYTES, Split, StoreRef, plan, resolve_stores
 from rmqdump.sql import tables as T
 
 StoresArg = str | os.PathLike | StoreRef | Sequence[str | os.PathLike | StoreRef]
 
 CODES_BATCH = 10_000  # unit findings per Arrow batch of the status join
-
-
-def ddl(table: str, columns: list[str]) -> str:
-    """The Spark schema string of a table's columns (mapInArrow checks the types exactly)."""
-    return ", ".join(f"`{f.name}` {SPARK_TYPES[f.type]}" for f in T.arrow_schema(table, columns))
+UNIT_CODES = pa.schema(
+    [("broker", pa.string()), ("topic", pa.string()), ("queue_id", pa.int32()), ("unit_index", pa.int64()), ("code", pa.string()), ("seq", pa.int64())]
+)
 
 
 def stores_of(stores: StoresArg) -> list[StoreRef]:
@@ -60,27 +57,19 @@ def columns_for(table: str, columns: Sequence[str] | None) -> list[str]:
     return [c for c in every if c in set(columns)]
 
 
-def _frame(spark, rows: list[tuple], row_ddl: str, partitions: int):
-    sc = spark.sparkContext
-    return spark.createDataFrame(sc.parallelize(rows, max(1, min(len(rows), partitions))), row_ddl)
-
-
-def messages(spark, stores: StoresArg, columns: Sequence[str] | None = None, *, split_size: int = DEFAULT_SPLIT):
+def messages(spark, stores: StoresArg, columns: Sequence[str] | None = None, *, range_bytes: int = RANGE_BYTES):
     """Every message of every store (the `export` rows): one task per byte range of the CommitLogs.
 
     CRCs are checked only when crc_ok or prop_crc_ok is asked for; `body` only when named."""
     cols = columns_for("messages", columns)
     refs = stores_of(stores)
-    splits, _layout = plan(refs, split_size)
-    return splits_frame(spark, splits).mapInArrow(_messages_task(cols, T.compaction_views(refs, cols)), ddl("messages", cols))
+    splits, _layout = plan(refs, range_bytes)
+    return map_ranges(spark, splits, _messages_task(cols, T.compaction_views(refs, cols)), T.arrow_schema("messages", cols))
 
 
 def _messages_task(cols: list[str], served: dict):
-    def run(batches):
-        for batch in batches:
-            for row in batch.to_pylist():
-                split = Split(**row)
-                yield from T.split_messages(split, cols, served.get(split.broker))
+    def run(_no: int, split: Split):
+        return T.split_messages(split, cols, served.get(split.broker))
 
     return run
 
@@ -96,13 +85,12 @@ def units(spark, stores: StoresArg, columns: Sequence[str] | None = None):
     refs = stores_of(stores)
     keys = ["broker", "topic", "queue_id", "queue_offset"]
     want = [c for c in T.columns_of("units") if c in cols or ("status" in cols and c in keys)]
-    rows = [(ref.name, ref.root, t, q) for ref in refs for (t, q) in sorted(Store.open(ref.root).queues)]
-    sc = spark.sparkContext
-    df = _frame(spark, rows, "broker string, root string, topic string, queue_id int", 4 * sc.defaultParallelism)
-    df = df.mapInArrow(_units_task(T.arrow_schema("units", want)), ddl("units", want))
+    queues = [(ref.name, ref.root, t, q) for ref in refs for (t, q) in sorted(Store.open(ref.root).queues)]
+    schema = T.arrow_schema("units", want)
+    df = arrow_stage(spark, queues, _units_task(schema), schema)
     if "status" not in cols:
         return df
-    codes = _per_store(spark, refs, _unit_codes, "broker string, topic string, queue_id int, unit_index bigint, code string, seq bigint")
+    codes = _per_store(spark, refs, _unit_codes, UNIT_CODES)
     first = codes.groupBy("broker", "topic", "queue_id", "unit_index").agg(F.min_by("code", "seq").alias("_code"))
     on = [df.broker == first.broker, df.topic == first.topic, df.queue_id == first.queue_id, df.queue_offset == first.unit_index]
     joined = df.join(first, on, "left")
@@ -110,13 +98,12 @@ def units(spark, stores: StoresArg, columns: Sequence[str] | None = None):
 
 
 def _units_task(schema: pa.Schema):
-    def run(batches):
-        opened: dict[str, Store] = {}
-        for batch in batches:
-            for r in batch.to_pylist():
-                st = opened.get(r["root"]) or opened.setdefault(r["root"], Store.open(r["root"]))
-                q = st.queues[(r["topic"], r["queue_id"])]
-                yield from T.queue_units(r["broker"], r["topic"], r["queue_id"], q, schema, None)
+    opened: dict[str, Store] = {}  # per task process: each store's queues listed once
+
+    def run(queue: tuple[str, str, str, int]):
+        broker, root, topic, queue_id = queue
+        st = opened.get(root) or opened.setdefault(root, Store.open(root))
+        return T.queue_units(broker, topic, queue_id, st.queues[(topic, queue_id)], schema, None)
 
     return run
 
@@ -143,60 +130,51 @@ def index_entries(spark, stores: StoresArg, columns: Sequence[str] | None = None
 
     The driver opens each store's IndexFiles once to settle their sizing (a file too empty to tell takes its store's)."""
     cols = columns_for("index_entries", columns)
-    rows = []
+    files = []
     for ref in stores_of(stores):
         for f in open_all(ref.root):
-            rows.append((ref.name, f.path, f.layout.hash_slots, f.layout.index_entries, f.layout.source))
+            files.append((ref.name, f.path, f.layout))
             f.close()
-    sc = spark.sparkContext
-    df = _frame(spark, rows, "broker string, path string, hash_slots int, index_entries int, source string", 2 * sc.defaultParallelism)
-    return df.mapInArrow(_index_task(T.arrow_schema("index_entries", cols)), ddl("index_entries", cols))
+    schema = T.arrow_schema("index_entries", cols)
+    return arrow_stage(spark, files, _index_task(schema), schema)
 
 
 def _index_task(schema: pa.Schema):
-    def run(batches):
-        for batch in batches:
-            for r in batch.to_pylist():
-                with IndexFile(r["path"], layout=Layout(r["hash_slots"], r["index_entries"], r["source"])) as f:
-                    yield from T.index_file_entries(r["broker"], f, schema)
+    def run(file: tuple[str, str, Layout]):
+        broker, path, layout = file
+        with IndexFile(path, layout=layout) as f:
+            yield from T.index_file_entries(broker, f, schema)
 
     return run
 
 
-def _per_store(spark, refs: list[StoreRef], make: Callable[[StoreRef, list[str]], Iterator[pa.RecordBatch]], row_ddl: str, cols: list[str] | None = None):
-    """One task per store running `make(ref, cols)`; the frame has the columns of `row_ddl`."""
-    df = _frame(spark, [(r.name, r.root) for r in refs], "broker string, root string", len(refs))
-
-    def run(batches):
-        for batch in batches:
-            for r in batch.to_pylist():
-                yield from make(StoreRef(r["broker"], r["root"]), cols)
-
-    return df.mapInArrow(run, row_ddl)
+def _per_store(spark, refs: list[StoreRef], make: Callable[[StoreRef, list[str] | None], Iterator[pa.RecordBatch]], schema: pa.Schema, cols: list[str] | None = None):
+    """One task per store running `make(ref, cols)`; the rows have `schema`."""
+    return arrow_stage(spark, refs, lambda ref: make(ref, cols), schema, len(refs))
 
 
 def problems(spark, stores: StoresArg, columns: Sequence[str] | None = None):
     """What `cq verify` reports on each store (layout, CommitLog, ConsumeQueue and compaction findings): one task per store."""
     cols = columns_for("problems", columns)
-    return _per_store(spark, stores_of(stores), lambda ref, c: T.problems([ref], c), ddl("problems", cols), cols)
+    return _per_store(spark, stores_of(stores), lambda ref, c: T.problems([ref], c), T.arrow_schema("problems", cols), cols)
 
 
 def offsets(spark, stores: StoresArg, columns: Sequence[str] | None = None):
     """Committed consumer offsets with their queue's bounds and lag: one task per store."""
     cols = columns_for("offsets", columns)
-    return _per_store(spark, stores_of(stores), lambda ref, c: T.offsets([ref], c), ddl("offsets", cols), cols)
+    return _per_store(spark, stores_of(stores), lambda ref, c: T.offsets([ref], c), T.arrow_schema("offsets", cols), cols)
 
 
 def compacted(spark, stores: StoresArg, columns: Sequence[str] | None = None):
     """What consumers of each compaction topic's queues get (`compaction view`): one task per store."""
     cols = columns_for("compacted", columns)
-    return _per_store(spark, stores_of(stores), lambda ref, c: T.compacted([ref], c), ddl("compacted", cols), cols)
+    return _per_store(spark, stores_of(stores), lambda ref, c: T.compacted([ref], c), T.arrow_schema("compacted", cols), cols)
 
 
 def _story_table(table: str):
     def make(spark, stores: StoresArg, columns: Sequence[str] | None = None):
         cols = columns_for(table, columns)
-        return _per_store(spark, stores_of(stores), lambda ref, c: T.message_story_tables(table, [ref], c), ddl(table, cols), cols)
+        return _per_store(spark, stores_of(stores), lambda ref, c: T.message_story_tables(table, [ref], c), T.arrow_schema(table, cols), cols)
 
     make.__doc__ = f"The `{table}` rows (`rmqdump journey --all`, `tx`, `pop`, `delay`) of each store: one task per store."
     return make

@@ -12,49 +12,46 @@ from __future__ import annotations
 import json
 import os
 
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from rmqdump.checks.diff import SPILLED, identities, side_schema
 from rmqdump.common.problems import InputError, Problem
+from rmqdump.engines.spark.rangemap import map_ranges
+from rmqdump.export.arrowbatch import record_batches
 from rmqdump.readers.commitlog import CommitLog
-from rmqdump.scan.splits import DEFAULT_SPLIT, Split, splits_past
+from rmqdump.scan.ranges import range_batches
+from rmqdump.scan.splits import RANGE_BYTES, Split, splits_past
 
 SPARK_SHARED = "usage"  # the executors must write into the driver's temporary directory
 
 
-def _task(splits: list[Split], folder: str):
-    """Each task's ranges decoded and written as part-{range number}.parquet; one summary row per range."""
+SUMMARY = pa.schema([("split_no", pa.int32()), ("records", pa.int64()), ("data_end", pa.int64()), ("problems", pa.string())])
 
-    def run(batches):
-        import pyarrow as pa
-        import pyarrow.parquet as pq
 
-        from rmqdump.checks.diff import SPILLED, identities, side_schema
-        from rmqdump.export.arrowbatch import record_batches
-        from rmqdump.scan.ranges import range_batches
+def _task(folder: str):
+    """A range decoded and written as part-{range number}.parquet; one summary row for it."""
+    sch = side_schema()
+    out_schema = pa.schema([sch.field(c) for c in SPILLED]).append(pa.field("ident", pa.string()))
 
-        sch = side_schema()
-        out_schema = pa.schema([sch.field(c) for c in SPILLED]).append(pa.field("ident", pa.string()))
-        for batch in batches:
-            for row in batch.to_pylist():
-                no = row["split_no"]
-                count, end, problems = 0, 0, []
-                with pq.ParquetWriter(os.path.join(folder, f"part-{no:06d}.parquet"), out_schema, compression="lz4") as w:
-                    for b in range_batches(splits[no]):
-                        problems += [p.to_dict() for p in b.problems()]
-                        if not len(b):
-                            continue
-                        count += len(b)
-                        end = max(end, int((b.phys + b.cols["total_size"].astype("int64")).max()))
-                        for rb in record_batches(b, "", columns=[f for f in sch.names]):
-                            t = pa.Table.from_batches([rb])
-                            w.write_table(t.select(SPILLED).append_column("ident", identities(t)).cast(out_schema), row_group_size=16384)
-                yield pa.RecordBatch.from_pylist(
-                    [{"split_no": no, "records": count, "data_end": end, "problems": json.dumps(problems)}],
-                    schema=pa.schema([("split_no", pa.int32()), ("records", pa.int64()), ("data_end", pa.int64()), ("problems", pa.string())]),
-                )
+    def run(no: int, split: Split):
+        count, end, problems = 0, 0, []
+        with pq.ParquetWriter(os.path.join(folder, f"part-{no:06d}.parquet"), out_schema, compression="lz4") as w:
+            for b in range_batches(split):
+                problems += [p.to_dict() for p in b.problems()]
+                if not len(b):
+                    continue
+                count += len(b)
+                end = max(end, int((b.phys + b.cols["total_size"].astype("int64")).max()))
+                for rb in record_batches(b, "", columns=list(sch.names)):
+                    t = pa.Table.from_batches([rb])
+                    w.write_table(t.select(SPILLED).append_column("ident", identities(t)).cast(out_schema), row_group_size=16384)
+        yield pa.RecordBatch.from_pylist([{"split_no": no, "records": count, "data_end": end, "problems": json.dumps(problems)}], schema=SUMMARY)
 
     return run
 
 
-def spark_decoder(spark, split_size: int | None = None):
+def spark_decoder(spark, range_bytes: int | None = None):
     """A `decode(spill, side, commitlog, start, check_crc)` for rmqdump.checks.diff.diff_stores that runs on `spark`."""
     from rmqdump.engines.spark.session import on_this_host
 
@@ -66,16 +63,12 @@ def spark_decoder(spark, split_size: int | None = None):
     def decode(sp, side: str, cl: CommitLog, start: int, check_crc: bool):
         if any(f.frame for f in cl.files):
             return None  # DLedger: entries framed around the messages; decoded locally
-        splits = splits_past(cl, start, split_size or DEFAULT_SPLIT, check_crc)
+        splits = splits_past(cl, start, range_bytes or RANGE_BYTES, check_crc)
         if not splits:
             return None
         folder = os.path.join(sp.dir, f"rec_{side}")
         os.makedirs(folder)
-        rows = spark.sparkContext.parallelize([(i,) for i in range(len(splits))], numSlices=len(splits))
-        df = spark.createDataFrame(rows, "split_no int")
-        done = sorted(
-            df.mapInArrow(_task(splits, folder), "split_no int, records bigint, data_end bigint, problems string").collect(), key=lambda r: r["split_no"]
-        )
+        done = sorted(map_ranges(spark, splits, _task(folder), SUMMARY).collect(), key=lambda r: r["split_no"])
         problems = [Problem.from_dict(d) for r in done for d in json.loads(r["problems"])]
         return sum(r["records"] for r in done), max([r["data_end"] for r in done] or [0]), problems
 

@@ -1,12 +1,11 @@
-"""`rmqdump export --engine spark`: byte ranges as rows, decoded by mapInArrow.
+"""`rmqdump export --engine spark`: the planner's byte ranges mapped by Spark tasks (rmqdump.engines.spark.rangemap).
 
-The job's input is a small DataFrame of (broker, path, base, start, end, size)
-rows, one per byte range of a CommitLog file; each task opens its files
-itself (the stores sit on a filesystem every executor sees at the same
-path) and runs the local engine's own decoder, export.split_batches, over
-its ranges. Nothing is read through binaryFile(s): no 2 GiB record limit,
-no whole file in a task's memory. Problems and counts come back through
-accumulators.
+Each task opens its files itself (the stores sit on a filesystem every
+executor sees at the same path) and runs the local engine's own decoder,
+export.split_batches, over its ranges. Nothing is read through binaryFile(s):
+no 2 GiB record limit, no whole file in a task's memory. With Spark's writer
+the rows go to DataFrameWriter and problems and counts come back through
+accumulators; with pyarrow's, each task writes its part files and returns its counts.
 """
 
 from __future__ import annotations
@@ -19,6 +18,7 @@ from pyspark.accumulators import AccumulatorParam
 
 from rmqdump.common.problems import InputError
 from rmqdump.common.publish import check_target, publishing
+from rmqdump.engines.spark.rangemap import map_ranges
 from rmqdump.engines.spark.session import on_this_host
 from rmqdump.export import arrowbatch
 from rmqdump.export.dataset import (
@@ -32,11 +32,9 @@ from rmqdump.export.dataset import (
     write_split,
 )
 from rmqdump.scan.compaction import served_views
-from rmqdump.scan.splits import DEFAULT_SPLIT, Split, StoreRef, partition_count
+from rmqdump.scan.splits import RANGE_BYTES, Split, StoreRef
 
-SPLIT_DDL = "broker string, path string, base bigint, start bigint, end bigint, size bigint"
-JSONL_DDL = "topic string, value string"
-TARGET_PARTITION_BYTES = DEFAULT_SPLIT
+JSONL = pa.schema([("topic", pa.string()), ("value", pa.string())])
 REMOTE_ARROW = "spark_writer_needs_shared_path"
 
 
@@ -50,32 +48,23 @@ class ProblemsParam(AccumulatorParam):
         return (a[0] + b[0], (a[1] + b[1])[:MAX_PROBLEMS])
 
 
-def splits_frame(spark, splits: list[Split], partitions: int | None = None):
-    """The byte ranges as a DataFrame: one partition per range for real sizes, fewer for tiny test ranges."""
-    rows = [(s.broker, s.path, s.base, s.start, s.end, s.size) for s in splits]
-    partitions = partition_count(splits, spark.sparkContext.defaultParallelism, partitions, TARGET_PARTITION_BYTES)
-    rdd = spark.sparkContext.parallelize(rows, numSlices=partitions)
-    return spark.createDataFrame(rdd, SPLIT_DDL)
-
-
 def _decoder(with_body: bool, check_crc: bool, fmt: str, problems, counts, served):
-    def decode(batches):
-        for batch in batches:
-            for row in batch.to_pylist():
-                split = Split(**row)
-                res = SplitResult()
-                for rb in split_batches(split, res, with_body=with_body, check_crc=check_crc, served=served):
-                    if fmt == "parquet":
-                        yield rb
-                    else:
-                        yield pa.RecordBatch.from_arrays([rb.column("topic"), pa.array(jsonl_lines(rb), pa.string())], names=["topic", "value"])
-                problems.add((res.problem_count, res.problems))
-                counts.add((res.messages, res.bytes, res.record_bytes))
+    def decode(_no: int, split: Split):
+        res = SplitResult()
+        for rb in split_batches(split, res, with_body=with_body, check_crc=check_crc, served=served):
+            if fmt == "parquet":
+                yield rb
+            else:
+                yield pa.RecordBatch.from_arrays([rb.column("topic"), pa.array(jsonl_lines(rb), pa.string())], schema=JSONL)
+        problems.add((res.problem_count, res.problems))
+        counts.add((res.messages, res.bytes, res.record_bytes))
 
     return decode
 
 
-WRITTEN_DDL = "split_no int, messages bigint, bytes bigint, record_bytes bigint, problem_count bigint, problems string"
+WRITTEN = pa.schema(
+    [("split_no", pa.int32()), ("messages", pa.int64()), ("bytes", pa.int64()), ("record_bytes", pa.int64()), ("problem_count", pa.int64()), ("problems", pa.string())]
+)
 WRITERS = ("auto", "spark", "arrow")
 
 
@@ -88,20 +77,13 @@ def pick_writer(writer: str, out: str, master: str) -> str:
     return "arrow" if not _has_scheme(out) and on_this_host(master) else "spark"
 
 
-def _writer_tasks(splits: list[Split], target: str, fmt: str, with_body: bool, check_crc: bool, served):
+def _writer_tasks(target: str, fmt: str, with_body: bool, check_crc: bool, served):
     """writer="arrow": each task writes its ranges' part files itself, with the local engine's writer."""
 
-    def write(batches):
-        for batch in batches:
-            for row in batch.to_pylist():
-                no = row["split_no"]
-                r = write_split(no, [splits[no]], target, fmt, with_body, check_crc, served)
-                yield pa.RecordBatch.from_pylist(
-                    [{"split_no": no, "messages": r.messages, "bytes": r.bytes, "record_bytes": r.record_bytes, "problem_count": r.problem_count, "problems": json.dumps(r.problems)}],
-                    schema=pa.schema(
-                        [("split_no", pa.int32()), ("messages", pa.int64()), ("bytes", pa.int64()), ("record_bytes", pa.int64()), ("problem_count", pa.int64()), ("problems", pa.string())]
-                    ),
-                )
+    def write(no: int, split: Split):
+        r = write_split(no, [split], target, fmt, with_body, check_crc, served)
+        row = {"split_no": no, "messages": r.messages, "bytes": r.bytes, "record_bytes": r.record_bytes, "problem_count": r.problem_count, "problems": json.dumps(r.problems)}
+        yield pa.RecordBatch.from_pylist([row], schema=WRITTEN)
 
     return write
 
@@ -138,12 +120,8 @@ def _export_arrow(
     force: bool,
     stores: list[StoreRef],
 ) -> None:
-    sc = spark.sparkContext
-    rows = [(i,) for i in range(len(splits))]
-    partitions = partition_count(splits, sc.defaultParallelism, partitions, TARGET_PARTITION_BYTES)
-    df = spark.createDataFrame(sc.parallelize(rows, partitions), "split_no int")
     with publishing(out, force=force, stores=[s.root for s in stores]) as tmp:
-        done = df.mapInArrow(_writer_tasks(splits, tmp, fmt, with_body, check_crc, served_views(stores)), WRITTEN_DDL).collect()
+        done = map_ranges(spark, splits, _writer_tasks(tmp, fmt, with_body, check_crc, served_views(stores)), WRITTEN, partitions).collect()
     for r in sorted(done, key=lambda r: r["split_no"]):
         res.add(SplitResult(r["messages"], r["bytes"], json.loads(r["problems"]), r["problem_count"], r["record_bytes"]))
 
@@ -159,7 +137,7 @@ def export_spark(
     *,
     fmt: str = "parquet",
     with_body: bool = False,
-    split_size: int = DEFAULT_SPLIT,
+    range_bytes: int = RANGE_BYTES,
     force: bool = False,
     check_crc: bool = True,
     partitions: int | None = None,
@@ -173,7 +151,7 @@ def export_spark(
     if not remote:
         out = check_target(out, force=force, stores=[s.root for s in stores])
     t0 = time.perf_counter()
-    splits, res = start_export(stores, out, fmt, "spark", split_size)
+    splits, res = start_export(stores, out, fmt, "spark", range_bytes)
     sc = spark.sparkContext
     if writer not in WRITERS:
         raise ValueError(f"writer must be one of {WRITERS}")
@@ -187,9 +165,8 @@ def export_spark(
         return res
     problems = sc.accumulator((0, []), ProblemsParam())
     counts = sc.accumulator((0, 0, 0), _Counts())
-    df = splits_frame(spark, splits, partitions)
-    ddl = arrowbatch.spark_ddl(with_body) if fmt == "parquet" else JSONL_DDL
-    decoded = df.mapInArrow(_decoder(with_body, check_crc, fmt, problems, counts, served_views(stores)), ddl)
+    schema = arrowbatch.schema(with_body) if fmt == "parquet" else JSONL
+    decoded = map_ranges(spark, splits, _decoder(with_body, check_crc, fmt, problems, counts, served_views(stores)), schema, partitions)
     writer = decoded.write.partitionBy("topic")
     conf_key = "spark.sql.maxConcurrentOutputFileWriters"  # one open file per topic, no sort of the rows by topic first
     before = spark.conf.get(conf_key, None)

@@ -41,24 +41,17 @@ from rmqdump.builders.queuefiles import QueueResult
 from rmqdump.builders.settings import StoreSettings
 from rmqdump.common.problems import InputError, Problem
 from rmqdump.common.publish import publishing
-from rmqdump.engines.spark.rangemap import SparkMap, folds_on_driver
+from rmqdump.engines.spark.rangemap import SparkMap, folds_on_driver, frame, map_ranges, persisted, spark_schema
 from rmqdump.readers.commitlog import CommitLog, commitlog_path
 from rmqdump.readers.store import Store
 from rmqdump.scan.dispatch import DelayLevels
 from rmqdump.scan.ranges import ScanOptions, scan_range
-from rmqdump.scan.splits import DEFAULT_SPLIT, Split, commitlog_splits, partition_count
+from rmqdump.scan.splits import RANGE_BYTES, Split, commitlog_splits
 
 SPARK_UNSUPPORTED = "spark_unsupported"
 
-RECORDS_DDL = (
-    "kind string, split_no int, rec bigint, key0 bigint, phys bigint, size int, store_ts bigint, tags_code bigint, queue_offset bigint, "
-    "queue_id int, topic string, queued boolean, key_hashes array<int>, scanned bigint, last_ts bigint, problem string"
-)
-RESULT_DDL = "kind string, seq bigint, payload string"
-
-
-def _records_fn(splits: list[Split], delays: DelayLevels, topics_wanted: frozenset[str] | None):
-    fields = [
+RECORDS = pa.schema(
+    [
         ("kind", pa.string()),
         ("split_no", pa.int32()),
         ("rec", pa.int64()),
@@ -76,64 +69,64 @@ def _records_fn(splits: list[Split], delays: DelayLevels, topics_wanted: frozens
         ("last_ts", pa.int64()),
         ("problem", pa.string()),
     ]
-    schema = pa.schema(fields)
+)
+RESULT = pa.schema([("kind", pa.string()), ("seq", pa.int64()), ("payload", pa.string())])
+BASES = pa.schema([("split_no", pa.int32()), ("rec_base", pa.int64()), ("key_base", pa.int64())])
 
-    def rows(no: int, **cols) -> pa.RecordBatch:
+
+def _records_fn(delays: DelayLevels, topics_wanted: frozenset[str] | None):
+    """A range's records (dispatch values and key hashes, numbered within the range), its counts, its problems."""
+
+    def rows(**cols) -> pa.RecordBatch:
         n = len(next(iter(cols.values())))
-        return pa.RecordBatch.from_arrays([cols[f] if f in cols else pa.nulls(n, t) for f, t in fields], schema=schema)
+        return pa.RecordBatch.from_arrays([cols[f.name] if f.name in cols else pa.nulls(n, f.type) for f in RECORDS], schema=RECORDS)
 
     options = ScanOptions(keys=True, delays=delays, topics=topics_wanted)
 
-    def decode(batches):
-        for batch in batches:
-            for no in batch.column("split_no").to_pylist():
-                scan = scan_range(splits[no], options)
-                d = scan.columns
-                m = len(d)
-                rec_base = key_base = 0
-                if m:
-                    counts = d.key_counts()
-                    offs = np.zeros(m + 1, dtype=np.int32)
-                    np.cumsum(counts, out=offs[1:])
-                    hashes = pa.ListArray.from_arrays(pa.array(offs), pa.array(d.key_hash.astype(np.int32)))
-                    topic_names = pa.array(d.topics, pa.string()).take(pa.array(d.topic_id.astype(np.int32)))
-                    yield rows(
-                        no,
-                        kind=pa.array(["r"] * m, pa.string()),
-                        split_no=pa.array(np.full(m, no, dtype=np.int32)),
-                        rec=pa.array(np.arange(m, dtype=np.int64)),
-                        key0=pa.array(offs[:-1].astype(np.int64)),
-                        phys=pa.array(d.phys.astype(np.int64)),
-                        size=pa.array(d.size.astype(np.int32)),
-                        store_ts=pa.array(d.store_timestamp.astype(np.int64)),
-                        tags_code=pa.array(d.tags_code.astype(np.int64)),
-                        queue_offset=pa.array(d.queue_offset.astype(np.int64)),
-                        queue_id=pa.array(d.queue_id.astype(np.int32)),
-                        topic=topic_names,
-                        queued=pa.array(d.queued),
-                        key_hashes=hashes,
-                    )
-                    rec_base, key_base = m, int(offs[-1])
-                scanned, last_ts, found, flagged = scan.records, scan.last_ts, scan.damaged, scan.flagged
+    def decode(no: int, split: Split):
+        scan = scan_range(split, options)
+        d = scan.columns
+        m = len(d)
+        rec_base = key_base = 0
+        if m:
+            counts = d.key_counts()
+            offs = np.zeros(m + 1, dtype=np.int32)
+            np.cumsum(counts, out=offs[1:])
+            hashes = pa.ListArray.from_arrays(pa.array(offs), pa.array(d.key_hash.astype(np.int32)))
+            topic_names = pa.array(d.topics, pa.string()).take(pa.array(d.topic_id.astype(np.int32)))
+            yield rows(
+                kind=pa.array(["r"] * m, pa.string()),
+                split_no=pa.array(np.full(m, no, dtype=np.int32)),
+                rec=pa.array(np.arange(m, dtype=np.int64)),
+                key0=pa.array(offs[:-1].astype(np.int64)),
+                phys=pa.array(d.phys.astype(np.int64)),
+                size=pa.array(d.size.astype(np.int32)),
+                store_ts=pa.array(d.store_timestamp.astype(np.int64)),
+                tags_code=pa.array(d.tags_code.astype(np.int64)),
+                queue_offset=pa.array(d.queue_offset.astype(np.int64)),
+                queue_id=pa.array(d.queue_id.astype(np.int32)),
+                topic=topic_names,
+                queued=pa.array(d.queued),
+                key_hashes=hashes,
+            )
+            rec_base, key_base = m, int(offs[-1])
+        yield rows(
+            kind=pa.array(["s"], pa.string()),
+            split_no=pa.array([no], pa.int32()),
+            rec=pa.array([rec_base], pa.int64()),
+            key0=pa.array([key_base], pa.int64()),
+            scanned=pa.array([scan.records], pa.int64()),
+            last_ts=pa.array([scan.last_ts], pa.int64()),
+        )
+        for kind, probs in (("p", scan.damaged), ("f", scan.flagged)):
+            if probs:
+                n = len(probs)
                 yield rows(
-                    no,
-                    kind=pa.array(["s"], pa.string()),
-                    split_no=pa.array([no], pa.int32()),
-                    rec=pa.array([rec_base], pa.int64()),
-                    key0=pa.array([key_base], pa.int64()),
-                    scanned=pa.array([scanned], pa.int64()),
-                    last_ts=pa.array([last_ts], pa.int64()),
+                    kind=pa.array([kind] * n, pa.string()),
+                    split_no=pa.array([no] * n, pa.int32()),
+                    rec=pa.array(list(range(n)), pa.int64()),
+                    problem=pa.array([json.dumps(p.to_dict()) for p in probs], pa.string()),
                 )
-                for kind, probs in (("p", found), ("f", flagged)):
-                    if probs:
-                        n = len(probs)
-                        yield rows(
-                            no,
-                            kind=pa.array([kind] * n, pa.string()),
-                            split_no=pa.array([no] * n, pa.int32()),
-                            rec=pa.array(list(range(n)), pa.int64()),
-                            problem=pa.array([json.dumps(p.to_dict()) for p in probs], pa.string()),
-                        )
 
     return decode
 
@@ -153,10 +146,7 @@ def _cq_fn(out_dir: str, units_per_file: int, sync: bool, display_dir: str):
         )
         queues = cqb.finish()
         payload = [("q", 0, json.dumps(q.__dict__)) for q in queues] + [("p", int(p.phys_offset or 0), json.dumps(p.to_dict())) for p in cqb.problems]
-        return pa.table(
-            {"kind": [x[0] for x in payload], "seq": [x[1] for x in payload], "payload": [x[2] for x in payload]},
-            schema=pa.schema([("kind", pa.string()), ("seq", pa.int64()), ("payload", pa.string())]),
-        )
+        return pa.table({"kind": [x[0] for x in payload], "seq": [x[1] for x in payload], "payload": [x[2] for x in payload]}, schema=RESULT)
 
     return build
 
@@ -204,28 +194,21 @@ def _index_fn(segments: dict[int, _Segment], out_dir: str, settings: StoreSettin
             t.column("store_ts").to_numpy(),
             t.column("h").to_numpy().astype(np.int32),
         )
-        return pa.table(
-            {"kind": ["i"], "seq": [seg.no], "payload": [json.dumps(res)]},
-            schema=pa.schema([("kind", pa.string()), ("seq", pa.int64()), ("payload", pa.string())]),
-        )
+        return pa.table({"kind": ["i"], "seq": [seg.no], "payload": [json.dumps(res)]}, schema=RESULT)
 
     return build
 
 
-def build_into_spark(spark, tmp: str, cl: CommitLog, settings: StoreSettings, options: R.RebuildOptions, report: R.RebuildReport, split_size: int) -> None:
+def build_into_spark(spark, tmp: str, cl: CommitLog, settings: StoreSettings, options: R.RebuildOptions, report: R.RebuildReport, range_bytes: int) -> None:
     """consumequeue/, index/ and checkpoint under `tmp`, like rebuild.build_into."""
-    from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
     if options.index_after is not None or options.to_offset is not None:
         raise InputError(SPARK_UNSUPPORTED, report.store, "index_after/to_offset are local-engine library options")
     want_cq, want_index = "consumequeue" in options.only, "index" in options.only
     sc = spark.sparkContext
-    splits = commitlog_splits(cl, split_size, check_crc=options.check_crc)
-    nparts = partition_count(splits, sc.defaultParallelism)
-    split_df = spark.createDataFrame(sc.parallelize([(i,) for i in range(len(splits))], nparts), "split_no int")
-    decoded = split_df.mapInArrow(_records_fn(splits, settings.delays, options.topics), RECORDS_DDL).persist(StorageLevel.MEMORY_AND_DISK)
-    try:
+    splits = commitlog_splits(cl, range_bytes, check_crc=options.check_crc)
+    with persisted(map_ranges(spark, splits, _records_fn(settings.delays, options.topics), RECORDS)) as decoded:
         small = decoded.filter(F.col("kind") != "r").select("kind", "split_no", "rec", "key0", "scanned", "last_ts", "problem").collect()
         stats = {r["split_no"]: r for r in small if r["kind"] == "s"}
         for r in sorted((r for r in small if r["kind"] in ("p", "f")), key=lambda r: (r["split_no"], r["rec"])):
@@ -241,7 +224,7 @@ def build_into_spark(spark, tmp: str, cl: CommitLog, settings: StoreSettings, op
                 last_ts = s["last_ts"]
         report.messages = nrec
         records = decoded.filter(F.col("kind") == "r")
-        bases = spark.createDataFrame([(no, rec_base[no], key_base[no]) for no in range(len(splits))], "split_no int, rec_base bigint, key_base bigint")
+        bases = frame(spark, [(no, rec_base[no], key_base[no]) for no in range(len(splits))], BASES)
         records = records.join(F.broadcast(bases), "split_no").withColumn("grec", F.col("rec") + F.col("rec_base"))
         last_queued_ts = None
         if want_cq:
@@ -254,7 +237,7 @@ def build_into_spark(spark, tmp: str, cl: CommitLog, settings: StoreSettings, op
                 queued.repartition(nq, "topic", "queue_id")
                 .groupBy("topic", "queue_id")
                 .applyInArrow(
-                    _cq_fn(os.path.join(tmp, "consumequeue"), settings.cq_units_per_file, options.sync, os.path.join(report.out, "consumequeue")), RESULT_DDL
+                    _cq_fn(os.path.join(tmp, "consumequeue"), settings.cq_units_per_file, options.sync, os.path.join(report.out, "consumequeue")), spark_schema(RESULT)
                 )
                 .collect()
             )
@@ -267,8 +250,6 @@ def build_into_spark(spark, tmp: str, cl: CommitLog, settings: StoreSettings, op
             os.makedirs(index_dir)
             report.index_files = _build_index(spark, records, nrec, nkey, index_dir, settings, options.sync)
             report.index_keys = nkey
-    finally:
-        decoded.unpersist()
     report.checkpoint = R.write_checkpoint(tmp, report, last_ts, last_queued_ts, options.sync)
 
 
@@ -341,7 +322,7 @@ def _build_index(spark, records, nrec: int, nkey: int, index_dir: str, settings:
         segs = {s.no: s for s in with_keys}
         keyed = keys.withColumn("seg", F.expr(f"g div {per_file}"))
         nparts = max(1, min(len(segs), 4 * spark.sparkContext.defaultParallelism))
-        out = keyed.repartition(nparts, "seg").groupBy("seg").applyInArrow(_index_fn(segs, index_dir, settings, sync), RESULT_DDL).collect()
+        out = keyed.repartition(nparts, "seg").groupBy("seg").applyInArrow(_index_fn(segs, index_dir, settings, sync), spark_schema(RESULT)).collect()
         for r in out:
             d = json.loads(r["payload"])
             results[d["no"]] = d
@@ -367,12 +348,12 @@ def _build_index(spark, records, nrec: int, nkey: int, index_dir: str, settings:
 
 
 def rebuild_spark(
-    spark, store: str, out: str, settings: StoreSettings, options: R.RebuildOptions | None = None, *, split_size: int = DEFAULT_SPLIT
+    spark, store: str, out: str, settings: StoreSettings, options: R.RebuildOptions | None = None, *, range_bytes: int = RANGE_BYTES
 ) -> R.RebuildReport:
     """rebuild.rebuild with the scan and the builders run by Spark; same checks, same publishing."""
     options = options or R.RebuildOptions()
     if folds_on_driver(Store.open(store)):
-        return R.rebuild(store, out, settings, dataclasses.replace(options, mapper=SparkMap(spark), range_bytes=split_size))
+        return R.rebuild(store, out, settings, dataclasses.replace(options, mapper=SparkMap(spark), range_bytes=range_bytes))
     t0 = time.perf_counter()
     s, o = R.check_paths(store, out, options.force)
     cl = CommitLog.open(commitlog_path(s))
@@ -384,7 +365,7 @@ def rebuild_spark(
     report.damaged.extend(cl.problems)
     report.workers = spark.sparkContext.defaultParallelism
     with publishing(o, force=options.force, stores=[s], kind="dir", sync=options.sync) as tmp:
-        build_into_spark(spark, tmp, cl, settings, options, report, split_size)
+        build_into_spark(spark, tmp, cl, settings, options, report, range_bytes)
         report.seconds = time.perf_counter() - t0
         if options.verify:
             t1 = time.perf_counter()

@@ -33,40 +33,38 @@ from rmqdump.checks.cqunits import CommitLogExtent, RecordTable, check_units, mi
 from rmqdump.checks.cqverify import VerifyScope, VerifySummary, cq_locator, verify
 from rmqdump.checks.repairholes import RepairHoles
 from rmqdump.common.problems import Problem
-from rmqdump.engines.spark.rangemap import SparkMap, folds_on_driver
+from rmqdump.engines.spark.rangemap import SparkMap, arrow_stage, folds_on_driver, frame, map_ranges, persisted, spark_schema
 from rmqdump.readers.consumequeue import UNIT_SIZE, ConsumeQueue
 from rmqdump.readers.store import Store
 from rmqdump.scan.dispatch import DelayLevels, DispatchColumns
 from rmqdump.scan.ranges import ScanOptions, scan_range
-from rmqdump.scan.splits import DEFAULT_SPLIT, Split, commitlog_splits, partition_count
+from rmqdump.scan.splits import RANGE_BYTES, Split, commitlog_splits
 from rmqdump.schemas import constants as C
 
-RECORDS_DDL = (
-    "kind string, phys bigint, size int, topic string, queue_id int, queue_offset bigint, tags_code bigint, "
-    "store_timestamp bigint, queued boolean, split_no int, seq int, problem string"
+RECORDS = pa.schema(
+    [
+        ("kind", pa.string()),
+        ("phys", pa.int64()),
+        ("size", pa.int32()),
+        ("topic", pa.string()),
+        ("queue_id", pa.int32()),
+        ("queue_offset", pa.int64()),
+        ("tags_code", pa.int64()),
+        ("store_timestamp", pa.int64()),
+        ("queued", pa.bool_()),
+        ("split_no", pa.int32()),
+        ("seq", pa.int32()),
+        ("problem", pa.string()),
+    ]
 )
-UNITS_DDL = "u_topic string, u_queue int, offset bigint"
-FINDINGS_DDL = "section int, a bigint, b bigint, seq int, problem string, units bigint"
+QUEUES = pa.schema([("topic", pa.string()), ("queue_id", pa.int32())])
+UNITS = pa.schema([("u_topic", pa.string()), ("u_queue", pa.int32()), ("offset", pa.int64())])
+FINDINGS = pa.schema([("section", pa.int32()), ("a", pa.int64()), ("b", pa.int64()), ("seq", pa.int32()), ("problem", pa.string()), ("units", pa.int64())])
 _REC_COLS = ["phys", "size", "topic", "queue_id", "queue_offset", "tags_code", "store_timestamp", "queued"]
 
 
-def _records_fn(splits: list[Split], delays: DelayLevels):
-    schema = pa.schema(
-        [
-            ("kind", pa.string()),
-            ("phys", pa.int64()),
-            ("size", pa.int32()),
-            ("topic", pa.string()),
-            ("queue_id", pa.int32()),
-            ("queue_offset", pa.int64()),
-            ("tags_code", pa.int64()),
-            ("store_timestamp", pa.int64()),
-            ("queued", pa.bool_()),
-            ("split_no", pa.int32()),
-            ("seq", pa.int32()),
-            ("problem", pa.string()),
-        ]
-    )
+def _records_fn(delays: DelayLevels):
+    """A range's record headers with their dispatch values, and its problems as rows of their own."""
 
     def records(d: DispatchColumns) -> pa.RecordBatch:
         n = len(d)
@@ -86,7 +84,7 @@ def _records_fn(splits: list[Split], delays: DelayLevels):
                 pa.nulls(n, pa.int32()),
                 pa.nulls(n, pa.string()),
             ],
-            schema=schema,
+            schema=RECORDS,
         )
 
     def problems(no: int, found: list[Problem]) -> pa.RecordBatch:
@@ -94,41 +92,37 @@ def _records_fn(splits: list[Split], delays: DelayLevels):
         return pa.RecordBatch.from_arrays(
             [
                 pa.array(["p"] * n, pa.string()),
-                *[pa.nulls(n, f.type) for f in list(schema)[1:9]],
+                *[pa.nulls(n, f.type) for f in list(RECORDS)[1:9]],
                 pa.array([no] * n, pa.int32()),
                 pa.array(list(range(n)), pa.int32()),
                 pa.array([json.dumps(p.to_dict()) for p in found], pa.string()),
             ],
-            schema=schema,
+            schema=RECORDS,
         )
 
     options = ScanOptions(keys=False, delays=delays)
 
-    def decode(batches):
-        for batch in batches:
-            for no in batch.column("split_no").to_pylist():
-                scan = scan_range(splits[no], options)
-                if len(scan.columns):
-                    yield records(scan.columns)
-                if scan.problems:
-                    yield problems(no, scan.problems)
+    def decode(no: int, split: Split):
+        scan = scan_range(split, options)
+        if len(scan.columns):
+            yield records(scan.columns)
+        if scan.problems:
+            yield problems(no, scan.problems)
 
     return decode
 
 
 def _units_fn(queues: dict[tuple[str, int], str], file_size: int | None):
-    def read(batches):
-        for batch in batches:
-            for t, q in zip(batch.column("topic").to_pylist(), batch.column("queue_id").to_pylist(), strict=True):
-                cq = ConsumeQueue.open(queues[(t, q)], t, q, file_size)
-                for chunk in cq.chunks():
-                    off = chunk.offset[chunk.valid_mask()]
-                    if len(off):
-                        n = len(off)
-                        yield pa.RecordBatch.from_arrays(
-                            [pa.array([t] * n, pa.string()), pa.array([q] * n, pa.int32()), pa.array(off.astype(np.int64))],
-                            names=["u_topic", "u_queue", "offset"],
-                        )
+    """A queue's valid unit offsets."""
+
+    def read(queue: tuple[str, int]):
+        t, q = queue
+        cq = ConsumeQueue.open(queues[queue], t, q, file_size)
+        for chunk in cq.chunks():
+            off = chunk.offset[chunk.valid_mask()]
+            if len(off):
+                n = len(off)
+                yield pa.RecordBatch.from_arrays([pa.array([t] * n, pa.string()), pa.array([q] * n, pa.int32()), pa.array(off.astype(np.int64))], schema=UNITS)
 
     return read
 
@@ -155,10 +149,6 @@ def _expected_path(plan: _Plan, t: str, qid: int, index: int, cq: ConsumeQueue |
 
 
 def _group_fn(plan: _Plan):
-    out_schema = pa.schema(
-        [("section", pa.int32()), ("a", pa.int64()), ("b", pa.int64()), ("seq", pa.int32()), ("problem", pa.string()), ("units", pa.int64())]
-    )
-
     def check(key, table):  # no annotations: pyspark infers the UDF kind from them
         t, qid = key[0].as_py(), key[1].as_py()
         recs = table.filter(pc.is_valid(table.column("phys")))
@@ -224,33 +214,29 @@ def _group_fn(plan: _Plan):
                 pa.array([r[4] for r in rows] + [None], pa.string()),
                 pa.array([None] * n + [units], pa.int64()),
             ],
-            schema=out_schema,
+            schema=FINDINGS,
         )
 
     return check
 
 
-def verify_spark(spark, store: Store, scope: VerifyScope, *, summary: VerifySummary | None = None, split_size: int = DEFAULT_SPLIT) -> list[Problem]:
+def verify_spark(spark, store: Store, scope: VerifyScope, *, summary: VerifySummary | None = None, range_bytes: int = RANGE_BYTES) -> list[Problem]:
     """Every finding of `cq verify` over `scope`, in the local engine's order (rmqdump.checks.cqverify.verify)."""
-    from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
     s = summary if summary is not None else VerifySummary()
     if folds_on_driver(store):
         mapper = SparkMap(spark)
-        return list(verify(store, topic=scope.topic, queue_id=scope.queue_id, check_crc=scope.check_crc, delays=scope.delays, summary=s, mapper=mapper, range_bytes=split_size))
+        return list(verify(store, topic=scope.topic, queue_id=scope.queue_id, check_crc=scope.check_crc, delays=scope.delays, summary=s, mapper=mapper, range_bytes=range_bytes))
     topic, queue_id, check_crc = scope.topic, scope.queue_id, scope.check_crc
     delays = scope.delays or DelayLevels.parse()
     queues = scope.queues(store)
     s.queues = len(queues)
     out = scope.layout_problems(store, queues)
 
-    splits = commitlog_splits(store.commitlog, split_size, check_crc=check_crc)
+    splits = commitlog_splits(store.commitlog, range_bytes, check_crc=check_crc)
     sc = spark.sparkContext
-    nparts = partition_count(splits, sc.defaultParallelism)
-    split_df = spark.createDataFrame(sc.parallelize([(i,) for i in range(len(splits))], nparts), "split_no int")
-    rec_all = split_df.mapInArrow(_records_fn(splits, delays), RECORDS_DDL).persist(StorageLevel.MEMORY_AND_DISK)
-    try:
+    with persisted(map_ranges(spark, splits, _records_fn(delays), RECORDS)) as rec_all:
         cl_problems = rec_all.filter(F.col("kind") == "p").select("split_no", "seq", "problem").collect()
         records = rec_all.filter(F.col("kind") == "r")
         stats = records.agg(F.count(F.lit(1)).alias("n"), F.max(F.col("phys") + F.col("size")).alias("end")).collect()[0]
@@ -270,8 +256,7 @@ def verify_spark(spark, store: Store, scope: VerifyScope, *, summary: VerifySumm
             fillers=RepairHoles.of(store),
         )
         qrows = [(q.topic, q.queue_id) for q in queues]
-        queue_df = spark.createDataFrame(sc.parallelize(qrows, max(1, min(len(qrows), 2 * sc.defaultParallelism))), "topic string, queue_id int")
-        units = queue_df.mapInArrow(_units_fn(plan.queues, plan.file_size), UNITS_DDL)
+        units = arrow_stage(spark, qrows, _units_fn(plan.queues, plan.file_size), UNITS, 2 * sc.defaultParallelism)
         rec = records.select(*_REC_COLS)
         hit = units.join(rec, units["offset"] == rec["phys"], "inner").select(F.col("u_topic").alias("k_topic"), F.col("u_queue").alias("k_queue"), *_REC_COLS)
         own = rec
@@ -280,14 +265,12 @@ def verify_spark(spark, store: Store, scope: VerifyScope, *, summary: VerifySumm
         if queue_id is not None:
             own = own.filter(F.col("queue_id") == queue_id)
         own = own.select(F.col("topic").alias("k_topic"), F.col("queue_id").alias("k_queue"), *_REC_COLS)
-        marks = queue_df.select(
+        marks = frame(spark, qrows, QUEUES).select(
             F.col("topic").alias("k_topic"), F.col("queue_id").alias("k_queue"), *[F.lit(None).cast(rec.schema[c].dataType).alias(c) for c in _REC_COLS]
         )
         nq = max(1, min(len(qrows) + 1, 4 * sc.defaultParallelism))
         grouped = hit.unionByName(own).unionByName(marks).repartition(nq, "k_topic", "k_queue").groupBy("k_topic", "k_queue")
-        findings = grouped.applyInArrow(_group_fn(plan), FINDINGS_DDL).collect()
-    finally:
-        rec_all.unpersist()
+        findings = grouped.applyInArrow(_group_fn(plan), spark_schema(FINDINGS)).collect()
     unit_rows = sorted((r for r in findings if r["section"] == 0), key=lambda r: (r["a"], r["seq"]))
     missing = sorted((r for r in findings if r["section"] == 1), key=lambda r: r["a"])
     s.units = sum(r["units"] for r in findings if r["section"] == 2)

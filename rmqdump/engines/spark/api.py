@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator, Sequence
 
 import pyarrow as pa
 
-from rmqdump.engines.spark.rangemap import arrow_stage, map_ranges
+from rmqdump.engines.spark.rangemap import arrow_stage, ranges_stage
 from rmqdump.readers.indexfile import IndexFile, Layout, key_hash, open_all
 from rmqdump.readers.store import Store
 from rmqdump.scan.splits import RANGE_BYTES, Split, StoreRef, plan, resolve_stores
@@ -64,7 +64,7 @@ def messages(spark, stores: StoresArg, columns: Sequence[str] | None = None, *, 
     cols = columns_for("messages", columns)
     refs = stores_of(stores)
     splits, _layout = plan(refs, range_bytes)
-    return map_ranges(spark, splits, _messages_task(cols, T.compaction_views(refs, cols)), T.arrow_schema("messages", cols))
+    return ranges_stage(spark, splits, _messages_task(cols, T.compaction_views(refs, cols)), T.arrow_schema("messages", cols))
 
 
 def _messages_task(cols: list[str], served: dict):

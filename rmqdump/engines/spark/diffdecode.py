@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 
 from rmqdump.checks.diff import SPILLED, identities, side_schema
 from rmqdump.common.problems import InputError, Problem
-from rmqdump.engines.spark.rangemap import map_ranges
+from rmqdump.engines.spark.rangemap import ranges_stage
 from rmqdump.export.arrowbatch import record_batches
 from rmqdump.readers.commitlog import CommitLog
 from rmqdump.scan.ranges import range_batches
@@ -68,7 +68,7 @@ def spark_decoder(spark, range_bytes: int | None = None):
             return None
         folder = os.path.join(sp.dir, f"rec_{side}")
         os.makedirs(folder)
-        done = sorted(map_ranges(spark, splits, _task(folder), SUMMARY).collect(), key=lambda r: r["split_no"])
+        done = sorted(ranges_stage(spark, splits, _task(folder), SUMMARY).collect(), key=lambda r: r["split_no"])
         problems = [Problem.from_dict(d) for r in done for d in json.loads(r["problems"])]
         return sum(r["records"] for r in done), max([r["data_end"] for r in done] or [0]), problems
 

@@ -18,7 +18,7 @@ from pyspark.accumulators import AccumulatorParam
 
 from rmqdump.common.problems import InputError
 from rmqdump.common.publish import check_target, publishing
-from rmqdump.engines.spark.rangemap import map_ranges
+from rmqdump.engines.spark.rangemap import ranges_stage
 from rmqdump.engines.spark.session import on_this_host
 from rmqdump.export import arrowbatch
 from rmqdump.export.dataset import (
@@ -121,7 +121,7 @@ def _export_arrow(
     stores: list[StoreRef],
 ) -> None:
     with publishing(out, force=force, stores=[s.root for s in stores]) as tmp:
-        done = map_ranges(spark, splits, _writer_tasks(tmp, fmt, with_body, check_crc, served_views(stores)), WRITTEN, partitions).collect()
+        done = ranges_stage(spark, splits, _writer_tasks(tmp, fmt, with_body, check_crc, served_views(stores)), WRITTEN, partitions).collect()
     for r in sorted(done, key=lambda r: r["split_no"]):
         res.add(SplitResult(r["messages"], r["bytes"], json.loads(r["problems"]), r["problem_count"], r["record_bytes"]))
 
@@ -166,7 +166,7 @@ def export_spark(
     problems = sc.accumulator((0, []), ProblemsParam())
     counts = sc.accumulator((0, 0, 0), _Counts())
     schema = arrowbatch.schema(with_body) if fmt == "parquet" else JSONL
-    decoded = map_ranges(spark, splits, _decoder(with_body, check_crc, fmt, problems, counts, served_views(stores)), schema, partitions)
+    decoded = ranges_stage(spark, splits, _decoder(with_body, check_crc, fmt, problems, counts, served_views(stores)), schema, partitions)
     writer = decoded.write.partitionBy("topic")
     conf_key = "spark.sql.maxConcurrentOutputFileWriters"  # one open file per topic, no sort of the rows by topic first
     before = spark.conf.get(conf_key, None)

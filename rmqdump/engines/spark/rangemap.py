@@ -5,7 +5,7 @@ plus its fold on the driver or in Spark SQL.
 - `arrow_stage`: a pure `item -> Arrow record batches` function and its Arrow output schema as a mapInArrow stage.
   The items are pickled into the stage's rows, so a task gets only its own and the closure stays small however
   many there are; the Spark schema is derived from the Arrow one (mapInArrow checks the types exactly).
-  `map_ranges` is that stage over the planner's ranges, `fn(range number, range)`, about a range's bytes a partition.
+  `ranges_stage` is that stage over the planner's ranges, `fn(range number, range)`, about a range's bytes a partition.
 - `SparkMap`: the local engine's `range -> result` function (cq verify, rebuild, export, journey) run as Spark
   tasks, results back in item order for the local engine's own fold; memory on the driver is bounded as with
   threads: a wave of `workers` tasks at a time, the next one running while the caller folds the previous one.
@@ -58,7 +58,7 @@ def arrow_stage(spark, items: Sequence[T], fn: Callable[[T], Batches], schema: p
     return frame(spark, rows, _ITEMS, partitions).mapInArrow(_arrow_task(fn), spark_schema(schema))
 
 
-def map_ranges(spark, splits: list[Split], fn: Callable[[int, Split], Batches], schema: pa.Schema, partitions: int | None = None):
+def ranges_stage(spark, splits: list[Split], fn: Callable[[int, Split], Batches], schema: pa.Schema, partitions: int | None = None):
     """arrow_stage over the planner's ranges: `fn(range number, range)`; partitions as partition_count gives them."""
     partitions = partition_count(splits, spark.sparkContext.defaultParallelism, partitions)
     return arrow_stage(spark, list(enumerate(splits)), lambda item: fn(*item), schema, partitions)

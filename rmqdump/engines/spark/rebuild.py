@@ -41,7 +41,7 @@ from rmqdump.builders.queuefiles import QueueResult
 from rmqdump.builders.settings import StoreSettings
 from rmqdump.common.problems import InputError, Problem
 from rmqdump.common.publish import publishing
-from rmqdump.engines.spark.rangemap import SparkMap, folds_on_driver, frame, map_ranges, persisted, spark_schema
+from rmqdump.engines.spark.rangemap import SparkMap, folds_on_driver, frame, persisted, ranges_stage, spark_schema
 from rmqdump.readers.commitlog import CommitLog, commitlog_path
 from rmqdump.readers.store import Store
 from rmqdump.scan.dispatch import DelayLevels
@@ -208,7 +208,7 @@ def build_into_spark(spark, tmp: str, cl: CommitLog, settings: StoreSettings, op
     want_cq, want_index = "consumequeue" in options.only, "index" in options.only
     sc = spark.sparkContext
     splits = commitlog_splits(cl, range_bytes, check_crc=options.check_crc)
-    with persisted(map_ranges(spark, splits, _records_fn(settings.delays, options.topics), RECORDS)) as decoded:
+    with persisted(ranges_stage(spark, splits, _records_fn(settings.delays, options.topics), RECORDS)) as decoded:
         small = decoded.filter(F.col("kind") != "r").select("kind", "split_no", "rec", "key0", "scanned", "last_ts", "problem").collect()
         stats = {r["split_no"]: r for r in small if r["kind"] == "s"}
         for r in sorted((r for r in small if r["kind"] in ("p", "f")), key=lambda r: (r["split_no"], r["rec"])):

@@ -33,7 +33,7 @@ from rmqdump.checks.cqunits import CommitLogExtent, RecordTable, check_units, mi
 from rmqdump.checks.cqverify import VerifyScope, VerifySummary, cq_locator, verify
 from rmqdump.checks.repairholes import RepairHoles
 from rmqdump.common.problems import Problem
-from rmqdump.engines.spark.rangemap import SparkMap, arrow_stage, folds_on_driver, frame, map_ranges, persisted, spark_schema
+from rmqdump.engines.spark.rangemap import SparkMap, arrow_stage, folds_on_driver, frame, persisted, ranges_stage, spark_schema
 from rmqdump.readers.consumequeue import UNIT_SIZE, ConsumeQueue
 from rmqdump.readers.store import Store
 from rmqdump.scan.dispatch import DelayLevels, DispatchColumns
@@ -236,7 +236,7 @@ def verify_spark(spark, store: Store, scope: VerifyScope, *, summary: VerifySumm
 
     splits = commitlog_splits(store.commitlog, range_bytes, check_crc=check_crc)
     sc = spark.sparkContext
-    with persisted(map_ranges(spark, splits, _records_fn(delays), RECORDS)) as rec_all:
+    with persisted(ranges_stage(spark, splits, _records_fn(delays), RECORDS)) as rec_all:
         cl_problems = rec_all.filter(F.col("kind") == "p").select("split_no", "seq", "problem").collect()
         records = rec_all.filter(F.col("kind") == "r")
         stats = records.agg(F.count(F.lit(1)).alias("n"), F.max(F.col("phys") + F.col("size")).alias("end")).collect()[0]

@@ -591,7 +591,7 @@ def _readme_codes() -> set[str]:
 
 
 # Constants that look like codes and are not: the Spark engine's directory alias for the shipped environment.
-NOT_CODES = {"rmqdump_env"}
+NOT_CODES = {"rmqdump_env", "rmqdump_scan_kernel"}  # a venv name; the ahead-of-time kernel module's name
 
 
 def _declared_codes() -> set[str]:

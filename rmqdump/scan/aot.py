@@ -85,7 +85,7 @@ def aot_dir(kind: str | None = None) -> str:
     h = hashlib.sha1()
     here = os.path.dirname(os.path.abspath(__file__))
     for name in ("kernel.py", "layout.py", "aot.py"):
-        with open(os.path.join(here, name), "rb") as f:
+        with open(os.path.join(here, name), "rb") as f:  # OSError where the package is not files (a zip on Spark executors)
             h.update(f.read())
     spec = importlib.util.find_spec("numba")  # its version file, not the package: importing numba is what this avoids
     if spec and spec.origin:
@@ -151,16 +151,21 @@ def load_kernel():
     """The scan kernel's entry points (scan, index_put, join_offsets, properties_columns, pack_bytes, holds_zero):
     the ahead-of-time module when built, else the JIT module (numba set up first), starting the build."""
     kind, lib = crc_library()
-    aot = os.environ.get("RMQDUMP_AOT", "on") != "off"
+    # the package as files on disk: shipped to Spark executors as a zip, it is read and built by the JIT only
+    aot = os.environ.get("RMQDUMP_AOT", "on") != "off" and os.path.isfile(__file__)
     if aot:
-        module = _load_aot(kind, lib)
+        try:
+            module = _load_aot(kind, lib)
+        except OSError:
+            module, aot = None, False
         if module is not None:
             return module
     jit_cache = configure()
     from rmqdump.scan import kernel
 
     if aot:
-        _start_aot_build(kind, jit_cache)
+        with contextlib.suppress(OSError):
+            _start_aot_build(kind, jit_cache)
     return kernel
 
 

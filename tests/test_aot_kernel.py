@@ -71,6 +71,11 @@ def test_a_later_run_loads_the_built_kernel_without_numba(built):
         assert r["code"] == 0
         summary = [json.loads(line) for line in r["out"].splitlines() if line.strip()][-1]
         assert summary["messages"] == len(manifest(name))
+    one = _probe(_env(built), "cq", "verify", "-s", store_root("rmq4-crash"), "-f", "jsonl", "-j", "1")
+    two = _probe(_env(built), "cq", "verify", "-s", store_root("rmq4-crash"), "-f", "jsonl", "-j", "2")
+    assert one["kernel"] == MODULE and not one["numba"]
+    assert two["kernel"] == "rmqdump.scan.kernel" and two["numba"]  # threads: the JIT kernel, which releases Python's lock
+    assert two["out"] == one["out"] and two["code"] == one["code"]
     r = _probe(_env(built, RMQDUMP_AOT="off"), "info", "-s", store_root("rmq4-basic"))
     assert r["kernel"] == "rmqdump.scan.kernel" and r["numba"]  # RMQDUMP_AOT=off keeps to the JIT kernel
 

@@ -65,9 +65,12 @@ def build(target: str) -> None:
     os.makedirs(parent, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix=".aot-", dir=parent)
     try:
+        import llvmlite.binding
+
         cc = CC(MODULE)
         cc.output_dir = tmp
         cc.verbose = False
+        cc.target_cpu = llvmlite.binding.get_host_cpu_name()  # as the JIT compiles: this machine's instructions, not a generic CPU's
         for name, sig in signatures().items():
             cc.export(name, sig)(getattr(kernel, name).py_func)
         cc.compile()
@@ -96,8 +99,21 @@ def aot_dir(kind: str | None = None) -> str:
             pass
     import numpy
 
-    h.update(repr((sys.implementation.cache_tag, numpy.__version__, importlib.machinery.EXTENSION_SUFFIXES[0])).encode())
+    h.update(repr((sys.implementation.cache_tag, numpy.__version__, importlib.machinery.EXTENSION_SUFFIXES[0], _cpu())).encode())
     return os.path.join(cache_dir(kind), f"aot-{h.hexdigest()[:16]}")
+
+
+def _cpu() -> str:
+    """This machine's processor and its instruction sets (the module is built for them; a cache directory shared by
+    other machines keeps one module per kind of processor)."""
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            lines = [ln for ln in f if ln.startswith(("model name", "flags", "Features", "CPU part"))]
+        return "".join(dict.fromkeys(lines))
+    except OSError:
+        import platform
+
+        return platform.machine() + platform.processor()
 
 
 def _load_aot(kind: str, lib: str | None):
@@ -146,10 +162,45 @@ def _start_aot_build(kind: str, jit_cache: str) -> None:
             notice("a start-up copy of the scan kernel in the background", target)
 
 
+_THREADS = False  # set once threads share the kernel's work in this process (see threads_share_the_kernel)
+
+
+def threads_share_the_kernel() -> None:
+    """Called by the local engine before it runs ranges on several threads: from then on the kernel's calls go to the
+    JIT kernel, whose entry points release Python's lock (numba's ahead-of-time functions hold it, which would run
+    the threads one after another). A store worth threads is big enough that numba's start-up does not count."""
+    global _THREADS
+    _THREADS = True
+
+
+class _Kernels:
+    """The ahead-of-time module's entry points while one thread scans; the JIT module's once threads share the work."""
+
+    def __init__(self, module):
+        self._aot = module
+
+    @property
+    def __name__(self) -> str:
+        return _jit().__name__ if _THREADS else self._aot.__name__
+
+    def __getattr__(self, name: str):
+        return getattr(_jit() if _THREADS else self._aot, name)
+
+
+@functools.cache
+def _jit():
+    """The JIT kernel module, numba set up first (its cache directory, the CRC library, the compile notice)."""
+    configure()
+    from rmqdump.scan import kernel
+
+    return kernel
+
+
 @functools.cache
 def load_kernel():
     """The scan kernel's entry points (scan, index_put, join_offsets, properties_columns, pack_bytes, holds_zero):
-    the ahead-of-time module when built, else the JIT module (numba set up first), starting the build."""
+    the ahead-of-time module when built (the JIT one when threads share the work), else the JIT module, starting
+    the build."""
     kind, lib = crc_library()
     # the package as files on disk: shipped to Spark executors as a zip, it is read and built by the JIT only
     aot = os.environ.get("RMQDUMP_AOT", "on") != "off" and os.path.isfile(__file__)
@@ -159,13 +210,11 @@ def load_kernel():
         except OSError:
             module, aot = None, False
         if module is not None:
-            return module
-    jit_cache = configure()
-    from rmqdump.scan import kernel
-
+            return _Kernels(module)
+    kernel = _jit()
     if aot:
         with contextlib.suppress(OSError):
-            _start_aot_build(kind, jit_cache)
+            _start_aot_build(kind, configure())
     return kernel
 
 

@@ -293,3 +293,35 @@ def test_rebuild_writes_the_file_based_consumequeue_and_says_so(tmp_path):
         )
         got = (out / "consumequeue" / t / str(q) / f"{0:020d}").read_bytes()
         assert len(got) == 120 * 20 and got[: len(want)] == want and not any(got[len(want) :])
+
+
+@pytest.mark.parametrize("damaged", [False, True])
+def test_a_process_that_never_closes_the_database_leaves_no_mirror(tmp_path, damaged):
+    """A Spark Python worker opens the queues and exits without closing them or running atexit hooks: its temp
+    directory holds nothing of rmqdump's afterwards, whether the database opened or was refused."""
+    import subprocess
+    import sys
+
+    db = ROOT / "consumequeue"
+    if damaged:
+        db = tmp_path / "db"
+        shutil.copytree(ROOT / "consumequeue", db)
+        (db / "CURRENT").write_text("MANIFEST-000099\n")  # a MANIFEST that is not there: refused after the mirror is made
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    code = (
+        "import os, sys\n"
+        "from rmqdump.common.problems import InputError\n"
+        "from rmqdump.readers.rocksdbcq import open_queues\n"
+        "try:\n"
+        "    db, queues, _ = open_queues(sys.argv[1])\n"
+        "    n = sum(q.bounds()[1] - q.bounds()[0] for q in queues.values())\n"
+        "except InputError as e:\n"
+        "    n = e.code\n"
+        "print(n, flush=True)\n"
+        "os._exit(0)\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code, str(db)], capture_output=True, text=True, env=dict(os.environ, TMPDIR=str(scratch)), timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.strip() == ("rocksdb_unreadable" if damaged else str(len(UNITS)))
+    assert sorted(p.name for p in scratch.iterdir()) == []

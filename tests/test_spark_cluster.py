@@ -56,7 +56,9 @@ def _daemon(args: list[str], log: Path, env: dict) -> subprocess.Popen:
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("cluster")
-    env = dict(os.environ, SPARK_HOME=SPARK_HOME, SPARK_LOCAL_IP="127.0.0.1", SPARK_NO_DAEMONIZE="1")
+    scratch = tmp / "scratch"  # the temp directory of the cluster's processes and its Python workers (their TMPDIR)
+    scratch.mkdir()
+    env = dict(os.environ, SPARK_HOME=SPARK_HOME, SPARK_LOCAL_IP="127.0.0.1", SPARK_NO_DAEMONIZE="1", TMPDIR=str(scratch))
     port = _free_port()
     url = f"spark://127.0.0.1:{port}"
     procs: list[subprocess.Popen] = []
@@ -252,10 +254,14 @@ def test_5x_queue_kinds_on_standalone_cluster(cluster, executor_python, name, tm
     no_mem = [a for a in spark_args if a not in ("--driver-memory", "1g")]
     sizing = ["--hash-slots", "500", "--index-entries", "2000", "--cq-units-per-file", "120"]  # the README's maxHashSlotNum, maxIndexNum, 2400-byte queue files
 
-    r = run_proc("cq", "verify", "-s", str(store), "-f", "jsonl", *no_mem, cwd=str(ROOT), timeout=600)
+    scratch = cluster[1] / "scratch"
+    before = {p.name for p in scratch.iterdir()}
+    r = run_proc("cq", "verify", "-s", str(store), "-f", "jsonl", *no_mem, cwd=str(ROOT), timeout=600, env=dict(os.environ, TMPDIR=str(scratch)))
     local = run_proc("cq", "verify", "-s", str(store), "-f", "jsonl", cwd=str(ROOT))
     assert r.returncode == local.returncode == 0, r.stderr[-3000:]
     assert r.stdout == local.stdout
+    # the driver's package zip and each worker's RocksDB mirror are gone, though Python workers exit without atexit hooks
+    assert sorted(p.name for p in scratch.iterdir() if p.name not in before and p.name.startswith("rmqdump-")) == []
     assert json.loads(r.stdout.splitlines()[-1])["messages"] == len(_manifest_records(name, ""))
 
     r = run_proc("rebuild", str(store), "--out", str(tmp_path / "s"), "--no-sync", "-f", "jsonl", *sizing, *no_mem, cwd=str(ROOT), timeout=600)

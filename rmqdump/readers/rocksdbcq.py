@@ -11,7 +11,6 @@ chunks of bounded size, plus the store time every RocksDB unit carries.
 
 from __future__ import annotations
 
-import atexit
 import os
 import re
 import shutil
@@ -73,7 +72,6 @@ def is_rocksdb(d: str) -> bool:
 def _mirror(src: str) -> str:
     """A private read-only view of the database at src: symlinks to immutable files, copies of the rest."""
     dst = tempfile.mkdtemp(prefix="rmqdump-rocksdb-")
-    atexit.register(shutil.rmtree, dst, True)
     for n in os.listdir(src):
         p = os.path.join(src, n)
         if not os.path.isfile(p) or n == "LOCK" or n.startswith("LOG"):
@@ -83,6 +81,15 @@ def _mirror(src: str) -> str:
         else:
             shutil.copyfile(p, os.path.join(dst, n))
     return dst
+
+
+def _options():
+    """Raw keys and values, and every table file opened when the database opens (the mirror is removed then)."""
+    from rocksdict import Options
+
+    o = Options(raw_mode=True)
+    o.set_max_open_files(-1)
+    return o
 
 
 def _check_manifest(db_dir: str) -> None:
@@ -177,7 +184,7 @@ class RocksDBConsumeQueues:
         self.path = db_dir
         self.problems: list[Problem] = []
         try:
-            from rocksdict import AccessType, Options, Rdict
+            from rocksdict import AccessType, Rdict
         except ImportError:
             raise InputError(ROCKSDB_BINDING_MISSING, db_dir, "a RocksDB ConsumeQueue needs the rocksdict package (pip install rocksdict)") from None
         _check_manifest(db_dir)
@@ -186,13 +193,18 @@ class RocksDBConsumeQueues:
             cfs = Rdict.list_cf(self.mirror)
             self.db = Rdict(
                 self.mirror,
-                options=Options(raw_mode=True),
-                column_families={n: Options(raw_mode=True) for n in cfs},
+                options=_options(),
+                column_families={n: _options() for n in cfs},
                 access_type=AccessType.read_only(),
             )
         except Exception as e:
             p = _problem_from_error(db_dir, self.mirror, e, ROCKSDB_UNREADABLE)
             raise InputError(ROCKSDB_UNREADABLE, p.file, p.detail, offset=p.file_offset) from None
+        finally:
+            # Every file the database reads is open by now (max_open_files=-1 opens each table at open), so the
+            # mirror goes at once: a process that never closes the database (a Spark worker, which exits without
+            # running atexit hooks) leaves nothing in the temp directory.
+            shutil.rmtree(self.mirror, ignore_errors=True)
         self.cfs = cfs
         self.units_cf = self.db.get_column_family(CF_UNITS)
         self.offset_cf = self.db.get_column_family(CF_OFFSET) if CF_OFFSET in cfs else None
@@ -200,7 +212,6 @@ class RocksDBConsumeQueues:
     def close(self) -> None:
         self.units_cf = self.offset_cf = None
         self.db.close()
-        shutil.rmtree(self.mirror, ignore_errors=True)
 
     # keys ----------------------------------------------------------------------------------
 

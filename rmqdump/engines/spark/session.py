@@ -24,6 +24,7 @@ module, the executor's Python and the fix, not a worker traceback.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import importlib
 import importlib.util
 import ipaddress
@@ -91,6 +92,7 @@ def package_zip() -> str:
     """
     fd, path = tempfile.mkstemp(prefix="rmqdump-pyfiles-", suffix=".zip")
     os.close(fd)
+    atexit.register(_remove, path)  # Spark has copied it to each executor by then: nothing of a run stays in /tmp
     stored: set[str] = set()
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
         for name in SHIPPED_PACKAGES:
@@ -105,6 +107,11 @@ def package_zip() -> str:
                         stored.add(arc)
                         z.write(full, arc)
     return path
+
+
+def _remove(path: str) -> None:
+    with contextlib.suppress(OSError):
+        os.remove(path)
 
 
 def _this_host_addresses() -> set[str]:

@@ -98,6 +98,7 @@ class ListSpec:
     flt: Filter
     body: str = "none"
     uncompress: bool = False
+    halves: bool = True  # a big sub-batch rendered by two threads: for one worker, whose second core is otherwise idle
 
 
 @dataclass
@@ -115,6 +116,7 @@ def render_items(items: Iterable, spec: ListSpec, tally: Tally | None = None) ->
     """The listing's text of `items` (rmqdump.query.listing's), up to the filter's limit."""
     tally = tally if tally is not None else Tally()
     r = {"jsonl": JsonLinesOut, "csv": CsvOut, "table": TableOut}[spec.fmt](spec.flt, tally, body=spec.body, uncompress=spec.uncompress)
+    r.halves = spec.halves
     for item in items:
         r.item(item)
         if r.done:
@@ -146,6 +148,7 @@ class RecordsOut(abc.ABC):
         self.with_body = body != "none"
         self.filters = _filter_args(flt)
         self.done = False
+        self.halves = True
         self.pieces: list = []
 
     # -- output
@@ -161,10 +164,10 @@ class RecordsOut(abc.ABC):
     def entry(self, e) -> None:
         """Write one scan entry (a message, a blank or a problem) through Python: what the kernel does not take."""
 
-    def kernel(self, b: Batch, rows: np.ndarray, mat: np.ndarray, split: bool = True):
+    def kernel(self, b: Batch, rows: np.ndarray, mat: np.ndarray):
         """(status per row, text end per row, the text) for a sub-batch; None: every row through Python.
 
-        split: both threads render it (else the calling thread alone)."""
+        With `halves`, a big sub-batch is rendered by both threads (else by the calling thread alone)."""
         return None
 
     def taken(self, out: np.ndarray, ends: np.ndarray, status: np.ndarray, lo: int, hi: int, b: Batch, rows: np.ndarray) -> None:
@@ -278,7 +281,7 @@ class JsonLinesOut(RecordsOut):
         super().__init__(*a, **kw)
         self._file_json: dict[str, np.ndarray] = {}
 
-    def kernel(self, b, rows, _, split=True):
+    def kernel(self, b, rows, _):
         file_json = self._file_json.get(b.seg.path)
         if file_json is None:
             file_json = self._file_json[b.seg.path] = np.frombuffer(_ENCODE(b.seg.path).encode(), dtype=np.uint8).copy()
@@ -299,7 +302,7 @@ class JsonLinesOut(RecordsOut):
         def part(lo: int, hi: int, at: int) -> int:
             return json_lines(b.mf.data, b.seg.base, mat[lo:hi], file_json, snip, snip_offs, *self.filters, close, out[at:], ends[lo:hi], status[lo:hi])
 
-        if n < PARALLEL_ROWS or not split:
+        if n < PARALLEL_ROWS or not self.halves:
             part(0, n, 0)
             return status, ends, out
         # Both cores: the kernel releases the GIL; the second half is written after the first half's
@@ -447,7 +450,7 @@ class TableOut(RecordsOut):
             if at:
                 bounds[lo:hi] += at
 
-        if n < PARALLEL_ROWS:
+        if n < PARALLEL_ROWS or not self.halves:
             part(0, n, 0)
         else:  # both cores, as for JSON Lines; the cells stay where each half wrote them
             h = n // 2

@@ -64,17 +64,17 @@ def commitlog(
     cl = CommitLog.open(paths)
     if not cl.files:
         render.fail(f"no_commitlog: {', '.join(paths)}: no CommitLog files found", 2)
-    spec = ListSpec(fmt.value, flt, body.value, uncompress)
     # each range's text is held whole until the fold writes it: ranges of the size for held text
     ranges = window_splits(cl, from_offset, to_offset, held_range_bytes("text"), check_crc=not no_crc)
     total = sum(sp.length for sp in ranges)
     tally = Tally()
     out = Printer(fmt.value)
     try:
-        layout = render_items(cl.problems, spec)  # the files' layout problems, before any record
-        out.put(layout)
-        tally.problems += layout.problems
         with O.range_mapper(engine, workers, total, master, spark_conf, ship) as mapper, render.progress(total, "commitlog") as advance:
+            spec = ListSpec(fmt.value, flt, body.value, uncompress, halves=mapper.workers == 1)
+            layout = render_items(cl.problems, spec)  # the files' layout problems, before any record
+            out.put(layout)
+            tally.problems += layout.problems
             listed = map_ranges(ranges, functools.partial(render_range, spec=spec), mapper, progress=advance)
             try:
                 for sp, text in listed:

@@ -88,8 +88,7 @@ def test_damaged_store_problems_interleave_as_in_the_reference(tmp_path, monkeyp
     touched = check_intact("rmq4-basic", messages, damaged, broker=False)
     assert [(d["phys_offset"], d["crc_ok"]) for d in touched] == [(pos[3], False), (pos[5], True), (pos[7], True)]
     assert _lines(cl, "--limit", "6") == _reference(cl, Filter(limit=6))[0]
-    monkeypatch.setattr(records, "AHEAD_MIN_LIMIT", 1)  # batches rendered ahead of the scan, the limit reached inside one
-    monkeypatch.setattr(records, "SUB_ROWS", 3)
+    monkeypatch.setattr(records, "SUB_ROWS", 3)  # the limit reached inside a kernel's sub-batch
     assert _lines(cl, "--limit", "6") == _reference(cl, Filter(limit=6))[0]
     assert _lines(cl, "--limit", "40") == _reference(cl, Filter(limit=40))[0]
 

@@ -206,3 +206,56 @@ def test_diff_of_an_ha_pair_is_the_same_with_one_thread_two_and_spark(spark, tmp
     assert got["j1"][1], "diff printed nothing"
     assert got["j2"] == got["j1"], "diff -j2 differs from -j1"
     assert got["spark"] == got["j1"], "diff --engine spark differs from -j1"
+
+
+# `commitlog`: its listing byte for byte (table, JSON Lines, CSV), the whole store and a topic cut by --limit inside
+# a later range; each held against the manifest: every record the damage left alone, in CommitLog order, nothing else.
+LISTED = "rmq53-damaged-midfile-magic"  # 8 files (8 ranges), a record's magic overwritten in the second
+LISTINGS = {
+    "all": [],
+    "topic-limit": ["-t", "orders", "-n", "500"],  # the 500th `orders` message is in the fourth file
+}
+
+
+def _listed_offsets(fmt: str, stdout: str) -> list[tuple[str, int]]:
+    """(kind, phys_offset) of every row, in the order printed: messages, end-of-file markers and problems."""
+    import csv
+    import io
+
+    if fmt == "jsonl":
+        return [(r["kind"], r.get("phys_offset")) for r in jsonl(stdout) if r["kind"] != "summary"]
+    if fmt == "csv":
+        return [(r["kind"], int(r["phys_offset"]) if r["phys_offset"] else None) for r in csv.DictReader(io.StringIO(stdout))]
+    rows = []
+    for line in stdout.splitlines():
+        cells = line.split()
+        if not cells or cells[0] == "offset":
+            continue
+        kind = "blank" if "<end of file: " in line else "problem" if not cells[1].isdigit() else "message"
+        rows.append((kind, int(cells[0])))
+    return rows
+
+
+@pytest.mark.parametrize("fmt", ["table", "jsonl", "csv"])
+@pytest.mark.parametrize("listing", list(LISTINGS))
+def test_commitlog_listing_is_the_same_with_one_thread_two_and_spark(spark, roots, fmt, listing):
+    args = ["commitlog", "-s", roots[LISTED], "-f", fmt, *LISTINGS[listing]]
+    got = {}
+    for engine, opts in ENGINES.items():
+        r = run(*args, *opts)
+        assert r.exit_code == 1, f"{engine}: exit {r.exit_code} (the damage is a problem): {r.stderr[-2000:]}"
+        got[engine] = (r.stdout, r.stderr)
+    assert got["j2"] == got["j1"], f"commitlog -f {fmt} -j2 differs from -j1"
+    assert got["spark"] == got["j1"], f"commitlog -f {fmt} --engine spark differs from -j1"
+    damage = json.loads((REAL / LISTED / "damage.json").read_text())
+    hit = {h["physicalOffset"] for h in damage["recordsHit"]}
+    want = [m["wroteOffset"] for m in sorted(manifest(LISTED), key=lambda m: m["wroteOffset"]) if m["wroteOffset"] not in hit]
+    if listing == "topic-limit":
+        topic = {m["wroteOffset"]: m["topic"] for m in manifest(LISTED)}
+        want = [o for o in want if topic[o] == "orders"][:500]
+    rows = _listed_offsets(fmt, got["j1"][0])
+    assert [o for k, o in rows if k == "message"] == want
+    offsets = [o for _, o in rows if o is not None]
+    assert offsets == sorted(offsets), "rows out of CommitLog order"
+    if listing == "all":  # the damage is reported where it is: after the record before it, before the one after it
+        assert [o for k, o in rows if k == "problem"] == sorted(hit)

@@ -1,17 +1,23 @@
 """How `rmqdump commitlog` writes what it lists: JSON Lines, a streamed table, or CSV.
 
+The listing is the planner's ranges mapped by an engine: `render_range` is the
+range function (pure: a range's text, or for the table its cells and lines to
+lay out, with its tally), `Printer` the fold that writes them in range order.
 Batches of records are rendered whole by the compiled kernels of
-rmqdump.text and written as one buffer each; a record the kernels
-leave to Python (see rmqdump.text), and every record with problems, goes through
-rmqdump.query.listing.record_entries, the reference the kernels are tested
-against, so the text is the same either way.
+rmqdump.text; a record the kernels leave to Python (see rmqdump.text), and
+every record with problems, goes through rmqdump.query.listing.record_entries,
+the reference the kernels are tested against, so the text is the same either way.
 """
 
 from __future__ import annotations
 
 import abc
+import csv
+import io
 import json
 import sys
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -19,18 +25,17 @@ from rmqdump.cli import render
 from rmqdump.common.background import Background
 from rmqdump.common.problems import Problem
 from rmqdump.common.timeutil import iso
-from rmqdump.query.listing import Filter, Records, Tally, record_entries
+from rmqdump.query.listing import Filter, Records, Tally, range_items, record_entries
 from rmqdump.readers.commitlog import Blank
-from rmqdump.readers.mapped import MappedFile
 from rmqdump.readers.message import Message
 from rmqdump.scan.scanner import Batch
+from rmqdump.scan.splits import Split
 from rmqdump.schemas import constants as C
 from rmqdump.text import batches as TB
 from rmqdump.text import spelling as K
 
 SUB_ROWS = 8192  # records rendered per kernel call: bounds the output buffer (a few MB)
 PARALLEL_ROWS = 2048  # from this many records a sub-batch is rendered by two threads
-AHEAD_MIN_LIMIT = 1 << 17  # with a smaller --limit nothing is rendered ahead (it would render records never printed)
 _POOL = None
 
 
@@ -85,80 +90,71 @@ def _filter_args(flt: Filter):
     return enc(flt.topic), enc(flt.tag), enc(flt.key), np.array([flt.topic is not None, flt.tag is not None, flt.key is not None], dtype=np.int64)
 
 
+@dataclass(frozen=True)
+class ListSpec:
+    """How every range of a listing is rendered (sent with each Spark task)."""
+
+    fmt: str  # jsonl, csv or table
+    flt: Filter
+    body: str = "none"
+    uncompress: bool = False
+    halves: bool = True  # a big sub-batch rendered by two threads: for one worker, whose second core is otherwise idle
+
+
+@dataclass
+class RangeText:
+    """What one range (or the CommitLog's layout problems) prints, in order, and its tally: text, or for the table
+    what Printer lays out at its running column widths."""
+
+    pieces: list
+    messages: int = 0
+    blanks: int = 0
+    problems: int = 0
+
+
+def render_items(items: Iterable, spec: ListSpec, tally: Tally | None = None) -> RangeText:
+    """The listing's text of `items` (rmqdump.query.listing's), up to the filter's limit."""
+    tally = tally if tally is not None else Tally()
+    r = {"jsonl": JsonLinesOut, "csv": CsvOut, "table": TableOut}[spec.fmt](spec.flt, tally, body=spec.body, uncompress=spec.uncompress)
+    r.halves = spec.halves
+    for item in items:
+        r.item(item)
+        if r.done:
+            break
+    return RangeText(r.pieces, tally.messages, tally.blanks, tally.problems)
+
+
+def render_range(split: Split, spec: ListSpec, limit: int | None = None) -> RangeText:
+    """The range function: what one range prints, up to its `limit`-th message (the filter's limit by default).
+
+    A pure function of the range, so -j1, -jN and Spark print the same; the fold cuts a range where the listing's
+    limit falls inside it by asking again with the messages it still needs.
+    """
+    if limit is not None:
+        spec = replace(spec, flt=replace(spec.flt, limit=limit))
+    tally = Tally()
+    items = range_items(split, spec.flt, tally)
+    try:
+        return render_items(items, spec, tally)
+    finally:
+        items.close()  # the range's file unmapped now, not when the generator is collected
+
+
 class RecordsOut(abc.ABC):
-    """Writes the listing to stdout; counts messages and problems in `tally`; stops at `flt.limit`."""
+    """Renders listing items into `pieces`; counts messages and problems in `tally`; stops at `flt.limit`."""
 
     def __init__(self, flt: Filter, tally: Tally, *, body: str = "none", uncompress: bool = False):
         self.flt, self.tally, self.body, self.uncompress = flt, tally, body, uncompress
         self.with_body = body != "none"
         self.filters = _filter_args(flt)
         self.done = False
-        self._writer = None if sys.stdout.isatty() else _writer()  # a terminal gets rich's lines in between: written in place
-        if self._writer is not None:
-            sys.stdout.flush()
-        self._maps: dict[str, MappedFile] = {}  # the files of batches rendered ahead, mapped by us (the scan drops its pages)
-        self._ahead: dict[int, tuple[Batch, dict]] = {}  # id(batch) -> the batch and its sub-batches' renderings by the text thread
+        self.halves = True
+        self.pieces: list = []
 
     # -- output
     def write_bytes(self, data) -> None:
-        if self._writer is not None:
-            self._writer.put(data)
-            return
-        sys.stdout.flush()
-        sys.stdout.buffer.write(data)
-
-    def finish(self) -> None:
-        """Everything written: the last buffers out of the writer thread (and its error raised, if any)."""
-        self._drop_ahead()
-        for mf in self._maps.values():
-            mf.close()
-        self._maps.clear()
-        if self._writer is not None:
-            self._writer.close()
-
-    # -- rendering ahead: the text thread renders batch k while the scan reads batch k+1
-    def renders_ahead(self) -> bool:
-        """Whether items may be handled one step late: render_ahead(records) before the scan goes on, item() after it."""
-        return self.can_render_ahead and self._writer is not None and (self.flt.limit is None or self.flt.limit >= AHEAD_MIN_LIMIT)
-
-    def render_ahead(self, rec: Records) -> None:
-        """Start rendering rec's sub-batches in the text thread; its batch reads our own map of its file from now on.
-
-        Called before the scan goes on: the scan gives back its pages and closes a file when it leaves it,
-        so the batch is moved to a map of ours, given back once the batch is written.
-        """
-        b = rec.batch
-        mf = self._maps.get(b.seg.path)
-        if mf is None:
-            mf = self._maps[b.seg.path] = MappedFile(b.seg.path, limit=b.mf.size)
-        b.mf = mf
-        pool = _pool()
-        self._ahead[id(b)] = (b, {lo: pool.submit(self.kernel, b, rec.rows[lo : lo + SUB_ROWS], None, False) for lo in range(0, len(rec.rows), SUB_ROWS)})
-
-    def _drop_ahead(self) -> None:
-        for _b, futures in self._ahead.values():
-            for f in futures.values():
-                f.cancel() or f.exception()  # wait: nothing may still read a map we are about to close
-        self._ahead.clear()
-
-    def _rendered(self, b: Batch, rows: np.ndarray, lo: int):
-        ahead = self._ahead.get(id(b))
-        if ahead is None or ahead[0] is not b:
-            return self.kernel(b, rows, None)
-        return ahead[1].pop(lo).result()
-
-    def _done_with(self, b: Batch) -> None:
-        """A batch rendered ahead is written: its pages of our map given back, maps of files the scan has left closed."""
-        ahead = self._ahead.pop(id(b), None)
-        if ahead is None:
-            return
-        for f in ahead[1].values():  # left when the limit stopped the batch early
-            f.cancel() or f.exception()
-        if len(b):
-            b.mf.release(0, int(b.cols["_end"][-1]))
-        live = {x.seg.path for x, _ in self._ahead.values()}
-        for path in [p for p in self._maps if p not in live and p != b.seg.path]:
-            self._maps.pop(path).close()
+        """A rendered stretch: a kernel's output array (the slice holds no more than it shows when pickled) or bytes."""
+        self.pieces.append(data)
 
     def write_text(self, text: str) -> None:
         self.write_bytes(text.encode("utf-8", errors="surrogateescape"))
@@ -168,16 +164,16 @@ class RecordsOut(abc.ABC):
     def entry(self, e) -> None:
         """Write one scan entry (a message, a blank or a problem) through Python: what the kernel does not take."""
 
-    def kernel(self, b: Batch, rows: np.ndarray, mat: np.ndarray, split: bool = True):
+    def kernel(self, b: Batch, rows: np.ndarray, mat: np.ndarray):
         """(status per row, text end per row, the text) for a sub-batch; None: every row through Python.
 
-        split: both threads render it (else the calling thread alone)."""
+        With `halves`, a big sub-batch is rendered by both threads (else by the calling thread alone)."""
         return None
 
     def taken(self, out: np.ndarray, ends: np.ndarray, status: np.ndarray, lo: int, hi: int, b: Batch, rows: np.ndarray) -> None:
         """Write rows lo..hi-1 (of this sub-batch) that the kernel took."""
         start = int(ends[lo - 1]) if lo else 0
-        self.write_bytes(memoryview(out)[start : int(ends[hi - 1])])
+        self.write_bytes(out[start : int(ends[hi - 1])])
 
     def taken_finished(self, out, ends, status, lo: int, hi: int, rows, cut: int, finish) -> None:
         """Write the taken rows lo..hi-1, each line's last `cut` bytes replaced by finish(record index in the batch):
@@ -192,12 +188,9 @@ class RecordsOut(abc.ABC):
             start = end
         self.write_bytes(b"".join(parts))
 
-    can_render_ahead = False  # a kernel that is a pure function of the batch (no state kept between calls)
-
     def item(self, item) -> None:
         if isinstance(item, Records):
             self.records(item)
-            self._done_with(item.batch)
             return
         if isinstance(item, Problem):
             self.tally.problems += 1
@@ -221,7 +214,7 @@ class RecordsOut(abc.ABC):
 
     def _part(self, b: Batch, rows: np.ndarray, probs: np.ndarray, lo: int = 0) -> None:
         n = len(rows)
-        res = self._rendered(b, rows, lo) if n else None
+        res = self.kernel(b, rows, None) if n else None
         if res is None:
             status = np.full(n, K.FALLBACK, dtype=np.int8)
             out = ends = None
@@ -279,20 +272,16 @@ class RecordsOut(abc.ABC):
         self.tally.messages += count
         return True
 
-    def close(self, files: int) -> None:  # noqa: B027 - a hook: JSON Lines ends with its last record, the table overrides it
-        """After the last batch: a format's closing lines (none by default)."""
 
 
 class JsonLinesOut(RecordsOut):
     """One JSON object per line, exactly `json.dumps(entry.to_dict())` (plus body fields)."""
 
-    can_render_ahead = True
-
     def __init__(self, *a, **kw):
         super().__init__(*a, **kw)
         self._file_json: dict[str, np.ndarray] = {}
 
-    def kernel(self, b, rows, _, split=True):
+    def kernel(self, b, rows, _):
         file_json = self._file_json.get(b.seg.path)
         if file_json is None:
             file_json = self._file_json[b.seg.path] = np.frombuffer(_ENCODE(b.seg.path).encode(), dtype=np.uint8).copy()
@@ -313,7 +302,7 @@ class JsonLinesOut(RecordsOut):
         def part(lo: int, hi: int, at: int) -> int:
             return json_lines(b.mf.data, b.seg.base, mat[lo:hi], file_json, snip, snip_offs, *self.filters, close, out[at:], ends[lo:hi], status[lo:hi])
 
-        if n < PARALLEL_ROWS or not split:
+        if n < PARALLEL_ROWS or not self.halves:
             part(0, n, 0)
             return status, ends, out
         # Both cores: the kernel releases the GIL; the second half is written after the first half's
@@ -349,9 +338,6 @@ class JsonLinesOut(RecordsOut):
         if isinstance(e, Message) and e.body is not None:
             d["body"] = render.encode_body(e.body, self.body)
             d["body_encoding"] = "utf-8" if self.body == "text" else self.body
-        self.entry_dict(d)
-
-    def entry_dict(self, d: dict) -> None:
         self.write_text(_ENCODE(d) + "\n")
 
 
@@ -360,40 +346,20 @@ class CsvOut(RecordsOut):
 
     def __init__(self, *a, **kw):
         super().__init__(*a, **kw)
-        import csv
-        import io
-
-        self._buf = io.StringIO()
         self._file = None
-        self._w = csv.writer(self._buf, lineterminator="\n")
-        self._w.writerow(CSV_COLUMNS)
-        self._flush()
-
-    def _flush(self) -> None:
-        self.write_text(self._buf.getvalue())
-        self._buf.seek(0)
-        self._buf.truncate()
 
     def entry(self, e) -> None:
         d = e.to_dict()
         if isinstance(e, Message) and e.body is not None:
             d["body"] = render.encode_body(e.body, self.body)
             d["body_encoding"] = "utf-8" if self.body == "text" else self.body
-        self._w.writerow([_csv_value(d.get(k)) for k in CSV_COLUMNS])
-        if self._buf.tell() > 1 << 20:
-            self._flush()
-
-    def close(self, files: int) -> None:
-        self._flush()
+        self.write_text(csv_line([_csv_value(d.get(k)) for k in CSV_COLUMNS]))
 
     def kernel(self, b, rows, _):
         if self.with_body:
             return None
         if self._file != b.seg.path:
             self._file = b.seg.path
-            import csv
-            import io
-
             one = io.StringIO()
             csv.writer(one, lineterminator="\n").writerow([b.seg.path])
             self._file_csv = np.frombuffer(one.getvalue()[:-1].encode(), dtype=np.uint8).copy()
@@ -408,12 +374,18 @@ class CsvOut(RecordsOut):
         return status, ends, out
 
     def taken(self, out, ends, status, lo, hi, b, rows):
-        self._flush()
         if b.entries is None:
             super().taken(out, ends, status, lo, hi, b, rows)
             return
         # a DLedger CommitLog: each line's last two cells (",,\n") become the entry's index and term
         self.taken_finished(out, ends, status, lo, hi, rows, 3, lambda i: b",%d,%d\n" % (int(b.entries["index"][i]), int(b.entries["term"][i])))
+
+
+def csv_line(cells: list) -> str:
+    """One CSV line as csv.writer writes it."""
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="\n").writerow(cells)
+    return buf.getvalue()
 
 
 def _csv_value(v):
@@ -452,14 +424,72 @@ def _cells(e, body: str) -> list[tuple[list[str], str]]:
 
 
 class TableOut(RecordsOut):
-    """Plain lines, columns two spaces apart, widths growing as wider values come (the header is printed
+    """The table's cells, not yet its lines: their widths grow as wider values come, which only the fold, taking the
+    ranges in order, knows (TableLines). Pieces: ("widen", cells), ("rows", [(cells, style)], is a message),
+    ("run", cells, bounds, widths, status): rows the kernel rendered."""
+
+    def entry(self, e) -> None:
+        self.pieces.append(("rows", _cells(e, self.body), isinstance(e, Message)))
+
+    def kernel(self, b, rows, _):
+        if self.with_body:
+            return None
+        _s, _so, tx, tx_offs, idx = TB.flag_snippets(b.cols["sys_flag"][rows])
+        mat = rows_matrix(b, rows, idx)
+        c = b.cols
+        bound = 200 + c["topic_length"][rows].astype(np.int64) + 3 * c["properties_length"][rows].astype(np.int64)
+        cells = np.empty(int(bound.sum()), dtype=np.uint8)
+        n = len(rows)
+        bounds = np.empty((n, K.TABLE_CELLS + 1), dtype=np.int64)
+        widths = np.zeros((n, K.TABLE_CELLS), dtype=np.int64)
+        status = np.empty(n, dtype=np.int8)
+        table_cells = TB.kernels().table_cells
+
+        def part(lo: int, hi: int, at: int) -> None:
+            table_cells(b.mf.data, b.seg.base, mat[lo:hi], tx, tx_offs, *self.filters, cells[at:], bounds[lo:hi], widths[lo:hi], status[lo:hi])
+            if at:
+                bounds[lo:hi] += at
+
+        if n < PARALLEL_ROWS or not self.halves:
+            part(0, n, 0)
+        else:  # both cores, as for JSON Lines; the cells stay where each half wrote them
+            h = n // 2
+            second = _pool().submit(part, h, n, int(bound[:h].sum()))
+            part(0, h, 0)
+            second.result()
+        self._parts = (cells, bounds, widths)
+        for j in np.flatnonzero(status == K.FALLBACK).tolist():  # their widths count too
+            m = b.message(int(rows[j]))
+            self.pieces.append(("widen", _cells(m, self.body)[0][0]))
+        return status, None, None
+
+    def taken(self, out, ends, status, lo, hi, b, rows):
+        cells, bounds, widths = self._parts
+        at = int(bounds[lo, 0])
+        self.pieces.append(("run", cells[at : int(bounds[hi - 1, -1])], bounds[lo:hi] - at, widths[lo:hi], status[lo:hi]))
+
+
+class TableLines:
+    """The table's lines: columns two spaces apart, widths growing as wider values come (the header is printed
     again when they do); a bold header and coloured problem lines on a terminal only."""
 
-    def __init__(self, *a, **kw):
-        super().__init__(*a, **kw)
+    def __init__(self, write_text, write_bytes, terminal: bool):
+        self.write_text, self.write_bytes, self.terminal = write_text, write_bytes, terminal
         self.colw = np.array([len(h) for h in TABLE_COLUMNS], dtype=np.int64)
-        self.terminal = sys.stdout.isatty()
         self.header_w = None  # the widths the last header was printed with
+
+    def piece(self, piece) -> None:
+        kind = piece[0]
+        if kind == "run":
+            self._run(*piece[1:])
+        elif kind == "widen":
+            self._widths(piece[1])
+        else:
+            rows, is_message = piece[1], piece[2]
+            if is_message:
+                self._widths(rows[0][0])
+            for cells, style in rows:
+                self._emit(self._line(cells), style)
 
     def _widths(self, cells: list[str]) -> None:
         from rich.cells import cell_len
@@ -492,55 +522,53 @@ class TableOut(RecordsOut):
             else:
                 self.write_text(line + "\n")
 
-    def entry(self, e) -> None:
-        rows = _cells(e, self.body)
-        if isinstance(e, Message):
-            self._widths(rows[0][0])
-        for cells, style in rows:
-            self._emit(self._line(cells), style)
-
-    def kernel(self, b, rows, _):
-        if self.with_body:
-            return None
-        _s, _so, tx, tx_offs, idx = TB.flag_snippets(b.cols["sys_flag"][rows])
-        mat = rows_matrix(b, rows, idx)
-        c = b.cols
-        bound = 200 + c["topic_length"][rows].astype(np.int64) + 3 * c["properties_length"][rows].astype(np.int64)
-        cells = np.empty(int(bound.sum()), dtype=np.uint8)
-        n = len(rows)
-        bounds = np.empty((n, K.TABLE_CELLS + 1), dtype=np.int64)
-        widths = np.zeros((n, K.TABLE_CELLS), dtype=np.int64)
-        status = np.empty(n, dtype=np.int8)
-        table_cells = TB.kernels().table_cells
-
-        def part(lo: int, hi: int, at: int) -> None:
-            table_cells(b.mf.data, b.seg.base, mat[lo:hi], tx, tx_offs, *self.filters, cells[at:], bounds[lo:hi], widths[lo:hi], status[lo:hi])
-            if at:
-                bounds[lo:hi] += at
-
-        if n < PARALLEL_ROWS:
-            part(0, n, 0)
-        else:  # both cores, as for JSON Lines; the cells stay where each half wrote them
-            h = n // 2
-            second = _pool().submit(part, h, n, int(bound[:h].sum()))
-            part(0, h, 0)
-            second.result()
-        self._parts = (cells, bounds, widths)
-        for j in np.flatnonzero(status == K.FALLBACK).tolist():  # their widths count too
-            m = b.message(int(rows[j]))
-            self._widths(_cells(m, self.body)[0][0])
-        return status, None, None
-
-    def taken(self, out, ends, status, lo, hi, b, rows):
-        cells, bounds, widths = self._parts
-        np.maximum(self.colw, widths[lo:hi].max(axis=0), out=self.colw)
+    def _run(self, cells, bounds, widths, status) -> None:
+        np.maximum(self.colw, widths.max(axis=0), out=self.colw)
         self._head()
-        size = int((bounds[hi - 1, -1] - bounds[lo, 0]) + (hi - lo) * (int(self.colw.sum()) + 2 * K.TABLE_CELLS + 1))
+        n = len(status)
+        size = int((bounds[-1, -1] - bounds[0, 0]) + n * (int(self.colw.sum()) + 2 * K.TABLE_CELLS + 1))
         buf = np.empty(size, dtype=np.uint8)
-        n = TB.kernels().table_lines(cells, bounds, widths, self.colw, status, lo, hi, buf)
-        self.write_bytes(memoryview(buf)[:n])
+        end = TB.kernels().table_lines(cells, bounds, widths, self.colw, status, 0, n, buf)
+        self.write_bytes(buf[:end])
 
 
-def writer(fmt: str, flt: Filter, tally: Tally, *, body: str, uncompress: bool) -> RecordsOut:
-    cls = {"jsonl": JsonLinesOut, "csv": CsvOut, "table": TableOut}[fmt]
-    return cls(flt, tally, body=body, uncompress=uncompress)
+class Printer:
+    """The fold's side: ranges' pieces written to stdout in range order, from a writer thread when stdout is not a
+    terminal (a terminal gets rich's lines in between: written in place); the CSV header first, and the JSON Lines
+    summary last."""
+
+    def __init__(self, fmt: str):
+        self.fmt = fmt
+        self._writer = None if sys.stdout.isatty() else _writer()
+        if self._writer is not None:
+            sys.stdout.flush()
+        self.table = TableLines(self.write_text, self.write_bytes, sys.stdout.isatty()) if fmt == "table" else None
+        if fmt == "csv":
+            self.write_text(csv_line(CSV_COLUMNS))
+
+    def write_bytes(self, data) -> None:
+        if self._writer is not None:
+            self._writer.put(data)
+            return
+        sys.stdout.flush()
+        sys.stdout.buffer.write(data)
+
+    def write_text(self, text: str) -> None:
+        self.write_bytes(text.encode("utf-8", errors="surrogateescape"))
+
+    def put(self, text: RangeText) -> None:
+        for piece in text.pieces:
+            if self.table is not None:
+                self.table.piece(piece)
+            elif isinstance(piece, str):
+                self.write_text(piece)
+            else:
+                self.write_bytes(piece)
+
+    def summary(self, d: dict) -> None:
+        self.write_text(_ENCODE(d) + "\n")
+
+    def finish(self) -> None:
+        """Everything written: the last buffers out of the writer thread (and its error raised, if any)."""
+        if self._writer is not None:
+            self._writer.close()

@@ -25,7 +25,7 @@ from rmqdump.readers.msgid import id_bytes
 from rmqdump.readers.store import Store
 from rmqdump.scan import scanner
 from rmqdump.scan.dispatch import DelayLevels
-from rmqdump.scan.ranges import SERIAL, Mapper, ScanOptions, scan_range
+from rmqdump.scan.ranges import SERIAL, Mapper, ScanOptions, map_ranges, scan_range
 from rmqdump.scan.splits import commitlog_splits
 from rmqdump.schemas import lifecycle as L
 
@@ -116,13 +116,11 @@ def scan_store(store: Store, keys: frozenset[str] | None = None, *, mapper: Mapp
     """Every copy (of `keys`, or of every message) and every record about messages, in one scan of the CommitLog."""
     g = Gathered(how="scan")
     splits = commitlog_splits(store.commitlog, check_crc=check_crc)
-    for copies, evidence, problems, nbytes in mapper(functools.partial(_scan_range, keys=keys), splits):
+    for _sp, (copies, evidence, problems, nbytes) in map_ranges(splits, functools.partial(_scan_range, keys=keys), mapper, progress=on_bytes):
         g.copies += copies
         g.evidence += evidence
         g.problems += problems
         g.scanned_bytes += nbytes
-        if on_bytes is not None:
-            on_bytes(nbytes)
     return g
 
 

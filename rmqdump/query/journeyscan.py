@@ -32,7 +32,7 @@ from rmqdump.common.problems import Problem
 from rmqdump.readers.lifecycle import Copy, Evidence, is_own_topic, read_record, wants_body
 from rmqdump.readers.message import offset_msg_id
 from rmqdump.readers.store import Store
-from rmqdump.scan.ranges import SERIAL, Mapper, ScanOptions, scan_range
+from rmqdump.scan.ranges import SERIAL, Mapper, ScanOptions, map_ranges, scan_range
 from rmqdump.scan.splits import RANGE_BYTES, commitlog_splits, held_range_bytes
 from rmqdump.schemas import UniqKeyV4
 from rmqdump.schemas import constants as C
@@ -421,13 +421,12 @@ def every_journey(store: Store, ctx_of, *, mapper: Mapper = SERIAL, check_crc: b
     `prepare(copies)` completes the Copies to link before they are linked."""  # fmt: skip
     splits = commitlog_splits(store.commitlog, SURVEY_SPLIT, check_crc=check_crc)
     hashes, copies, evidence, problems = [], [], [], []
-    for h, cs, es, ps, nbytes in mapper(survey, splits):
+    # each pass reads every byte: half of a range's bytes told after each
+    for _sp, (h, cs, es, ps, _nbytes) in map_ranges(splits, survey, mapper, progress=on_bytes and (lambda n: on_bytes(n // 2))):
         hashes.append(h)
         copies += cs
         evidence += es
         problems += ps
-        if on_bytes is not None:
-            on_bytes(nbytes // 2)
     ctx = ctx_of(evidence)
     allh = np.sort(np.concatenate(hashes)) if hashes else np.zeros(0, np.uint64)
     del hashes
@@ -435,10 +434,9 @@ def every_journey(store: Store, ctx_of, *, mapper: Mapper = SERIAL, check_crc: b
     del allh
     linked = np.unique(np.concatenate([twice, text_hashes([c.uniq_key for c in copies])]))
     spec = _Render(linked, PutJudge.of(ctx), frozenset(ctx.pop.groups_of_topic), recovery_end, broker, spell)
-    for part in mapper(functools.partial(render, r=spec), commitlog_splits(store.commitlog, RENDER_SPLIT, check_crc=check_crc)):
+    told = on_bytes and (lambda n: on_bytes(n - n // 2))
+    for _sp, part in map_ranges(commitlog_splits(store.commitlog, RENDER_SPLIT, check_crc=check_crc), functools.partial(render, r=spec), mapper, progress=told):
         copies += part.copies
-        if on_bytes is not None:
-            on_bytes(part.nbytes - part.nbytes // 2)
         yield part
     for c in copies:
         if recovery_end is not None and c.phys_offset + c.total_size > recovery_end:

@@ -1,4 +1,4 @@
-"""What `rmqdump commitlog` lists: records, end-of-file markers and damage, filtered.
+"""What `rmqdump commitlog` lists: records, end-of-file markers and damage, filtered, range by range.
 
 Filters that are plain columns (queue, store time) are applied to whole
 batches before any record is turned into a Python object.
@@ -16,7 +16,9 @@ from rmqdump.common.problems import Problem
 from rmqdump.readers.commitlog import Blank, CommitLog
 from rmqdump.readers.message import Message, decompress
 from rmqdump.scan import scanner
+from rmqdump.scan.ranges import range_batches
 from rmqdump.scan.scanner import Batch
+from rmqdump.scan.splits import Split
 from rmqdump.schemas import constants as C
 
 
@@ -61,7 +63,6 @@ class Tally:
     messages: int = 0
     blanks: int = 0
     problems: int = 0
-    bytes_scanned: int = 0
 
 
 Entry = Message | Blank | Problem
@@ -80,35 +81,47 @@ class Records:
     rows: np.ndarray
 
 
+def batch_items(b: Batch, flt: Filter, tally: Tally) -> Iterator[Records | Blank | Problem]:
+    """One batch's share of the listing: its records the column filters keep, then what ended it (end-of-file markers,
+    counted in `tally.blanks` and left out when `flt.selective`; damage). A consumer that stops at its limit after the
+    records has counted no marker past them."""
+    if len(b):
+        yield Records(b, np.flatnonzero(flt.mask(b)))
+    for e in b.events:
+        if isinstance(e, Blank):
+            tally.blanks += 1
+            if flt.selective:
+                continue
+        yield e
+
+
+def range_items(split: Split, flt: Filter, tally: Tally) -> Iterator[Records | Blank | Problem]:
+    """One planned range's share of the listing, in offset order: the unit the command's mapper renders."""
+    for b in range_batches(split):
+        yield from batch_items(b, flt, tally)
+
+
 def list_records(
     cl: CommitLog, flt: Filter, *, check_crc: bool = True, tally: Tally | None = None, on_bytes: Callable[[int], None] | None = None
 ) -> Iterator[Records | Blank | Problem]:
-    """The CommitLog in offset order as whole batches of records, end-of-file markers and damage.
+    """The CommitLog in offset order as whole batches of records, end-of-file markers and damage, by one in-order walk.
 
     The consumer counts what it prints in `tally` (messages, problems); the
-    listing stops once `tally.messages` reaches `flt.limit`. Blanks and
-    layout/damage problems are counted here.
+    listing stops once `tally.messages` reaches `flt.limit`. Blanks are counted here.
     """
     tally = tally if tally is not None else Tally()
     yield from cl.problems
     done_at: dict[str, int] = {}
     for b in scanner.batches(cl, from_offset=flt.from_offset, to_offset=flt.to_offset, check_crc=check_crc):
-        if len(b):
-            yield Records(b, np.flatnonzero(flt.mask(b)))
-            if flt.limit is not None and tally.messages >= flt.limit:
+        for item in batch_items(b, flt, tally):
+            yield item
+            if isinstance(item, Records) and flt.limit is not None and tally.messages >= flt.limit:
                 return
-        for e in b.events:
-            if isinstance(e, Blank):
-                tally.blanks += 1
-                if flt.selective:
-                    continue
-            yield e
         here = b.seg.base + (int(b.cols["_end"][-1]) if len(b) else 0)
         last = done_at.get(b.seg.path, b.seg.base)
         if on_bytes and here > last:
             on_bytes(here - last)
             done_at[b.seg.path] = here
-        tally.bytes_scanned = max(tally.bytes_scanned, here - cl.min_offset)
 
 
 def record_entries(b: Batch, i: int, flt: Filter, *, kept: bool, with_body: bool = False, uncompress: bool = False) -> list[Entry]:

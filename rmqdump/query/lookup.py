@@ -16,6 +16,7 @@ readable.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 from collections import OrderedDict
@@ -31,8 +32,8 @@ from rmqdump.readers.message import Message
 from rmqdump.readers.msgid import OffsetMsgId, UniqKey, id_bytes
 from rmqdump.readers.store import prove_readable
 from rmqdump.scan import scanner
-from rmqdump.scan.ranges import SERIAL, Mapper, ScanOptions, scan_range
-from rmqdump.scan.splits import Split, commitlog_splits
+from rmqdump.scan.ranges import SERIAL, Mapper, ScanOptions, map_ranges, scan_range
+from rmqdump.scan.splits import Split, splits_past
 
 SECOND = 1000
 RECORD_CACHE = 4096
@@ -168,13 +169,9 @@ def _tail_range(split: Split, after: int) -> tuple[np.ndarray, np.ndarray, set[s
 def scan_tail(cl: CommitLog, after: int, mapper: Mapper = SERIAL) -> TailScan:
     """Every index key of the records after offset `after`, by the planner's ranges from that record on."""
     start = max(after, 0)
-    splits = []
-    for sp in commitlog_splits(cl):
-        if sp.base + sp.end <= start:
-            continue
-        splits.append(replace(sp, start=max(sp.start, start - sp.base)))
+    splits = splits_past(cl, start)
     end = max((sp.base + sp.size for sp in splits), default=start)
-    parts = list(mapper(lambda sp: _tail_range(sp, after), splits))
+    parts = [part for _sp, part in map_ranges(splits, functools.partial(_tail_range, after=after), mapper)]
     hashes = np.concatenate([p[0] for p in parts]) if parts else np.zeros(0, dtype=np.int32)
     phys = np.concatenate([p[1] for p in parts]) if parts else np.zeros(0, dtype=np.int64)
     order = np.argsort(hashes, kind="stable")

@@ -20,7 +20,7 @@ from rmqdump.readers.compaction import CompactionFiles, CompactionQueue, LogReco
 from rmqdump.readers.mapped import OffsetFile
 from rmqdump.readers.message import Message, decode_properties
 from rmqdump.scan._walk import Batch, read_at
-from rmqdump.scan.ranges import SERIAL, Mapper, range_batches
+from rmqdump.scan.ranges import SERIAL, Mapper, map_ranges, range_batches
 from rmqdump.scan.splits import Split, StoreRef, commitlog_splits
 from rmqdump.schemas import constants as C
 
@@ -58,11 +58,9 @@ def originals(cl: CommitLog, topics: set[str], *, on_bytes=None, mapper: Mapper 
     out: dict[tuple[str, int], dict[int, Original]] = {}
     lengths = np.array(sorted({len(t.encode()) for t in topics}), dtype=np.int64)
     splits = commitlog_splits(cl, check_crc=False)
-    for sp, found in zip(splits, mapper(functools.partial(_range_originals, topics=frozenset(topics), lengths=lengths), splits), strict=True):
+    for _sp, found in map_ranges(splits, functools.partial(_range_originals, topics=frozenset(topics), lengths=lengths), mapper, progress=on_bytes):
         for t, qid, o in found:
             out.setdefault((t, qid), {})[o.queue_offset] = o
-        if on_bytes is not None:
-            on_bytes(sp.length)
     return out
 
 

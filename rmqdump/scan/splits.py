@@ -16,10 +16,10 @@ from __future__ import annotations
 import glob
 import itertools
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from rmqdump.common.problems import InputError, Problem
-from rmqdump.readers.commitlog import CommitLog, commitlog_path
+from rmqdump.readers.commitlog import CommitLog, commitlog_path, frame_of
 from rmqdump.readers.mapped import next_data, open_readonly
 from rmqdump.readers.store import prove_readable
 
@@ -124,10 +124,34 @@ def commitlog_splits(
     """
     out = []
     for f in cl.files:
-        size = min(f.size, cl.file_size) if cl.file_size else f.size
         stop = None if to_offset is None else to_offset - f.base
-        out += file_splits(broker, f.path, f.base, size, range_bytes, stop, check_crc)
+        out += file_splits(broker, f.path, f.base, _data_size(cl, f), range_bytes, stop, check_crc)
     return out
+
+
+def window_splits(
+    cl: CommitLog, from_offset: int | None = None, to_offset: int | None = None, range_bytes: int = RANGE_BYTES, check_crc: bool = True
+) -> list[Split]:
+    """commitlog_splits' ranges clipped to [from_offset, to_offset), the window an in-order walk of the CommitLog reads
+    (rmqdump.scan.scanner.batches): offsets are the messages', so a DLedger file's window starts and stops an entry
+    header earlier; a range clipped to start inside a file resyncs there as the walk does."""
+    out = []
+    for f in cl.files:
+        if (to_offset is not None and f.base >= to_offset) or (from_offset is not None and f.base + f.size <= from_offset):
+            continue
+        frame = frame_of(f.path)
+        lo = 0 if from_offset is None else from_offset - f.base - frame
+        hi = None if to_offset is None else to_offset - f.base - frame
+        for sp in file_splits("", f.path, f.base, _data_size(cl, f), range_bytes, check_crc=check_crc):
+            start, end = max(sp.start, lo), sp.end if hi is None else min(sp.end, hi)
+            if start < end:
+                out.append(replace(sp, start=start, end=end))
+    return out
+
+
+def _data_size(cl: CommitLog, f) -> int:
+    """A file's bytes that are data: at most the CommitLog's configured file size (the excess is a layout problem)."""
+    return min(f.size, cl.file_size) if cl.file_size else f.size
 
 
 def splits_past(cl: CommitLog, start: int, range_bytes: int = RANGE_BYTES, check_crc: bool = True) -> list[Split]:

@@ -27,6 +27,11 @@ def commitlog(
     uncompress: bool = typer.Option(False, "--decompress", help="Uncompress zlib/lz4/zstd bodies (sysFlag bits 0 and 8-10) before printing."),
     fmt: Format = O.format_option(Format.table, "table, jsonl (one JSON object per line) or csv."),
     no_crc: bool = O.no_crc_option(),
+    workers: int = O.workers_option(),
+    engine: O.Engine = O.engine_option("the same listing, the CommitLog's ranges rendered by Spark tasks"),
+    master: str = O.master_option(),
+    spark_conf: list[str] = O.spark_conf_option(),
+    ship: O.Ship = O.ship_option(),
 ):
     """Decode CommitLog records: every header field, properties, keys, tags, UNIQ_KEY, offset msgId, CRC.
 
@@ -35,12 +40,16 @@ def commitlog(
 
     Example:  rmqdump commitlog -s store -t orders -n 5 -f jsonl
     """
+    import functools
+
     from rmqdump.cli import render
-    from rmqdump.cli.records import writer
+    from rmqdump.cli.records import ListSpec, Printer, render_items, render_range
     from rmqdump.common.timeutil import parse_time
-    from rmqdump.query.listing import Filter, Records, Tally, list_records
+    from rmqdump.query.listing import Filter, Tally
     from rmqdump.readers.commitlog import CommitLog
     from rmqdump.readers.store import prove_readable
+    from rmqdump.scan.ranges import map_ranges
+    from rmqdump.scan.splits import held_range_bytes, window_splits
 
     try:
         flt = Filter(topic, queue, from_offset, to_offset, parse_time(since) if since else None, parse_time(until) if until else None, key, tag, limit)
@@ -55,30 +64,34 @@ def commitlog(
     cl = CommitLog.open(paths)
     if not cl.files:
         render.fail(f"no_commitlog: {', '.join(paths)}: no CommitLog files found", 2)
+    # each range's text is held whole until the fold writes it: ranges of the size for held text
+    ranges = window_splits(cl, from_offset, to_offset, held_range_bytes("text"), check_crc=not no_crc)
+    total = sum(sp.length for sp in ranges)
     tally = Tally()
-    w = writer(fmt.value, flt, tally, body=body.value, uncompress=uncompress)
+    out = Printer(fmt.value)
     try:
-        with render.progress(sum(f.size for f in cl.files), "commitlog") as advance:
-            late = w.renders_ahead()
-            held = None  # with `late`, each item is handled one step late: its batch is rendered while the scan reads the next
-            for item in list_records(cl, flt, check_crc=not no_crc, tally=tally, on_bytes=advance):
-                if late and isinstance(item, Records):
-                    w.render_ahead(item)
-                if late:
-                    item, held = held, item
-                if item is not None:
-                    w.item(item)
-                if w.done:
-                    break
-            else:
-                if held is not None:
-                    w.item(held)
-        w.close(len(cl.files))
+        with O.range_mapper(engine, workers, total, master, spark_conf, ship) as mapper, render.progress(total, "commitlog") as advance:
+            spec = ListSpec(fmt.value, flt, body.value, uncompress, halves=mapper.workers == 1)
+            layout = render_items(cl.problems, spec)  # the files' layout problems, before any record
+            out.put(layout)
+            tally.problems += layout.problems
+            listed = map_ranges(ranges, functools.partial(render_range, spec=spec), mapper, progress=advance)
+            try:
+                for sp, text in listed:
+                    if limit is not None and limit - tally.messages < min(limit, text.messages + 1):
+                        text = render_range(sp, spec, limit - tally.messages)  # the limit falls inside: the range cut there
+                    out.put(text)
+                    tally.messages += text.messages
+                    tally.blanks += text.blanks
+                    tally.problems += text.problems
+                    if limit is not None and tally.messages >= limit:
+                        break
+            finally:
+                listed.close()  # ranges read ahead for a limit already reached are given up
         if fmt is Format.jsonl:
-            summary = {"kind": "summary", "files": len(cl.files), "messages": tally.messages, "blanks": tally.blanks, "problems": tally.problems}
-            w.entry_dict(summary)
+            out.summary({"kind": "summary", "files": len(cl.files), "messages": tally.messages, "blanks": tally.blanks, "problems": tally.problems})
     finally:
-        w.finish()
+        out.finish()
     if fmt is Format.table:
         render.err.print(f"{tally.messages} messages, {tally.blanks} end-of-file markers, {tally.problems} problems in {len(cl.files)} files", highlight=False)
     raise typer.Exit(1 if tally.problems else 0)

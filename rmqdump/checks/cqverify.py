@@ -108,15 +108,6 @@ def _windows(scans: Iterable[tuple[object, RangeScan]], window_records: int, on_
     yield table.build(), problems
 
 
-def scan_records(cl: CommitLog, *, check_crc: bool = True, delays: DelayLevels | None = None, on_bytes=None) -> tuple[RecordTable, list[Problem]]:
-    """Scan the whole CommitLog into one record table (small stores, tests, other engines' drivers)."""
-    tables, problems = [], []
-    for t, ps in record_windows(cl, check_crc=check_crc, delays=delays, window_records=1 << 62, on_bytes=on_bytes):
-        tables.append(t)
-        problems.extend(ps)
-    return tables[0], problems
-
-
 def cq_locator(q: ConsumeQueue) -> Callable[[int], tuple[str, int]]:
     """unit index -> (where the unit lives, byte offset there), for reporting."""
     if hasattr(q, "locate"):  # a RocksDB ConsumeQueue: units live in the database, named by their key

@@ -35,11 +35,6 @@ def is_pop_retry_topic(topic: str, m: Message | None = None) -> bool:
     return m is not None and L.PROPERTY_FIRST_POP_TIME in m.properties
 
 
-def pop_retry_topic_of(group: str, topic: str) -> tuple[str, str]:
-    """The two names the broker may give a POP group's retry topic for `topic` (v2, v1)."""
-    return L.RETRY_PREFIX + group + "+" + topic, L.RETRY_PREFIX + group + "_" + topic
-
-
 @dataclass
 class Copy:
     """One stored copy of a message (a record carrying its UNIQ_KEY) and what its header and properties say."""

@@ -24,7 +24,6 @@ from rmqdump.schemas import OffsetMsgIdV4, OffsetMsgIdV6, UniqKeyV4, UniqKeyV6
 
 SHORT_HEX = 32  # IPv4 forms
 LONG_HEX = 56  # IPv6 forms
-MSGID_BAD = "msgid_bad"
 
 _QUARTER_HOUR = 15 * 60 * 1000
 _MAX_EAST = 14 * 3600 * 1000

@@ -27,6 +27,7 @@ from rmqdump.checks.cqunits import (
     real_mask,
 )
 from rmqdump.checks.repairholes import RepairHoles
+from rmqdump.common.jsontext import fields_of
 from rmqdump.common.problems import Problem
 from rmqdump.readers.commitlog import CommitLog
 from rmqdump.readers.consumequeue import UNIT_SIZE, ConsumeQueue, QueueUnits, reads_cached
@@ -51,14 +52,7 @@ class VerifySummary:
         self.codes[p.code] = self.codes.get(p.code, 0) + 1
 
     def to_dict(self) -> dict:
-        return {
-            "kind": "summary",
-            "queues": self.queues,
-            "units": self.units,
-            "messages": self.messages,
-            "problems": self.problems,
-            "filler_units": len(self.filler_units),
-        }
+        return {"kind": "summary", **fields_of(self, omit=("codes", "filler_units")), "filler_units": len(self.filler_units)}
 
 
 WINDOW_RECORDS = 1 << 18  # records joined at a time: about 11 MB of columns, a few times that while a window is checked (peak RSS ~410 MB at 4M messages)

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from rmqdump.common.javahash import index_hash_many, java_hash_many
+from rmqdump.common.jsontext import fields_of
 from rmqdump.common.problems import Problem
 from rmqdump.readers.commitlog import CommitLog, commitlog_path, frame_of
 from rmqdump.readers.indexfile import LAYOUT_SIZE, IndexFile, IndexLayoutError, open_all
@@ -71,14 +72,7 @@ class IndexVerifySummary:
     codes: dict[str, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
-        return {
-            "kind": "summary",
-            "index_files": self.index_files,
-            "entries": self.entries,
-            "messages": self.messages,
-            "indexed_keys": self.indexed_keys,
-            "problems": self.problems,
-        }
+        return {"kind": "summary", **fields_of(self, omit=("codes",))}
 
 
 PROBLEM_COLUMNS = ("index_file", "entry", "slot")  # on every JSON Lines problem, CommitLog problems included

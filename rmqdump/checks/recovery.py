@@ -38,6 +38,7 @@ import numpy as np
 from construct import Struct
 
 from rmqdump.common import problems as P
+from rmqdump.common.jsontext import fields_of
 from rmqdump.common.problems import Problem
 from rmqdump.readers.checkpoint import Checkpoint
 from rmqdump.readers.commitlog import Blank, SegmentFile
@@ -132,19 +133,7 @@ class DroppedRecord:
     uniq_key: str | None = None
 
     def to_dict(self) -> dict:
-        return {
-            "phys_offset": self.phys_offset,
-            "file": self.file,
-            "file_offset": self.file_offset,
-            "total_size": self.total_size,
-            "state": self.state,
-            "topic": self.topic,
-            "queue_id": self.queue_id,
-            "queue_offset": self.queue_offset,
-            "store_timestamp": self.store_timestamp,
-            "keys": self.keys,
-            "uniq_key": self.uniq_key,
-        }
+        return fields_of(self)
 
 
 @dataclass

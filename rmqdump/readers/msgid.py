@@ -19,6 +19,7 @@ import calendar
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
+from rmqdump.common.jsontext import fields_of
 from rmqdump.readers.message import format_address
 from rmqdump.schemas import OffsetMsgIdV4, OffsetMsgIdV6, UniqKeyV4, UniqKeyV6
 
@@ -119,11 +120,4 @@ class UniqKey:
         return {"time": start + self.month_millis, "month_start": start, "utc_offset_minutes": None, "anchor": now_ms}
 
     def to_dict(self) -> dict:
-        return {
-            "type": "uniq_key",
-            "ip": self.ip,
-            "pid": self.pid,
-            "class_loader_hash": self.class_loader_hash,
-            "month_millis": self.month_millis,
-            "counter": self.counter,
-        }
+        return {"type": "uniq_key", **fields_of(self, omit=("text",))}

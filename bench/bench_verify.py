@@ -103,12 +103,12 @@ def run_verify(root: str, check_crc: bool, window: int | None, workers: int) -> 
 def run_join_only(root: str) -> dict:
     """The vectorized unit checks alone, on a record table already built: what verify adds to the scan."""
     from rmqdump.checks.cqunits import CommitLogExtent, check_units
-    from rmqdump.checks.cqverify import scan_records
+    from rmqdump.checks.cqverify import record_windows
     from rmqdump.readers.store import Store
 
     st = Store.open(root)
     t0 = time.perf_counter()
-    records, _ = scan_records(st.commitlog, check_crc=False)
+    ((records, _),) = record_windows(st.commitlog, check_crc=False, window_records=1 << 62)
     t_scan = time.perf_counter() - t0
     extent = CommitLogExtent.of(st.commitlog, records.data_end)
     t0 = time.perf_counter()

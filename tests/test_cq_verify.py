@@ -11,7 +11,7 @@ import pytest
 from conftest import HEALTHY, REAL, SETTINGS, copy_store, jsonl, manifest, patch, run, run_proc, store_root
 
 from rmqdump.checks.cqunits import PROBLEM_KEYS, CommitLogExtent, check_units, missing_units
-from rmqdump.checks.cqverify import scan_records
+from rmqdump.checks.cqverify import record_windows
 from rmqdump.readers.consumequeue import read_units
 from rmqdump.readers.store import Store
 
@@ -126,7 +126,7 @@ def test_delay_levels_decide_schedule_topic_tags_codes():
 def test_pure_core_runs_per_queue_on_plain_arrays():
     """The API another engine calls: structured unit arrays in, problems and covered records out."""
     st = Store.open(store_root("rmq53-v2"))
-    records, cl_problems = scan_records(st.commitlog)
+    ((records, cl_problems),) = record_windows(st.commitlog, window_records=1 << 62)  # one table: the whole CommitLog
     assert cl_problems == []
     extent = CommitLogExtent.of(st.commitlog, records.data_end)
     covered = np.zeros(len(records), dtype=bool)

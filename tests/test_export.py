@@ -7,18 +7,24 @@ import hashlib
 import json
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.dataset as ds
 import pytest
 from conftest import REAL, STORES, copy_store, manifest, run, store_root
 
 from rmqdump.engines.local import LocalMap
 from rmqdump.export import arrowbatch
-from rmqdump.export.dataset import export_local, topic_partitioning
+from rmqdump.export.dataset import export_local
 from rmqdump.readers.commitlog import CommitLog
 from rmqdump.scan import scanner
 from rmqdump.scan.splits import StoreRef, default_name, plan, resolve_stores
 
 CRC_PROP = "__CRC32#"
+
+
+def topic_partitioning() -> ds.Partitioning:
+    """The hive-style topic directories, as Spark and pyarrow read them."""
+    return ds.partitioning(pa.schema([("topic", pa.string())]), flavor="hive")
 
 
 def read_dataset(path) -> list[dict]:

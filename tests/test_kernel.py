@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from rmqdump.common.javahash import java_hash
 from rmqdump.readers.commitlog import CommitLog
 from rmqdump.readers.mapped import MappedFile
-from rmqdump.readers.message import decode_properties, java_crc32, parse_crc_digits, split_keys
+from rmqdump.readers.message import decode_properties, split_keys
 from rmqdump.scan import layout as K
 from rmqdump.scan import scanner
 from rmqdump.scan.dispatch import DelayLevels, dispatch_columns
@@ -29,6 +29,20 @@ from rmqdump.schemas import MessageRecord
 from rmqdump.schemas import constants as C
 
 DELAYS = DelayLevels.parse()
+
+
+def java_crc32(data) -> int:
+    """The broker's body CRC: CRC32 with the sign bit cleared."""
+    return zlib.crc32(data) & 0x7FFFFFFF
+
+
+def parse_crc_digits(digits: bytes) -> int | None:
+    """The __CRC32# value: decimal digits written least significant first."""
+    if len(digits) != C.CRC_DIGITS or not digits.isdigit():
+        return None
+    return int(digits[::-1])
+
+
 FIELDS = (
     "total_size", "magic", "body_crc", "queue_id", "flag", "queue_offset", "phys_offset", "sys_flag", "born_timestamp",
     "store_timestamp", "reconsume_times", "prepared_transaction_offset", "body_length", "topic_length", "properties_length",

@@ -308,7 +308,7 @@ def test_broker_restarts_from_repair_keeping_every_intact_message(name, engine, 
 
 
 @pytest.mark.slow
-def test_zeroed_page_range_and_neighbours():
+def test_zeroed_page_range_and_neighbours(tmp_path):
     """The zeroed page: one range from the first record whose header was zeroed to the next whole record (damage.json)."""
     base = REAL / "rmq53-damaged-zeroed-page"
     damage = json.loads((base / "damage.json").read_text(encoding="utf-8"))
@@ -316,17 +316,13 @@ def test_zeroed_page_range_and_neighbours():
     headers = [r for r in hit if any(f.startswith("header") for f in r["fieldsHit"])]
     start = headers[0]["physicalOffset"]
     stop = headers[-1]["physicalOffset"] + headers[-1]["size"]
-    from rmqdump.builders.repair import find_damage, plan
-    from rmqdump.readers.commitlog import CommitLog
-
-    cl = CommitLog.open(str(base / "store" / "commitlog"))
-    ranges, data_end, _, _ = find_damage(cl)
-    plan(cl, ranges, data_end)
-    assert [(r.start, r.end, r.codes, r.action) for r in ranges] == [(start, stop, ["zeroed_range"], "filler")]
+    code, rows = repair_cli("-s", base / "store", "--out", tmp_path / "new", *SIZING)
+    ranges = [r for r in rows if r["kind"] == "range"]
+    assert code == 1 and [(r["phys_offset"], r["end"], r["codes"], r["action"]) for r in ranges] == [(start, stop, ["zeroed_range"], "filler")]
     survivor = hit[0]  # properties half zeroed, header intact: the record before the range
-    assert ranges[0].before["phys_offset"] == survivor["physicalOffset"]
+    assert ranges[0]["before"]["phys_offset"] == survivor["physicalOffset"]
     nxt = min((m for m in puts("rmq53-damaged-zeroed-page") if m["wroteOffset"] >= stop), key=lambda m: m["wroteOffset"])
-    assert ranges[0].after["uniq_key"] == nxt["uniqKey"] and ranges[0].after["phys_offset"] == stop
+    assert ranges[0]["after"]["uniq_key"] == nxt["uniqKey"] and ranges[0]["after"]["phys_offset"] == stop
 
 
 @pytest.mark.slow

@@ -117,7 +117,6 @@ class IndexBuilder:
         self._pending_after_record = -1  # a new file is due from the record after this one (global number)
         self._pending = True
         self._records_seen = 0
-        self.keys_skipped = 0
 
     # --- files ---
 
@@ -178,7 +177,6 @@ class IndexBuilder:
         if self._skip_below is not None and len(key_rec):
             keep = phys[key_rec] >= self._skip_below
             if not keep.all():
-                self.keys_skipped += int((~keep).sum())
                 key_rec, h = key_rec[keep], h[keep]
         K = len(key_rec)
         k0 = 0

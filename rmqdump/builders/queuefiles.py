@@ -13,6 +13,8 @@ import os
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
+from rmqdump.common.jsontext import fields_of
+
 MAX_OPEN_FILES = 128
 
 
@@ -37,17 +39,7 @@ class QueueResult:
         return os.path.join(self.topic, str(self.queue_id))
 
     def to_dict(self) -> dict:
-        return {
-            "topic": self.topic,
-            "queue_id": self.queue_id,
-            "first_offset": self.first_offset,
-            "next_offset": self.next_offset,
-            "units": self.units,
-            "pre_blank": self.pre_blank,
-            "gap_units": self.gap_units,
-            "duplicates": self.duplicates,
-            "files": len(self.files),
-        }
+        return {**fields_of(self, omit=("gaps", "files", "first_gap", "gap_ranges", "first_dup")), "files": len(self.files)}
 
 
 class QueueFiles:

@@ -612,8 +612,12 @@ def rebuild(
     settings: StoreSettings,
     options: RebuildOptions | None = None,
     on_bytes: Callable[[int], None] | None = None,
+    build: Callable[[str, CommitLog, RebuildReport], None] | None = None,
 ) -> RebuildReport:
-    """Rebuild into OUTDIR; returns what was built, what was skipped, and the verification."""
+    """Rebuild into OUTDIR; returns what was built, what was skipped, and the verification.
+
+    build(tmp, CommitLog, report): another engine's scan and builders in place of build_into (Spark's: the self-check
+    then reads the files it wrote, not the scan's columns)."""
     options = options or RebuildOptions()
     t0 = time.perf_counter()
     s, o = check_paths(store, out, options.force)
@@ -625,8 +629,11 @@ def rebuild(
     report.commitlog_bytes = sum(f.size for f in cl.files)
     report.damaged.extend(cl.problems)
     with publishing(o, force=options.force, stores=[s], kind="dir", sync=options.sync) as tmp:
-        columns = ScanColumns(tmp) if options.verify and VERIFY_FROM_COLUMNS else None
-        build_into(tmp, cl, settings, options, report, on_bytes, columns)
+        columns = ScanColumns(tmp) if options.verify and VERIFY_FROM_COLUMNS and build is None else None
+        if build is None:
+            build_into(tmp, cl, settings, options, report, on_bytes, columns)
+        else:
+            build(tmp, cl, report)
         report.seconds = time.perf_counter() - t0
         if options.verify:
             t1 = time.perf_counter()

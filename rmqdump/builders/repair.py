@@ -402,17 +402,6 @@ class _Scan:
         self.flagged = [p for f in finds for p in f.flagged]
 
 
-def find_damage(cl: CommitLog, mapper: Mapper = SERIAL, check_crc: bool = True, root: str | None = None) -> tuple[list[DamagedRange], int, int, list[Problem]]:
-    """(damaged ranges, planned; end of the last intact record; records scanned; records flagged but accepted).
-
-    check_crc=False finds no body CRC mismatch: those records stay as they are (faster).
-    """
-    sc = _Scan(cl, mapper, ScanOptions(fold=_crc_failed), check_crc, root=root)
-    for _ in sc.results():
-        pass
-    return sc.ranges, sc.data_end, sc.records, sc.flagged
-
-
 def _describe(m: Message | None) -> dict | None:
     if not isinstance(m, Message):
         return None

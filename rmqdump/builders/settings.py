@@ -14,6 +14,7 @@ import os
 import re
 from dataclasses import dataclass, field
 
+from rmqdump.common.jsontext import fields_of
 from rmqdump.common.problems import InputError
 from rmqdump.readers.consumequeue import ConsumeQueue
 from rmqdump.readers.indexfile import file_size as index_file_size
@@ -52,17 +53,7 @@ class StoreSettings:
         return index_file_size(self.hash_slots, self.index_entries)
 
     def to_dict(self) -> dict:
-        return {
-            "cq_units_per_file": self.cq_units_per_file,
-            "hash_slots": self.hash_slots,
-            "index_entries": self.index_entries,
-            "delay_levels": self.delay_spec,
-            "bcq_file_size": self.bcq_file_size,
-            "ext_bitmap_bits": self.ext_bitmap_bits,
-            "ext_file_size": self.ext_file_size,
-            "lmq": self.lmq,
-            "source": dict(self.source),
-        }
+        return {**fields_of(self, omit=("source",), rename={"delay_spec": "delay_levels"}), "source": dict(self.source)}
 
 
 def read_properties(path: str) -> dict[str, str]:

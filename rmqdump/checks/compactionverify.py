@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from rmqdump.common import problems as P
+from rmqdump.common.jsontext import fields_of
 from rmqdump.common.problems import Problem
 from rmqdump.readers.commitlog import CommitLog
 from rmqdump.readers.compaction import CompactionFiles, CompactionQueue, LogRecord, end_unit_mask, find_compaction, is_tombstone, split_queue_key
@@ -50,15 +51,7 @@ class Summary:
         self.codes[p.code] = self.codes.get(p.code, 0) + 1
 
     def to_dict(self) -> dict:
-        return {
-            "kind": "summary",
-            "queues": self.queues,
-            "records": self.records,
-            "units": self.units,
-            "problems": self.problems,
-            "codes": self.codes,
-            "commitlog_compared": self.commitlog,
-        }
+        return {"kind": "summary", **fields_of(self, omit=("commitlog",)), "commitlog_compared": self.commitlog}
 
 
 @dataclass

@@ -27,6 +27,7 @@ from rmqdump.checks.cqunits import (
     real_mask,
 )
 from rmqdump.checks.repairholes import RepairHoles
+from rmqdump.common.jsontext import fields_of
 from rmqdump.common.problems import Problem
 from rmqdump.readers.commitlog import CommitLog
 from rmqdump.readers.consumequeue import UNIT_SIZE, ConsumeQueue, QueueUnits, reads_cached
@@ -51,14 +52,7 @@ class VerifySummary:
         self.codes[p.code] = self.codes.get(p.code, 0) + 1
 
     def to_dict(self) -> dict:
-        return {
-            "kind": "summary",
-            "queues": self.queues,
-            "units": self.units,
-            "messages": self.messages,
-            "problems": self.problems,
-            "filler_units": len(self.filler_units),
-        }
+        return {"kind": "summary", **fields_of(self, omit=("codes", "filler_units")), "filler_units": len(self.filler_units)}
 
 
 WINDOW_RECORDS = 1 << 18  # records joined at a time: about 11 MB of columns, a few times that while a window is checked (peak RSS ~410 MB at 4M messages)
@@ -106,15 +100,6 @@ def _windows(scans: Iterable[tuple[object, RangeScan]], window_records: int, on_
             yield table.build(), problems
             table, problems = RecordTableBuilder(), []
     yield table.build(), problems
-
-
-def scan_records(cl: CommitLog, *, check_crc: bool = True, delays: DelayLevels | None = None, on_bytes=None) -> tuple[RecordTable, list[Problem]]:
-    """Scan the whole CommitLog into one record table (small stores, tests, other engines' drivers)."""
-    tables, problems = [], []
-    for t, ps in record_windows(cl, check_crc=check_crc, delays=delays, window_records=1 << 62, on_bytes=on_bytes):
-        tables.append(t)
-        problems.extend(ps)
-    return tables[0], problems
 
 
 def cq_locator(q: ConsumeQueue) -> Callable[[int], tuple[str, int]]:

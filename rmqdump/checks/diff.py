@@ -23,6 +23,7 @@ from rmqdump.checks.diffepochs import EpochDiff, epoch_diff
 from rmqdump.checks.diffprefix import Prefix, common_prefix
 from rmqdump.checks.diffspill import Spill
 from rmqdump.checks.offsets import consumer_offsets
+from rmqdump.common.jsontext import fields_of
 from rmqdump.common.problems import InputError
 from rmqdump.readers.commitlog import CommitLog
 from rmqdump.readers.epochfile import EPOCH_FILE
@@ -371,12 +372,7 @@ class ConsumerImpact:
     def to_dict(self) -> dict:
         return {
             "kind": "consumer",
-            "side": self.side,
-            "group": self.group,
-            "topic": self.topic,
-            "queue_id": self.queue_id,
-            "committed": self.committed,
-            "other_max_offset": self.other_max_offset,
+            **fields_of(self, omit=("skipped", "read_twice", "beyond_max")),
             "skipped": _length(self.skipped),
             "skipped_offsets": self.skipped,
             "read_twice": _length(self.read_twice),

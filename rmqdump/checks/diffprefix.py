@@ -45,7 +45,6 @@ class Prefix:
     bytes_hashed: int = 0  # bytes read for CRCs, or to check a range is zeros where the other side has a hole (both sides)
     bytes_skipped: int = 0  # bytes not read: holes of sparse files and offsets in no file (both sides)
     bytes_compared: int = 0  # bytes read again to find the first differing byte (both sides)
-    same_files: bool = False  # both sides are the same files: nothing read
     last_common_entry: tuple[int, int] | None = None  # DLedger: (index, term) of the last entry both ledgers hold
     walk_from: int | None = None  # where the walk to the record holding the first differing byte started
 
@@ -158,7 +157,7 @@ def common_prefix(
     start = max(a.min_offset if fa else 0, b.min_offset if fb else 0)
     end = max([base + size for base, size, _ in fa + fb] or [start])
     if _same_files(a, b):
-        return Prefix(start, end, None, end, same_files=True)
+        return Prefix(start, end, None, end)
     sa, sb = _Stream(a), _Stream(b)
     pre = Prefix(start, end, None, end)
     try:

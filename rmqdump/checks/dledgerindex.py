@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from rmqdump.common.jsontext import fields_of
 from rmqdump.common.problems import Problem
 from rmqdump.readers.commitlog import CommitLog
 from rmqdump.readers.dledger import CHECKPOINT_AHEAD, HEADER, INDEX_MISMATCH, INDEX_MISSING, INDEX_SEQUENCE, UNIT, DLedgerDir, IndexUnits
@@ -30,14 +31,7 @@ class IndexCheck:
     problems: list[Problem] = field(default_factory=list)
 
     def to_dict(self) -> dict:
-        return {
-            "kind": "dledger_index",
-            "entries": self.entries,
-            "first_index": self.first_index,
-            "last_index": self.last_index,
-            "units_checked": self.units_checked,
-            "problems": len(self.problems),
-        }
+        return {"kind": "dledger_index", **fields_of(self, omit=("problems",)), "problems": len(self.problems)}
 
 
 def check_index(dl: DLedgerDir, cl: CommitLog, *, check_crc: bool = False, on_bytes=None) -> IndexCheck:

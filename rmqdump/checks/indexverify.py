@@ -22,9 +22,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from rmqdump.common.javahash import index_hash_many, java_hash_many
+from rmqdump.common.jsontext import fields_of
 from rmqdump.common.problems import Problem
 from rmqdump.readers.commitlog import CommitLog, commitlog_path, frame_of
-from rmqdump.readers.indexfile import LAYOUT_SIZE, IndexFile, IndexLayoutError, Layout, list_index_files
+from rmqdump.readers.indexfile import LAYOUT_SIZE, IndexFile, IndexLayoutError, open_all
 from rmqdump.readers.store import prove_readable
 from rmqdump.scan import scanner
 from rmqdump.scan.dispatch import DelayLevels, DispatchColumns
@@ -71,14 +72,7 @@ class IndexVerifySummary:
     codes: dict[str, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
-        return {
-            "kind": "summary",
-            "index_files": self.index_files,
-            "entries": self.entries,
-            "messages": self.messages,
-            "indexed_keys": self.indexed_keys,
-            "problems": self.problems,
-        }
+        return {"kind": "summary", **fields_of(self, omit=("codes",))}
 
 
 PROBLEM_COLUMNS = ("index_file", "entry", "slot")  # on every JSON Lines problem, CommitLog problems included
@@ -218,29 +212,6 @@ def _problem(code: str, f: IndexFile, detail: str, *, entry: int | None = None, 
     else:
         pos = 0
     return Problem(code, f.path, pos, detail, phys_offset=phys, extra={"index_file": f.name, "entry": entry, "slot": slot})
-
-
-def _open_files(paths: list[str], hash_slots, index_entries) -> tuple[list[IndexFile], list[Problem]]:
-    files: dict[str, IndexFile] = {}
-    problems: list[Problem] = []
-    pending: list[tuple[str, IndexLayoutError]] = []
-    for p in paths:
-        try:
-            files[p] = IndexFile(p, hash_slots, index_entries)
-        except IndexLayoutError as e:
-            if e.code == LAYOUT_SIZE:
-                problems.append(Problem(FILE_SIZE, p, e.offset, e.detail, extra={"index_file": os.path.basename(p), "entry": None, "slot": None}))
-            else:
-                pending.append((p, e))
-    for p, err in pending:
-        size = os.path.getsize(p)
-        known = [f.layout for f in files.values() if f.mf.size == size]
-        if not known:
-            for f in files.values():
-                f.close()
-            raise err
-        files[p] = IndexFile(p, layout=Layout(known[0].hash_slots, known[0].index_entries, "store"))
-    return [files[p] for p in paths if p in files], problems
 
 
 def _listed(xs: list, n: int = MAX_LISTED) -> str:
@@ -553,7 +524,12 @@ def verify(
 
     store = str(store)
     prove_readable(store)
-    files, probs = _open_files(list_index_files(store), hash_slots, index_entries)
+    probs: list[Problem] = []
+
+    def bad_size(p: str, e: IndexLayoutError) -> None:  # a file no sizing fits: reported, the others checked
+        probs.append(Problem(FILE_SIZE, p, e.offset, e.detail, extra={"index_file": os.path.basename(p), "entry": None, "slot": None}))
+
+    files = open_all(store, hash_slots, index_entries, bad_size)
     try:
         s.index_files = len(files)
         for p in probs:

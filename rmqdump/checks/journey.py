@@ -15,6 +15,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from rmqdump.common.jsontext import fields_of
 from rmqdump.common.problems import Problem
 from rmqdump.common.timeutil import iso
 from rmqdump.readers.lifecycle import Copy, Evidence, QueuePos
@@ -115,15 +116,7 @@ class Verdict:
     weaker: list[str] = field(default_factory=list)  # where the evidence is weaker (crash: files as last persisted)
 
     def to_dict(self) -> dict:
-        return {
-            "kind": "verdict",
-            "uniq_key": self.uniq_key,
-            "state": self.state,
-            "groups": self.groups,
-            "why": self.why,
-            "due_time": self.due_time,
-            "evidence_caveats": self.weaker,
-        }
+        return {"kind": "verdict", **fields_of(self, omit=("weaker",)), "evidence_caveats": self.weaker}
 
 
 @dataclass

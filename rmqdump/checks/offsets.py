@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from rmqdump.common.jsontext import fields_of
 from rmqdump.common.problems import InputError
 from rmqdump.readers.configfiles import CONFIG_DIR, ConfigFile, read_config
 from rmqdump.readers.store import Store
@@ -44,18 +45,7 @@ class OffsetRow:
         return self.max_offset - self.committed
 
     def to_dict(self) -> dict:
-        return {
-            "kind": "offset",
-            "group": self.group,
-            "topic": self.topic,
-            "queue_id": self.queue_id,
-            "committed": self.committed,
-            "bak": self.bak,
-            "min_offset": self.min_offset,
-            "max_offset": self.max_offset,
-            "lag": self.lag,
-            "flags": self.flags,
-        }
+        return {"kind": "offset", **fields_of(self, omit=("flags",)), "lag": self.lag, "flags": self.flags}
 
 
 @dataclass

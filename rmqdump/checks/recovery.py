@@ -38,6 +38,7 @@ import numpy as np
 from construct import Struct
 
 from rmqdump.common import problems as P
+from rmqdump.common.jsontext import fields_of
 from rmqdump.common.problems import Problem
 from rmqdump.readers.checkpoint import Checkpoint
 from rmqdump.readers.commitlog import Blank, SegmentFile
@@ -132,19 +133,7 @@ class DroppedRecord:
     uniq_key: str | None = None
 
     def to_dict(self) -> dict:
-        return {
-            "phys_offset": self.phys_offset,
-            "file": self.file,
-            "file_offset": self.file_offset,
-            "total_size": self.total_size,
-            "state": self.state,
-            "topic": self.topic,
-            "queue_id": self.queue_id,
-            "queue_offset": self.queue_offset,
-            "store_timestamp": self.store_timestamp,
-            "keys": self.keys,
-            "uniq_key": self.uniq_key,
-        }
+        return fields_of(self)
 
 
 @dataclass
@@ -213,34 +202,20 @@ def first_store_timestamp(seg: SegmentFile, *, allow_v2: bool = True) -> int | N
     return _STORE_TS.unpack_from(head, at)[0]
 
 
-def _queue_max_phys(q: ConsumeQueue) -> int:
-    """ConsumeQueue.recover: from the third-last file, units while offset >= 0 and size > 0; max offset + size."""
+def _queue_max_phys(q: ConsumeQueue, end: int | None = None) -> int:
+    """ConsumeQueue.recover: from the third-last file, units while offset >= 0 and size > 0; max offset + size.
+
+    With `end`, truncateDirtyLogicFiles: the queue's max offset + size once units at or past `end` are cut."""
     files = q.files[max(0, len(q.files) - 3) :]
     best = -1
     for f in files:
         u = QueueUnits.from_array(read_units(f), f.first_index)
-        v = u.valid_mask()
-        bad = np.flatnonzero(~v)
+        cut = ~u.valid_mask() if end is None else ~u.valid_mask() | (u.offset >= end)
+        bad = np.flatnonzero(cut)
         k = int(bad[0]) if bad.size else len(u)
         if k:
             best = int(u.offset[k - 1]) + int(u.size[k - 1])
-        if k < (q.file_size or f.size) // 20 or bad.size:
-            break
-    return best
-
-
-def _queue_max_below(q: ConsumeQueue, end: int) -> int:
-    """truncateDirtyLogicFiles: the queue's max offset + size once units at or past `end` are cut."""
-    files = q.files[max(0, len(q.files) - 3) :]
-    best = -1
-    for f in files:
-        u = QueueUnits.from_array(read_units(f), f.first_index)
-        v = u.valid_mask()
-        bad = np.flatnonzero(~v | (u.offset >= end))
-        k = int(bad[0]) if bad.size else len(u)
-        if k:
-            best = int(u.offset[k - 1]) + int(u.size[k - 1])
-        if bad.size:
+        if bad.size or (end is None and k < (q.file_size or f.size) // 20):
             break
     return best
 
@@ -594,7 +569,7 @@ def preview(
     if abnormal:
         redispatch = files[start].base
     else:
-        cq_after = max((_queue_max_below(q, valid_end) for q in queues), default=-1) if cq_max >= valid_end else cq_max
+        cq_after = max((_queue_max_phys(q, valid_end) for q in queues), default=-1) if cq_max >= valid_end else cq_max
         redispatch = max(cl.min_offset, cq_after, 0)
 
     dropped_index: list[str] = []

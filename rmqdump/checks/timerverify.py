@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from rmqdump.common.javahash import java_hash
+from rmqdump.common.jsontext import fields_of
 from rmqdump.common.problems import Problem
 from rmqdump.readers.commitlog import CommitLog
 from rmqdump.readers.fastpath import field_offset
@@ -75,16 +76,7 @@ class TimerVerifySummary:
         return sum(self.codes.values())
 
     def to_dict(self) -> dict:
-        return {
-            "kind": "summary",
-            "units": self.units,
-            "pending": self.pending,
-            "fired": self.fired,
-            "slots": self.slots,
-            "precision_ms": self.precision_ms,
-            "problems": self.problems,
-            "codes": dict(sorted(self.codes.items())),
-        }
+        return {"kind": "summary", **fields_of(self, omit=("codes",)), "problems": self.problems, "codes": dict(sorted(self.codes.items()))}
 
 
 def records_at(cl: CommitLog, offsets: np.ndarray, *, check_crc: bool = False) -> dict[int, TimerRecord]:

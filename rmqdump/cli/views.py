@@ -1,14 +1,38 @@
-"""How the store-wide lifecycle views (`tx`, `pop`, `delay`, `retry`) run and print: one mapped scan into journeys, a fold, then
-a table per row kind (or JSON Lines), a summary line, and the exit code (1 when the view passes a problem through)."""
+"""How the store-wide lifecycle views (`tx`, `pop`, `delay`, `retry`) are commands and run and print: the same options,
+one mapped scan into journeys, a fold, then a table per row kind (or JSON Lines), a summary line, and the exit code (1
+when the view passes a problem through)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import typer
 
 from rmqdump.cli import render
-from rmqdump.cli.commands.options import Engine, ListFormat, Ship, range_mapper
+from rmqdump.cli.commands import options as O
+from rmqdump.cli.commands.options import Engine, ListFormat, Ship, range_mapper, store_option
+
+
+def register_view(app, guarded, view: Callable, noun: str) -> None:
+    """Register the command named `view.__name__`, helped by its docstring: every view takes the same options, and
+    view(journeys, store argument) builds its rows from one scan (what `noun` names is printed when there are none)."""
+    name = view.__name__
+
+    def command(
+        store: Path = store_option(),
+        fmt: ListFormat = O.format_option(ListFormat.table, "table or jsonl."),
+        workers: int = O.workers_option(),
+        no_crc: bool = O.no_crc_option(),
+        engine: Engine = O.engine_option("the same rows, the CommitLog's ranges read by Spark tasks"),
+        master: str = O.master_option(),
+        spark_conf: list[str] = O.spark_conf_option(),
+        ship: Ship = O.ship_option(),
+    ):
+        show(view(scan(store, not no_crc, name, engine, workers, master, spark_conf, ship), str(store)), fmt, noun)
+
+    command.__name__, command.__doc__ = name, view.__doc__
+    app.command(name)(guarded(command))
 
 
 def scan(store: Path, check_crc: bool, label: str, engine: Engine, workers: int | None, master: str, spark_conf: list[str], ship: Ship):

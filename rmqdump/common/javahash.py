@@ -30,10 +30,6 @@ def index_hash(h: int) -> int:
     return 0 if h == INT_MIN else abs(h)
 
 
-def index_key(topic: str, key: str) -> str:
-    return f"{topic}#{key}"
-
-
 _POW31 = np.ones(1, dtype=np.uint32)
 
 

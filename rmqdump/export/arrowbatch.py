@@ -95,22 +95,6 @@ def schema(with_body: bool = False) -> pa.Schema:
     return pa.schema(FIELDS + ([BODY_FIELD] if with_body else []))
 
 
-SPARK_TYPES = {  # the Spark SQL type of each Arrow type the rows use (mapInArrow checks types exactly)
-    pa.string(): "string",
-    pa.int64(): "bigint",
-    pa.int32(): "int",
-    pa.bool_(): "boolean",
-    pa.binary(): "binary",
-    pa.map_(pa.string(), pa.string()): "map<string,string>",
-    pa.list_(pa.string()): "array<string>",
-}
-
-
-def spark_ddl(with_body: bool = False) -> str:
-    """The Spark schema string of the same columns."""
-    return ", ".join(f"{f.name} {SPARK_TYPES[f.type]}" for f in schema(with_body))
-
-
 def _chunks(total_size: np.ndarray, max_bytes: int) -> list[tuple[int, int]]:
     n = len(total_size)
     if n == 0:

@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from rmqdump.common.problems import Problem
@@ -162,10 +161,6 @@ def jsonl_lines(rb: pa.RecordBatch) -> list[str]:
 def partition_dir(topic: str) -> str:
     """The hive-style directory of a topic (`topic=` + percent-encoded name), as Spark and pyarrow read it."""
     return "topic=" + urllib.parse.quote(topic, safe="")
-
-
-def topic_partitioning() -> ds.Partitioning:
-    return ds.partitioning(pa.schema([("topic", pa.string())]), flavor="hive")
 
 
 def _group_batches(group: list[Split], result: SplitResult, with_body: bool, check_crc: bool, served: dict[str, ServedView] | None) -> Iterator[pa.RecordBatch]:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from rmqdump.common.jsontext import fields_of
 from rmqdump.common.problems import InputError, Problem
 from rmqdump.readers.batchcq import BatchConsumeQueue, BatchUnits, read_batch_units
 from rmqdump.readers.commitlog import CommitLog
@@ -248,19 +249,7 @@ class SeekResult:
     probes: int
 
     def to_dict(self) -> dict:
-        return {
-            "kind": "seek",
-            "topic": self.topic,
-            "queue_id": self.queue_id,
-            "timestamp": self.timestamp,
-            "queue_offset": self.queue_offset,
-            "min_offset": self.min_offset,
-            "max_offset": self.max_offset,
-            "phys_offset": self.phys_offset,
-            "store_timestamp": self.store_timestamp,
-            "found": self.queue_offset < self.max_offset,
-            "probes": self.probes,
-        }
+        return {"kind": "seek", **fields_of(self, omit=("probes",)), "found": self.queue_offset < self.max_offset, "probes": self.probes}
 
 
 def seek(q: ConsumeQueue, cl: CommitLog, timestamp: int) -> SeekResult:

@@ -47,19 +47,15 @@ def popped_rows(j: Journey) -> list[dict]:
 
 def revive_progress(sj: StoreJourneys) -> list[dict]:
     """The revive service's committed offsets (CID_RMQ_SYS_REVIVE_GROUP) against each revive queue's end."""
-    is_revive = lambda t: t.startswith(L.REVIVE_TOPIC_PREFIX)  # noqa: E731
-    keys = {(t, q) for (g, t, q) in sj.ctx.offsets if g == L.REVIVE_GROUP and is_revive(t)}
-    keys |= set(sj.queue_ids(is_revive))
     out = []
-    for t, q in sorted(keys):
-        b = sj.bounds(t, q)
+    for t, q, committed, max_offset in sj.progress(L.REVIVE_GROUP, lambda t: t.startswith(L.REVIVE_TOPIC_PREFIX)):
         out.append(
             {
                 "kind": "revive_progress",
                 "revive_topic": t,
                 "revive_queue": q,
-                "committed": sj.ctx.offsets.get((L.REVIVE_GROUP, t, q)),
-                "max_offset": None if b is None else b[1],
+                "committed": committed,
+                "max_offset": max_offset,
             }
         )
     return out

@@ -36,6 +36,17 @@ class StoreJourneys:
     def queue_ids(self, topic_matches) -> list[tuple[str, int]]:
         return sorted(k for k in self.store.queues if topic_matches(k[0]))
 
+    def progress(self, group: str, topic_matches) -> list[tuple[str, int, int | None, int | None]]:
+        """(topic, queue id, the group's committed offset, the queue's max offset) for every queue of the topics that
+        match, held by the store or committed by the group (a system service's progress: None where it has none)."""
+        keys = {(t, q) for (g, t, q) in self.ctx.offsets if g == group and topic_matches(t)}
+        keys |= set(self.queue_ids(topic_matches))
+        out = []
+        for t, q in sorted(keys):
+            b = self.bounds(t, q)
+            out.append((t, q, self.ctx.offsets.get((group, t, q)), None if b is None else b[1]))
+        return out
+
 
 @dataclass
 class View:

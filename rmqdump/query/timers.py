@@ -16,7 +16,6 @@ from rmqdump.readers.commitlog import CommitLog
 from rmqdump.readers.timerlog import SLOT_SIZE, UNIT_SIZE, TimerStore
 from rmqdump.schemas import constants as C
 
-STATES = ("pending", "fired")
 CHUNK = 50_000  # units whose records are looked up by one CommitLog scan
 
 

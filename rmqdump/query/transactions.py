@@ -56,12 +56,8 @@ def check_progress(sj: StoreJourneys) -> list[dict]:
     """The check service's committed offsets (CID_RMQ_SYS_TRANS) on the half and op queues against the queues' ends;
     a half or op queue without one is listed with committed null (the check service never committed there)."""
     topics = (L.TRANS_HALF_TOPIC, L.TRANS_OP_HALF_TOPIC)
-    keys = {(t, q) for (g, t, q) in sj.ctx.offsets if g == L.TRANS_GROUP and t in topics}
-    keys |= set(sj.queue_ids(lambda t: t in topics))
     out = []
-    for t, q in sorted(keys):
-        committed = sj.ctx.offsets.get((L.TRANS_GROUP, t, q))
-        b = sj.bounds(t, q)
+    for t, q, committed, max_offset in sj.progress(L.TRANS_GROUP, lambda t: t in topics):
         out.append(
             {
                 "kind": "check_progress",
@@ -69,8 +65,8 @@ def check_progress(sj: StoreJourneys) -> list[dict]:
                 "topic": t,
                 "queue_id": q,
                 "committed": committed,
-                "max_offset": None if b is None else b[1],
-                "behind": None if b is None or committed is None else b[1] - committed,
+                "max_offset": max_offset,
+                "behind": None if max_offset is None or committed is None else max_offset - committed,
             }
         )
     return out

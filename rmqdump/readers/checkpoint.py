@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from rmqdump.common.jsontext import fields_of
 from rmqdump.common.problems import InputError
 from rmqdump.readers.fastpath import numpy_dtype
 from rmqdump.schemas import Checkpoint as CheckpointLayout
@@ -41,15 +42,7 @@ class Checkpoint:
         return min(self.min_timestamp, self.index_msg_timestamp)
 
     def to_dict(self) -> dict:
-        return {
-            "path": self.path,
-            "physic_msg_timestamp": self.physic_msg_timestamp,
-            "logics_msg_timestamp": self.logics_msg_timestamp,
-            "index_msg_timestamp": self.index_msg_timestamp,
-            "master_flushed_offset": self.master_flushed_offset,
-            "confirm_phy_offset": self.confirm_phy_offset,
-            "min_timestamp": self.min_timestamp,
-        }
+        return {**fields_of(self, omit=("size",)), "min_timestamp": self.min_timestamp}
 
 
 def read_checkpoint(path: str) -> Checkpoint:

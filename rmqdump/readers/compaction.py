@@ -36,7 +36,6 @@ from rmqdump.schemas import SparseConsumeQueueUnit
 from rmqdump.schemas import constants as C
 
 SCQ_DTYPE = numpy_dtype(SparseConsumeQueueUnit)
-SCQ_UNIT_SIZE = SCQ_DTYPE.itemsize
 
 
 def split_queue_key(key: str) -> tuple[str, int] | None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -483,12 +483,16 @@ def list_index_files(store: str) -> list[str]:
     return [os.path.join(d, n) for n in names if NAME_RE.match(n)]  # one that is no readable file: `unreadable` when opened
 
 
-def open_all(store: str, hash_slots: int | None = None, index_entries: int | None = None) -> list[IndexFile]:
+def open_all(
+    store: str, hash_slots: int | None = None, index_entries: int | None = None, bad_size: Callable[[str, IndexLayoutError], None] | None = None
+) -> list[IndexFile]:
     """Every index file of a store, oldest first.
 
     A file whose sizing cannot be inferred on its own (too few entries) takes
     the sizing of another file of the same size in the store: the broker
-    creates them all from one configuration.
+    creates them all from one configuration. A file of a size no sizing gives
+    raises LAYOUT_SIZE, or is passed to bad_size(path, error) and left out
+    (a check reports it and goes on with the others).
     """
     paths = list_index_files(store)
     out: dict[str, IndexFile] = {}
@@ -498,9 +502,12 @@ def open_all(store: str, hash_slots: int | None = None, index_entries: int | Non
             try:
                 out[p] = IndexFile(p, hash_slots, index_entries)
             except IndexLayoutError as e:
-                if e.code == LAYOUT_SIZE:
+                if e.code != LAYOUT_SIZE:
+                    pending.append((p, e))
+                elif bad_size is None:
                     raise
-                pending.append((p, e))
+                else:
+                    bad_size(p, e)
         for p, err in pending:
             size = os.path.getsize(p)
             known = [f.layout for f in out.values() if f.mf.size == size and f.layout.source != "store"]
@@ -512,7 +519,7 @@ def open_all(store: str, hash_slots: int | None = None, index_entries: int | Non
         for f in out.values():
             f.close()
         raise
-    return [out[p] for p in paths]
+    return [out[p] for p in paths if p in out]
 
 
 def iter_entries(f: IndexFile, start: int = 1, stop: int | None = None, chunk: int = 1 << 20) -> Iterator[tuple[int, np.ndarray]]:

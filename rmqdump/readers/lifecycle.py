@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
+from rmqdump.common.jsontext import fields_of
 from rmqdump.readers.message import Message
 from rmqdump.schemas import constants as C
 from rmqdump.schemas import lifecycle as L
@@ -33,11 +34,6 @@ def is_pop_retry_topic(topic: str, m: Message | None = None) -> bool:
     if "+" in topic:
         return True
     return m is not None and L.PROPERTY_FIRST_POP_TIME in m.properties
-
-
-def pop_retry_topic_of(group: str, topic: str) -> tuple[str, str]:
-    """The two names the broker may give a POP group's retry topic for `topic` (v2, v1)."""
-    return L.RETRY_PREFIX + group + "+" + topic, L.RETRY_PREFIX + group + "_" + topic
 
 
 @dataclass
@@ -80,32 +76,7 @@ class Copy:
         return self.topic
 
     def to_dict(self) -> dict:
-        return {
-            "kind": "copy",
-            "uniq_key": self.uniq_key,
-            "hop": self.hop,
-            "topic": self.topic,
-            "queue_id": self.queue_id,
-            "queue_offset": self.queue_offset,
-            "phys_offset": self.phys_offset,
-            "store_time": self.store_timestamp,
-            "total_size": self.total_size,
-            "msg_id": self.msg_id,
-            "real_topic": self.real_topic,
-            "real_queue_id": self.real_queue_id,
-            "delay_level": self.delay_level,
-            "due_time": self.due_time,
-            "reconsume_times": self.reconsume_times,
-            "check_times": self.check_times,
-            "prepared_offset": self.prepared_offset,
-            "origin_msg_id": self.origin_msg_id,
-            "retry_topic": self.retry_topic,
-            "producer_group": self.producer_group,
-            "keys": self.keys,
-            "tags": self.tags,
-            "recovery_drops": self.recovery_drops,
-            "file": self.file,
-        }
+        return {"kind": "copy", **fields_of(self, omit=("file",), rename={"store_timestamp": "store_time"}), "file": self.file}
 
 
 @dataclass

@@ -123,18 +123,6 @@ def decompress(body: bytes, sys_flag: int, limit: int = DECOMPRESSED_LIMIT) -> b
     return out
 
 
-def java_crc32(data) -> int:
-    """UtilAll.crc32: CRC32 with the sign bit cleared."""
-    return zlib.crc32(data) & 0x7FFFFFFF
-
-
-def parse_crc_digits(digits: bytes) -> int | None:
-    """The __CRC32# value: decimal digits written least significant first."""
-    if len(digits) != C.CRC_DIGITS or not digits.isdigit():
-        return None
-    return int(digits[::-1])
-
-
 @dataclass
 class Message:
     file: str

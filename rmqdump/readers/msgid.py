@@ -19,12 +19,12 @@ import calendar
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
+from rmqdump.common.jsontext import fields_of
 from rmqdump.readers.message import format_address
 from rmqdump.schemas import OffsetMsgIdV4, OffsetMsgIdV6, UniqKeyV4, UniqKeyV6
 
 SHORT_HEX = 32  # IPv4 forms
 LONG_HEX = 56  # IPv6 forms
-MSGID_BAD = "msgid_bad"
 
 _QUARTER_HOUR = 15 * 60 * 1000
 _MAX_EAST = 14 * 3600 * 1000
@@ -120,11 +120,4 @@ class UniqKey:
         return {"time": start + self.month_millis, "month_start": start, "utc_offset_minutes": None, "anchor": now_ms}
 
     def to_dict(self) -> dict:
-        return {
-            "type": "uniq_key",
-            "ip": self.ip,
-            "pid": self.pid,
-            "class_loader_hash": self.class_loader_hash,
-            "month_millis": self.month_millis,
-            "counter": self.counter,
-        }
+        return {"type": "uniq_key", **fields_of(self, omit=("text",))}

@@ -622,6 +622,3 @@ class TimerStore:
         """(path, file offset) of the unit at timer log `offset` in file `file_index`."""
         f = self.log.files[file_index]
         return f.path, offset - f.base
-
-    def slot_time_ms(self) -> np.ndarray:
-        return self.slots["time"] * self.precision

@@ -140,10 +140,6 @@ _DC_DTYPES = {
 }
 
 
-def empty_columns() -> DispatchColumns:
-    return DispatchColumns(topics=[], **{k: np.zeros(0, dtype=dt) for k, dt in _DC_DTYPES.items()})
-
-
 class DispatchJoin:
     """Dispatch columns of many batches (or of other joins) joined in order: one topic table, keys renumbered.
 

@@ -28,7 +28,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -40,9 +39,8 @@ from rmqdump.builders.indexbuild import IndexBuilder, IndexFileResult, index_fil
 from rmqdump.builders.queuefiles import QueueResult
 from rmqdump.builders.settings import StoreSettings
 from rmqdump.common.problems import InputError, Problem
-from rmqdump.common.publish import publishing
 from rmqdump.engines.spark.rangemap import SparkMap, folds_on_driver, frame, persisted, ranges_stage, spark_schema
-from rmqdump.readers.commitlog import CommitLog, commitlog_path
+from rmqdump.readers.commitlog import CommitLog
 from rmqdump.readers.store import Store
 from rmqdump.scan.dispatch import DelayLevels
 from rmqdump.scan.ranges import ScanOptions, scan_range
@@ -354,24 +352,12 @@ def rebuild_spark(
     options = options or R.RebuildOptions()
     if folds_on_driver(Store.open(store)):
         return R.rebuild(store, out, settings, dataclasses.replace(options, mapper=SparkMap(spark), range_bytes=range_bytes))
-    t0 = time.perf_counter()
-    s, o = R.check_paths(store, out, options.force)
-    cl = CommitLog.open(commitlog_path(s))
-    if not cl.files:
-        raise InputError(R.NO_COMMITLOG, commitlog_path(store), "no CommitLog files: nothing to rebuild from")
-    report = R.RebuildReport(store=s, out=o, settings=settings, options=options)
-    report.commitlog_files = len(cl.files)
-    report.commitlog_bytes = sum(f.size for f in cl.files)
-    report.damaged.extend(cl.problems)
-    report.workers = spark.sparkContext.defaultParallelism
-    with publishing(o, force=options.force, stores=[s], kind="dir", sync=options.sync) as tmp:
+
+    def build(tmp: str, cl: CommitLog, report: R.RebuildReport) -> None:
+        report.workers = spark.sparkContext.defaultParallelism
         build_into_spark(spark, tmp, cl, settings, options, report, range_bytes)
-        report.seconds = time.perf_counter() - t0
-        if options.verify:
-            t1 = time.perf_counter()
-            report.verify = R.verify_output(tmp, s, settings, options, report.queues)
-            report.verify_seconds = time.perf_counter() - t1
-    return report
+
+    return R.rebuild(store, out, settings, options, build=build)
 
 
 def run_rebuild(

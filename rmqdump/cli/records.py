@@ -6,7 +6,7 @@ lay out, with its tally), `Printer` the fold that writes them in range order.
 Batches of records are rendered whole by the compiled kernels of
 rmqdump.text; a record the kernels leave to Python (see rmqdump.text), and
 every record with problems, goes through rmqdump.query.listing.record_entries,
-the reference the kernels are tested against, so the text is the same either way.
+whose entries' to_dict() the kernels spell byte for byte, so the text is the same either way.
 """
 
 from __future__ import annotations

@@ -159,6 +159,14 @@ class RecordsOut(abc.ABC):
     def write_text(self, text: str) -> None:
         self.write_bytes(text.encode("utf-8", errors="surrogateescape"))
 
+    def fields(self, e) -> dict:
+        """An entry's fields as JSON Lines and CSV spell them, with its body in the asked encoding."""
+        d = e.to_dict()
+        if isinstance(e, Message) and e.body is not None:
+            d["body"] = render.encode_body(e.body, self.body)
+            d["body_encoding"] = "utf-8" if self.body == "text" else self.body
+        return d
+
     # -- what subclasses render
     @abc.abstractmethod
     def entry(self, e) -> None:
@@ -334,11 +342,7 @@ class JsonLinesOut(RecordsOut):
         return (',"body":' + _ENCODE(render.encode_body(body, self.body)) + ',"body_encoding":' + _ENCODE(enc) + "}\n").encode()
 
     def entry(self, e) -> None:
-        d = e.to_dict()
-        if isinstance(e, Message) and e.body is not None:
-            d["body"] = render.encode_body(e.body, self.body)
-            d["body_encoding"] = "utf-8" if self.body == "text" else self.body
-        self.write_text(_ENCODE(d) + "\n")
+        self.write_text(_ENCODE(self.fields(e)) + "\n")
 
 
 class CsvOut(RecordsOut):
@@ -349,11 +353,7 @@ class CsvOut(RecordsOut):
         self._file = None
 
     def entry(self, e) -> None:
-        d = e.to_dict()
-        if isinstance(e, Message) and e.body is not None:
-            d["body"] = render.encode_body(e.body, self.body)
-            d["body_encoding"] = "utf-8" if self.body == "text" else self.body
-        self.write_text(csv_line([_csv_value(d.get(k)) for k in CSV_COLUMNS]))
+        self.write_text(csv_line([_csv_value(v) for v in map(self.fields(e).get, CSV_COLUMNS)]))
 
     def kernel(self, b, rows, _):
         if self.with_body:

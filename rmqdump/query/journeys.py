@@ -41,7 +41,6 @@ class Gathered:
     copies: list[Copy] = field(default_factory=list)
     evidence: list[Evidence] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)  # CommitLog damage met on the way
-    scanned_bytes: int = 0
     how: str = ""  # "index", "scan", "queues"
     reached: int = 0  # how far into the CommitLog the queues read reach
 
@@ -109,18 +108,17 @@ def _scan_range(split, keys: frozenset[str] | None):
     rs = scan_range(split, ScanOptions(topics=frozenset(), fold=functools.partial(_fold, keys)))
     copies = [c for cs, _ in rs.folded for c in cs]
     evidence = [e for _, es in rs.folded for e in es]
-    return copies, evidence, rs.problems, rs.nbytes
+    return copies, evidence, rs.problems
 
 
 def scan_store(store: Store, keys: frozenset[str] | None = None, *, mapper: Mapper = SERIAL, check_crc: bool = True, on_bytes=None) -> Gathered:
     """Every copy (of `keys`, or of every message) and every record about messages, in one scan of the CommitLog."""
     g = Gathered(how="scan")
     splits = commitlog_splits(store.commitlog, check_crc=check_crc)
-    for _sp, (copies, evidence, problems, nbytes) in map_ranges(splits, functools.partial(_scan_range, keys=keys), mapper, progress=on_bytes):
+    for _sp, (copies, evidence, problems) in map_ranges(splits, functools.partial(_scan_range, keys=keys), mapper, progress=on_bytes):
         g.copies += copies
         g.evidence += evidence
         g.problems += problems
-        g.scanned_bytes += nbytes
     return g
 
 
@@ -178,7 +176,6 @@ def lookup_store(store: Store, ids: list[str], *, check_crc: bool = True, moved:
         past = () if done else scanner.batches(store.commitlog, from_offset=start, check_crc=check_crc)
         for b in past:
             g.problems += b.problems()
-            g.scanned_bytes += int(b.phys[-1]) - int(b.phys[0]) if len(b) else 0
             copies, evidence = _fold(None if moved else frozenset(keys), b, None)
             for c in copies:
                 if c.phys_offset not in seen and (c.uniq_key in keys or (moved and c.hop != L.HOP_PUT)):

@@ -87,15 +87,29 @@ def unpack_store(name: str, dest: Path) -> Path:
     return dest / "store"
 
 
+_SPARK: list = []  # the run's local[2] session, once started
+
+
+def shared_spark():
+    """The run's one real SparkSession on local[2]: started on first use (again if something stopped it), stopped when
+    the run ends. Starting one costs seconds, and every module of Spark tests wants the same; an `--engine spark`
+    command run in-process joins it, as a command joins any running session."""
+    if not _SPARK or _SPARK[0].sparkContext._jsc is None or _SPARK[0].sparkContext._jsc.sc().isStopped():
+        from rmqdump.engines.spark.session import build_session
+
+        _SPARK[:] = [build_session("local[2]", ["spark.sql.shuffle.partitions=4"], driver_memory="1g")]
+    return _SPARK[0]
+
+
 @pytest.fixture(scope="module")
 def spark():
-    """A real SparkSession on local[2] for the module's tests, stopped after them (modules needing other settings
-    define their own)."""
-    from rmqdump.engines.spark.session import build_session
+    """The run's local[2] SparkSession (shared_spark)."""
+    return shared_spark()
 
-    s = build_session("local[2]", ["spark.sql.shuffle.partitions=4"], driver_memory="1g")
-    yield s
-    s.stop()
+
+def pytest_sessionfinish(session, exitstatus) -> None:
+    if _SPARK:
+        _SPARK.pop().stop()
 
 
 def patch(path: Path, pos: int, data: bytes) -> None:

@@ -110,28 +110,22 @@ def test_other_stores_have_null_compaction_columns(tmp_path):
 @pytest.mark.parametrize("writer", ["spark", "arrow"])
 def test_spark_export_compaction_columns_equal_truth(tmp_path, writer):
     need_pyspark()
+    from conftest import shared_spark
+
     from rmqdump.engines.spark.export import export_spark
-    from rmqdump.engines.spark.session import build_session
     from rmqdump.scan.splits import resolve_stores
 
-    spark = build_session("local[2]", ["spark.sql.shuffle.partitions=2"], driver_memory="1g")
-    try:
-        out = tmp_path / "out"
-        res = export_spark(spark, resolve_stores([str(store_root(NAME))]), str(out), writer=writer, range_bytes=256 << 10)
-    finally:
-        spark.stop()
+    out = tmp_path / "out"
+    res = export_spark(shared_spark(), resolve_stores([str(store_root(NAME))]), str(out), writer=writer, range_bytes=256 << 10)
     assert res.problem_count == 0
     assert rows_of(ds.dataset(out, format="parquet", partitioning="hive").to_table()) == expected()
 
 
 def test_pyspark_api_messages_compaction_columns():
     need_pyspark()
-    from rmqdump.engines.spark.session import build_session
+    from conftest import shared_spark
+
     from rmqdump.spark import messages
 
-    spark = build_session("local[2]", ["spark.sql.shuffle.partitions=2"], driver_memory="1g")
-    try:
-        rows = messages(spark, [str(store_root(NAME))], columns=["phys_offset", "topic", "compaction_part", "compaction_log_offset"]).collect()
-    finally:
-        spark.stop()
+    rows = messages(shared_spark(), [str(store_root(NAME))], columns=["phys_offset", "topic", "compaction_part", "compaction_log_offset"]).collect()
     assert {r.phys_offset: (r.topic, r.compaction_part, r.compaction_log_offset) for r in rows} == expected()

@@ -47,14 +47,11 @@ def test_spark_unsupported_library_options(tmp_path):
 def test_spark_writer_needs_shared_path(tmp_path):
     """--spark-writer arrow writes with pyarrow on each executor: a URI (no shared path) is refused before any job."""
     need_pyspark()
+    from conftest import shared_spark
+
     from rmqdump.engines.spark.export import export_spark
-    from rmqdump.engines.spark.session import build_session
     from rmqdump.scan.splits import StoreRef
 
-    spark = build_session("local[1]", ["spark.ui.enabled=false"], driver_memory="512m")
-    try:
-        with pytest.raises(InputError) as e:
-            export_spark(spark, [StoreRef("rmq4-flags", str(STORE))], "s3a://bucket/out", writer="arrow")
-    finally:
-        spark.stop()
+    with pytest.raises(InputError) as e:
+        export_spark(shared_spark(), [StoreRef("rmq4-flags", str(STORE))], "s3a://bucket/out", writer="arrow")
     assert (e.value.code, e.value.path) == ("spark_writer_needs_shared_path", "s3a://bucket/out")

@@ -86,11 +86,27 @@ def main() -> None:
     from rmqdump.scan.native import on_first_compile
 
     on_first_compile(_compile_notice)  # on a terminal or not: a script's log says why this run took seconds
+    only_named(sys.argv[1:2])
     try:
         _run()
     except SystemExit as e:
         _leave(e.code)
     _leave(0)
+
+
+def only_named(first: list[str]) -> None:
+    """Keep only the command (or group) the command line names, when it names one.
+
+    typer turns every registered command's signature into click parameters
+    before it parses the line (a tenth of a small store's `cq verify`); a run
+    uses one. Any other first word (an option, a typo, nothing) keeps them all,
+    so `--help`, completion and "No such command" see every command.
+    """
+    cmds = [c for c in app.registered_commands if [c.name] == first]
+    groups = [g for g in app.registered_groups if [g.name] == first]
+    if cmds or groups:
+        app.registered_commands[:] = cmds
+        app.registered_groups[:] = groups
 
 
 def _compile_notice(what: str, cache: str) -> None:

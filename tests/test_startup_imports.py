@@ -31,14 +31,18 @@ RARE = (
     "rmqdump.checks.journey",
 )
 
-# run main() (what `rmqdump` runs) and list, at exit, the watched modules it loaded and the commands typer was given
+# run main() (what `rmqdump` runs) and say, at exit, the watched modules it loaded, the commands typer was given and
+# the programs it started
 _PROBE = """
-import atexit, sys
+import atexit, json, sys
 watched = sys.argv[1].split(",")
+spawned = []
+sys.addaudithook(lambda event, args: spawned.append([str(a) for a in args[1]]) if event == "subprocess.Popen" else None)
 def said():
     from rmqdump.cli.app import app
     built = [c.name for c in app.registered_commands] + [g.name for g in app.registered_groups]
-    sys.stderr.write("built: %s\\nloaded: %s\\n" % (" ".join(built), " ".join(m for m in watched if m in sys.modules)))
+    loaded = [m for m in watched if m in sys.modules]
+    sys.stderr.write("probe: " + json.dumps({"built": built, "loaded": loaded, "spawned": spawned}) + "\\n")
 atexit.register(said)
 sys.argv = ["rmqdump", *sys.argv[2:]]
 from rmqdump.cli.app import main
@@ -46,16 +50,17 @@ main()
 """
 
 
-def probe(*args: str) -> tuple[subprocess.CompletedProcess, set[str], set[str]]:
-    """(the process, the watched modules it loaded, the commands typer built)."""
+def probe(*args: str) -> tuple[subprocess.CompletedProcess, set[str], set[str], list[list[str]]]:
+    """(the process, the watched modules it loaded, the commands typer built, the programs it started)."""
     r = subprocess.run([sys.executable, "-c", _PROBE, ",".join(HEAVY + RARE), *map(str, args)], capture_output=True, text=True, timeout=300)
-    lines = r.stderr.splitlines()
-    assert lines[-1].startswith("loaded:") and lines[-2].startswith("built:"), r.stderr
-    return r, set(lines[-1].split()[1:]), set(lines[-2].split()[1:])
+    last = r.stderr.splitlines()[-1] if r.stderr else ""
+    assert last.startswith("probe: "), r.stderr
+    said = json.loads(last[len("probe: ") :])
+    return r, set(said["loaded"]), set(said["built"]), said["spawned"]
 
 
 def loaded(*args: str) -> tuple[subprocess.CompletedProcess, set[str]]:
-    r, mods, _ = probe(*args)
+    r, mods, _, _ = probe(*args)
     return r, mods & set(HEAVY)
 
 
@@ -121,7 +126,7 @@ def test_version_and_help_load_nothing_heavy(args):
 
 
 def test_info_on_a_store_without_lifecycle_queues_loads_no_journeys_nor_compaction_view():
-    r, mods, built = probe("info", "-s", STORE, "-f", "jsonl")
+    r, mods, built, _ = probe("info", "-s", STORE, "-f", "jsonl")
     assert r.returncode == 0
     rows = jsonl(r.stdout)
     assert [q["units"] for q in rows if q["kind"] == "queue"] and sum(q["units"] for q in rows if q["kind"] == "queue") == len(manifest("rmq4-basic"))
@@ -133,14 +138,14 @@ def test_info_on_a_store_without_lifecycle_queues_loads_no_journeys_nor_compacti
 def test_info_on_a_lifecycle_store_still_loads_and_counts_them():
     # the control: the modules left out above are loaded where the store calls for them, and answer as the broker wrote
     msgs = json.loads((REAL / "rmq53-lifecycle" / "truth.json").read_text())["messages"]
-    r, mods, _ = probe("info", "-s", store_root("rmq53-lifecycle"), "-f", "jsonl")
+    r, mods, _, _ = probe("info", "-s", store_root("rmq53-lifecycle"), "-f", "jsonl")
     life = next(row for row in jsonl(r.stdout) if row["kind"] == "lifecycle")
     assert life["dead_letter_messages"] == sum(m.get("inDLQ", False) for m in msgs)
     assert {"rmqdump.query.lifecyclesummary", "rmqdump.query.storejourneys"} <= mods
 
 
 def test_cq_verify_prints_its_summary_without_rich_nor_the_compaction_checks():
-    r, mods, built = probe("cq", "verify", "-s", STORE)
+    r, mods, built, _ = probe("cq", "verify", "-s", STORE)
     assert r.returncode == 0
     n = len(manifest("rmq4-basic"))
     assert r.stderr.splitlines()[0] == f"12 queues, {n} units, {n} messages: 0 problems"
@@ -148,8 +153,16 @@ def test_cq_verify_prints_its_summary_without_rich_nor_the_compaction_checks():
     assert built == {"cq"}
 
 
+@pytest.mark.parametrize("args", [["cq", "verify"], ["info", "-f", "jsonl"], ["index", "lookup", "k1_0"]])
+def test_a_scan_starts_no_program_but_the_kernel_build(args):
+    """Finding the CRC library asks ldconfig (a subprocess) only when its usual soname does not load."""
+    r, _, _, spawned = probe(*args, "-s", STORE)
+    assert r.returncode == 0
+    assert all(cmd[1:3] == ["-m", "rmqdump.scan.aot"] for cmd in spawned), spawned  # the one-off ahead-of-time build, if not built yet
+
+
 def test_cq_verify_on_a_compaction_store_still_checks_its_compaction_topics():
-    r, mods, _ = probe("cq", "verify", "-s", store_root("rmq53-compaction"), "-f", "jsonl")
+    r, mods, _, _ = probe("cq", "verify", "-s", store_root("rmq53-compaction"), "-f", "jsonl")
     assert r.returncode in (0, 1)
     assert "rmqdump.checks.compactionverify" in mods
 
@@ -157,10 +170,10 @@ def test_cq_verify_on_a_compaction_store_still_checks_its_compaction_topics():
 def test_a_word_that_is_no_command_keeps_every_command():
     from rmqdump.cli.commands import MODULES
 
-    r, _, built = probe("cqx")
+    r, _, built, _ = probe("cqx")
     assert r.returncode == 2 and "Did you mean 'cq'?" in r.stderr
     assert built == set(MODULES)  # each command module registers the command of its name
-    r, _, built = probe("--help")
+    r, _, built, _ = probe("--help")
     assert r.returncode == 0 and all(f"  {m}" in r.stdout for m in MODULES)
     assert built == set(MODULES)
 

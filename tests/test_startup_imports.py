@@ -4,8 +4,8 @@ Each case runs the console script's main() as a process and, at its exit, lists 
 loaded. Scanning commands load numpy and numba (the kernel), never the Parquet, SQL, plotting or Spark stacks;
 commands that scan no records never load numba; the version and help load neither numpy nor the kernel. Nor does a
 command load what this store does not call for (rich for a command that prints plain lines, the journeys for `info`
-on a store without lifecycle queues, the compaction checks without compaction/), and typer builds only the command
-named on the line.
+on a store without lifecycle queues, the compaction checks without compaction/), and only the command named on the
+line is imported and built.
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ HEAVY = ("numba", "numpy", "pyarrow", "pandas", "duckdb", "matplotlib", "pyspark
 # what a scanning command on a store without compaction topics or lifecycle queues does not use
 RARE = (
     "rich",
+    "rmqdump.cli.commands.compaction",
+    "rmqdump.cli.commands.report",
     "rmqdump.checks.compactionverify",
     "rmqdump.query.compaction",
     "rmqdump.query.lifecyclesummary",

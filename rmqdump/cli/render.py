@@ -51,7 +51,8 @@ class _Console:
         return self.made
 
     def print(self, *objects, **kw) -> None:
-        if len(objects) == 1 and isinstance(objects[0], str) and _plain(objects[0], kw):
+        # once made (a table, a progress bar that may be live), rich writes everything, as it orders its own output
+        if self.made is None and len(objects) == 1 and isinstance(objects[0], str) and _plain(objects[0], kw):
             f = sys.stderr if self._stderr else sys.stdout
             f.write(objects[0] + "\n")
             f.flush()

@@ -11,6 +11,7 @@ line is imported and built.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -36,7 +37,7 @@ RARE = (
 # run main() (what `rmqdump` runs) and say, at exit, the watched modules it loaded, the commands typer was given and
 # the programs it started
 _PROBE = """
-import atexit, json, sys
+import atexit, json, os, sys
 watched = sys.argv[1].split(",")
 spawned = []
 sys.addaudithook(lambda event, args: spawned.append([str(a) for a in args[1]]) if event == "subprocess.Popen" else None)
@@ -44,7 +45,8 @@ def said():
     from rmqdump.cli.app import app
     built = [c.name for c in app.registered_commands] + [g.name for g in app.registered_groups]
     loaded = [m for m in watched if m in sys.modules]
-    sys.stderr.write("probe: " + json.dumps({"built": built, "loaded": loaded, "spawned": spawned}) + "\\n")
+    threads = len(os.listdir("/proc/self/task")) if os.path.isdir("/proc/self/task") else None
+    sys.stderr.write("probe: " + json.dumps({"built": built, "loaded": loaded, "spawned": spawned, "threads": threads}) + "\\n")
 atexit.register(said)
 sys.argv = ["rmqdump", *sys.argv[2:]]
 from rmqdump.cli.app import main
@@ -52,12 +54,13 @@ main()
 """
 
 
-def probe(*args: str) -> tuple[subprocess.CompletedProcess, set[str], set[str], list[list[str]]]:
+def probe(*args: str, env: dict | None = None) -> tuple[subprocess.CompletedProcess, set[str], set[str], list[list[str]]]:
     """(the process, the watched modules it loaded, the commands typer built, the programs it started)."""
-    r = subprocess.run([sys.executable, "-c", _PROBE, ",".join(HEAVY + RARE), *map(str, args)], capture_output=True, text=True, timeout=300)
+    r = subprocess.run([sys.executable, "-c", _PROBE, ",".join(HEAVY + RARE), *map(str, args)], capture_output=True, text=True, timeout=300, env=env)
     last = r.stderr.splitlines()[-1] if r.stderr else ""
     assert last.startswith("probe: "), r.stderr
     said = json.loads(last[len("probe: ") :])
+    probe.threads = said["threads"]
     return r, set(said["loaded"]), set(said["built"]), said["spawned"]
 
 
@@ -161,6 +164,18 @@ def test_a_scan_starts_no_program_but_the_kernel_build(args):
     r, _, _, spawned = probe(*args, "-s", STORE)
     assert r.returncode == 0
     assert all(cmd[1:3] == ["-m", "rmqdump.scan.aot"] for cmd in spawned), spawned  # the one-off ahead-of-time build, if not built yet
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="threads counted in /proc")
+def test_a_serial_scan_runs_in_one_thread():
+    """A small store is scanned by the main thread alone: numpy's BLAS starts no pool (rmqdump does no linear algebra),
+    unless the user set its thread count."""
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS")}
+    r, mods, _, _ = probe("cq", "verify", "-s", STORE, env=env)
+    assert r.returncode == 0 and "numpy" in mods
+    assert probe.threads == 1
+    r, _, _, _ = probe("cq", "verify", "-s", STORE, env={**env, "OPENBLAS_NUM_THREADS": "2"})
+    assert r.returncode == 0 and probe.threads == 2  # the user's setting kept: the pool's second thread
 
 
 def test_cq_verify_on_a_compaction_store_still_checks_its_compaction_topics():

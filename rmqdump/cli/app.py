@@ -107,6 +107,7 @@ def main() -> None:
     from rmqdump.common.allocator import limit_arenas
 
     limit_arenas()  # before any thread starts
+    _one_blas_thread()
     keep_out(sys.argv[1:])
     from rmqdump.scan.native import on_first_compile
 
@@ -117,6 +118,13 @@ def main() -> None:
     except SystemExit as e:
         _leave(e.code)
     _leave(0)
+
+
+def _one_blas_thread() -> None:
+    """numpy starts OpenBLAS's thread pool (a buffer each) when it is imported: 70 ms of a small store's scan on two
+    cores. rmqdump does no linear algebra, so one thread; a user's own BLAS or OpenMP setting is left as it is."""
+    if not any(v in os.environ for v in ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS")):
+        os.environ["OPENBLAS_NUM_THREADS"] = "1"
 
 
 def _compile_notice(what: str, cache: str) -> None:

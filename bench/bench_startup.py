@@ -1,6 +1,7 @@
 """Start-up: whole `rmqdump` processes on a 3,000-message real store, warm and with an empty compile cache.
 
     python bench/bench_startup.py [--repeat 3] [--first] [--store fixtures/real/rmq4-basic/store]
+    python bench/bench_startup.py --baseline DIR [--repeat 5] [--only info --only "cq verify"]
 
 Warm rows: each command runs once (warm-up: the page cache, the compiled code in a cache directory of the
 benchmark's own, and the ahead-of-time kernel that run starts building, waited for), then `--repeat` times under
@@ -8,7 +9,11 @@ benchmark's own, and the ahead-of-time kernel that run starts building, waited f
 (what a user meets from the second run on) and with `RMQDUMP_AOT=off` (numba's cached JIT kernel). `--first` adds the first runs after an install: each command alone with a new empty cache
 directory (RMQDUMP_CACHE_DIR), as a new user meets it, and the notice lines it printed on stderr.
 Bytecode is compiled first (`compileall`), as an installed package has it.
-Prints a Markdown table; the machine has 2 cores shared with other work, so figures drift between runs.
+`--baseline DIR` compares this tree with another copy of the package (DIR holds its `rmqdump/`, e.g. an unpacked
+`git archive`, with the same kernel source so both use one ahead-of-time kernel): the two run by turns, command by
+command, so a busy machine slows both alike; the table gives each side's median wall time and median CPU time (user +
+system), which drifts less with load. Prints a Markdown table; the machine has 2 cores shared with other work, so
+figures drift between runs.
 """
 
 from __future__ import annotations
@@ -45,14 +50,32 @@ def commands(store: Path, out: Path) -> dict[str, list[str]]:
     }
 
 
-def timed(args: list[str], cache: str, aot: bool = True) -> tuple[float, int, str]:
-    """(wall seconds, peak RSS KiB, stderr without the timing line) of one whole process."""
+def timed(args: list[str], cache: str, aot: bool = True, package: Path | None = None) -> tuple[float, int, str, float]:
+    """(wall seconds, peak RSS KiB, stderr without the timing line, CPU seconds) of one whole process; `package`: a
+    directory whose rmqdump/ is imported instead of this tree's (the console script is the same)."""
     env = {**os.environ, "RMQDUMP_CACHE_DIR": cache, "RMQDUMP_AOT": "on" if aot else "off"}
     env.pop("NUMBA_CACHE_DIR", None)
-    r = subprocess.run(["/usr/bin/time", "-f", "@@ %e %M", RMQDUMP, *args], env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    if package is not None:
+        env["PYTHONPATH"] = str(package)
+    r = subprocess.run(["/usr/bin/time", "-f", "@@ %e %M %U %S", RMQDUMP, *args], env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL)
     lines = r.stderr.splitlines()
-    wall, rss = lines[-1].split()[1:]
-    return float(wall), int(rss), "\n".join(lines[:-1])
+    wall, rss, user, system = lines[-1].split()[1:]
+    return float(wall), int(rss), "\n".join(lines[:-1]), float(user) + float(system)
+
+
+def compare(cmds: dict[str, list[str]], cache: str, baseline: Path, repeat: int) -> None:
+    """This tree beside `baseline`, by turns, with the ahead-of-time kernel: medians of wall and CPU seconds."""
+    print("| command | baseline wall s | this wall s | baseline CPU s | this CPU s |\n|---|---:|---:|---:|---:|")
+    for name, args in cmds.items():
+        for package in (baseline, None):
+            timed(args, cache, package=package)  # warm-up
+            wait_builds(cache)
+        runs: dict = {baseline: [], None: []}
+        for i in range(repeat):
+            for package in ((baseline, None) if i % 2 == 0 else (None, baseline)):
+                runs[package].append(timed(args, cache, package=package))
+        med = {k: (statistics.median(r[0] for r in v), statistics.median(r[3] for r in v)) for k, v in runs.items()}
+        print(f"| `rmqdump {name}` | {med[baseline][0]:.3f} | {med[None][0]:.3f} | {med[baseline][1]:.3f} | {med[None][1]:.3f} |", flush=True)
 
 
 def wait_builds(cache: str, limit: float = 900) -> None:
@@ -67,12 +90,19 @@ def main() -> None:
     ap.add_argument("--store", type=Path, default=STORE)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--first", action="store_true", help="also the first run of each command with an empty cache")
+    ap.add_argument("--baseline", type=Path, help="a directory holding another rmqdump/ to run by turns with this tree")
+    ap.add_argument("--only", action="append", help="only the commands whose name starts with this (repeatable)")
     a = ap.parse_args()
-    compileall.compile_dir(str(ROOT / "rmqdump"), quiet=1)
+    for tree in (ROOT, a.baseline):  # with rmqdump.schemas, which the build maps from schemas/
+        for package in (tree / "rmqdump", tree / "schemas") if tree is not None else ():
+            compileall.compile_dir(str(package), quiet=1)
     work = Path(tempfile.mkdtemp(prefix="rmqdump-startup-"))
     try:
         cache = str(work / "cache")
-        cmds = commands(a.store, work)
+        cmds = {k: v for k, v in commands(a.store, work).items() if not a.only or k.startswith(tuple(a.only))}
+        if a.baseline is not None:
+            compare(cmds, cache, a.baseline.resolve(), a.repeat)
+            return
         print("| command | median s | peak RSS MiB |\n|---|---:|---:|")
         for aot in (True, False):
             for name, args in cmds.items():
@@ -80,13 +110,13 @@ def main() -> None:
                 wait_builds(cache)
                 runs = [timed(args, cache, aot) for _ in range(a.repeat)]
                 kind = "warm, ahead-of-time kernel" if aot else "warm, RMQDUMP_AOT=off"
-                print(f"| `rmqdump {name}` {kind} | {statistics.median(w for w, _, _ in runs):.3f} | {max(r for _, r, _ in runs) / 1024:.0f} |", flush=True)
+                print(f"| `rmqdump {name}` {kind} | {statistics.median(w for w, _, _, _ in runs):.3f} | {max(r for _, r, _, _ in runs) / 1024:.0f} |", flush=True)
         if a.first:
             for name, args in cmds.items():
                 if name == "--version":
                     continue
                 fresh = tempfile.mkdtemp(dir=work)
-                wall, rss, err = timed(args, fresh)
+                wall, rss, err, _ = timed(args, fresh)
                 wait_builds(fresh)  # the background build it started is not part of its time, nor of the next row's
                 said = sum(line.startswith("rmqdump: compiling") for line in err.splitlines())
                 print(f"| `rmqdump {name}` first run (empty cache; {said} notice lines) | {wall:.2f} | {rss / 1024:.0f} |", flush=True)

@@ -2,35 +2,71 @@
 
 Each case runs the console script's main() as a process and, at its exit, lists which of the heavy packages were
 loaded. Scanning commands load numpy and numba (the kernel), never the Parquet, SQL, plotting or Spark stacks;
-commands that scan no records never load numba; the version and help load neither numpy nor the kernel.
+commands that scan no records never load numba; the version and help load neither numpy nor the kernel. Nor does a
+command load what this store does not call for (rich for a command that prints plain lines, the journeys for `info`
+on a store without lifecycle queues, the compaction checks without compaction/), and only the command named on the
+line is imported and built.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 
 import pytest
-from conftest import jsonl, manifest, store_root
+from conftest import REAL, jsonl, manifest, store_root
 
 HEAVY = ("numba", "numpy", "pyarrow", "pandas", "duckdb", "matplotlib", "pyspark", "pydantic", "rocksdict", "lz4", "zstandard")
+# what a scanning command on a store without compaction topics or lifecycle queues does not use
+RARE = (
+    "rich",
+    "rmqdump.cli.commands.compaction",
+    "rmqdump.cli.commands.report",
+    "rmqdump.checks.compactionverify",
+    "rmqdump.query.compaction",
+    "rmqdump.query.lifecyclesummary",
+    "rmqdump.query.storejourneys",
+    "rmqdump.query.journeys",
+    "rmqdump.query.delays",
+    "rmqdump.query.pops",
+    "rmqdump.checks.journey",
+)
 
-# run main() (what `rmqdump` runs) and list, at exit, the heavy packages it loaded
+# run main() (what `rmqdump` runs) and say, at exit, the watched modules it loaded, the commands typer was given and
+# the programs it started
 _PROBE = """
-import atexit, sys
-heavy = sys.argv[1].split(",")
-atexit.register(lambda: sys.stderr.write("loaded: %s\\n" % " ".join(m for m in heavy if m in sys.modules)))
+import atexit, json, os, sys
+watched = sys.argv[1].split(",")
+spawned = []
+sys.addaudithook(lambda event, args: spawned.append([str(a) for a in args[1]]) if event == "subprocess.Popen" else None)
+def said():
+    from rmqdump.cli.app import app
+    built = [c.name for c in app.registered_commands] + [g.name for g in app.registered_groups]
+    loaded = [m for m in watched if m in sys.modules]
+    threads = len(os.listdir("/proc/self/task")) if os.path.isdir("/proc/self/task") else None
+    sys.stderr.write("probe: " + json.dumps({"built": built, "loaded": loaded, "spawned": spawned, "threads": threads}) + "\\n")
+atexit.register(said)
 sys.argv = ["rmqdump", *sys.argv[2:]]
 from rmqdump.cli.app import main
 main()
 """
 
 
+def probe(*args: str, env: dict | None = None) -> tuple[subprocess.CompletedProcess, set[str], set[str], list[list[str]]]:
+    """(the process, the watched modules it loaded, the commands typer built, the programs it started)."""
+    r = subprocess.run([sys.executable, "-c", _PROBE, ",".join(HEAVY + RARE), *map(str, args)], capture_output=True, text=True, timeout=300, env=env)
+    last = r.stderr.splitlines()[-1] if r.stderr else ""
+    assert last.startswith("probe: "), r.stderr
+    said = json.loads(last[len("probe: ") :])
+    probe.threads = said["threads"]
+    return r, set(said["loaded"]), set(said["built"]), said["spawned"]
+
+
 def loaded(*args: str) -> tuple[subprocess.CompletedProcess, set[str]]:
-    r = subprocess.run([sys.executable, "-c", _PROBE, ",".join(HEAVY), *map(str, args)], capture_output=True, text=True, timeout=300)
-    last = [line for line in r.stderr.splitlines() if line.startswith("loaded:")]
-    assert last, r.stderr
-    return r, set(last[-1].split()[1:])
+    r, mods, _, _ = probe(*args)
+    return r, mods & set(HEAVY)
 
 
 STORE = store_root("rmq4-basic")
@@ -92,3 +128,103 @@ def test_version_and_help_load_nothing_heavy(args):
     r, mods = loaded(*args)
     assert r.returncode == 0 and r.stdout
     assert mods == set()
+
+
+def test_info_on_a_store_without_lifecycle_queues_loads_no_journeys_nor_compaction_view():
+    r, mods, built, _ = probe("info", "-s", STORE, "-f", "jsonl")
+    assert r.returncode == 0
+    rows = jsonl(r.stdout)
+    assert [q["units"] for q in rows if q["kind"] == "queue"] and sum(q["units"] for q in rows if q["kind"] == "queue") == len(manifest("rmq4-basic"))
+    assert not any(row["kind"] == "lifecycle" for row in rows)
+    assert not mods & set(RARE[1:])  # rich is not loaded by JSON Lines either
+    assert built == {"info"}
+
+
+def test_info_on_a_lifecycle_store_still_loads_and_counts_them():
+    # the control: the modules left out above are loaded where the store calls for them, and answer as the broker wrote
+    msgs = json.loads((REAL / "rmq53-lifecycle" / "truth.json").read_text())["messages"]
+    r, mods, _, _ = probe("info", "-s", store_root("rmq53-lifecycle"), "-f", "jsonl")
+    life = next(row for row in jsonl(r.stdout) if row["kind"] == "lifecycle")
+    assert life["dead_letter_messages"] == sum(m.get("inDLQ", False) for m in msgs)
+    assert {"rmqdump.query.lifecyclesummary", "rmqdump.query.storejourneys"} <= mods
+
+
+def test_cq_verify_prints_its_summary_without_rich_nor_the_compaction_checks():
+    r, mods, built, _ = probe("cq", "verify", "-s", STORE)
+    assert r.returncode == 0
+    n = len(manifest("rmq4-basic"))
+    assert r.stderr.splitlines()[0] == f"12 queues, {n} units, {n} messages: 0 problems"
+    assert not mods & set(RARE)
+    assert built == {"cq"}
+
+
+@pytest.mark.parametrize("args", [["cq", "verify"], ["info", "-f", "jsonl"], ["index", "lookup", "k1_0"]])
+def test_a_scan_starts_no_program_but_the_kernel_build(args):
+    """Finding the CRC library asks ldconfig (a subprocess) only when its usual soname does not load."""
+    r, _, _, spawned = probe(*args, "-s", STORE)
+    assert r.returncode == 0
+    assert all(cmd[1:3] == ["-m", "rmqdump.scan.aot"] for cmd in spawned), spawned  # the one-off ahead-of-time build, if not built yet
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="threads counted in /proc")
+def test_a_serial_scan_runs_in_one_thread():
+    """A small store is scanned by the main thread alone: numpy's BLAS starts no pool (rmqdump does no linear algebra),
+    unless the user set its thread count."""
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS")}
+    r, mods, _, _ = probe("cq", "verify", "-s", STORE, env=env)
+    assert r.returncode == 0 and "numpy" in mods
+    assert probe.threads == 1
+    r, _, _, _ = probe("cq", "verify", "-s", STORE, env={**env, "OPENBLAS_NUM_THREADS": "2"})
+    assert r.returncode == 0 and probe.threads == 2  # the user's setting kept: the pool's second thread
+
+
+def test_cq_verify_on_a_compaction_store_still_checks_its_compaction_topics():
+    r, mods, _, _ = probe("cq", "verify", "-s", store_root("rmq53-compaction"), "-f", "jsonl")
+    assert r.returncode in (0, 1)
+    assert "rmqdump.checks.compactionverify" in mods
+
+
+def test_a_word_that_is_no_command_keeps_every_command():
+    from rmqdump.cli.commands import MODULES
+
+    r, _, built, _ = probe("cqx")
+    assert r.returncode == 2 and "Did you mean 'cq'?" in r.stderr
+    assert built == set(MODULES)  # each command module registers the command of its name
+    r, _, built, _ = probe("--help")
+    assert r.returncode == 0 and all(f"  {m}" in r.stdout for m in MODULES)
+    assert built == set(MODULES)
+
+
+LINES = [
+    "12 queues, 3000 units, 3000 messages: 0 problems",
+    "  TopicTest/3: 12 units point past the data (cq_dangling)",
+    "[bold]Lifecycle[/bold] 0 delayed",
+    "a [link] that is no tag, and \\[escaped]",
+    "an emoji code :smile: and :not_one: and a time 10:20:30",
+    "tab\tand bell\a",
+    "wide 中文 and é, " + "long " * 80,
+    "",
+]
+
+
+@pytest.mark.parametrize("markup", [None, False, True])
+@pytest.mark.parametrize("stderr", [False, True])
+def test_a_plain_line_is_written_as_rich_writes_it(capsys, monkeypatch, markup, stderr):
+    """render's consoles write a plain line themselves (rich not imported): byte for byte what rich's console writes."""
+    import io
+
+    from rich.console import Console
+
+    from rmqdump.cli import render
+
+    monkeypatch.setenv("COLUMNS", "80")
+    kw = {} if markup is None else {"markup": markup}
+    for line in LINES:
+        mine = render._Console(stderr=stderr)
+        mine.print(line, highlight=False, **kw)
+        got = capsys.readouterr()
+        buf = io.StringIO()
+        Console(file=buf, highlight=False, soft_wrap=True, width=80).print(line, highlight=False, **kw)
+        assert (got.err if stderr else got.out) == buf.getvalue(), line
+        if line.isprintable() and ":" not in line and (markup is False or "[" not in line):
+            assert mine.made is None, line  # written without making a rich console

@@ -8,6 +8,7 @@ RMQDUMP_TRACEBACK=1 to see the Python traceback of an internal error.
 from __future__ import annotations
 
 import functools
+import importlib
 import os
 import sys
 
@@ -19,7 +20,7 @@ from rmqdump.cli.render import fail
 from rmqdump.common.problems import InputError
 from rmqdump.common.publish import NO_ROOM, OUTPUT_NO_SPACE
 
-app = typer.Typer(
+_app = typer.Typer(
     name="rmqdump",
     help="Offline forensics for Apache RocketMQ broker stores: decode, verify, look up, rebuild. The store is only read.",
     no_args_is_help=True,
@@ -62,18 +63,42 @@ def _version(value: bool):
         raise typer.Exit(0)
 
 
-@app.callback()
+@_app.callback()
 def _root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version and exit.")):
     """Offline forensics for Apache RocketMQ broker stores."""
 
 
-def _register() -> None:
-    from rmqdump.cli.commands import register
-
-    register(app, guarded)
+_registered = False
 
 
-_register()
+def __getattr__(name: str):
+    """`app`: the typer app with every command registered (what tests, docs and completion see), unless this process's
+    console script already registered the one its line names (main)."""
+    if name != "app":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    if not _registered:
+        _register([])
+    return _app
+
+
+def _register(first: list[str]) -> None:
+    """Register the command `first` names, when it names one, else every command.
+
+    Each module of rmqdump.cli.commands registers the command of its own name.
+    A run uses one command: importing the others and turning their signatures
+    into click parameters (typer does it for every registered command before
+    it parses the line) is a tenth of a small store's `cq verify`. Any other
+    first word (an option, a typo, nothing) registers them all, so `--help`,
+    completion and "No such command ... Did you mean" see every command.
+    """
+    global _registered
+    from rmqdump.cli.commands import MODULES, register
+
+    _registered = True
+    if first and first[0] in MODULES:
+        importlib.import_module(f"rmqdump.cli.commands.{first[0]}").register(_app, guarded)
+    else:
+        register(_app, guarded)
 
 
 def main() -> None:
@@ -82,15 +107,24 @@ def main() -> None:
     from rmqdump.common.allocator import limit_arenas
 
     limit_arenas()  # before any thread starts
+    _one_blas_thread()
     keep_out(sys.argv[1:])
     from rmqdump.scan.native import on_first_compile
 
     on_first_compile(_compile_notice)  # on a terminal or not: a script's log says why this run took seconds
+    _register(sys.argv[1:2])
     try:
         _run()
     except SystemExit as e:
         _leave(e.code)
     _leave(0)
+
+
+def _one_blas_thread() -> None:
+    """numpy starts OpenBLAS's thread pool (a buffer each) when it is imported: 70 ms of a small store's scan on two
+    cores. rmqdump does no linear algebra, so one thread; a user's own BLAS or OpenMP setting is left as it is."""
+    if not any(v in os.environ for v in ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS")):
+        os.environ["OPENBLAS_NUM_THREADS"] = "1"
 
 
 def _compile_notice(what: str, cache: str) -> None:
@@ -129,7 +163,7 @@ def _leave(code) -> None:
 
 def _run() -> None:
     try:
-        rv = app(standalone_mode=False)
+        rv = _app(standalone_mode=False)
     except typer.Abort:
         fail("aborted", 130)
     except typer.TyperException as e:  # click's usage errors, as typer ships them

@@ -8,27 +8,63 @@ from __future__ import annotations
 
 import base64
 import os
+import re
 import sys
 from contextlib import contextmanager
 from typing import Any
 
 from rmqdump.common.jsontext import encode as _ENCODE  # one spelling for every row
 
-
-def __getattr__(name: str):
-    """`out` and `err`, the rich consoles, made on first use: rich costs start-up time a plain `--help` need not pay."""
-    if name not in ("out", "err"):
-        raise AttributeError(name)
-    from rich.console import Console
-
-    g = globals()
-    if "out" not in g:
-        width = None if sys.stdout.isatty() else int(os.environ.get("COLUMNS", "220"))
-        g["out"] = Console(highlight=False, soft_wrap=True, width=width)
-        g["err"] = Console(stderr=True, highlight=False, soft_wrap=True)
-    return g[name]
+_EMOJI = re.compile(r":\S*?:")  # what rich could read as an emoji code (:name:), markup on or off
 
 
+def _plain(text: str, kw: dict) -> bool:
+    """Whether rich would print `text` as it is: one line of printable characters, nothing it could read as markup
+    ([...]) or an emoji code, no highlighting, no style, no wrapping (the consoles below soft-wrap)."""
+    if not kw.keys() <= {"highlight", "markup", "soft_wrap"} or kw.get("highlight") or kw.get("soft_wrap") is False:
+        return False
+    if not text.isprintable() or _EMOJI.search(text):
+        return False
+    return kw.get("markup") is False or "[" not in text
+
+
+class _Console:
+    """`out` or `err`: a plain line (a summary, a count) is written as it is, as rich would write it; anything else
+    (tables, markup, styles) goes to a rich console made on first use, so a command that prints only plain lines never
+    imports rich (a tenth of a small store's `cq verify`)."""
+
+    def __init__(self, stderr: bool):
+        self._stderr = stderr
+        self.made = None
+
+    @property
+    def rich(self):
+        """The rich console, made on first use."""
+        if self.made is None:
+            from rich.console import Console
+
+            if self._stderr:
+                self.made = Console(stderr=True, highlight=False, soft_wrap=True)
+            else:
+                width = None if sys.stdout.isatty() else int(os.environ.get("COLUMNS", "220"))
+                self.made = Console(highlight=False, soft_wrap=True, width=width)
+        return self.made
+
+    def print(self, *objects, **kw) -> None:
+        # once made (a table, a progress bar that may be live), rich writes everything, as it orders its own output
+        if self.made is None and len(objects) == 1 and isinstance(objects[0], str) and _plain(objects[0], kw):
+            f = sys.stderr if self._stderr else sys.stdout
+            f.write(objects[0] + "\n")
+            f.flush()
+            return
+        self.rich.print(*objects, **kw)
+
+    def __getattr__(self, name: str):
+        return getattr(self.rich, name)
+
+
+out = _Console(stderr=False)
+err = _Console(stderr=True)
 
 
 def jsonl(obj: dict[str, Any], out=None) -> None:
@@ -73,15 +109,15 @@ def encode_body(body: bytes, how: str) -> str:
 @contextmanager
 def progress(total: int, label: str, enabled: bool | None = None):
     """A byte progress bar on stderr when it is a terminal; a no-op callback otherwise."""
-    made = globals().get("err")  # a console made (or set) already decides; else stderr's own answer, without loading rich
+    made = err.made if isinstance(err, _Console) else err  # a console made (or set) already decides; else stderr's own answer, without loading rich
     show = (made.is_terminal if made is not None else sys.stderr.isatty()) if enabled is None else enabled
     if not show:
         yield lambda n: None
         return
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
 
-    err = __getattr__("err")
-    with Progress(TextColumn(label), BarColumn(), DownloadColumn(), TransferSpeedColumn(), TimeRemainingColumn(), console=err, transient=True) as p:
+    console = err.rich if isinstance(err, _Console) else err
+    with Progress(TextColumn(label), BarColumn(), DownloadColumn(), TransferSpeedColumn(), TimeRemainingColumn(), console=console, transient=True) as p:
         task = p.add_task(label, total=total)
         yield lambda n: p.update(task, advance=n)
 

@@ -12,7 +12,6 @@ glibc, or when MALLOC_ARENA_MAX is set by the user, nothing is changed.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 
 M_ARENA_MAX = -8  # glibc's mallopt parameter number
@@ -24,8 +23,7 @@ def limit_arenas(arenas: int = ARENAS) -> bool:
     if "MALLOC_ARENA_MAX" in os.environ:
         return False
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallopt = libc.mallopt
+        mallopt = ctypes.CDLL(None).mallopt  # the process's own symbols, libc's among them: no library search (ldconfig) at start-up
         mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
         return bool(mallopt(M_ARENA_MAX, arenas))
     except (OSError, AttributeError):  # not glibc: its own policy stays

@@ -6,22 +6,11 @@ from __future__ import annotations
 
 from rmqdump.query.delays import scheduled_rows
 from rmqdump.query.pops import popped_rows
+from rmqdump.query.storeinfo import has_lifecycle
 from rmqdump.query.storejourneys import StoreJourneys, store_journeys
 from rmqdump.readers.store import Store
 from rmqdump.scan.ranges import SERIAL, Mapper
 from rmqdump.schemas import lifecycle as L
-
-
-def _lifecycle_queues(store: Store) -> bool:
-    return any(
-        t in (L.SCHEDULE_TOPIC, L.TIMER_TOPIC, L.TRANS_HALF_TOPIC, L.TRANS_CHECK_MAX_TIME_TOPIC) or t.startswith((L.REVIVE_TOPIC_PREFIX, L.RETRY_PREFIX, L.DLQ_PREFIX))
-        for t, _ in store.queues
-    )
-
-
-def has_lifecycle(store: Store) -> bool:
-    """Whether the store has a queue the broker moves messages through, and a CommitLog to read them in."""
-    return _lifecycle_queues(store) and bool(store.commitlog.files)
 
 
 def lifecycle_summary(store: Store, *, check_crc: bool = True, sj: StoreJourneys | None = None, mapper: Mapper = SERIAL) -> dict | None:

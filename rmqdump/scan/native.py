@@ -19,7 +19,7 @@ import ctypes.util
 import functools
 import os
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 
 def cache_dir(crc: str = "table") -> str:
@@ -33,13 +33,20 @@ def cache_dir(crc: str = "table") -> str:
     return os.path.join(base, f"numba-{fingerprint()}-{crc}")
 
 
+def _sonames(soname: str, name: str) -> Iterator[str]:
+    """`soname`, then the library the system's search finds for `name`: asked only when the usual soname fails, as
+    ctypes.util.find_library runs ldconfig in a subprocess (a tenth of a small store's scan)."""
+    yield soname
+    found = ctypes.util.find_library(name)
+    if found:
+        yield found
+
+
 def find_zlib() -> str | None:
     """A zlib whose crc32 gives zlib.crc32's answer (it is 2-3x faster than table code)."""
     if os.environ.get("RMQDUMP_KERNEL_CRC") == "table":
         return None
-    for name in ("libz.so.1", ctypes.util.find_library("z")):
-        if not name:
-            continue
+    for name in _sonames("libz.so.1", "z"):
         try:
             fn = ctypes.CDLL(name).crc32
         except (OSError, AttributeError):
@@ -54,9 +61,7 @@ def find_deflate() -> str | None:
     """A libdeflate whose libdeflate_crc32 gives zlib.crc32's answer (RMQDUMP_KERNEL_CRC=zlib or table: not looked for)."""
     if os.environ.get("RMQDUMP_KERNEL_CRC") in ("zlib", "table"):
         return None
-    for name in ("libdeflate.so.0", ctypes.util.find_library("deflate")):
-        if not name:
-            continue
+    for name in _sonames("libdeflate.so.0", "deflate"):
         try:
             fn = ctypes.CDLL(name).libdeflate_crc32
         except (OSError, AttributeError):

@@ -81,16 +81,18 @@ def verify_cmd(
             )
         for p in found:
             emit(p)
-    from rmqdump.cli.commands.compaction import add_to_cq_verify
-    from rmqdump.cli.commands.options import range_mapper
     from rmqdump.readers.compaction import find_compaction
 
     cf = find_compaction(st.root)
-    if cf is not None and cf.select(topic, queue):  # a compaction topic: its originals read by the same engine
-        with range_mapper(engine, workers, total, master, spark_conf, ship) as mapper:
-            add_to_cq_verify(st, topic, queue, not no_crc, summary, emit, mapper)
-    else:
-        add_to_cq_verify(st, topic, queue, not no_crc, summary, emit)
+    if cf is not None:  # without compaction/ there is nothing to add, nor its checks to load
+        from rmqdump.cli.commands.compaction import add_to_cq_verify
+        from rmqdump.cli.commands.options import range_mapper
+
+        if cf.select(topic, queue):  # a compaction topic: its originals read by the same engine
+            with range_mapper(engine, workers, total, master, spark_conf, ship) as mapper:
+                add_to_cq_verify(st, topic, queue, not no_crc, summary, emit, mapper)
+        else:
+            add_to_cq_verify(st, topic, queue, not no_crc, summary, emit)
     if fmt is ListFormat.jsonl:
         for row in summary.filler_units:
             render.jsonl(row)

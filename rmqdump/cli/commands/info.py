@@ -188,12 +188,13 @@ def _table(info: StoreInfo) -> None:
 
 def _compaction(st, fmt: ListFormat) -> bool:
     """Compaction topics (compaction/): per queue its files, sizes, units and checkpoint; True when their layout has problems."""
-    from rmqdump.query.compaction import compaction_summary
     from rmqdump.readers.compaction import find_compaction
 
     cf = find_compaction(st.root)
     if cf is None or not (cf.queues or cf.checkpoint.entries or cf.problems):  # 5.x brokers leave an empty compaction/ in every store
         return False
+    from rmqdump.query.compaction import compaction_summary
+
     rows = compaction_summary(cf)
     if fmt is ListFormat.jsonl:
         for row in rows:
@@ -229,10 +230,12 @@ def _compaction(st, fmt: ListFormat) -> bool:
 def _lifecycle(st, fmt: ListFormat, store_arg: str, check_crc: bool, engine: O.Engine, workers, master, spark_conf, ship) -> None:
     """One line on the messages the broker holds back or gave up on (delays, timers, transactions, DLQs, POP): the one
     pass of `info` over the whole CommitLog, so the one --engine and -j take."""
-    from rmqdump.query.lifecyclesummary import has_lifecycle, lifecycle_line, lifecycle_summary
+    from rmqdump.query.storeinfo import has_lifecycle
 
-    if not has_lifecycle(st):
+    if not has_lifecycle(st):  # most stores: the journeys' modules are not loaded
         return
+    from rmqdump.query.lifecyclesummary import lifecycle_line, lifecycle_summary
+
     total = sum(f.size for f in st.commitlog.files)
     with O.range_mapper(engine, workers, total, master, spark_conf, ship) as mapper:
         d = lifecycle_summary(st, check_crc=check_crc, mapper=mapper)

@@ -107,9 +107,14 @@ def spark():
     return shared_spark()
 
 
-def pytest_sessionfinish(session, exitstatus) -> None:
+def stop_shared_spark() -> None:
+    """Stop the run's local session (a process has one SparkContext: tests on a cluster need theirs)."""
     if _SPARK:
         _SPARK.pop().stop()
+
+
+def pytest_sessionfinish(session, exitstatus) -> None:
+    stop_shared_spark()
 
 
 def patch(path: Path, pos: int, data: bytes) -> None:

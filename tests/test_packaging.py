@@ -3,6 +3,7 @@ importable from any directory, listed with every other package for the build, an
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import zipfile
@@ -44,3 +45,15 @@ def test_the_executors_zip_holds_every_module_once():
     want |= {"rmqdump/schemas/" + p.name for p in (REPO / "schemas").glob("*.py")}
     assert sorted(n for n in names if n.startswith("rmqdump/")) == sorted(want)
     assert len(names) == len(set(names)) and "construct/__init__.py" in names
+
+
+def test_the_executors_zip_is_removed_when_the_driver_exits(tmp_path):
+    """The zip is made in the temp directory for a command's session; the driver's exit takes it away."""
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    code = "import os; from rmqdump.engines.spark.session import package_zip; p = package_zip(); print(os.path.getsize(p))"
+    env = {**os.environ, "TMPDIR": str(scratch)}
+    r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert int(r.stdout) > 0  # it was there while the driver ran
+    assert sorted(p.name for p in scratch.iterdir()) == []

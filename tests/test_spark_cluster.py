@@ -13,10 +13,11 @@ import subprocess
 import sys
 import sysconfig
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
-from conftest import REAL, ROOT, manifest, need_pyspark, run_proc
+from conftest import REAL, jsonl, manifest, need_pyspark, run
 from test_export import check_against_manifest, read_dataset
 from test_spark_python import RMQDUMP, bare_env
 
@@ -83,7 +84,7 @@ def cluster(tmp_path_factory):
                     "--host",
                     "127.0.0.1",
                     "--cores",
-                    "1",
+                    "2",  # one for the module's in-process application (on_cluster), one for the commands run as processes
                     "--memory",
                     "2g",
                     "--webui-port",
@@ -144,13 +145,38 @@ def _spark_args(url: str, python: str) -> list[str]:
     ]
 
 
-def test_export_on_standalone_cluster(cluster, executor_python, tmp_path):
+@pytest.fixture(scope="module")
+def on_cluster(cluster, executor_python):
+    """This process's SparkSession on the cluster, its executors on both workers running the executor Python that
+    cannot import rmqdump but from the shipped zip. Commands run in-process (conftest.run) with `--engine spark` join
+    it, as a command joins any running session: one application for the module's commands, not one each (the tests
+    about the command's own process, its Python and its shipping, run it as a process). Returns the arguments that
+    make a command run on it."""
+    from conftest import stop_shared_spark
+
+    from rmqdump.engines.spark.session import build_session
+
     url, _ = cluster
+    stop_shared_spark()  # one SparkContext a process: the run's local session gives way, and is started again after
+    conf = [a for a in _spark_args(url, executor_python)[6:] if a != "--spark-conf"]
+    conf += ["spark.executor.cores=1", "spark.cores.max=2"]  # an executor on each worker, a core of each left for the processes
+    s = build_session(url, conf, driver_memory="1g")
+    try:
+        yield ["--engine", "spark", "--master", url]
+    finally:
+        s.stop()
+
+
+def _apps(tmp: Path) -> set[str]:
+    """The applications whose executors ran on the workers (their app-* directories)."""
+    return {p.name for w in ("work0", "work1") for p in (tmp / w).iterdir()}
+
+
+def test_export_on_standalone_cluster(on_cluster, tmp_path):
     stores = [str(REAL / n / "store") for n in ("rmq53-v2", "rmq4-flags", "rmq4-crash")]
     out = tmp_path / "spark"
-    args = ["export", *[a for s in stores for a in ("-s", s)], "-o", str(out), "--body", "raw", "--range-bytes", "64K", *_spark_args(url, executor_python)]
-    r = run_proc(*args, cwd=str(tmp_path), timeout=600)
-    assert r.returncode == 0, r.stderr[-3000:]
+    r = run("export", *[a for s in stores for a in ("-s", s)], "-o", str(out), "--body", "raw", "--range-bytes", "64K", *on_cluster)
+    assert r.exit_code == 0, r.stderr[-3000:]
     summary = json.loads(r.stdout.strip().splitlines()[-1])
     assert summary["engine"] == "spark" and summary["splits"] > 30
     local = export_local(resolve_stores(stores), str(tmp_path / "local"), with_body=True)
@@ -162,13 +188,11 @@ def test_export_on_standalone_cluster(cluster, executor_python, tmp_path):
     assert {r["broker"] for r in got} == {"rmq53-v2", "rmq4-flags", "rmq4-crash"}
 
 
-def test_cq_verify_on_standalone_cluster(cluster, executor_python, tmp_path):
-    url, _ = cluster
+def test_cq_verify_on_standalone_cluster(on_cluster, tmp_path):
     store = str(REAL / "rmq4-crash" / "store")
-    spark_args = [a for a in _spark_args(url, executor_python) if a not in ("--driver-memory", "1g")]
-    r = run_proc("cq", "verify", "-s", store, "-f", "jsonl", *spark_args, cwd=str(tmp_path), timeout=600)
-    local = run_proc("cq", "verify", "-s", store, "-f", "jsonl", cwd=str(tmp_path))
-    assert r.returncode == local.returncode == 1, r.stderr[-3000:]
+    r = run("cq", "verify", "-s", store, "-f", "jsonl", *on_cluster)
+    local = run("cq", "verify", "-s", store, "-f", "jsonl")
+    assert r.exit_code == local.exit_code == 1, r.stderr[-3000:]
     got = [json.loads(x) for x in r.stdout.splitlines()]
     want = [json.loads(x) for x in local.stdout.splitlines()]
     key = lambda d: json.dumps(d, sort_keys=True)  # noqa: E731
@@ -242,31 +266,27 @@ def test_executor_without_pyarrow_on_standalone_cluster(cluster, bare, tmp_path)
 
 
 @pytest.mark.parametrize("name", ["rmq53-batchcq", "rmq53-rocksdbcq"])
-def test_5x_queue_kinds_on_standalone_cluster(cluster, executor_python, name, tmp_path):
+def test_5x_queue_kinds_on_standalone_cluster(cluster, on_cluster, name, tmp_path):
     """A Batch ConsumeQueue store and a RocksDB ConsumeQueue store: cq verify, rebuild and export on the cluster give
     the local engine's findings, files and rows; the rebuilt queues are the broker's (its files, or the units its
     manifest lists for RocksDB), the rows its records."""
     from test_spark import _export_rows, _manifest_records, _tree, _units
 
-    url, _ = cluster
-    store = REAL / name / "store"  # the commands run from the checkout's root: its rmqdump is the one run and zipped to the executors
-    spark_args = _spark_args(url, executor_python)
-    no_mem = [a for a in spark_args if a not in ("--driver-memory", "1g")]
+    store = REAL / name / "store"
     sizing = ["--hash-slots", "500", "--index-entries", "2000", "--cq-units-per-file", "120"]  # the README's maxHashSlotNum, maxIndexNum, 2400-byte queue files
 
-    scratch = cluster[1] / "scratch"
-    before = {p.name for p in scratch.iterdir()}
-    r = run_proc("cq", "verify", "-s", str(store), "-f", "jsonl", *no_mem, cwd=str(ROOT), timeout=600, env=dict(os.environ, TMPDIR=str(scratch)))
-    local = run_proc("cq", "verify", "-s", str(store), "-f", "jsonl", cwd=str(ROOT))
-    assert r.returncode == local.returncode == 0, r.stderr[-3000:]
+    scratch = cluster[1] / "scratch"  # the executors' temp directory
+    r = run("cq", "verify", "-s", str(store), "-f", "jsonl", *on_cluster)
+    local = run("cq", "verify", "-s", str(store), "-f", "jsonl")
+    assert r.exit_code == local.exit_code == 0, r.stderr[-3000:]
     assert r.stdout == local.stdout
-    # the driver's package zip and each worker's RocksDB mirror are gone, though Python workers exit without atexit hooks
-    assert sorted(p.name for p in scratch.iterdir() if p.name not in before and p.name.startswith("rmqdump-")) == []
+    # each worker's RocksDB mirror is gone, though Python workers exit without running atexit hooks
+    assert sorted(p.name for p in scratch.iterdir() if p.name.startswith("rmqdump-")) == []
     assert json.loads(r.stdout.splitlines()[-1])["messages"] == len(_manifest_records(name, ""))
 
-    r = run_proc("rebuild", str(store), "--out", str(tmp_path / "s"), "--no-sync", "-f", "jsonl", *sizing, *no_mem, cwd=str(ROOT), timeout=600)
-    local = run_proc("rebuild", str(store), "--out", str(tmp_path / "l"), "--no-sync", "-f", "jsonl", *sizing, cwd=str(ROOT))
-    assert r.returncode == local.returncode == 0, r.stderr[-3000:]
+    r = run("rebuild", str(store), "--out", str(tmp_path / "s"), "--no-sync", "-f", "jsonl", *sizing, *on_cluster)
+    local = run("rebuild", str(store), "--out", str(tmp_path / "l"), "--no-sync", "-f", "jsonl", *sizing)
+    assert r.exit_code == local.exit_code == 0, r.stderr[-3000:]
     assert _tree(tmp_path / "s") == _tree(tmp_path / "l")
     if name == "rmq53-batchcq":
         for part in ("batchconsumequeue", "consumequeue"):
@@ -279,15 +299,15 @@ def test_5x_queue_kinds_on_standalone_cluster(cluster, executor_python, name, tm
             assert (int(got["offset"]), int(got["size"]), int(got["tags"])) == (u["commitLogOffset"], u["size"], u["tagsCode"])
 
     out = tmp_path / "e"
-    r = run_proc("export", "-s", f"{name}={store}", "-o", str(out), "--body", "raw", "--range-bytes", "16K", *spark_args, cwd=str(ROOT), timeout=600)
-    assert r.returncode == 0, r.stderr[-3000:]
+    r = run("export", "-s", f"{name}={store}", "-o", str(out), "--body", "raw", "--range-bytes", "16K", *on_cluster)
+    assert r.exit_code == 0, r.stderr[-3000:]
     got = read_dataset(out)
     export_local(resolve_stores([f"{name}={store}"]), str(tmp_path / "el"), with_body=True)
     assert got == read_dataset(tmp_path / "el")
     assert _export_rows(got) == _manifest_records(name, "")
 
 
-def test_salvage_and_repair_on_standalone_cluster(cluster, executor_python, tmp_path):
+def test_salvage_and_repair_on_standalone_cluster(on_cluster, tmp_path):
     """rmq53-damaged-midfile-magic (the broker keeps 998 of 4000 puts): salvage with the cluster surveying the ranges
     re-sends exactly the intact puts the broker's recovery drops (broker-recovery.json); repair with the cluster
     scanning and copying them gives a NEWDIR on which the broker's own recovery keeps every intact put."""
@@ -295,57 +315,86 @@ def test_salvage_and_repair_on_standalone_cluster(cluster, executor_python, tmp_
     from test_repair import check_broker_keeps, puts
     from test_salvage import rows, served
 
-    url, _ = cluster
     name = "rmq53-damaged-midfile-magic"
     base = REAL / name
-    no_mem = [a for a in _spark_args(url, executor_python) if a not in ("--driver-memory", "1g")]
     recs = json.loads((base / "damage.json").read_text())["recordsHit"]
     hit = {r["physicalOffset"] for r in recs}
     header_only = {r["physicalOffset"] for r in recs if set(r["fieldsHit"]) <= {"magicCode", "totalSize"}}  # given back restored
     intact = [m for m in puts(name) if m["wroteOffset"] not in hit]
     kept = served(json.loads((base / "broker-recovery.json").read_text()))
 
-    r = run_proc("salvage", str(base / "store"), "--out", str(tmp_path / "salvaged"), *no_mem, cwd=str(ROOT), timeout=600)
-    assert r.returncode == 1, r.stderr[-3000:]
+    r = run("salvage", str(base / "store"), "--out", str(tmp_path / "salvaged"), *on_cluster)
+    assert r.exit_code == 1, r.stderr[-3000:]
     resend = {x["phys_offset"]: x["uniq_key"] for x in rows(tmp_path / "salvaged", "messages")}
     back = [m for m in puts(name) if m["wroteOffset"] not in hit or m["wroteOffset"] in header_only]
     assert resend == {m["wroteOffset"]: m["uniqKey"] for m in back if m["wroteOffset"] not in kept}
 
     new = tmp_path / "repaired"
-    r = run_proc("repair", str(base / "store"), "--out", str(new), "--hash-slots", "500", "--index-entries", "2000", *no_mem, cwd=str(ROOT), timeout=600)
-    assert r.returncode == 1, r.stderr[-3000:]
+    r = run("repair", str(base / "store"), "--out", str(new), "--hash-slots", "500", "--index-entries", "2000", *on_cluster)
+    assert r.exit_code == 1, r.stderr[-3000:]
     check_broker_keeps(broker_recovery(new, tmp_path / "oracle.json"), intact)
 
 
-def test_index_verify_and_report_on_standalone_cluster(cluster, executor_python, monkeypatch, tmp_path):
+def test_index_verify_and_report_on_standalone_cluster(cluster, on_cluster, monkeypatch, tmp_path):
     """rmq4-crash with the cluster reading the ranges: index verify misses exactly the entries of the messages crash.json
     says were not dispatched (test_index_verify's own check, its command run here as a process on the cluster); the
     report's findings are exactly those messages' missing ConsumeQueue units, and it exits 1."""
-    from types import SimpleNamespace
-
     import test_index_verify
+    from pyspark.sql import SparkSession
 
-    url, tmp = cluster
-    no_mem = [a for a in _spark_args(url, executor_python) if a not in ("--driver-memory", "1g")]
-    apps = lambda: {p.name for w in ("work0", "work1") for p in (tmp / w).iterdir()}  # noqa: E731  (an executor's app-* dir)
-    before = apps()
+    _, tmp = cluster
+    sc = SparkSession.getActiveSession().sparkContext
+    jobs = set(sc.statusTracker().getJobIdsForGroup())
 
-    def on_cluster(*args):
-        p = run_proc(*args, *no_mem, cwd=str(ROOT), timeout=600)
-        assert "Traceback" not in p.stderr, p.stderr[-3000:]
-        return SimpleNamespace(exit_code=p.returncode, stdout=p.stdout, stderr=p.stderr)
+    def spark_run(*args):
+        return run(*args, *on_cluster)
 
-    monkeypatch.setattr(test_index_verify, "run", on_cluster)
+    monkeypatch.setattr(test_index_verify, "run", spark_run)
     test_index_verify.test_crashed_store_reports_exactly_the_undispatched_messages()
 
     name = "rmq4-crash"
     dispatched = set(json.loads((REAL / name / "crash.json").read_text())["dispatchedSeqs"])
     lost = {(m["topic"], m["queueId"], m["logicsOffset"], m["wroteOffset"]) for m in manifest(name) if m["seq"] not in dispatched}
     probs = tmp_path / "problems.jsonl"
-    r = on_cluster("report", "-s", str(REAL / name / "store"), "-o", str(tmp_path / "page.html"), "--problems-out", str(probs))
+    r = spark_run("report", "-s", str(REAL / name / "store"), "-o", str(tmp_path / "page.html"), "--problems-out", str(probs))
     assert r.exit_code == 1 and (tmp_path / "page.html").stat().st_size > 0, r.stderr[-3000:]
     found = [json.loads(x) for x in probs.read_text(encoding="utf-8").splitlines()]
     assert {x["code"] for x in found} == {"cq_missing_unit"}
     assert len(found) == len(lost) == 500
     assert {(x["topic"], x["queue_id"], x["unit_index"], x["phys_offset"]) for x in found} == lost
-    assert len(apps() - before) == 2  # each command was an application whose executors ran on the workers
+    # the commands' ranges were tasks of this application's executors, on both workers
+    assert sc.applicationId in _apps(tmp) and all((tmp / w / sc.applicationId).is_dir() for w in ("work0", "work1"))
+    tracker = sc.statusTracker()
+    tasks = sum(tracker.getStageInfo(st).numCompletedTasks for j in set(tracker.getJobIdsForGroup()) - jobs for st in tracker.getJobInfo(j).stageIds)
+    assert tasks >= 2 * len(os.listdir(REAL / name / "store" / "commitlog"))  # index verify's and report's ranges
+
+
+SQL_FLEET = ["rmq4-crash", "rmq4-flags", "rmq53-v2"]
+QUERY = (
+    "SELECT m.broker, m.topic, count(*) AS n, sum(CASE WHEN u.phys_offset IS NULL THEN 1 ELSE 0 END) AS undispatched "
+    "FROM messages m LEFT JOIN units u ON u.broker = m.broker AND u.phys_offset = m.phys_offset GROUP BY m.broker, m.topic"
+)
+
+
+def sql_truth() -> Counter:
+    """(broker, topic) -> (messages, messages without a unit), from the manifests and rmq4-crash's crash.json."""
+    done = set(json.loads((REAL / "rmq4-crash" / "crash.json").read_text())["dispatchedSeqs"])
+    out: dict = {}
+    for n in SQL_FLEET:
+        for m in manifest(n):
+            lost = (m["seq"] not in done) if n == "rmq4-crash" else m["sysFlag"] & 0xC in (0x4, 0xC)
+            k = (n, m["topic"])
+            a, b = out.get(k, (0, 0))
+            out[k] = (a + 1, b + int(lost))
+    return out
+
+
+def test_sql_on_standalone_cluster(on_cluster):
+    """`sql --engine spark` on the cluster: a fleet's rows equal DuckDB's and the stores' truth."""
+    args = ["sql", *[a for n in SQL_FLEET for a in ("-s", str(REAL / n / "store"))], "-f", "jsonl"]
+    r = run(*args, *on_cluster, QUERY)
+    assert r.exit_code == 0, r.stderr[-3000:]
+    got = sorted(jsonl(r.stdout), key=lambda d: (d["broker"], d["topic"]))
+    duck = run(*args, QUERY)
+    assert got == sorted(jsonl(duck.stdout), key=lambda d: (d["broker"], d["topic"]))
+    assert {(d["broker"], d["topic"]): (d["n"], d["undispatched"]) for d in got} == sql_truth()

@@ -325,3 +325,30 @@ def test_a_process_that_never_closes_the_database_leaves_no_mirror(tmp_path, dam
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.strip() == ("rocksdb_unreadable" if damaged else str(len(UNITS)))
     assert sorted(p.name for p in scratch.iterdir()) == []
+
+
+def test_a_database_file_that_cannot_be_copied_is_named_and_leaves_no_mirror(tmp_path, monkeypatch):
+    """The mirror copies the database's mutable files (CURRENT, MANIFEST, OPTIONS, the WAL): one that cannot be read
+    is the one-line input error naming it, exit 2, and nothing of the mirror stays in the temp directory."""
+    import errno
+    import tempfile
+
+    import rmqdump.readers.rocksdbcq as R
+
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    real_copy = R.shutil.copyfile
+
+    def copy(src, dst, *a, **kw):
+        if os.path.basename(src).startswith("OPTIONS-"):
+            raise OSError(errno.EIO, os.strerror(errno.EIO), src)
+        return real_copy(src, dst, *a, **kw)
+
+    monkeypatch.setattr(R.shutil, "copyfile", copy)
+    r = run("cq", "verify", "-s", ROOT)
+    options = next(p for p in (ROOT / "consumequeue").iterdir() if p.name.startswith("OPTIONS-"))
+    lines = r.stderr.strip().splitlines()
+    assert r.exit_code == 2 and len(lines) == 1, r.stderr
+    assert lines[0].startswith(f"rmqdump: rocksdb_unreadable: {options}") and os.strerror(errno.EIO) in lines[0] and "Traceback" not in r.stderr
+    assert sorted(p.name for p in scratch.iterdir()) == []

@@ -19,7 +19,7 @@ from rmqdump.checks.offsets import OFFSETS_FILE, offset_table
 from rmqdump.common.problems import InputError, Problem
 from rmqdump.query.lookup import Index, index_end
 from rmqdump.readers.configfiles import CONFIG_DIR, read_config
-from rmqdump.readers.lifecycle import Copy, Evidence, read_record, wants_body
+from rmqdump.readers.lifecycle import Copy, Evidence, is_evidence_topic, is_own_topic, read_record, wants_body
 from rmqdump.readers.message import Message
 from rmqdump.readers.msgid import id_bytes
 from rmqdump.readers.store import Store
@@ -205,7 +205,7 @@ def _moved_queues(store: Store) -> list:
     return [
         q
         for (t, _), q in sorted(store.queues.items())
-        if t in (L.SCHEDULE_TOPIC, L.TIMER_TOPIC, L.TRANS_HALF_TOPIC, L.TRANS_CHECK_MAX_TIME_TOPIC) or t.startswith((L.RETRY_PREFIX, L.DLQ_PREFIX))
+        if not is_own_topic(t) and not is_evidence_topic(t)  # the broker's topics, less those holding records about messages
     ]
 
 

@@ -24,12 +24,12 @@ from rmqdump.readers.batchcq import BatchConsumeQueue
 from rmqdump.readers.checkpoint import Checkpoint
 from rmqdump.readers.configfiles import ConfigFile, read_config
 from rmqdump.readers.dledger import UNIT_SIZE
+from rmqdump.readers.lifecycle import is_own_topic
 from rmqdump.readers.message import Message
 from rmqdump.readers.recordprops import is_lmq
 from rmqdump.readers.store import IndexFileInfo, Store, Unsupported
 from rmqdump.readers.timerlog import TimerStore
 from rmqdump.scan.dataend import data_end_bytes, data_end_of
-from rmqdump.schemas import lifecycle as L
 
 
 @dataclass
@@ -275,7 +275,4 @@ def store_info(store: Store, *, with_recovery: bool = True, check_crc: bool = Tr
 def has_lifecycle(store: Store) -> bool:
     """Whether the store has a queue the broker moves messages through, and a CommitLog to read them in: `info` asks
     before its lifecycle line, whose journeys (rmqdump.query.lifecyclesummary) most stores need not load."""
-    return bool(store.commitlog.files) and any(
-        t in (L.SCHEDULE_TOPIC, L.TIMER_TOPIC, L.TRANS_HALF_TOPIC, L.TRANS_CHECK_MAX_TIME_TOPIC) or t.startswith((L.REVIVE_TOPIC_PREFIX, L.RETRY_PREFIX, L.DLQ_PREFIX))
-        for t, _ in store.queues
-    )
+    return bool(store.commitlog.files) and any(not is_own_topic(t) for t, _ in store.queues)

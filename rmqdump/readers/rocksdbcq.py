@@ -72,14 +72,19 @@ def is_rocksdb(d: str) -> bool:
 def _mirror(src: str) -> str:
     """A private read-only view of the database at src: symlinks to immutable files, copies of the rest."""
     dst = tempfile.mkdtemp(prefix="rmqdump-rocksdb-")
-    for n in os.listdir(src):
-        p = os.path.join(src, n)
-        if not os.path.isfile(p) or n == "LOCK" or n.startswith("LOG"):
-            continue
-        if n.endswith(_IMMUTABLE):
-            os.symlink(os.path.abspath(p), os.path.join(dst, n))
-        else:
-            shutil.copyfile(p, os.path.join(dst, n))
+    p = src
+    try:
+        for n in os.listdir(src):
+            p = os.path.join(src, n)
+            if not os.path.isfile(p) or n == "LOCK" or n.startswith("LOG"):
+                continue
+            if n.endswith(_IMMUTABLE):
+                os.symlink(os.path.abspath(p), os.path.join(dst, n))
+            else:
+                shutil.copyfile(p, os.path.join(dst, n))
+    except OSError as e:  # a file of the database that cannot be read: named, and nothing of the mirror left behind
+        shutil.rmtree(dst, ignore_errors=True)
+        raise InputError(ROCKSDB_UNREADABLE, p, e.strerror or str(e), offset=0) from None
     return dst
 
 

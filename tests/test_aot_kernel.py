@@ -1,5 +1,5 @@
-"""The ahead-of-time scan kernel: built once per install in the background, then loaded without numba, giving what
-the broker wrote, exactly as the JIT kernel does.
+"""The ahead-of-time scan kernel where the install did not build it: built once in the background, then loaded
+without numba, giving what the broker wrote, exactly as the JIT kernel does.
 
 The build is real (numba's ahead-of-time compiler, a C toolchain) and takes tens of seconds, so it runs once, in a
 cache directory of the module's own.
@@ -28,7 +28,9 @@ BUILD_TIMEOUT = 600
 
 
 def _env(cache: Path, **extra) -> dict:
-    env = {**os.environ, "RMQDUMP_CACHE_DIR": str(cache), **extra}
+    """A fresh cache directory, and the module this install built left aside (RMQDUMP_AOT=cache): the way a wheel
+    built elsewhere, or an install without a C compiler, starts."""
+    env = {**os.environ, "RMQDUMP_CACHE_DIR": str(cache), "RMQDUMP_AOT": "cache", **extra}
     env.pop("NUMBA_CACHE_DIR", None)
     return env
 
@@ -82,7 +84,7 @@ def test_a_later_run_loads_the_built_kernel_without_numba(built):
 
 def _load(cache: Path):
     """The built module, loaded in this process as native.load_kernel loads it."""
-    code = "import sys; from rmqdump.scan import aot, native; m = aot._load_aot(*native.crc_library()); print(m.__file__)"
+    code = "from rmqdump.scan import aot; print(aot.load(aot.SCAN)._aot.__file__)"
     p = subprocess.run([sys.executable, "-c", code], env=_env(cache), cwd=ROOT, capture_output=True, text=True, check=True)
     path = p.stdout.strip()
     import ctypes

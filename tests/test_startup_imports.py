@@ -74,13 +74,13 @@ FIRST = STORE / "commitlog" / "00000000000000000000"
 
 
 def scan_modules() -> set[str]:
-    """numpy, and numba only while this install has not built its ahead-of-time kernel (rmqdump.scan.aot)."""
-    import importlib.machinery
+    """numpy, and numba only where neither the install nor the user's cache holds the ahead-of-time kernel
+    (rmqdump.scan.aot)."""
     import os
 
-    from rmqdump.scan.aot import MODULE, aot_dir
+    from rmqdump.scan.aot import SCAN, SUFFIX, aot_dir
 
-    built = os.path.exists(os.path.join(aot_dir(), MODULE + importlib.machinery.EXTENSION_SUFFIXES[0]))
+    built = os.path.exists(SCAN.installed) or os.path.exists(os.path.join(aot_dir(), SCAN.module + SUFFIX))
     return {"numpy"} if built and os.environ.get("RMQDUMP_AOT") != "off" else {"numpy", "numba"}
 
 
@@ -114,7 +114,7 @@ def test_commitlog_listing_loads_the_kernels_and_nothing_heavier():
     assert r.returncode == 0
     rows = [row for row in jsonl(r.stdout) if row["kind"] == "message"]
     assert [row["phys_offset"] for row in rows] == [m["wroteOffset"] for m in sorted(manifest("rmq4-basic"), key=lambda m: m["wroteOffset"])[:5]]
-    assert mods == {"numpy", "numba"}  # the text kernels are compiled by numba at run time
+    assert mods == scan_modules()  # the text kernels come with the scan kernel: compiled at install, else by numba
 
 
 def test_offsets_scans_nothing_so_loads_no_kernel():

@@ -1,20 +1,28 @@
-"""The scan kernel compiled ahead of time: an extension module a later run imports without numba.
+"""Kernels compiled ahead of time: extension modules a run imports without numba.
 
 Importing numba and setting up its compiler takes most of a short command's
-time (about 0.8 s of a 1 s `info` on a small store), even when every
-function comes from numba's cache. So, once per install, the kernel's entry
-points are compiled by numba's ahead-of-time compiler into an ordinary
-extension module in the user's cache (rmqdump.scan.native decides when, and
-loads it); it is the same source as the JIT kernel, typed with the signatures
-below, which are the only ones the scan path calls (tests compare the two
-on every fixture store).
+time (about 0.8 s of a 1 s `info` on a small store), and compiling a kernel
+set the first time takes 10-20 s. So each kernel set (the scan kernel here,
+the text kernels in rmqdump.text.batches) is also compiled by numba's
+ahead-of-time compiler into an ordinary extension module: the same source
+as the JIT functions, typed with the signatures its `KernelSet` declares,
+which are the only ones the commands call (tests compare the two on every
+fixture store). `load(kernels)` is how a command gets a set, from the first
+of these that fits this source, processor and CRC library:
 
-`load_kernel()` is how every scan gets the kernel: this module when built,
-else the JIT one, starting the build (`RMQDUMP_AOT=off`: the JIT one only).
-Run as `python -m rmqdump.scan.aot DIR`: builds into a temporary directory
-beside DIR and renames it into place, so a reader never sees half a module.
-A build that fails (no C compiler on the machine, say) leaves DIR.failed with
-the reason, and no later run tries again until that file is removed.
+1. installed: built by the package's own build (setup.py), beside the JIT
+   module, so the first run after an install compiles nothing;
+2. cached: built once in the background, in the user's cache, by an earlier
+   run that found no installed one (a wheel built on another machine, say);
+3. the JIT functions, starting that background build.
+
+`RMQDUMP_AOT=off` keeps to the JIT functions, `RMQDUMP_AOT=cache` skips the
+installed module. Once threads share the work in a process the JIT functions
+serve (numba's ahead-of-time functions hold Python's lock). Run as
+`python -m rmqdump.scan.aot DIR LOCK MODULE:SET` for the background build:
+it builds into a temporary directory beside DIR and renames it into place,
+so a reader never sees half a module; a build that fails (no C compiler, say)
+leaves DIR.failed with the reason, and no later run tries again.
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ import contextlib
 import ctypes
 import functools
 import hashlib
+import importlib
 import importlib.machinery
 import importlib.util
 import os
@@ -31,14 +40,35 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from rmqdump.scan.native import COMPILE_NOTICES, cache_dir, configure, crc_library
 
-MODULE = "rmqdump_scan_kernel"
+PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the rmqdump package's directory
+SUFFIX = importlib.machinery.EXTENSION_SUFFIXES[0]
+AOT_LOCK_STALE = 15 * 60  # a build lock older than this was left by a build that died
 
 
-def signatures() -> dict:
-    """Each exported entry point and its one signature: store bytes read-only, columns int64, C order."""
+@dataclass(frozen=True)
+class KernelSet:
+    """One set of kernels compiled together: the extension module's name, the JIT module it is compiled from, the
+    package files whose bytes it depends on, whether it calls the CRC library, its entry points' signatures."""
+
+    module: str
+    jit: str
+    sources: tuple[str, ...]
+    crc: bool
+    signatures: Callable[[], dict]
+
+    @property
+    def installed(self) -> str:
+        """Where the package's build puts the module: beside the JIT module, under the module's own name."""
+        return os.path.join(PACKAGE, *self.jit.split(".")[1:-1], self.module + SUFFIX)
+
+
+def _scan_signatures() -> dict:
+    """Each scan entry point and its one signature: store bytes read-only, columns int64, C order."""
     from numba import types as T
 
     data = T.Array(T.uint8, 1, "C", readonly=True)
@@ -54,53 +84,19 @@ def signatures() -> dict:
     }
 
 
-def build(target: str) -> None:
-    """Compile the kernel's entry points into `target`/MODULE*.so (the directory appears whole or not at all)."""
-    from numba.pycc import CC
-
-    configure()
-    from rmqdump.scan import kernel
-
-    parent = os.path.dirname(target)
-    os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=".aot-", dir=parent)
-    try:
-        import llvmlite.binding
-
-        cc = CC(MODULE)
-        cc.output_dir = tmp
-        cc.verbose = False
-        cc.target_cpu = llvmlite.binding.get_host_cpu_name()  # as the JIT compiles: this machine's instructions, not a generic CPU's
-        for name, sig in signatures().items():
-            cc.export(name, sig)(getattr(kernel, name).py_func)
-        cc.compile()
-        os.rename(tmp, target)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+SCAN = KernelSet("rmqdump_scan_kernel", "rmqdump.scan.kernel", ("scan/kernel.py", "scan/layout.py", "scan/aot.py"), True, _scan_signatures)
+MODULE = SCAN.module  # the scan kernel's module name, as the tests and load_kernel().__name__ know it
 
 
-AOT_LOCK_STALE = 15 * 60  # a build lock older than this was left by a build that died
-
-
-def aot_dir(kind: str | None = None) -> str:
-    """Where the ahead-of-time kernel of this source, layout, CRC library, Python and numba is kept."""
-    kind = kind or crc_library()[0]
+def key(kernels: KernelSet) -> int:
+    """What a built module must have been built from to serve here: its sources, this processor (the module uses its
+    instructions), this Python, and the CRC library when it calls one. Compiled into the module as `build_key()`."""
     h = hashlib.sha1()
-    here = os.path.dirname(os.path.abspath(__file__))
-    for name in ("kernel.py", "layout.py", "aot.py"):
-        with open(os.path.join(here, name), "rb") as f:  # OSError where the package is not files (a zip on Spark executors)
+    for name in kernels.sources:
+        with open(os.path.join(PACKAGE, name), "rb") as f:  # OSError where the package is not files (a zip on Spark executors)
             h.update(f.read())
-    spec = importlib.util.find_spec("numba")  # its version file, not the package: importing numba is what this avoids
-    if spec and spec.origin:
-        try:
-            with open(os.path.join(os.path.dirname(spec.origin), "_version.py"), "rb") as f:
-                h.update(f.read())
-        except OSError:
-            pass
-    import numpy
-
-    h.update(repr((sys.implementation.cache_tag, numpy.__version__, importlib.machinery.EXTENSION_SUFFIXES[0], _cpu())).encode())
-    return os.path.join(cache_dir(kind), f"aot-{h.hexdigest()[:16]}")
+    h.update(repr((sys.implementation.cache_tag, SUFFIX, _cpu(), crc_library()[0] if kernels.crc else None)).encode())
+    return int(h.hexdigest()[:15], 16)
 
 
 def _cpu() -> str:
@@ -116,27 +112,75 @@ def _cpu() -> str:
         return platform.machine() + platform.processor()
 
 
-def _load_aot(kind: str, lib: str | None):
-    """The ahead-of-time kernel module, or None when this install has not built it (or it does not load)."""
-    path = os.path.join(aot_dir(kind), MODULE + importlib.machinery.EXTENSION_SUFFIXES[0])
+def aot_dir(kernels: KernelSet = SCAN) -> str:
+    """Where the background build of a kernel set keeps it in the user's cache (numpy's version too: the module is
+    built against this numpy)."""
+    import numpy
+
+    h = hashlib.sha1(repr((key(kernels), numpy.__version__, _numba_version())).encode()).hexdigest()[:16]
+    return os.path.join(cache_dir(crc_library()[0]), f"aot-{kernels.module}-{h}")
+
+
+def _numba_version() -> str:
+    """numba's version from its version file, not the package: importing numba is what this module avoids."""
+    spec = importlib.util.find_spec("numba")
+    try:
+        with open(os.path.join(os.path.dirname(spec.origin), "_version.py"), encoding="utf-8") as f:
+            return f.read()
+    except (OSError, AttributeError, TypeError):
+        return ""
+
+
+def compile_to(kernels: KernelSet, path: str) -> None:
+    """Compile a kernel set into the extension module `path`, with its `build_key()`; the file appears whole or not
+    at all. The package's build (setup.py) and the background build both come here."""
+    from numba.pycc import CC
+
+    configure()
+    jit = importlib.import_module(kernels.jit)
+    parent = os.path.dirname(os.path.abspath(path))
+    os.makedirs(parent, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=".aot-", dir=parent)
+    try:
+        import llvmlite.binding
+
+        cc = CC(kernels.module)
+        cc.output_dir = tmp
+        cc.verbose = False
+        cc.target_cpu = llvmlite.binding.get_host_cpu_name()  # as the JIT compiles: this machine's instructions, not a generic CPU's
+        for name, sig in kernels.signatures().items():
+            cc.export(name, sig)(getattr(jit, name).py_func)
+        built = key(kernels)
+        cc.export("build_key", "int64()")(lambda: built)
+        cc.compile()
+        os.replace(os.path.join(tmp, cc.output_file), path)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _import(kernels: KernelSet, path: str):
+    """The module at `path` when it was built from what serves here, else None (absent, stale, or it does not load)."""
     if not os.path.exists(path):
         return None
     try:
+        lib = crc_library()[1] if kernels.crc else None
         if lib:  # the module calls the CRC library's function by name: make it visible first
             ctypes.CDLL(lib, mode=ctypes.RTLD_GLOBAL)
-        spec = importlib.util.spec_from_file_location(MODULE, path)
+        spec = importlib.util.spec_from_file_location(kernels.module, path)
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
-        return module
-    except (ImportError, OSError):
+        return module if module.build_key() == key(kernels) else None
+    except (ImportError, OSError, AttributeError):
         return None
 
 
-def _start_aot_build(kind: str, jit_cache: str) -> None:
-    """Build the ahead-of-time kernel in a detached, lowest-priority process, once: a lock keeps runs side by side
-    from building it twice. Said on stderr when the JIT kernel is already cached (else the compile notice says it)."""
-    target = aot_dir(kind)
+def _start_build(kernels: KernelSet, jit_cache: str) -> None:
+    """Build a kernel set in the user's cache in a detached, lowest-priority process, once: a lock keeps runs side by
+    side from building it twice. Said on stderr when the JIT functions were already cached (else the compile notice
+    says it)."""
+    target = aot_dir(kernels)
     lock = target + ".lock"
+    jit_cached = _jit_cached(kernels, jit_cache)
     if os.path.exists(target + ".failed"):  # tried once on this install and could not build: the JIT kernel serves
         return
     try:
@@ -147,10 +191,10 @@ def _start_aot_build(kind: str, jit_cache: str) -> None:
     except OSError:  # being built, or a cache directory this user cannot write: the JIT kernel serves
         return
     os.close(fd)
-    jit_cached = os.path.isdir(jit_cache) and any(n.startswith("kernel.scan-") for n in os.listdir(jit_cache))
+    home = _HOMES[kernels.module]
     try:
         subprocess.Popen(
-            [sys.executable, "-m", "rmqdump.scan.aot", target, lock],
+            [sys.executable, "-m", "rmqdump.scan.aot", target, lock, home],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             start_new_session=True, close_fds=True,
         )
@@ -159,81 +203,106 @@ def _start_aot_build(kind: str, jit_cache: str) -> None:
         return
     if jit_cached:
         for notice in COMPILE_NOTICES:
-            notice("a start-up copy of the scan kernel in the background", target)
+            notice(f"a start-up copy of {kernels.module} in the background", target)
 
 
-_THREADS = False  # set once threads share the kernel's work in this process (see threads_share_the_kernel)
+def _jit_cached(kernels: KernelSet, jit_cache: str) -> bool:
+    """Whether numba's cache holds the set's JIT functions (numba keeps a source file's functions in a directory named
+    after the file's folder, as FOLDER_HASH/STEM.FUNCTION-LINE...)."""
+    folder, stem = kernels.jit.split(".")[-2] + "_", kernels.jit.rsplit(".", 1)[-1] + "."
+    with contextlib.suppress(OSError):
+        for d in os.listdir(jit_cache):
+            if d.startswith(folder) and any(n.startswith(stem) for n in os.listdir(os.path.join(jit_cache, d))):
+                return True
+    return False
+
+
+# Where each kernel set is declared, for the background build's process: "module:attribute".
+_HOMES = {"rmqdump_scan_kernel": "rmqdump.scan.aot:SCAN", "rmqdump_text_kernel": "rmqdump.text.batches:TEXT"}
+
+_THREADS = False  # set once threads share the kernels' work in this process (see threads_share_the_kernel)
 
 
 def threads_share_the_kernel() -> None:
-    """Called by the local engine before it runs ranges on several threads: from then on the kernel's calls go to the
-    JIT kernel, whose entry points release Python's lock (numba's ahead-of-time functions hold it, which would run
-    the threads one after another). A store worth threads is big enough that numba's start-up does not count."""
+    """Called by the local engine before it runs ranges on several threads: from then on the kernels' calls go to the
+    JIT functions, which release Python's lock (numba's ahead-of-time functions hold it, which would run the threads
+    one after another). A store worth threads is big enough that numba's start-up does not count."""
     global _THREADS
     _THREADS = True
 
 
 class _Kernels:
-    """The ahead-of-time module's entry points while one thread scans; the JIT module's once threads share the work."""
+    """The ahead-of-time module's entry points while one thread works; the JIT module's once threads share the work."""
 
-    def __init__(self, module):
-        self._aot = module
+    def __init__(self, module, kernels: KernelSet):
+        self._aot, self._set = module, kernels
+
+    def _serving(self):
+        return _jit(self._set.jit) if _THREADS else self._aot
 
     @property
     def __name__(self) -> str:
-        return _jit().__name__ if _THREADS else self._aot.__name__
+        return self._serving().__name__
 
     def __getattr__(self, name: str):
-        return getattr(_jit() if _THREADS else self._aot, name)
+        return getattr(self._serving(), name)
 
 
 @functools.cache
-def _jit():
-    """The JIT kernel module, numba set up first (its cache directory, the CRC library, the compile notice)."""
+def _jit(module: str):
+    """A JIT kernel module, numba set up first (its cache directory, the CRC library, the compile notice)."""
     configure()
-    from rmqdump.scan import kernel
-
-    return kernel
+    return importlib.import_module(module)
 
 
 @functools.cache
-def load_kernel():
-    """The scan kernel's entry points (scan, index_put, join_offsets, properties_columns, pack_bytes, holds_zero):
-    the ahead-of-time module when built (the JIT one when threads share the work), else the JIT module, starting
-    the build."""
-    kind, lib = crc_library()
+def load(kernels: KernelSet):
+    """A kernel set's entry points: the installed module, else the one built in the user's cache, else the JIT
+    module (starting the cache's build). See the module's docstring."""
+    mode = os.environ.get("RMQDUMP_AOT", "on")
     # the package as files on disk: shipped to Spark executors as a zip, it is read and built by the JIT only
-    aot = os.environ.get("RMQDUMP_AOT", "on") != "off" and os.path.isfile(__file__)
+    aot = mode != "off" and os.path.isfile(__file__)
     if aot:
         try:
-            module = _load_aot(kind, lib)
+            module = (_import(kernels, kernels.installed) if mode != "cache" else None) or _import(kernels, os.path.join(aot_dir(kernels), kernels.module + SUFFIX))
         except OSError:
             module, aot = None, False
         if module is not None:
-            return _Kernels(module)
-    kernel = _jit()
+            return _Kernels(module, kernels)
+    jit = _jit(kernels.jit)
     if aot:
         with contextlib.suppress(OSError):
-            _start_aot_build(kind, configure())
-    return kernel
+            _start_build(kernels, configure())
+    return jit
+
+
+def load_kernel():
+    """The scan kernel's entry points (scan, index_put, join_offsets, properties_columns, pack_bytes, holds_zero)."""
+    return load(SCAN)
 
 
 def main(argv: list[str]) -> int:
     """The background build: lowest priority, its lock removed whatever happens."""
-    target, lock = argv[0], argv[1] if len(argv) > 1 else None
+    target, lock, home = argv
     with contextlib.suppress(OSError):
         os.nice(19)
     try:
-        build(target)
+        where, name = home.split(":")
+        kernels = getattr(importlib.import_module(where), name)
+        tmp = tempfile.mkdtemp(prefix=".aot-", dir=os.path.dirname(target))
+        try:
+            compile_to(kernels, os.path.join(tmp, kernels.module + SUFFIX))
+            os.rename(tmp, target)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
         return 0
     except Exception as e:  # no C compiler, say: the JIT kernel stays in use, and no later run tries again
         with contextlib.suppress(OSError), open(target + ".failed", "w", encoding="utf-8") as f:
             f.write(f"{type(e).__name__}: {e}\n")
         return 1
     finally:
-        if lock:
-            with contextlib.suppress(OSError):
-                os.unlink(lock)
+        with contextlib.suppress(OSError):
+            os.unlink(lock)
 
 
 if __name__ == "__main__":

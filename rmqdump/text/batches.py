@@ -11,7 +11,7 @@ import json
 
 import numpy as np
 
-from rmqdump.scan.native import configure
+from rmqdump.scan.aot import KernelSet, load
 
 
 def flag_snippets(sys_flags: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -46,13 +46,25 @@ def _packed(parts: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
     return np.frombuffer(b"".join(parts) or b"\0", dtype=np.uint8).copy(), offs
 
 
+def _signatures() -> dict:
+    """Each text entry point and its one signature (what the listing passes: store bytes read-only, the rest
+    writable, C order): what the ahead-of-time module is compiled for."""
+    from numba import types as T
+
+    data = T.Array(T.uint8, 1, "C", readonly=True)
+    i1, i2, u8, s8 = T.int64[::1], T.int64[:, ::1], T.uint8[::1], T.int8[::1]
+    filters = (u8, u8, u8, i1)  # topic, tag, key, and their lengths
+    return {
+        "json_lines": T.int64(data, T.int64, i2, u8, u8, i1, *filters, T.boolean, u8, i1, s8),
+        "csv_lines": T.int64(data, T.int64, i2, u8, u8, i1, *filters, u8, i1, s8),
+        "table_cells": T.int64(data, T.int64, i2, u8, i1, *filters, u8, i2, i2, s8),
+        "table_lines": T.int64(u8, i2, i2, i1, s8, T.int64, T.int64, u8),
+    }
+
+
+TEXT = KernelSet("rmqdump_text_kernel", "rmqdump.text.kernel", ("text/kernel.py", "text/spelling.py", "scan/aot.py"), False, _signatures)
+
+
 def kernels():
-    """The compiled text kernels (numba imported, its cache directory set and the CRC library loaded first).
-
-    Compiled code is cached in the scan kernel's user cache directory
-    (rmqdump.scan.native.cache_dir), so only the first run after an install compiles.
-    """
-    configure()
-    from rmqdump.text import kernel
-
-    return kernel
+    """The compiled text kernels (rmqdump.scan.aot.load: compiled at install, else in the user's cache, else JIT)."""
+    return load(TEXT)

@@ -21,7 +21,7 @@ from rmqdump.schemas import HostV4, HostV6
 from rmqdump.schemas import constants as C
 
 # Row status written by the kernels
-TAKEN, FALLBACK, FILTERED = 0, 1, 2
+TAKEN, FALLBACK, FILTERED = np.int8(0), np.int8(1), np.int8(2)  # typed, not literals: the ahead-of-time compiler unifies no two literals
 
 # Columns of the row matrix the caller builds (rows_matrix); every value as int64.
 MATRIX = (

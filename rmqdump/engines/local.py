@@ -19,7 +19,6 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from typing import TypeVar
 
-from rmqdump.scan.aot import threads_share_the_kernel
 from rmqdump.scan.ranges import SerialMap
 from rmqdump.scan.splits import PARALLEL_MIN_BYTES
 
@@ -72,7 +71,6 @@ class LocalMap(SerialMap):
         (the scan runs while the caller does its own work first)."""
         if self.workers == 1:
             return super().__call__(fn, items)
-        threads_share_the_kernel()
         items = iter(items)
         ex = ThreadPoolExecutor(self.workers, thread_name_prefix="rmqdump-scan")
         pending = deque(ex.submit(fn, it) for it in itertools.islice(items, self.workers + self.ahead))
@@ -84,7 +82,6 @@ class LocalMap(SerialMap):
         if self.workers == 1:
             yield from super().unordered(fn, items)
             return
-        threads_share_the_kernel()
         it = enumerate(items)
         with ThreadPoolExecutor(self.workers, thread_name_prefix="rmqdump-scan") as ex:
             running = {ex.submit(fn, x): i for i, x in itertools.islice(it, self.workers + self.ahead)}

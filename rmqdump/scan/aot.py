@@ -17,8 +17,8 @@ of these that fits this source, processor and CRC library:
 3. the JIT functions, starting that background build.
 
 `RMQDUMP_AOT=off` keeps to the JIT functions, `RMQDUMP_AOT=cache` skips the
-installed module. Once threads share the work in a process the JIT functions
-serve (numba's ahead-of-time functions hold Python's lock). Run as
+installed module. The modules' entry points release Python's lock while they
+run, as the JIT functions do, so threads sharing a scan use them too. Run as
 `python -m rmqdump.scan.aot DIR LOCK MODULE:SET` for the background build:
 it builds into a temporary directory beside DIR and renames it into place,
 so a reader never sees half a module; a build that fails (no C compiler, say)
@@ -152,10 +152,31 @@ def compile_to(kernels: KernelSet, path: str) -> None:
             cc.export(name, sig)(getattr(jit, name).py_func)
         built = key(kernels)
         cc.export("build_key", "int64()")(lambda: built)
-        cc.compile()
+        with _releasing_the_lock():
+            cc.compile()
         os.replace(os.path.join(tmp, cc.output_file), path)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _releasing_the_lock():
+    """Entry points that release Python's lock while they run, as the JIT functions (nogil) do, so threads sharing a
+    scan run side by side on them. numba's ahead-of-time compiler takes no such option: its compile flags are
+    swapped, for this compile only, for flags that say so."""
+    from numba.core.compiler import Flags
+    from numba.pycc import compiler
+
+    class Released(Flags):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.release_gil = True
+
+    compiler.Flags = Released
+    try:
+        yield
+    finally:
+        compiler.Flags = Flags
 
 
 def _import(kernels: KernelSet, path: str):
@@ -220,34 +241,6 @@ def _jit_cached(kernels: KernelSet, jit_cache: str) -> bool:
 # Where each kernel set is declared, for the background build's process: "module:attribute".
 _HOMES = {"rmqdump_scan_kernel": "rmqdump.scan.aot:SCAN", "rmqdump_text_kernel": "rmqdump.text.batches:TEXT"}
 
-_THREADS = False  # set once threads share the kernels' work in this process (see threads_share_the_kernel)
-
-
-def threads_share_the_kernel() -> None:
-    """Called by the local engine before it runs ranges on several threads: from then on the kernels' calls go to the
-    JIT functions, which release Python's lock (numba's ahead-of-time functions hold it, which would run the threads
-    one after another). A store worth threads is big enough that numba's start-up does not count."""
-    global _THREADS
-    _THREADS = True
-
-
-class _Kernels:
-    """The ahead-of-time module's entry points while one thread works; the JIT module's once threads share the work."""
-
-    def __init__(self, module, kernels: KernelSet):
-        self._aot, self._set = module, kernels
-
-    def _serving(self):
-        return _jit(self._set.jit) if _THREADS else self._aot
-
-    @property
-    def __name__(self) -> str:
-        return self._serving().__name__
-
-    def __getattr__(self, name: str):
-        return getattr(self._serving(), name)
-
-
 @functools.cache
 def _jit(module: str):
     """A JIT kernel module, numba set up first (its cache directory, the CRC library, the compile notice)."""
@@ -268,7 +261,7 @@ def load(kernels: KernelSet):
         except OSError:
             module, aot = None, False
         if module is not None:
-            return _Kernels(module, kernels)
+            return module
     jit = _jit(kernels.jit)
     if aot:
         with contextlib.suppress(OSError):

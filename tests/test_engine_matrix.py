@@ -2,7 +2,7 @@
 `--engine spark`: the same exit code and the same JSON Lines (sorted where the command does not promise an order).
 
 The three runs differ only in the mapper that reads the CommitLog's ranges, so any difference is a range lost, read
-twice or folded out of order. The Spark runs share this module's one local[2] session (a command joins a running
+twice or folded out of order. Every store in fixtures/real is run, each side of an HA pair on its own. The Spark runs share this module's one local[2] session (a command joins a running
 session and leaves it running). The found messages are also held against the stores' manifests.
 """
 
@@ -20,24 +20,20 @@ need_pyspark()
 ENGINES = {"j1": ("-j", "1"), "j2": ("-j", "2"), "spark": ("--engine", "spark", "--master", "local[2]")}
 _HEX_ID = re.compile(r"^[0-9A-F]{32}$")
 
-# The small stores of every kind, and one damaged store (damage.json): the whole file stays within its time budget.
-MATRIX_STORES = [
-    "rmq4-flags",  # 4.x, flags and delays
-    "rmq53-batchcq",
-    "rmq53-compaction",
-    "rmq53-damaged-midfile-magic",  # damage.json: a record's magic overwritten mid-file
-    "rmq53-dledger",
-    "rmq53-lifecycle-crash",  # transactions, POP, retries, DLQ, timers; unclean shutdown
-    "rmq53-rocksdbcq",
-]
+# Every store in fixtures/real, each side of an HA pair on its own ("PAIR/master", "PAIR/slave").
+MATRIX_STORES = sorted(
+    [p.name for p in REAL.iterdir() if (p / "store").is_dir() or (p / "store.tar.gz").exists()]
+    + [f"{p.parent.name}/{p.name}" for p in REAL.glob("*/*") if (p / "store").is_dir() and p.parent.name.startswith("rmq53-ha-")]
+)
 
 
 def _probe(name: str) -> tuple[str, str | None, str] | None:
-    """The last message put on its own that the manifest names with a hex UNIQ_KEY: (UNIQ_KEY, one of its KEYS or None,
-    its topic)."""
+    """The last message put on its own that the manifest names with a hex UNIQ_KEY and the store holds (an HA side
+    holds the ones its `presentOn` names): (UNIQ_KEY, one of its KEYS or None, its topic)."""
+    pair, _, side = name.partition("/")
     found = None
-    for r in manifest(name):
-        if r.get("kind") not in (None, "put", "send"):
+    for r in manifest(pair):
+        if r.get("kind") not in (None, "put", "send") or (side and side not in r.get("presentOn", [side])):
             continue
         props = r.get("properties") or {}
         u = r.get("uniqKey") or props.get("UNIQ_KEY")
@@ -82,11 +78,12 @@ def _commands(name: str) -> list[tuple[str, list[str], bool]]:
 
 
 CASES = [(name, label) for name in MATRIX_STORES for label, _, _ in _commands(name)]
+assert len(MATRIX_STORES) >= 24, MATRIX_STORES  # every store of fixtures/real: one left out would go untested
 
 
 @pytest.fixture(scope="module")
 def roots(tmp_path_factory) -> dict[str, str]:
-    return {name: _root(name, tmp_path_factory) for name in MATRIX_STORES}
+    return {name: _root(name, tmp_path_factory) for name in {*MATRIX_STORES, *WRITERS}}
 
 
 def _lines(stdout: str, ordered: bool) -> list[str]:

@@ -69,9 +69,12 @@ def verify_cmd(
     total = sum(f.size for f in st.commitlog.files)
     with render.progress(total, "verify") as advance:
         if engine is Engine.spark:
-            from rmqdump.engines.spark.verify import run_verify
+            from rmqdump.checks.cqverify import VerifyScope
+            from rmqdump.engines.spark.session import session
+            from rmqdump.engines.spark.verify import verify_spark
 
-            found = run_verify(st, master, spark_conf, ship=ship.value, topic=topic, queue_id=queue, check_crc=not no_crc, delays=delays, summary=summary)
+            with session(master, spark_conf, ship=ship.value) as spark:
+                found = verify_spark(spark, st, VerifyScope(topic, queue, not no_crc, delays), summary=summary)
         else:
             from rmqdump.engines.local import local_map
 

@@ -281,12 +281,3 @@ def verify_spark(spark, store: Store, scope: VerifyScope, *, summary: VerifySumm
         s.count(p)
     return out
 
-
-def run_verify(
-    store: Store, master: str = "local[*]", conf: list[str] | None = None, *, ship: str = "auto", summary: VerifySummary | None = None, **kw
-) -> list[Problem]:
-    """For `rmqdump cq verify --engine spark`: a session for the command, the findings, the session stopped."""
-    from rmqdump.engines.spark.session import session
-
-    with session(master, conf, ship=ship) as spark:
-        return verify_spark(spark, store, VerifyScope(**kw), summary=summary)

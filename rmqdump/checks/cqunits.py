@@ -104,15 +104,8 @@ class RecordTableBuilder:
     def n(self) -> int:
         return self.join.n
 
-    def add_columns(self, d: DispatchColumns) -> None:
-        self.join.add(d)
-
-    def part(self) -> DispatchColumns:
-        """The columns collected so far (unsorted): to ship between processes."""
-        return self.join.take()
-
     def add_part(self, part: DispatchColumns) -> None:
-        """Columns from another builder's part(), topic ids renumbered into this one's."""
+        """A range's dispatch columns, topic ids renumbered into this builder's."""
         self.join.add(part)
 
     def build(self) -> RecordTable:

@@ -67,6 +67,13 @@ out = _Console(stderr=False)
 err = _Console(stderr=True)
 
 
+def table(*columns, **kw):
+    """A rich Table in the one style of every listing: no box, a bold header (`kw`: rich's other Table options)."""
+    from rich.table import Table
+
+    return Table(*columns, box=None, header_style="bold", **kw)
+
+
 def jsonl(obj: dict[str, Any], out=None) -> None:
     """One JSON Lines object on stdout (or on the text file `out`)."""
     (out or sys.stdout).write(_ENCODE(obj) + "\n")

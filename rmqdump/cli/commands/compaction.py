@@ -47,9 +47,7 @@ def problem_rows(problems, st) -> list[tuple]:
 def print_problem_table(rows: list[tuple]) -> None:
     if not rows:
         return
-    from rich.table import Table
-
-    t = Table(box=None, header_style="bold")
+    t = render.table()
     t.add_column("code", no_wrap=True)
     for name in ("topic", "queue", "q-offset", "offset"):
         t.add_column(name, overflow="fold")
@@ -140,11 +138,9 @@ def view_cmd(
         for r in rows:
             render.jsonl(r.to_dict() if isinstance(r, Problem) else r)
     else:
-        from rich.table import Table
-
         cols = ["queue", "q-offset", "keys", "uniq_key", "CommitLog", "compaction log", "part", "stored (UTC)"]
         cols += ["served", "why"] if key is not None else ["tags", "body"]
-        t = Table(*cols, box=None, header_style="bold")
+        t = render.table(*cols)
         for r in good:
             cells = [str(r["queue_id"]), str(r["queue_offset"]), r["keys"] or "", r["uniq_key"] or "", _s(r["phys_offset"]), _s(r["compaction_log_offset"])]
             cells += [r["part"], iso(r["store_timestamp"])]
@@ -196,11 +192,7 @@ def log_cmd(
         for r in rows:
             render.jsonl(r.to_dict() if isinstance(r, Problem) else r)
     else:
-        from rich.table import Table
-
-        t = Table(
-            "file@offset", "compaction log", "CommitLog", "queue", "q-offset", "size", "keys", "tags", "body", "stored (UTC)", box=None, header_style="bold"
-        )
+        t = render.table("file@offset", "compaction log", "CommitLog", "queue", "q-offset", "size", "keys", "tags", "body", "stored (UTC)")
         for r in rows:
             if isinstance(r, Problem):
                 t.add_row(f"{Path(r.file).name}@{r.file_offset}", r.code, "", "", "", "", "", "", "", r.detail)
@@ -244,10 +236,8 @@ def units_cmd(
         for r in rows:
             render.jsonl(r)
     else:
-        from rich.table import Table
-
         cols = ("file@offset", "compaction log", "size", "tags_code", "store_time", "q-offset", "batch", "compacted", "reserved", "")
-        t = Table(*cols, box=None, header_style="bold")
+        t = render.table(*cols)
         for r in rows:
             note = "end" if r["end"] else "" if r["valid"] else "invalid"
             vals = (

@@ -118,9 +118,7 @@ def _table(st: Store, runs: list) -> None:
     """The findings as lines: a run of one code in one queue is one line (checks.findingruns), the damage first."""
     if not runs:
         return
-    from rich.table import Table
-
-    t = Table(box=None, header_style="bold")
+    t = render.table()
     t.add_column("code", no_wrap=True, min_width=max(len(r.code) for r in runs))
     for name in ("topic", "queue", "units", "count", "phys"):
         t.add_column(name, overflow="fold")
@@ -175,8 +173,6 @@ def dump_cmd(
 
     Example:  rmqdump cq dump -s store -t orders -q 1 --from 100 -n 5 --resolve
     """
-    from rich.table import Table
-
     from rmqdump.common.timeutil import iso
     from rmqdump.query.cqseek import RecordReader, dump_batch_units, dump_units, queue_tail
     from rmqdump.readers.store import Store
@@ -206,7 +202,7 @@ def dump_cmd(
             cols += extra
             if resolve:
                 cols += ["stored (UTC)", "rec q/qoffset", "tags", "keys", "check"]
-            t = Table(*cols, box=None, header_style="bold")
+            t = render.table(*cols)
             for r in rows:
                 n += 1
                 unresolved += resolve and not _resolves(r, topic, queue)

@@ -24,8 +24,6 @@ def offsets(
 
     Example:  rmqdump offsets -s store --group groupA
     """
-    from rich.table import Table
-
     from rmqdump.checks.offsets import consumer_offsets
     from rmqdump.common.problems import Problem
     from rmqdump.readers.store import Store
@@ -49,7 +47,7 @@ def offsets(
             }
         )
     else:
-        t = Table("group", "topic", "queue", "committed", ".bak", "min", "max", "lag", "flags", box=None, header_style="bold")
+        t = render.table("group", "topic", "queue", "committed", ".bak", "min", "max", "lag", "flags")
         for r in rep.rows:
             flags = ",".join(r.flags)
             t.add_row(

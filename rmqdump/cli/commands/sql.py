@@ -101,9 +101,8 @@ def _write_text(result, fmt: SqlFormat, f, output) -> None:
 
 def _table(result, output, f) -> None:
     from rich.console import Console
-    from rich.table import Table
 
-    t = Table(*result.schema.names, box=None, header_style="bold")
+    t = render.table(*result.schema.names)
     shown = more = 0
     for r in output.rows(result):
         if shown < TABLE_ROWS:
@@ -117,8 +116,6 @@ def _table(result, output, f) -> None:
 
 
 def _schema(fmt: SqlFormat) -> None:
-    from rich.table import Table
-
     from rmqdump.sql.tables import TABLES
 
     rows = [{"table": t, "column": c.name, "type": str(c.type), "meaning": c.meaning} for t, cols in TABLES.items() for c in cols]
@@ -131,7 +128,7 @@ def _schema(fmt: SqlFormat) -> None:
         for r in rows:
             w.row(r)
         return
-    t = Table("table", "column", "type", "meaning", box=None, header_style="bold")
+    t = render.table("table", "column", "type", "meaning")
     for r in rows:
         t.add_row(r["table"], r["column"], r["type"], r["meaning"])
     render.out.print(t)

@@ -185,10 +185,6 @@ def position_runs(mask_idx: np.ndarray) -> list[tuple[int, int]]:
     return [(int(mask_idx[s]), int(e - s)) for s, e in zip(starts, ends, strict=True)]
 
 
-def _as_units(units: QueueUnits | np.ndarray, first_index: int) -> QueueUnits:
-    return units if isinstance(units, QueueUnits) else QueueUnits.from_array(units, first_index)
-
-
 def real_mask(u: QueueUnits, seen_real: bool) -> tuple[np.ndarray, np.ndarray, bool]:
     """(valid non-filler units, leading filler units, seen_real after this stretch)."""
     valid = u.valid_mask()
@@ -306,7 +302,7 @@ def check_units(
     check_tags: False when tagsCode may be a ConsumeQueueExt address.
     Returns a UnitCheck; pure: reads nothing but its arguments.
     """
-    u = _as_units(units, first_index)
+    u = units if isinstance(units, QueueUnits) else QueueUnits.from_array(units, first_index)
     if len(u) == 0:
         return UnitCheck([], np.zeros(0, np.int64), 0, prev_offset, seen_real)
     real, filler, seen_real = real_mask(u, seen_real)
@@ -319,12 +315,11 @@ def check_units(
 
 
 def check_units_in_window(
-    units: QueueUnits | np.ndarray,
+    u: QueueUnits,
     topic: str,
     queue_id: int,
     window: RecordWindow,
     *,
-    first_index: int = 0,
     seen_real: bool = False,
     cq_file_of: Callable[[int], tuple[str, int]] | None = None,
     check_tags: bool = True,
@@ -336,7 +331,6 @@ def check_units_in_window(
     (holes, monotonic offsets) run once per queue with check_units' other half.
     Returns (problems, covered record indices of this window, seen_real).
     """
-    u = _as_units(units, first_index)
     if len(u) == 0:
         return [], np.zeros(0, np.int64), seen_real
     vpos, seen_real = window.pointing_in(u, seen_real)
@@ -345,18 +339,16 @@ def check_units_in_window(
 
 
 def check_order(
-    units: QueueUnits | np.ndarray,
+    u: QueueUnits,
     topic: str,
     queue_id: int,
     *,
-    first_index: int = 0,
     last_valid_index: int,
     prev_offset: int = -1,
     seen_real: bool = False,
     cq_file_of: Callable[[int], tuple[str, int]] | None = None,
 ) -> UnitCheck:
     """Only the order checks of one stretch (holes, garbage, non-monotonic offsets); `covered` is empty."""
-    u = _as_units(units, first_index)
     if len(u) == 0:
         return UnitCheck([], np.zeros(0, np.int64), 0, prev_offset, seen_real)
     real, filler, seen_real = real_mask(u, seen_real)

@@ -341,10 +341,7 @@ class ConsumeQueue(UnitChunks):
     def expected_path(self, index: int) -> str:
         """Where unit `index` belongs, whether or not that file exists."""
         f = self.file_for_index(index)
-        if f is not None:
-            return f.path
-        fs = self.file_size or C.DEFAULT_CQ_UNITS_PER_FILE * UNIT_SIZE
-        return os.path.join(self.path, f"{index * UNIT_SIZE // fs * fs:020d}")
+        return f.path if f is not None else unit_path(self.path, self.file_size, index)
 
     def read_file(self, f: CQFile) -> QueueUnits:
         """One of the queue's files, read (once while it fits the cache: see file_units)."""
@@ -375,6 +372,12 @@ class ConsumeQueue(UnitChunks):
             raw = fh.read(UNIT_SIZE)
         rec = np.frombuffer(raw, dtype=UNIT_DTYPE)[0]
         return int(rec["commit_log_offset"]), int(rec["size"]), int(rec["tags_code"])
+
+
+def unit_path(queue_dir: str, file_size: int | None, index: int) -> str:
+    """The file of a queue directory that unit `index` belongs in by name (a file is named by its first unit's offset)."""
+    fs = file_size or C.DEFAULT_CQ_UNITS_PER_FILE * UNIT_SIZE
+    return os.path.join(queue_dir, f"{index * UNIT_SIZE // fs * fs:020d}")
 
 
 def common_file_size(sizes: list[int]) -> int | None:

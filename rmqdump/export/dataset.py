@@ -26,6 +26,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from rmqdump.common.jsontext import fields_of
 from rmqdump.common.problems import Problem
 from rmqdump.common.publish import check_target, publishing
 from rmqdump.export import arrowbatch
@@ -95,20 +96,7 @@ class ExportResult:
             self.problems.extend(r.problems[:room])
 
     def to_dict(self) -> dict:
-        d = {
-            "kind": "export",
-            "out": self.out,
-            "format": self.format,
-            "engine": self.engine,
-            "stores": self.stores,
-            "files": self.files,
-            "splits": self.splits,
-            "messages": self.messages,
-            "bytes": self.bytes,
-            "record_bytes": self.record_bytes,
-            "problems": self.problem_count,
-            "seconds": round(self.seconds, 3),
-        }
+        d = {"kind": "export", **fields_of(self, omit=("problems", "startup_seconds"), rename={"problem_count": "problems"}), "seconds": round(self.seconds, 3)}
         if self.startup_seconds is not None:
             d["spark_startup_seconds"] = round(self.startup_seconds, 3)
         return d

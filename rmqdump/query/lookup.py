@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from rmqdump.common.javahash import index_hash_many
+from rmqdump.common.jsontext import fields_of
 from rmqdump.common.problems import Problem
 from rmqdump.readers.commitlog import CommitLog, commitlog_path
 from rmqdump.readers.indexfile import IndexFile, key_hash, open_all
@@ -101,18 +102,7 @@ class FileWalk:
     candidates: list[Candidate] = field(default_factory=list)
 
     def to_dict(self) -> dict:
-        return {
-            "kind": "explain",
-            "index_file": self.index_file,
-            "topic": self.topic,
-            "slot": self.slot,
-            "head": self.head,
-            "steps": self.steps,
-            "stop": self.stop,
-            "skipped": self.skipped or None,
-            "other_hashes": self.other_hashes,
-            "candidates": [c.to_dict() for c in self.candidates],
-        }
+        return {"kind": "explain", **fields_of(self), "skipped": self.skipped or None, "candidates": [c.to_dict() for c in self.candidates]}
 
 
 @dataclass

@@ -20,7 +20,7 @@ them all over a store.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 
@@ -110,16 +110,7 @@ class RecordTableBuilder:
 
     def build(self) -> RecordTable:
         d = self.join.take()
-        arrays = {
-            "phys": d.phys,
-            "size": d.size,
-            "topic_id": d.topic_id,
-            "queue_id": d.queue_id,
-            "queue_offset": d.queue_offset,
-            "tags_code": d.tags_code,
-            "store_timestamp": d.store_timestamp,
-            "queued": d.queued,
-        }
+        arrays = {f.name: getattr(d, f.name) for f in fields(RecordTable) if f.name != "topics"}  # the dispatch columns of the same names
         order = np.argsort(arrays["phys"], kind="stable")
         if len(order) and not np.all(order[1:] > order[:-1]):
             arrays = {k: a[order] for k, a in arrays.items()}

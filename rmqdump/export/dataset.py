@@ -26,6 +26,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from rmqdump.common.closing import Closing
 from rmqdump.common.jsontext import fields_of
 from rmqdump.common.problems import Problem
 from rmqdump.common.publish import check_target, publishing
@@ -156,7 +157,7 @@ def _group_batches(group: list[Split], result: SplitResult, with_body: bool, che
         yield from split_batches(split, result, with_body=with_body, check_crc=check_crc, served=served)
 
 
-class TopicParquetWriter:
+class TopicParquetWriter(Closing):
     """Part files of one task, one per topic directory, row groups of `rows` rows.
 
     Rows wait per topic until a row group is full, and the largest waiting
@@ -214,12 +215,6 @@ class TopicParquetWriter:
             self._flush(t)
         while self.writers:
             self.writers.popitem(last=False)[1].close()
-
-    def __enter__(self) -> TopicParquetWriter:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
 
 def write_split(

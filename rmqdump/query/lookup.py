@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from rmqdump.common.closing import Closing
 from rmqdump.common.javahash import index_hash_many
 from rmqdump.common.jsontext import fields_of
 from rmqdump.common.problems import Problem
@@ -196,7 +197,7 @@ def _in_window(ts: int, begin: int | None, end: int | None) -> bool:
     return (begin is None or ts >= begin) and (end is None or ts <= end)
 
 
-class Index:
+class Index(Closing):
     """The index files and CommitLog of one store, opened once for many lookups."""
 
     def __init__(
@@ -243,12 +244,6 @@ class Index:
     def close(self) -> None:
         for f in self.files:
             f.close()
-
-    def __enter__(self) -> Index:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
     def lookup(
         self, key: str, topics: list[str] | None = None, *, begin: int | None = None, end: int | None = None, max_messages: int | None = None

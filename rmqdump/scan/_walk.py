@@ -156,12 +156,6 @@ class Batch:
         c = self.cols
         return kernel().properties_columns(self.mf.data, np.asarray(c["properties_pos"], np.int64), np.asarray(c["properties_length"], np.int64))
 
-    def _host(self, name: str, i: int) -> tuple[bytes, int]:
-        c = self.cols
-        pos = int(c[name + "_pos"][i])
-        n = 16 if c[name + "_then"][i] else 4
-        return _HOSTS[n == 16].unpack(self.raw(pos, n + 4))
-
     def _row(self, i: int) -> dict:
         """Record i's column values as Python scalars.
 

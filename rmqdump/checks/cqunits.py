@@ -378,14 +378,12 @@ def missing_units(
         q = int(records.queue_id[i])
         qo = int(records.queue_offset[i])
         path = cq_file_of(t, q, qo) if cq_file_of else None
-        yield Problem(
-            CQ_MISSING_UNIT,
-            path or "",
-            None,
-            f"record at {int(records.phys[i])} (queueOffset {qo}) has no ConsumeQueue unit",
-            phys_offset=int(records.phys[i]),
-            extra={"topic": t, "queue_id": q, "cq_file": path, "unit_index": qo},
-        )
+        yield missing_unit(t, q, qo, path, int(records.phys[i]), f"record at {int(records.phys[i])} (queueOffset {qo}) has no ConsumeQueue unit")
+
+
+def missing_unit(topic: str, queue_id: int, unit_index: int, path: str | None, phys: int, detail: str) -> Problem:
+    """cq_missing_unit: a record no unit points at, located at the file that should hold its unit (of a queue or an LMQ)."""
+    return Problem(CQ_MISSING_UNIT, path or "", None, detail, phys_offset=phys, extra={"topic": topic, "queue_id": queue_id, "cq_file": path, "unit_index": unit_index})
 
 
 # the driver ---------------------------------------------------------------------------------

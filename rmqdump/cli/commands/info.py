@@ -286,6 +286,7 @@ def info(
 
 
 FLEET_COLUMNS = ["broker", "state", "CommitLog files", "data bytes", "queues", "units", "index files", "problems", "restart drops", "recovery"]
+_COUNTS = ("commitlog_files", "data_bytes", "queues", "units", "index_files", "problems")  # a broker row's counts, summed in the total
 
 
 def broker_row(broker: str, inf: StoreInfo) -> dict:
@@ -333,7 +334,7 @@ def _fleet(refs, fmt: ListFormat, with_recovery: bool, check_crc: bool, version:
         "brokers": len(refs),
         "unreadable": len(errors),
         "unclean": sum(r["abort"] for r in rows),
-        **{k: sum(r[k] or 0 for r in rows) for k in ("commitlog_files", "data_bytes", "queues", "units", "index_files", "problems", "restart_drops_messages")},
+        **{k: sum(r[k] or 0 for r in rows) for k in (*_COUNTS, "restart_drops_messages")},
     }
     if fmt is ListFormat.jsonl:
         for d in (*rows, *errors, total):
@@ -342,22 +343,11 @@ def _fleet(refs, fmt: ListFormat, with_recovery: bool, check_crc: bool, version:
         t = render.table(*FLEET_COLUMNS)
         for r in rows:
             drops = "-" if r["restart_drops_messages"] is None else f"{r['restart_drops_messages']} msgs / {r['restart_drops_bytes']} B"
-            t.add_row(
-                r["broker"],
-                "abort (unclean)" if r["abort"] else "clean",
-                str(r["commitlog_files"]),
-                str(r["data_bytes"]),
-                str(r["queues"]),
-                str(r["units"]),
-                str(r["index_files"]),
-                str(r["problems"]),
-                drops,
-                r["recovery"] or "-",
-            )
+            t.add_row(r["broker"], "abort (unclean)" if r["abort"] else "clean", *(str(r[k]) for k in _COUNTS), drops, r["recovery"] or "-")
         t.add_row(
             f"total ({total['brokers']})",
             f"{total['unclean']} unclean",
-            *(str(total[k]) for k in ("commitlog_files", "data_bytes", "queues", "units", "index_files", "problems")),
+            *(str(total[k]) for k in _COUNTS),
             f"{total['restart_drops_messages']} msgs",
             "",
             style="bold",

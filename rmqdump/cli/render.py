@@ -67,6 +67,11 @@ out = _Console(stderr=False)
 err = _Console(stderr=True)
 
 
+def cell(value) -> str:
+    """A table cell: a value as text, nothing for a value that is absent (None)."""
+    return "" if value is None else str(value)
+
+
 def table(*columns, **kw):
     """A rich Table in the one style of every listing: no box, a bold header (`kw`: rich's other Table options)."""
     from rich.table import Table

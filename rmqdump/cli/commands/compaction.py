@@ -34,9 +34,7 @@ def problem_rows(problems, st) -> list[tuple]:
             (
                 p.code,
                 e.get("topic") or "",
-                "" if e.get("queue_id") is None else str(e["queue_id"]),
-                "" if e.get("unit_index") is None else str(e["unit_index"]),
-                "" if p.phys_offset is None else str(p.phys_offset),
+                *(render.cell(v) for v in (e.get("queue_id"), e.get("unit_index"), p.phys_offset)),
                 st.rel(p.file) + ("" if p.file_offset is None else f"@{p.file_offset}"),
                 p.detail,
             )
@@ -142,7 +140,7 @@ def view_cmd(
         cols += ["served", "why"] if key is not None else ["tags", "body"]
         t = render.table(*cols)
         for r in good:
-            cells = [str(r["queue_id"]), str(r["queue_offset"]), r["keys"] or "", r["uniq_key"] or "", _s(r["phys_offset"]), _s(r["compaction_log_offset"])]
+            cells = [str(r["queue_id"]), str(r["queue_offset"]), r["keys"] or "", r["uniq_key"] or "", render.cell(r["phys_offset"]), render.cell(r["compaction_log_offset"])]
             cells += [r["part"], iso(r["store_timestamp"])]
             cells += ["yes" if r["served"] else "no", r["why"]] if key is not None else [r["tags"] or "", str(r["body_length"])]
             t.add_row(*cells)
@@ -200,7 +198,7 @@ def log_cmd(
             t.add_row(
                 f"{Path(r['file']).name}@{r['file_offset']}",
                 str(r["compaction_log_offset"]),
-                _s(r["phys_offset"]),
+                render.cell(r["phys_offset"]),
                 str(r["queue_id"]),
                 str(r["queue_offset"]),
                 str(r["total_size"]),
@@ -265,10 +263,6 @@ def add_to_cq_verify(st, topic, queue, check_crc: bool, summary, emit, mapper=No
     for p in verify(st.root, st.commitlog, topic=topic, queue_id=queue, check_crc=check_crc, mapper=mapper):
         summary.count(p)
         emit(p)
-
-
-def _s(v) -> str:
-    return "" if v is None else str(v)
 
 
 def register(app, guarded) -> None:

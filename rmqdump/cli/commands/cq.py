@@ -125,7 +125,7 @@ def _table(st: Store, runs: list) -> None:
     t.add_column("file", overflow="fold")
     t.add_column("detail", overflow="fold")
     for r in runs:
-        t.add_row(r.code, r.topic or "", "" if r.queue_id is None else str(r.queue_id), r.units, str(r.count), r.phys, st.rel(r.file or ""), r.text)
+        t.add_row(r.code, r.topic or "", render.cell(r.queue_id), r.units, str(r.count), r.phys, st.rel(r.file or ""), r.text)
     render.out.print(t)
 
 
@@ -213,7 +213,7 @@ def dump_cmd(
                     str(r["tags_code"]),
                     f"{Path(r['cq_file']).name}@{r['file_offset']}" if r["file_offset"] is not None else "rocksdb",
                 ]
-                cells += ["" if r.get(c) is None else str(r[c]) for c in extra]
+                cells += [render.cell(r.get(c)) for c in extra]
                 if r["filler"]:
                     cells[1] = "[dim]filler[/dim]"
                 elif not r["valid"]:

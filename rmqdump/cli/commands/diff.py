@@ -95,8 +95,8 @@ def _table(d) -> None:
         t.add_row(
             q.topic,
             str(q.queue_id),
-            "" if q.a_max_offset is None else str(q.a_max_offset),
-            "" if q.b_max_offset is None else str(q.b_max_offset),
+            render.cell(q.a_max_offset),
+            render.cell(q.b_max_offset),
             _runs(q.divergent_ranges),
             _runs(q.only_a),
             _runs(q.only_b),

@@ -356,7 +356,7 @@ def _problem_table(rows: list[dict]) -> None:
         return
     t = render.table("code", "index file", "entry", "slot", "phys_offset", "detail", pad_edge=False)
     for d in rows:
-        t.add_row(*("" if d.get(c) is None else str(d.get(c)) for c in ("code", "index_file", "entry", "slot", "phys_offset", "detail")))
+        t.add_row(*(render.cell(d.get(c)) for c in ("code", "index_file", "entry", "slot", "phys_offset", "detail")))
     render.out.print(t)
 
 

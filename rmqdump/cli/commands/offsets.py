@@ -54,11 +54,7 @@ def offsets(
                 r.group,
                 r.topic,
                 str(r.queue_id),
-                "" if r.committed is None else str(r.committed),
-                "" if r.bak is None else str(r.bak),
-                "" if r.min_offset is None else str(r.min_offset),
-                "" if r.max_offset is None else str(r.max_offset),
-                "" if r.lag is None else str(r.lag),
+                *(render.cell(v) for v in (r.committed, r.bak, r.min_offset, r.max_offset, r.lag)),
                 flags if flags == "ok" else f"[red]{flags}[/red]",
             )
         render.out.print(t)

@@ -82,7 +82,7 @@ def list_cmd(
                 str(r["phys_offset"]),
                 str(r["size"]),
                 r["real_topic"] or ("[red]record missing[/red]" if r["record"] != "ok" else ""),
-                "" if r["real_queue_id"] is None else str(r["real_queue_id"]),
+                render.cell(r["real_queue_id"]),
                 " ".join(r["keys"]),
                 r["uniq_key"] or "",
             )
@@ -124,7 +124,7 @@ def verify_cmd(
     else:
         rows: list[tuple] = []
         for p in found:
-            rows.append((p.code, st.rel(p.file), "" if p.file_offset is None else str(p.file_offset), p.detail))
+            rows.append((p.code, st.rel(p.file), render.cell(p.file_offset), p.detail))
             if len(rows) >= 500:  # printed as it goes: a table of a million findings is never held
                 _flush(rows)
         _flush(rows)

@@ -57,7 +57,7 @@ def test_scan_columns_equal_construct(name):
             assert b.raw(int(b.cols["topic_pos"][i]), int(b.cols["topic_length"][i])) == rec.topic
             assert b.properties_bytes(i) == rec.properties
             for host in ("born_host", "store_host"):
-                addr, port = b._host(host, i)
+                addr, port, _ = b._host_at(int(b.cols[host + "_pos"][i]), bool(b.cols[host + "_then"][i]))
                 assert (addr, port) == (rec[host].address, rec[host].port)
             checked += 1
     assert checked > 0

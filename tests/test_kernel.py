@@ -96,7 +96,7 @@ def _check_batches(batches, seen: list | None = None) -> int:
             assert b.topic(i) == topic == d.topics[d.topic_id[i]]
             assert b.properties_bytes(i) == rec.properties
             for host in ("born_host", "store_host"):
-                assert b._host(host, i) == (rec[host].address, rec[host].port)
+                assert b._host_at(int(b.cols[host + "_pos"][i]), bool(b.cols[host + "_then"][i]))[:2] == (rec[host].address, rec[host].port)
             assert bool(b.crc_ok[i]) == crc_ok, pos
             assert int(b.prop_crc[i]) == prop_crc, pos
             assert int(d.tags_code[i]) == tags_code, pos

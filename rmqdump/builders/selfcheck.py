@@ -233,13 +233,15 @@ class ScanColumns:
         counts them. Anything else returns None and the caller runs the
         `index verify` analysis.
         """
+        from rmqdump.readers.fastpath import numpy_dtype
         from rmqdump.readers.indexfile import ENTRY_DTYPE, ENTRY_SIZE, HEADER_SIZE, SLOT_DTYPE, file_size, list_index_files
+        from rmqdump.schemas import IndexHeader
 
         names = sorted(os.listdir(index_root)) if os.path.isdir(index_root) else []
         paths = list_index_files(os.path.dirname(index_root))
         if len(paths) != len(names):
             return None
-        header_dt = _index_header_dtype()
+        header_dt = numpy_dtype(IndexHeader)
         size = file_size(hash_slots, index_entries)
         entries_at = HEADER_SIZE + hash_slots * SLOT_DTYPE.itemsize
         k = 0
@@ -294,13 +296,6 @@ class ScanColumns:
 
 _QUICK_WINDOW = 1 << 19
 _INT_MAX = (1 << 31) - 1
-
-
-def _index_header_dtype() -> np.dtype:
-    from rmqdump.readers.fastpath import numpy_dtype
-    from rmqdump.schemas import IndexHeader
-
-    return numpy_dtype(IndexHeader)
 
 
 def _read_units(qdir: str, first: int, n: int, units_per_file: int, dtype: np.dtype) -> np.ndarray | None:

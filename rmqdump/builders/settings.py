@@ -104,10 +104,6 @@ def _cq_files(store: str) -> list[tuple[str, int, int]]:
     return [(f.path, f.base, f.size) for q in st.select_queues() if isinstance(q, ConsumeQueue) for f in q.files]  # not a RocksDB ConsumeQueue's units
 
 
-def _rocksdb_cq(store: str) -> bool:
-    return is_rocksdb(os.path.join(store, "consumequeue"))
-
-
 def infer_cq_units(store: str) -> tuple[int | None, str]:
     """Units per file from the existing ConsumeQueue files: one common size, names multiples of it."""
     files = _cq_files(store)
@@ -148,11 +144,6 @@ def infer_bcq_file_size(store: str) -> tuple[int | None, str]:
     return size, f"inferred from {len(files)} Batch ConsumeQueue files of {size} bytes"
 
 
-def infer_index_sizing(store: str) -> tuple[tuple[int, int] | None, str]:
-    """(hash slots, index entries) from the existing index files (readers.indexfile.infer_store_sizing)."""
-    return infer_store_sizing(list_index_files(store))
-
-
 def resolve(
     store: str,
     *,
@@ -185,7 +176,7 @@ def resolve(
                 cq_units = C.DEFAULT_CQ_UNITS_PER_FILE
                 source["cq_units_per_file"] = (
                     "broker default (the store's ConsumeQueue is a RocksDB database: written as the file-based ConsumeQueue of storeType=default)"
-                    if _rocksdb_cq(store)
+                    if is_rocksdb(os.path.join(store, "consumequeue"))
                     else "broker default (the store has no ConsumeQueue files)"
                 )
             else:
@@ -204,7 +195,7 @@ def resolve(
     elif index_entries is not None:
         source["index_entries"] = "--index-entries"
     if hash_slots is None or index_entries is None:
-        inferred, why = infer_index_sizing(store)
+        inferred, why = infer_store_sizing(list_index_files(store))
         if inferred is not None and (hash_slots is None or hash_slots == inferred[0]) and (index_entries is None or index_entries == inferred[1]):
             for name in ("hash_slots", "index_entries"):
                 if name not in source:

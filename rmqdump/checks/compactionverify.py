@@ -166,6 +166,11 @@ def _at(q: CompactionQueue, code: str, x: _Rec, detail: str, delta: int = 0) -> 
     return Problem(code, x.file, x.pos + delta, detail, phys_offset=x.r.offset, extra=q.extra(None, x.r.queue_offset))
 
 
+def _at_original(q: CompactionQueue, code: str, o: Original, detail: str) -> Problem:
+    """A finding about a CommitLog original that the compaction log lacks, at the original's record."""
+    return Problem(code, o.file, o.pos, detail, phys_offset=o.phys, extra=q.extra(None, o.queue_offset))
+
+
 def _records(q: CompactionQueue, orig: dict[int, Original], has_commitlog: bool, reader: _Bytes, probs: list[Problem], check_crc: bool) -> list[_Rec]:
     """The log's records, their scan problems, and each one against its CommitLog original."""
     held_from = min(orig) if orig else None
@@ -303,29 +308,12 @@ def _retention(q: CompactionQueue, cp: int, recs: list[_Rec], orig: dict[int, Or
             )
     for o in sorted(latest.values(), key=lambda o: o.queue_offset):
         if not is_tombstone(o.body_length) and o.queue_offset not in kept:
-            probs.append(
-                Problem(
-                    P.COMPACTION_SURVIVOR_LOST,
-                    o.file,
-                    o.pos,
-                    f"newest put of key {o.key!r} up to the checkpoint {cp} (queue offset {o.queue_offset}) has a body but is not in the compaction log",
-                    phys_offset=o.phys,
-                    extra=q.extra(None, o.queue_offset),
-                )
-            )
+            detail = f"newest put of key {o.key!r} up to the checkpoint {cp} (queue offset {o.queue_offset}) has a body but is not in the compaction log"
+            probs.append(_at_original(q, P.COMPACTION_SURVIVOR_LOST, o, detail))
     for qo in sorted(orig):
         o = orig[qo]
         if qo > cp and qo >= held_from and o.key is not None and qo not in kept:
-            probs.append(
-                Problem(
-                    P.COMPACTION_RECORD_MISSING,
-                    o.file,
-                    o.pos,
-                    f"keyed put at queue offset {qo} (after the checkpoint {cp}) is not in the compaction log",
-                    phys_offset=o.phys,
-                    extra=q.extra(None, qo),
-                )
-            )
+            probs.append(_at_original(q, P.COMPACTION_RECORD_MISSING, o, f"keyed put at queue offset {qo} (after the checkpoint {cp}) is not in the compaction log"))
     return probs
 
 

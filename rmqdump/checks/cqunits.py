@@ -20,7 +20,7 @@ them all over a store.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 
@@ -104,29 +104,13 @@ class RecordTableBuilder:
     def n(self) -> int:
         return self.join.n
 
-    def add_columns(self, d: DispatchColumns) -> None:
-        self.join.add(d)
-
-    def part(self) -> DispatchColumns:
-        """The columns collected so far (unsorted): to ship between processes."""
-        return self.join.take()
-
     def add_part(self, part: DispatchColumns) -> None:
-        """Columns from another builder's part(), topic ids renumbered into this one's."""
+        """A range's dispatch columns, topic ids renumbered into this builder's."""
         self.join.add(part)
 
     def build(self) -> RecordTable:
         d = self.join.take()
-        arrays = {
-            "phys": d.phys,
-            "size": d.size,
-            "topic_id": d.topic_id,
-            "queue_id": d.queue_id,
-            "queue_offset": d.queue_offset,
-            "tags_code": d.tags_code,
-            "store_timestamp": d.store_timestamp,
-            "queued": d.queued,
-        }
+        arrays = {f.name: getattr(d, f.name) for f in fields(RecordTable) if f.name != "topics"}  # the dispatch columns of the same names
         order = np.argsort(arrays["phys"], kind="stable")
         if len(order) and not np.all(order[1:] > order[:-1]):
             arrays = {k: a[order] for k, a in arrays.items()}
@@ -190,10 +174,6 @@ def position_runs(mask_idx: np.ndarray) -> list[tuple[int, int]]:
     starts = np.concatenate([[0], breaks])
     ends = np.concatenate([breaks, [len(mask_idx)]])
     return [(int(mask_idx[s]), int(e - s)) for s, e in zip(starts, ends, strict=True)]
-
-
-def _as_units(units: QueueUnits | np.ndarray, first_index: int) -> QueueUnits:
-    return units if isinstance(units, QueueUnits) else QueueUnits.from_array(units, first_index)
 
 
 def real_mask(u: QueueUnits, seen_real: bool) -> tuple[np.ndarray, np.ndarray, bool]:
@@ -313,7 +293,7 @@ def check_units(
     check_tags: False when tagsCode may be a ConsumeQueueExt address.
     Returns a UnitCheck; pure: reads nothing but its arguments.
     """
-    u = _as_units(units, first_index)
+    u = units if isinstance(units, QueueUnits) else QueueUnits.from_array(units, first_index)
     if len(u) == 0:
         return UnitCheck([], np.zeros(0, np.int64), 0, prev_offset, seen_real)
     real, filler, seen_real = real_mask(u, seen_real)
@@ -326,12 +306,11 @@ def check_units(
 
 
 def check_units_in_window(
-    units: QueueUnits | np.ndarray,
+    u: QueueUnits,
     topic: str,
     queue_id: int,
     window: RecordWindow,
     *,
-    first_index: int = 0,
     seen_real: bool = False,
     cq_file_of: Callable[[int], tuple[str, int]] | None = None,
     check_tags: bool = True,
@@ -343,7 +322,6 @@ def check_units_in_window(
     (holes, monotonic offsets) run once per queue with check_units' other half.
     Returns (problems, covered record indices of this window, seen_real).
     """
-    u = _as_units(units, first_index)
     if len(u) == 0:
         return [], np.zeros(0, np.int64), seen_real
     vpos, seen_real = window.pointing_in(u, seen_real)
@@ -352,18 +330,16 @@ def check_units_in_window(
 
 
 def check_order(
-    units: QueueUnits | np.ndarray,
+    u: QueueUnits,
     topic: str,
     queue_id: int,
     *,
-    first_index: int = 0,
     last_valid_index: int,
     prev_offset: int = -1,
     seen_real: bool = False,
     cq_file_of: Callable[[int], tuple[str, int]] | None = None,
 ) -> UnitCheck:
     """Only the order checks of one stretch (holes, garbage, non-monotonic offsets); `covered` is empty."""
-    u = _as_units(units, first_index)
     if len(u) == 0:
         return UnitCheck([], np.zeros(0, np.int64), 0, prev_offset, seen_real)
     real, filler, seen_real = real_mask(u, seen_real)
@@ -402,14 +378,12 @@ def missing_units(
         q = int(records.queue_id[i])
         qo = int(records.queue_offset[i])
         path = cq_file_of(t, q, qo) if cq_file_of else None
-        yield Problem(
-            CQ_MISSING_UNIT,
-            path or "",
-            None,
-            f"record at {int(records.phys[i])} (queueOffset {qo}) has no ConsumeQueue unit",
-            phys_offset=int(records.phys[i]),
-            extra={"topic": t, "queue_id": q, "cq_file": path, "unit_index": qo},
-        )
+        yield missing_unit(t, q, qo, path, int(records.phys[i]), f"record at {int(records.phys[i])} (queueOffset {qo}) has no ConsumeQueue unit")
+
+
+def missing_unit(topic: str, queue_id: int, unit_index: int, path: str | None, phys: int, detail: str) -> Problem:
+    """cq_missing_unit: a record no unit points at, located at the file that should hold its unit (of a queue or an LMQ)."""
+    return Problem(CQ_MISSING_UNIT, path or "", None, detail, phys_offset=phys, extra={"topic": topic, "queue_id": queue_id, "cq_file": path, "unit_index": unit_index})
 
 
 # the driver ---------------------------------------------------------------------------------

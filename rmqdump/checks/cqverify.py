@@ -30,7 +30,7 @@ from rmqdump.checks.repairholes import RepairHoles
 from rmqdump.common.jsontext import fields_of
 from rmqdump.common.problems import Problem
 from rmqdump.readers.commitlog import CommitLog
-from rmqdump.readers.consumequeue import UNIT_SIZE, ConsumeQueue, QueueUnits, reads_cached
+from rmqdump.readers.consumequeue import UNIT_SIZE, ConsumeQueue, QueueUnits, reads_cached, unit_path
 from rmqdump.readers.store import Store
 from rmqdump.scan.dispatch import DelayLevels
 from rmqdump.scan.ranges import SERIAL, Mapper, RangeScan, ScanOptions, map_ranges, scan_range
@@ -319,8 +319,7 @@ def expected_cq_path(store: Store, topic: str, queue_id: int, index: int) -> str
     bq = store.batch_queues.get((topic, queue_id))
     if bq is not None:
         return bq.expected_path(index)
-    fs = store.cq_file_size or C.DEFAULT_CQ_UNITS_PER_FILE * UNIT_SIZE
-    return os.path.join(store.root, "consumequeue", topic, str(queue_id), f"{index * UNIT_SIZE // fs * fs:020d}")
+    return unit_path(os.path.join(store.root, "consumequeue", topic, str(queue_id)), store.cq_file_size, index)
 
 
 @dataclass

@@ -23,6 +23,7 @@ from rmqdump.checks.diffepochs import EpochDiff, epoch_diff
 from rmqdump.checks.diffprefix import Prefix, common_prefix
 from rmqdump.checks.diffspill import Spill
 from rmqdump.checks.offsets import consumer_offsets
+from rmqdump.common.closing import Closing
 from rmqdump.common.jsontext import fields_of
 from rmqdump.common.problems import InputError
 from rmqdump.readers.commitlog import CommitLog
@@ -460,7 +461,7 @@ def consumer_impacts(
 
 
 @dataclass
-class StoreDiff:
+class StoreDiff(Closing):
     """The comparison; the listings past the prefix are read from `spill` (close it: `with diff_stores(...) as d`)."""
 
     prefix: Prefix
@@ -477,12 +478,6 @@ class StoreDiff:
 
     def close(self) -> None:
         self.spill.close()
-
-    def __enter__(self) -> StoreDiff:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
     @property
     def identical(self) -> bool:

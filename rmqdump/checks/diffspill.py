@@ -15,6 +15,7 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 
+from rmqdump.common.closing import Closing
 from rmqdump.common.publish import refuse_inside_stores
 
 MEMORY_LIMIT = "64MB"  # DuckDB's own buffers; past it aggregations and sorts spill to files in the directory
@@ -34,7 +35,7 @@ def system_arrow_pool() -> None:
     pa.set_memory_pool(pa.system_memory_pool())
 
 
-class Spill:
+class Spill(Closing):
     """A temporary directory beside `parent` (never inside one of `stores`) and a DuckDB connection reading its files."""
 
     def __init__(self, parent: str | None, stores: list[str], *, memory_limit: str = MEMORY_LIMIT, threads: int = THREADS):
@@ -129,14 +130,8 @@ class Spill:
             con.close()
         shutil.rmtree(self.dir, ignore_errors=True)
 
-    def __enter__(self) -> Spill:
-        return self
 
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-
-class _Writer:
+class _Writer(Closing):
     """A Parquet writer whose row groups hold at most ROW_GROUP rows."""
 
     def __init__(self, w):
@@ -150,9 +145,3 @@ class _Writer:
 
     def close(self) -> None:
         self.w.close()
-
-    def __enter__(self) -> _Writer:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()

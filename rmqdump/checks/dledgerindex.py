@@ -40,6 +40,10 @@ def check_index(dl: DLedgerDir, cl: CommitLog, *, check_crc: bool = False, on_by
     Entries the walk cannot take are reported as the scan reports them (and the next one then breaks the sequence).
     """
     res = IndexCheck()
+
+    def flag(code: str, path: str, pos: int, detail: str, entry_at: int, index: int) -> None:
+        res.problems.append(Problem(code, path, pos, detail, phys_offset=entry_at + HEADER, extra={"dledger_index": index}))
+
     units = IndexUnits(dl.index_files)
     prev: int | None = None
     told: dict[str, int] = {}  # file -> its bytes told to on_bytes (a progress bar)
@@ -61,31 +65,14 @@ def check_index(dl: DLedgerDir, cl: CommitLog, *, check_crc: bool = False, on_by
             seq = np.concatenate(([idx[0] - 1 if prev is None else prev], idx[:-1])) + 1
             for i in np.flatnonzero(idx != seq).tolist():
                 p = int(b.cols["_pos"][i]) - HEADER
-                res.problems.append(
-                    Problem(
-                        INDEX_SEQUENCE,
-                        b.seg.path,
-                        p,
-                        f"entry index {int(idx[i])} follows {int(seq[i]) - 1}",
-                        phys_offset=b.seg.base + p + HEADER,
-                        extra={"dledger_index": int(idx[i])},
-                    )
-                )
+                flag(INDEX_SEQUENCE, b.seg.path, p, f"entry index {int(idx[i])} follows {int(seq[i]) - 1}", b.seg.base + p, int(idx[i]))
             prev = int(idx[-1])
             u, present, which, off = units.read(idx)
             res.units_checked += int(present.sum())
             pos = b.cols["_pos"] - HEADER + b.seg.base
             for i in np.flatnonzero(~present).tolist():
-                res.problems.append(
-                    Problem(
-                        INDEX_MISSING,
-                        dl.path,
-                        int(off[i]),
-                        f"entry {int(idx[i])} at {int(pos[i])} has no index unit (no index file holds byte {int(off[i])})",
-                        phys_offset=int(pos[i]) + HEADER,
-                        extra={"dledger_index": int(idx[i])},
-                    )
-                )
+                detail = f"entry {int(idx[i])} at {int(pos[i])} has no index unit (no index file holds byte {int(off[i])})"
+                flag(INDEX_MISSING, dl.path, int(off[i]), detail, int(pos[i]), int(idx[i]))
             want = {"magic": np.full(len(idx), DL.ENTRY_MAGIC), "pos": pos, "size": ent["size"], "index": idx, "term": ent["term"]}
             bad = np.zeros(len(idx), dtype=bool)
             for name, w in want.items():
@@ -94,16 +81,8 @@ def check_index(dl: DLedgerDir, cl: CommitLog, *, check_crc: bool = False, on_by
                 f = dl.index_files[int(which[i])]
                 got = {n: int(u[n][i]) for n in UNIT.names}
                 diff = ", ".join(f"{n} {got[n]} (entry: {int(want[n][i])})" for n in want if got[n] != int(want[n][i]))
-                res.problems.append(
-                    Problem(
-                        INDEX_MISMATCH,
-                        f.path,
-                        int(off[i]) - f.base,
-                        f"index unit of entry {int(idx[i])} disagrees with the entry at {int(pos[i])}: {diff}",
-                        phys_offset=int(pos[i]) + HEADER,
-                        extra={"dledger_index": int(idx[i])},
-                    )
-                )
+                detail = f"index unit of entry {int(idx[i])} disagrees with the entry at {int(pos[i])}: {diff}"
+                flag(INDEX_MISMATCH, f.path, int(off[i]) - f.base, detail, int(pos[i]), int(idx[i]))
     finally:
         units.close()
     end = dl.end_index

@@ -400,7 +400,7 @@ def _check_slots(f: IndexFile, st: _FileState, all_hash, slots_n: int) -> Iterat
     vu, vh = used[~past], heads[~past]
     n_used = len(used)
     del used, heads
-    head_slot = _hashes_at(f, all_hash, vh, slots_n)
+    head_slot = _slot_of(_key_hashes(f, all_hash, vh), slots_n).astype(np.int32)
     wrong = (head_slot != vu) | ~st.live[vh]
     for s_, h_, hs in zip(vu[wrong].tolist(), vh[wrong].tolist(), head_slot[wrong].tolist(), strict=True):
         yield _problem(SLOT_WRONG_HASH, f, f"slot {s_} points at entry {h_}, whose keyHash {int(all_hash[h_])} belongs to slot {hs}", slot=s_, entry=h_)
@@ -428,11 +428,6 @@ def _check_slots(f: IndexFile, st: _FileState, all_hash, slots_n: int) -> Iterat
             slot=kh % slots_n if kh >= 0 else None,
             phys=int(f.entries[k]["phys_offset"]),
         )
-
-
-def _hashes_at(f: IndexFile, all_hash, entries: np.ndarray, slots_n: int) -> np.ndarray:
-    """The slot of each given entry."""
-    return _slot_of(_key_hashes(f, all_hash, entries), slots_n).astype(np.int32)
 
 
 def _key_hashes(f: IndexFile, all_hash, entries: np.ndarray) -> np.ndarray:

@@ -16,13 +16,13 @@ from __future__ import annotations
 import numpy as np
 
 from rmqdump.checks.cqunits import (
-    CQ_MISSING_UNIT,
     CQ_QUEUE_MISMATCH,
     CQ_QUEUE_OFFSET_MISMATCH,
     CQ_TOPIC_MISMATCH,
     RecordTable,
     RecordWindow,
     findings_to_problems,
+    missing_unit,
     pointer_checks,
 )
 from rmqdump.common.problems import Problem
@@ -126,14 +126,5 @@ def missing_lmq_units(
             if (name, off, phys) in found or (select is not None and not select(name)):
                 continue
             path = expected_path(name, C.LMQ_QUEUE_ID, off)
-            out.append(
-                Problem(
-                    CQ_MISSING_UNIT,
-                    path or "",
-                    None,
-                    f"record at {phys} of {parent!r} names {name!r} at offset {off}: no unit there points at it",
-                    phys_offset=phys,
-                    extra={"topic": name, "queue_id": C.LMQ_QUEUE_ID, "cq_file": path, "unit_index": off},
-                )
-            )
+            out.append(missing_unit(name, C.LMQ_QUEUE_ID, off, path, phys, f"record at {phys} of {parent!r} names {name!r} at offset {off}: no unit there points at it"))
     return out

@@ -484,12 +484,6 @@ def _appended_after(files: list[SegmentFile], valid_end: int, walked: _Walked, l
     return end, count, dropped
 
 
-def _min_timestamp(ckpt: Checkpoint | None, message_index_safe: bool) -> int | None:
-    if ckpt is None:
-        return None
-    return ckpt.min_timestamp_index if message_index_safe else ckpt.min_timestamp
-
-
 def _start_index(files: list[SegmentFile], abnormal: bool, min_ts: int | None, cq_max: int, *, allow_v2: bool, normal_start: str) -> int:
     """The file the broker's recovery walk starts at (see the module docstring)."""
     if abnormal:
@@ -507,7 +501,7 @@ def _start_index(files: list[SegmentFile], abnormal: bool, min_ts: int | None, c
     return max(0, len(files) - 3)
 
 
-def preview_bytes(store: Store, *, allow_v2: bool | None = None, message_index_safe: bool = False, normal_start: str | None = None) -> int:
+def preview_bytes(store: Store) -> int:
     """The CommitLog bytes preview() goes past (and tells its `on_bytes` of): from its start file to the end of the files.
 
     Cheap (file heads, the checkpoint; the ConsumeQueues' tails only for NORMAL_FROM_CQ): a progress bar's total.
@@ -516,12 +510,10 @@ def preview_bytes(store: Store, *, allow_v2: bool | None = None, message_index_s
     if not files:
         return 0
     rules = store_rules(store)
-    allow_v2 = rules.allow_v2 if allow_v2 is None else allow_v2
-    normal_start = rules.normal_start if normal_start is None else normal_start
     abnormal = store.abort
-    min_ts = _min_timestamp(store.checkpoint(), message_index_safe)
-    cq_max = max((_queue_max_phys(q) for q in store.queues.values()), default=-1) if normal_start == NORMAL_FROM_CQ and not abnormal else -1
-    start = _start_index(files, abnormal, min_ts, cq_max, allow_v2=allow_v2, normal_start=normal_start)
+    ckpt = store.checkpoint()
+    cq_max = max((_queue_max_phys(q) for q in store.queues.values()), default=-1) if rules.normal_start == NORMAL_FROM_CQ and not abnormal else -1
+    start = _start_index(files, abnormal, None if ckpt is None else ckpt.min_timestamp, cq_max, allow_v2=rules.allow_v2, normal_start=rules.normal_start)
     return files[-1].base + files[-1].size - files[start].base
 
 
@@ -530,7 +522,6 @@ def preview(
     *,
     check_crc: bool = True,
     allow_v2: bool | None = None,
-    message_index_safe: bool = False,
     normal_start: str | None = None,
     on_bytes: Callable[[int], None] | None = None,
     dropped_listed: int | None = None,
@@ -556,7 +547,7 @@ def preview(
     load_errors = [p.line() for p in cl.problems if p.code == P.CL_FILE_SIZE]
     queues = list(store.queues.values())
     cq_max = max((_queue_max_phys(q) for q in queues), default=-1)
-    min_ts = _min_timestamp(ckpt, message_index_safe)
+    min_ts = None if ckpt is None else ckpt.min_timestamp
     if not files:
         return RecoveryPreview(abnormal, 0, None, 0, "no CommitLog files", 0, 0, [], 0, 0, [], [], 0, min_ts, cq_max, load_errors, rules.name, rules.why)
 

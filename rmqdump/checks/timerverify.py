@@ -356,63 +356,24 @@ def _timercheck(ts: TimerStore, seen_max: int | None, timer_queue_max: int | Non
     out = []
     v = c.values
 
-    def at(name: str) -> int:
-        return field_offset(TimerCheck, name)
+    def flag(code: str, name: str, detail: str) -> None:
+        out.append(Problem(code, c.path, field_offset(TimerCheck, name), detail))
 
     if v["last_read_time_ms"] % ts.precision:
-        out.append(
-            Problem(
-                CHECK_READ_TIME,
-                c.path,
-                at("last_read_time_ms"),
-                f"lastReadTimeMs {v['last_read_time_ms']} is not a multiple of the precision {ts.precision} ms",
-            )
-        )
+        flag(CHECK_READ_TIME, "last_read_time_ms", f"lastReadTimeMs {v['last_read_time_ms']} is not a multiple of the precision {ts.precision} ms")
     if ts.log is not None and ts.log.files and v["last_timer_log_flush_pos"] != ts.log_end:
-        out.append(
-            Problem(
-                CHECK_FLUSH_POS,
-                c.path,
-                at("last_timer_log_flush_pos"),
-                f"lastTimerLogFlushPos {v['last_timer_log_flush_pos']}, the timer log's data ends at {ts.log_end}",
-            )
-        )
+        flag(CHECK_FLUSH_POS, "last_timer_log_flush_pos", f"lastTimerLogFlushPos {v['last_timer_log_flush_pos']}, the timer log's data ends at {ts.log_end}")
     q = v["last_timer_queue_offset"]
     if seen_max is not None and seen_max >= q:
-        out.append(
-            Problem(
-                CHECK_QUEUE_OFFSET,
-                c.path,
-                at("last_timer_queue_offset"),
-                f"lastTimerQueueOffset {q}, but the timer log already holds the record at queue offset {seen_max}",
-            )
-        )
+        flag(CHECK_QUEUE_OFFSET, "last_timer_queue_offset", f"lastTimerQueueOffset {q}, but the timer log already holds the record at queue offset {seen_max}")
     elif timer_queue_max is not None and q > timer_queue_max:
-        out.append(
-            Problem(
-                CHECK_QUEUE_OFFSET, c.path, at("last_timer_queue_offset"), f"lastTimerQueueOffset {q} is past the end of {C.TIMER_TOPIC}/0 ({timer_queue_max})"
-            )
-        )
+        flag(CHECK_QUEUE_OFFSET, "last_timer_queue_offset", f"lastTimerQueueOffset {q} is past the end of {C.TIMER_TOPIC}/0 ({timer_queue_max})")
     m = v["master_timer_queue_offset"]
     # the broker stores lastTimerQueueOffset = min(commit offset, masterTimerQueueOffset) and restarts from the smaller one
     if m < q:
-        out.append(
-            Problem(
-                CHECK_QUEUE_OFFSET,
-                c.path,
-                at("master_timer_queue_offset"),
-                f"masterTimerQueueOffset {m} is below lastTimerQueueOffset {q}: a restart would enqueue timers again",
-            )
-        )
+        flag(CHECK_QUEUE_OFFSET, "master_timer_queue_offset", f"masterTimerQueueOffset {m} is below lastTimerQueueOffset {q}: a restart would enqueue timers again")
     elif timer_queue_max is not None and m > timer_queue_max:
-        out.append(
-            Problem(
-                CHECK_QUEUE_OFFSET,
-                c.path,
-                at("master_timer_queue_offset"),
-                f"masterTimerQueueOffset {m} is past the end of {C.TIMER_TOPIC}/0 ({timer_queue_max})",
-            )
-        )
+        flag(CHECK_QUEUE_OFFSET, "master_timer_queue_offset", f"masterTimerQueueOffset {m} is past the end of {C.TIMER_TOPIC}/0 ({timer_queue_max})")
     return out
 
 

@@ -67,6 +67,18 @@ out = _Console(stderr=False)
 err = _Console(stderr=True)
 
 
+def cell(value) -> str:
+    """A table cell: a value as text, nothing for a value that is absent (None)."""
+    return "" if value is None else str(value)
+
+
+def table(*columns, **kw):
+    """A rich Table in the one style of every listing: no box, a bold header (`kw`: rich's other Table options)."""
+    from rich.table import Table
+
+    return Table(*columns, box=None, header_style="bold", **kw)
+
+
 def jsonl(obj: dict[str, Any], out=None) -> None:
     """One JSON Lines object on stdout (or on the text file `out`)."""
     (out or sys.stdout).write(_ENCODE(obj) + "\n")

@@ -5,12 +5,11 @@ from __future__ import annotations
 from rmqdump.cli import render
 
 
-def sql_spark(stores, query: str, fmt, out: str | None, force: bool, *, master: str, conf: list[str], driver_memory: str, ship: str, write_text) -> None:
-    """A path --out is written beside itself and renamed into place (parquet, jsonl, csv); a URI by Spark's writers."""
-    from rmqdump.common.publish import check_target, publishing
+def sql_spark(stores, query: str, fmt, out: str | None, force: bool, *, master: str, conf: list[str], driver_memory: str, ship: str, write) -> None:
+    """A path --out is written as local `sql` writes it, by `write` (parquet, jsonl, csv); a URI by Spark's writers."""
+    from rmqdump.common.publish import check_target
     from rmqdump.engines.spark.session import session
     from rmqdump.engines.spark.sql import arrow_reader, query_frame, write_uri
-    from rmqdump.sql import output
 
     remote = bool(out) and "://" in out
     if remote and fmt.value == "table":
@@ -22,13 +21,4 @@ def sql_spark(stores, query: str, fmt, out: str | None, force: bool, *, master: 
         if remote:
             write_uri(df, out, fmt.value, force)
             return
-        result = arrow_reader(df)
-        if out:
-            with publishing(out, force=force, stores=[s.root for s in stores], kind="file") as tmp:
-                if fmt.value == "parquet":
-                    output.write_parquet(result, tmp)
-                else:
-                    with open(tmp, "w", encoding="utf-8", newline="") as f:
-                        write_text(result, fmt, f, output)
-        else:
-            write_text(result, fmt, None, output)
+        write(arrow_reader(df), fmt, out, force, stores)

@@ -77,8 +77,6 @@ def _cell(value) -> str:
 
 def _tables(rows: list[dict]) -> None:
     """One table per row kind, in the order the kinds first appear; a note is printed as text."""
-    from rich.table import Table
-
     from rmqdump.common.timeutil import iso
 
     kinds: dict[str, list[dict]] = {}
@@ -90,7 +88,7 @@ def _tables(rows: list[dict]) -> None:
                 render.out.print(r.get("text") or f"{r['waiting']} messages wait in the timer wheel: see {r['see']}", markup=False)
             continue
         cols = [k for k in rs[0] if k != "kind"]
-        t = Table(*cols, title=kind, box=None, header_style="bold", title_justify="left")
+        t = render.table(*cols, title=kind, title_justify="left")
         for r in rs:
             t.add_row(*(iso(r[c]) if c in ("due_time", "invisible_until") and r[c] is not None else _cell(r[c]) for c in cols))
         render.out.print(t)

@@ -115,17 +115,14 @@ def _bitmap(valid: np.ndarray) -> pa.Buffer | None:
     return None if valid.all() else pa.py_buffer(np.packbits(valid, bitorder="little"))
 
 
-def _binary(data: np.ndarray, pos: np.ndarray, length: np.ndarray, typ=pa.binary(), valid: np.ndarray | None = None) -> pa.Array:
+def _binary(data: np.ndarray, pos: np.ndarray, length: np.ndarray) -> pa.Array:
     """Byte strings cut out of the mapped file as one Arrow array: offsets and data built by compiled code
-    (one copy, no Python step per string). A string type is checked to be UTF-8 (ArrowInvalid if not).
-    """
+    (one copy, no Python step per string)."""
     n = len(pos)
     if n and int(np.maximum(length, 0).sum()) >= 1 << 31:
         raise ValueError("a chunk holds 2 GiB of strings")  # chunks hold at most MAX_CHUNK_BYTES of records
     offsets, buf = scanner.pack_bytes(data, np.asarray(pos, np.int64), np.asarray(length, np.int64))
-    mask = None if valid is None else _bitmap(valid)
-    arr = pa.Array.from_buffers(pa.binary(), n, [mask, pa.py_buffer(offsets), pa.py_buffer(buf)], null_count=-1 if mask else 0)
-    return arr.cast(typ) if typ != pa.binary() else arr
+    return pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(buf)], null_count=0)
 
 
 def _without_body(data: np.ndarray, c: dict) -> pa.Array:

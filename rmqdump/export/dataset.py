@@ -26,6 +26,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from rmqdump.common.closing import Closing
+from rmqdump.common.jsontext import fields_of
 from rmqdump.common.problems import Problem
 from rmqdump.common.publish import check_target, publishing
 from rmqdump.export import arrowbatch
@@ -95,20 +97,7 @@ class ExportResult:
             self.problems.extend(r.problems[:room])
 
     def to_dict(self) -> dict:
-        d = {
-            "kind": "export",
-            "out": self.out,
-            "format": self.format,
-            "engine": self.engine,
-            "stores": self.stores,
-            "files": self.files,
-            "splits": self.splits,
-            "messages": self.messages,
-            "bytes": self.bytes,
-            "record_bytes": self.record_bytes,
-            "problems": self.problem_count,
-            "seconds": round(self.seconds, 3),
-        }
+        d = {"kind": "export", **fields_of(self, omit=("problems", "startup_seconds"), rename={"problem_count": "problems"}), "seconds": round(self.seconds, 3)}
         if self.startup_seconds is not None:
             d["spark_startup_seconds"] = round(self.startup_seconds, 3)
         return d
@@ -168,7 +157,7 @@ def _group_batches(group: list[Split], result: SplitResult, with_body: bool, che
         yield from split_batches(split, result, with_body=with_body, check_crc=check_crc, served=served)
 
 
-class TopicParquetWriter:
+class TopicParquetWriter(Closing):
     """Part files of one task, one per topic directory, row groups of `rows` rows.
 
     Rows wait per topic until a row group is full, and the largest waiting
@@ -226,12 +215,6 @@ class TopicParquetWriter:
             self._flush(t)
         while self.writers:
             self.writers.popitem(last=False)[1].close()
-
-    def __enter__(self) -> TopicParquetWriter:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
 
 def write_split(

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from rmqdump.common.closing import Closing
 from rmqdump.common.jsontext import fields_of
 from rmqdump.common.problems import InputError, Problem
 from rmqdump.readers.batchcq import BatchConsumeQueue, BatchUnits, read_batch_units
@@ -28,7 +29,7 @@ from rmqdump.schemas import constants as C
 SEEK_UNREADABLE = "seek_record_unreadable"
 
 
-class RecordReader:
+class RecordReader(Closing):
     """Reads single records at physical offsets, keeping each CommitLog file mapped once."""
 
     def __init__(self, cl: CommitLog, *, check_crc: bool = False):
@@ -49,12 +50,6 @@ class RecordReader:
         for mf in self._open.values():
             mf.close()
         self._open.clear()
-
-    def __enter__(self) -> RecordReader:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
 
 def record_summary(m: Message | Problem) -> dict:

@@ -126,11 +126,6 @@ def _data_bytes(store: Store) -> int:
     return sum(f.size for f in store.commitlog.files)
 
 
-def _indexed_end(index: Index) -> int:
-    """The CommitLog offset of the last record the IndexFiles hold (-1 with none)."""
-    return index_end(index.files)
-
-
 def _evidence_queues(store: Store) -> list:
     return [
         q
@@ -164,7 +159,7 @@ def lookup_store(store: Store, ids: list[str], *, check_crc: bool = True, moved:
     g = Gathered(how="index")
     with Index(store.root) as index:
         keys = {resolve_key(index, text) for text in ids}
-        g.reached = tail = _indexed_end(index)
+        g.reached = tail = index_end(index.files)  # the last record the IndexFiles hold (-1 with none)
         g.evidence += [r for r in _queue_records(store, _evidence_queues(store), g, check_crc=check_crc) if isinstance(r, Evidence)]
         seen: set[int] = set()
         _indexed_copies(index, sorted(keys), g, seen)

@@ -24,7 +24,9 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from rmqdump.common.closing import Closing
 from rmqdump.common.javahash import index_hash_many
+from rmqdump.common.jsontext import fields_of
 from rmqdump.common.problems import Problem
 from rmqdump.readers.commitlog import CommitLog, commitlog_path
 from rmqdump.readers.indexfile import IndexFile, key_hash, open_all
@@ -101,18 +103,7 @@ class FileWalk:
     candidates: list[Candidate] = field(default_factory=list)
 
     def to_dict(self) -> dict:
-        return {
-            "kind": "explain",
-            "index_file": self.index_file,
-            "topic": self.topic,
-            "slot": self.slot,
-            "head": self.head,
-            "steps": self.steps,
-            "stop": self.stop,
-            "skipped": self.skipped or None,
-            "other_hashes": self.other_hashes,
-            "candidates": [c.to_dict() for c in self.candidates],
-        }
+        return {"kind": "explain", **fields_of(self), "skipped": self.skipped or None, "candidates": [c.to_dict() for c in self.candidates]}
 
 
 @dataclass
@@ -206,7 +197,7 @@ def _in_window(ts: int, begin: int | None, end: int | None) -> bool:
     return (begin is None or ts >= begin) and (end is None or ts <= end)
 
 
-class Index:
+class Index(Closing):
     """The index files and CommitLog of one store, opened once for many lookups."""
 
     def __init__(
@@ -253,12 +244,6 @@ class Index:
     def close(self) -> None:
         for f in self.files:
             f.close()
-
-    def __enter__(self) -> Index:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
     def lookup(
         self, key: str, topics: list[str] | None = None, *, begin: int | None = None, end: int | None = None, max_messages: int | None = None

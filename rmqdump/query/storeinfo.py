@@ -17,6 +17,7 @@ import numpy as np
 
 from rmqdump.checks.dledgerindex import check_index
 from rmqdump.checks.recovery import RecoveryPreview, preview, preview_bytes
+from rmqdump.common.jsontext import fields_of
 from rmqdump.common.problems import Problem
 from rmqdump.query.cqseek import RecordReader
 from rmqdump.query.timers import timer_summary
@@ -49,22 +50,7 @@ class QueueInfo:
     lmq: bool = False  # a Light Message Queue (%LMQ%name): units point at its parent topics' records
 
     def to_dict(self) -> dict:
-        return {
-            "kind": "queue",
-            "topic": self.topic,
-            "queue_id": self.queue_id,
-            "files": self.files,
-            "bytes": self.bytes,
-            "min_offset": self.min_offset,
-            "max_offset": self.max_offset,
-            "units": self.units,
-            "first_store_timestamp": self.first_store_timestamp,
-            "last_store_timestamp": self.last_store_timestamp,
-            "last_phys_offset": self.last_phys_offset,
-            "queue_type": self.queue_type,
-            "ext": self.ext,
-            "lmq": self.lmq,
-        }
+        return {"kind": "queue", **fields_of(self)}
 
 
 @dataclass
@@ -78,16 +64,7 @@ class CommitLogInfo:
     data_is_records: bool = True  # data_end is a record's end; False: no record decodes in the newest file with data
 
     def to_dict(self) -> dict:
-        return {
-            "kind": "commitlog",
-            "files": self.files,
-            "file_size": self.file_size,
-            "bytes": self.bytes,
-            "min_offset": self.min_offset,
-            "files_end": self.files_end,
-            "data_end": self.data_end,
-            "data_end_is_record": self.data_is_records,
-        }
+        return {"kind": "commitlog", **fields_of(self, rename={"data_is_records": "data_end_is_record"})}
 
     def summary(self) -> str:
         """The CommitLog in one line, for `info` and the report: files, offsets, where the data ends."""
@@ -116,20 +93,7 @@ class DLedgerInfo:
     units_checked: int
 
     def to_dict(self) -> dict:
-        return {
-            "kind": "dledger",
-            "path": self.path,
-            "self_id": self.self_id,
-            "committed_index": self.committed_index,
-            "end_index": self.end_index,
-            "current_term": self.current_term,
-            "vote_leader": self.vote_leader,
-            "index_files": self.index_files,
-            "entries": self.entries,
-            "first_index": self.first_index,
-            "last_index": self.last_index,
-            "index_units_checked": self.units_checked,
-        }
+        return {"kind": "dledger", **fields_of(self, rename={"units_checked": "index_units_checked"})}
 
 
 def dledger_info(store: Store, on_bytes: Callable[[int], None] | None = None) -> tuple[DLedgerInfo, list[Problem]]:

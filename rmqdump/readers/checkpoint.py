@@ -36,11 +36,6 @@ class Checkpoint:
         """min(physic, logics) - 3 s, floored at 0: where abnormal recovery may start."""
         return max(0, min(self.physic_msg_timestamp, self.logics_msg_timestamp) - RECOVERY_MARGIN_MS)
 
-    @property
-    def min_timestamp_index(self) -> int:
-        """The bound used instead when messageIndexSafe is set."""
-        return min(self.min_timestamp, self.index_msg_timestamp)
-
     def to_dict(self) -> dict:
         return {**fields_of(self, omit=("size",)), "min_timestamp": self.min_timestamp}
 

@@ -195,29 +195,28 @@ def end_unit_mask(u: BatchUnits) -> np.ndarray:
     )
 
 
-def _files(d: str, kind, extra: dict, probs: list[Problem]) -> tuple[list, list[str]]:
+def _files(d: str, kind, extra: dict, probs: list[Problem]) -> list:
+    """The offset-named files of directory d (none when it is missing); other names and an unreadable d go to probs."""
+    if not os.path.isdir(d):
+        return []
     try:
-        return offset_files(d, kind)
+        files, others = offset_files(d, kind)
     except OSError as e:
         probs.append(Problem("unreadable", d, None, e.strerror or str(e), extra=extra))
-        return [], []
+        return []
+    probs.extend(Problem(P.COMPACTION_BAD_FILE_NAME, o, None, "not a 20-digit offset name: ignored", extra=extra) for o in others)
+    return files
 
 
 def open_queue(topic: str, queue_id: int, log_dir: str, cq_dir: str) -> CompactionQueue:
     """One queue's two directories (either may be missing) and what is wrong with their files' names and sizes."""
     extra = {"topic": topic, "queue_id": queue_id, "cq_file": None, "unit_index": None}
     probs: list[Problem] = []
-    log_files: list[SegmentFile] = []
-    if os.path.isdir(log_dir):
-        log_files, others = _files(log_dir, SegmentFile, extra, probs)
-        probs.extend(Problem(P.COMPACTION_BAD_FILE_NAME, o, None, "not a 20-digit offset name: ignored", extra=extra) for o in others)
+    log_files: list[SegmentFile] = _files(log_dir, SegmentFile, extra, probs)
     # files are preallocated to one size; their names jump after the compacted files, so the size is not the step between names
     log_size = common_file_size([f.size for f in log_files] + [f.size for f in log_files[:1]]) if log_files else None
     log = CommitLog(log_files, [], log_size)
-    cq_files: list[OffsetFile] = []
-    if os.path.isdir(cq_dir):
-        cq_files, others = _files(cq_dir, OffsetFile, extra, probs)
-        probs.extend(Problem(P.COMPACTION_BAD_FILE_NAME, o, None, "not a 20-digit offset name: ignored", extra=extra) for o in others)
+    cq_files: list[OffsetFile] = _files(cq_dir, OffsetFile, extra, probs)
     cq_size = common_file_size([f.size for f in cq_files] + [f.size for f in cq_files[:1]]) if cq_files else None
     for f in log_files:
         if log_size and f.size != log_size:

@@ -278,57 +278,30 @@ class ConsumeQueue(UnitChunks):
         q._check_layout()
         return q
 
-    def _extra(self, cq_file: str | None, unit_index: int | None) -> dict:
-        return {"topic": self.topic, "queue_id": self.queue_id, "cq_file": cq_file, "unit_index": unit_index}
+    def _problem(self, code: str, path: str, pos: int | None, detail: str, unit_index: int) -> Problem:
+        return Problem(code, path, pos, detail, extra={"topic": self.topic, "queue_id": self.queue_id, "cq_file": path, "unit_index": unit_index})
 
     def _check_layout(self) -> None:
         fs = self.file_size
         for i, f in enumerate(self.files):
             if f.size % UNIT_SIZE:
                 cut = f.size - f.size % UNIT_SIZE
-                self.problems.append(
-                    Problem(
-                        CQ_FILE_SIZE,
-                        f.path,
-                        cut,
-                        f"file is {f.size} bytes, not a whole number of {UNIT_SIZE}-byte units: {f.size % UNIT_SIZE} bytes of a cut unit at its end",
-                        extra=self._extra(f.path, f.first_index + cut // UNIT_SIZE),
-                    )
-                )
+                detail = f"file is {f.size} bytes, not a whole number of {UNIT_SIZE}-byte units: {f.size % UNIT_SIZE} bytes of a cut unit at its end"
+                self.problems.append(self._problem(CQ_FILE_SIZE, f.path, cut, detail, f.first_index + cut // UNIT_SIZE))
             elif fs and f.size != fs:
-                self.problems.append(
-                    Problem(
-                        CQ_FILE_SIZE,
-                        f.path,
-                        f.size,
-                        f"file is {f.size} bytes, the queue's files are {fs} (the broker refuses to load it)",
-                        extra=self._extra(f.path, f.first_index + f.size // UNIT_SIZE),
-                    )
-                )
+                detail = f"file is {f.size} bytes, the queue's files are {fs} (the broker refuses to load it)"
+                self.problems.append(self._problem(CQ_FILE_SIZE, f.path, f.size, detail, f.first_index + f.size // UNIT_SIZE))
             if f.base % UNIT_SIZE or (fs and f.base % fs):
-                self.problems.append(
-                    Problem(
-                        CQ_BAD_FILE_NAME,
-                        f.path,
-                        None,
-                        f"name {f.base} is not a multiple of the file size {fs or UNIT_SIZE}",
-                        extra=self._extra(f.path, f.first_index),
-                    )
-                )
+                detail = f"name {f.base} is not a multiple of the file size {fs or UNIT_SIZE}"
+                self.problems.append(self._problem(CQ_BAD_FILE_NAME, f.path, None, detail, f.first_index))
             if i and fs:
                 prev = self.files[i - 1]
                 expect = prev.base + fs
                 if f.base > expect:
                     missing = [f"{b:020d}" for b in range(expect, f.base, fs)][:5]
-                    self.problems.append(
-                        Problem(
-                            CQ_HOLE,
-                            os.path.join(self.path, missing[0]),
-                            None,
-                            f"no file for units {expect // UNIT_SIZE}..{f.base // UNIT_SIZE - 1} (missing {', '.join(missing)}{' ...' if f.base - expect > 5 * fs else ''})",
-                            extra=self._extra(os.path.join(self.path, missing[0]), expect // UNIT_SIZE),
-                        )
-                    )
+                    more = " ..." if f.base - expect > 5 * fs else ""
+                    detail = f"no file for units {expect // UNIT_SIZE}..{f.base // UNIT_SIZE - 1} (missing {', '.join(missing)}{more})"
+                    self.problems.append(self._problem(CQ_HOLE, os.path.join(self.path, missing[0]), None, detail, expect // UNIT_SIZE))
 
     def file_for_index(self, index: int) -> CQFile | None:
         """The file that holds (or would hold) unit `index`."""
@@ -341,10 +314,7 @@ class ConsumeQueue(UnitChunks):
     def expected_path(self, index: int) -> str:
         """Where unit `index` belongs, whether or not that file exists."""
         f = self.file_for_index(index)
-        if f is not None:
-            return f.path
-        fs = self.file_size or C.DEFAULT_CQ_UNITS_PER_FILE * UNIT_SIZE
-        return os.path.join(self.path, f"{index * UNIT_SIZE // fs * fs:020d}")
+        return f.path if f is not None else unit_path(self.path, self.file_size, index)
 
     def read_file(self, f: CQFile) -> QueueUnits:
         """One of the queue's files, read (once while it fits the cache: see file_units)."""
@@ -375,6 +345,12 @@ class ConsumeQueue(UnitChunks):
             raw = fh.read(UNIT_SIZE)
         rec = np.frombuffer(raw, dtype=UNIT_DTYPE)[0]
         return int(rec["commit_log_offset"]), int(rec["size"]), int(rec["tags_code"])
+
+
+def unit_path(queue_dir: str, file_size: int | None, index: int) -> str:
+    """The file of a queue directory that unit `index` belongs in by name (a file is named by its first unit's offset)."""
+    fs = file_size or C.DEFAULT_CQ_UNITS_PER_FILE * UNIT_SIZE
+    return os.path.join(queue_dir, f"{index * UNIT_SIZE // fs * fs:020d}")
 
 
 def common_file_size(sizes: list[int]) -> int | None:

@@ -108,16 +108,6 @@ class DLedgerDir:
         return cls(path, files, state[DL.CHECKPOINT_FILE], state[DL.TERM_FILE], probs)
 
 
-def find(root: str) -> DLedgerDir | None:
-    """The DLedger directory whose data files are the store's CommitLog (see commitlog.commitlog_dir)."""
-    from rmqdump.readers.commitlog import commitlog_dir
-
-    d = commitlog_dir(root)
-    if d is None or not os.path.basename(os.path.dirname(d)).startswith(DL.DIR_PREFIX):
-        return None
-    return DLedgerDir.open(os.path.dirname(d))
-
-
 class IndexUnits:
     """Index units read by entry index across the index files."""
 

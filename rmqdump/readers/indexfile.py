@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from rmqdump.common.closing import Closing
 from rmqdump.common.javahash import index_hash, java_hash
 from rmqdump.common.problems import InputError
 from rmqdump.readers.fastpath import numpy_dtype
@@ -336,7 +337,7 @@ class ChainWalk:
     stop: str  # why the walk ended: "end", "empty", "slot_past_count", "loop", "forward", "past_count"
 
 
-class IndexFile:
+class IndexFile(Closing):
     """One index file mapped read-only. `slots` and `entries` are numpy views over the map."""
 
     def __init__(self, path: str, hash_slots: int | None = None, index_entries: int | None = None, layout: Layout | None = None):
@@ -454,12 +455,6 @@ class IndexFile:
     def close(self) -> None:
         self.slots = self.entries = None
         self.mf.close()
-
-    def __enter__(self) -> IndexFile:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
 
 def key_hash(topic: str, key: str) -> int:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from rmqdump.common.closing import Closing
 from rmqdump.common.problems import InputError
 from rmqdump.schemas import constants as C
 
@@ -97,7 +98,7 @@ def offset_files(path: str, kind: type[OffsetFile] = OffsetFile) -> tuple[list, 
     return files, others
 
 
-class MappedFile:
+class MappedFile(Closing):
     """One file mapped read-only; `data` is a numpy uint8 view, `view` a memoryview."""
 
     def __init__(self, path: str, limit: int | None = None):
@@ -158,12 +159,6 @@ class MappedFile:
             with contextlib.suppress(BufferError):  # a caller still holds a view; freed with it
                 self._mm.close()
             self._mm = None
-
-    def __enter__(self) -> MappedFile:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
 
 def next_data(fd: int, pos: int, stop: int) -> tuple[int, int]:

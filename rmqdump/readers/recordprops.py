@@ -12,6 +12,7 @@ import os
 
 import numpy as np
 
+from rmqdump.common.closing import Closing
 from rmqdump.readers.commitlog import CommitLog
 from rmqdump.readers.fastpath import ColumnarParser, gather, numpy_dtype
 from rmqdump.readers.mapped import open_readonly
@@ -73,7 +74,7 @@ def pick(raw: bytes, wanted=_WANTED) -> dict[str, str]:
     return out
 
 
-class RecordProps:
+class RecordProps(Closing):
     """The WANTED properties of records by physical offset, parsed many at a time.
 
     `load()` reads a set of records per CommitLog file and parses them with
@@ -162,12 +163,6 @@ class RecordProps:
 
     def close(self) -> None:
         self._cache.clear()
-
-    def __enter__(self) -> RecordProps:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
 
 def is_lmq(topic: str) -> bool:

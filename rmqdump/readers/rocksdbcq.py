@@ -245,6 +245,10 @@ class RocksDBConsumeQueues:
             it.seek(start)
         return it
 
+    def _bad(self, code: str, detail: str, **extra) -> None:
+        """A key or value of the database that is not laid out as the broker writes it."""
+        self.problems.append(Problem(code, self.path, None, detail, extra=extra))
+
     def find_queues(self) -> list[tuple[str, int]]:
         """Every (topic, queueId) with units, by seeking past each queue's last possible key."""
         out: list[tuple[str, int]] = []
@@ -254,15 +258,7 @@ class RocksDBConsumeQueues:
                 key = it.key()
                 k = self.parse_key(key)
                 if k is None:
-                    self.problems.append(
-                        Problem(
-                            RCQ_BAD_KEY,
-                            self.path,
-                            None,
-                            f"key {key[:64].hex()} is not topicLen|0x01|topic|0x01|queueId|0x01|cqOffset",
-                            extra={"key": key.hex()},
-                        )
-                    )
+                    self._bad(RCQ_BAD_KEY, f"key {key[:64].hex()} is not topicLen|0x01|topic|0x01|queueId|0x01|cqOffset", key=key.hex())
                     it.next()
                     continue
                 out.append((k[0], k[1]))
@@ -289,15 +285,7 @@ class RocksDBConsumeQueues:
                     continue
                 (n,) = _LEN.unpack_from(key, 0)
                 if n < 0 or len(key) != 4 + 1 + n + _OTAIL.size:
-                    self.problems.append(
-                        Problem(
-                            RCQ_BAD_KEY,
-                            self.path,
-                            None,
-                            f"offset key {key[:64].hex()} is not topicLen|0x01|topic|0x01|max/min|0x01|queueId",
-                            extra={"key": key.hex()},
-                        )
-                    )
+                    self._bad(RCQ_BAD_KEY, f"offset key {key[:64].hex()} is not topicLen|0x01|topic|0x01|max/min|0x01|queueId", key=key.hex())
                     continue
                 topic = key[5 : 5 + n].decode("utf-8", errors="replace")
                 _, bound, _, qid = _OTAIL.unpack_from(key, 5 + n)
@@ -305,15 +293,8 @@ class RocksDBConsumeQueues:
                     checkpoint = int(np.frombuffer(val, CHECKPOINT_DTYPE)[0]["commit_log_offset"])
                     continue
                 if len(val) != OFFSET_VALUE_DTYPE.itemsize:
-                    self.problems.append(
-                        Problem(
-                            RCQ_BAD_VALUE,
-                            self.path,
-                            None,
-                            f"offset value of {topic}/{qid} {bound.decode(errors='replace')} is {len(val)} bytes, not {OFFSET_VALUE_DTYPE.itemsize}",
-                            extra={"topic": topic, "queue_id": qid, "key": key.hex()},
-                        )
-                    )
+                    detail = f"offset value of {topic}/{qid} {bound.decode(errors='replace')} is {len(val)} bytes, not {OFFSET_VALUE_DTYPE.itemsize}"
+                    self._bad(RCQ_BAD_VALUE, detail, topic=topic, queue_id=qid, key=key.hex())
                     continue
                 v = np.frombuffer(val, OFFSET_VALUE_DTYPE)[0]
                 table[(topic, qid, bound.decode(errors="replace"))] = (int(v["commit_log_offset"]), int(v["cq_offset"]))

@@ -71,13 +71,9 @@ def _summary(brokers: list[tuple[str, K.Report]]) -> str:
 @plots._styled
 def rate_plot(brokers: list[tuple[str, K.Report]]) -> str | None:
     """Each broker's message rate (all topics) over store time, one line per broker."""
-    from matplotlib import dates as mdates
-
     lines = [(n, r.traffic.rate) for n, r in brokers if r.traffic.rate.t0 is not None and r.traffic.rate.counts.size]
     if not lines:
         return None
-    from datetime import timezone
-
     fig, ax = plots._figure(3.2)
     for j, (name, rate) in enumerate(lines):
         y = rate.per_second().sum(axis=0)
@@ -85,13 +81,7 @@ def rate_plot(brokers: list[tuple[str, K.Report]]) -> str | None:
         ax.step(
             x, np.append(y, y[-1]), where="post", color=plots._COLORS[j % len(plots._COLORS)], lw=1.2, label=f"{plots._short(name)} ({int(rate.counts.sum())})"
         )
-    ax.set_ylabel("messages / s")
-    ax.set_xlabel("store time (UTC)")
-    ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(ax.xaxis.get_major_locator(), tz=timezone.utc))
-    ax.set_ylim(bottom=0)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
-    ax.set_title("Message rate per broker over store time")
+    plots.rate_axes(ax, "store time (UTC)", "Message rate per broker over store time")
     return plots.svg(fig)
 
 

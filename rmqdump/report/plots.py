@@ -64,13 +64,24 @@ def _utc(ms: float) -> datetime:
     return datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
 
 
+def rate_axes(ax, xlabel: str, title: str) -> None:
+    """The one look of a message rate over store time (per topic here, per broker on the fleet page)."""
+    from matplotlib import dates as mdates
+
+    ax.set_ylabel("messages / s")
+    ax.set_xlabel(xlabel)
+    ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(ax.xaxis.get_major_locator(), tz=timezone.utc))
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
+    ax.set_title(title)
+
+
 @_styled
 def rate_plot(traffic: K.Traffic) -> str | None:
     r = traffic.rate
     if r.t0 is None or not r.counts.size:
         return None
-    from matplotlib import dates as mdates
-
     names = r.topic_names()
     per_s = r.per_second()
     totals = r.counts.sum(axis=1)
@@ -85,13 +96,7 @@ def rate_plot(traffic: K.Traffic) -> str | None:
     if len(rest):
         y = per_s[rest].sum(axis=0)
         ax.step(x, np.append(y, y[-1]), where="post", color="#555555", lw=1, ls="--", label=f"{len(rest)} other topics ({int(totals[rest].sum())})")
-    ax.set_ylabel("messages / s")
-    ax.set_xlabel(f"store time (UTC), bins of {K._ms(r.width)}")
-    ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(ax.xaxis.get_major_locator(), tz=timezone.utc))
-    ax.set_ylim(bottom=0)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
-    ax.set_title("Message rate per topic over store time")
+    rate_axes(ax, f"store time (UTC), bins of {K._ms(r.width)}", "Message rate per topic over store time")
     return svg(fig)
 
 

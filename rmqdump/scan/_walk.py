@@ -156,12 +156,6 @@ class Batch:
         c = self.cols
         return kernel().properties_columns(self.mf.data, np.asarray(c["properties_pos"], np.int64), np.asarray(c["properties_length"], np.int64))
 
-    def _host(self, name: str, i: int) -> tuple[bytes, int]:
-        c = self.cols
-        pos = int(c[name + "_pos"][i])
-        n = 16 if c[name + "_then"][i] else 4
-        return _HOSTS[n == 16].unpack(self.raw(pos, n + 4))
-
     def _row(self, i: int) -> dict:
         """Record i's column values as Python scalars.
 
@@ -232,36 +226,19 @@ class Batch:
 def _record_problems(seg: SegmentFile, cols, crc_ok, prop_crc) -> dict[int, list[Problem]]:
     out: dict[int, list[Problem]] = {}
     pos = cols["_pos"]
-    bad_phys = np.flatnonzero(cols["phys_offset"] != pos + seg.base)
-    for i in bad_phys.tolist():
+
+    def flag(i: int, code: str, at: int, detail: str) -> None:
+        out.setdefault(i, []).append(Problem(code, seg.path, at, detail, phys_offset=seg.base + int(pos[i])))
+
+    for i in np.flatnonzero(cols["phys_offset"] != pos + seg.base).tolist():
         p = int(pos[i])
-        out.setdefault(i, []).append(
-            Problem(
-                P.PHYS_OFFSET_MISMATCH,
-                seg.path,
-                p,
-                f"physicalOffset field says {int(cols['phys_offset'][i])}, record is at {seg.base + p}",
-                phys_offset=seg.base + p,
-            )
-        )
+        flag(i, P.PHYS_OFFSET_MISMATCH, p, f"physicalOffset field says {int(cols['phys_offset'][i])}, record is at {seg.base + p}")
     if crc_ok is not None:
         for i in np.flatnonzero(~crc_ok).tolist():
-            p = int(pos[i])
-            out.setdefault(i, []).append(
-                Problem(
-                    P.BODY_CRC_MISMATCH,
-                    seg.path,
-                    int(cols["body_pos"][i]),
-                    f"body CRC of the record at {p} does not match bodyCRC {int(cols['body_crc'][i])}",
-                    phys_offset=seg.base + p,
-                )
-            )
+            flag(i, P.BODY_CRC_MISMATCH, int(cols["body_pos"][i]), f"body CRC of the record at {int(pos[i])} does not match bodyCRC {int(cols['body_crc'][i])}")
     if prop_crc is not None:
         for i in np.flatnonzero(prop_crc == 0).tolist():
-            p = int(pos[i])
-            out.setdefault(i, []).append(
-                Problem(P.PROP_CRC_MISMATCH, seg.path, p, "__CRC32# property does not match the record's bytes", phys_offset=seg.base + p)
-            )
+            flag(i, P.PROP_CRC_MISMATCH, int(pos[i]), "__CRC32# property does not match the record's bytes")
     return out
 
 

@@ -34,9 +34,7 @@ def problem_rows(problems, st) -> list[tuple]:
             (
                 p.code,
                 e.get("topic") or "",
-                "" if e.get("queue_id") is None else str(e["queue_id"]),
-                "" if e.get("unit_index") is None else str(e["unit_index"]),
-                "" if p.phys_offset is None else str(p.phys_offset),
+                *(render.cell(v) for v in (e.get("queue_id"), e.get("unit_index"), p.phys_offset)),
                 st.rel(p.file) + ("" if p.file_offset is None else f"@{p.file_offset}"),
                 p.detail,
             )
@@ -47,9 +45,7 @@ def problem_rows(problems, st) -> list[tuple]:
 def print_problem_table(rows: list[tuple]) -> None:
     if not rows:
         return
-    from rich.table import Table
-
-    t = Table(box=None, header_style="bold")
+    t = render.table()
     t.add_column("code", no_wrap=True)
     for name in ("topic", "queue", "q-offset", "offset"):
         t.add_column(name, overflow="fold")
@@ -140,13 +136,11 @@ def view_cmd(
         for r in rows:
             render.jsonl(r.to_dict() if isinstance(r, Problem) else r)
     else:
-        from rich.table import Table
-
         cols = ["queue", "q-offset", "keys", "uniq_key", "CommitLog", "compaction log", "part", "stored (UTC)"]
         cols += ["served", "why"] if key is not None else ["tags", "body"]
-        t = Table(*cols, box=None, header_style="bold")
+        t = render.table(*cols)
         for r in good:
-            cells = [str(r["queue_id"]), str(r["queue_offset"]), r["keys"] or "", r["uniq_key"] or "", _s(r["phys_offset"]), _s(r["compaction_log_offset"])]
+            cells = [str(r["queue_id"]), str(r["queue_offset"]), r["keys"] or "", r["uniq_key"] or "", render.cell(r["phys_offset"]), render.cell(r["compaction_log_offset"])]
             cells += [r["part"], iso(r["store_timestamp"])]
             cells += ["yes" if r["served"] else "no", r["why"]] if key is not None else [r["tags"] or "", str(r["body_length"])]
             t.add_row(*cells)
@@ -196,11 +190,7 @@ def log_cmd(
         for r in rows:
             render.jsonl(r.to_dict() if isinstance(r, Problem) else r)
     else:
-        from rich.table import Table
-
-        t = Table(
-            "file@offset", "compaction log", "CommitLog", "queue", "q-offset", "size", "keys", "tags", "body", "stored (UTC)", box=None, header_style="bold"
-        )
+        t = render.table("file@offset", "compaction log", "CommitLog", "queue", "q-offset", "size", "keys", "tags", "body", "stored (UTC)")
         for r in rows:
             if isinstance(r, Problem):
                 t.add_row(f"{Path(r.file).name}@{r.file_offset}", r.code, "", "", "", "", "", "", "", r.detail)
@@ -208,7 +198,7 @@ def log_cmd(
             t.add_row(
                 f"{Path(r['file']).name}@{r['file_offset']}",
                 str(r["compaction_log_offset"]),
-                _s(r["phys_offset"]),
+                render.cell(r["phys_offset"]),
                 str(r["queue_id"]),
                 str(r["queue_offset"]),
                 str(r["total_size"]),
@@ -244,10 +234,8 @@ def units_cmd(
         for r in rows:
             render.jsonl(r)
     else:
-        from rich.table import Table
-
         cols = ("file@offset", "compaction log", "size", "tags_code", "store_time", "q-offset", "batch", "compacted", "reserved", "")
-        t = Table(*cols, box=None, header_style="bold")
+        t = render.table(*cols)
         for r in rows:
             note = "end" if r["end"] else "" if r["valid"] else "invalid"
             vals = (
@@ -275,10 +263,6 @@ def add_to_cq_verify(st, topic, queue, check_crc: bool, summary, emit, mapper=No
     for p in verify(st.root, st.commitlog, topic=topic, queue_id=queue, check_crc=check_crc, mapper=mapper):
         summary.count(p)
         emit(p)
-
-
-def _s(v) -> str:
-    return "" if v is None else str(v)
 
 
 def register(app, guarded) -> None:

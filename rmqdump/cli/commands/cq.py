@@ -69,9 +69,12 @@ def verify_cmd(
     total = sum(f.size for f in st.commitlog.files)
     with render.progress(total, "verify") as advance:
         if engine is Engine.spark:
-            from rmqdump.engines.spark.verify import run_verify
+            from rmqdump.checks.cqverify import VerifyScope
+            from rmqdump.engines.spark.session import session
+            from rmqdump.engines.spark.verify import verify_spark
 
-            found = run_verify(st, master, spark_conf, ship=ship.value, topic=topic, queue_id=queue, check_crc=not no_crc, delays=delays, summary=summary)
+            with session(master, spark_conf, ship=ship.value) as spark:
+                found = verify_spark(spark, st, VerifyScope(topic, queue, not no_crc, delays), summary=summary)
         else:
             from rmqdump.engines.local import local_map
 
@@ -115,16 +118,14 @@ def _table(st: Store, runs: list) -> None:
     """The findings as lines: a run of one code in one queue is one line (checks.findingruns), the damage first."""
     if not runs:
         return
-    from rich.table import Table
-
-    t = Table(box=None, header_style="bold")
+    t = render.table()
     t.add_column("code", no_wrap=True, min_width=max(len(r.code) for r in runs))
     for name in ("topic", "queue", "units", "count", "phys"):
         t.add_column(name, overflow="fold")
     t.add_column("file", overflow="fold")
     t.add_column("detail", overflow="fold")
     for r in runs:
-        t.add_row(r.code, r.topic or "", "" if r.queue_id is None else str(r.queue_id), r.units, str(r.count), r.phys, st.rel(r.file or ""), r.text)
+        t.add_row(r.code, r.topic or "", render.cell(r.queue_id), r.units, str(r.count), r.phys, st.rel(r.file or ""), r.text)
     render.out.print(t)
 
 
@@ -172,8 +173,6 @@ def dump_cmd(
 
     Example:  rmqdump cq dump -s store -t orders -q 1 --from 100 -n 5 --resolve
     """
-    from rich.table import Table
-
     from rmqdump.common.timeutil import iso
     from rmqdump.query.cqseek import RecordReader, dump_batch_units, dump_units, queue_tail
     from rmqdump.readers.store import Store
@@ -203,7 +202,7 @@ def dump_cmd(
             cols += extra
             if resolve:
                 cols += ["stored (UTC)", "rec q/qoffset", "tags", "keys", "check"]
-            t = Table(*cols, box=None, header_style="bold")
+            t = render.table(*cols)
             for r in rows:
                 n += 1
                 unresolved += resolve and not _resolves(r, topic, queue)
@@ -214,7 +213,7 @@ def dump_cmd(
                     str(r["tags_code"]),
                     f"{Path(r['cq_file']).name}@{r['file_offset']}" if r["file_offset"] is not None else "rocksdb",
                 ]
-                cells += ["" if r.get(c) is None else str(r[c]) for c in extra]
+                cells += [render.cell(r.get(c)) for c in extra]
                 if r["filler"]:
                     cells[1] = "[dim]filler[/dim]"
                 elif not r["valid"]:

@@ -75,8 +75,6 @@ def diff(
 
 
 def _table(d) -> None:
-    from rich.table import Table
-
     from rmqdump.cli import render
 
     p = d.prefix
@@ -90,15 +88,15 @@ def _table(d) -> None:
             f"past it: A {s['a_messages_past_prefix']} messages (only on A {s['only_a']}), B {s['b_messages_past_prefix']} (only on B {s['only_b']}), "
             f"moved {s['moved']}, same offset {s['same_offset']}"
         )
-    t = Table("topic", "queue", "A max", "B max", "divergent", "only A", "only B", box=None, header_style="bold")
+    t = render.table("topic", "queue", "A max", "B max", "divergent", "only A", "only B")
     for q in d.queues:
         if not q.differs():
             continue
         t.add_row(
             q.topic,
             str(q.queue_id),
-            "" if q.a_max_offset is None else str(q.a_max_offset),
-            "" if q.b_max_offset is None else str(q.b_max_offset),
+            render.cell(q.a_max_offset),
+            render.cell(q.b_max_offset),
             _runs(q.divergent_ranges),
             _runs(q.only_a),
             _runs(q.only_b),
@@ -110,7 +108,7 @@ def _table(d) -> None:
         count = "unknown" if ca["consumers_affected"] is None else str(ca["consumers_affected"])
         render.out.print(f"consumers affected: {count}" + (f" ({ca['consumers_affected_why']})" if ca["consumers_affected_why"] else ""), markup=False)
     if d.consumers:
-        c = Table("committed on", "group", "topic", "queue", "offset", "skips there", "reads twice", box=None, header_style="bold")
+        c = render.table("committed on", "group", "topic", "queue", "offset", "skips there", "reads twice")
         for x in d.consumers:
             row = x.to_dict()
             c.add_row(x.side.upper(), x.group, x.topic, str(x.queue_id), str(x.committed), str(row["skipped"]), str(row["read_twice"]))

@@ -40,9 +40,7 @@ def index_entries_option():
 
 
 def print_messages(messages: list[Message], brokers: bool = False) -> None:
-    from rich.table import Table
-
-    t = Table(*(["broker"] if brokers else []), *MESSAGE_COLUMNS, box=None, pad_edge=False, header_style="bold")
+    t = render.table(*(["broker"] if brokers else []), *MESSAGE_COLUMNS, pad_edge=False)
     for m in messages:
         where = f"{m.extra.get('index_file', '')}#{m.extra.get('index_entry', '')}" if "index_file" in m.extra else m.extra.get("source", "-")
         t.add_row(
@@ -356,11 +354,9 @@ def verify_cmd(
 def _problem_table(rows: list[dict]) -> None:
     if not rows:
         return
-    from rich.table import Table
-
-    t = Table("code", "index file", "entry", "slot", "phys_offset", "detail", box=None, pad_edge=False, header_style="bold")
+    t = render.table("code", "index file", "entry", "slot", "phys_offset", "detail", pad_edge=False)
     for d in rows:
-        t.add_row(*("" if d.get(c) is None else str(d.get(c)) for c in ("code", "index_file", "entry", "slot", "phys_offset", "detail")))
+        t.add_row(*(render.cell(d.get(c)) for c in ("code", "index_file", "entry", "slot", "phys_offset", "detail")))
     render.out.print(t)
 
 
@@ -431,9 +427,7 @@ def _rows(rows: list[dict], fmt: ListFormat, cols: list[str]) -> None:
         return
     if not rows:
         return
-    from rich.table import Table
-
-    t = Table(*cols, box=None, pad_edge=False, header_style="bold")
+    t = render.table(*cols, pad_edge=False)
     for r in rows:
         t.add_row(*(iso(r[c]) if c == "time" else str(r[c]) for c in cols))
     render.out.print(t)

@@ -84,8 +84,6 @@ def _dropped_line(d: DroppedRecord) -> str:
 
 
 def _table(info: StoreInfo) -> None:
-    from rich.table import Table
-
     o = render.out
     cl = info.commitlog
     o.print(f"[bold]Store[/bold] {info.root}")
@@ -108,7 +106,7 @@ def _table(info: StoreInfo) -> None:
         )
     else:
         o.print("  checkpoint: [yellow]missing[/yellow]")
-    t = Table("topic", "queue", "files", "min", "max", "units", "first stored (UTC)", "last stored (UTC)", box=None, header_style="bold")
+    t = render.table("topic", "queue", "files", "min", "max", "units", "first stored (UTC)", "last stored (UTC)")
     for q in info.queues:
         kind = " (batch)" if q.queue_type == "BatchCQ" else " (ext)" if q.ext else ""
         t.add_row(
@@ -124,7 +122,7 @@ def _table(info: StoreInfo) -> None:
     size = "" if info.cq_file_size is None else f", file size {info.cq_file_size}"
     o.print(f"[bold]ConsumeQueues[/bold] ({len(info.queues)} queues{size})")
     o.print(t)
-    t = Table("index file", "size", "begin (UTC)", "end (UTC)", "begin phys", "end phys", "slots used", "indexCount", box=None, header_style="bold")
+    t = render.table("index file", "size", "begin (UTC)", "end (UTC)", "begin phys", "end phys", "slots used", "indexCount")
     for f in info.index_files:
         h = f.header or {}
         t.add_row(
@@ -151,7 +149,7 @@ def _table(info: StoreInfo) -> None:
             f"[bold]Timers[/bold] {tm['pending']} pending, {tm['fired']} fired ({tm['units']} timer log units, {tm['wheel_slots']} wheel slots, "
             f"precision {tm['precision_ms']} ms); read up to {iso(tm['last_read_time_ms'])}; next delivery {iso(tm['next_deliver_ms']) or '-'}"
         )
-        t = Table("real topic", "pending", "next delivery (UTC)", box=None, header_style="bold")
+        t = render.table("real topic", "pending", "next delivery (UTC)")
         for row in tm["topics"]:
             t.add_row(row["topic"], str(row["pending"]), iso(row["next_deliver_ms"]))
         o.print(t)
@@ -202,10 +200,8 @@ def _compaction(st, fmt: ListFormat) -> bool:
         for p in cf.problems:
             render.jsonl(p.to_dict())
         return bool(cf.problems)
-    from rich.table import Table
-
     o = render.out
-    t = Table("topic", "queue", "checkpoint", "log files", "log bytes", "cq files", "cq bytes", "units", "min", "max", box=None, header_style="bold")
+    t = render.table("topic", "queue", "checkpoint", "log files", "log bytes", "cq files", "cq bytes", "units", "min", "max")
     for r in rows[:-1]:
         t.add_row(
             r["topic"],
@@ -290,6 +286,7 @@ def info(
 
 
 FLEET_COLUMNS = ["broker", "state", "CommitLog files", "data bytes", "queues", "units", "index files", "problems", "restart drops", "recovery"]
+_COUNTS = ("commitlog_files", "data_bytes", "queues", "units", "index_files", "problems")  # a broker row's counts, summed in the total
 
 
 def broker_row(broker: str, inf: StoreInfo) -> dict:
@@ -337,33 +334,20 @@ def _fleet(refs, fmt: ListFormat, with_recovery: bool, check_crc: bool, version:
         "brokers": len(refs),
         "unreadable": len(errors),
         "unclean": sum(r["abort"] for r in rows),
-        **{k: sum(r[k] or 0 for r in rows) for k in ("commitlog_files", "data_bytes", "queues", "units", "index_files", "problems", "restart_drops_messages")},
+        **{k: sum(r[k] or 0 for r in rows) for k in (*_COUNTS, "restart_drops_messages")},
     }
     if fmt is ListFormat.jsonl:
         for d in (*rows, *errors, total):
             render.jsonl(d)
     else:
-        from rich.table import Table
-
-        t = Table(*FLEET_COLUMNS, box=None, header_style="bold")
+        t = render.table(*FLEET_COLUMNS)
         for r in rows:
             drops = "-" if r["restart_drops_messages"] is None else f"{r['restart_drops_messages']} msgs / {r['restart_drops_bytes']} B"
-            t.add_row(
-                r["broker"],
-                "abort (unclean)" if r["abort"] else "clean",
-                str(r["commitlog_files"]),
-                str(r["data_bytes"]),
-                str(r["queues"]),
-                str(r["units"]),
-                str(r["index_files"]),
-                str(r["problems"]),
-                drops,
-                r["recovery"] or "-",
-            )
+            t.add_row(r["broker"], "abort (unclean)" if r["abort"] else "clean", *(str(r[k]) for k in _COUNTS), drops, r["recovery"] or "-")
         t.add_row(
             f"total ({total['brokers']})",
             f"{total['unclean']} unclean",
-            *(str(total[k]) for k in ("commitlog_files", "data_bytes", "queues", "units", "index_files", "problems")),
+            *(str(total[k]) for k in _COUNTS),
             f"{total['restart_drops_messages']} msgs",
             "",
             style="bold",

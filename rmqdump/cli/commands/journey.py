@@ -134,13 +134,11 @@ def _every(roots, fleet_given: bool, fmt: ListFormat, workers, check_crc, engine
     if fmt is ListFormat.jsonl:
         render.jsonl({"kind": "summary", "journeys": total, "problems": n_problems, "not_found": 0})
     else:
-        from rich.table import Table
-
-        t = Table("state", "journeys", box=None, header_style="bold")
+        t = render.table("state", "journeys")
         for k, v in sorted(states.items()):
             t.add_row(k, str(v))
         render.out.print(t)
-        g = Table("group", "status", "journeys", box=None, header_style="bold")
+        g = render.table("group", "status", "journeys")
         for (gr, status), v in sorted(groups.items()):
             g.add_row(gr, status, str(v))
         if groups:
@@ -182,8 +180,6 @@ def _emit(found, probs, fmt: ListFormat, broker: str | None) -> None:
         for p in probs:
             render.jsonl({**p.to_dict(), **more})
         return
-    from rich.table import Table
-
     from rmqdump.common.timeutil import iso
 
     for j in found:
@@ -191,7 +187,7 @@ def _emit(found, probs, fmt: ListFormat, broker: str | None) -> None:
         style = _STATE_STYLE.get(v.state, "")
         head = f"[bold]{j.uniq_key}[/bold]" + (f"  ({broker})" if broker else "") + f"  [{style}]{v.state}[/{style}]"
         render.out.print(head)
-        t = Table("kind", "hop", "topic", "queue", "offset", "phys", "stored", "detail", box=None, header_style="bold")
+        t = render.table("kind", "hop", "topic", "queue", "offset", "phys", "stored", "detail")
         for row in j.rows():
             if row["kind"] == "copy":
                 t.add_row("copy", row["hop"], row["topic"], str(row["queue_id"]), str(row["queue_offset"]), str(row["phys_offset"]), iso(row["store_time"]), _copy_detail(row))

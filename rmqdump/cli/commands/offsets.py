@@ -24,8 +24,6 @@ def offsets(
 
     Example:  rmqdump offsets -s store --group groupA
     """
-    from rich.table import Table
-
     from rmqdump.checks.offsets import consumer_offsets
     from rmqdump.common.problems import Problem
     from rmqdump.readers.store import Store
@@ -49,18 +47,14 @@ def offsets(
             }
         )
     else:
-        t = Table("group", "topic", "queue", "committed", ".bak", "min", "max", "lag", "flags", box=None, header_style="bold")
+        t = render.table("group", "topic", "queue", "committed", ".bak", "min", "max", "lag", "flags")
         for r in rep.rows:
             flags = ",".join(r.flags)
             t.add_row(
                 r.group,
                 r.topic,
                 str(r.queue_id),
-                "" if r.committed is None else str(r.committed),
-                "" if r.bak is None else str(r.bak),
-                "" if r.min_offset is None else str(r.min_offset),
-                "" if r.max_offset is None else str(r.max_offset),
-                "" if r.lag is None else str(r.lag),
+                *(render.cell(v) for v in (r.committed, r.bak, r.min_offset, r.max_offset, r.lag)),
                 flags if flags == "ok" else f"[red]{flags}[/red]",
             )
         render.out.print(t)

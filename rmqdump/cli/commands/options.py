@@ -243,7 +243,8 @@ def range_mapper(engine: Engine, workers: int | None, total_bytes: int, master: 
 
         yield local_map(workers, total_bytes)
         return
-    from rmqdump.engines.spark.rangemap import spark_map
+    from rmqdump.engines.spark.rangemap import SparkMap
+    from rmqdump.engines.spark.session import session
 
-    with spark_map(master, conf, ship=ship.value) as mapper:
-        yield mapper
+    with session(master, conf, ship=ship.value) as spark:
+        yield SparkMap(spark)

@@ -174,9 +174,11 @@ def rebuild_cmd(
     try:
         with render.progress(total, "rebuild") as advance:
             if engine is Engine.spark:
-                from rmqdump.engines.spark.rebuild import run_rebuild
+                from rmqdump.engines.spark.rebuild import rebuild_spark
+                from rmqdump.engines.spark.session import session
 
-                rep = run_rebuild(str(store), str(out), settings, options, master, spark_conf, ship=ship.value)
+                with session(master, spark_conf, ship=ship.value) as spark:
+                    rep = rebuild_spark(spark, str(store), str(out), settings, options)
             else:
                 rep = rebuild(str(store), str(out), settings, options, on_bytes=advance)
         from rmqdump.builders.compactioncqbuild import rebuild_compaction_cq

@@ -49,7 +49,6 @@ def sql(
 
     Example:  rmqdump sql -s store "SELECT topic, count(*) FROM messages GROUP BY topic"
     """
-    from rmqdump.sql import output
     from rmqdump.sql import query as Q
 
     if schema:
@@ -61,14 +60,14 @@ def sql(
         render.fail("usage: --store/-s is required", 2)
     if fmt is SqlFormat.parquet and not out:
         render.fail("usage: -f parquet writes a file: give --out", 2)
-    from rmqdump.common.publish import check_target, publishing
+    from rmqdump.common.publish import check_target
     from rmqdump.scan.splits import resolve_stores
 
     stores = resolve_stores(store)
     if engine is Engine.spark:
         from rmqdump.cli.sqlspark import sql_spark
 
-        sql_spark(stores, query, fmt, out, force, master=master, conf=spark_conf, driver_memory=driver_memory, ship=ship.value, write_text=_write_text)
+        sql_spark(stores, query, fmt, out, force, master=master, conf=spark_conf, driver_memory=driver_memory, ship=ship.value, write=write_result)
         return
     if out:
         check_target(out, force=force, stores=[s.root for s in stores], kind="file")
@@ -77,15 +76,23 @@ def sql(
         render.progress(total, "sql") as advance,
         Q.run(stores, query, memory_limit=memory_limit, temp_dir=temp_dir, threads=workers or 1, on_bytes=advance, mapper=_mapper(workers, stores)) as result,
     ):
-        if out:
-            with publishing(out, force=force, stores=[s.root for s in stores], kind="file") as tmp:
-                if fmt is SqlFormat.parquet:
-                    output.write_parquet(result, tmp)
-                else:
-                    with open(tmp, "w", encoding="utf-8", newline="") as f:
-                        _write_text(result, fmt, f, output)
+        write_result(result, fmt, out, force, stores)
+
+
+def write_result(result, fmt: SqlFormat, out: str | None, force: bool, stores) -> None:
+    """Either engine's result to --out (written beside it, then renamed into place) or to stdout, as -f spells it."""
+    from rmqdump.common.publish import publishing
+    from rmqdump.sql import output
+
+    if not out:
+        _write_text(result, fmt, None, output)
+        return
+    with publishing(out, force=force, stores=[s.root for s in stores], kind="file") as tmp:
+        if fmt is SqlFormat.parquet:
+            output.write_parquet(result, tmp)
         else:
-            _write_text(result, fmt, None, output)
+            with open(tmp, "w", encoding="utf-8", newline="") as f:
+                _write_text(result, fmt, f, output)
 
 
 def _write_text(result, fmt: SqlFormat, f, output) -> None:
@@ -101,9 +108,8 @@ def _write_text(result, fmt: SqlFormat, f, output) -> None:
 
 def _table(result, output, f) -> None:
     from rich.console import Console
-    from rich.table import Table
 
-    t = Table(*result.schema.names, box=None, header_style="bold")
+    t = render.table(*result.schema.names)
     shown = more = 0
     for r in output.rows(result):
         if shown < TABLE_ROWS:
@@ -117,8 +123,6 @@ def _table(result, output, f) -> None:
 
 
 def _schema(fmt: SqlFormat) -> None:
-    from rich.table import Table
-
     from rmqdump.sql.tables import TABLES
 
     rows = [{"table": t, "column": c.name, "type": str(c.type), "meaning": c.meaning} for t, cols in TABLES.items() for c in cols]
@@ -131,7 +135,7 @@ def _schema(fmt: SqlFormat) -> None:
         for r in rows:
             w.row(r)
         return
-    t = Table("table", "column", "type", "meaning", box=None, header_style="bold")
+    t = render.table("table", "column", "type", "meaning")
     for r in rows:
         t.add_row(r["table"], r["column"], r["type"], r["meaning"])
     render.out.print(t)

@@ -58,8 +58,6 @@ def list_cmd(
 
     Example:  rmqdump timer list -s store --state pending --topic orders -f jsonl
     """
-    from rich.table import Table
-
     from rmqdump.query.timers import list_timers, timer_log_tail
 
     lo, hi = parsed("--since", parse_time, since), parsed("--until", parse_time, until)
@@ -74,7 +72,7 @@ def list_cmd(
         if whole and (limit is None or n < limit):  # the listing reached the log's end
             render.jsonl(timer_log_tail(ts))
     else:
-        t = Table("log offset", "deliver (UTC)", "state", "phys", "size", "real topic", "q", "keys", "uniq_key", box=None, header_style="bold")
+        t = render.table("log offset", "deliver (UTC)", "state", "phys", "size", "real topic", "q", "keys", "uniq_key")
         for r in rows:
             n += 1
             t.add_row(
@@ -84,7 +82,7 @@ def list_cmd(
                 str(r["phys_offset"]),
                 str(r["size"]),
                 r["real_topic"] or ("[red]record missing[/red]" if r["record"] != "ok" else ""),
-                "" if r["real_queue_id"] is None else str(r["real_queue_id"]),
+                render.cell(r["real_queue_id"]),
                 " ".join(r["keys"]),
                 r["uniq_key"] or "",
             )
@@ -126,7 +124,7 @@ def verify_cmd(
     else:
         rows: list[tuple] = []
         for p in found:
-            rows.append((p.code, st.rel(p.file), "" if p.file_offset is None else str(p.file_offset), p.detail))
+            rows.append((p.code, st.rel(p.file), render.cell(p.file_offset), p.detail))
             if len(rows) >= 500:  # printed as it goes: a table of a million findings is never held
                 _flush(rows)
         _flush(rows)
@@ -141,9 +139,7 @@ def verify_cmd(
 
 def _flush(rows: list[tuple]) -> None:
     if rows:
-        from rich.table import Table
-
-        t = Table("code", "file", "offset", "detail", box=None, header_style="bold")
+        t = render.table("code", "file", "offset", "detail")
         for r in rows:
             t.add_row(*r)
         render.out.print(t)
@@ -161,15 +157,13 @@ def dump_wheel_cmd(
 
     Example:  rmqdump timer dump-wheel -s store --state pending
     """
-    from rich.table import Table
-
     from rmqdump.query.timers import wheel_rows
 
     _, ts = _open(store, precision)
     if ts.wheel is None:
         render.fail(f"no_timer_wheel: {ts.root}/timerwheel: no such file", 2)
     n = 0
-    t = Table("slot", "file offset", "time (UTC)", "state", "firstPos", "lastPos", "num", "magic", box=None, header_style="bold")
+    t = render.table("slot", "file offset", "time (UTC)", "state", "firstPos", "lastPos", "num", "magic")
     for r in wheel_rows(ts):
         if state is not None and r["state"] != state.value:
             continue

@@ -20,6 +20,7 @@ selecting from the full frame (a Python task's output is not pruned by Spark).
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable, Iterator, Sequence
 
@@ -153,34 +154,24 @@ def _per_store(spark, refs: list[StoreRef], make: Callable[[StoreRef, list[str] 
     return arrow_stage(spark, refs, lambda ref: make(ref, cols), schema, len(refs))
 
 
-def problems(spark, stores: StoresArg, columns: Sequence[str] | None = None):
-    """What `cq verify` reports on each store (layout, CommitLog, ConsumeQueue and compaction findings): one task per store."""
-    cols = columns_for("problems", columns)
-    return _per_store(spark, stores_of(stores), lambda ref, c: T.problems([ref], c), T.arrow_schema("problems", cols), cols)
+def _store_table(table: str, rows: Callable[[list[StoreRef], list[str]], Iterator[pa.RecordBatch]], doc: str):
+    """A table whose rows the local engine makes store by store (`rows(stores, columns)`): one task per store."""
 
-
-def offsets(spark, stores: StoresArg, columns: Sequence[str] | None = None):
-    """Committed consumer offsets with their queue's bounds and lag: one task per store."""
-    cols = columns_for("offsets", columns)
-    return _per_store(spark, stores_of(stores), lambda ref, c: T.offsets([ref], c), T.arrow_schema("offsets", cols), cols)
-
-
-def compacted(spark, stores: StoresArg, columns: Sequence[str] | None = None):
-    """What consumers of each compaction topic's queues get (`compaction view`): one task per store."""
-    cols = columns_for("compacted", columns)
-    return _per_store(spark, stores_of(stores), lambda ref, c: T.compacted([ref], c), T.arrow_schema("compacted", cols), cols)
-
-
-def _story_table(table: str):
     def make(spark, stores: StoresArg, columns: Sequence[str] | None = None):
         cols = columns_for(table, columns)
-        return _per_store(spark, stores_of(stores), lambda ref, c: T.message_story_tables(table, [ref], c), T.arrow_schema(table, cols), cols)
+        return _per_store(spark, stores_of(stores), lambda ref, c: rows([ref], c), T.arrow_schema(table, cols), cols)
 
-    make.__doc__ = f"The `{table}` rows (`rmqdump journey --all`, `tx`, `pop`, `delay`) of each store: one task per store."
+    make.__name__, make.__doc__ = table, doc
     return make
 
 
-copies, evidence, journeys, transactions, pops, delays = (_story_table(t) for t in T.JOURNEY_TABLES + T.LIFECYCLE_TABLES)
+problems = _store_table("problems", T.problems, "What `cq verify` reports on each store (layout, CommitLog, ConsumeQueue and compaction findings): one task per store.")
+offsets = _store_table("offsets", T.offsets, "Committed consumer offsets with their queue's bounds and lag: one task per store.")
+compacted = _store_table("compacted", T.compacted, "What consumers of each compaction topic's queues get (`compaction view`): one task per store.")
+copies, evidence, journeys, transactions, pops, delays = (
+    _store_table(t, functools.partial(T.message_story_tables, t), f"The `{t}` rows (`rmqdump journey --all`, `tx`, `pop`, `delay`) of each store: one task per store.")
+    for t in T.JOURNEY_TABLES + T.LIFECYCLE_TABLES
+)
 
 
 TABLES: dict[str, Callable] = {

@@ -123,15 +123,6 @@ class SparkMap:
             ex.shutdown(wait=True, cancel_futures=True)
 
 
-@contextmanager
-def spark_map(master: str, conf: list[str] | None = None, *, ship: str = "auto") -> Iterator[SparkMap]:
-    """For a command's --engine spark: a session for the command, its ranges mapped as Spark tasks, the session stopped."""
-    from rmqdump.engines.spark.session import session
-
-    with session(master, conf, ship=ship) as spark:
-        yield SparkMap(spark)
-
-
 def _task(fn: Callable[[T], R]) -> Callable[[Iterator[T]], list[R]]:
     """A partition's items, mapped (one item per partition)."""
 

@@ -359,19 +359,3 @@ def rebuild_spark(
 
     return R.rebuild(store, out, settings, options, build=build)
 
-
-def run_rebuild(
-    store: str,
-    out: str,
-    settings: StoreSettings,
-    options: R.RebuildOptions | None = None,
-    master: str = "local[*]",
-    conf: list[str] | None = None,
-    *,
-    ship: str = "auto",
-):
-    """For `rmqdump rebuild --engine spark`: a session for the command, the rebuild, the session stopped."""
-    from rmqdump.engines.spark.session import session
-
-    with session(master, conf, ship=ship) as spark:
-        return rebuild_spark(spark, store, out, settings, options)

@@ -34,12 +34,11 @@ from rmqdump.checks.cqverify import VerifyScope, VerifySummary, cq_locator, veri
 from rmqdump.checks.repairholes import RepairHoles
 from rmqdump.common.problems import Problem
 from rmqdump.engines.spark.rangemap import SparkMap, arrow_stage, folds_on_driver, frame, persisted, ranges_stage, spark_schema
-from rmqdump.readers.consumequeue import UNIT_SIZE, ConsumeQueue
+from rmqdump.readers.consumequeue import ConsumeQueue, unit_path
 from rmqdump.readers.store import Store
 from rmqdump.scan.dispatch import DelayLevels, DispatchColumns
 from rmqdump.scan.ranges import ScanOptions, scan_range
 from rmqdump.scan.splits import RANGE_BYTES, Split, commitlog_splits
-from rmqdump.schemas import constants as C
 
 RECORDS = pa.schema(
     [
@@ -142,10 +141,7 @@ class _Plan:
 
 
 def _expected_path(plan: _Plan, t: str, qid: int, index: int, cq: ConsumeQueue | None) -> str:
-    if cq is not None:
-        return cq.expected_path(index)
-    fs = plan.file_size or C.DEFAULT_CQ_UNITS_PER_FILE * UNIT_SIZE
-    return os.path.join(plan.root, "consumequeue", t, str(qid), f"{index * UNIT_SIZE // fs * fs:020d}")
+    return cq.expected_path(index) if cq is not None else unit_path(os.path.join(plan.root, "consumequeue", t, str(qid)), plan.file_size, index)
 
 
 def _group_fn(plan: _Plan):
@@ -281,12 +277,3 @@ def verify_spark(spark, store: Store, scope: VerifyScope, *, summary: VerifySumm
         s.count(p)
     return out
 
-
-def run_verify(
-    store: Store, master: str = "local[*]", conf: list[str] | None = None, *, ship: str = "auto", summary: VerifySummary | None = None, **kw
-) -> list[Problem]:
-    """For `rmqdump cq verify --engine spark`: a session for the command, the findings, the session stopped."""
-    from rmqdump.engines.spark.session import session
-
-    with session(master, conf, ship=ship) as spark:
-        return verify_spark(spark, store, VerifyScope(**kw), summary=summary)

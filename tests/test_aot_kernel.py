@@ -40,9 +40,9 @@ def _probe(env: dict, *args: str) -> dict:
     code = (
         "import sys, json; from typer.testing import CliRunner; from rmqdump.cli.app import app;"
         f"r = CliRunner().invoke(app, {list(map(str, args))!r});"
-        "from rmqdump.scan.aot import load_kernel;"
+        "from rmqdump.scan.aot import SCAN, load;"
         "print(json.dumps({'code': r.exit_code, 'out': r.stdout, 'numba': 'numba' in sys.modules,"
-        " 'kernel': load_kernel().__name__}))"
+        " 'kernel': load(SCAN).__name__}))"
     )
     p = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-2000:]
@@ -83,7 +83,7 @@ def test_a_later_run_loads_the_built_kernel_without_numba(built):
 
 
 def _load(cache: Path):
-    """The built module, loaded in this process as native.load_kernel loads it."""
+    """The built module, loaded in this process as aot.load loads it."""
     code = "from rmqdump.scan import aot; print(aot.load(aot.SCAN).__file__)"
     p = subprocess.run([sys.executable, "-c", code], env=_env(cache), cwd=ROOT, capture_output=True, text=True, check=True)
     path = p.stdout.strip()

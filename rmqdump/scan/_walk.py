@@ -32,7 +32,7 @@ from rmqdump.readers.fastpath import gather, numpy_dtype, struct_format
 from rmqdump.readers.mapped import MappedFile
 from rmqdump.readers.message import Message, decode_properties, format_host, offset_msg_id
 from rmqdump.scan import layout as K
-from rmqdump.scan.aot import load_kernel
+from rmqdump.scan.aot import SCAN, load
 from rmqdump.scan.damage import diagnose
 from rmqdump.scan.resync import resync
 from rmqdump.schemas import HostV4, HostV6, OffsetMsgIdV4, message_header
@@ -379,8 +379,8 @@ def _diagnose_single(seg: SegmentFile, mf: MappedFile, p: int):
 
 
 def kernel():
-    """The compiled kernel (rmqdump.scan.aot.load_kernel: ahead of time, else JIT): commands that scan nothing never load it."""
-    return load_kernel()
+    """The compiled kernel (rmqdump.scan.aot.load: ahead of time, else JIT): commands that scan nothing never load it."""
+    return load(SCAN)
 
 
 def scan_commitlog(cl: CommitLog, *, from_offset: int | None = None, to_offset: int | None = None, check_crc: bool = True) -> Iterator[Batch]:

@@ -85,7 +85,7 @@ def _scan_signatures() -> dict:
 
 
 SCAN = KernelSet("rmqdump_scan_kernel", "rmqdump.scan.kernel", ("scan/kernel.py", "scan/layout.py", "scan/aot.py"), True, _scan_signatures)
-MODULE = SCAN.module  # the scan kernel's module name, as the tests and load_kernel().__name__ know it
+MODULE = SCAN.module  # the scan kernel's module name, as the tests and load(SCAN).__name__ know it
 
 
 def key(kernels: KernelSet) -> int:
@@ -114,21 +114,11 @@ def _cpu() -> str:
 
 def aot_dir(kernels: KernelSet = SCAN) -> str:
     """Where the background build of a kernel set keeps it in the user's cache (numpy's version too: the module is
-    built against this numpy)."""
+    built against this numpy; not numba's, which the built module does not use)."""
     import numpy
 
-    h = hashlib.sha1(repr((key(kernels), numpy.__version__, _numba_version())).encode()).hexdigest()[:16]
+    h = hashlib.sha1(repr((key(kernels), numpy.__version__)).encode()).hexdigest()[:16]
     return os.path.join(cache_dir(crc_library()[0]), f"aot-{kernels.module}-{h}")
-
-
-def _numba_version() -> str:
-    """numba's version from its version file, not the package: importing numba is what this module avoids."""
-    spec = importlib.util.find_spec("numba")
-    try:
-        with open(os.path.join(os.path.dirname(spec.origin), "_version.py"), encoding="utf-8") as f:
-            return f.read()
-    except (OSError, AttributeError, TypeError):
-        return ""
 
 
 def compile_to(kernels: KernelSet, path: str) -> None:
@@ -267,11 +257,6 @@ def load(kernels: KernelSet):
         with contextlib.suppress(OSError):
             _start_build(kernels, configure())
     return jit
-
-
-def load_kernel():
-    """The scan kernel's entry points (scan, index_put, join_offsets, properties_columns, pack_bytes, holds_zero)."""
-    return load(SCAN)
 
 
 def main(argv: list[str]) -> int:

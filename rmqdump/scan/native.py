@@ -8,7 +8,7 @@ layout's fingerprint and the CRC backend. The backend is chosen once per process
 (`crc_library()`): libdeflate, else the system's zlib, else the kernel's table
 code (`RMQDUMP_KERNEL_CRC=zlib|table` chooses a slower one).
 
-The scan kernel itself is loaded by rmqdump.scan.aot.load_kernel(): the
+The scan kernel itself is loaded by rmqdump.scan.aot.load(SCAN): the
 copy compiled ahead of time when this install has built it, else the JIT one.
 """
 

@@ -42,6 +42,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from types import ModuleType
 
 from rmqdump.scan.native import COMPILE_NOTICES, cache_dir, configure, crc_library
 
@@ -52,19 +53,20 @@ AOT_LOCK_STALE = 15 * 60  # a build lock older than this was left by a build tha
 
 @dataclass(frozen=True)
 class KernelSet:
-    """One set of kernels compiled together: the extension module's name, the JIT module it is compiled from, the
-    package files whose bytes it depends on, whether it calls the CRC library, its entry points' signatures."""
+    """One set of kernels compiled together: the extension module's name, the package files whose bytes it depends
+    on (the JIT module's own first), whether it calls the CRC library, its entry points' signatures, and the JIT
+    module it is compiled from (imported by `jit()`)."""
 
     module: str
-    jit: str
     sources: tuple[str, ...]
     crc: bool
     signatures: Callable[[], dict]
+    jit: Callable[[], ModuleType]
 
     @property
     def installed(self) -> str:
         """Where the package's build puts the module: beside the JIT module, under the module's own name."""
-        return os.path.join(PACKAGE, *self.jit.split(".")[1:-1], self.module + SUFFIX)
+        return os.path.join(PACKAGE, os.path.dirname(self.sources[0]), self.module + SUFFIX)
 
 
 def _scan_signatures() -> dict:
@@ -84,7 +86,13 @@ def _scan_signatures() -> dict:
     }
 
 
-SCAN = KernelSet("rmqdump_scan_kernel", "rmqdump.scan.kernel", ("scan/kernel.py", "scan/layout.py", "scan/aot.py"), True, _scan_signatures)
+def _scan_jit() -> ModuleType:
+    from rmqdump.scan import kernel
+
+    return kernel
+
+
+SCAN = KernelSet("rmqdump_scan_kernel", ("scan/kernel.py", "scan/layout.py", "scan/aot.py"), True, _scan_signatures, _scan_jit)
 MODULE = SCAN.module  # the scan kernel's module name, as the tests and load(SCAN).__name__ know it
 
 
@@ -127,7 +135,7 @@ def compile_to(kernels: KernelSet, path: str) -> None:
     from numba.pycc import CC
 
     configure()
-    jit = importlib.import_module(kernels.jit)
+    jit = kernels.jit()
     parent = os.path.dirname(os.path.abspath(path))
     os.makedirs(parent, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix=".aot-", dir=parent)
@@ -220,7 +228,7 @@ def _start_build(kernels: KernelSet, jit_cache: str) -> None:
 def _jit_cached(kernels: KernelSet, jit_cache: str) -> bool:
     """Whether numba's cache holds the set's JIT functions (numba keeps a source file's functions in a directory named
     after the file's folder, as FOLDER_HASH/STEM.FUNCTION-LINE...)."""
-    folder, stem = kernels.jit.split(".")[-2] + "_", kernels.jit.rsplit(".", 1)[-1] + "."
+    folder, stem = os.path.dirname(kernels.sources[0]) + "_", os.path.basename(kernels.sources[0]).removesuffix("py")
     with contextlib.suppress(OSError):
         for d in os.listdir(jit_cache):
             if d.startswith(folder) and any(n.startswith(stem) for n in os.listdir(os.path.join(jit_cache, d))):
@@ -232,10 +240,10 @@ def _jit_cached(kernels: KernelSet, jit_cache: str) -> bool:
 _HOMES = {"rmqdump_scan_kernel": "rmqdump.scan.aot:SCAN", "rmqdump_text_kernel": "rmqdump.text.batches:TEXT"}
 
 @functools.cache
-def _jit(module: str):
-    """A JIT kernel module, numba set up first (its cache directory, the CRC library, the compile notice)."""
+def _jit(kernels: KernelSet) -> ModuleType:
+    """A set's JIT kernel module, numba set up first (its cache directory, the CRC library, the compile notice)."""
     configure()
-    return importlib.import_module(module)
+    return kernels.jit()
 
 
 @functools.cache
@@ -252,7 +260,7 @@ def load(kernels: KernelSet):
             module, aot = None, False
         if module is not None:
             return module
-    jit = _jit(kernels.jit)
+    jit = _jit(kernels)
     if aot:
         with contextlib.suppress(OSError):
             _start_build(kernels, configure())

@@ -8,6 +8,7 @@ exactly as `json.dumps` of `Message.to_dict()` (and the table's cells) would.
 from __future__ import annotations
 
 import json
+from types import ModuleType
 
 import numpy as np
 
@@ -62,7 +63,13 @@ def _signatures() -> dict:
     }
 
 
-TEXT = KernelSet("rmqdump_text_kernel", "rmqdump.text.kernel", ("text/kernel.py", "text/spelling.py", "scan/aot.py"), False, _signatures)
+def _jit() -> ModuleType:
+    from rmqdump.text import kernel
+
+    return kernel
+
+
+TEXT = KernelSet("rmqdump_text_kernel", ("text/kernel.py", "text/spelling.py", "scan/aot.py"), False, _signatures, _jit)
 
 
 def kernels():

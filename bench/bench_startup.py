@@ -57,7 +57,8 @@ def timed(args: list[str], cache: str, aot: bool = True, package: Path | None = 
     env.pop("NUMBA_CACHE_DIR", None)
     if package is not None:
         env["PYTHONPATH"] = str(package)
-    r = subprocess.run(["/usr/bin/time", "-f", "@@ %e %M %U %S", RMQDUMP, *args], env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    # run outside the checkout: a background build the baseline starts (`python -m`) imports its own tree, not this one
+    r = subprocess.run(["/usr/bin/time", "-f", "@@ %e %M %U %S", RMQDUMP, *args], env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL, cwd=tempfile.gettempdir())
     lines = r.stderr.splitlines()
     wall, rss, user, system = lines[-1].split()[1:]
     return float(wall), int(rss), "\n".join(lines[:-1]), float(user) + float(system)

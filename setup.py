@@ -16,7 +16,7 @@ from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-KERNELS = {"rmqdump.scan.rmqdump_scan_kernel": ("rmqdump.scan.aot", "SCAN"), "rmqdump.text.rmqdump_text_kernel": ("rmqdump.text.batches", "TEXT")}
+KERNELS = {"rmqdump.scan.rmqdump_scan_kernel": "rmqdump.scan.aot:SCAN", "rmqdump.text.rmqdump_text_kernel": "rmqdump.text.batches:TEXT"}
 
 
 def _source_package() -> None:
@@ -33,10 +33,10 @@ class BuildKernels(build_ext):
 
     def build_extension(self, ext):
         _source_package()
-        where, name = KERNELS[ext.name]
-        kernels = getattr(importlib.import_module(where), name)
+        aot = importlib.import_module("rmqdump.scan.aot")
+        kernels = aot.declared(KERNELS[ext.name])
         try:
-            importlib.import_module("rmqdump.scan.aot").compile_to(kernels, self.get_ext_fullpath(ext.name))
+            aot.compile_to(kernels, self.get_ext_fullpath(ext.name))
         except Exception as e:  # no C compiler, say: the commands compile on their first run instead
             print(f"rmqdump: {kernels.module} not compiled at install ({type(e).__name__}: {e}); the first run compiles it", file=sys.stderr)
 

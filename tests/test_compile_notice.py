@@ -119,5 +119,10 @@ def test_an_install_that_built_the_kernels_compiles_nothing_on_its_first_run(tmp
         assert r.stdout == jit.stdout, args
         if args[-1] == "jsonl" and args[0] == "commitlog":
             assert sorted(row["phys_offset"] for row in jsonl(r.stdout) if row["kind"] == "message") == want
+        if args[0] == "cq":  # the summary counts every message the broker put, each in its ConsumeQueue
+            assert jsonl(r.stdout)[-1]["messages"] == len(want)
+        if args[0] == "info":  # where the scan found the data's end: after the broker's last record
+            clog = next(row for row in jsonl(r.stdout) if row["kind"] == "commitlog")
+            assert clog["data_end"] == max(m["wroteOffset"] + m["wroteBytes"] for m in manifest("rmq4-flags"))
         if args[-1] == "csv":
             assert sorted(int(row["phys_offset"]) for row in csv.DictReader(io.StringIO(r.stdout)) if row["kind"] == "message") == want

@@ -54,14 +54,16 @@ AOT_LOCK_STALE = 15 * 60  # a build lock older than this was left by a build tha
 @dataclass(frozen=True)
 class KernelSet:
     """One set of kernels compiled together: the extension module's name, the package files whose bytes it depends
-    on (the JIT module's own first), whether it calls the CRC library, its entry points' signatures, and the JIT
-    module it is compiled from (imported by `jit()`)."""
+    on (the JIT module's own first), whether it calls the CRC library, its entry points' signatures, the JIT
+    module it is compiled from (imported by `jit()`), and where it is declared ("module:attribute", for a build in
+    another process)."""
 
     module: str
     sources: tuple[str, ...]
     crc: bool
     signatures: Callable[[], dict]
     jit: Callable[[], ModuleType]
+    home: str
 
     @property
     def installed(self) -> str:
@@ -92,7 +94,7 @@ def _scan_jit() -> ModuleType:
     return kernel
 
 
-SCAN = KernelSet("rmqdump_scan_kernel", ("scan/kernel.py", "scan/layout.py", "scan/aot.py"), True, _scan_signatures, _scan_jit)
+SCAN = KernelSet("rmqdump_scan_kernel", ("scan/kernel.py", "scan/layout.py", "scan/aot.py"), True, _scan_signatures, _scan_jit, "rmqdump.scan.aot:SCAN")
 MODULE = SCAN.module  # the scan kernel's module name, as the tests and load(SCAN).__name__ know it
 
 
@@ -210,10 +212,9 @@ def _start_build(kernels: KernelSet, jit_cache: str) -> None:
     except OSError:  # being built, or a cache directory this user cannot write: the JIT kernel serves
         return
     os.close(fd)
-    home = _HOMES[kernels.module]
     try:
         subprocess.Popen(
-            [sys.executable, "-m", "rmqdump.scan.aot", target, lock, home],
+            [sys.executable, "-m", "rmqdump.scan.aot", target, lock, kernels.home],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             start_new_session=True, close_fds=True,
         )
@@ -236,8 +237,11 @@ def _jit_cached(kernels: KernelSet, jit_cache: str) -> bool:
     return False
 
 
-# Where each kernel set is declared, for the background build's process: "module:attribute".
-_HOMES = {"rmqdump_scan_kernel": "rmqdump.scan.aot:SCAN", "rmqdump_text_kernel": "rmqdump.text.batches:TEXT"}
+def declared(home: str) -> KernelSet:
+    """The kernel set declared at `home` ("module:attribute")."""
+    where, name = home.split(":")
+    return getattr(importlib.import_module(where), name)
+
 
 @functools.cache
 def _jit(kernels: KernelSet) -> ModuleType:
@@ -269,12 +273,11 @@ def load(kernels: KernelSet):
 
 def main(argv: list[str]) -> int:
     """The background build: lowest priority, its lock removed whatever happens."""
-    target, lock, home = argv
+    target, lock = argv[0], argv[1] if len(argv) > 1 else None
     with contextlib.suppress(OSError):
         os.nice(19)
     try:
-        where, name = home.split(":")
-        kernels = getattr(importlib.import_module(where), name)
+        kernels = declared(argv[2])
         tmp = tempfile.mkdtemp(prefix=".aot-", dir=os.path.dirname(target))
         try:
             compile_to(kernels, os.path.join(tmp, kernels.module + SUFFIX))
@@ -287,8 +290,9 @@ def main(argv: list[str]) -> int:
             f.write(f"{type(e).__name__}: {e}\n")
         return 1
     finally:
-        with contextlib.suppress(OSError):
-            os.unlink(lock)
+        if lock:
+            with contextlib.suppress(OSError):
+                os.unlink(lock)
 
 
 if __name__ == "__main__":

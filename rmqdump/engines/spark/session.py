@@ -59,6 +59,7 @@ NO_PACKER = "env_packer_missing"
 PACK_FAILED = "env_pack_failed"
 EXECUTOR_MODULE_MISSING = "executor_module_missing"
 EXECUTOR_PYTHON_FAILED = "executor_python_failed"
+SPARK_START_FAILED = "spark_start_failed"
 
 _shipped: set[int] = set()
 
@@ -295,6 +296,8 @@ def build_session(
     owned = SparkSession.getActiveSession() is None
     if not owned:
         warnings.warn("a SparkSession is already running in this process: it is reused, --master and --spark-conf are not applied", stacklevel=2)
+    if owned:
+        _start_quietly(master, app_name, settings)
     b = SparkSession.builder.master(master).appName(app_name)
     for k, v in settings.items():
         b = b.config(k, v)
@@ -317,6 +320,46 @@ def build_session(
             spark.stop()
         raise
     return spark
+
+
+def _start_quietly(master: str, app_name: str, settings: dict[str, str]) -> None:
+    """Start the driver's JVM with its stderr in a log file, not the terminal (when no JVM runs in this process yet).
+
+    The JVM's start-up lines (log4j's profile, the loopback-address and native-hadoop
+    WARNs, the JDK's incubator notice) come before any log level can be set, and
+    every later driver log line would follow them: none of it is rmqdump's
+    output. Job failures still reach the command as Py4J errors; a JVM that does
+    not start is one line, taken from that log, which is then kept. Otherwise the log
+    is removed at exit, unless RMQDUMP_SPARK_LOG names where to keep it.
+    """
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    if SparkContext._active_spark_context is not None or SparkContext._gateway is not None:
+        return
+    path = os.environ.get("RMQDUMP_SPARK_LOG")
+    kept = bool(path)
+    if not path:
+        fd, path = tempfile.mkstemp(prefix="rmqdump-spark-", suffix=".log")
+        os.close(fd)
+    conf = SparkConf().setMaster(master).setAppName(app_name).setAll(list(settings.items()))
+    with open(path, "ab") as log:
+        try:
+            gateway = launch_gateway(conf, popen_kwargs={"stderr": log})
+        except Exception as e:  # the log stays: the message names it
+            raise InputError(SPARK_START_FAILED, path, f"the Spark driver's JVM did not start: {_last_log_line(path) or e}") from None
+    if not kept:
+        atexit.register(_remove, path)
+    SparkContext(conf=conf, gateway=gateway)
+
+
+def _last_log_line(path: str) -> str:
+    """The log's last line that says something (an error, else the last one)."""
+    with suppress(OSError), open(path, errors="replace") as f:
+        lines = [x.strip() for x in f if x.strip()]
+        errors = [x for x in lines if "Error" in x or "error" in x or "ERROR" in x]
+        return (errors or lines or [""])[-1]
+    return ""
 
 
 @contextmanager

@@ -127,7 +127,7 @@ def test_every_entry_point_gives_the_jit_kernels_answer_on_every_fixture_file(bu
                     for k in (aot, jit):
                         out = np.zeros((len(L.COLUMNS), 4096), np.int64)
                         keys = np.zeros((len(L.KEY_COLUMNS), 4096 * 4), np.int64)
-                        n, nk, q, code, reps = k.scan(mf.data, mf.size, p, mf.size, True, out, keys, f.frame, f.base)
+                        n, nk, q, code, reps = k.scan(mf.data, mf.size, p, mf.size, True, True, out, keys, f.frame, f.base)
                         res.append((n, nk, q, code, reps.tolist(), out[:, :n].copy(), keys[:, :nk].copy()))
                     a, b = res
                     assert a[:5] == b[:5], (f.path, p)

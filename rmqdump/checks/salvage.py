@@ -213,7 +213,7 @@ def survey_range(split: Split) -> tuple[dict[str, np.ndarray], list[str], list[P
     names: dict[str, int] = {}
     damage: list[Problem] = []
     chain = _Chain()
-    for b in range_batches(split, batch_records=BATCH_RECORDS):
+    for b in range_batches(split, keys=False, batch_records=BATCH_RECORDS):
         chain.add(b)
         n = len(b)
         if n:

@@ -119,7 +119,7 @@ def split_batches(
         if len(result.problems) < MAX_PROBLEMS:
             result.problems.append(p.to_dict(broker=split.broker))
 
-    for b in range_batches(dataclasses.replace(split, check_crc=check_crc), batch_records=EXPORT_BATCH_RECORDS):
+    for b in range_batches(dataclasses.replace(split, check_crc=check_crc), keys=False, batch_records=EXPORT_BATCH_RECORDS):
         for p in b.flagged():  # problems of records still decoded, before them; what ended the batch, after
             note(p)
         if len(b):

@@ -85,7 +85,7 @@ def range_items(split: Split, flt: Filter, tally: Tally) -> Iterator[Records | B
     batch, its records the column filters keep, then what ended it (end-of-file markers, counted in `tally.blanks`
     and left out when `flt.selective`; damage). A consumer that stops at its limit after the records has counted no
     marker past them."""
-    for b in range_batches(split):
+    for b in range_batches(split, keys=False):
         if len(b):
             yield Records(b, np.flatnonzero(flt.mask(b)))
         for e in b.events:

@@ -299,11 +299,11 @@ class _Kernel:
             self.pool.append(out)
         return out
 
-    def run(self, seg: SegmentFile, mf: MappedFile, pos: int, end: int, check_crc: bool) -> tuple[Batch, int, int]:
-        """One batch of records from `pos`, where the walk stopped, and why (a kernel stop code)."""
+    def run(self, seg: SegmentFile, mf: MappedFile, pos: int, end: int, check_crc: bool, keys: bool = True) -> tuple[Batch, int, int]:
+        """One batch of records from `pos`, where the walk stopped, and why (a kernel stop code); the index keys' columns only with `keys`."""
         out = self._out()
         while True:
-            n, nk, p, code, reps = self.jit.scan(mf.data, mf.size, pos, end, check_crc, out, self.keys, seg.frame, seg.base)
+            n, nk, p, code, reps = self.jit.scan(mf.data, mf.size, pos, end, check_crc, keys, out, self.keys, seg.frame, seg.base)
             if code == K.FULL and n == 0:  # one record with more keys than room: make room
                 self.keys = np.empty((self.keys.shape[0], self.keys.shape[1] * 2), dtype=np.int64)
                 continue
@@ -315,7 +315,7 @@ class _Kernel:
             prop_crc = out[K.COL["prop_crc"], :n].astype(np.int8)
         found = {name: out[K.COL[name], :n] for name in _DISPATCH}
         found["topic_first"] = reps
-        for name in K.KEY_COLUMNS:  # copied: the key room is reused from batch to batch
+        for name in K.KEY_COLUMNS if keys else ():  # copied: the key room is reused from batch to batch
             found["key_" + name] = self.keys[K.KCOL[name], :nk].copy()
         batch = Batch(seg, mf, cols, crc_ok, prop_crc, [], _record_problems(seg, cols, crc_ok, prop_crc), found)
         if seg.frame:
@@ -324,9 +324,11 @@ class _Kernel:
 
 
 def scan_file(
-    seg: SegmentFile, mf: MappedFile, *, start: int = 0, end: int | None = None, check_crc: bool = True, batch_records: int = BATCH_RECORDS
+    seg: SegmentFile, mf: MappedFile, *, start: int = 0, end: int | None = None, check_crc: bool = True, keys: bool = True, batch_records: int = BATCH_RECORDS
 ) -> Iterator[Batch]:
     """Records that start in [start, end) of one file; past `end` only to finish the last one.
+
+    keys=False: the batches carry no index key columns (the kernel does not hash them).
 
     A start other than 0 is resynced by the proof rule, so byte ranges of one
     file can be scanned independently and together give each record once.
@@ -338,7 +340,7 @@ def scan_file(
     kern = None
     while pos is not None and pos < end:
         kern = kern or _Kernel(batch_records)
-        batch, p, code = kern.run(seg, mf, pos, end, check_crc)
+        batch, p, code = kern.run(seg, mf, pos, end, check_crc, keys)
         if code == K.END:
             if p < size and resync(seg, mf, end) != p:
                 # The last record crossed into the next range and is followed by something the

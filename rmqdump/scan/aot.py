@@ -79,7 +79,7 @@ def _scan_signatures() -> dict:
     i1, i2, i32, u8, b1 = T.int64[::1], T.int64[:, ::1], T.int32[::1], T.uint8[::1], T.boolean[::1]
     props = T.Tuple((i32, i32, u8, i32, u8, i32, u8, u8, i32, u8, u8, i32, i32, u8, T.int64))
     return {
-        "scan": T.Tuple((T.int64, T.int64, T.int64, T.int64, i1))(data, T.int64, T.int64, T.int64, T.boolean, i2, i2, T.int64, T.int64),
+        "scan": T.Tuple((T.int64, T.int64, T.int64, T.int64, i1))(data, T.int64, T.int64, T.int64, T.boolean, T.boolean, i2, i2, T.int64, T.int64),
         "index_put": T.int64(i32, i32, T.int64, i32),
         "join_offsets": b1(i1, i1, i1),
         "properties_columns": props(data, i1, i1),

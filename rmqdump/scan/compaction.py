@@ -67,7 +67,7 @@ def originals(cl: CommitLog, topics: set[str], *, on_bytes=None, mapper: Mapper 
 def _range_originals(split: Split, topics: frozenset[str], lengths: np.ndarray) -> list[tuple[str, int, Original]]:
     """(topic, queue id, original) of the records of these topics that start in one range, in offset order."""
     found = []
-    for b in range_batches(split):
+    for b in range_batches(split, keys=False):
         c = b.cols
         for i in np.flatnonzero(np.isin(c["topic_length"], lengths)).tolist():
             t = b.topic(i)

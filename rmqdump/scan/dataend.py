@@ -36,7 +36,7 @@ def data_end_of(cl: CommitLog, on_bytes: Callable[[int], None] | None = None) ->
             continue
         with MappedFile(seg.path, limit=cl.file_size) as mf:  # past the configured size is no data (as the scan)
             end, done = None, 0
-            for b in scan_file(seg, mf, start=0, check_crc=False):
+            for b in scan_file(seg, mf, start=0, check_crc=False, keys=False):
                 if len(b):
                     end = seg.base + int(b.cols["_end"][-1])
                     if on_bytes is not None and end - seg.base > done:

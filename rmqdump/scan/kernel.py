@@ -226,10 +226,11 @@ def _hash(data, a, b):
 
 
 @njit(cache=True, nogil=True)
-def scan(data, size, start, end, check_crc, out, keys, frame=0, base=0):
+def scan(data, size, start, end, check_crc, want_keys, out, keys, frame=0, base=0):
     """Records starting in [start, end) of a file of `size` bytes, from `start` (a record start).
 
-    Fills out[column, record] and keys[column, key]; returns (records, keys,
+    Fills out[column, record] and, when `want_keys`, keys[column, key] (a pass that builds or checks
+    no index skips hashing them); returns (records, keys,
     stop position, stop code, topic table: first record of each topic id).
     `frame` > 0: each record is preceded by a DLedger entry header of that many
     bytes (file offset `base`): its magic, pos (= base + its position) and sizes
@@ -343,13 +344,13 @@ def scan(data, size, start, end, check_crc, out, keys, frame=0, base=0):
         # index keys: UNIQ_KEY, then each non-empty KEYS token (the caller drops a rolled back transaction's)
         k0 = nk
         room = True
-        if ua >= 0:
+        if ua >= 0 and want_keys:
             if nk < kcap:
                 _put_key(keys, nk, n, data, ua, ub, 1)
                 nk += 1
             else:
                 room = False
-        if ka >= 0 and room:
+        if ka >= 0 and room and want_keys:
             a = ka
             while a <= kb and room:
                 b = a

@@ -86,8 +86,9 @@ def _in_order(ranges: list[Split], results: Iterator[R], progress: Callable[[int
             progress(sp.length)
 
 
-def range_batches(split: Split, *, batch_records: int | None = None) -> Iterator[Batch]:
-    """The scan kernel's batches of the records starting in the range (CRCs checked as `split.check_crc` says).
+def range_batches(split: Split, *, keys: bool = True, batch_records: int | None = None) -> Iterator[Batch]:
+    """The scan kernel's batches of the records starting in the range (CRCs checked as `split.check_crc` says;
+    index key columns only with `keys`).
 
     The file is mapped only up to `split.size`, the planner's data size of the
     file: bytes past the CommitLog's configured file size are a layout
@@ -96,7 +97,7 @@ def range_batches(split: Split, *, batch_records: int | None = None) -> Iterator
     seg = SegmentFile(split.path, split.base, split.size)
     kw = {} if batch_records is None else {"batch_records": batch_records}
     with MappedFile(split.path, limit=split.size) as mf:
-        yield from scan_file(seg, mf, start=split.start, end=split.end, check_crc=split.check_crc, **kw)
+        yield from scan_file(seg, mf, start=split.start, end=split.end, check_crc=split.check_crc, keys=keys, **kw)
 
 
 @dataclass(frozen=True)
@@ -146,7 +147,7 @@ def scan_range(split: Split, options: ScanOptions = ScanOptions()) -> RangeScan:
     blanks: list = []
     records = 0
     last_ts = None
-    for b in range_batches(split):
+    for b in range_batches(split, keys=options.keys):
         f, d = b.flagged(), b.damage()
         problems += f + d
         flagged += f

@@ -329,7 +329,7 @@ def split_messages(split: Split, columns: list[str], served: ServedView | None =
     """One byte range's messages with `columns` (the unit of work of both engines); CRCs only when a CRC column is
     named; `served`: the store's compacted queues, for the compaction columns (compaction_views)."""
     split = dataclasses.replace(split, check_crc="crc_ok" in columns or "prop_crc_ok" in columns)
-    for b in range_batches(split):
+    for b in range_batches(split, keys=False):
         rbs = list(arrowbatch.record_batches(b, split.broker, with_body="body" in columns, columns=columns, served=served))
         if len(b):  # the rows are in Arrow (copies): the batch's pages of the map can go before the next batch
             b.mf.release(int(b.cols["_pos"][0]), int(b.cols["_end"][-1]))

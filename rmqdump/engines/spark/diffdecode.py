@@ -37,7 +37,7 @@ def _task(folder: str):
     def run(no: int, split: Split):
         count, end, problems = 0, 0, []
         with pq.ParquetWriter(os.path.join(folder, f"part-{no:06d}.parquet"), out_schema, compression="lz4") as w:
-            for b in range_batches(split):
+            for b in range_batches(split, keys=False):
                 problems += [p.to_dict() for p in b.problems()]
                 if not len(b):
                     continue

@@ -83,7 +83,7 @@ assert len(MATRIX_STORES) >= 24, MATRIX_STORES  # every store of fixtures/real: 
 
 @pytest.fixture(scope="module")
 def roots(tmp_path_factory) -> dict[str, str]:
-    return {name: _root(name, tmp_path_factory) for name in {*MATRIX_STORES, *WRITERS}}
+    return {name: _root(name, tmp_path_factory) for name in MATRIX_STORES}
 
 
 def _lines(stdout: str, ordered: bool) -> list[str]:
@@ -111,24 +111,35 @@ def test_same_output_with_one_thread_two_and_spark(spark, roots, name, label):
 
 
 # Commands that write files: the same files with the same contents (rows of part files compared as one sorted set,
-# since Spark names and cuts its part files its own way), on a 4.x store, a damaged 5.x store and an HA pair.
-WRITERS = ["rmq4-flags", "rmq53-damaged-midfile-magic"]
+# since Spark names and cuts its part files its own way), on every store. rebuild, salvage and repair take one store;
+# export, sql and report take the whole set at once, as a fleet (one job per engine, every store a broker).
+STORE_WRITERS = ["rebuild", "salvage", "repair"]
+FLEET_WRITERS = ["export", "sql", "report"]
 
 
-# the index settings a store's README gives where its one index file's size does not tell them
-INDEX_SETTINGS = {"rmq53-damaged-midfile-magic": ["--hash-slots", "500", "--index-entries", "2000"]}
+def _index_settings(name: str) -> list[str]:
+    """The index settings the store's README gives (its broker's maxHashSlotNum and maxIndexNum): a store with one
+    index file whose size alone does not give them is rebuilt with what its broker used."""
+    text = (REAL / name.partition("/")[0] / "README.txt").read_text()
+    slots, entries = (re.search(rf"{k}\s*[=:]?\s*(\d+)", text) for k in ("maxHashSlotNum", "maxIndexNum"))
+    return ["--hash-slots", slots[1], "--index-entries", entries[1]] if slots and entries else []
 
 
-def _writer_commands(name: str, root: str, out: str) -> dict[str, list[str]]:
-    index = INDEX_SETTINGS.get(name, [])
+def _store_writer(label: str, name: str, root: str, out: str) -> list[str]:
     return {
-        "rebuild": ["rebuild", root, "-o", f"{out}/rebuilt", "-f", "jsonl", *index],
-        "export": ["export", "-s", root, "-o", f"{out}/export", "-f", "jsonl"],
+        "rebuild": ["rebuild", root, "-o", f"{out}/rebuilt", "-f", "jsonl", *_index_settings(name)],
         "salvage": ["salvage", root, "-o", f"{out}/salvage", "-f", "jsonl"],
-        "repair": ["repair", root, "-o", f"{out}/repaired", "-f", "jsonl", *index],
-        "sql": ["sql", "-s", root, "select topic, queue_id, count(*) n, sum(body_length) b from messages group by 1, 2 order by 1, 2", "-f", "jsonl"],
-        "report": ["report", "-s", root, "-o", f"{out}/page.html"],
-    }
+        "repair": ["repair", root, "-o", f"{out}/repaired", "-f", "jsonl", *_index_settings(name)],
+    }[label]
+
+
+def _fleet_writer(label: str, roots: dict[str, str], out: str) -> list[str]:
+    stores = [a for name in MATRIX_STORES for a in ("-s", f"{name.replace('/', '-')}={roots[name]}")]
+    return {
+        "export": ["export", *stores, "-o", f"{out}/export", "-f", "jsonl"],
+        "sql": ["sql", *stores, "select broker, topic, queue_id, count(*) n, sum(body_length) b from messages group by 1, 2, 3 order by 1, 2, 3", "-f", "jsonl"],
+        "report": ["report", *stores, "-o", f"{out}/page.html"],
+    }[label]
 
 
 _VOLATILE = re.compile(r"(^|_)(seconds|per_second|workers|engine|partitions|master|timings)$")
@@ -175,20 +186,41 @@ def _contents(out: Path) -> dict[str, object]:
     return found
 
 
-@pytest.mark.parametrize("label", ["rebuild", "export", "salvage", "repair", "sql", "report"])
-@pytest.mark.parametrize("name", WRITERS)
-def test_writing_commands_write_the_same_with_one_thread_two_and_spark(spark, roots, tmp_path, name, label):
+# What a command refuses by design, on every engine alike: (store, command) -> the one-line error's code.
+REFUSED = {("rmq53-dledger", "repair"): "repair_dledger_unsupported"}
+
+
+def _same_writes(tmp_path: Path, label: str, args_for, refused: str | None = None) -> None:
+    """The command run by each engine into its own directory: the same exit, the same rows, the same files (or, where
+    it refuses the store, the same one-line refusal and nothing written)."""
     got = {}
     for engine, opts in ENGINES.items():
         out = tmp_path / engine
         out.mkdir()
-        args = _writer_commands(name, roots[name], str(out))[label]
-        r = run(*args, *opts)
+        r = run(*args_for(str(out)), *opts)
+        if refused:
+            assert r.exit_code == 2 and r.stderr.startswith(f"rmqdump: {refused}: ") and r.stderr.count("\n") == 1, f"{engine}: {r.stderr[-2000:]}"
+            assert not any(out.iterdir()), f"{engine}: wrote files although it refused"
+            continue
         assert r.exit_code in (0, 1), f"{engine}: exit {r.exit_code}: {r.stderr[-2000:]}"
         got[engine] = (r.exit_code, _steady(_lines(r.stdout, False), out), _contents(out))
+    if refused:
+        return
     assert got["j1"][1] or got["j1"][2], f"{label} wrote nothing"
     assert got["j2"] == got["j1"], f"{label} -j2 differs from -j1"
     assert got["spark"] == got["j1"], f"{label} --engine spark differs from -j1"
+
+
+@pytest.mark.parametrize("label", STORE_WRITERS)
+@pytest.mark.parametrize("name", MATRIX_STORES)
+def test_writing_commands_write_the_same_with_one_thread_two_and_spark(spark, roots, tmp_path, name, label):
+    _same_writes(tmp_path, label, lambda out: _store_writer(label, name, roots[name], out), REFUSED.get((name, label)))
+
+
+@pytest.mark.parametrize("label", FLEET_WRITERS)
+def test_fleet_writers_write_the_same_with_one_thread_two_and_spark(spark, roots, tmp_path, label):
+    """export, sql and report over every store at once: each store a broker of one fleet."""
+    _same_writes(tmp_path, label, lambda out: _fleet_writer(label, roots, out))
 
 
 def test_diff_of_an_ha_pair_is_the_same_with_one_thread_two_and_spark(spark, tmp_path):
@@ -256,3 +288,19 @@ def test_commitlog_listing_is_the_same_with_one_thread_two_and_spark(spark, root
     assert offsets == sorted(offsets), "rows out of CommitLog order"
     if listing == "all":  # the damage is reported where it is: after the record before it, before the one after it
         assert [o for k, o in rows if k == "problem"] == sorted(hit)
+
+
+@pytest.mark.parametrize("name", MATRIX_STORES)
+def test_commitlog_listing_of_every_store_is_the_same_with_one_thread_two_and_spark(spark, roots, name):
+    """Every store's whole listing as JSON Lines, byte for byte, in CommitLog order on every engine."""
+    got = {}
+    for engine, opts in ENGINES.items():
+        r = run("commitlog", "-s", roots[name], "-f", "jsonl", *opts)
+        assert r.exit_code in (0, 1), f"{engine}: exit {r.exit_code}: {r.stderr[-2000:]}"
+        got[engine] = (r.exit_code, r.stdout, r.stderr)
+    rows = jsonl(got["j1"][1])
+    assert any(x["kind"] == "message" for x in rows), "the listing found no message"
+    offsets = [(x["file"], x["phys_offset"]) for x in rows if x["kind"] == "message"]
+    assert [o for _, o in offsets] == sorted(o for _, o in offsets), "rows out of CommitLog order"
+    assert got["j2"] == got["j1"], "commitlog -j2 differs from -j1"
+    assert got["spark"] == got["j1"], "commitlog --engine spark differs from -j1"

@@ -277,7 +277,7 @@ def _walk(
             stop: str | None = None
             next_file = False
             at = 0
-            batches = scanner.file_batches_from(seg, mf, start=0, check_crc=check_crc)
+            batches = scanner.file_batches_from(seg, mf, start=0, check_crc=check_crc, keys=False)
             while (b := next(batches, None)) is not None:
                 n = len(b)
                 cut = n
@@ -299,7 +299,7 @@ def _walk(
                         end = seg.base + at
                         walked.to(end)
                         stop = None
-                        batches = scanner.file_batches_from(seg, mf, start=at, check_crc=check_crc, batch_records=_AFTER_JUMP)
+                        batches = scanner.file_batches_from(seg, mf, start=at, check_crc=check_crc, keys=False, batch_records=_AFTER_JUMP)
                         continue
                     records += cut
                     if cut:

@@ -51,15 +51,22 @@ def batches(commitlog: CommitLog, *, from_offset: int | None = None, to_offset: 
 
 
 def file_batches_from(
-    seg: SegmentFile, mf: MappedFile, start: int = 0, *, end: int | None = None, check_crc: bool = True, batch_records: int = BATCH_RECORDS
+    seg: SegmentFile,
+    mf: MappedFile,
+    start: int = 0,
+    *,
+    end: int | None = None,
+    check_crc: bool = True,
+    keys: bool = True,
+    batch_records: int = BATCH_RECORDS,
 ) -> Iterator[Batch]:
     """One file's records from file position `start` (resynced when it is no record start) up to `end`, one worker.
 
     For passes that follow the broker from record to record inside one file and decide where to go on from what
     they saw (the recovery preview's jumps, salvage's re-read, repair's look-back); smaller `batch_records` when
-    the caller usually stops after a few records.
+    the caller usually stops after a few records; keys=False for passes that read no index key.
     """
-    return scan_file(seg, mf, start=start, end=end, check_crc=check_crc, batch_records=batch_records)
+    return scan_file(seg, mf, start=start, end=end, check_crc=check_crc, keys=keys, batch_records=batch_records)
 
 
 # --- random reads: single records -------------------------------------------------------------------------------------

@@ -313,7 +313,9 @@ def build_session(
         if (ship in ("zip", "venv") or (ship == "auto" and not is_local(master))) and id(spark.sparkContext) not in _shipped:
             spark.sparkContext.addPyFile(package_zip())
             _shipped.add(id(spark.sparkContext))
-        if check:
+        # A local master's executors run this very interpreter, which has every module a task imports: nothing to
+        # check (and the check's Python workers would cost a second or more of a small job's start).
+        if check and not (owned and is_local(master) and python == sys.executable):
             check_executors(spark, python if owned else None)
     except BaseException:
         if owned:

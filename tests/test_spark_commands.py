@@ -106,13 +106,13 @@ def spark_reports(request, spark, tmp_path_factory):
     before = _jobs(spark)
     one_page, fleet_page = page.render, fleetpage.render
 
-    def one(rep, div=None):
+    def one(rep, div=None, **kw):
         drawn[name] = rep
-        return one_page(rep, div)
+        return one_page(rep, div, **kw)
 
-    def fleet(brokers, errors=()):
+    def fleet(brokers, errors=(), **kw):
         drawn.update(brokers)
-        return fleet_page(brokers, errors)
+        return fleet_page(brokers, errors, **kw)
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(page, "render", one)

@@ -8,11 +8,21 @@ from rmqdump.cli import render
 
 
 def fleet_report(
-    refs, out: str, *, force: bool, limit: int, check_crc: bool, workers: int | None = None, broker_version: tuple[int, ...] | None = None, mapper=None
+    refs,
+    out: str,
+    *,
+    force: bool,
+    limit: int,
+    check_crc: bool,
+    workers: int | None = None,
+    broker_version: tuple[int, ...] | None = None,
+    mapper=None,
+    draw=None,
 ) -> int:
     """Write the fleet page; 1 when a broker has problems, would drop data on restart, or cannot be read.
 
-    mapper: what maps every store's CommitLog ranges (--engine spark's tasks); default the local engine, sized per store."""
+    mapper: what maps every store's CommitLog ranges (--engine spark's tasks); default the local engine, sized per store.
+    draw: what draws the page's plots (options.plot_map); default this process."""
     from rmqdump.common.problems import InputError
     from rmqdump.common.publish import check_target, publishing
     from rmqdump.engines.local import local_map
@@ -44,7 +54,7 @@ def fleet_report(
         got = [one(ref) for ref in refs]
     brokers = [(ref.name, r) for ref, r in zip(refs, got, strict=True) if not isinstance(r, InputError)]
     errors = [(ref.name, r.line()) for ref, r in zip(refs, got, strict=True) if isinstance(r, InputError)]
-    page = render_page(brokers, errors)
+    page = render_page(brokers, errors, draw=draw)
     with publishing(out, force=force, stores=roots, kind="file") as tmp, open(tmp, "w", encoding="utf-8") as f:
         f.write(page)
     for name, why in errors:

@@ -107,8 +107,7 @@ def section(div: Divergence, table) -> str:
         f"on both at another offset {s['moved']}, at the same offset {s['same_offset']}</dd>"
         f'<dt>divergent queue offsets</dt><dd id="div-offsets">{s["divergent_offsets"]} in {s["queues_divergent"]} queues</dd></dl>'
     )
-    svg = timeline_plot(div)
-    out += f'<div class="plot">{svg}</div>' if svg else ""
+    out += plots.placed(timeline_plot(div), "")
     for side, name in zip(SIDES, ("A", "B"), strict=True):
         total = s[f"only_{side}"]
         out += f'<h3>Only on {name} ({total})</h3><div class="scroll" id="div-only-{side}-samples">' + table(

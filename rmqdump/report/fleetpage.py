@@ -116,16 +116,18 @@ def _bars(rows: list[tuple[str, int, int]], legend: tuple[str, str], colors: tup
     return plots.svg(fig)
 
 
-def render(brokers: list[tuple[str, K.Report]], errors: list[tuple[str, str]] = ()) -> str:
-    """The fleet page: summary table and plots, then every broker's sections (h3 under the broker's h2)."""
+def render(brokers: list[tuple[str, K.Report]], errors: list[tuple[str, str]] = (), draw=None) -> str:
+    """The fleet page: summary table and plots, then every broker's sections (h3 under the broker's h2); `draw`: the
+    mapper that draws the plots (see page.render)."""
     body = ["<h2>Fleet</h2>", _summary(brokers)]
     for name, why in errors:
         body.append(f'<p class="bad">{P._e(name)}: not read: {P._e(why)}</p>')
-    body.append(P._plot(rate_plot(brokers), "No messages in any CommitLog."))
-    body.append(P._plot(damage_plot(brokers), "No problems found and no restart would drop a message."))
-    body.append(P._plot(lag_plot(brokers), "No consumer lags (or no consumerOffset.json)."))
-    for i, (name, rep) in enumerate(brokers):
-        body.append(f'<section id="{anchor(i)}"><h2>Broker {P._e(name)}</h2>')
-        body += [f"<h3>{P._e(h)}</h3>{s}" for h, s in P.sections(rep)]
-        body.append("</section>")
-    return P.document(f"rmqdump report: a fleet of {len(brokers)} brokers", "".join(body))
+    with plots.drawn_later() as drawing:
+        body.append(P._plot(rate_plot(brokers), "No messages in any CommitLog."))
+        body.append(P._plot(damage_plot(brokers), "No problems found and no restart would drop a message."))
+        body.append(P._plot(lag_plot(brokers), "No consumer lags (or no consumerOffset.json)."))
+        for i, (name, rep) in enumerate(brokers):
+            body.append(f'<section id="{anchor(i)}"><h2>Broker {P._e(name)}</h2>')
+            body += [f"<h3>{P._e(h)}</h3>{s}" for h, s in P.sections(rep)]
+            body.append("</section>")
+    return drawing.fill(P.document(f"rmqdump report: a fleet of {len(brokers)} brokers", "".join(body)), draw)

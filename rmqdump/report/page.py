@@ -72,8 +72,8 @@ def _table(
     return "".join(out)
 
 
-def _plot(svg: str | None, empty: str) -> str:
-    return f'<div class="plot">{svg}</div>' if svg else f'<p class="sub">{_e(empty)}</p>'
+def _plot(svg, empty: str) -> str:
+    return plots.placed(svg, f'<p class="sub">{_e(empty)}</p>')
 
 
 def _summary(rep: K.Report) -> str:
@@ -297,11 +297,15 @@ def document(title: str, body: str) -> str:
     )
 
 
-def render(rep: K.Report, divergence=None) -> str:
-    """The whole page as one string; with `divergence` (rmqdump.report.divergence.Divergence) its section second."""
-    parts = sections(rep)
-    if divergence is not None:
-        from rmqdump.report.divergence import section
+def render(rep: K.Report, divergence=None, draw=None) -> str:
+    """The whole page as one string; with `divergence` (rmqdump.report.divergence.Divergence) its section second.
 
-        parts.insert(1, (f"Divergence from {divergence.b_root}", section(divergence, _table)))
-    return document(f"rmqdump report: {rep.info.root}", "".join(f"<h2>{_e(h)}</h2>{s}" for h, s in parts))
+    draw: the mapper that draws the page's plots (rmqdump.engines.local.ProcessMap: side by side); default here."""
+    with plots.drawn_later() as drawing:
+        parts = sections(rep)
+        if divergence is not None:
+            from rmqdump.report.divergence import section
+
+            parts.insert(1, (f"Divergence from {divergence.b_root}", section(divergence, _table)))
+        page = document(f"rmqdump report: {rep.info.root}", "".join(f"<h2>{_e(h)}</h2>{s}" for h, s in parts))
+    return drawing.fill(page, draw)

@@ -9,6 +9,10 @@ from __future__ import annotations
 
 import functools
 import io
+import re
+import secrets
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime, timezone
 
 import numpy as np
@@ -25,11 +29,71 @@ _COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e
 _RC = {"svg.fonttype": "none", "svg.hashsalt": "rmqdump", "font.size": 9, "axes.titlesize": 10}  # text as text; ids stable run to run
 
 
+PRELOAD = ("rmqdump.report.fleetpage", "rmqdump.report.divergence", "matplotlib.figure", "matplotlib.backends.backend_svg")  # what a drawing process imports once
+
+
+class Drawing:
+    """The plots of a page being built: queued as the page's text is written (cheap), drawn together at the end
+    (dear: matplotlib), side by side on a mapper's workers, each put back where the page placed it."""
+
+    def __init__(self):
+        self.jobs: list[tuple] = []  # (plot function, args, kwargs)
+        self.places: list[tuple[int, str]] = []  # (job, the HTML when it draws nothing)
+        self.nonce = secrets.token_hex(8)  # in every token: no text of the store can forge one
+
+    def fill(self, html: str, mapper=None) -> str:
+        """`html` with every placed plot drawn (by `mapper`, e.g. rmqdump.engines.local.ProcessMap; else here)."""
+        drawn = list((mapper or map)(_draw, self.jobs))
+        return re.sub(f"\x00{self.nonce}:(\\d+)\x00", lambda m: placed(drawn[self.places[int(m[1])][0]], self.places[int(m[1])][1]), html)
+
+
+class Pending:
+    """A queued plot: placed() puts a token for it in the page."""
+
+    def __init__(self, drawing: Drawing, job: int):
+        self.drawing, self.job = drawing, job
+
+
+_DRAWING: Drawing | None = None  # set inside drawn_later(): plots called meanwhile are queued there
+
+
+@contextmanager
+def drawn_later() -> Iterator[Drawing]:
+    """Queue the plots called inside; the caller then fills the page it built (Drawing.fill)."""
+    global _DRAWING
+    if _DRAWING is not None:
+        raise RuntimeError("drawn_later() is not reentrant")
+    _DRAWING = Drawing()
+    try:
+        yield _DRAWING
+    finally:
+        _DRAWING = None
+
+
+def placed(svg: str | Pending | None, empty_html: str) -> str:
+    """A plot's fragment: the SVG in its frame, or `empty_html` when there was nothing to draw (a token while queued)."""
+    if isinstance(svg, Pending):
+        d = svg.drawing
+        d.places.append((svg.job, empty_html))
+        return f"\x00{d.nonce}:{len(d.places) - 1}\x00"
+    return f'<div class="plot">{svg}</div>' if svg else empty_html
+
+
+def _draw(job) -> str | None:
+    """One queued plot, drawn (in a drawing process, or here)."""
+    fn, args, kwargs = job
+    return fn(*args, **kwargs)
+
+
 def _styled(fn):
-    """Draw and save under the report's matplotlib settings, leaving the caller's rcParams alone."""
+    """Draw and save under the report's matplotlib settings, leaving the caller's rcParams alone (inside
+    drawn_later(): queue the call and give back its Pending place instead)."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
+        if _DRAWING is not None:
+            _DRAWING.jobs.append((wrapper, args, kwargs))
+            return Pending(_DRAWING, len(_DRAWING.jobs) - 1)
         import matplotlib
 
         with matplotlib.rc_context(_RC):

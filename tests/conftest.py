@@ -4,17 +4,22 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
 from functools import cache
 from pathlib import Path
 
+import codes
 import pytest
+from codes import OBSERVED, observe_output
 from typer.testing import CliRunner
 
 ROOT = Path(__file__).resolve().parent.parent
+
+if os.environ.get("PYTEST_XDIST_WORKER"):  # xdist gives its workers an 80x24 terminal: the CLI runs here assume none (a pipe)
+    for _var in ("COLUMNS", "LINES"):
+        os.environ.pop(_var, None)
 REAL = ROOT / "fixtures" / "real"
 STORES = ["rmq4-basic", "rmq4-flags", "rmq5-basic", "rmq53-v2", "rmq4-crash"]
 HEALTHY = ["rmq4-basic", "rmq4-flags", "rmq5-basic", "rmq53-v2"]
@@ -113,10 +118,6 @@ def stop_shared_spark() -> None:
         _SPARK.pop().stop()
 
 
-def pytest_sessionfinish(session, exitstatus) -> None:
-    stop_shared_spark()
-
-
 def patch(path: Path, pos: int, data: bytes) -> None:
     """Overwrite bytes of a (copied) store file in place."""
     with open(path, "r+b") as f:
@@ -133,17 +134,7 @@ def flip(path: Path, pos: int, mask: int = 0x01) -> None:
         f.write(bytes([b ^ mask]))
 
 
-# --- problem codes observed during the run (tests/test_problem_codes.py's last test reads them) ---
-
-OBSERVED: set[str] = set()  # every problem code a Problem or InputError was made with, or the CLI printed
-_TOKEN = re.compile(r"[a-z][a-z0-9_]*")
-
-
-def observe_output(*texts: str | None) -> None:
-    """Record the code-like words of a CLI run's output (the guard keeps only the declared codes among them)."""
-    for t in texts:
-        if t:
-            OBSERVED.update(_TOKEN.findall(t))
+# --- problem codes observed during the run (tests/codes.py judges them when the run ends) ---
 
 
 def pytest_configure(config) -> None:
@@ -164,16 +155,41 @@ def pytest_configure(config) -> None:
     problems.InputError.__init__ = error_init
 
 
-GUARD = "test_every_code_is_produced_by_a_test"
+def pytest_collection_finish(session) -> None:
+    """Whether this run is the whole suite (every test file has a selected test), known after -k and -m deselect."""
+    files = {Path(i.fspath).name for i in session.items}
+    session.config._rmqdump_whole_suite = {p.name for p in Path(__file__).parent.glob("test_*.py")} <= files
 
 
-def pytest_collection_modifyitems(session, config, items) -> None:
-    """The codes guard runs last, after every test has had its chance to produce codes; it knows whether the whole suite ran."""
-    guard = [i for i in items if i.name == GUARD]
-    rest = [i for i in items if i.name != GUARD]
-    items[:] = rest + guard
-    files = {Path(i.fspath).name for i in rest}
-    config._rmqdump_whole_suite = {p.name for p in Path(__file__).parent.glob("test_*.py")} <= files | {"test_problem_codes.py"}
+_RUN = codes.Run()  # the codes of every process that ran tests: this one, or each xdist worker as it finishes
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error) -> None:
+    """An xdist worker is done: its codes join the run's."""
+    _RUN.add(getattr(node, "workeroutput", {}).get("rmqdump_codes"))
+
+
+def pytest_sessionfinish(session, exitstatus) -> None:
+    """Stop the shared Spark session; then a worker hands its codes to the controller, and the process that saw the
+    whole run (the controller, or the only process) judges them: a passing whole run fails if a code went unmade."""
+    stop_shared_spark()
+    whole = getattr(session.config, "_rmqdump_whole_suite", None)
+    worker = getattr(session.config, "workeroutput", None)
+    if worker is not None:
+        worker["rmqdump_codes"] = codes.this_process(bool(whole))
+        return
+    if whole is not None:  # this process collected and ran the tests itself
+        _RUN.add(codes.this_process(whole))
+    failures = _RUN.failures() if _RUN.processes else ["no test process handed over the codes it observed"]
+    if exitstatus == pytest.ExitCode.OK and session.testscollected and failures:
+        tr = session.config.pluginmanager.get_plugin("terminalreporter")
+        if tr is not None:
+            tr.write("\n")
+            tr.write_sep("=", f"problem codes guard: {len(failures)} failures over {_RUN.processes} test processes", red=True)
+            for line in failures:
+                tr.write_line(line)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def run(*args: str):

@@ -2,9 +2,9 @@
 
 Each test damages one thing in a copy of a store written by RocketMQ's own code (fixtures/real), runs the
 command an operator would, and asserts the code and where it points: the file, the byte offset in it and
-the physical offset / entry / slot, all derived from the manifest or the broker's own files. The last test
-keeps the list honest: a code documented in the README or declared in the code must be produced here or
-asserted by another test, so a code no input can produce cannot stay.
+the physical offset / entry / slot, all derived from the manifest or the broker's own files. At the end of a
+whole run, tests/codes.py keeps the list honest: a code documented in the README or declared in the code must
+be produced here or by another test, so a code no input can produce cannot stay.
 """
 
 from __future__ import annotations
@@ -17,20 +17,13 @@ from collections import namedtuple
 from pathlib import Path
 
 import pytest
+from codes import declared_codes, produces, readme_codes
 from conftest import ROOT, SETTINGS, copy_store, flip, jsonl, manifest, patch, run
 
 from rmqdump.readers.fastpath import field_offset
 from rmqdump.schemas import IndexEntry, IndexHeader, message_header
 
 HEADER = message_header()
-PRODUCED: set[str] = set()  # codes the tests below produce (the coverage test reads it)
-
-
-def produces(*codes: str):
-    PRODUCED.update(codes)
-    return lambda fn: fn
-
-
 def _seg(store: str, root: Path, phys: int) -> tuple[Path, int]:
     size = SETTINGS[store]["commitlog"]
     base = phys // size * size
@@ -568,58 +561,9 @@ def test_bad_delay_levels(tmp_path):
     assert res.stderr.strip().splitlines()[0].startswith("rmqdump: bad_delay_levels: --delay-levels: ")
 
 
-# --- the list is complete --------------------------------------------------------------------------------
-
-_CODE = re.compile(r"^[a-z0-9]+(?:_[a-z0-9]+)+$")
-
-
-def _readme_codes() -> set[str]:
-    """Codes in the code tables (a first column headed `code`) of the README and docs/*.md."""
-    out: set[str] = set()
-    for doc in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
-        in_codes = False
-        for line in doc.read_text(encoding="utf-8").splitlines():
-            if not line.startswith("|"):
-                in_codes = False
-                continue
-            first = line.split("|")[1].strip()
-            if first == "code":
-                in_codes = True
-            elif in_codes and first.startswith("`"):
-                out.update(c for c in re.findall(r"`([a-z0-9_]+)`", first) if _CODE.match(c))
-    return out
-
-
-# Constants that look like codes and are not: the Spark engine's directory alias for the shipped environment.
-NOT_CODES = {"rmqdump_env", "rmqdump_scan_kernel"}  # a venv name; the ahead-of-time kernel module's name
-
-
-def _declared_codes() -> set[str]:
-    """Codes the code declares (the Spark engine's too): `NAME = "code"` constants and the literal first argument of
-    Problem(...) / InputError(...). Recovery's normal-start modes are not codes."""
-    out: set[str] = set()
-    for path in (ROOT / "rmqdump").rglob("*.py"):
-        text = path.read_text(encoding="utf-8")
-        for name, value in re.findall(r'^([A-Z][A-Z0-9_]*) = "([a-z0-9_]+)"', text, flags=re.M):
-            if _CODE.match(value) and not name.startswith("NORMAL_"):
-                out.add(value)
-        out.update(c for c in re.findall(r'(?:Problem|InputError)\(\s*"([a-z0-9_]+)"', text) if _CODE.match(c))
-    return out - NOT_CODES
+# --- the list is complete (tests/codes.py checks it when the whole run ends) ----------------------------------
 
 
 def test_declared_codes_include_the_engines_and_the_readme():
-    assert {"spark_unsupported", "bad_spark_conf", "executor_module_missing"} <= _declared_codes()
-    assert {"bad_magic", "cq_hole"} <= _readme_codes()
-
-
-def test_every_code_is_produced_by_a_test(request):
-    """Each code documented or declared was observed in this run: a Problem or InputError made with it, or a CLI run printing it
-    (tests/conftest.py records both). It runs last; on a partial run it names what that run did not observe and skips."""
-    from conftest import OBSERVED
-
-    codes = _readme_codes() | _declared_codes()
-    assert PRODUCED <= OBSERVED, sorted(PRODUCED - OBSERVED)  # each test's @produces claim held
-    never = sorted(codes - OBSERVED)
-    if not request.config._rmqdump_whole_suite:
-        pytest.skip(f"a partial run (the guard needs every test file): not observed here: {', '.join(never)}")
-    assert never == []
+    assert {"spark_unsupported", "bad_spark_conf", "executor_module_missing"} <= declared_codes()
+    assert {"bad_magic", "cq_hole"} <= readme_codes()

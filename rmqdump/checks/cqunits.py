@@ -131,14 +131,6 @@ class CommitLogExtent:
         e = np.array([f.base + f.size for f in cl.files], dtype=np.int64)
         return cls(s, e, data_end)
 
-    def inside(self, offsets: np.ndarray) -> np.ndarray:
-        if not len(self.starts):
-            return np.zeros(len(offsets), dtype=bool)
-        i = np.searchsorted(self.starts, offsets, side="right") - 1
-        ok = i >= 0
-        ic = np.clip(i, 0, None)
-        return ok & (offsets < self.ends[ic])
-
 
 @dataclass(frozen=True)
 class RecordWindow:
@@ -219,45 +211,37 @@ def _order_checks(u: QueueUnits, real: np.ndarray, filler: np.ndarray, last_vali
 def pointer_checks(
     u: QueueUnits, vpos: np.ndarray, topic: str, queue_id: int, records: RecordTable, extent: CommitLogExtent, check_tags: bool
 ) -> tuple[Found, np.ndarray]:
-    """Where the units at positions `vpos` point: the CommitLog's range, a record start, its values."""
-    found: Found = []
-    off, size, tags, idx = u.offset, u.size, u.tags_code, u.index
-    vo = off[vpos]
-    dangling = vo >= extent.data_end
-    inside = extent.inside(vo)
-    out = ~dangling & ~inside
-    for k in np.flatnonzero(dangling).tolist():
-        found.append((int(vpos[k]), CQ_DANGLING, f"offset {int(vo[k])} is at or past the end of the CommitLog's data ({extent.data_end})", int(vo[k])))
-    for k in np.flatnonzero(out).tolist():
-        found.append((int(vpos[k]), CQ_OFFSET_OUT_OF_RANGE, f"offset {int(vo[k])} is in no CommitLog file", int(vo[k])))
-    cand = vpos[~dangling & inside]
-    co = off[cand]
-    hit, rc = records.rows_at(co)
-    for k in np.flatnonzero(~hit).tolist():
-        found.append((int(cand[k]), CQ_NOT_MESSAGE_START, f"no valid record starts at offset {int(co[k])}", int(co[k])))
-    hp, hr = cand[hit], rc[hit]
-    ho = off[hp]
+    """Where the units at positions `vpos` point: the CommitLog's range, a record start, its values (one compiled pass,
+    rmqdump.scan.scanner.unit_pointers; Python only for the units with a finding)."""
+    from rmqdump.scan import layout as L
+    from rmqdump.scan import scanner
+
     tid = records.topic_code(topic)
-    checks = [
-        (size[hp] != records.size[hr], CQ_SIZE_MISMATCH, lambda j, r_: f"unit size {int(size[j])}, record totalSize {int(records.size[r_])}"),
-        (records.topic_id[hr] != tid, CQ_TOPIC_MISMATCH, lambda j, r_: f"record is in topic {records.topics[int(records.topic_id[r_])]!r}, not {topic!r}"),
-        (records.queue_id[hr] != queue_id, CQ_QUEUE_MISMATCH, lambda j, r_: f"record is in queue {int(records.queue_id[r_])}, not {queue_id}"),
-        (
-            records.queue_offset[hr] != idx[hp],
-            CQ_QUEUE_OFFSET_MISMATCH,
-            lambda j, r_: f"record's queueOffset is {int(records.queue_offset[r_])}, unit index {int(idx[j])}",
-        ),
-    ]
-    if check_tags:
-        checks.append(
-            (tags[hp] != records.tags_code[hr], CQ_TAGS_CODE_MISMATCH, lambda j, r_: f"unit tagsCode {int(tags[j])}, record's is {int(records.tags_code[r_])}")
-        )
-    for bad, code, detail in checks:
-        for k in np.flatnonzero(bad).tolist():
-            j, r_ = int(hp[k]), int(hr[k])
-            found.append((j, code, detail(j, r_), int(ho[k])))
-    belongs = (records.topic_id[hr] == tid) & (records.queue_id[hr] == queue_id)
-    return found, hr[belongs].astype(np.int64)
+    flags, rows = scanner.unit_pointers(u, vpos, records, extent.starts, extent.ends, extent.data_end, tid, queue_id, check_tags)
+    off, size, idx = u.offset, u.size, u.index
+    found: Found = []
+    for k in np.flatnonzero(flags).tolist():
+        j, b, r_ = int(vpos[k]), int(flags[k]), int(rows[k])
+        o = int(off[j])
+        if b == L.UNIT_DANGLING:
+            found.append((j, CQ_DANGLING, f"offset {o} is at or past the end of the CommitLog's data ({extent.data_end})", o))
+        elif b == L.UNIT_OUTSIDE:
+            found.append((j, CQ_OFFSET_OUT_OF_RANGE, f"offset {o} is in no CommitLog file", o))
+        elif b == L.UNIT_NOT_START:
+            found.append((j, CQ_NOT_MESSAGE_START, f"no valid record starts at offset {o}", o))
+        else:
+            if b & L.UNIT_SIZE:
+                found.append((j, CQ_SIZE_MISMATCH, f"unit size {int(size[j])}, record totalSize {int(records.size[r_])}", o))
+            if b & L.UNIT_TOPIC:
+                found.append((j, CQ_TOPIC_MISMATCH, f"record is in topic {records.topics[int(records.topic_id[r_])]!r}, not {topic!r}", o))
+            if b & L.UNIT_QUEUE:
+                found.append((j, CQ_QUEUE_MISMATCH, f"record is in queue {int(records.queue_id[r_])}, not {queue_id}", o))
+            if b & L.UNIT_QUEUE_OFFSET:
+                found.append((j, CQ_QUEUE_OFFSET_MISMATCH, f"record's queueOffset is {int(records.queue_offset[r_])}, unit index {int(idx[j])}", o))
+            if b & L.UNIT_TAGS:
+                found.append((j, CQ_TAGS_CODE_MISMATCH, f"unit tagsCode {int(u.tags_code[j])}, record's is {int(records.tags_code[r_])}", o))
+    belongs = (rows >= 0) & ((flags & (L.UNIT_TOPIC | L.UNIT_QUEUE)) == 0)
+    return found, rows[belongs]
 
 
 def findings_to_problems(found: Found, u: QueueUnits, topic: str, queue_id: int, cq_file_of) -> list[Problem]:

@@ -127,7 +127,7 @@ class _QueueState:
 
     def read(self, f) -> QueueUnits:
         """One file's units, less repair's filler units (listed by the order pass)."""
-        u = self.q.read_file(f)
+        u = self.q.read_file(f).head_written()
         return u if self.fillers is None else self.fillers.take(u, self.q.topic, self.q.queue_id, self.where)[0]
 
 
@@ -236,6 +236,7 @@ def _order_pass(queues: list[ConsumeQueue], states: list[_QueueState], s: Verify
         prev, seen = -1, False
         ranges: list[tuple[int, int, bool] | None] = []
         for chunk in q.chunks():
+            chunk = chunk.head_written()
             if fillers is not None:
                 chunk, rows = fillers.take(chunk, q.topic, q.queue_id, where)
                 s.filler_units += rows

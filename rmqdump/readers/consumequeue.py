@@ -93,9 +93,18 @@ class QueueUnits:
     offset: np.ndarray  # int64 commitLogOffset
     size: np.ndarray  # int32
     tags_code: np.ndarray  # int64
+    written: int | None = None  # units before the all-zero tail of a file (None: not known); every unit after them is zero
 
     def __len__(self) -> int:
         return len(self.index)
+
+    def head_written(self) -> QueueUnits:
+        """The units before the all-zero tail: a zero unit is neither valid nor a filler, so every check answers the
+        same over them, without walking a preallocated file's unwritten tail."""
+        w = self.written
+        if w is None or w >= len(self):
+            return self
+        return QueueUnits(self.index[:w], self.offset[:w], self.size[:w], self.tags_code[:w], w)
 
     @classmethod
     def empty(cls) -> QueueUnits:
@@ -221,7 +230,7 @@ def file_units(f: CQFile) -> QueueUnits:
     raw, end = _read_whole(f.path, n * UNIT_SIZE)
     m = -(-end // UNIT_SIZE)  # units up to the last non-zero byte; those after it are all zeros
     arr = raw.view(UNIT_DTYPE)[:m]
-    u = QueueUnits(np.arange(f.first_index, f.first_index + n, dtype=np.int64), np.zeros(n, np.int64), np.zeros(n, np.int32), np.zeros(n, np.int64))
+    u = QueueUnits(np.arange(f.first_index, f.first_index + n, dtype=np.int64), np.zeros(n, np.int64), np.zeros(n, np.int32), np.zeros(n, np.int64), m)
     u.offset[:m] = arr["commit_log_offset"]
     u.size[:m] = arr["size"]
     u.tags_code[:m] = arr["tags_code"]
@@ -250,7 +259,7 @@ class UnitChunks:
     def last_valid_index(self) -> int:
         """Index of the queue's last unit with offset >= 0 and size > 0 (-1 if none), reading files from the end."""
         for f in reversed(self.files):
-            u = self.read_file(f)
+            u = self.read_file(f).head_written()
             v = np.flatnonzero(u.valid_mask())
             if v.size:
                 return int(u.index[v[-1]])

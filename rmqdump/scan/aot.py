@@ -82,6 +82,7 @@ def _scan_signatures() -> dict:
         "scan": T.Tuple((T.int64, T.int64, T.int64, T.int64, i1))(data, T.int64, T.int64, T.int64, T.boolean, T.boolean, i2, i2, T.int64, T.int64),
         "index_put": T.int64(i32, i32, T.int64, i32),
         "join_offsets": b1(i1, i1, i1),
+        "unit_pointers": u8(i1, i32, i1, i1, i1, i1, i32, i32, i32, i1, i1, i1, i1, T.int64, T.int64, T.int64, T.boolean, i1),
         "properties_columns": props(data, i1, i1),
         "pack_bytes": T.Tuple((i32, u8))(data, i1, i1),
         "holds_zero": b1(data, i1, i1),

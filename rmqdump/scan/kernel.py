@@ -38,6 +38,14 @@ from rmqdump.scan.layout import (
     STUCK,
     TOPIC_LEN_V1,
     TOPIC_LEN_V2,
+    UNIT_DANGLING,
+    UNIT_NOT_START,
+    UNIT_OUTSIDE,
+    UNIT_QUEUE,
+    UNIT_QUEUE_OFFSET,
+    UNIT_SIZE,
+    UNIT_TAGS,
+    UNIT_TOPIC,
     WIDTHS,
     F,
 )
@@ -502,6 +510,27 @@ def index_put(slot_table, slot, first, prev_out):
 
 
 @njit(cache=True, nogil=True)
+def _seek(phys, x, r):
+    """The first index at or after r whose phys is >= x (phys sorted; phys[:r] < x), galloping forward from r."""
+    n = phys.shape[0]
+    if r < n and phys[r] < x:
+        lo = r
+        step = 1
+        while lo + step < n and phys[lo + step] < x:
+            lo += step
+            step *= 2
+        hi = min(lo + step, n)
+        while lo < hi:  # first index in (lo, hi] with phys >= x; phys[lo] < x
+            mid = (lo + hi) // 2
+            if phys[mid] < x:
+                lo = mid + 1
+            else:
+                hi = mid
+        r = lo
+    return r
+
+
+@njit(cache=True, nogil=True)
 def join_offsets(phys, offsets, rows):
     """rows[i] = the index of offsets[i] in the sorted `phys` (where it would go when absent); returns whether each is there.
 
@@ -518,23 +547,54 @@ def join_offsets(phys, offsets, rows):
         if x < prev:
             r = 0
         prev = x
-        if r < n and phys[r] < x:
-            lo = r
-            step = 1
-            while lo + step < n and phys[lo + step] < x:
-                lo += step
-                step *= 2
-            hi = min(lo + step, n)
-            while lo < hi:  # first index in (lo, hi] with phys >= x; phys[lo] < x
-                mid = (lo + hi) // 2
-                if phys[mid] < x:
-                    lo = mid + 1
-                else:
-                    hi = mid
-            r = lo
+        r = _seek(phys, x, r)
         rows[i] = r
         hit[i] = r < n and phys[r] == x
     return hit
+
+
+@njit(cache=True, nogil=True)
+def unit_pointers(u_off, u_size, u_tags, u_idx, vpos, phys, r_size, r_topic, r_queue, r_qoff, r_tags, starts, ends, data_end, tid, qid, check_tags, rows):
+    """Where each unit at positions `vpos` points, in one pass: a bit per finding (0: the record it names is there
+    and agrees), and in rows[k] the record row it joined (-1: none). Record columns sorted by phys; the CommitLog's
+    files are [starts[i], ends[i]); a record agrees when its size, topic, queue, queue offset (and tagsCode when
+    check_tags) are the unit's. Offsets are joined as join_offsets joins them."""
+    n = phys.shape[0]
+    flags = np.zeros(vpos.shape[0], np.uint8)
+    r = 0
+    prev = -1
+    for k in range(vpos.shape[0]):
+        j = vpos[k]
+        x = u_off[j]
+        rows[k] = -1
+        if x >= data_end:
+            flags[k] = UNIT_DANGLING
+            continue
+        f = np.searchsorted(starts, x, side="right") - 1
+        if f < 0 or x >= ends[f]:
+            flags[k] = UNIT_OUTSIDE
+            continue
+        if x < prev:  # valid offsets are >= 0: the first one starts at 0 anyway
+            r = 0
+        prev = x
+        r = _seek(phys, x, r)
+        if r >= n or phys[r] != x:
+            flags[k] = UNIT_NOT_START
+            continue
+        rows[k] = r
+        b = 0
+        if u_size[j] != r_size[r]:
+            b |= UNIT_SIZE
+        if r_topic[r] != tid:
+            b |= UNIT_TOPIC
+        if r_queue[r] != qid:
+            b |= UNIT_QUEUE
+        if r_qoff[r] != u_idx[j]:
+            b |= UNIT_QUEUE_OFFSET
+        if check_tags and u_tags[j] != r_tags[r]:
+            b |= UNIT_TAGS
+        flags[k] = b
+    return flags
 
 
 @njit(cache=True, nogil=True)

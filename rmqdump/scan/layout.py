@@ -96,6 +96,9 @@ KCOL = {n: i for i, n in enumerate(KEY_COLUMNS)}
 END, FULL, STUCK = 0, 1, 2  # reached the end of the range; out of room; a record that cannot be taken (diagnose it)
 DELAY_NONE, DELAY_PY = 0, -2  # no DELAY; a DELAY value that is not plain ASCII digits (Python decides)
 
+# unit_pointers' findings about a ConsumeQueue unit, one bit each (rmqdump.checks.cqunits gives each its problem code)
+UNIT_DANGLING, UNIT_OUTSIDE, UNIT_NOT_START, UNIT_SIZE, UNIT_TOPIC, UNIT_QUEUE, UNIT_QUEUE_OFFSET, UNIT_TAGS = 1, 2, 4, 8, 16, 32, 64, 128
+
 
 def fingerprint() -> str:
     """What the compiled code depends on besides its source."""

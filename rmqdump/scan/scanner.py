@@ -35,6 +35,7 @@ __all__ = [
     "properties_columns",
     "record_at",
     "records_at",
+    "unit_pointers",
 ]
 
 
@@ -111,6 +112,23 @@ def holds_zero(data: np.ndarray, pos: np.ndarray, length: np.ndarray) -> np.ndar
 def join_offsets(phys: np.ndarray, offsets: np.ndarray, rows: np.ndarray) -> np.ndarray:
     """Mostly ascending offsets joined to sorted record starts, compiled: rows[i] gets the position, the result says found."""
     return kernel().join_offsets(phys, offsets, rows)
+
+
+_INT64_MAX = (1 << 63) - 1  # a window that is not the last has no end (1 << 63): no offset reaches this either
+
+
+def unit_pointers(units, vpos: np.ndarray, records, starts: np.ndarray, ends: np.ndarray, data_end: int, tid: int, qid: int, check_tags: bool):
+    """Where a queue's units at positions `vpos` point, compiled in one pass: (a finding bit per unit, the record row
+    each joined or -1); the bits are the kernel's UNIT_* constants. units: QueueUnits; records: a RecordTable."""
+    i64, i32 = np.int64, np.int32
+    c = np.ascontiguousarray
+    rows = np.empty(len(vpos), dtype=i64)
+    flags = kernel().unit_pointers(
+        c(units.offset, i64), c(units.size, i32), c(units.tags_code, i64), c(units.index, i64), c(vpos, i64),
+        c(records.phys, i64), c(records.size, i32), c(records.topic_id, i32), c(records.queue_id, i32), c(records.queue_offset, i64), c(records.tags_code, i64),
+        c(starts, i64), c(ends, i64), min(int(data_end), _INT64_MAX), int(tid), int(qid), bool(check_tags), rows,
+    )  # fmt: skip
+    return flags, rows
 
 
 def index_put(slot_table: np.ndarray, slot: np.ndarray, first: int, prev_out: np.ndarray) -> int:

@@ -93,6 +93,35 @@ def test_queued_plots_are_drawn_in_place_and_store_text_cannot_forge_a_place():
     assert plots.placed(fake(3), "x") == '<div class="plot"><svg>3</svg></div>'  # outside the block: drawn at once
 
 
+def test_the_dearest_plots_are_drawn_first_and_land_in_place():
+    """Drawing.fill hands the mapper the index plot, then the rate plot, then the rest in page order (a worker that
+    took the dearest last would finish the page alone); each drawing still lands where it was placed."""
+    from rmqdump.report import plots
+
+    @plots._styled
+    def cheap(n):
+        return f"<svg>c{n}</svg>"
+
+    @plots._styled
+    def rate_plot(n):
+        return f"<svg>r{n}</svg>"
+
+    @plots._styled
+    def index_plot(n):
+        return f"<svg>i{n}</svg>"
+
+    seen: list = []
+
+    def mapper(fn, items):
+        seen.extend((job[0].__name__, job[1][0]) for job in items)
+        return map(fn, items)
+
+    with plots.drawn_later() as d:
+        page = "".join(plots.placed(f(n), "-") for f, n in ((cheap, 1), (rate_plot, 2), (cheap, 3), (index_plot, 4)))
+    assert d.fill(page, mapper) == "".join(f'<div class="plot"><svg>{k}</svg></div>' for k in ("c1", "r2", "c3", "i4"))
+    assert seen == [("index_plot", 4), ("rate_plot", 2), ("cheap", 1), ("cheap", 3)]
+
+
 def _dies_in_a_worker(parent: int, x: int) -> tuple[int, int]:
     if os.getpid() != parent:
         os._exit(3)  # a worker killed (out of memory, a signal)

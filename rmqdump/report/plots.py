@@ -26,6 +26,7 @@ WIDTH_IN = 11.0
 _COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
 
 
+_COST = {"index_plot": 3, "rate_plot": 2}  # a plot's drawing time against the others' (cProfile at 1M: 1.1 s, 0.9 s, the rest <= 0.4 s)
 _RC = {"svg.fonttype": "none", "svg.hashsalt": "rmqdump", "font.size": 9, "axes.titlesize": 10}  # text as text; ids stable run to run
 
 
@@ -42,8 +43,12 @@ class Drawing:
         self.nonce = secrets.token_hex(8)  # in every token: no text of the store can forge one
 
     def fill(self, html: str, mapper=None) -> str:
-        """`html` with every placed plot drawn (by `mapper`, e.g. rmqdump.engines.local.ProcessMap; else here)."""
-        drawn = list((mapper or map)(_draw, self.jobs))
+        """`html` with every placed plot drawn (by `mapper`, e.g. rmqdump.engines.local.ProcessMap; else here), the
+        dearest first: a worker that takes the index plot last would finish the page alone."""
+        order = sorted(range(len(self.jobs)), key=lambda i: -_COST.get(self.jobs[i][0].__name__, 1))
+        drawn: list = [None] * len(self.jobs)
+        for i, svg in zip(order, (mapper or map)(_draw, [self.jobs[i] for i in order]), strict=True):
+            drawn[i] = svg
         return re.sub(f"\x00{self.nonce}:(\\d+)\x00", lambda m: placed(drawn[self.places[int(m[1])][0]], self.places[int(m[1])][1]), html)
 
 

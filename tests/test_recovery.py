@@ -173,9 +173,43 @@ def test_info_says_which_rules_and_why():
     assert (rec["broker_rules"], rec["broker_rules_why"]) == ("5.3.2 on", "--broker-version 5.3.3")
 
 
-def test_a_4x_broker_stops_at_the_first_v2_record():
+@pytest.mark.parametrize("ahead", [None, 4096, 1000, 1 << 27])
+def test_a_4x_broker_stops_at_the_first_v2_record(ahead):
+    """Walked alone, or stepping over chains read ahead on two threads at several range sizes (a chain of a 4.x
+    walk ends before a V2 record)."""
+    from rmqdump.engines.local import LocalMap
+
     st = Store.open(store_root("rmq53-v2"))
-    r = preview(st, allow_v2=False)
+    r = preview(st, allow_v2=False) if ahead is None else preview(st, allow_v2=False, mapper=LocalMap(2), range_bytes=ahead)
     base = r.scan_from
     v2 = min(x["wroteOffset"] for x in manifest("rmq53-v2") if x["messageVersion"] == "MESSAGE_VERSION_V2" and x["wroteOffset"] >= base)
     assert r.valid_end == v2 and "V2" in r.stop
+    assert r.records_walked == sum(1 for x in manifest("rmq53-v2") if base <= x["wroteOffset"] < v2)
+
+
+DAMAGED = sorted(p.parent.name for p in REAL.glob("rmq53-damaged-*/broker-recovery.json"))
+
+
+@pytest.mark.parametrize("range_bytes", [4096, 1000, 1 << 27])
+@pytest.mark.parametrize("name", DAMAGED)
+def test_preview_read_ahead_on_two_threads_is_the_brokers_walk(name, range_bytes, monkeypatch):
+    """With two workers the ranges past the start are read side by side first and the walk steps over their clean
+    chains: where it starts, how many records it reads and where it stops are still the broker's own walk's
+    (broker-recovery.json), at range sizes that cut records anywhere; every range was read ahead."""
+    from rmqdump.checks import recovery
+    from rmqdump.engines.local import LocalMap
+
+    read, chain_of = [], recovery.chain_of
+    monkeypatch.setattr(recovery, "chain_of", lambda sp, **kw: read.append(sp) or chain_of(sp, **kw))
+    broker = json.loads((REAL / name / "broker-recovery.json").read_text())
+    named = [int(e["message"].rsplit("/", 1)[1]) for e in broker["log"]["infoDuringLoad"] if e["message"].startswith("recover from this mapped file")]
+    told = []
+    st = Store.open(store_root(name))
+    r = preview(st, mapper=LocalMap(2), range_bytes=range_bytes, on_bytes=told.append)
+    first = named[0] if named else r.scan_from  # a normal recovery logs no start (test_clean_stores_recover_normally... holds it)
+    end = broker["afterRecovery"]["maxPhyOffset"]
+    walked = sum(1 for m in broker["commitLogWalk"]["messages"] if first <= m["offset"] < end)  # the records it kept from there
+    assert (r.scan_from, r.valid_end, r.records_walked) == (first, end, walked)
+    past = sum(f.stat().st_size for f in (store_root(name) / "commitlog").iterdir() if int(f.name) >= first)  # the files from the start
+    assert sum(sp.end - sp.start for sp in read) == sum(told) == past
+

@@ -30,6 +30,7 @@ recoverAbnormally (4.9.x to 5.3.x):
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -48,7 +49,9 @@ from rmqdump.readers.mapped import MappedFile, open_binary, open_readonly
 from rmqdump.readers.message import Message, decode_properties, split_keys
 from rmqdump.readers.store import Store
 from rmqdump.scan import scanner
+from rmqdump.scan.ranges import SERIAL, Mapper, map_ranges, range_batches
 from rmqdump.scan.resync import first_nonzero, resync
+from rmqdump.scan.splits import RANGE_BYTES, Split, commitlog_splits
 from rmqdump.schemas import RecordPrefix, message_header
 from rmqdump.schemas import constants as C
 from rmqdump.schemas.commitlog import MIN_RECORD_SIZE, PropertiesLength, TopicLengthV1, TopicLengthV2
@@ -238,6 +241,55 @@ def first_stop(b) -> int | None:
     return min(bad) if bad else None
 
 
+class CleanChain:
+    """The run of back-to-back records a range starts with, up to the first the recovery walk would stop at
+    (a CRC; a V2 record for a broker without allow_v2), an event (damage, a marker) or a break: (first record,
+    last record, records before the last)."""
+
+    def __init__(self, allow_v2: bool = True):
+        self.first = self.last = self.end = None
+        self.count = 0
+        self.open = True
+        self.allow_v2 = allow_v2
+
+    def add(self, b: scanner.Batch) -> None:
+        n = len(b)
+        if self.open and n:
+            pos = b.cols["_pos"].astype(np.int64) + b.seg.base
+            end = b.cols["_end"].astype(np.int64) + b.seg.base
+            if self.first is None:
+                self.first = self.end = int(pos[0])
+            k = n if int(pos[0]) == self.end else 0
+            stop = first_stop(b)
+            if stop is not None:
+                k = min(k, stop)
+            v2 = np.flatnonzero(b.cols["magic"][:k] == C.MAGIC_V2) if not self.allow_v2 else []
+            if len(v2):
+                k = int(v2[0])
+            gaps = np.flatnonzero(pos[1:k] != end[: k - 1]) if k > 1 else []
+            if len(gaps):
+                k = int(gaps[0]) + 1
+            if k:
+                self.count += k
+                self.last, self.end = int(pos[k - 1]), int(end[k - 1])
+            self.open = k == n
+        if b.events:
+            self.open = False
+
+    def entry(self) -> tuple[int, tuple[int, int]] | None:
+        return None if self.last is None or self.count < 2 else (self.first, (self.last, self.count - 1))
+
+
+def chain_of(split: Split, allow_v2: bool = True) -> tuple[int, tuple[int, int]] | None:
+    """A range's clean chain (CleanChain.entry), read with the walk's checks: a task of the walk's look-ahead."""
+    chain = CleanChain(allow_v2)
+    for b in range_batches(split, keys=False):
+        chain.add(b)
+        if not chain.open:
+            break
+    return chain.entry()
+
+
 Chains = Callable[[], dict[int, tuple[int, int]]]
 """Clean record chains another pass already read with the same checks: first record's offset -> (offset of the
 chain's last record, records before it). None of them stops the walk, so the walk may go on at the last one."""
@@ -292,7 +344,7 @@ def _walk(
                         cut = k
                         code = next(p.code for p in b.record_problems[cut] if p.code in _STOP_RECORD_CODES)
                         stop = f"{code} at {seg.base + int(b.cols['_pos'][cut])}"
-                    jump = _jump(seg, mf, b, cut, chains) if allow_v2 else None
+                    jump = _jump(seg, mf, b, cut, chains)
                     if jump is not None:  # records before the chain, the chain up to its last record; on from there
                         j, at, skipped = jump
                         records += j + skipped
@@ -501,6 +553,17 @@ def _start_index(files: list[SegmentFile], abnormal: bool, min_ts: int | None, c
     return max(0, len(files) - 3)
 
 
+def _chains_ahead(cl, origin: int, check_crc: bool, allow_v2: bool, mapper: Mapper, progress: _Walked, range_bytes: int) -> Chains:
+    """The clean chains of every range from `origin` on, read by `mapper`; progress moves over each range read."""
+    found: dict[int, tuple[int, int]] = {}
+    splits = [s for s in commitlog_splits(cl, range_bytes, check_crc=check_crc) if s.base >= origin]
+    for sp, entry in map_ranges(splits, functools.partial(chain_of, allow_v2=allow_v2), mapper):
+        if entry is not None:
+            found[entry[0]] = entry[1]
+        progress.to(sp.base + sp.end)
+    return lambda: found
+
+
 def preview_bytes(store: Store) -> int:
     """The CommitLog bytes preview() goes past (and tells its `on_bytes` of): from its start file to the end of the files.
 
@@ -527,13 +590,17 @@ def preview(
     dropped_listed: int | None = None,
     count_after: bool = True,
     chains: Chains | None = None,
+    mapper: Mapper = SERIAL,
+    range_bytes: int = RANGE_BYTES,
 ) -> RecoveryPreview:
     """The recovery the broker would run on this store (see the module docstring).
 
     on_bytes(n) is told of the CommitLog bytes walked, preview_bytes() in all, for a progress bar.
     dropped_listed: how many dropped records to describe one by one (default DROPPED_LISTED; 0: only count them, no
     CRC past the new end). count_after=False: no walk past the new end at all (truncated_bytes, truncated_messages
-    and dropped are left 0 and empty), for a caller that reads every record there itself. chains: see _walk.
+    and dropped are left 0 and empty), for a caller that reads every record there itself. chains: see _walk; with
+    none given and a mapper of several workers, the ranges past the start are read side by side first (chain_of)
+    and the walk steps over their clean chains: the same answer, the CommitLog read on every core.
     allow_v2, normal_start: by default those of the store's broker_version (broker_rules).
     """
     rules = store_rules(store)
@@ -553,6 +620,10 @@ def preview(
 
     start = _start_index(files, abnormal, min_ts, cq_max, allow_v2=allow_v2, normal_start=normal_start)
     progress = _Walked(on_bytes, files[start].base)
+    if not allow_v2:
+        chains = None  # a caller's chains know nothing of V2 records, where this walk stops
+    if chains is None and mapper.workers > 1:
+        chains = _chains_ahead(cl, files[start].base, check_crc, allow_v2, mapper, progress, range_bytes)
     valid_end, stop, walked = _walk(files, start, check_crc=check_crc, allow_v2=allow_v2, walked=progress, chains=chains)
     data_end, after, lost = _appended_after(files, valid_end, progress, dropped_listed) if count_after else (valid_end, 0, [])
     progress.to(files[-1].base + files[-1].size)  # the rest is zero tails and files after the data: gone past unread

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rmqdump.checks.recovery import Chains, RecoveryPreview, first_stop, preview
+from rmqdump.checks.recovery import Chains, CleanChain, RecoveryPreview, preview
 from rmqdump.common.problems import Problem
 from rmqdump.readers.commitlog import SegmentFile
 from rmqdump.readers.consumequeue import QueueUnits, read_units
@@ -172,47 +172,13 @@ SURVEY_DTYPES = {  # what classification needs of every record (~43 bytes; no bo
 }
 
 
-class _Chain:
-    """The run of back-to-back records a range starts with, up to the first the recovery walk would stop at
-    (a CRC), an event (damage, a marker) or a break: (first record, last record, records before the last)."""
-
-    def __init__(self):
-        self.first = self.last = self.end = None
-        self.count = 0
-        self.open = True
-
-    def add(self, b: Batch) -> None:
-        n = len(b)
-        if self.open and n:
-            pos = b.cols["_pos"].astype(np.int64) + b.seg.base
-            end = b.cols["_end"].astype(np.int64) + b.seg.base
-            if self.first is None:
-                self.first = self.end = int(pos[0])
-            k = n if int(pos[0]) == self.end else 0
-            stop = first_stop(b)
-            if stop is not None:
-                k = min(k, stop)
-            gaps = np.flatnonzero(pos[1:k] != end[: k - 1]) if k > 1 else []
-            if len(gaps):
-                k = int(gaps[0]) + 1
-            if k:
-                self.count += k
-                self.last, self.end = int(pos[k - 1]), int(end[k - 1])
-            self.open = k == n
-        if b.events:
-            self.open = False
-
-    def entry(self) -> tuple[int, tuple[int, int]] | None:
-        return None if self.last is None or self.count < 2 else (self.first, (self.last, self.count - 1))
-
-
 def survey_range(split: Split) -> tuple[dict[str, np.ndarray], list[str], list[Problem], int, tuple | None, list[Restored]]:
     """One byte range's compact columns (topic ids into the range's own topic list), its damage, its bytes, its chain,
     and the records of its damaged stretches whose header alone is wrong, restored (with CRCs checked only)."""
     cols: dict[str, list[np.ndarray]] = {k: [] for k in SURVEY_DTYPES}
     names: dict[str, int] = {}
     damage: list[Problem] = []
-    chain = _Chain()
+    chain = CleanChain()
     for b in range_batches(split, keys=False, batch_records=BATCH_RECORDS):
         chain.add(b)
         n = len(b)

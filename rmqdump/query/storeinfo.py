@@ -31,6 +31,7 @@ from rmqdump.readers.recordprops import is_lmq
 from rmqdump.readers.store import IndexFileInfo, Store, Unsupported
 from rmqdump.readers.timerlog import TimerStore
 from rmqdump.scan.dataend import data_end_bytes, data_end_of
+from rmqdump.scan.ranges import SERIAL, Mapper
 
 
 @dataclass
@@ -178,8 +179,11 @@ def batch_queue_info(q: BatchConsumeQueue) -> QueueInfo:
     return QueueInfo(q.topic, q.queue_id, len(q.files), sum(f.size for f in q.files), lo, hi, hi - lo, first, last, last_phys, queue_type="BatchCQ")
 
 
-def store_info(store: Store, *, with_recovery: bool = True, check_crc: bool = True, on_bytes: Callable[[int], None] | None = None) -> StoreInfo:
-    """The `info` summary; on_bytes(n) is told of the CommitLog bytes walked (walk_bytes() in all), for a progress bar."""
+def store_info(
+    store: Store, *, with_recovery: bool = True, check_crc: bool = True, on_bytes: Callable[[int], None] | None = None, mapper: Mapper = SERIAL
+) -> StoreInfo:
+    """The `info` summary; on_bytes(n) is told of the CommitLog bytes walked (walk_bytes() in all), for a progress bar;
+    the recovery preview reads ahead on `mapper.on_driver` (this machine's workers)."""
     checkpoint = store.checkpoint()  # a damaged one is recorded in store.problems
     cl = store.commitlog
     end = data_end_of(cl, on_bytes) if cl.files else 0
@@ -229,7 +233,7 @@ def store_info(store: Store, *, with_recovery: bool = True, check_crc: bool = Tr
         other_files=store.other_files,
         unsupported=store.unsupported,
         problems=problems,
-        recovery=preview(store, check_crc=check_crc, on_bytes=on_bytes) if with_recovery else None,
+        recovery=preview(store, check_crc=check_crc, on_bytes=on_bytes, mapper=mapper.on_driver) if with_recovery else None,
         notes=notes,
         timer=timer,
         dledger=dl,

@@ -413,7 +413,7 @@ def collect(
     The CommitLog is walked by the info summary (the newest file with data, to find the data end; the recovery
     preview from where the broker would start) and once whole by cq verify, whose ranges also fill the traffic bins.
     """
-    info = store_info(store, with_recovery=True, check_crc=check_crc, on_bytes=on_bytes)
+    info = store_info(store, with_recovery=True, check_crc=check_crc, on_bytes=on_bytes, mapper=mapper)
     cl = info.commitlog
     damage = DamageMap(cl.min_offset, max(cl.files_end, cl.data_end))
     summary = VerifySummary()

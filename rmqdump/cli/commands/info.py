@@ -272,8 +272,11 @@ def info(
     if refs is not None:
         raise typer.Exit(_fleet(refs, fmt, not no_recovery, not no_crc, version))
     st = Store.open(store[0] if store else ".", version)
-    with render.progress(walk_bytes(st, with_recovery=not no_recovery), "info") as advance:  # on a terminal only
-        inf = store_info(st, with_recovery=not no_recovery, check_crc=not no_crc, on_bytes=advance)
+    from rmqdump.engines.local import local_map
+
+    walked = walk_bytes(st, with_recovery=not no_recovery)
+    with render.progress(walked, "info") as advance:  # on a terminal only
+        inf = store_info(st, with_recovery=not no_recovery, check_crc=not no_crc, on_bytes=advance, mapper=local_map(workers, walked))
     if fmt is ListFormat.jsonl:
         _jsonl(inf)
     else:

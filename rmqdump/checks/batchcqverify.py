@@ -126,11 +126,10 @@ def check_batch_units_in_window(q: BatchConsumeQueue, u: BatchUnits, window: Rec
     if not vpos.size:
         return [], np.zeros(0, np.int64)
     as_cq = QueueUnits(u.base_offset, u.offset, u.size, u.tags_code)
-    found, covered = pointer_checks(as_cq, vpos, q.topic, q.queue_id, records, window.extent, True)
+    found, covered, rows = pointer_checks(as_cq, vpos, q.topic, q.queue_id, records, window.extent, True)
     probs = [_problem(q, u, p, code, detail, phys) for p, code, detail, phys in found]
     # the two values a 20-byte unit does not have: store time and batch size
-    hit, rc = records.rows_at(u.offset[vpos])
-    hp, hr = vpos[hit], rc[hit]
+    hp, hr = vpos[rows >= 0], rows[rows >= 0]
     for k in np.flatnonzero(u.store_time[hp] != records.store_timestamp[hr]).tolist():
         j = int(hp[k])
         probs.append(

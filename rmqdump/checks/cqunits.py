@@ -210,9 +210,10 @@ def _order_checks(u: QueueUnits, real: np.ndarray, filler: np.ndarray, last_vali
 
 def pointer_checks(
     u: QueueUnits, vpos: np.ndarray, topic: str, queue_id: int, records: RecordTable, extent: CommitLogExtent, check_tags: bool
-) -> tuple[Found, np.ndarray]:
+) -> tuple[Found, np.ndarray, np.ndarray]:
     """Where the units at positions `vpos` point: the CommitLog's range, a record start, its values (one compiled pass,
-    rmqdump.scan.scanner.unit_pointers; Python only for the units with a finding)."""
+    rmqdump.scan.scanner.unit_pointers; Python only for the units with a finding). Returns the findings, the records
+    the units rightly point at, and per unit of `vpos` the record row it names (-1: no record starts there)."""
     from rmqdump.scan import layout as L
     from rmqdump.scan import scanner
 
@@ -241,7 +242,7 @@ def pointer_checks(
             if b & L.UNIT_TAGS:
                 found.append((j, CQ_TAGS_CODE_MISMATCH, f"unit tagsCode {int(u.tags_code[j])}, record's is {int(records.tags_code[r_])}", o))
     belongs = (rows >= 0) & ((flags & (L.UNIT_TOPIC | L.UNIT_QUEUE)) == 0)
-    return found, rows[belongs]
+    return found, rows[belongs], rows
 
 
 def findings_to_problems(found: Found, u: QueueUnits, topic: str, queue_id: int, cq_file_of) -> list[Problem]:
@@ -285,7 +286,7 @@ def check_units(
     if last_valid_index is None:
         last_valid_index = int(u.index[vpos[-1]]) if vpos.size else -1
     found, counted, prev_offset = _order_checks(u, real, filler, last_valid_index, prev_offset)
-    more, covered = pointer_checks(u, vpos, topic, queue_id, records, extent, check_tags)
+    more, covered, _ = pointer_checks(u, vpos, topic, queue_id, records, extent, check_tags)
     return UnitCheck(findings_to_problems(found + more, u, topic, queue_id, cq_file_of), covered, counted, prev_offset, seen_real)
 
 
@@ -309,7 +310,7 @@ def check_units_in_window(
     if len(u) == 0:
         return [], np.zeros(0, np.int64), seen_real
     vpos, seen_real = window.pointing_in(u, seen_real)
-    found, covered = pointer_checks(u, vpos, topic, queue_id, window.records, window.extent, check_tags)
+    found, covered, _ = pointer_checks(u, vpos, topic, queue_id, window.records, window.extent, check_tags)
     return findings_to_problems(found, u, topic, queue_id, cq_file_of), covered, seen_real
 
 

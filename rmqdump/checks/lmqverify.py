@@ -56,11 +56,10 @@ def check_lmq_units_in_window(
         return [], set()
     records = window.records
     vpos, _ = window.pointing_in(u, seen_real)
-    found, _ = pointer_checks(u, vpos, topic, queue_id, records, window.extent, True)
+    found, _, rows = pointer_checks(u, vpos, topic, queue_id, records, window.extent, True)
     found = [f for f in found if f[1] not in _NOT_HERE]  # the record is the parent topic's, by design
     ok: set[tuple[str, int, int]] = set()
-    hit, rc = records.rows_at(u.offset[vpos])
-    hv, hr = vpos[hit], rc[hit]
+    hv, hr = vpos[rows >= 0], rows[rows >= 0]
     for k, props in reader.each(records.phys[hr], records.size[hr]):
         j, ri = int(hv[k]), int(hr[k])
         phys, idx = int(u.offset[j]), int(u.index[j])

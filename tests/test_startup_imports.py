@@ -18,7 +18,7 @@ import sys
 import pytest
 from conftest import REAL, jsonl, manifest, store_root
 
-HEAVY = ("numba", "numpy", "pyarrow", "pandas", "duckdb", "matplotlib", "pyspark", "pydantic", "rocksdict", "lz4", "zstandard")
+HEAVY = ("numba", "numpy", "pyarrow", "pandas", "duckdb", "matplotlib", "pyspark", "pydantic", "rocksdict", "lz4", "zstandard", "multiprocessing")
 # what a scanning command on a store without compaction topics or lifecycle queues does not use
 RARE = (
     "rich",

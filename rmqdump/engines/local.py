@@ -17,8 +17,7 @@ import itertools
 import os
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, ThreadPoolExecutor, wait
-from concurrent.futures.process import BrokenProcessPool
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from typing import TypeVar
 
 from rmqdump.common.closing import Closing
@@ -124,18 +123,19 @@ class ProcessMap(SerialMap, Closing):
     def __init__(self, workers: int = 1, preload: Iterable[str] = ()):
         self.workers = max(1, int(workers))
         self.preload = list(preload)
-        self._pool: ProcessPoolExecutor | None = None
+        self._pool = None  # a concurrent.futures ProcessPoolExecutor, imported with it (multiprocessing: dear for every other command)
 
     def __enter__(self) -> ProcessMap:
         if self.workers > 1:
             self._started()
         return self
 
-    def _started(self) -> ProcessPoolExecutor | None:
+    def _started(self):
         """The pool, started on first use; None where this system gives no processes (a sandbox without
         /dev/shm or sockets): the work then runs here."""
         if self._pool is None and self.workers > 1:
             import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor
 
             try:
                 ctx = multiprocessing.get_context("forkserver")
@@ -152,6 +152,8 @@ class ProcessMap(SerialMap, Closing):
         pool = self._started() if len(items) > 1 else None
         if pool is None:
             return super().__call__(fn, items)
+        from concurrent.futures.process import BrokenProcessPool
+
         try:
             return iter(list(pool.map(fn, items)))
         except BrokenProcessPool:  # a worker died (killed, out of memory): the rest of the work runs here

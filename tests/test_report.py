@@ -8,11 +8,16 @@ to catch what it is for, on a page made to fail it.
 from __future__ import annotations
 
 import collections
+import itertools
 import json
+import math
 import os
 import re
 import shutil
 import subprocess
+import xml.etree.ElementTree as ET
+from datetime import datetime
+from decimal import Decimal
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +26,7 @@ from conftest import REAL, ROOT, SETTINGS, copy_store, jsonl, manifest, patch, r
 
 from rmqdump.readers.store import Store
 from rmqdump.report import collect as K
-from rmqdump.report import plots
+from rmqdump.report import plots, svg
 from rmqdump.report.page import render
 
 HEADER_V1_IPV4 = 88  # bytes before the body of a V1 record with IPv4 hosts (store-format.md: fixed fields + bodyLength)
@@ -247,6 +252,142 @@ def test_a_record_is_named_alike_in_the_preview_and_the_damage_map(tmp_path):
 
 
 # --- the command ---------------------------------------------------------------------------------------------
+
+
+# --- the plots: their marks read back through the ticks they show ---------------------------------------------
+
+_SVG = "{http://www.w3.org/2000/svg}"
+
+
+def _labels(root, role: str) -> list[tuple[float, float, str]]:
+    """(x, y, text) of the plot's labels of one role: xt, yt (a tick's: at its tick), key (a legend entry's)."""
+    return [(float(t.get("x")), float(t.get("y")), t.text) for t in root.iter(_SVG + "text") if t.get("class") == role]
+
+
+def _axis(ticks: list[tuple[float, float]]):
+    """px -> data on a linear axis: the line through its first and last (value, px) tick; and the data per px."""
+    (v0, p0), (v1, p1) = ticks[0], ticks[-1]
+    per_px = (v1 - v0) / (p1 - p0)
+    return (lambda px: v0 + (px - p0) * per_px), abs(per_px)
+
+
+def _label_times(labels: list[str]) -> list[float]:
+    """ms since the epoch of UTC time labels, each without a date on the day of the one before."""
+    out, day = [], None
+    for s in labels:
+        if re.match(r"\d{4}-\d\d-\d\d", s):
+            day, s = s[:10], s[11:]
+        out.append(datetime.fromisoformat(f"{day}T{s or '00:00'}+00:00").timestamp() * 1000)
+    return out
+
+
+def _steps(d: str) -> tuple[list[float], list[float]]:
+    """A step path (M x y, then H x and V y) as its x edges in px and the y each run holds."""
+    xs, ys, y = [], [], None
+    for cmd, a, b in re.findall(r"([MHV])([-\d.]+)(?: ([-\d.]+))?", d):
+        if cmd == "M":
+            xs, y = [float(a)], float(b)
+        elif cmd == "H":
+            xs.append(float(a))
+            ys.append(y)
+        else:
+            y = float(a)
+    return xs, ys
+
+
+@pytest.mark.parametrize("name", ["rmq4-crash", "rmq4-basic"])
+def test_rate_plot_lines_are_the_manifest_rates(name, crash, basic):
+    """Each step line of the rate plot, read back through the plot's own ticks, holds per bin the manifest's messages
+    of its topics (named in its legend entry, with their count) stored in that bin, per second; the bins as drawn are
+    equal and start on whole multiples of their width."""
+    root = ET.fromstring(plots.rate_plot((crash if name == "rmq4-crash" else basic).traffic))
+    xt, yt = _labels(root, "xt"), _labels(root, "yt")
+    to_ms, ms_px = _axis(list(zip(_label_times([s for *_, s in xt]), [x for x, _, _ in xt], strict=True)))
+    to_rate, rate_px = _axis([(float(s.replace(",", "")), y) for _, y, s in yt])
+    lines = [p.get("d") for p in root.iter(_SVG + "path")]
+    keys = [s for *_, s in _labels(root, "key")]
+    stored = collections.defaultdict(list)
+    for m in _put(name):
+        stored[m["topic"]].append(m["storeTimestamp"])
+    assert len(lines) == len(keys) <= 9 and len(stored) > 1
+    left = set(stored)
+    for d, key in zip(lines, keys, strict=True):
+        label, total = re.fullmatch(r"(.*) \((\d+)\)", key).groups()
+        if re.fullmatch(r"\d+ other topics", label):
+            topics = set(left)
+        else:
+            topics = {t for t in left if t == label or (label.endswith("…") and t.startswith(label[:-1]))}
+        assert len(topics) == 1 or label.endswith("other topics"), (label, topics)
+        left -= topics
+        ts = np.array([t for topic in topics for t in stored[topic]], dtype=np.int64)
+        xs, ys = _steps(d)
+        edges = np.array([to_ms(x) for x in xs])
+        width = round((edges[-1] - edges[0]) / (len(edges) - 1))
+        t0 = round(edges[0] / width) * width
+        assert np.abs(edges - (t0 + width * np.arange(len(edges)))).max() <= 0.2 * ms_px
+        want = np.bincount((ts - t0) // width, minlength=len(ys)) * 1000 / width
+        assert len(want) == len(ys) and int(total) == len(ts)
+        assert np.abs(np.array([to_rate(y) for y in ys]) - want).max() <= 0.1 * rate_px, label
+    assert not left  # every topic drawn
+
+
+def test_queue_bars_are_the_manifest_queues(basic):
+    """The queues plot, read back through its ticks: a bar per queue, named by its tick, as long as the manifest's
+    messages put to that queue (units on disk, and the max offset of a queue written from offset 0)."""
+    root = ET.fromstring(plots.queues_plot(basic.info))
+    to_n, n_px = _axis([(float(s.replace(",", "")), x) for x, _, s in _labels(root, "xt")])
+    names = {y: s for _, y, s in _labels(root, "yt")}
+    want = collections.Counter(f"{m['topic']}/{m['queueId']}" for m in _put("rmq4-basic"))
+    assert len(want) <= plots.TOP_BARS
+    for color in ("#1f77b4", "#c6dbef"):  # units on disk, max offset
+        got = {}
+        for r in root.iter(_SVG + "rect"):
+            if r.get("fill") == color and r.get("height") != "8":  # not the legend's swatch
+                x, w, y, h = (float(r.get(k)) for k in ("x", "width", "y", "height"))
+                at = min(names, key=lambda t: abs(t - (y + h / 2)))
+                assert abs(at - (y + h / 2)) < 0.5
+                got[names[at]] = to_n(x + w) - to_n(x)
+        named = {q: next(g for g in got if g == q or (g.split("…/")[0] in q and g.endswith(q[q.rindex("/") :]))) for q in want}
+        assert len(got) == len(set(named.values())) == len(want)
+        assert all(abs(got[named[q]] - want[q]) <= 0.2 * n_px for q in want), color
+
+
+def _nice_model(lo: float, hi: float, most: int) -> list[Decimal]:
+    """The ticks of the smallest step 1, 2 or 5 x 10^k whose multiples around [lo, hi] cut it into at most `most` parts."""
+    a, b = Decimal(repr(lo)), Decimal(repr(hi))
+    for s in sorted(Decimal(m).scaleb(k) for k in range(-8, 20) for m in (1, 2, 5)):
+        first, last = math.floor(a / s), math.ceil(b / s)
+        if last - first <= most:
+            return [i * s for i in range(first, last + 1)]
+    raise AssertionError
+
+
+_TIME_STEPS_MODEL = [1, 2, 5, 10, 20, 50, 100, 200, 500] + [1000 * k for k in (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800)]
+_TIME_STEPS_MODEL += [3_600_000 * k for k in (1, 2, 3, 6, 12)]
+
+
+def test_tick_choosers_against_a_model():
+    """Linear ticks: the model's (1/2/5 x 10^k, covering the range, the finest such step with at most `most` parts);
+    log ticks: the decades around the range; time ticks: inside the range, on whole multiples of a step of the
+    model's list (whole days past 12 h, at most `most` parts), each labelled with exactly its time."""
+    rng = np.random.default_rng(11)
+    cases = [(0, 100, 6), (0, 105, 6), (0, 1, 5), (0, 7, 6), (0, 2_147_483_648, 6), (0.3, 0.7, 4), (1_000, 1_001, 6), (-5, 5, 6)]
+    cases += [(float(a), float(a + w), int(n)) for a, w, n in zip(rng.uniform(-1e3, 1e6, 300), 10 ** rng.uniform(-3, 9, 300), rng.integers(2, 10, 300), strict=True)]
+    for lo, hi, most in cases:
+        got, want = svg.linear_ticks(lo, hi, most), _nice_model(lo, hi, most)
+        assert len(got) == len(want) and all(abs(Decimal(repr(g)) - w) <= abs(want[1] - want[0]) * Decimal("1e-9") for g, w in zip(got, want, strict=True)), (lo, hi, most, got)
+        assert got[0] <= lo and got[-1] >= hi
+    for lo, hi in [(1, 1), (1, 9), (3, 2_000), (0.5, 40), (7, 10)]:
+        got = svg.log_ticks(lo, hi)
+        assert got[0] <= lo < got[0] * 10 and hi <= got[-1] and (len(got) == 2 or got[-1] / 10 < hi)  # at least one decade
+        assert all(math.log10(v) == round(math.log10(v)) for v in got) and all(b == a * 10 for a, b in itertools.pairwise(got))
+    t, day = 1_795_305_352_106, 86_400_000
+    for span in [1, 3, 999, 7_000, 61_000, 3_600_000, 5 * 3_600_000, day, 4 * day, 9 * day, 400 * day, *10 ** rng.uniform(0, 10, 100)]:
+        lo, hi = float(t), float(t + span)
+        step = next(s for s in _TIME_STEPS_MODEL + [day * k for k in (1, 2, 5, 10, 20, 50, 100, 200, 500)] if span / s <= 6)
+        got = svg.time_ticks(lo, hi, 6)
+        assert got == [float(v) for v in range(math.ceil(lo / step) * step, math.floor(hi / step) * step + 1, step)], (span, got)
+        assert got and _label_times(svg.time_labels(got)) == got
 
 
 def test_cli_writes_the_page_exit_codes_and_no_overwrite(tmp_path):

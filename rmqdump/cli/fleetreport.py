@@ -17,12 +17,10 @@ def fleet_report(
     workers: int | None = None,
     broker_version: tuple[int, ...] | None = None,
     mapper=None,
-    draw=None,
 ) -> int:
     """Write the fleet page; 1 when a broker has problems, would drop data on restart, or cannot be read.
 
-    mapper: what maps every store's CommitLog ranges (--engine spark's tasks); default the local engine, sized per store.
-    draw: what draws the page's plots (options.plot_map); default this process."""
+    mapper: what maps every store's CommitLog ranges (--engine spark's tasks); default the local engine, sized per store."""
     from rmqdump.common.problems import InputError
     from rmqdump.common.publish import check_target, publishing
     from rmqdump.engines.local import local_map
@@ -54,7 +52,7 @@ def fleet_report(
         got = [one(ref) for ref in refs]
     brokers = [(ref.name, r) for ref, r in zip(refs, got, strict=True) if not isinstance(r, InputError)]
     errors = [(ref.name, r.line()) for ref, r in zip(refs, got, strict=True) if isinstance(r, InputError)]
-    page = render_page(brokers, errors, draw=draw)
+    page = render_page(brokers, errors)
     with publishing(out, force=force, stores=roots, kind="file") as tmp, open(tmp, "w", encoding="utf-8") as f:
         f.write(page)
     for name, why in errors:

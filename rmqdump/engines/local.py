@@ -7,8 +7,7 @@ in flight, so a pass folds them as a serial loop would and memory stays
 bounded by the workers, not the store. `LocalMap(1)` runs in the caller's
 thread: `-j1` is the same code with one worker (rmqdump.scan.ranges.SERIAL's).
 LocalMap is a rmqdump.scan.ranges.Mapper; its `on_driver` is itself (its
-workers are in this process). ProcessMap is the one exception: work that holds
-the GIL throughout (the report's matplotlib plots) on processes.
+workers are in this process).
 """
 
 from __future__ import annotations
@@ -20,7 +19,6 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from typing import TypeVar
 
-from rmqdump.common.closing import Closing
 from rmqdump.scan.ranges import SerialMap
 from rmqdump.scan.splits import PARALLEL_MIN_BYTES
 
@@ -110,58 +108,3 @@ class LocalMap(SerialMap):
 def local_map(workers: int | None, total_bytes: int, min_bytes: int = PARALLEL_MIN_BYTES, per_worker: int = WORKER_MEMORY) -> LocalMap:
     """The local engine for a pass over `total_bytes`: `workers` threads, or by default as many as default_workers finds."""
     return LocalMap(workers if workers else default_workers(total_bytes, min_bytes, per_worker))
-
-
-class ProcessMap(SerialMap, Closing):
-    """fn over items on `workers` processes, results in item order: for pure-Python work that threads cannot share
-    (the report's plots). The processes come from a fork server started for the purpose (no thread of this process,
-    a Spark gateway's or the scan's, is copied into them), with `preload` imported there once; fn and the items
-    are pickled. One worker, or one item, runs here. `with ProcessMap(n, preload) as m:` starts the processes at
-    once, so that their imports overlap what the caller does before it maps (the report's scan); the block's end
-    stops them."""
-
-    def __init__(self, workers: int = 1, preload: Iterable[str] = ()):
-        self.workers = max(1, int(workers))
-        self.preload = list(preload)
-        self._pool = None  # a concurrent.futures ProcessPoolExecutor, imported with it (multiprocessing: dear for every other command)
-
-    def __enter__(self) -> ProcessMap:
-        if self.workers > 1:
-            self._started()
-        return self
-
-    def _started(self):
-        """The pool, started on first use; None where this system gives no processes (a sandbox without
-        /dev/shm or sockets): the work then runs here."""
-        if self._pool is None and self.workers > 1:
-            import multiprocessing
-            from concurrent.futures import ProcessPoolExecutor
-
-            try:
-                ctx = multiprocessing.get_context("forkserver")
-                ctx.set_forkserver_preload(self.preload)
-                self._pool = ProcessPoolExecutor(self.workers, mp_context=ctx)
-                self._pool.submit(int)  # starts every worker now (a pool not forked from this process starts them all)
-            except (OSError, ValueError):
-                self.close()
-                self.workers = 1
-        return self._pool
-
-    def __call__(self, fn: Callable[[T], R], items: Iterable[T]) -> Iterator[R]:
-        items = list(items)
-        pool = self._started() if len(items) > 1 else None
-        if pool is None:
-            return super().__call__(fn, items)
-        from concurrent.futures.process import BrokenProcessPool
-
-        try:
-            return iter(list(pool.map(fn, items)))
-        except BrokenProcessPool:  # a worker died (killed, out of memory): the rest of the work runs here
-            self.close()
-            self.workers = 1
-            return super().__call__(fn, items)
-
-    def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
-            self._pool = None

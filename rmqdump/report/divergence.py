@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import html
 from dataclasses import dataclass, field
-from datetime import timezone
 
 import numpy as np
 
 from rmqdump.checks.diff import SIDES, ConsumerImpact, QueueDiff, diff_stores
 from rmqdump.common.timeutil import iso
 from rmqdump.readers.store import Store
-from rmqdump.report import plots
+from rmqdump.report import plots, svg
 from rmqdump.scan.ranges import SERIAL, Mapper
 
 SAMPLES = 20  # messages listed per side and kind; the rest are counted
@@ -60,34 +59,26 @@ def _runs(ranges: list[list[int]], most: int = 6) -> str:
     return text + (f" (+{len(ranges) - most} runs)" if len(ranges) > most else "")
 
 
-@plots._styled
 def timeline_plot(div: Divergence) -> str | None:
     """Both sides' messages past the common prefix per store-time bin, stacked by what the other side holds."""
     if not len(div.edges) or not any(c.sum() for s in SIDES for c in div.counts[s].values()):
         return None
-    from matplotlib import dates as mdates
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(plots.WIDTH_IN, 3.6), facecolor=plots.PLOT_BG, layout="constrained")
-    axes = fig.subplots(2, 1, sharex=True)
-    x = [plots._utc(float(t)) for t in div.edges[:-1]]
-    width = (div.edges[1] - div.edges[0]) / 86_400_000  # matplotlib dates are days
-    for ax, s, name in zip(axes, SIDES, ("A", "B"), strict=True):
-        ax.set_facecolor("white")
+    x = div.edges[:-1].astype(float)
+    width = float(div.edges[1] - div.edges[0])
+    axes = []
+    for s, name in zip(SIDES, ("A", "B"), strict=True):
+        ax = svg.Axes(ylabel=f"{name}: messages", x=svg.TIME)
         bottom = np.zeros(len(x))
         for status, label in (("only", f"only on {name}"), ("moved", "on both, other offset"), ("same", "on both, same offset")):
             c = div.counts[s][status].astype(float)
             if c.sum():
-                ax.bar(x, c, width=width, bottom=bottom, align="edge", color=_STATUS_COLORS[status][SIDES.index(s)], label=f"{label} ({int(c.sum())})")
+                ax.bars(x + width / 2, c, width, _STATUS_COLORS[status][SIDES.index(s)], f"{label} ({int(c.sum())})", bottom)
                 bottom += c
-        ax.set_ylabel(f"{name}: messages")
-        ax.grid(axis="y", alpha=0.3)
-        if bottom.any():
-            ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
-    axes[1].xaxis.set_major_formatter(mdates.ConciseDateFormatter(axes[1].xaxis.get_major_locator(), tz=timezone.utc))
-    axes[1].set_xlabel("store time (UTC)")
-    axes[0].set_title("Messages past the common prefix on each side, by store time")
-    return plots.svg(fig)
+        ax.lim["x"] = (float(div.edges[0]), float(div.edges[-1]))
+        axes.append(ax)
+    axes[0].title, axes[0].xtick_labels = "Messages past the common prefix on each side, by store time", False
+    axes[1].xlabel = "store time (UTC)"
+    return svg.figure(axes, 3.6 * plots.INCH)
 
 
 def section(div: Divergence, table) -> str:

@@ -7,7 +7,7 @@ import numpy as np
 
 from rmqdump.report import collect as K
 from rmqdump.report import page as P
-from rmqdump.report import plots
+from rmqdump.report import plots, svg
 
 SUMMARY_COLUMNS = ["broker", "state", "CommitLog offsets", "messages", "queues", "units", "problems", "restart drops", "consumer lag"]
 
@@ -68,24 +68,19 @@ def _summary(brokers: list[tuple[str, K.Report]]) -> str:
     return "".join(out)
 
 
-@plots._styled
 def rate_plot(brokers: list[tuple[str, K.Report]]) -> str | None:
     """Each broker's message rate (all topics) over store time, one line per broker."""
     lines = [(n, r.traffic.rate) for n, r in brokers if r.traffic.rate.t0 is not None and r.traffic.rate.counts.size]
     if not lines:
         return None
-    fig, ax = plots._figure(3.2)
+    ax = svg.Axes("Message rate per broker over store time", "store time (UTC)", "messages / s", x=svg.TIME)
     for j, (name, rate) in enumerate(lines):
         y = rate.per_second().sum(axis=0)
-        x = [plots._utc(rate.t0 + i * rate.width) for i in range(rate.bins + 1)]
-        ax.step(
-            x, np.append(y, y[-1]), where="post", color=plots._COLORS[j % len(plots._COLORS)], lw=1.2, label=f"{plots._short(name)} ({int(rate.counts.sum())})"
-        )
-    plots.rate_axes(ax, "store time (UTC)", "Message rate per broker over store time")
-    return plots.svg(fig)
+        x = rate.t0 + np.arange(rate.bins + 1) * rate.width
+        ax.step(x, np.append(y, y[-1]), plots._COLORS[j % len(plots._COLORS)], f"{plots._short(name)} ({int(rate.counts.sum())})")
+    return svg.figure([ax], 3.2 * plots.INCH)
 
 
-@plots._styled
 def damage_plot(brokers: list[tuple[str, K.Report]]) -> str | None:
     """Problems found per broker, with the messages a restart would drop inside each bar."""
     if not any(r.problem_total or drops(r) for _, r in brokers):
@@ -94,7 +89,6 @@ def damage_plot(brokers: list[tuple[str, K.Report]]) -> str | None:
     return _bars(rows, ("problems found", "messages a restart drops"), ("#fcbba1", "#b00020"), "count", "Damage per broker")
 
 
-@plots._styled
 def lag_plot(brokers: list[tuple[str, K.Report]]) -> str | None:
     """Each broker's summed consumer lag, with its number of lagging queues inside."""
     rows = [(n, lag_total(r), 0 if r.offsets is None else sum(1 for x in r.offsets.rows if x.lag)) for n, r in brokers]
@@ -104,30 +98,19 @@ def lag_plot(brokers: list[tuple[str, K.Report]]) -> str | None:
 
 
 def _bars(rows: list[tuple[str, int, int]], legend: tuple[str, str], colors: tuple[str, str], xlabel: str, title: str) -> str:
-    fig, ax = plots._figure(max(1.6, 0.25 * len(rows) + 0.9))
-    y = np.arange(len(rows))[::-1]
-    ax.barh(y, [r[1] for r in rows], color=colors[0], label=legend[0])
-    ax.barh(y, [r[2] for r in rows], height=0.45, color=colors[1], label=legend[1])
-    ax.set_yticks(y, [plots._short(r[0], 40) for r in rows], fontsize=7)
-    ax.set_xlabel(xlabel)
-    ax.grid(axis="x", alpha=0.3)
-    ax.legend(fontsize=7, loc="lower right")
-    ax.set_title(title)
-    return plots.svg(fig)
+    return plots.hbars(rows, lambda r: r[1], lambda r: r[2], lambda r: plots._short(r[0], 40), legend, colors, xlabel, title, 0.25, 0.9)
 
 
-def render(brokers: list[tuple[str, K.Report]], errors: list[tuple[str, str]] = (), draw=None) -> str:
-    """The fleet page: summary table and plots, then every broker's sections (h3 under the broker's h2); `draw`: the
-    mapper that draws the plots (see page.render)."""
+def render(brokers: list[tuple[str, K.Report]], errors: list[tuple[str, str]] = ()) -> str:
+    """The fleet page: summary table and plots, then every broker's sections (h3 under the broker's h2)."""
     body = ["<h2>Fleet</h2>", _summary(brokers)]
     for name, why in errors:
         body.append(f'<p class="bad">{P._e(name)}: not read: {P._e(why)}</p>')
-    with plots.drawn_later() as drawing:
-        body.append(P._plot(rate_plot(brokers), "No messages in any CommitLog."))
-        body.append(P._plot(damage_plot(brokers), "No problems found and no restart would drop a message."))
-        body.append(P._plot(lag_plot(brokers), "No consumer lags (or no consumerOffset.json)."))
-        for i, (name, rep) in enumerate(brokers):
-            body.append(f'<section id="{anchor(i)}"><h2>Broker {P._e(name)}</h2>')
-            body += [f"<h3>{P._e(h)}</h3>{s}" for h, s in P.sections(rep)]
-            body.append("</section>")
-    return drawing.fill(P.document(f"rmqdump report: a fleet of {len(brokers)} brokers", "".join(body)), draw)
+    body.append(P._plot(rate_plot(brokers), "No messages in any CommitLog."))
+    body.append(P._plot(damage_plot(brokers), "No problems found and no restart would drop a message."))
+    body.append(P._plot(lag_plot(brokers), "No consumer lags (or no consumerOffset.json)."))
+    for i, (name, rep) in enumerate(brokers):
+        body.append(f'<section id="{anchor(i)}"><h2>Broker {P._e(name)}</h2>')
+        body += [f"<h3>{P._e(h)}</h3>{s}" for h, s in P.sections(rep)]
+        body.append("</section>")
+    return P.document(f"rmqdump report: a fleet of {len(brokers)} brokers", "".join(body))

@@ -297,15 +297,11 @@ def document(title: str, body: str) -> str:
     )
 
 
-def render(rep: K.Report, divergence=None, draw=None) -> str:
-    """The whole page as one string; with `divergence` (rmqdump.report.divergence.Divergence) its section second.
+def render(rep: K.Report, divergence=None) -> str:
+    """The whole page as one string; with `divergence` (rmqdump.report.divergence.Divergence) its section second."""
+    parts = sections(rep)
+    if divergence is not None:
+        from rmqdump.report.divergence import section
 
-    draw: the mapper that draws the page's plots (rmqdump.engines.local.ProcessMap: side by side); default here."""
-    with plots.drawn_later() as drawing:
-        parts = sections(rep)
-        if divergence is not None:
-            from rmqdump.report.divergence import section
-
-            parts.insert(1, (f"Divergence from {divergence.b_root}", section(divergence, _table)))
-        page = document(f"rmqdump report: {rep.info.root}", "".join(f"<h2>{_e(h)}</h2>{s}" for h, s in parts))
-    return drawing.fill(page, draw)
+        parts.insert(1, (f"Divergence from {divergence.b_root}", section(divergence, _table)))
+    return document(f"rmqdump report: {rep.info.root}", "".join(f"<h2>{_e(h)}</h2>{s}" for h, s in parts))

@@ -234,15 +234,6 @@ def spark_conf_option() -> list[str]:
     return typer.Option([], "--spark-conf", help="spark engine: KEY=VALUE Spark setting; repeat it.")
 
 
-def plot_map(workers: int | None):
-    """What draws a report page's plots: processes side by side, as many as -j (default every core); -j1 here.
-    Enter it before the scan: its processes start (and import matplotlib) while the CommitLog is read."""
-    from rmqdump.engines.local import ProcessMap, usable_cores
-    from rmqdump.report.plots import PRELOAD
-
-    return ProcessMap(workers or usable_cores(), preload=PRELOAD)
-
-
 @contextmanager
 def range_mapper(engine: Engine, workers: int | None, total_bytes: int, master: str, conf: list[str], ship: Ship):
     """The mapper --engine names for a pass over `total_bytes` of CommitLog: the local engine's threads (-j), or

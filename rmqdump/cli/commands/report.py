@@ -64,14 +64,12 @@ def report(
             render.fail("usage: --diff and --problems-out take one store (-s once)", 2)
 
         with contextlib.ExitStack() as stack:  # Spark: one session for the fleet; local: each store's own threads
-            draw = stack.enter_context(O.plot_map(workers))
             mapper = stack.enter_context(O.range_mapper(engine, workers, 0, master, spark_conf, ship)) if engine is O.Engine.spark else None
-            code = fleet_report(refs, str(out), force=force, limit=limit, check_crc=not no_crc, workers=workers, broker_version=version, mapper=mapper, draw=draw)
+            code = fleet_report(refs, str(out), force=force, limit=limit, check_crc=not no_crc, workers=workers, broker_version=version, mapper=mapper)
         raise typer.Exit(code)
     st = Store.open(store[0] if store else ".", version)
     check_target(str(out), force=force, stores=[st.root], kind="file")  # before the long part: fail fast
     with contextlib.ExitStack() as stack:
-        draw = stack.enter_context(O.plot_map(workers))  # the plots' processes start while the CommitLog is read
         on_problem = None
         if problems_out is not None:
             tmp = stack.enter_context(publishing(str(problems_out), force=force, stores=[st.root], kind="file"))
@@ -91,7 +89,7 @@ def report(
                 render.fail(f"no_commitlog: {other.root}: no CommitLog files found (--diff)", 2)
             # the two sides' CRCs side by side on this machine, as `diff` does on either engine (not CommitLog ranges)
             div = collect_divergence(st, other, check_crc=not no_crc, mapper=local_map(workers, cl_bytes), temp_dir=str(out.absolute().parent))
-        page = render_page(rep, div, draw=draw)
+        page = render_page(rep, div)
     with publishing(str(out), force=force, stores=[st.root], kind="file") as tmp, open(tmp, "w", encoding="utf-8") as f:
         f.write(page)
     render.err.print(

@@ -346,7 +346,8 @@ def test_queue_bars_are_the_manifest_queues(basic):
                 x, w, y, h = (float(r.get(k)) for k in ("x", "width", "y", "height"))
                 at = min(names, key=lambda t: abs(t - (y + h / 2)))
                 assert abs(at - (y + h / 2)) < 0.5
-                got[names[at]] = to_n(x + w) - to_n(x)
+                assert abs(to_n(x)) <= 0.2 * n_px  # from 0
+                got[names[at]] = to_n(x + w)
         named = {q: next(g for g in got if g == q or (g.split("…/")[0] in q and g.endswith(q[q.rindex("/") :]))) for q in want}
         assert len(got) == len(set(named.values())) == len(want)
         assert all(abs(got[named[q]] - want[q]) <= 0.2 * n_px for q in want), color

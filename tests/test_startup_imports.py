@@ -18,7 +18,7 @@ import sys
 import pytest
 from conftest import REAL, jsonl, manifest, store_root
 
-HEAVY = ("numba", "numpy", "pyarrow", "pandas", "duckdb", "matplotlib", "pyspark", "pydantic", "rocksdict", "lz4", "zstandard", "multiprocessing")
+HEAVY = ("numba", "numpy", "pyarrow", "pandas", "duckdb", "pyspark", "pydantic", "rocksdict", "lz4", "zstandard", "multiprocessing")
 # what a scanning command on a store without compaction topics or lifecycle queues does not use
 RARE = (
     "rich",
@@ -120,7 +120,7 @@ def test_commitlog_listing_loads_the_kernels_and_nothing_heavier():
 def test_offsets_scans_nothing_so_loads_no_kernel():
     r, mods = loaded("offsets", "-s", STORE)
     assert r.returncode in (0, 1)
-    assert "numba" not in mods and not mods & {"pyarrow", "pandas", "duckdb", "matplotlib", "pyspark"}
+    assert "numba" not in mods and not mods & {"pyarrow", "pandas", "duckdb", "pyspark"}
 
 
 @pytest.mark.parametrize("args", [["--version"], ["--help"], ["info", "--help"]])

@@ -53,7 +53,7 @@ def rate_plot(traffic: K.Traffic) -> str | None:
     rest = order[TOP_TOPICS:]
     if len(rest):
         y = per_s[rest].sum(axis=0)
-        ax.step(x, np.append(y, y[-1]), "#555555", f"{len(rest)} other topics ({int(totals[rest].sum())})", width=1, dash="5 3")
+        ax.step(x, np.append(y, y[-1]), "#555555", f"{len(rest)} other topics ({int(totals[rest].sum())})", width=1.3, dash="5 3")
     return svg.figure([ax], 3.2 * INCH)
 
 
@@ -161,10 +161,10 @@ def damage_plot(damage: K.DamageMap, info) -> str:
     ax.lim["y"] = (len(rows) - 0.5, -0.5)
     ax.lim["x"] = (damage.lo, damage.hi)
     ax.tick_size["y"], ax.grid = svg.SMALL, "x"
-    ax.vline(info.commitlog.data_end, "#333333", 0.8, "1 2")
+    ax.vline(info.commitlog.data_end, "#333333", 1, "1 2")
     r = info.recovery
     if r is not None:
-        ax.vline(r.valid_end, "#d62728", 1, "5 3", "restart keeps up to here")
+        ax.vline(r.valid_end, "#d62728", 1.3, "5 3", "restart keeps up to here")
     return svg.figure([ax], (0.32 * len(rows) + 1.2) * INCH)
 
 

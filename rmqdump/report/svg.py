@@ -113,7 +113,7 @@ class Axes:
         # ("step", xs, ys, colour, width, dash), ("rect", x0, x1, y0, y1, colour, opacity), ("vline", x, colour, width, dash, text)
         self.marks: list[tuple] = []
 
-    def step(self, xs, ys, color: str, label: str, width: float = 1.2, dash: str = "") -> None:
+    def step(self, xs, ys, color: str, label: str, width: float = 1.6, dash: str = "") -> None:
         """A line holding ys[i] from xs[i] to xs[i + 1] (the last value repeats the one before)."""
         self.marks.append(("step", [float(v) for v in xs], [float(v) for v in ys], color, width, dash))
         self.legend.append((label, color, dash))
@@ -197,7 +197,7 @@ def _legend(ax: Axes, left: float, top: float, right: float, bottom: float) -> l
         if dash is None:
             out.append(f'<rect x="{_f(x + 6)}" y="{_f(row - 4)}" width="18" height="8" fill="{color}"/>')
         else:
-            out.append(_line(x + 5, x + 25, row, row, color, 1.5, dash))
+            out.append(_line(x + 5, x + 25, row, row, color, 2, dash))
         out.append(_text(x + 30, row + 3.5, label, SMALL, "start", role="key"))
     return out
 

@@ -3,6 +3,8 @@ broker's sections as its own page shows them. Still one self-contained file: inl
 
 from __future__ import annotations
 
+from operator import itemgetter
+
 import numpy as np
 
 from rmqdump.report import collect as K
@@ -86,7 +88,8 @@ def damage_plot(brokers: list[tuple[str, K.Report]]) -> str | None:
     if not any(r.problem_total or drops(r) for _, r in brokers):
         return None
     rows = [(n, r.problem_total, drops(r) or 0) for n, r in brokers]
-    return _bars(rows, ("problems found", "messages a restart drops"), ("#fcbba1", "#b00020"), "count", "Damage per broker")
+    legend = ("problems found", "messages a restart drops")
+    return plots.hbars(rows, itemgetter(1), itemgetter(2), _name, legend, ("#fcbba1", "#b00020"), "count", "Damage per broker", 0.25, 0.9)
 
 
 def lag_plot(brokers: list[tuple[str, K.Report]]) -> str | None:
@@ -94,11 +97,12 @@ def lag_plot(brokers: list[tuple[str, K.Report]]) -> str | None:
     rows = [(n, lag_total(r), 0 if r.offsets is None else sum(1 for x in r.offsets.rows if x.lag)) for n, r in brokers]
     if not any(t for _, t, _ in rows):
         return None
-    return _bars(rows, ("messages behind (sum of lag)", "lagging queues"), ("#fdd0a2", "#e6550d"), "messages", "Consumer lag per broker")
+    legend = ("messages behind (sum of lag)", "lagging queues")
+    return plots.hbars(rows, itemgetter(1), itemgetter(2), _name, legend, ("#fdd0a2", "#e6550d"), "messages", "Consumer lag per broker", 0.25, 0.9)
 
 
-def _bars(rows: list[tuple[str, int, int]], legend: tuple[str, str], colors: tuple[str, str], xlabel: str, title: str) -> str:
-    return plots.hbars(rows, lambda r: r[1], lambda r: r[2], lambda r: plots._short(r[0], 40), legend, colors, xlabel, title, 0.25, 0.9)
+def _name(row: tuple) -> str:
+    return plots._short(row[0], 40)
 
 
 def render(brokers: list[tuple[str, K.Report]], errors: list[tuple[str, str]] = ()) -> str:

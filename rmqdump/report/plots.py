@@ -104,17 +104,8 @@ def queues_plot(info) -> str | None:
     qs = [q for q in info.queues if q.units or q.max_offset]
     if not qs:
         return None
-    return _bars(
-        qs,
-        "max_offset",
-        lambda q: q.max_offset,
-        lambda q: q.units,
-        lambda q: f"{_short(q.topic, 40)}/{q.queue_id}",
-        ("max offset", "units on disk"),
-        ("#c6dbef", "#1f77b4"),
-        "queue offset",
-        "ConsumeQueues: units and max offset",
-    )
+    return _bars(qs, "max_offset", lambda q: q.max_offset, lambda q: q.units, lambda q: f"{_short(q.topic, 40)}/{q.queue_id}",
+                 ("max offset", "units on disk"), ("#c6dbef", "#1f77b4"), "queue offset", "ConsumeQueues: units and max offset")  # fmt: skip
 
 
 def lag_plot(offsets) -> str | None:
@@ -123,17 +114,9 @@ def lag_plot(offsets) -> str | None:
     rows = [r for r in offsets.rows if r.lag is not None]
     if not rows:
         return None
-    return _bars(
-        rows,
-        "lag",
-        lambda r: r.max_offset,
-        lambda r: r.committed,
-        lambda r: f"{_short(r.group, 24)} · {_short(r.topic, 24)}/{r.queue_id} (lag {r.lag})",
-        ("queue max offset", "committed offset"),
-        ("#fdd0a2", "#e6550d"),
-        "queue offset (lag = max - committed)",
-        "Consumer groups: committed offset and lag per queue",
-    )
+    return _bars(rows, "lag", lambda r: r.max_offset, lambda r: r.committed,
+                 lambda r: f"{_short(r.group, 24)} · {_short(r.topic, 24)}/{r.queue_id} (lag {r.lag})", ("queue max offset", "committed offset"),
+                 ("#fdd0a2", "#e6550d"), "queue offset (lag = max - committed)", "Consumer groups: committed offset and lag per queue")  # fmt: skip
 
 
 def damage_plot(damage: K.DamageMap, info) -> str:

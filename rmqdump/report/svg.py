@@ -47,10 +47,7 @@ def log_ticks(lo: float, hi: float) -> list[float]:
 
 def time_ticks(lo: float, hi: float, most: int = 6) -> list[float]:
     """Times (ms since the epoch) inside [lo, hi] on whole units: multiples of a step of TIME_STEPS, else of whole days."""
-    step = next((s for s in TIME_STEPS if (hi - lo) / s <= most), None)
-    if step is None:
-        step = nice_step((hi - lo) / _D, most) * _D
-        step = max(_D, round(step / _D) * _D)
+    step = next((s for s in TIME_STEPS if (hi - lo) / s <= most), None) or max(_D, round(nice_step((hi - lo) / _D, most)) * _D)
     return [i * step for i in range(math.ceil(lo / step), math.floor(hi / step) + 1)]
 
 
@@ -65,10 +62,6 @@ def time_labels(ticks: list[float]) -> list[str]:
         out.append(s if fmt == "%Y-%m-%d" or d.date() == day else f"{d:%Y-%m-%d} {s}")
         day = d.date()
     return out
-
-
-def _num(v: float, step: float) -> str:
-    return f"{v:,.{max(0, -math.floor(math.log10(step)))}f}" if step < 1 else f"{v:,.0f}"
 
 
 def _f(v: float) -> str:
@@ -112,15 +105,20 @@ class Axes:
         self.legend_inside = False  # lower right inside the frame; else outside on the right
         # ("step", xs, ys, colour, width, dash), ("rect", x0, x1, y0, y1, colour, opacity), ("vline", x, colour, width, dash, text)
         self.marks: list[tuple] = []
+        self.data: dict[str, list[float]] = {"x": [], "y": []}  # the marks' extent in data units
 
     def step(self, xs, ys, color: str, label: str, width: float = 1.6, dash: str = "") -> None:
         """A line holding ys[i] from xs[i] to xs[i + 1] (the last value repeats the one before)."""
         self.marks.append(("step", [float(v) for v in xs], [float(v) for v in ys], color, width, dash))
+        self.data["x"] += self.marks[-1][1]
+        self.data["y"] += self.marks[-1][2]
         self.legend.append((label, color, dash))
 
     def rect(self, x0: float, x1: float, y0: float, y1: float, color: str, opacity: float = 1.0) -> None:
         if x1 != x0 and y1 != y0:
             self.marks.append(("rect", float(x0), float(x1), float(y0), float(y1), color, opacity))
+            self.data["x"] += self.marks[-1][1:3]
+            self.data["y"] += self.marks[-1][3:5]
 
     def bars(self, xs, heights, width: float, color: str, label: str | None = None, bottom=None, horizontal: bool = False) -> None:
         """Bars of `width` centred on xs (on the y axis when horizontal), from `bottom` (default 0) up by `heights`."""
@@ -134,22 +132,11 @@ class Axes:
     def vline(self, x: float, color: str, width: float = 1.0, dash: str = "", text: str = "") -> None:
         """A vertical reference line, `text` beside its top (ending at the line)."""
         self.marks.append(("vline", float(x), color, width, dash, text))
-
-    def _data(self, axis: str) -> list[float]:
-        out = []
-        for m in self.marks:
-            if m[0] == "step":
-                out += m[1] if axis == "x" else m[2]
-            elif m[0] == "rect":
-                out += m[1:3] if axis == "x" else m[3:5]
-            elif axis == "x":
-                out.append(m[1])
-        return out
+        self.data["x"].append(float(x))
 
     def scale(self, axis: str, most: int) -> tuple[float, float, list[tuple[float, str]]]:
         """(lo, hi, ticks) of an axis: its limits as given or chosen from the marks, its ticks as given or chosen."""
-        kind, lim, given = self.kind[axis], self.lim[axis], self.ticks[axis]
-        data = self._data(axis)
+        kind, lim, given, data = self.kind[axis], self.lim[axis], self.ticks[axis], self.data[axis]
         if kind == LOG:
             pos = [v for v in data if v > 0] or [1.0]
             ticks = log_ticks(*(lim or (min(pos), max(pos))))
@@ -161,7 +148,7 @@ class Axes:
             labels = time_labels(ticks) if ticks else []
         else:
             ticks = linear_ticks(*(sorted(lim) if lim else (min([0.0, *data]), max([0.0, *data]))), most)
-            labels = [_num(v, ticks[1] - ticks[0]) for v in ticks]
+            labels = [f"{v:,.{max(0, -math.floor(math.log10(ticks[1] - ticks[0])))}f}" for v in ticks]  # as many decimals as the step has
             lim = lim or (ticks[0], ticks[-1])
         if given is not None:
             return lim[0], lim[1], given
@@ -191,7 +178,8 @@ def _margins(ax: Axes, yticks) -> list[float]:
 def _legend(ax: Axes, left: float, top: float, right: float, bottom: float) -> list[str]:
     wide = 34 + max(_width(s, SMALL) for s, _, _ in ax.legend)
     x, y = (right - wide - 6, bottom - 14 * len(ax.legend) - 10) if ax.legend_inside else (right + 10, top)
-    out = [f'<rect x="{_f(x)}" y="{_f(y)}" width="{_f(wide)}" height="{14 * len(ax.legend) + 6}" fill="white" fill-opacity="0.8" stroke="#ccc"/>'] if ax.legend_inside else []
+    box = f'<rect x="{_f(x)}" y="{_f(y)}" width="{_f(wide)}" height="{14 * len(ax.legend) + 6}" fill="white" fill-opacity="0.8" stroke="#ccc"/>'
+    out = [box] if ax.legend_inside else []
     for i, (label, color, dash) in enumerate(ax.legend):
         row = y + 10 + 14 * i
         if dash is None:
@@ -238,7 +226,8 @@ def _panel(ax: Axes, yscale, box: tuple[float, float, float, float]) -> list[str
         a = px(v)
         out.append(_line(a, a, bottom, bottom + 4))
         if ax.xtick_labels:
-            out.append(_text(a, bottom + 8 + size * 0.7, s, size, "end", rotate=ax.rotate, role="xt") if ax.rotate else _text(a, bottom + 6 + size, s, size, role="xt"))
+            turned = _text(a, bottom + 8 + size * 0.7, s, size, "end", rotate=ax.rotate, role="xt")
+            out.append(turned if ax.rotate else _text(a, bottom + 6 + size, s, size, role="xt"))
     if ax.xlabel:
         out.append(_text((left + right) / 2, box[3] + _margins(ax, [])[3] - 14, ax.xlabel))
     if ax.ylabel:
@@ -261,7 +250,6 @@ def figure(panels: list[Axes], height: float, cols: int = 1) -> str:
     ]
     for i, ax in enumerate(panels):
         r, c = divmod(i, cols)
-        column = margins[c::cols]
-        box = (c * cell_w + max(m[0] for m in column), r * cell_h + margins[i][2], (c + 1) * cell_w - max(m[1] for m in column), (r + 1) * cell_h - margins[i][3])
-        out += _panel(ax, yscales[i], box)
+        left, right = (max(m[k] for m in margins[c::cols]) for k in (0, 1))
+        out += _panel(ax, yscales[i], (c * cell_w + left, r * cell_h + margins[i][2], (c + 1) * cell_w - right, (r + 1) * cell_h - margins[i][3]))
     return "".join(out) + "</svg>"

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rmqdump.common.problems import InputError
 from rmqdump.readers.commitlog import CommitLog
 from rmqdump.readers.fastpath import field_struct
 from rmqdump.readers.mapped import next_data, open_binary, open_readonly
@@ -63,10 +62,7 @@ class _Stream:
     def _fd(self, path: str) -> int:
         fd = self.fds.get(path)
         if fd is None:
-            try:
-                fd = self.fds[path] = open_readonly(path)
-            except OSError as e:
-                raise InputError("unreadable", path, e.strerror or str(e)) from None
+            fd = self.fds[path] = open_readonly(path)  # a file that cannot be read: the input error `unreadable`
         return fd
 
     def hole(self, lo: int, hi: int) -> bool:

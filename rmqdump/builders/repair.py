@@ -66,6 +66,7 @@ from rmqdump.builders.settings import StoreSettings
 from rmqdump.builders.sparsecopy import direct_copy_range
 from rmqdump.common import problems as P
 from rmqdump.common.background import Background
+from rmqdump.common.jsontext import fields_of
 from rmqdump.common.problems import InputError, Problem
 from rmqdump.common.publish import publishing
 from rmqdump.readers.commitlog import CommitLog, SegmentFile, commitlog_path
@@ -119,16 +120,7 @@ class DamagedRange:
             "phys_offset": self.start,
             "end": self.end,
             "length": self.length,
-            "file": self.file,
-            "file_offset": self.file_offset,
-            "codes": self.codes,
-            "action": self.action,
-            "why": self.why,
-            "before": self.before,
-            "after": self.after,
-            "quarantine_offset": self.quarantine_offset,
-            "sha256": self.sha256,
-            "destroyed": self.destroyed,
+            **fields_of(self, omit=("start", "end", "details", "restored")),
             "restored": None if self.restored is None else self.restored.to_dict(),
             "details": self.details,
         }

@@ -146,7 +146,8 @@ def _file_offset(file: str, phys: int) -> int | None:
     return phys - int(name) if name.isdigit() else None
 
 
-def _problem(code: str, c: Copy, detail: str) -> Problem:
+def _problem(code: str, c: Copy | Evidence, detail: str) -> Problem:
+    """A finding at a copy's record, or at the record of a piece of evidence."""
     return Problem(code, c.file, _file_offset(c.file, c.phys_offset), detail, phys_offset=c.phys_offset)
 
 
@@ -181,16 +182,11 @@ def orphan_checkpoints(ctx: Context, known: set[QueuePos], queue_bounds: dict[tu
             lo, _hi = queue_bounds.get((t, q), (None, None))
             if (t, q, qo) in known or (lo is not None and qo < lo):
                 continue  # present, or below the queue's minimum: deleted with its files, as the broker expects
-            out.append(
-                Problem(
-                    ORPHAN_CHECKPOINT, ev.file, _file_offset(ev.file, ev.phys_offset),
-                    f"POP checkpoint of {ev.group} names {t} queue {q} offset {qo}, which holds no message: its ack can never come",
-                    phys_offset=ev.phys_offset,
-                )
-            )  # fmt: skip
+            detail = f"POP checkpoint of {ev.group} names {t} queue {q} offset {qo}, which holds no message: its ack can never come"
+            out.append(_problem(ORPHAN_CHECKPOINT, ev, detail))
     for ev in ctx.evidence:
         if ev.problem:
-            out.append(Problem(BAD_EVIDENCE, ev.file, _file_offset(ev.file, ev.phys_offset), ev.problem, phys_offset=ev.phys_offset))
+            out.append(_problem(BAD_EVIDENCE, ev, ev.problem))
     return out
 
 

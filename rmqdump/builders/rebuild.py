@@ -478,6 +478,18 @@ def verify_output(
     return out
 
 
+def self_check(tmp: str, store: str, settings: StoreSettings, report: RebuildReport, columns: ScanColumns | None) -> None:
+    """verify_output over the files written in tmp (against the scan's `columns`, which are then removed), timed:
+    a rebuild's, and a repair's over its copy."""
+    t = time.perf_counter()
+    if columns is not None:
+        columns.finish()
+    report.verify = verify_output(tmp, store, settings, report.options, report.queues, columns)
+    if columns is not None:
+        columns.remove()
+    report.verify_seconds = time.perf_counter() - t
+
+
 def _quick_checks(tmp: str, settings: StoreSettings, options: RebuildOptions, columns: ScanColumns | None, analyzed: frozenset = frozenset()) -> dict:
     """The self-check's quick proofs (builders.selfcheck): a part proven clean needs no analysis; None where it cannot prove it.
 
@@ -636,11 +648,5 @@ def rebuild(
             build(tmp, cl, report)
         report.seconds = time.perf_counter() - t0
         if options.verify:
-            t1 = time.perf_counter()
-            if columns is not None:
-                columns.finish()
-            report.verify = verify_output(tmp, s, settings, options, report.queues, columns)
-            if columns is not None:
-                columns.remove()
-            report.verify_seconds = time.perf_counter() - t1
+            self_check(tmp, s, settings, report, columns)
     return report

@@ -59,7 +59,7 @@ from rmqdump.builders.rebuild import (
     check_paths,
     dispatch_options,
     range_result,
-    verify_output,
+    self_check,
 )
 from rmqdump.builders.selfcheck import ScanColumns
 from rmqdump.builders.settings import StoreSettings
@@ -618,18 +618,6 @@ def _build(
     return columns
 
 
-def _verify(tmp: str, settings: StoreSettings, report: RepairReport, columns: ScanColumns | None) -> None:
-    """The rebuild's self-check over the repaired copy in tmp (rmqdump.builders.rebuild.verify_output)."""
-    rb = report.rebuild
-    t = time.perf_counter()
-    if columns is not None:
-        columns.finish()
-    rb.verify = verify_output(tmp, tmp, settings, rb.options, rb.queues, columns)
-    if columns is not None:
-        columns.remove()
-    rb.verify_seconds = time.perf_counter() - t
-
-
 def queue_holes(root: str, queues: list, first_file_size: int, starts_at_zero: bool) -> list[dict]:
     """The queue offsets the rebuilt queues hold no message at, with the unit after each.
 
@@ -713,7 +701,7 @@ def repair(
         report.holes = queue_holes(tmp, report.rebuild.queues, cl.file_size or cl.files[0].size, cl.min_offset == 0)
         if options.verify:
             t = time.perf_counter()
-            _verify(tmp, settings, report, columns)
+            self_check(tmp, tmp, settings, report.rebuild, columns)  # over the repaired copy
             report.timings["verify"] = time.perf_counter() - t
         for d in COPIED_DIRS:
             if os.path.isdir(os.path.join(s, d)):

@@ -519,45 +519,35 @@ def _quarantine(tmp: str, store: str, ranges: list[DamagedRange], cuts: list[tup
     os.makedirs(qdir, exist_ok=True)
     index = []
     with open(os.path.join(qdir, QUARANTINE), "wb") as q:
+
+        def put(path: str, at: int, n: int, phys: int | None, codes: list[str], by: str, missing: bool) -> tuple[int, str]:
+            """Bytes [at, at + n) of a source file appended to the quarantine and indexed; (where they went, their SHA-256)."""
+            with open(path, "rb") as src:
+                src.seek(at)
+                data = src.read(n)  # shorter where the source file ends inside the range (a file cut short)
+            where, digest = q.tell(), hashlib.sha256(data).hexdigest()
+            q.write(data)
+            short = {"missing": n - len(data)} if missing else {}
+            index.append(
+                {
+                    "phys_offset": phys,
+                    "length": len(data),
+                    **short,
+                    "file": os.path.relpath(path, store),
+                    "file_offset": at,
+                    "quarantine_offset": where,
+                    "sha256": digest,
+                    "codes": codes,
+                    "replaced_by": by,
+                }
+            )
+            return where, digest
+
         for r in ranges:
-            if r.action == LEFT:
-                continue
-            with open(r.file, "rb") as f:
-                f.seek(r.file_offset)
-                data = f.read(r.length)  # shorter where the source file ends inside the range (a file cut short)
-            r.quarantine_offset = q.tell()
-            r.sha256 = hashlib.sha256(data).hexdigest()
-            q.write(data)
-            index.append(
-                {
-                    "phys_offset": r.start,
-                    "length": len(data),
-                    "missing": r.length - len(data),
-                    "file": os.path.relpath(r.file, store),
-                    "file_offset": r.file_offset,
-                    "quarantine_offset": r.quarantine_offset,
-                    "sha256": r.sha256,
-                    "codes": r.codes,
-                    "replaced_by": r.action,
-                }
-            )
-        for f, size in cuts:
-            with open(f.path, "rb") as src:
-                src.seek(size)
-                data = src.read(f.size - size)
-            index.append(
-                {
-                    "phys_offset": None,  # past the file's configured end: these offsets are the next file's
-                    "length": len(data),
-                    "file": os.path.relpath(f.path, store),
-                    "file_offset": size,
-                    "quarantine_offset": q.tell(),
-                    "sha256": hashlib.sha256(data).hexdigest(),
-                    "codes": [P.CL_FILE_SIZE],
-                    "replaced_by": "cut",
-                }
-            )
-            q.write(data)
+            if r.action != LEFT:
+                r.quarantine_offset, r.sha256 = put(r.file, r.file_offset, r.length, r.start, r.codes, r.action, missing=True)
+        for f, size in cuts:  # phys_offset None: past the file's configured end, these offsets are the next file's
+            put(f.path, size, f.size - size, None, [P.CL_FILE_SIZE], "cut", missing=False)
         if sync:
             q.flush()
             os.fsync(q.fileno())

@@ -364,7 +364,7 @@ class _FiveX:
         if not self.report.settings.lmq:
             return
         sp = r.split
-        units = self.extras.lmq_units(SegmentFile(sp.path, sp.base, sp.size), sp.start, sp.end, r.phys, r.size, r.queued, lambda i: r.topics[int(r.topic_id[i])])
+        units = self.extras.lmq_units(SegmentFile(sp.path, sp.base, sp.size), r.phys, r.size, r.queued, lambda i: r.topics[int(r.topic_id[i])])
         if self.options.topics:
             units = [u for u in units if u[0] in self.options.topics]
         if not units:

@@ -43,6 +43,7 @@ from rmqdump.common.problems import InputError, Problem
 from rmqdump.common.publish import check_target, publishing
 from rmqdump.readers.commitlog import CommitLog, SegmentFile, commitlog_path
 from rmqdump.readers.store import prove_readable
+from rmqdump.scan.queueorder import queue_members
 from rmqdump.scan.ranges import SERIAL, Mapper, RangeScan, ScanOptions, map_ranges, scan_range
 from rmqdump.scan.splits import RANGE_BYTES, Split, commitlog_splits
 from rmqdump.schemas import Checkpoint as CheckpointLayout
@@ -337,9 +338,8 @@ class _FiveX:
             return r.tags_code
         tags = r.tags_code.copy()
         idx = np.flatnonzero(q)
-        keys = (r.topic_id[idx].astype(np.int64) << 32) | (r.queue_id[idx].astype(np.int64) & 0xFFFFFFFF)
-        for key in np.unique(keys).tolist():
-            m = idx[keys == key]
+        for sel in queue_members(len(r.topics), r.topic_id[idx], r.queue_id[idx]):
+            m = idx[sel]
             tags[m] = self.ext.put(r.topics[int(r.topic_id[m[0]])], int(r.queue_id[m[0]]), r.tags_code[m], r.store_ts[m])
         return tags
 
@@ -352,9 +352,8 @@ class _FiveX:
         if not sel.any():
             return q
         idx = np.flatnonzero(sel)
-        keys = (r.topic_id[idx].astype(np.int64) << 32) | (r.queue_id[idx].astype(np.int64) & 0xFFFFFFFF)
-        for key in np.unique(keys).tolist():
-            m = idx[keys == key]
+        for members in queue_members(len(r.topics), r.topic_id[idx], r.queue_id[idx]):
+            m = idx[members]
             base, batch = self.extras.batch_fields(r.phys[m], r.size[m], r.queue_offset[m])
             self.bcq.add(r.topics[int(r.topic_id[m[0]])], int(r.queue_id[m[0]]), r.phys[m], r.size[m], r.tags_code[m], r.store_ts[m], base, batch)
         return q & ~sel

@@ -283,12 +283,9 @@ def build_into(
     except BaseException:
         if beside is not None:
             beside.close(quiet=True)
-        if five is not None:
-            five.abort()
-        if cqb is not None:
-            cqb.abort()
-        if ixb is not None:
-            ixb.abort()
+        for b in (five, cqb, ixb):  # every builder opened: its files closed, unsynced
+            if b is not None:
+                b.abort()
         raise
     report.checkpoint = write_checkpoint(tmp, report, last_ts, last_queued_ts, options.sync)
 
@@ -391,10 +388,9 @@ class _FiveX:
 
     def abort(self) -> None:
         self.extras.close()
-        if self.ext is not None:
-            self.ext.abort()
-        if self.bcq is not None:
-            self.bcq.abort()
+        for b in (self.ext, self.bcq):
+            if b is not None:
+                b.abort()
 
 
 def write_checkpoint(tmp: str, report: RebuildReport, last_ts: int | None, last_queued_ts: int | None, sync: bool) -> dict:

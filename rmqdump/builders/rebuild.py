@@ -519,6 +519,7 @@ def _of_commitlog(tmp: str):
 def filler_holes(root: str) -> dict[tuple[str, int], list[tuple[int, int]]]:
     """[from, to) runs of filler units after each queue's first real unit, read back from root/consumequeue."""
     from rmqdump.builders.cqbuild import UNIT
+    from rmqdump.checks.cqunits import position_runs
 
     out: dict[tuple[str, int], list[tuple[int, int]]] = {}
     base = os.path.join(root, "consumequeue")
@@ -543,10 +544,7 @@ def filler_holes(root: str) -> dict[tuple[str, int], list[tuple[int, int]]]:
                         continue
                     filler[: real[0]] = False
                     seen_real = True
-                idx = np.flatnonzero(filler)
-                if len(idx):
-                    for run in np.split(idx, np.flatnonzero(np.diff(idx) > 1) + 1):
-                        runs.append((first + int(run[0]), first + int(run[-1]) + 1))
+                runs += [(first + p, first + p + n) for p, n in position_runs(np.flatnonzero(filler))]
             if runs:
                 out[(topic, int(qid))] = runs
     return out

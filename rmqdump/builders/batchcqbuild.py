@@ -40,7 +40,6 @@ class BatchConsumeQueueBuilder:
     """Feed `add()` each BatchCQ queue's records in CommitLog order; `finish()` closes the files."""
 
     def __init__(self, out_dir: str, file_size: int, *, sync: bool = True, display_dir: str | None = None):
-        self.out_dir = out_dir
         self.display_dir = display_dir or out_dir
         self.file_size = file_size
         self.units_per_file = file_size // BCQ_UNIT_SIZE
@@ -68,9 +67,7 @@ class BatchConsumeQueueBuilder:
         key = (topic, queue_id)
         if len(phys) == 0 or not safe_topic_dir(topic):
             return
-        q = self.queues.get(key)
-        if q is None:
-            q = self.queues[key] = QueueResult(topic, queue_id)
+        q = self.queues.setdefault(key, QueueResult(topic, queue_id))
         last = self._last_phys.get(key, -1)
         prior = np.maximum.accumulate(np.concatenate([[last], phys[:-1]]))
         keep = phys > prior  # "build batch consume queue repeatedly": skipped

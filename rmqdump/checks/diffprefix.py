@@ -52,18 +52,33 @@ def _files(cl: CommitLog) -> list[tuple[int, int, str]]:
     return [(f.base, f.size, f.path) for f in cl.files]
 
 
-class _Stream:
-    """A CommitLog's files as one byte stream read with pread; offsets in no file read as zeros."""
+class PreadFiles:
+    """Store files read with pread, each opened once (open_readonly) and kept open until close()."""
 
-    def __init__(self, cl: CommitLog):
-        self.files = _files(cl)
+    def __init__(self):
         self.fds: dict[str, int] = {}
 
-    def _fd(self, path: str) -> int:
+    def fd(self, path: str) -> int:
         fd = self.fds.get(path)
         if fd is None:
             fd = self.fds[path] = open_readonly(path)  # a file that cannot be read: the input error `unreadable`
         return fd
+
+    def pread(self, path: str, pos: int, n: int) -> bytes:
+        return os.pread(self.fd(path), n, pos)
+
+    def close(self) -> None:
+        for fd in self.fds.values():
+            os.close(fd)
+        self.fds.clear()
+
+
+class _Stream(PreadFiles):
+    """A CommitLog's files as one byte stream read with pread; offsets in no file read as zeros."""
+
+    def __init__(self, cl: CommitLog):
+        super().__init__()
+        self.files = _files(cl)
 
     def hole(self, lo: int, hi: int) -> bool:
         """[lo, hi) reads as zeros with no data behind it: in no file, or a hole of a sparse file (readers.mapped.next_data)."""
@@ -71,7 +86,7 @@ class _Stream:
             if base + size <= lo or base >= hi:
                 continue
             stop = min(hi, base + size) - base
-            if next_data(self._fd(path), max(lo, base) - base, stop)[0] < stop:
+            if next_data(self.fd(path), max(lo, base) - base, stop)[0] < stop:
                 return False
         return True
 
@@ -92,17 +107,12 @@ class _Stream:
                 parts.append(bytes(base - pos))
                 pos = base
             stop = min(hi, base + size)
-            data = os.pread(self._fd(path), stop - pos, pos - base)
+            data = self.pread(path, pos - base, stop - pos)
             parts.append(data + bytes(stop - pos - len(data)))  # a file that shrank under us: zeros
             pos = stop
         if pos < hi:
             parts.append(bytes(hi - pos))
         return parts[0] if len(parts) == 1 else b"".join(parts)
-
-    def close(self) -> None:
-        for fd in self.fds.values():
-            os.close(fd)
-        self.fds.clear()
 
 
 def _crc(stream: _Stream, lo: int, hi: int) -> int:

@@ -220,9 +220,7 @@ def test_a_wrong_unit_beside_a_repairs_hole_is_found_in_either_queue(tmp_path, m
         u.tofile(path)
         return orig(tmp, *a, **kw)
 
-    import rmqdump.builders.repair as RP
-
-    monkeypatch.setattr(RP, "verify_output", damaged)  # repair's self-check, over its copy
+    monkeypatch.setattr(R, "verify_output", damaged)  # repair's self-check (rebuild.self_check), over its copy
     v = _repair(tmp_path, name).rebuild.verify
     assert v["ok"] is False and v["consumequeue"]["ok"] is False
     assert v["consumequeue"]["codes"] == {"cq_not_message_start": 1, "cq_missing_unit": 1}

@@ -27,22 +27,19 @@ import numpy as np
 
 from rmqdump.builders.cqbuild import safe_topic_dir
 from rmqdump.builders.queuefiles import QueueFiles, QueueResult
+from rmqdump.checks.lmqverify import dispatching_records
 from rmqdump.common.problems import Problem
 from rmqdump.readers.batchcq import BCQ_DTYPE, BCQ_UNIT_SIZE
 from rmqdump.readers.commitlog import CommitLog, SegmentFile
-from rmqdump.readers.recordprops import RecordProps, find_all, multi_dispatch
+from rmqdump.readers.recordprops import RecordProps, multi_dispatch
 from rmqdump.schemas import constants as C
 
 CQ_BATCH_OFFSET_GAP = "cq_batch_offset_gap"
-
-_LMQ_NEEDLE = (C.PROPERTY_INNER_MULTI_DISPATCH + C.NAME_VALUE_SEPARATOR).encode()
-
 
 class BatchConsumeQueueBuilder:
     """Feed `add()` each BatchCQ queue's records in CommitLog order; `finish()` closes the files."""
 
     def __init__(self, out_dir: str, file_size: int, *, sync: bool = True, display_dir: str | None = None):
-        self.out_dir = out_dir
         self.display_dir = display_dir or out_dir
         self.file_size = file_size
         self.units_per_file = file_size // BCQ_UNIT_SIZE
@@ -70,9 +67,7 @@ class BatchConsumeQueueBuilder:
         key = (topic, queue_id)
         if len(phys) == 0 or not safe_topic_dir(topic):
             return
-        q = self.queues.get(key)
-        if q is None:
-            q = self.queues[key] = QueueResult(topic, queue_id)
+        q = self.queues.setdefault(key, QueueResult(topic, queue_id))
         last = self._last_phys.get(key, -1)
         prior = np.maximum.accumulate(np.concatenate([[last], phys[:-1]]))
         keep = phys > prior  # "build batch consume queue repeatedly": skipped
@@ -159,20 +154,10 @@ class Extras:
                     base[i], batch[i] = int(pr[C.PROPERTY_INNER_BASE]), int(pr[C.PROPERTY_INNER_NUM])
         return base, batch
 
-    def lmq_units(
-        self, seg: SegmentFile, start: int, end: int, phys: np.ndarray, size: np.ndarray, queued: np.ndarray, topic_of
-    ) -> list[tuple[str, int, int, int]]:
-        """(LMQ queue, queue offset, record index, ...) for the records starting in [start, end) of one file that name LMQ queues."""
-        if not len(phys):
-            return []
-        hits = find_all(seg.path, _LMQ_NEEDLE, start, min(seg.size, int((phys + size).max()) - seg.base))
-        if not hits:
-            return []
-        h = np.array(hits, dtype=np.int64) + seg.base
-        i = np.searchsorted(phys, h, side="right") - 1
-        ok = (i >= 0) & (h < phys[np.clip(i, 0, None)] + size[np.clip(i, 0, None)])
+    def lmq_units(self, seg: SegmentFile, phys: np.ndarray, size: np.ndarray, queued: np.ndarray, topic_of) -> list[tuple[str, int, int, int]]:
+        """(LMQ queue, queue offset, record index, ...) for the records of one file (one range's) that name LMQ queues."""
         out = []
-        recs = np.unique(i[ok])
+        recs = dispatching_records([seg], phys, size)
         recs = recs[queued[recs]]
         for k, props in self.props.each(phys[recs], size[recs]):
             r = int(recs[k])

@@ -54,11 +54,9 @@ class ConsumeQueueBuilder:
     """Feed `add()` the queued messages of each batch in CommitLog order; `finish()` closes the files."""
 
     def __init__(self, out_dir: str, units_per_file: int, *, sync: bool = True, display_dir: str | None = None):
-        self.out_dir = out_dir
         self.display_dir = display_dir or out_dir  # where the files will be, for problem reports
         self.units_per_file = units_per_file
         self.file_size = units_per_file * C.CQ_UNIT_SIZE
-        self.sync = sync
         self.queues: dict[tuple[str, int], QueueResult] = {}
         self.problems: list[Problem] = []
         self._unsafe: set[str] = set()
@@ -112,9 +110,7 @@ class ConsumeQueueBuilder:
             self._add_queue(topic, qid, queue_offset[sel], phys[sel], size[sel], tags_code[sel])
 
     def _add_queue(self, topic: str, qid: int, qo: np.ndarray, phys: np.ndarray, size: np.ndarray, tags: np.ndarray) -> None:
-        q = self.queues.get((topic, qid))
-        if q is None:
-            q = self.queues[(topic, qid)] = QueueResult(topic, qid)
+        q = self.queues.setdefault((topic, qid), QueueResult(topic, qid))
         last = self._last.get((topic, qid), -1)
         bad = qo < 0
         if bad.any():

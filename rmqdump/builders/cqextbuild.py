@@ -31,7 +31,6 @@ class ConsumeQueueExtBuilder:
     """put() each queue's units in dispatch order; it returns their ext addresses."""
 
     def __init__(self, out_dir: str, file_size: int, bitmap_bits: int, *, sync: bool = True):
-        self.out_dir = out_dir
         self.file_size = file_size
         self.bitmap_len = -(-bitmap_bits // 8) if bitmap_bits > 0 else 0
         self.dtype = np.dtype([*((n, EXT_HEADER.fields[n][0]) for n in EXT_HEADER.names), ("filter_bitmap", np.dtype((np.void, self.bitmap_len)))])
@@ -44,9 +43,7 @@ class ConsumeQueueExtBuilder:
 
     def put(self, topic: str, queue_id: int, tags_code: np.ndarray, store_ts: np.ndarray) -> np.ndarray:
         key = (topic, queue_id)
-        q = self.queues.get(key)
-        if q is None:
-            q = self.queues[key] = QueueResult(topic, queue_id)
+        q = self.queues.setdefault(key, QueueResult(topic, queue_id))
         n = len(tags_code)
         units = np.zeros(n, dtype=self.dtype)
         units["size"] = self.unit_size

@@ -36,6 +36,7 @@ from datetime import datetime, timezone
 import numpy as np
 
 from rmqdump.common.javahash import index_hash_many
+from rmqdump.common.jsontext import fields_of
 from rmqdump.readers.fastpath import numpy_dtype
 from rmqdump.scan import scanner
 from rmqdump.schemas import IndexEntry, IndexHeader, IndexSlot
@@ -58,12 +59,12 @@ def index_file_name(ms: int) -> str:
 class IndexFileResult:
     name: str
     path: str
+    hash_slot_count: int = 0  # the header's fields, in the order of the file's JSON row (to_dict)
+    index_count: int = 1
     begin_timestamp: int = 0
     end_timestamp: int = 0
     begin_phy_offset: int = 0
     end_phy_offset: int = 0
-    hash_slot_count: int = 0
-    index_count: int = 1
 
     @property
     def entries(self) -> int:
@@ -76,16 +77,7 @@ class IndexFileResult:
         return h.tobytes()
 
     def to_dict(self) -> dict:
-        return {
-            "file": self.name,
-            "entries": self.entries,
-            "hash_slot_count": self.hash_slot_count,
-            "index_count": self.index_count,
-            "begin_timestamp": self.begin_timestamp,
-            "end_timestamp": self.end_timestamp,
-            "begin_phy_offset": self.begin_phy_offset,
-            "end_phy_offset": self.end_phy_offset,
-        }
+        return {"file": self.name, "entries": self.entries, **fields_of(self, omit=("name", "path"))}
 
 
 @dataclass

@@ -43,6 +43,7 @@ from rmqdump.common.problems import InputError, Problem
 from rmqdump.common.publish import check_target, publishing
 from rmqdump.readers.commitlog import CommitLog, SegmentFile, commitlog_path
 from rmqdump.readers.store import prove_readable
+from rmqdump.scan.queueorder import queue_members
 from rmqdump.scan.ranges import SERIAL, Mapper, RangeScan, ScanOptions, map_ranges, scan_range
 from rmqdump.scan.splits import RANGE_BYTES, Split, commitlog_splits
 from rmqdump.schemas import Checkpoint as CheckpointLayout
@@ -282,12 +283,9 @@ def build_into(
     except BaseException:
         if beside is not None:
             beside.close(quiet=True)
-        if five is not None:
-            five.abort()
-        if cqb is not None:
-            cqb.abort()
-        if ixb is not None:
-            ixb.abort()
+        for b in (five, cqb, ixb):  # every builder opened: its files closed, unsynced
+            if b is not None:
+                b.abort()
         raise
     report.checkpoint = write_checkpoint(tmp, report, last_ts, last_queued_ts, options.sync)
 
@@ -337,9 +335,8 @@ class _FiveX:
             return r.tags_code
         tags = r.tags_code.copy()
         idx = np.flatnonzero(q)
-        keys = (r.topic_id[idx].astype(np.int64) << 32) | (r.queue_id[idx].astype(np.int64) & 0xFFFFFFFF)
-        for key in np.unique(keys).tolist():
-            m = idx[keys == key]
+        for sel in queue_members(len(r.topics), r.topic_id[idx], r.queue_id[idx]):
+            m = idx[sel]
             tags[m] = self.ext.put(r.topics[int(r.topic_id[m[0]])], int(r.queue_id[m[0]]), r.tags_code[m], r.store_ts[m])
         return tags
 
@@ -352,9 +349,8 @@ class _FiveX:
         if not sel.any():
             return q
         idx = np.flatnonzero(sel)
-        keys = (r.topic_id[idx].astype(np.int64) << 32) | (r.queue_id[idx].astype(np.int64) & 0xFFFFFFFF)
-        for key in np.unique(keys).tolist():
-            m = idx[keys == key]
+        for members in queue_members(len(r.topics), r.topic_id[idx], r.queue_id[idx]):
+            m = idx[members]
             base, batch = self.extras.batch_fields(r.phys[m], r.size[m], r.queue_offset[m])
             self.bcq.add(r.topics[int(r.topic_id[m[0]])], int(r.queue_id[m[0]]), r.phys[m], r.size[m], r.tags_code[m], r.store_ts[m], base, batch)
         return q & ~sel
@@ -364,7 +360,7 @@ class _FiveX:
         if not self.report.settings.lmq:
             return
         sp = r.split
-        units = self.extras.lmq_units(SegmentFile(sp.path, sp.base, sp.size), sp.start, sp.end, r.phys, r.size, r.queued, lambda i: r.topics[int(r.topic_id[i])])
+        units = self.extras.lmq_units(SegmentFile(sp.path, sp.base, sp.size), r.phys, r.size, r.queued, lambda i: r.topics[int(r.topic_id[i])])
         if self.options.topics:
             units = [u for u in units if u[0] in self.options.topics]
         if not units:
@@ -392,10 +388,9 @@ class _FiveX:
 
     def abort(self) -> None:
         self.extras.close()
-        if self.ext is not None:
-            self.ext.abort()
-        if self.bcq is not None:
-            self.bcq.abort()
+        for b in (self.ext, self.bcq):
+            if b is not None:
+                b.abort()
 
 
 def write_checkpoint(tmp: str, report: RebuildReport, last_ts: int | None, last_queued_ts: int | None, sync: bool) -> dict:
@@ -478,6 +473,18 @@ def verify_output(
     return out
 
 
+def self_check(tmp: str, store: str, settings: StoreSettings, report: RebuildReport, columns: ScanColumns | None) -> None:
+    """verify_output over the files written in tmp (against the scan's `columns`, which are then removed), timed:
+    a rebuild's, and a repair's over its copy."""
+    t = time.perf_counter()
+    if columns is not None:
+        columns.finish()
+    report.verify = verify_output(tmp, store, settings, report.options, report.queues, columns)
+    if columns is not None:
+        columns.remove()
+    report.verify_seconds = time.perf_counter() - t
+
+
 def _quick_checks(tmp: str, settings: StoreSettings, options: RebuildOptions, columns: ScanColumns | None, analyzed: frozenset = frozenset()) -> dict:
     """The self-check's quick proofs (builders.selfcheck): a part proven clean needs no analysis; None where it cannot prove it.
 
@@ -512,6 +519,7 @@ def _of_commitlog(tmp: str):
 def filler_holes(root: str) -> dict[tuple[str, int], list[tuple[int, int]]]:
     """[from, to) runs of filler units after each queue's first real unit, read back from root/consumequeue."""
     from rmqdump.builders.cqbuild import UNIT
+    from rmqdump.checks.cqunits import position_runs
 
     out: dict[tuple[str, int], list[tuple[int, int]]] = {}
     base = os.path.join(root, "consumequeue")
@@ -536,10 +544,7 @@ def filler_holes(root: str) -> dict[tuple[str, int], list[tuple[int, int]]]:
                         continue
                     filler[: real[0]] = False
                     seen_real = True
-                idx = np.flatnonzero(filler)
-                if len(idx):
-                    for run in np.split(idx, np.flatnonzero(np.diff(idx) > 1) + 1):
-                        runs.append((first + int(run[0]), first + int(run[-1]) + 1))
+                runs += [(first + p, first + p + n) for p, n in position_runs(np.flatnonzero(filler))]
             if runs:
                 out[(topic, int(qid))] = runs
     return out
@@ -636,11 +641,5 @@ def rebuild(
             build(tmp, cl, report)
         report.seconds = time.perf_counter() - t0
         if options.verify:
-            t1 = time.perf_counter()
-            if columns is not None:
-                columns.finish()
-            report.verify = verify_output(tmp, s, settings, options, report.queues, columns)
-            if columns is not None:
-                columns.remove()
-            report.verify_seconds = time.perf_counter() - t1
+            self_check(tmp, s, settings, report, columns)
     return report

@@ -59,15 +59,16 @@ from rmqdump.builders.rebuild import (
     check_paths,
     dispatch_options,
     range_result,
-    verify_output,
+    self_check,
 )
 from rmqdump.builders.selfcheck import ScanColumns
 from rmqdump.builders.settings import StoreSettings
 from rmqdump.builders.sparsecopy import direct_copy_range
 from rmqdump.common import problems as P
 from rmqdump.common.background import Background
+from rmqdump.common.jsontext import fields_of
 from rmqdump.common.problems import InputError, Problem
-from rmqdump.common.publish import publishing
+from rmqdump.common.publish import _fsync, publishing
 from rmqdump.readers.commitlog import CommitLog, SegmentFile, commitlog_path
 from rmqdump.readers.mapped import MappedFile
 from rmqdump.readers.message import Message
@@ -119,16 +120,7 @@ class DamagedRange:
             "phys_offset": self.start,
             "end": self.end,
             "length": self.length,
-            "file": self.file,
-            "file_offset": self.file_offset,
-            "codes": self.codes,
-            "action": self.action,
-            "why": self.why,
-            "before": self.before,
-            "after": self.after,
-            "quarantine_offset": self.quarantine_offset,
-            "sha256": self.sha256,
-            "destroyed": self.destroyed,
+            **fields_of(self, omit=("start", "end", "details", "restored")),
             "restored": None if self.restored is None else self.restored.to_dict(),
             "details": self.details,
         }
@@ -511,14 +503,6 @@ def _presized(cl: CommitLog, into: str) -> dict[str, str]:
     return out
 
 
-def _fsync(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _start_fsync(d: str) -> Background:
     """fsync every file of d on a thread of its own: the copy's writeback runs while the rebuild computes (fsync
     waits on the disk without the GIL); close() waits for it."""
@@ -535,45 +519,35 @@ def _quarantine(tmp: str, store: str, ranges: list[DamagedRange], cuts: list[tup
     os.makedirs(qdir, exist_ok=True)
     index = []
     with open(os.path.join(qdir, QUARANTINE), "wb") as q:
+
+        def put(path: str, at: int, n: int, phys: int | None, codes: list[str], by: str, missing: bool) -> tuple[int, str]:
+            """Bytes [at, at + n) of a source file appended to the quarantine and indexed; (where they went, their SHA-256)."""
+            with open(path, "rb") as src:
+                src.seek(at)
+                data = src.read(n)  # shorter where the source file ends inside the range (a file cut short)
+            where, digest = q.tell(), hashlib.sha256(data).hexdigest()
+            q.write(data)
+            short = {"missing": n - len(data)} if missing else {}
+            index.append(
+                {
+                    "phys_offset": phys,
+                    "length": len(data),
+                    **short,
+                    "file": os.path.relpath(path, store),
+                    "file_offset": at,
+                    "quarantine_offset": where,
+                    "sha256": digest,
+                    "codes": codes,
+                    "replaced_by": by,
+                }
+            )
+            return where, digest
+
         for r in ranges:
-            if r.action == LEFT:
-                continue
-            with open(r.file, "rb") as f:
-                f.seek(r.file_offset)
-                data = f.read(r.length)  # shorter where the source file ends inside the range (a file cut short)
-            r.quarantine_offset = q.tell()
-            r.sha256 = hashlib.sha256(data).hexdigest()
-            q.write(data)
-            index.append(
-                {
-                    "phys_offset": r.start,
-                    "length": len(data),
-                    "missing": r.length - len(data),
-                    "file": os.path.relpath(r.file, store),
-                    "file_offset": r.file_offset,
-                    "quarantine_offset": r.quarantine_offset,
-                    "sha256": r.sha256,
-                    "codes": r.codes,
-                    "replaced_by": r.action,
-                }
-            )
-        for f, size in cuts:
-            with open(f.path, "rb") as src:
-                src.seek(size)
-                data = src.read(f.size - size)
-            index.append(
-                {
-                    "phys_offset": None,  # past the file's configured end: these offsets are the next file's
-                    "length": len(data),
-                    "file": os.path.relpath(f.path, store),
-                    "file_offset": size,
-                    "quarantine_offset": q.tell(),
-                    "sha256": hashlib.sha256(data).hexdigest(),
-                    "codes": [P.CL_FILE_SIZE],
-                    "replaced_by": "cut",
-                }
-            )
-            q.write(data)
+            if r.action != LEFT:
+                r.quarantine_offset, r.sha256 = put(r.file, r.file_offset, r.length, r.start, r.codes, r.action, missing=True)
+        for f, size in cuts:  # phys_offset None: past the file's configured end, these offsets are the next file's
+            put(f.path, size, f.size - size, None, [P.CL_FILE_SIZE], "cut", missing=False)
         if sync:
             q.flush()
             os.fsync(q.fileno())
@@ -624,18 +598,6 @@ def _build(
     rb.seconds = time.perf_counter() - t0
     report.rebuild = rb
     return columns
-
-
-def _verify(tmp: str, settings: StoreSettings, report: RepairReport, columns: ScanColumns | None) -> None:
-    """The rebuild's self-check over the repaired copy in tmp (rmqdump.builders.rebuild.verify_output)."""
-    rb = report.rebuild
-    t = time.perf_counter()
-    if columns is not None:
-        columns.finish()
-    rb.verify = verify_output(tmp, tmp, settings, rb.options, rb.queues, columns)
-    if columns is not None:
-        columns.remove()
-    rb.verify_seconds = time.perf_counter() - t
 
 
 def queue_holes(root: str, queues: list, first_file_size: int, starts_at_zero: bool) -> list[dict]:
@@ -721,7 +683,7 @@ def repair(
         report.holes = queue_holes(tmp, report.rebuild.queues, cl.file_size or cl.files[0].size, cl.min_offset == 0)
         if options.verify:
             t = time.perf_counter()
-            _verify(tmp, settings, report, columns)
+            self_check(tmp, tmp, settings, report.rebuild, columns)  # over the repaired copy
             report.timings["verify"] = time.perf_counter() - t
         for d in COPIED_DIRS:
             if os.path.isdir(os.path.join(s, d)):

@@ -20,13 +20,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from rmqdump.checks.diffprefix import PreadFiles
 from rmqdump.common import problems as P
 from rmqdump.common.jsontext import fields_of
 from rmqdump.common.problems import Problem
 from rmqdump.readers.commitlog import CommitLog
 from rmqdump.readers.compaction import CompactionFiles, CompactionQueue, LogRecord, end_unit_mask, find_compaction, is_tombstone, split_queue_key
 from rmqdump.readers.fastpath import field_offset
-from rmqdump.readers.mapped import open_readonly
 from rmqdump.scan import scanner
 from rmqdump.scan.compaction import Original, batch_records, originals
 from rmqdump.scan.ranges import SERIAL, Mapper
@@ -63,24 +63,6 @@ class _Rec:
     pos: int
 
 
-class _Bytes:
-    """Bytes of CommitLog records, read with pread from files kept open for the run."""
-
-    def __init__(self):
-        self.fds: dict[str, int] = {}
-
-    def read(self, path: str, pos: int, n: int) -> bytes:
-        fd = self.fds.get(path)
-        if fd is None:
-            fd = self.fds[path] = open_readonly(path)
-        return os.pread(fd, n, pos)
-
-    def close(self) -> None:
-        for fd in self.fds.values():
-            os.close(fd)
-        self.fds.clear()
-
-
 def verify(
     root: str,
     cl: CommitLog,
@@ -105,7 +87,7 @@ def verify(
     probs = [p for p in cf.problems if p.extra.get("topic") is None or (p.extra.get("topic"), p.extra.get("queue_id")) in picked]
     probs += _checkpoint_entries(cf, topic, queue_id)
     orig = originals(cl, {q.topic for q in queues}, on_bytes=on_bytes, mapper=mapper) if cl.files and queues else {}
-    reader = _Bytes()
+    reader = PreadFiles()  # the CommitLog files of the originals, kept open for the run
     try:
         for q in queues:
             cp = cf.checkpoint.offset(q.topic, q.queue_id)
@@ -146,7 +128,7 @@ def _ck_problem(cf: CompactionFiles, key: str, topic: str, qid: int, detail: str
 
 
 def check_queue(
-    q: CompactionQueue, cp: int, orig: dict[int, Original], has_commitlog: bool, reader: _Bytes, s: Summary, check_crc: bool = True
+    q: CompactionQueue, cp: int, orig: dict[int, Original], has_commitlog: bool, reader: PreadFiles, s: Summary, check_crc: bool = True
 ) -> tuple[list[Problem], int | None]:
     """All checks of one queue, and the last queue offset of its log."""
     probs: list[Problem] = []
@@ -171,7 +153,7 @@ def _at_original(q: CompactionQueue, code: str, o: Original, detail: str) -> Pro
     return Problem(code, o.file, o.pos, detail, phys_offset=o.phys, extra=q.extra(None, o.queue_offset))
 
 
-def _records(q: CompactionQueue, orig: dict[int, Original], has_commitlog: bool, reader: _Bytes, probs: list[Problem], check_crc: bool) -> list[_Rec]:
+def _records(q: CompactionQueue, orig: dict[int, Original], has_commitlog: bool, reader: PreadFiles, probs: list[Problem], check_crc: bool) -> list[_Rec]:
     """The log's records, their scan problems, and each one against its CommitLog original."""
     held_from = min(orig) if orig else None
     recs: list[_Rec] = []
@@ -192,7 +174,7 @@ def _records(q: CompactionQueue, orig: dict[int, Original], has_commitlog: bool,
                     )
                 continue
             mine = np.frombuffer(b.raw(int(b.cols["_pos"][i]), m.total_size), dtype=np.uint8)
-            theirs = np.frombuffer(reader.read(o.file, o.pos, o.size), dtype=np.uint8)
+            theirs = np.frombuffer(reader.pread(o.file, o.pos, o.size), dtype=np.uint8)
             n = min(len(mine), len(theirs))
             diff = np.flatnonzero(mine[:n] != theirs[:n])
             diff = diff[(diff < PHYS_FIELD) | (diff >= PHYS_FIELD_END)]

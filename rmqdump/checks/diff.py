@@ -233,10 +233,7 @@ class QueueDiff:
         """The `queue` object; `divergent` the divergent offsets with both sides' messages (an iterator is written as it is read)."""
         return {
             "kind": "queue",
-            "topic": self.topic,
-            "queue_id": self.queue_id,
-            "a_max_offset": self.a_max_offset,
-            "b_max_offset": self.b_max_offset,
+            **fields_of(self, omit=("divergent_ranges", "only_a", "only_b")),
             "divergent_offsets": divergent,
             "divergent_ranges": self.divergent_ranges,
             "only_a_offsets": self.only_a,

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rmqdump.common.problems import InputError
 from rmqdump.readers.commitlog import CommitLog
 from rmqdump.readers.fastpath import field_struct
 from rmqdump.readers.mapped import next_data, open_binary, open_readonly
@@ -53,21 +52,33 @@ def _files(cl: CommitLog) -> list[tuple[int, int, str]]:
     return [(f.base, f.size, f.path) for f in cl.files]
 
 
-class _Stream:
+class PreadFiles:
+    """Store files read with pread, each opened once (open_readonly) and kept open until close()."""
+
+    def __init__(self):
+        self.fds: dict[str, int] = {}
+
+    def fd(self, path: str) -> int:
+        fd = self.fds.get(path)
+        if fd is None:
+            fd = self.fds[path] = open_readonly(path)  # a file that cannot be read: the input error `unreadable`
+        return fd
+
+    def pread(self, path: str, pos: int, n: int) -> bytes:
+        return os.pread(self.fd(path), n, pos)
+
+    def close(self) -> None:
+        for fd in self.fds.values():
+            os.close(fd)
+        self.fds.clear()
+
+
+class _Stream(PreadFiles):
     """A CommitLog's files as one byte stream read with pread; offsets in no file read as zeros."""
 
     def __init__(self, cl: CommitLog):
+        super().__init__()
         self.files = _files(cl)
-        self.fds: dict[str, int] = {}
-
-    def _fd(self, path: str) -> int:
-        fd = self.fds.get(path)
-        if fd is None:
-            try:
-                fd = self.fds[path] = open_readonly(path)
-            except OSError as e:
-                raise InputError("unreadable", path, e.strerror or str(e)) from None
-        return fd
 
     def hole(self, lo: int, hi: int) -> bool:
         """[lo, hi) reads as zeros with no data behind it: in no file, or a hole of a sparse file (readers.mapped.next_data)."""
@@ -75,7 +86,7 @@ class _Stream:
             if base + size <= lo or base >= hi:
                 continue
             stop = min(hi, base + size) - base
-            if next_data(self._fd(path), max(lo, base) - base, stop)[0] < stop:
+            if next_data(self.fd(path), max(lo, base) - base, stop)[0] < stop:
                 return False
         return True
 
@@ -96,17 +107,12 @@ class _Stream:
                 parts.append(bytes(base - pos))
                 pos = base
             stop = min(hi, base + size)
-            data = os.pread(self._fd(path), stop - pos, pos - base)
+            data = self.pread(path, pos - base, stop - pos)
             parts.append(data + bytes(stop - pos - len(data)))  # a file that shrank under us: zeros
             pos = stop
         if pos < hi:
             parts.append(bytes(hi - pos))
         return parts[0] if len(parts) == 1 else b"".join(parts)
-
-    def close(self) -> None:
-        for fd in self.fds.values():
-            os.close(fd)
-        self.fds.clear()
 
 
 def _crc(stream: _Stream, lo: int, hi: int) -> int:

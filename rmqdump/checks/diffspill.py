@@ -85,8 +85,7 @@ class Spill(Closing):
         os.makedirs(os.path.join(self.dir, name))
         for k in range(n):
             where = "true" if n == 1 else f"hash({key}) % {n} = {k}"
-            out = os.path.join(self.dir, name, f"part-{k}.parquet")
-            self.con.execute(f"COPY ({sql.format(part=where)}) TO '{out}' (FORMAT parquet, COMPRESSION lz4, ROW_GROUP_SIZE {ROW_GROUP})")
+            self.copy(os.path.join(name, f"part-{k}"), sql.format(part=where))  # name/part-{k}.parquet
 
     def copy_sorted(self, name: str, sql: str, rows: int = READ_ROWS) -> None:
         """The result of `sql` (an ORDER BY query) written to `name`'s Parquet file in its order. DuckDB streams a

@@ -120,14 +120,13 @@ class Records:
         p, n, t = rec
         return Records(np.r_[p, self.phys], np.r_[n, self.size], np.r_[t, self.store_ts], np.r_[False, self.indexed], self.key_table, self.key_counts)
 
-    def lookup_pairs(self, q: np.ndarray) -> np.ndarray:
+    def lookup_pairs(self, phys: np.ndarray, h: np.ndarray) -> np.ndarray:
         """Index of each (phys, hash) pair in key_table, or -1."""
-        if len(q) == 0 or len(self.key_table) == 0:
-            return np.full(len(q), -1, dtype=np.int64)
+        if len(phys) == 0 or len(self.key_table) == 0:
+            return np.full(len(phys), -1, dtype=np.int64)
         up, tkey = self._composite()
-        r = np.minimum(np.searchsorted(up, q["phys"]), len(up) - 1)
-        h = q["hash"]
-        ok = (up[r] == q["phys"]) & (h >= 0) & (h < 1 << 32)
+        r = np.minimum(np.searchsorted(up, phys), len(up) - 1)
+        ok = (up[r] == phys) & (h >= 0) & (h < 1 << 32)
         qk = (r.astype(np.int64) << 32) | np.where(ok, h, 0)
         i = np.minimum(np.searchsorted(tkey, qk), len(tkey) - 1)
         return np.where(ok & (tkey[i] == qk), i, -1)
@@ -162,20 +161,14 @@ def records_of(d: DispatchColumns) -> Records:
 
 
 def key_pairs(phys: np.ndarray, index_hash: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The distinct (phys, index hash) pairs of keys, sorted, and how many keys each has."""
-    pairs = np.zeros(len(phys), dtype=_PAIR)
-    pairs["phys"], pairs["hash"] = phys, index_hash
-    return _unique_pairs(pairs)
-
-
-def _unique_pairs(pairs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """np.unique(pairs, return_counts=True), sorting one int64 per pair ((rank of phys) << 32 | hash) instead of structured values.
+    """The distinct (phys, index hash) pairs of keys, sorted, and how many keys each has: np.unique(pairs, return_counts=True),
+    sorting one int64 per pair ((rank of phys) << 32 | hash) instead of structured values.
 
     Hashes are index hashes (0 <= hash < 2**31); pairs come in CommitLog order (phys non-decreasing), else are put so first.
     """
-    if len(pairs) == 0:
-        return pairs, np.zeros(0, dtype=np.int64)
-    p, h = pairs["phys"], pairs["hash"]
+    if len(phys) == 0:
+        return np.zeros(0, dtype=_PAIR), np.zeros(0, dtype=np.int64)
+    p, h = phys.astype(np.int64, copy=False), index_hash.astype(np.int64, copy=False)
     if len(p) > 1 and bool((p[1:] < p[:-1]).any()):
         o = np.argsort(p, kind="stable")
         p, h = p[o], h[o]
@@ -360,9 +353,7 @@ def _check_records(f: IndexFile, st: _FileState, rec: Records, ca: np.ndarray, a
                 what = "points at no record"
             yield _problem(ENTRY_NOT_RECORD, f, f"entry {int(k[t])} (phyOffset {p}) {what}", entry=int(k[t]), phys=p)
         sk, sri, skh, sp = k[start], ri[start], kh[start], phys[start]
-        q = np.zeros(len(sk), dtype=_PAIR)
-        q["phys"], q["hash"] = sp, skh
-        u = rec.lookup_pairs(q)
+        u = rec.lookup_pairs(sp, skh)
         np.add.at(ca, u[u >= 0], 1)
         for t in np.flatnonzero(u < 0).tolist():
             why = (
@@ -601,9 +592,7 @@ def _duplicates(files: list[IndexFile], states: list[_FileState], rec: Records, 
     seen = np.zeros(len(ca), dtype=np.int64)
     for fi, (f, st) in enumerate(zip(files, states, strict=True)):
         for k, kh, phys in _window_entries(f, st, a, b):
-            q = np.zeros(len(k), dtype=_PAIR)
-            q["phys"], q["hash"] = phys, kh
-            u = rec.lookup_pairs(q)
+            u = rec.lookup_pairs(phys, kh)
             for j in np.flatnonzero((u >= 0) & extra_u[np.maximum(u, 0)]).tolist():
                 x = int(u[j])
                 seen[x] += 1

@@ -146,7 +146,8 @@ def _file_offset(file: str, phys: int) -> int | None:
     return phys - int(name) if name.isdigit() else None
 
 
-def _problem(code: str, c: Copy, detail: str) -> Problem:
+def _problem(code: str, c: Copy | Evidence, detail: str) -> Problem:
+    """A finding at a copy's record, or at the record of a piece of evidence."""
     return Problem(code, c.file, _file_offset(c.file, c.phys_offset), detail, phys_offset=c.phys_offset)
 
 
@@ -181,16 +182,11 @@ def orphan_checkpoints(ctx: Context, known: set[QueuePos], queue_bounds: dict[tu
             lo, _hi = queue_bounds.get((t, q), (None, None))
             if (t, q, qo) in known or (lo is not None and qo < lo):
                 continue  # present, or below the queue's minimum: deleted with its files, as the broker expects
-            out.append(
-                Problem(
-                    ORPHAN_CHECKPOINT, ev.file, _file_offset(ev.file, ev.phys_offset),
-                    f"POP checkpoint of {ev.group} names {t} queue {q} offset {qo}, which holds no message: its ack can never come",
-                    phys_offset=ev.phys_offset,
-                )
-            )  # fmt: skip
+            detail = f"POP checkpoint of {ev.group} names {t} queue {q} offset {qo}, which holds no message: its ack can never come"
+            out.append(_problem(ORPHAN_CHECKPOINT, ev, detail))
     for ev in ctx.evidence:
         if ev.problem:
-            out.append(Problem(BAD_EVIDENCE, ev.file, _file_offset(ev.file, ev.phys_offset), ev.problem, phys_offset=ev.phys_offset))
+            out.append(_problem(BAD_EVIDENCE, ev, ev.problem))
     return out
 
 
@@ -199,19 +195,19 @@ def judge(copies: list[Copy], evidence: list[tuple[Evidence, QueuePos]], ctx: Co
     problems: list[Problem] = []
     hops = [c.hop for c in copies]
     state, why, due = _state(copies, hops, ctx, problems)
-    groups: dict[str, str] = {}
-    notes: list[str] = []
-    for g in sorted(_groups(copies, ctx)):
-        status, note = _group_status(g, copies, ctx)
-        groups[g] = status
-        notes.append(note)
+    groups, why = _with_groups(why, {g: _group_status(g, copies, ctx) for g in sorted(_groups(copies, ctx))})
     weaker = store_caveats(ctx)
     dropped = [c for c in copies if c.recovery_drops]
     if dropped:
         weaker.insert(len(weaker) - (ctx.offsets_file is None), f"the broker's recovery would drop {len(dropped)} of its copies (from CommitLog offset {dropped[0].phys_offset})")
     _problems(copies, ctx, problems)
-    why = why + ("" if not notes else " " + " ".join(notes))
     return Journey(key, copies, evidence, Verdict(key, state, groups, why, due, weaker), problems)
+
+
+def _with_groups(why: str, statuses: dict[str, tuple[str, str]]) -> tuple[dict[str, str], str]:
+    """Each group's status, from (status, note) per group, and the verdict's `why` with the groups' notes after it."""
+    notes = [note for _, note in statuses.values()]
+    return {g: status for g, (status, _) in statuses.items()}, why + ("" if not notes else " " + " ".join(notes))
 
 
 def store_caveats(ctx: Context) -> list[str]:
@@ -269,12 +265,8 @@ class PutJudge:
         return cls(readers, dict(ctx.offsets), store_caveats(ctx))
 
     def verdict(self, key: str, topic: str, queue_id: int, queue_offset: int) -> dict:
-        groups, notes = {}, []
-        for g in self.readers.get(topic, ()):
-            status, note = committed_status(g, topic, queue_id, queue_offset, self.offsets.get((g, topic, queue_id)))
-            groups[g] = status
-            notes.append(note)
-        why = delivered_why(topic, queue_id, queue_offset) + ("" if not notes else " " + " ".join(notes))
+        statuses = {g: committed_status(g, topic, queue_id, queue_offset, self.offsets.get((g, topic, queue_id))) for g in self.readers.get(topic, ())}
+        groups, why = _with_groups(delivered_why(topic, queue_id, queue_offset), statuses)
         return Verdict(key, L.STATE_DELIVERED, groups, why, None, list(self.caveats)).to_dict()
 
 

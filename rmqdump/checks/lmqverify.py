@@ -26,7 +26,7 @@ from rmqdump.checks.cqunits import (
     pointer_checks,
 )
 from rmqdump.common.problems import Problem
-from rmqdump.readers.commitlog import CommitLog
+from rmqdump.readers.commitlog import CommitLog, SegmentFile
 from rmqdump.readers.consumequeue import QueueUnits
 from rmqdump.readers.recordprops import RecordProps, find_all, multi_dispatch
 from rmqdump.schemas import constants as C
@@ -81,21 +81,21 @@ def check_lmq_units_in_window(
     return findings_to_problems(found, u, topic, queue_id, cq_file_of), ok
 
 
-def dispatching_records(cl: CommitLog, records: RecordTable) -> np.ndarray:
-    """Indices of the records whose bytes hold an INNER_MULTI_DISPATCH property name (one substring search over their range)."""
-    if not len(records):
+def dispatching_records(files: list[SegmentFile], phys: np.ndarray, size: np.ndarray) -> np.ndarray:
+    """Indices of the records (sorted starts, sizes) whose bytes hold an INNER_MULTI_DISPATCH name (one search over their stretch of `files`)."""
+    if not len(phys):
         return np.zeros(0, np.int64)
-    lo, hi = int(records.phys[0]), records.data_end
+    lo, hi = int(phys[0]), int((phys + size).max())
     hits: list[int] = []
-    for seg in cl.files:
+    for seg in files:
         a, b = max(lo, seg.base), min(hi, seg.base + seg.size)
         if a < b:
             hits += [seg.base + p for p in find_all(seg.path, _NEEDLE, a - seg.base, b - seg.base)]
     if not hits:
         return np.zeros(0, np.int64)
     h = np.array(hits, dtype=np.int64)
-    i = np.searchsorted(records.phys, h, side="right") - 1
-    ok = (i >= 0) & (h < records.phys[np.clip(i, 0, None)] + records.size[np.clip(i, 0, None)])
+    i = np.searchsorted(phys, h, side="right") - 1
+    ok = (i >= 0) & (h < phys[np.clip(i, 0, None)] + size[np.clip(i, 0, None)])
     return np.unique(i[ok])
 
 
@@ -115,7 +115,7 @@ def missing_lmq_units(
     select(queue) -> whether that LMQ queue is being verified.
     """
     out = []
-    idx = dispatching_records(cl, records)
+    idx = dispatching_records(cl.files, records.phys, records.size)
     idx = idx[records.queued[idx]]
     for k, props in reader.each(records.phys[idx], records.size[idx]):
         i = int(idx[k])

@@ -141,17 +141,17 @@ class DroppedRecord:
 
 @dataclass
 class RecoveryPreview:
-    abnormal: bool
+    abnormal: bool  # the fields in the order of the JSON row (to_dict)
     scan_from: int
-    scan_from_file: str | None
     valid_end: int
-    stop: str  # why the walk ended
     truncated_bytes: int
     truncated_messages: int
     dropped: list[DroppedRecord]
     redispatch_from: int
-    index_redispatch_from: int
     index_files_dropped: list[str]
+    scan_from_file: str | None
+    stop: str  # why the walk ended
+    index_redispatch_from: int
     commitlog_files_dropped: list[str]
     records_walked: int
     min_timestamp: int | None
@@ -169,22 +169,8 @@ class RecoveryPreview:
             "kind": "recovery",
             "broker_rules": self.rules,
             "broker_rules_why": self.rules_why,
-            "abnormal": self.abnormal,
-            "scan_from": self.scan_from,
-            "valid_end": self.valid_end,
-            "truncated_bytes": self.truncated_bytes,
-            "truncated_messages": self.truncated_messages,
-            "dropped": [d.to_dict() for d in self.dropped],
-            "redispatch_from": self.redispatch_from,
-            "index_files_dropped": self.index_files_dropped,
-            "scan_from_file": self.scan_from_file,
-            "stop": self.stop,
-            "index_redispatch_from": self.index_redispatch_from,
-            "commitlog_files_dropped": self.commitlog_files_dropped,
-            "records_walked": self.records_walked,
-            "min_timestamp": self.min_timestamp,
-            "cq_max_phys_offset": self.cq_max_phys_offset,
-            "load_errors": self.load_errors,
+            **fields_of(self, omit=("rules", "rules_why")),
+            "dropped": [d.to_dict() for d in self.dropped],  # a key given again keeps its place: dropped stays after truncated_messages
         }
 
 
@@ -616,7 +602,7 @@ def preview(
     cq_max = max((_queue_max_phys(q) for q in queues), default=-1)
     min_ts = None if ckpt is None else ckpt.min_timestamp
     if not files:
-        return RecoveryPreview(abnormal, 0, None, 0, "no CommitLog files", 0, 0, [], 0, 0, [], [], 0, min_ts, cq_max, load_errors, rules.name, rules.why)
+        return RecoveryPreview(abnormal, 0, 0, 0, 0, [], 0, [], None, "no CommitLog files", 0, [], 0, min_ts, cq_max, load_errors, rules.name, rules.why)
 
     start = _start_index(files, abnormal, min_ts, cq_max, allow_v2=allow_v2, normal_start=normal_start)
     progress = _Walked(on_bytes, files[start].base)

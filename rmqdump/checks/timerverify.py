@@ -166,71 +166,39 @@ def _units_vs_records(ts: TimerStore, cl: CommitLog, recs: dict[int, TimerRecord
     pending = ts.pending(u)
     offs = u.offset_py
     any_bad = ~has | size_bad | not_timer | deliver_bad | hash_bad
+
+    def flag(j: int, code: str, at: int, detail: str) -> None:
+        out.append(_unit_problem(ts, u, j, code, at, detail))
+
     for j in np.flatnonzero(any_bad).tolist():
         off, size = int(offs[j]), int(u.size_py[j])
         if not has[j]:
             if 0 <= off < cl.min_offset:
                 if pending[j]:  # fired units may outlive their CommitLog files; pending ones are lost
-                    out.append(
-                        _unit_problem(
-                            ts,
-                            u,
-                            j,
-                            BEFORE_COMMITLOG,
-                            _OFFSET_PY_AT,
-                            f"points at CommitLog offset {off}, before the oldest file ({cl.min_offset}): a pending timer whose message was deleted",
-                        )
-                    )
+                    detail = f"points at CommitLog offset {off}, before the oldest file ({cl.min_offset}): a pending timer whose message was deleted"
+                    flag(j, BEFORE_COMMITLOG, _OFFSET_PY_AT, detail)
             elif off < 0:
-                out.append(_unit_problem(ts, u, j, RECORD_MISSING, _OFFSET_PY_AT, f"offsetPy {off} is negative"))
+                flag(j, RECORD_MISSING, _OFFSET_PY_AT, f"offsetPy {off} is negative")
             elif off + size > files_end or off >= data_end:
-                out.append(
-                    _unit_problem(
-                        ts,
-                        u,
-                        j,
-                        PAST_COMMITLOG,
-                        _OFFSET_PY_AT,
-                        f"points at CommitLog offset {off} (+{size}), past the CommitLog's end ({min(files_end, max(data_end, cl.min_offset))})",
-                    )
-                )
+                end = min(files_end, max(data_end, cl.min_offset))
+                flag(j, PAST_COMMITLOG, _OFFSET_PY_AT, f"points at CommitLog offset {off} (+{size}), past the CommitLog's end ({end})")
             else:
-                out.append(_unit_problem(ts, u, j, RECORD_MISSING, _OFFSET_PY_AT, f"no CommitLog record starts at offset {off}"))
+                flag(j, RECORD_MISSING, _OFFSET_PY_AT, f"no CommitLog record starts at offset {off}")
             continue
         rec = vals[int(kc[j])]
         if size_bad[j]:
-            out.append(_unit_problem(ts, u, j, RECORD_SIZE, _SIZE_PY_AT, f"sizePy {size}, the record at {off} is {rec.total_size} bytes"))
+            flag(j, RECORD_SIZE, _SIZE_PY_AT, f"sizePy {size}, the record at {off} is {rec.total_size} bytes")
         if not_timer[j]:
-            out.append(
-                _unit_problem(
-                    ts,
-                    u,
-                    j,
-                    NOT_TIMER,
-                    _OFFSET_PY_AT,
-                    f"the record at {off} is a message of topic {rec.topic!r} without being a timer message ({C.TIMER_TOPIC} with TIMER_OUT_MS)",
-                )
-            )
+            detail = f"the record at {off} is a message of topic {rec.topic!r} without being a timer message ({C.TIMER_TOPIC} with TIMER_OUT_MS)"
+            flag(j, NOT_TIMER, _OFFSET_PY_AT, detail)
             continue
         if deliver_bad[j]:
             out_ms = rec.properties.get(C.PROPERTY_TIMER_OUT_MS)
-            out.append(
-                _unit_problem(
-                    ts, u, j, DELIVER_MISMATCH, _DELAY_AT, f"delivery time {int(deliver[j])} (currWriteTimeMs + delay), the record's TIMER_OUT_MS is {out_ms}"
-                )
-            )
+            flag(j, DELIVER_MISMATCH, _DELAY_AT, f"delivery time {int(deliver[j])} (currWriteTimeMs + delay), the record's TIMER_OUT_MS is {out_ms}")
         if hash_bad[j]:
             real = rec.properties.get(C.PROPERTY_REAL_TOPIC)
-            out.append(
-                _unit_problem(
-                    ts,
-                    u,
-                    j,
-                    TOPIC_HASH,
-                    _HASH_AT,
-                    f"hash of the real topic {int(u.hash_code_of_real_topic[j])}, hashCode of REAL_TOPIC {real!r} is {int(r_hash[kc[j]])}",
-                )
-            )
+            detail = f"hash of the real topic {int(u.hash_code_of_real_topic[j])}, hashCode of REAL_TOPIC {real!r} is {int(r_hash[kc[j]])}"
+            flag(j, TOPIC_HASH, _HASH_AT, detail)
     return out
 
 

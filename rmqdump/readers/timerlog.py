@@ -25,7 +25,7 @@ import numpy as np
 from rmqdump.common.problems import InputError, Problem
 from rmqdump.readers.commitlog import Blank
 from rmqdump.readers.fastpath import field_offset, numpy_dtype
-from rmqdump.readers.mapped import MappedFile, OffsetFile, offset_files, open_readonly
+from rmqdump.readers.mapped import MappedFile, OffsetFile, next_data, offset_files, open_readonly
 from rmqdump.readers.message import Message
 from rmqdump.schemas import constants as C
 from rmqdump.schemas.timer import TimerCheck, TimerLogBlank, TimerLogUnit, TimerWheelSlot
@@ -297,7 +297,10 @@ class TimerWheel:
         step = 4 << 20
         fd = open_readonly(self.path)
         try:
-            for lo, hi in _extents(fd, self.size):
+            extent = 0
+            while extent < self.size:
+                lo, hi = next_data(fd, extent, self.size)  # the data extents only: the holes read as zero slots
+                extent = hi
                 lo -= lo % SLOT_SIZE
                 pos = lo
                 while pos < hi:
@@ -325,26 +328,6 @@ class TimerWheel:
 
 
 WHEEL_ROW = np.dtype([("index", np.int64), *((name, np.int64) for name in SLOT_DTYPE.names)])
-
-
-def _extents(fd: int, size: int) -> Iterator[tuple[int, int]]:
-    """The data extents of a sparse file (the whole file where SEEK_DATA is unsupported)."""
-    seek_data, seek_hole = getattr(os, "SEEK_DATA", None), getattr(os, "SEEK_HOLE", None)
-    if seek_data is None:
-        yield 0, size
-        return
-    pos = 0
-    try:
-        while pos < size:
-            try:
-                lo = os.lseek(fd, pos, seek_data)
-            except OSError:  # ENXIO: no data past pos
-                return
-            hi = min(os.lseek(fd, lo, seek_hole), size)
-            yield lo, hi
-            pos = hi
-    except OSError:
-        yield pos, size
 
 
 @dataclass(frozen=True)

@@ -127,11 +127,7 @@ def _data_bytes(store: Store) -> int:
 
 
 def _evidence_queues(store: Store) -> list:
-    return [
-        q
-        for (t, _), q in sorted(store.queues.items())
-        if t == L.TRANS_OP_HALF_TOPIC or t.startswith(L.REVIVE_TOPIC_PREFIX) or t == L.TIMER_TOPIC
-    ]
+    return [q for (t, _), q in sorted(store.queues.items()) if is_evidence_topic(t) or t == L.TIMER_TOPIC]
 
 
 def _queue_records(store: Store, queues, g: Gathered, *, check_crc: bool, units=None) -> Iterator[Copy | Evidence]:
@@ -255,11 +251,7 @@ def lifecycle_journeys(store: Store, *, mapper: Mapper = SERIAL, check_crc: bool
     g = lookup_store(store, keys, check_crc=check_crc, moved=True)
     g.how = "queues"
     g.problems = first.problems + [p for p in g.problems if p not in first.problems]
-    ctx = context(store, g.evidence, recovery_end=end)
-    for c in g.copies:
-        if end is not None and c.phys_offset + c.total_size > end:
-            c.recovery_drops = True
-    _due_times(store, g.copies)
+    ctx = _judged(store, g, end)
     found = [j for j in link(g.copies, ctx) if _interesting(j)]
     known = {c.pos for c in g.copies}
     problems = list(g.problems) + orphan_checkpoints(ctx, known, {k: q.bounds() for k, q in store.queues.items()})
@@ -304,11 +296,7 @@ def journeys(store: Store, ids: list[str] | None = None, *, mapper: Mapper = SER
             with Index(store.root, files=[]) as index:
                 keys = frozenset(resolve_key(index, t) for t in ids)
             g = scan_store(store, keys, mapper=mapper, check_crc=check_crc, on_bytes=on_bytes)
-    ctx = context(store, g.evidence, recovery_end=recovery_end)
-    for c in g.copies:
-        if recovery_end is not None and c.phys_offset + c.total_size > recovery_end:
-            c.recovery_drops = True
-    _due_times(store, g.copies)
+    ctx = _judged(store, g, recovery_end)
     found = link(g.copies, ctx)
     problems = list(g.problems)
     if ids is None:
@@ -316,6 +304,16 @@ def journeys(store: Store, ids: list[str] | None = None, *, mapper: Mapper = SER
         bounds = {k: q.bounds() for k, q in store.queues.items()}
         problems += orphan_checkpoints(ctx, known, bounds)
     return found, problems, g
+
+
+def _judged(store: Store, g: Gathered, recovery_end: int | None) -> Context:
+    """The context the gathered copies are linked in; each copy marked if the broker's recovery would cut it, with its due time."""
+    ctx = context(store, g.evidence, recovery_end=recovery_end)
+    for c in g.copies:
+        if recovery_end is not None and c.phys_offset + c.total_size > recovery_end:
+            c.recovery_drops = True
+    _due_times(store, g.copies)
+    return ctx
 
 
 def recovery_end_of(store: Store, check_crc: bool = True) -> int | None:

@@ -8,6 +8,7 @@ int64/int32 columns so checks can run on them directly (and on other engines).
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import os
 import re
@@ -363,11 +364,11 @@ def unit_path(queue_dir: str, file_size: int | None, index: int) -> str:
 
 
 def common_file_size(sizes: list[int]) -> int | None:
-    """The size most files share (the last file is ignored when there are others: it may be short)."""
-    if not sizes:
-        return None
-    pool = sizes[:-1] if len(sizes) > 1 else sizes
-    counts: dict[int, int] = {}
-    for s in pool:
-        counts[s] = counts.get(s, 0) + 1
-    return max(counts, key=lambda s: (counts[s], s))
+    """The size most files of a queue share (the last file is ignored when there are others: it may be short)."""
+    return usual_size(sizes[:-1] if len(sizes) > 1 else sizes)
+
+
+def usual_size(sizes: list[int]) -> int | None:
+    """The size most of `sizes` are, the larger on a tie; None for none."""
+    counts = collections.Counter(sizes)
+    return max(counts, key=lambda s: (counts[s], s)) if counts else None

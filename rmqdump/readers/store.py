@@ -20,7 +20,7 @@ from rmqdump.readers.batchcq import BatchConsumeQueue, find_batch_queues
 from rmqdump.readers.checkpoint import Checkpoint, read_checkpoint
 from rmqdump.readers.commitlog import CommitLog, commitlog_dir, frame_of
 from rmqdump.readers.configfiles import config_files
-from rmqdump.readers.consumequeue import ConsumeQueue, common_file_size, queue_dirs
+from rmqdump.readers.consumequeue import ConsumeQueue, queue_dirs, usual_size
 from rmqdump.readers.cqext import ConsumeQueueExt, find_ext_queues
 from rmqdump.readers.dledger import DLedgerDir
 from rmqdump.readers.indexfile import HEADER_SIZE as INDEX_HEADER_SIZE
@@ -186,7 +186,7 @@ class Store:
         if not sizes:  # every queue has one file: take the size most of them have
             for _, _, qdir in dirs:
                 sizes.extend(os.path.getsize(os.path.join(qdir, n)) for n in os.listdir(qdir) if os.path.isfile(os.path.join(qdir, n)))
-        self.cq_file_size = common_file_size(sizes + sizes[-1:]) if sizes else None
+        self.cq_file_size = usual_size(sizes)
         for topic, qid, qdir in dirs:
             q = ConsumeQueue.open(qdir, topic, qid, self.cq_file_size)
             self.queues[(topic, qid)] = q

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from rmqdump.common.problems import InputError, Problem
-from rmqdump.readers.commitlog import Blank
+from rmqdump.readers.commitlog import Blank, log_file_size
 from rmqdump.readers.fastpath import field_offset, numpy_dtype
 from rmqdump.readers.mapped import MappedFile, OffsetFile, next_data, offset_files, open_readonly
 from rmqdump.readers.message import Message
@@ -145,9 +145,7 @@ class TimerLog:
         except OSError as e:
             raise InputError("unreadable", path, e.strerror or str(e)) from None
         probs = [Problem(TIMERLOG_BAD_FILE_NAME, p, None, "not a 20-digit offset name: ignored") for p in others]
-        steps = [b.base - a.base for a, b in itertools.pairwise(found) if b.base > a.base]
-        pool = steps or [f.size for f in found]
-        file_size = max(set(pool), key=lambda s: (pool.count(s), -s)) if pool else None
+        file_size = log_file_size(found)
         for i, f in enumerate(found):
             if file_size and f.size != file_size:
                 probs.append(Problem(TIMERLOG_FILE_SIZE, f.path, f.size, f"file is {f.size} bytes, the others {file_size}"))

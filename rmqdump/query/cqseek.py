@@ -18,7 +18,7 @@ from rmqdump.common.jsontext import fields_of
 from rmqdump.common.problems import InputError, Problem
 from rmqdump.readers.batchcq import BatchConsumeQueue, BatchUnits, read_batch_units
 from rmqdump.readers.commitlog import CommitLog
-from rmqdump.readers.consumequeue import UNIT_SIZE, ConsumeQueue, QueueUnits
+from rmqdump.readers.consumequeue import UNIT_SIZE, ConsumeQueue, QueueUnits, read_units
 from rmqdump.readers.cqext import ConsumeQueueExt
 from rmqdump.readers.mapped import MappedFile
 from rmqdump.readers.message import Message
@@ -96,9 +96,9 @@ def dump_units(
             return
         if start is not None and f.base + f.size <= start * UNIT_SIZE:
             # a skipped file still decides whether fillers are over
-            seen_real = seen_real or bool((QueueUnits.from_array(_units(f), f.first_index).valid_mask()).any())
+            seen_real = seen_real or bool((QueueUnits.from_array(read_units(f), f.first_index).valid_mask()).any())
             continue
-        u = QueueUnits.from_array(_units(f), f.first_index)
+        u = QueueUnits.from_array(read_units(f), f.first_index)
         ext_k = ext.lookup(u.tags_code) if ext is not None else None
         lmq = is_lmq(q.topic)
         filler = u.filler_mask()
@@ -158,7 +158,7 @@ def queue_tail(q) -> dict:
         lo = max(0, first - f.first_index)
         if row["cq_file"] is None:
             row.update(cq_file=f.path, file_offset=lo * UNIT_SIZE)
-        arr = _units(f)[lo:]
+        arr = read_units(f)[lo:]
         row["units"] += len(arr)
         row["not_zero"] += int(arr.view(np.uint8).reshape(len(arr), UNIT_SIZE).any(axis=1).sum()) if len(arr) else 0
     return row
@@ -223,12 +223,6 @@ def dump_batch_units(
             n += 1
             if limit is not None and n >= limit:
                 return
-
-
-def _units(f) -> np.ndarray:
-    from rmqdump.readers.consumequeue import read_units
-
-    return read_units(f)
 
 
 @dataclass

@@ -134,15 +134,16 @@ def split_batches(
     result.bytes += split.length
 
 
-def jsonl_lines(rb: pa.RecordBatch) -> list[str]:
-    """A record batch as JSON Lines, each line the `rmqdump commitlog -f jsonl` object plus broker (and body)."""
-    rows = rb.to_pylist()
+def jsonl_lines(rb: pa.RecordBatch, binary: tuple[str, ...] = ("body",)) -> list[str]:
+    """A record batch as JSON Lines, each line the `rmqdump commitlog -f jsonl` object plus broker (and body): properties
+    as an object, the `binary` columns there in base64, each named so by a `NAME_encoding` field after the row's own."""
     out = []
-    for r in rows:
+    for r in rb.to_pylist():
         r["properties"] = dict(r["properties"])
-        if "body" in r:
-            r["body"] = base64.b64encode(r["body"]).decode()
-            r["body_encoding"] = "base64"
+        there = [k for k in binary if k in r]
+        for k in there:
+            r[k] = base64.b64encode(r[k]).decode()
+        r.update((f"{k}_encoding", "base64") for k in there)
         out.append(json.dumps(r, ensure_ascii=False, separators=(",", ":")))
     return out
 

@@ -126,7 +126,6 @@ def wheel_rows(ts: TimerStore) -> Iterator[dict]:
 def timer_summary(ts: TimerStore, cl: CommitLog) -> dict:
     """Pending timers per real topic and the next delivery time (for `info`), a chunk of the log at a time."""
     per: dict[str, dict] = {}
-    next_ms = None
     for u in ts.chunks(CHUNK):  # records looked up a chunk at a time: memory bounded by the chunk
         part = np.flatnonzero(ts.pending(u))
         if not part.size:
@@ -139,8 +138,7 @@ def timer_summary(ts: TimerStore, cl: CommitLog) -> dict:
             d["pending"] += 1
             if d["next_deliver_ms"] is None or ms < d["next_deliver_ms"]:
                 d["next_deliver_ms"] = ms
-            if next_ms is None or ms < next_ms:
-                next_ms = ms
+    next_ms = min((d["next_deliver_ms"] for d in per.values()), default=None)  # the soonest of every topic's
     c = ts.check
     return {
         "kind": "timer",

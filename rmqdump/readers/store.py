@@ -25,7 +25,7 @@ from rmqdump.readers.cqext import ConsumeQueueExt, find_ext_queues
 from rmqdump.readers.dledger import DLedgerDir
 from rmqdump.readers.indexfile import HEADER_SIZE as INDEX_HEADER_SIZE
 from rmqdump.readers.indexfile import NAME_RE as INDEX_NAME_RE
-from rmqdump.readers.indexfile import parse_header
+from rmqdump.readers.indexfile import list_index_files, parse_header
 from rmqdump.readers.mapped import offset_files, open_binary, readable_size
 from rmqdump.readers.rocksdbcq import RocksDBConsumeQueues, is_rocksdb, open_queues
 from rmqdump.schemas import constants as C
@@ -58,11 +58,8 @@ def prove_readable(root: str) -> None:
             offset_files(d)
         except OSError as e:
             raise InputError("unreadable", d, e.strerror or str(e)) from None
-    idx = os.path.join(root, INDEX_DIR)
-    if os.path.isdir(idx):
-        for n in sorted(os.listdir(idx)):
-            if INDEX_NAME_RE.match(n):
-                readable_size(os.path.join(idx, n))
+    for p in list_index_files(root):
+        readable_size(p)
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,6 @@ from __future__ import annotations
 import base64
 import contextlib
 import dataclasses
-import json
 import os
 import time
 import urllib.parse
@@ -27,7 +26,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from rmqdump.common.closing import Closing
-from rmqdump.common.jsontext import fields_of
+from rmqdump.common.jsontext import encode, fields_of
 from rmqdump.common.problems import Problem
 from rmqdump.common.publish import check_target, publishing
 from rmqdump.export import arrowbatch
@@ -144,7 +143,7 @@ def jsonl_lines(rb: pa.RecordBatch, binary: tuple[str, ...] = ("body",)) -> list
         for k in there:
             r[k] = base64.b64encode(r[k]).decode()
         r.update((f"{k}_encoding", "base64") for k in there)
-        out.append(json.dumps(r, ensure_ascii=False, separators=(",", ":")))
+        out.append(encode(r))
     return out
 
 

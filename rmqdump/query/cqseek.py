@@ -52,22 +52,14 @@ class RecordReader(Closing):
         self._open.clear()
 
 
+_SUMMARY = ("total_size", "topic", "queue_id", "queue_offset", "store_timestamp", "tags", "keys", "uniq_key", "msg_id", "transaction")
+
+
 def record_summary(m: Message | Problem) -> dict:
+    """A unit's record as `cq dump` shows it beside the unit: the Message's own fields of _SUMMARY, or why it is unreadable."""
     if isinstance(m, Problem):
         return {"ok": False, "code": m.code, "detail": m.detail}
-    return {
-        "ok": True,
-        "total_size": m.total_size,
-        "topic": m.topic,
-        "queue_id": m.queue_id,
-        "queue_offset": m.queue_offset,
-        "store_timestamp": m.store_timestamp,
-        "tags": m.tags,
-        "keys": m.keys,
-        "uniq_key": m.uniq_key,
-        "msg_id": m.msg_id,
-        "transaction": m.transaction,
-    }
+    return {"ok": True, **{k: getattr(m, k) for k in _SUMMARY}}
 
 
 def dump_units(

@@ -115,10 +115,7 @@ def wheel_rows(ts: TimerStore) -> Iterator[dict]:
             "slot_index": int(row["index"]),
             "file_offset": int(row["index"]) * SLOT_SIZE,
             "time_ms": t,
-            "first_pos": int(row["first_pos"]),
-            "last_pos": int(row["last_pos"]),
-            "num": int(row["num"]),
-            "magic": int(row["magic"]),
+            **{k: int(row[k]) for k in ("first_pos", "last_pos", "num", "magic")},  # the slot's own fields
             "state": "pending" if last is None or t >= last else "fired",
         }
 

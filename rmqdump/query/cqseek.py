@@ -18,7 +18,7 @@ from rmqdump.common.jsontext import fields_of
 from rmqdump.common.problems import InputError, Problem
 from rmqdump.readers.batchcq import BatchConsumeQueue, BatchUnits, read_batch_units
 from rmqdump.readers.commitlog import CommitLog
-from rmqdump.readers.consumequeue import UNIT_SIZE, ConsumeQueue, QueueUnits, read_units
+from rmqdump.readers.consumequeue import UNIT_SIZE, ConsumeQueue, QueueUnits, read_units, unit_row
 from rmqdump.readers.cqext import ConsumeQueueExt
 from rmqdump.readers.mapped import MappedFile
 from rmqdump.readers.message import Message
@@ -104,7 +104,7 @@ def dump_units(
                 seen_real = True
             if start is not None and idx < start:
                 continue
-            row = _unit_row(q, idx, f.path, idx * UNIT_SIZE - f.base, u.offset[k], u.size[k], u.tags_code[k])
+            row = unit_row(q, idx, f.path, idx * UNIT_SIZE - f.base, u.offset[k], u.size[k], u.tags_code[k])
             row.update(filler=is_filler, valid=bool(valid[k]) and not is_filler)
             if ext is not None and int(u.tags_code[k]) <= C.EXT_ADDRESS_MAX:  # without ext files the broker reads it as a plain tagsCode
                 row.update(_ext_fields(ext, int(u.tags_code[k]), -1 if ext_k is None else int(ext_k[k])))
@@ -156,22 +156,6 @@ def queue_tail(q) -> dict:
     return row
 
 
-def _unit_row(q, index: int, cq_file: str, file_offset, phys_offset, size, tags_code) -> dict:
-    """The fields every unit row of `cq dump` starts with, whatever the queue kind (the queue offset is the unit's index)."""
-    return {
-        "kind": "unit",
-        "topic": q.topic,
-        "queue_id": q.queue_id,
-        "unit_index": index,
-        "queue_offset": index,
-        "cq_file": cq_file,
-        "file_offset": int(file_offset),
-        "phys_offset": int(phys_offset),
-        "size": int(size),
-        "tags_code": int(tags_code),
-    }
-
-
 def _ext_fields(ext: ConsumeQueueExt | None, address: int, k: int) -> dict:
     """A unit's ext address resolved: the real tagsCode, the ext unit's store time and bitmap (None where it does not resolve)."""
     d = {"ext_address": address, "tags_code": None, "store_time": None, "filter_bitmap": None, "ext_file": None, "ext_file_offset": None}
@@ -207,7 +191,7 @@ def dump_batch_units(
             if start is not None and not shown and (not valid[k] or base + batch <= start):
                 continue
             shown = True
-            row = _unit_row(q, base, u.file.path, u.pos[k], u.offset[k], u.size[k], u.tags_code[k])
+            row = unit_row(q, base, u.file.path, u.pos[k], u.offset[k], u.size[k], u.tags_code[k])
             row.update(store_time=int(u.store_time[k]), batch_size=batch, compacted_offset=int(u.compacted_offset[k]), filler=False, valid=bool(valid[k]))
             if reader is not None and row["valid"]:
                 row["record"] = record_summary(reader.read(row["phys_offset"]))

@@ -357,6 +357,23 @@ class ConsumeQueue(UnitChunks):
         return int(rec["commit_log_offset"]), int(rec["size"]), int(rec["tags_code"])
 
 
+def unit_row(q, index: int, cq_file: str, file_offset, phys_offset, size, tags_code) -> dict:
+    """The fields every unit row of `cq dump` starts with, whatever the queue kind (the queue offset is the unit's index;
+    a RocksDB ConsumeQueue's unit has no file offset)."""
+    return {
+        "kind": "unit",
+        "topic": q.topic,
+        "queue_id": q.queue_id,
+        "unit_index": index,
+        "queue_offset": index,
+        "cq_file": cq_file,
+        "file_offset": None if file_offset is None else int(file_offset),
+        "phys_offset": int(phys_offset),
+        "size": int(size),
+        "tags_code": int(tags_code),
+    }
+
+
 def unit_path(queue_dir: str, file_size: int | None, index: int) -> str:
     """The file of a queue directory that unit `index` belongs in by name (a file is named by its first unit's offset)."""
     fs = file_size or C.DEFAULT_CQ_UNITS_PER_FILE * UNIT_SIZE

@@ -14,7 +14,6 @@ from __future__ import annotations
 import base64
 import contextlib
 import dataclasses
-import json
 import os
 import time
 import urllib.parse
@@ -27,7 +26,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from rmqdump.common.closing import Closing
-from rmqdump.common.jsontext import fields_of
+from rmqdump.common.jsontext import encode, fields_of
 from rmqdump.common.problems import Problem
 from rmqdump.common.publish import check_target, publishing
 from rmqdump.export import arrowbatch
@@ -134,16 +133,17 @@ def split_batches(
     result.bytes += split.length
 
 
-def jsonl_lines(rb: pa.RecordBatch) -> list[str]:
-    """A record batch as JSON Lines, each line the `rmqdump commitlog -f jsonl` object plus broker (and body)."""
-    rows = rb.to_pylist()
+def jsonl_lines(rb: pa.RecordBatch, binary: tuple[str, ...] = ("body",)) -> list[str]:
+    """A record batch as JSON Lines, each line the `rmqdump commitlog -f jsonl` object plus broker (and body): properties
+    as an object, the `binary` columns there in base64, each named so by a `NAME_encoding` field after the row's own."""
     out = []
-    for r in rows:
+    for r in rb.to_pylist():
         r["properties"] = dict(r["properties"])
-        if "body" in r:
-            r["body"] = base64.b64encode(r["body"]).decode()
-            r["body_encoding"] = "base64"
-        out.append(json.dumps(r, ensure_ascii=False, separators=(",", ":")))
+        there = [k for k in binary if k in r]
+        for k in there:
+            r[k] = base64.b64encode(r[k]).decode()
+        r.update((f"{k}_encoding", "base64") for k in there)
+        out.append(encode(r))
     return out
 
 

@@ -14,7 +14,6 @@ sha256 of each file. Written beside OUT and renamed into place
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import json
 import os
@@ -32,7 +31,7 @@ from rmqdump.common.columnspill import ColumnSpill
 from rmqdump.common.problems import Problem
 from rmqdump.common.publish import publishing
 from rmqdump.export import arrowbatch
-from rmqdump.export.dataset import DICTIONARY_COLUMNS
+from rmqdump.export.dataset import DICTIONARY_COLUMNS, jsonl_lines
 from rmqdump.readers.store import Store
 from rmqdump.scan.headerfix import Restored, store_units, unit_agrees
 from rmqdump.scan.ranges import SERIAL, Mapper, map_ranges
@@ -62,15 +61,6 @@ def schema() -> pa.Schema:
 
 def _base_schema() -> pa.Schema:
     return pa.schema([*arrowbatch.FIELDS, arrowbatch.BODY_FIELD, *_RAW])
-
-
-def jsonl_line(row: dict) -> str:
-    """A row as one JSON object: properties as an object, body and raw_without_body in base64."""
-    row["properties"] = dict(row["properties"])
-    for k in ("body", "raw_without_body"):
-        row[k] = base64.b64encode(row[k]).decode()
-    row["body_encoding"] = row["raw_without_body_encoding"] = "base64"
-    return json.dumps(row, ensure_ascii=False, separators=(",", ":"))
 
 
 class _HashingFile:
@@ -121,7 +111,7 @@ class _Sink:
         if self.pq is not None:
             self.pq.write_batch(rb, row_group_size=ROWS_PER_GROUP)
         else:
-            self.file.write("".join(jsonl_line(r) + "\n" for r in rb.to_pylist()).encode("utf-8"))
+            self.file.write("".join(line + "\n" for line in jsonl_lines(rb, ("body", "raw_without_body"))).encode("utf-8"))
 
     def _finish(self) -> None:
         if self.pq is not None:

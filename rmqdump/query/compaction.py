@@ -90,43 +90,32 @@ def key_history(
         for o in puts:
             seen.add(o.queue_offset)
             hit = served.get(o.queue_offset)
-            row = {
-                "kind": "put",
-                "topic": q.topic,
-                "queue_id": q.queue_id,
-                "queue_offset": o.queue_offset,
-                "keys": key,
-                "uniq_key": o.uniq_key,
-                "phys_offset": o.phys,
-                "compaction_log_offset": None if hit is None else hit[0].phys_offset,
-                "part": part_of(o.queue_offset, cp),
-                "tombstone": is_tombstone(o.body_length),
-                "store_timestamp": o.store_timestamp,
-                "served": hit is not None,
-                "why": _why(o, hit is not None, cp, newest_upto_cp),
-            }
-            rows.append(row)
+            served_as = None if hit is None else hit[0]
+            rows.append(_put_row(q, key, cp, o, o.phys, served_as, _why(o, hit is not None, cp, newest_upto_cp)))
         for qo, (m, _, _) in sorted(served.items()):
             if qo not in seen:  # served, its CommitLog record gone (or never found)
-                rows.append(
-                    {
-                        "kind": "put",
-                        "topic": q.topic,
-                        "queue_id": q.queue_id,
-                        "queue_offset": qo,
-                        "keys": key,
-                        "uniq_key": m.uniq_key,
-                        "phys_offset": None,
-                        "compaction_log_offset": m.phys_offset,
-                        "part": part_of(qo, cp),
-                        "tombstone": is_tombstone(m.body_length),
-                        "store_timestamp": m.store_timestamp,
-                        "served": True,
-                        "why": "served; the CommitLog no longer holds the original",
-                    }
-                )
+                rows.append(_put_row(q, key, cp, m, None, m, "served; the CommitLog no longer holds the original"))
     rows.sort(key=lambda r: (r["queue_id"], r["queue_offset"]))
     return rows
+
+
+def _put_row(q, key: str, cp: int, put: Original | Message, phys_offset: int | None, served_as: Message | None, why: str) -> dict:
+    """One put of a key as key_history lists it: `put` is its CommitLog original, or the served record when the original is gone."""
+    return {
+        "kind": "put",
+        "topic": q.topic,
+        "queue_id": q.queue_id,
+        "queue_offset": put.queue_offset,
+        "keys": key,
+        "uniq_key": put.uniq_key,
+        "phys_offset": phys_offset,
+        "compaction_log_offset": None if served_as is None else served_as.phys_offset,
+        "part": part_of(put.queue_offset, cp),
+        "tombstone": is_tombstone(put.body_length),
+        "store_timestamp": put.store_timestamp,
+        "served": served_as is not None,
+        "why": why,
+    }
 
 
 def _why(o: Original, served: bool, cp: int, newest_upto_cp: int | None) -> str:

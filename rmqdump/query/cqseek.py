@@ -18,7 +18,7 @@ from rmqdump.common.jsontext import fields_of
 from rmqdump.common.problems import InputError, Problem
 from rmqdump.readers.batchcq import BatchConsumeQueue, BatchUnits, read_batch_units
 from rmqdump.readers.commitlog import CommitLog
-from rmqdump.readers.consumequeue import UNIT_SIZE, ConsumeQueue, QueueUnits
+from rmqdump.readers.consumequeue import UNIT_SIZE, ConsumeQueue, QueueUnits, read_units, unit_row
 from rmqdump.readers.cqext import ConsumeQueueExt
 from rmqdump.readers.mapped import MappedFile
 from rmqdump.readers.message import Message
@@ -52,22 +52,14 @@ class RecordReader(Closing):
         self._open.clear()
 
 
+_SUMMARY = ("total_size", "topic", "queue_id", "queue_offset", "store_timestamp", "tags", "keys", "uniq_key", "msg_id", "transaction")
+
+
 def record_summary(m: Message | Problem) -> dict:
+    """A unit's record as `cq dump` shows it beside the unit: the Message's own fields of _SUMMARY, or why it is unreadable."""
     if isinstance(m, Problem):
         return {"ok": False, "code": m.code, "detail": m.detail}
-    return {
-        "ok": True,
-        "total_size": m.total_size,
-        "topic": m.topic,
-        "queue_id": m.queue_id,
-        "queue_offset": m.queue_offset,
-        "store_timestamp": m.store_timestamp,
-        "tags": m.tags,
-        "keys": m.keys,
-        "uniq_key": m.uniq_key,
-        "msg_id": m.msg_id,
-        "transaction": m.transaction,
-    }
+    return {"ok": True, **{k: getattr(m, k) for k in _SUMMARY}}
 
 
 def dump_units(
@@ -96,9 +88,9 @@ def dump_units(
             return
         if start is not None and f.base + f.size <= start * UNIT_SIZE:
             # a skipped file still decides whether fillers are over
-            seen_real = seen_real or bool((QueueUnits.from_array(_units(f), f.first_index).valid_mask()).any())
+            seen_real = seen_real or bool((QueueUnits.from_array(read_units(f), f.first_index).valid_mask()).any())
             continue
-        u = QueueUnits.from_array(_units(f), f.first_index)
+        u = QueueUnits.from_array(read_units(f), f.first_index)
         ext_k = ext.lookup(u.tags_code) if ext is not None else None
         lmq = is_lmq(q.topic)
         filler = u.filler_mask()
@@ -112,7 +104,7 @@ def dump_units(
                 seen_real = True
             if start is not None and idx < start:
                 continue
-            row = _unit_row(q, idx, f.path, idx * UNIT_SIZE - f.base, u.offset[k], u.size[k], u.tags_code[k])
+            row = unit_row(q, idx, f.path, idx * UNIT_SIZE - f.base, u.offset[k], u.size[k], u.tags_code[k])
             row.update(filler=is_filler, valid=bool(valid[k]) and not is_filler)
             if ext is not None and int(u.tags_code[k]) <= C.EXT_ADDRESS_MAX:  # without ext files the broker reads it as a plain tagsCode
                 row.update(_ext_fields(ext, int(u.tags_code[k]), -1 if ext_k is None else int(ext_k[k])))
@@ -158,26 +150,10 @@ def queue_tail(q) -> dict:
         lo = max(0, first - f.first_index)
         if row["cq_file"] is None:
             row.update(cq_file=f.path, file_offset=lo * UNIT_SIZE)
-        arr = _units(f)[lo:]
+        arr = read_units(f)[lo:]
         row["units"] += len(arr)
         row["not_zero"] += int(arr.view(np.uint8).reshape(len(arr), UNIT_SIZE).any(axis=1).sum()) if len(arr) else 0
     return row
-
-
-def _unit_row(q, index: int, cq_file: str, file_offset, phys_offset, size, tags_code) -> dict:
-    """The fields every unit row of `cq dump` starts with, whatever the queue kind (the queue offset is the unit's index)."""
-    return {
-        "kind": "unit",
-        "topic": q.topic,
-        "queue_id": q.queue_id,
-        "unit_index": index,
-        "queue_offset": index,
-        "cq_file": cq_file,
-        "file_offset": int(file_offset),
-        "phys_offset": int(phys_offset),
-        "size": int(size),
-        "tags_code": int(tags_code),
-    }
 
 
 def _ext_fields(ext: ConsumeQueueExt | None, address: int, k: int) -> dict:
@@ -215,7 +191,7 @@ def dump_batch_units(
             if start is not None and not shown and (not valid[k] or base + batch <= start):
                 continue
             shown = True
-            row = _unit_row(q, base, u.file.path, u.pos[k], u.offset[k], u.size[k], u.tags_code[k])
+            row = unit_row(q, base, u.file.path, u.pos[k], u.offset[k], u.size[k], u.tags_code[k])
             row.update(store_time=int(u.store_time[k]), batch_size=batch, compacted_offset=int(u.compacted_offset[k]), filler=False, valid=bool(valid[k]))
             if reader is not None and row["valid"]:
                 row["record"] = record_summary(reader.read(row["phys_offset"]))
@@ -223,12 +199,6 @@ def dump_batch_units(
             n += 1
             if limit is not None and n >= limit:
                 return
-
-
-def _units(f) -> np.ndarray:
-    from rmqdump.readers.consumequeue import read_units
-
-    return read_units(f)
 
 
 @dataclass

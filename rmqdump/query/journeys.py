@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 from rmqdump.checks.journey import BAD_EVIDENCE, ORPHAN_CHECKPOINT, Context, Journey, link, orphan_checkpoints
 from rmqdump.checks.offsets import OFFSETS_FILE, offset_table
 from rmqdump.common.problems import InputError, Problem
+from rmqdump.query.journeyscan import every_journey, lifecycle_records
 from rmqdump.query.lookup import Index, index_end
 from rmqdump.readers.configfiles import CONFIG_DIR, read_config
-from rmqdump.readers.lifecycle import Copy, Evidence, is_evidence_topic, is_own_topic, read_record, wants_body
-from rmqdump.readers.message import Message
+from rmqdump.readers.lifecycle import Copy, Evidence, is_evidence_topic, is_own_topic, read_record
 from rmqdump.readers.msgid import id_bytes
 from rmqdump.readers.store import Store
 from rmqdump.scan import scanner
@@ -86,22 +86,10 @@ def context(store: Store, evidence: Iterable[Evidence], *, recovery_end: int | N
     return ctx
 
 
-def _records(batch) -> Iterator[tuple[Message, bytes | None]]:
-    for i in range(len(batch)):
-        m = batch.message(i)
-        yield m, (batch.body(i) if wants_body(m) else None)
-
-
 def _fold(keys: frozenset[str] | None, batch, _cols) -> tuple[list[Copy], list[Evidence]]:
     """One batch's copies (of `keys`, or all) and evidence: the range function's share of a journey scan."""
-    copies, evidence = [], []
-    for m, body in _records(batch):
-        r = read_record(m, body)
-        if isinstance(r, Evidence):
-            evidence.append(r)
-        elif r is not None and (keys is None or r.uniq_key in keys):
-            copies.append(r)
-    return copies, evidence
+    copies, evidence = lifecycle_records(batch, range(len(batch)))
+    return [c for c in copies if keys is None or c.uniq_key in keys], evidence
 
 
 def _scan_range(split, keys: frozenset[str] | None):
@@ -127,11 +115,7 @@ def _data_bytes(store: Store) -> int:
 
 
 def _evidence_queues(store: Store) -> list:
-    return [
-        q
-        for (t, _), q in sorted(store.queues.items())
-        if t == L.TRANS_OP_HALF_TOPIC or t.startswith(L.REVIVE_TOPIC_PREFIX) or t == L.TIMER_TOPIC
-    ]
+    return [q for (t, _), q in sorted(store.queues.items()) if is_evidence_topic(t) or t == L.TIMER_TOPIC]
 
 
 def _queue_records(store: Store, queues, g: Gathered, *, check_crc: bool, units=None) -> Iterator[Copy | Evidence]:
@@ -255,11 +239,7 @@ def lifecycle_journeys(store: Store, *, mapper: Mapper = SERIAL, check_crc: bool
     g = lookup_store(store, keys, check_crc=check_crc, moved=True)
     g.how = "queues"
     g.problems = first.problems + [p for p in g.problems if p not in first.problems]
-    ctx = context(store, g.evidence, recovery_end=end)
-    for c in g.copies:
-        if end is not None and c.phys_offset + c.total_size > end:
-            c.recovery_drops = True
-    _due_times(store, g.copies)
+    ctx = _judged(store, g, end)
     found = [j for j in link(g.copies, ctx) if _interesting(j)]
     known = {c.pos for c in g.copies}
     problems = list(g.problems) + orphan_checkpoints(ctx, known, {k: q.bounds() for k, q in store.queues.items()})
@@ -304,11 +284,7 @@ def journeys(store: Store, ids: list[str] | None = None, *, mapper: Mapper = SER
             with Index(store.root, files=[]) as index:
                 keys = frozenset(resolve_key(index, t) for t in ids)
             g = scan_store(store, keys, mapper=mapper, check_crc=check_crc, on_bytes=on_bytes)
-    ctx = context(store, g.evidence, recovery_end=recovery_end)
-    for c in g.copies:
-        if recovery_end is not None and c.phys_offset + c.total_size > recovery_end:
-            c.recovery_drops = True
-    _due_times(store, g.copies)
+    ctx = _judged(store, g, recovery_end)
     found = link(g.copies, ctx)
     problems = list(g.problems)
     if ids is None:
@@ -316,6 +292,16 @@ def journeys(store: Store, ids: list[str] | None = None, *, mapper: Mapper = SER
         bounds = {k: q.bounds() for k, q in store.queues.items()}
         problems += orphan_checkpoints(ctx, known, bounds)
     return found, problems, g
+
+
+def _judged(store: Store, g: Gathered, recovery_end: int | None) -> Context:
+    """The context the gathered copies are linked in; each copy marked if the broker's recovery would cut it, with its due time."""
+    ctx = context(store, g.evidence, recovery_end=recovery_end)
+    for c in g.copies:
+        if recovery_end is not None and c.phys_offset + c.total_size > recovery_end:
+            c.recovery_drops = True
+    _due_times(store, g.copies)
+    return ctx
 
 
 def recovery_end_of(store: Store, check_crc: bool = True) -> int | None:
@@ -330,8 +316,6 @@ def recovery_end_of(store: Store, check_crc: bool = True) -> int | None:
 def all_journeys(store: Store, *, mapper: Mapper = SERIAL, check_crc: bool = True, broker: str | None = None, on_bytes=None, spell: bool = True):
     """Every journey of the store in bounded memory (rmqdump.query.journeyscan): Rendered chunks, then linked Journeys,
     then the list of problems. spell=False: the single-copy journeys are only counted, not spelled."""
-    from rmqdump.query.journeyscan import every_journey
-
     end = recovery_end_of(store, check_crc)
     return every_journey(
         store, lambda ev: context(store, ev, recovery_end=end), mapper=mapper, check_crc=check_crc, recovery_end=end, broker=broker,

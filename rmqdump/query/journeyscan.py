@@ -115,7 +115,8 @@ def _topics(b) -> list[str]:
     return [b.topic(int(r)) for r in b.found["topic_first"].tolist()]
 
 
-def _objects(b, rows) -> tuple[list[Copy], list[Evidence]]:
+def lifecycle_records(b, rows) -> tuple[list[Copy], list[Evidence]]:
+    """Records `rows` of a batch read as copies of messages and as evidence about them (bodies read where needed)."""
     copies, evidence = [], []
     for i in rows:
         m = b.message(int(i))
@@ -129,7 +130,7 @@ def _objects(b, rows) -> tuple[list[Copy], list[Evidence]]:
 
 def _survey_fold(b, _cols):
     p = _plain(b, _topics(b))
-    copies, evidence = _objects(b, np.flatnonzero(~p.mask))
+    copies, evidence = lifecycle_records(b, np.flatnonzero(~p.mask))
     return p.hashes, copies, evidence
 
 
@@ -249,7 +250,7 @@ def _render_fold(r: _Render, b, _cols):
     if r.recovery_end is not None:
         keep &= phys + size <= r.recovery_end
     link_rows = idx[~keep]
-    copies, _ = _objects(b, link_rows)
+    copies, _ = lifecycle_records(b, link_rows)
     fast = idx[keep]
     out = Rendered("", 0, nbytes=0, copies=copies)
     if not len(fast) or not r.spell:

@@ -4,7 +4,9 @@ nothing when the store has no queue the broker moves messages through."""
 
 from __future__ import annotations
 
-from rmqdump.query.delays import scheduled_rows
+from collections import Counter
+
+from rmqdump.query.delays import scheduled_rows, timer_waiting
 from rmqdump.query.pops import popped_rows
 from rmqdump.query.storeinfo import has_lifecycle
 from rmqdump.query.storejourneys import StoreJourneys, store_journeys
@@ -19,11 +21,7 @@ def lifecycle_summary(store: Store, *, check_crc: bool = True, sj: StoreJourneys
     if not has_lifecycle(store):
         return None
     sj = sj if sj is not None else store_journeys(store, check_crc=check_crc, mapper=mapper)
-    states: dict[str, int] = {}
-    timer_waiting = 0
-    for j in sj.found:
-        states[j.verdict.state] = states.get(j.verdict.state, 0) + 1
-        timer_waiting += j.verdict.state == L.STATE_SCHEDULED and j.copies[-1].hop == L.HOP_TIMER
+    states = Counter(j.verdict.state for j in sj.found)
     dlq = {}
     for (t, _), q in sorted(store.queues.items()):
         if t.startswith(L.DLQ_PREFIX):
@@ -33,9 +31,9 @@ def lifecycle_summary(store: Store, *, check_crc: bool = True, sj: StoreJourneys
     return {
         "kind": "lifecycle",
         "delays_waiting": len(scheduled_rows(sj)),
-        "timer_waiting": timer_waiting,
-        "transactions_pending": states.get(L.STATE_TX_PENDING, 0),
-        "transactions_discarded": states.get(L.STATE_TX_DISCARDED, 0),
+        "timer_waiting": timer_waiting(sj),
+        "transactions_pending": states[L.STATE_TX_PENDING],
+        "transactions_discarded": states[L.STATE_TX_DISCARDED],
         "dead_letter_messages": sum(dlq.values()),
         "dead_letter_queues": dlq,
         "pops_unacked": unacked,

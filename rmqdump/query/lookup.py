@@ -275,18 +275,26 @@ class Index(Closing):
             if max_messages is not None and len(res.messages) >= max_messages:
                 res.truncated = True
                 return
-            m = self.read_record(phys)
-            if isinstance(m, Problem):
-                res.unreadable.append(m)
-            elif not _matches(m, topic, key):
-                res.collisions += 1
-            elif not _in_window(m.store_timestamp, begin, end):
-                res.outside_window += 1
-            else:
+            verdict, m, _ = self._candidate(phys, topic, key, begin, end, res)
+            if verdict == "match":
                 seen.add(phys)
                 m.extra["source"] = "unindexed_tail"
                 res.messages.append(m)
                 res.found_in_tail += 1
+
+    def _candidate(self, phys: int, topic, key, begin, end, res: LookupResult) -> tuple[str, Message | Problem, str]:
+        """The record a hash led to, its verdict (unreadable, collision, outside_window: counted on `res`; or match) and why."""
+        m = self.read_record(phys)
+        if isinstance(m, Problem):
+            res.unreadable.append(m)
+            return "unreadable", m, m.line()
+        if not _matches(m, topic, key):
+            res.collisions += 1
+            return "collision", m, f"record is {m.topic}#{' '.join([*m.keys, m.uniq_key or ''])}"
+        if not _in_window(m.store_timestamp, begin, end):
+            res.outside_window += 1
+            return "outside_window", m, "record stored outside the window"
+        return "match", m, ""
 
     def _walk_file(self, f: IndexFile, topic, key, h, begin, end, max_messages, seen: set[int], res: LookupResult) -> FileWalk:
         hd = f.header
@@ -318,37 +326,15 @@ class Index(Closing):
             if st.phys_offset in seen:
                 fw.candidates.append(Candidate(f.name, st.entry, st.phys_offset, st.time, "duplicate", "message already found through another entry"))
                 continue
-            m = self.read_record(st.phys_offset)
-            if isinstance(m, Problem):
-                fw.candidates.append(Candidate(f.name, st.entry, st.phys_offset, st.time, "unreadable", m.line()))
-                res.unreadable.append(m)
-                continue
-            if not _matches(m, topic, key):
-                fw.candidates.append(
-                    Candidate(
-                        f.name,
-                        st.entry,
-                        st.phys_offset,
-                        st.time,
-                        "collision",
-                        f"record is {m.topic}#{' '.join([*m.keys, m.uniq_key or ''])}",
-                        m.store_timestamp,
-                    )
-                )
-                res.collisions += 1
-                continue
-            if not _in_window(m.store_timestamp, begin, end):
-                fw.candidates.append(
-                    Candidate(f.name, st.entry, st.phys_offset, st.time, "outside_window", "record stored outside the window", m.store_timestamp)
-                )
-                res.outside_window += 1
+            verdict, m, why = self._candidate(st.phys_offset, topic, key, begin, end, res)
+            fw.candidates.append(Candidate(f.name, st.entry, st.phys_offset, st.time, verdict, why, None if verdict == "unreadable" else m.store_timestamp))
+            if verdict != "match":
                 continue
             seen.add(st.phys_offset)
             m.extra["source"] = "index"
             m.extra["index_file"] = f.name
             m.extra["index_entry"] = st.entry
             res.messages.append(m)
-            fw.candidates.append(Candidate(f.name, st.entry, st.phys_offset, st.time, "match", "", m.store_timestamp))
         return fw
 
     def read_record(self, phys: int) -> Message | Problem:

@@ -150,19 +150,10 @@ def walk_bytes(store: Store, *, with_recovery: bool = True) -> int:
 def queue_info(q, reader: RecordReader) -> QueueInfo:
     lo, hi = q.bounds()
     first = last = last_phys = None
-    if hi > lo:
-        for idx, slot in ((lo, "first"), (hi - 1, "last")):
-            unit = q.unit_at(idx)
-            if unit is None:
-                continue
-            m = reader.read(unit[0])
-            if isinstance(m, Message):
-                if slot == "first":
-                    first = m.store_timestamp
-                else:
-                    last = m.store_timestamp
-            if slot == "last":
-                last_phys = unit[0]
+    if hi > lo:  # the store times of its first and last unit's records
+        units = [q.unit_at(lo), q.unit_at(hi - 1)]
+        first, last = (m.store_timestamp if isinstance(m, Message) else None for m in (u and reader.read(u[0]) for u in units))
+        last_phys = units[1] and units[1][0]
     return QueueInfo(q.topic, q.queue_id, len(q.files), sum(f.size for f in q.files), lo, hi, hi - lo, first, last, last_phys)
 
 

@@ -115,10 +115,7 @@ def wheel_rows(ts: TimerStore) -> Iterator[dict]:
             "slot_index": int(row["index"]),
             "file_offset": int(row["index"]) * SLOT_SIZE,
             "time_ms": t,
-            "first_pos": int(row["first_pos"]),
-            "last_pos": int(row["last_pos"]),
-            "num": int(row["num"]),
-            "magic": int(row["magic"]),
+            **{k: int(row[k]) for k in ("first_pos", "last_pos", "num", "magic")},  # the slot's own fields
             "state": "pending" if last is None or t >= last else "fired",
         }
 
@@ -126,7 +123,6 @@ def wheel_rows(ts: TimerStore) -> Iterator[dict]:
 def timer_summary(ts: TimerStore, cl: CommitLog) -> dict:
     """Pending timers per real topic and the next delivery time (for `info`), a chunk of the log at a time."""
     per: dict[str, dict] = {}
-    next_ms = None
     for u in ts.chunks(CHUNK):  # records looked up a chunk at a time: memory bounded by the chunk
         part = np.flatnonzero(ts.pending(u))
         if not part.size:
@@ -139,8 +135,7 @@ def timer_summary(ts: TimerStore, cl: CommitLog) -> dict:
             d["pending"] += 1
             if d["next_deliver_ms"] is None or ms < d["next_deliver_ms"]:
                 d["next_deliver_ms"] = ms
-            if next_ms is None or ms < next_ms:
-                next_ms = ms
+    next_ms = min((d["next_deliver_ms"] for d in per.values()), default=None)  # the soonest of every topic's
     c = ts.check
     return {
         "kind": "timer",

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from rmqdump.common.problems import Problem
-from rmqdump.readers.consumequeue import CQ_BAD_FILE_NAME, CQ_FILE_SIZE, CQ_HOLE, common_file_size, queue_dirs, queue_files, whole_units
+from rmqdump.readers.consumequeue import CQ_BAD_FILE_NAME, CQ_FILE_SIZE, CQ_HOLE, common_file_size, queue_dirs, queue_files, usual_size, whole_units
 from rmqdump.readers.fastpath import numpy_dtype
 from rmqdump.readers.mapped import OFFSET_NAME_RE, OffsetFile
 from rmqdump.schemas import BatchConsumeQueueUnit
@@ -168,7 +168,7 @@ def find_batch_queues(root: str) -> tuple[list[BatchConsumeQueue], list[Problem]
     """Every batchconsumequeue/TOPIC/QUEUE_ID under a store root (the file size most of them share)."""
     dirs, probs = queue_dirs(os.path.join(root, BATCH_DIR))
     sizes = [os.path.getsize(os.path.join(d, n)) for _, _, d in dirs for n in os.listdir(d) if OFFSET_NAME_RE.match(n)]
-    fs = common_file_size(sizes + sizes[-1:]) if sizes else None
+    fs = usual_size(sizes)
     queues = [BatchConsumeQueue.open(d, t, qid, fs) for t, qid, d in dirs]
     for q in queues:
         probs.extend(q.problems)

@@ -52,12 +52,4 @@ def read_checkpoint(path: str) -> Checkpoint:
         raise InputError("checkpoint_short", path, f"{len(raw)} bytes; the checkpoint needs at least {need}", offset=len(raw))
     buf = raw + bytes(max(0, _DTYPE.itemsize - len(raw)))
     rec = np.frombuffer(buf[: _DTYPE.itemsize], dtype=_DTYPE)[0]
-    return Checkpoint(
-        path=path,
-        size=len(raw),
-        physic_msg_timestamp=int(rec["physic_msg_timestamp"]),
-        logics_msg_timestamp=int(rec["logics_msg_timestamp"]),
-        index_msg_timestamp=int(rec["index_msg_timestamp"]),
-        master_flushed_offset=int(rec["master_flushed_offset"]),
-        confirm_phy_offset=int(rec["confirm_phy_offset"]),
-    )
+    return Checkpoint(path, len(raw), **{name: int(rec[name]) for name in _DTYPE.names if name != "reserved"})  # the schema's fields by name

@@ -9,6 +9,7 @@ header (`SegmentFile.frame`). Reading their records is the scan's
 
 from __future__ import annotations
 
+import collections
 import itertools
 import os
 from dataclasses import dataclass
@@ -125,7 +126,7 @@ class CommitLog:
             else:
                 raise InputError("unreadable", p, "not a regular file or directory")
         found.sort(key=lambda f: f.base)
-        file_size = _common_size(found)
+        file_size = log_file_size(found)
         for i, f in enumerate(found):
             if file_size and f.size != file_size:
                 probs.append(Problem(P.CL_FILE_SIZE, f.path, f.size, f"file is {f.size} bytes, the others {file_size}", phys_offset=f.base + f.size))
@@ -175,16 +176,9 @@ class CommitLog:
         first, end = self.min_offset, (self.files[-1].base + self.files[-1].size if self.files else 0)
         return Problem(code, where, None, f"offset {phys_offset} is in no CommitLog file (they hold {first}..{end})", phys_offset=phys_offset)
 
-def _common_size(files: list[SegmentFile]) -> int | None:
-    """The configured file size: the usual step between file names, else the usual file size."""
-    if not files:
-        return None
-    counts: dict[int, int] = {}
-    for a, b in itertools.pairwise(files):
-        if b.base > a.base:
-            counts[b.base - a.base] = counts.get(b.base - a.base, 0) + 1
-    if not counts:
-        for f in files:
-            counts[f.size] = counts.get(f.size, 0) + 1
-    return max(counts, key=lambda s: (counts[s], -s))
+def log_file_size(files: list[OffsetFile]) -> int | None:
+    """The configured file size of a log (CommitLog, timer log): the usual step between file names, else the usual
+    file size; the smaller on a tie."""
+    counts = collections.Counter([b.base - a.base for a, b in itertools.pairwise(files) if b.base > a.base] or [f.size for f in files])
+    return max(counts, key=lambda s: (counts[s], -s)) if counts else None
 

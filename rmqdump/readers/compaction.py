@@ -28,7 +28,7 @@ from rmqdump.common.problems import Problem
 from rmqdump.readers.batchcq import BatchUnits
 from rmqdump.readers.commitlog import CommitLog, SegmentFile
 from rmqdump.readers.configfiles import loads_fastjson
-from rmqdump.readers.consumequeue import QUEUE_ID_RE, common_file_size, queue_dirs, whole_units
+from rmqdump.readers.consumequeue import QUEUE_ID_RE, queue_dirs, usual_size, whole_units
 from rmqdump.readers.fastpath import numpy_dtype
 from rmqdump.readers.mapped import OffsetFile, offset_files
 from rmqdump.readers.message import Message
@@ -214,10 +214,10 @@ def open_queue(topic: str, queue_id: int, log_dir: str, cq_dir: str) -> Compacti
     probs: list[Problem] = []
     log_files: list[SegmentFile] = _files(log_dir, SegmentFile, extra, probs)
     # files are preallocated to one size; their names jump after the compacted files, so the size is not the step between names
-    log_size = common_file_size([f.size for f in log_files] + [f.size for f in log_files[:1]]) if log_files else None
+    log_size = usual_size([f.size for f in log_files])
     log = CommitLog(log_files, [], log_size)
     cq_files: list[OffsetFile] = _files(cq_dir, OffsetFile, extra, probs)
-    cq_size = common_file_size([f.size for f in cq_files] + [f.size for f in cq_files[:1]]) if cq_files else None
+    cq_size = usual_size([f.size for f in cq_files])
     for f in log_files:
         if log_size and f.size != log_size:
             probs.append(Problem(P.COMPACTION_FILE_SIZE, f.path, f.size, f"file is {f.size} bytes, the queue's others {log_size}", extra=extra))

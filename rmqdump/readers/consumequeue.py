@@ -8,6 +8,7 @@ int64/int32 columns so checks can run on them directly (and on other engines).
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import os
 import re
@@ -356,6 +357,23 @@ class ConsumeQueue(UnitChunks):
         return int(rec["commit_log_offset"]), int(rec["size"]), int(rec["tags_code"])
 
 
+def unit_row(q, index: int, cq_file: str, file_offset, phys_offset, size, tags_code) -> dict:
+    """The fields every unit row of `cq dump` starts with, whatever the queue kind (the queue offset is the unit's index;
+    a RocksDB ConsumeQueue's unit has no file offset)."""
+    return {
+        "kind": "unit",
+        "topic": q.topic,
+        "queue_id": q.queue_id,
+        "unit_index": index,
+        "queue_offset": index,
+        "cq_file": cq_file,
+        "file_offset": None if file_offset is None else int(file_offset),
+        "phys_offset": int(phys_offset),
+        "size": int(size),
+        "tags_code": int(tags_code),
+    }
+
+
 def unit_path(queue_dir: str, file_size: int | None, index: int) -> str:
     """The file of a queue directory that unit `index` belongs in by name (a file is named by its first unit's offset)."""
     fs = file_size or C.DEFAULT_CQ_UNITS_PER_FILE * UNIT_SIZE
@@ -363,11 +381,11 @@ def unit_path(queue_dir: str, file_size: int | None, index: int) -> str:
 
 
 def common_file_size(sizes: list[int]) -> int | None:
-    """The size most files share (the last file is ignored when there are others: it may be short)."""
-    if not sizes:
-        return None
-    pool = sizes[:-1] if len(sizes) > 1 else sizes
-    counts: dict[int, int] = {}
-    for s in pool:
-        counts[s] = counts.get(s, 0) + 1
-    return max(counts, key=lambda s: (counts[s], s))
+    """The size most files of a queue share (the last file is ignored when there are others: it may be short)."""
+    return usual_size(sizes[:-1] if len(sizes) > 1 else sizes)
+
+
+def usual_size(sizes: list[int]) -> int | None:
+    """The size most of `sizes` are, the larger on a tie; None for none."""
+    counts = collections.Counter(sizes)
+    return max(counts, key=lambda s: (counts[s], s)) if counts else None

@@ -173,13 +173,11 @@ def infer_layout(mf: MappedFile, header: Header, hash_slots: int | None = None, 
     """The file's sizing: from the flags if given (checked against the size), else inferred."""
     size = mf.size
     if hash_slots is not None or index_entries is not None:
-        body = size - HEADER_SIZE
-        s = hash_slots if hash_slots is not None else (body - index_entries * ENTRY_SIZE) // SLOT_SIZE
-        e = index_entries if index_entries is not None else (body - hash_slots * SLOT_SIZE) // ENTRY_SIZE
-        if s < 1 or e < 1 or file_size(s, e) != size:
+        fit = _fits(size, slots=hash_slots) if hash_slots is not None else _fits(size, entries=index_entries)
+        if fit is None or (index_entries is not None and fit[1] != index_entries):
             given = ", ".join(f"{k} {v}" for k, v in (("--hash-slots", hash_slots), ("--index-entries", index_entries)) if v is not None)
             raise IndexLayoutError(LAYOUT_SIZE, mf.path, f"{size} bytes does not fit {given} (a file is {HEADER_SIZE} + 4 x slots + 20 x entries bytes)")
-        return Layout(s, e, "given")
+        return Layout(*fit, "given")
     body = size - HEADER_SIZE
     ratio = _fits(size, slots=body // (SLOT_SIZE + 4 * ENTRY_SIZE)) if body > 0 and body % (SLOT_SIZE + 4 * ENTRY_SIZE) == 0 else None
     if body <= 0 or body % SLOT_SIZE or body < SLOT_SIZE + ENTRY_SIZE:
@@ -419,23 +417,21 @@ class IndexFile(Closing):
         e = self.entries
         total = len(e)
 
-        def written(lo: int, hi: int) -> np.ndarray:
+        def last_in(lo: int, hi: int) -> int:
+            """The last entry of [lo, hi) holding anything, 0 when none does (lo is at least 1)."""
             c = e[lo:hi]
-            return (c["key_hash"] != 0) | (c["phys_offset"] != 0) | (c["time_diff"] != 0) | (c["prev_index"] != 0)
+            w = np.flatnonzero((c["key_hash"] != 0) | (c["phys_offset"] != 0) | (c["time_diff"] != 0) | (c["prev_index"] != 0))
+            return lo + int(w[-1]) if len(w) else 0
 
         n0 = min(max(self.header.index_count, 1), total)
         last = 0
         for lo in range(n0, total, chunk):  # written past the count?
-            w = np.flatnonzero(written(lo, min(total, lo + chunk)))
-            if len(w):
-                last = lo + int(w[-1])
+            last = last_in(lo, min(total, lo + chunk)) or last
             self.release()
         hi = n0
         while not last and hi > 1:
             lo = max(1, hi - chunk)
-            w = np.flatnonzero(written(lo, hi))
-            if len(w):
-                last = lo + int(w[-1])
+            last = last_in(lo, hi)
             hi = lo
         self.release()
         self._last = last

@@ -21,7 +21,7 @@ import numpy as np
 from construct import Struct
 
 from rmqdump.common.problems import InputError, Problem
-from rmqdump.readers.consumequeue import UNIT_DTYPE, UNIT_SIZE, QueueUnits, UnitChunks
+from rmqdump.readers.consumequeue import UNIT_DTYPE, UNIT_SIZE, QueueUnits, UnitChunks, unit_row
 from rmqdump.readers.fastpath import numpy_dtype, struct_format
 from rmqdump.schemas import RocksCheckpointValue, RocksCQValue, RocksOffsetValue
 from rmqdump.schemas.rocksdbcq import (
@@ -442,21 +442,8 @@ class RocksQueue(UnitChunks):
                 return
             valid = u.valid_mask()
             for k in range(len(u)):
-                yield {
-                    "kind": "unit",
-                    "topic": self.topic,
-                    "queue_id": self.queue_id,
-                    "unit_index": int(u.index[k]),
-                    "queue_offset": int(u.index[k]),
-                    "cq_file": self.db.path,
-                    "file_offset": None,
-                    "phys_offset": int(u.offset[k]),
-                    "size": int(u.size[k]),
-                    "tags_code": int(u.tags_code[k]),
-                    "store_time": int(times[k]),
-                    "filler": False,
-                    "valid": bool(valid[k]),
-                }
+                row = unit_row(self, int(u.index[k]), self.db.path, None, u.offset[k], u.size[k], u.tags_code[k])
+                yield {**row, "store_time": int(times[k]), "filler": False, "valid": bool(valid[k])}
                 n += 1
             if len(u) < want:
                 return

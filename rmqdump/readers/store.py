@@ -20,12 +20,12 @@ from rmqdump.readers.batchcq import BatchConsumeQueue, find_batch_queues
 from rmqdump.readers.checkpoint import Checkpoint, read_checkpoint
 from rmqdump.readers.commitlog import CommitLog, commitlog_dir, frame_of
 from rmqdump.readers.configfiles import config_files
-from rmqdump.readers.consumequeue import ConsumeQueue, common_file_size, queue_dirs
+from rmqdump.readers.consumequeue import ConsumeQueue, queue_dirs, usual_size
 from rmqdump.readers.cqext import ConsumeQueueExt, find_ext_queues
 from rmqdump.readers.dledger import DLedgerDir
 from rmqdump.readers.indexfile import HEADER_SIZE as INDEX_HEADER_SIZE
 from rmqdump.readers.indexfile import NAME_RE as INDEX_NAME_RE
-from rmqdump.readers.indexfile import parse_header
+from rmqdump.readers.indexfile import list_index_files, parse_header
 from rmqdump.readers.mapped import offset_files, open_binary, readable_size
 from rmqdump.readers.rocksdbcq import RocksDBConsumeQueues, is_rocksdb, open_queues
 from rmqdump.schemas import constants as C
@@ -58,11 +58,8 @@ def prove_readable(root: str) -> None:
             offset_files(d)
         except OSError as e:
             raise InputError("unreadable", d, e.strerror or str(e)) from None
-    idx = os.path.join(root, INDEX_DIR)
-    if os.path.isdir(idx):
-        for n in sorted(os.listdir(idx)):
-            if INDEX_NAME_RE.match(n):
-                readable_size(os.path.join(idx, n))
+    for p in list_index_files(root):
+        readable_size(p)
 
 
 @dataclass(frozen=True)
@@ -186,7 +183,7 @@ class Store:
         if not sizes:  # every queue has one file: take the size most of them have
             for _, _, qdir in dirs:
                 sizes.extend(os.path.getsize(os.path.join(qdir, n)) for n in os.listdir(qdir) if os.path.isfile(os.path.join(qdir, n)))
-        self.cq_file_size = common_file_size(sizes + sizes[-1:]) if sizes else None
+        self.cq_file_size = usual_size(sizes)
         for topic, qid, qdir in dirs:
             q = ConsumeQueue.open(qdir, topic, qid, self.cq_file_size)
             self.queues[(topic, qid)] = q

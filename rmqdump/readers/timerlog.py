@@ -16,16 +16,15 @@ import bisect
 import functools
 import itertools
 import os
-import struct
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from rmqdump.common.problems import InputError, Problem
-from rmqdump.readers.commitlog import Blank
-from rmqdump.readers.fastpath import field_offset, numpy_dtype
-from rmqdump.readers.mapped import MappedFile, OffsetFile, offset_files, open_readonly
+from rmqdump.readers.commitlog import Blank, log_file_size
+from rmqdump.readers.fastpath import field_offset, numpy_dtype, struct_format
+from rmqdump.readers.mapped import MappedFile, OffsetFile, next_data, offset_files, open_readonly
 from rmqdump.readers.message import Message
 from rmqdump.schemas import constants as C
 from rmqdump.schemas.timer import TimerCheck, TimerLogBlank, TimerLogUnit, TimerWheelSlot
@@ -145,9 +144,7 @@ class TimerLog:
         except OSError as e:
             raise InputError("unreadable", path, e.strerror or str(e)) from None
         probs = [Problem(TIMERLOG_BAD_FILE_NAME, p, None, "not a 20-digit offset name: ignored") for p in others]
-        steps = [b.base - a.base for a, b in itertools.pairwise(found) if b.base > a.base]
-        pool = steps or [f.size for f in found]
-        file_size = max(set(pool), key=lambda s: (pool.count(s), -s)) if pool else None
+        file_size = log_file_size(found)
         for i, f in enumerate(found):
             if file_size and f.size != file_size:
                 probs.append(Problem(TIMERLOG_FILE_SIZE, f.path, f.size, f"file is {f.size} bytes, the others {file_size}"))
@@ -297,7 +294,10 @@ class TimerWheel:
         step = 4 << 20
         fd = open_readonly(self.path)
         try:
-            for lo, hi in _extents(fd, self.size):
+            extent = 0
+            while extent < self.size:
+                lo, hi = next_data(fd, extent, self.size)  # the data extents only: the holes read as zero slots
+                extent = hi
                 lo -= lo % SLOT_SIZE
                 pos = lo
                 while pos < hi:
@@ -325,26 +325,6 @@ class TimerWheel:
 
 
 WHEEL_ROW = np.dtype([("index", np.int64), *((name, np.int64) for name in SLOT_DTYPE.names)])
-
-
-def _extents(fd: int, size: int) -> Iterator[tuple[int, int]]:
-    """The data extents of a sparse file (the whole file where SEEK_DATA is unsupported)."""
-    seek_data, seek_hole = getattr(os, "SEEK_DATA", None), getattr(os, "SEEK_HOLE", None)
-    if seek_data is None:
-        yield 0, size
-        return
-    pos = 0
-    try:
-        while pos < size:
-            try:
-                lo = os.lseek(fd, pos, seek_data)
-            except OSError:  # ENXIO: no data past pos
-                return
-            hi = min(os.lseek(fd, lo, seek_hole), size)
-            yield lo, hi
-            pos = hi
-    except OSError:
-        yield pos, size
 
 
 @dataclass(frozen=True)
@@ -434,10 +414,9 @@ def timer_paths(root: str) -> dict[str, str | None]:
 _SIZE_I, _PREV_I, _MAGIC_I, _WRITE_I, _DELAY_I, _OFFSET_PY_I = (
     UNIT_DTYPE.names.index(n) for n in ("size", "prev_pos", "magic", "curr_write_time_ms", "delayed_time_offset", "offset_py")
 )
-# one unit as a struct format, derived from the numpy dtype (itself derived from schemas.timer): a single unit is
-# unpacked straight from the map, about 20x faster than a numpy record
-_UNIT_STRUCT = struct.Struct(">" + "".join({1: "b", 2: "h", 4: "i", 8: "q"}[UNIT_DTYPE[n].itemsize] for n in UNIT_DTYPE.names))
-assert _UNIT_STRUCT.size == UNIT_SIZE and all(UNIT_DTYPE[n].kind == "i" and UNIT_DTYPE[n].byteorder in ">|" for n in UNIT_DTYPE.names)
+# one unit as a struct format, derived from schemas.timer like the dtype: a single unit is unpacked straight from the
+# map, about 20x faster than a numpy record
+_UNIT_STRUCT = struct_format(TimerLogUnit)
 MAPS_OPEN = 16  # timer log files kept mapped at once (a log of many small files is not mapped all at once)
 
 

@@ -460,9 +460,7 @@ def offsets(stores: list[StoreRef], columns: list[str]) -> Iterator[pa.RecordBat
             if e.code != "not_found":
                 raise
             continue
-        if rows:
-            vals = {"broker": [ref.name] * len(rows), **{c: [r.to_dict()[c] for r in rows] for c in columns if c != "broker"}}
-            yield _batch(schema, {c: vals[c] for c in columns})
+        yield from _row_batches(ref, schema, columns, [r.to_dict() for r in rows])
 
 
 def _journey_rows(table: str, ref: StoreRef, on_bytes, mapper) -> Iterator[list[dict]]:

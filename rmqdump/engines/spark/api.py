@@ -35,9 +35,8 @@ from rmqdump.sql import tables as T
 StoresArg = str | os.PathLike | StoreRef | Sequence[str | os.PathLike | StoreRef]
 
 CODES_BATCH = 10_000  # unit findings per Arrow batch of the status join
-UNIT_CODES = pa.schema(
-    [("broker", pa.string()), ("topic", pa.string()), ("queue_id", pa.int32()), ("unit_index", pa.int64()), ("code", pa.string()), ("seq", pa.int64())]
-)
+_UNIT_WHERE = T.arrow_schema("problems", ["broker", "topic", "queue_id", "unit_index", "code"])  # a finding's unit and code
+UNIT_CODES = _UNIT_WHERE.append(pa.field("seq", pa.int64()))
 
 
 def stores_of(stores: StoresArg) -> list[StoreRef]:
@@ -114,16 +113,8 @@ def _unit_codes(ref: StoreRef, _cols) -> Iterator[pa.RecordBatch]:
     found = [(p, i) for i, p in enumerate(T.verify_findings(ref)) if T.marks_unit(p)]
     for lo in range(0, len(found), CODES_BATCH):
         chunk = found[lo : lo + CODES_BATCH]
-        yield pa.RecordBatch.from_pydict(
-            {
-                "broker": pa.array([ref.name] * len(chunk), pa.string()),
-                "topic": pa.array([p.extra["topic"] for p, _ in chunk], pa.string()),
-                "queue_id": pa.array([p.extra["queue_id"] for p, _ in chunk], pa.int32()),
-                "unit_index": pa.array([p.extra["unit_index"] for p, _ in chunk], pa.int64()),
-                "code": pa.array([p.code for p, _ in chunk], pa.string()),
-                "seq": pa.array([i for _, i in chunk], pa.int64()),
-            }
-        )
+        rb = T.problem_batch(ref.name, [p for p, _ in chunk], _UNIT_WHERE)  # the problems table's own columns
+        yield rb.append_column(UNIT_CODES.field("seq"), pa.array([i for _, i in chunk], pa.int64()))
 
 
 def index_entries(spark, stores: StoresArg, columns: Sequence[str] | None = None):

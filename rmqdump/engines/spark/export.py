@@ -160,27 +160,25 @@ def export_spark(
         if remote:
             raise InputError(REMOTE_ARROW, out, "--spark-writer arrow writes with pyarrow to a shared path; use --spark-writer spark for a URI")
         _export_arrow(spark, splits, out, fmt, with_body, check_crc, partitions, res, force, stores)
-        res.problems.sort(key=problem_order)
-        res.seconds = time.perf_counter() - t0
-        return res
-    problems = sc.accumulator((0, []), ProblemsParam())
-    counts = sc.accumulator((0, 0, 0), _Counts())
-    schema = arrowbatch.schema(with_body) if fmt == "parquet" else JSONL
-    decoded = ranges_stage(spark, splits, _decoder(with_body, check_crc, fmt, problems, counts, served_views(stores)), schema, partitions)
-    writer = decoded.write.partitionBy("topic")
-    conf_key = "spark.sql.maxConcurrentOutputFileWriters"  # one open file per topic, no sort of the rows by topic first
-    before = spark.conf.get(conf_key, None)
-    if before in (None, "0"):
-        spark.conf.set(conf_key, "128")
-    try:
-        _write(writer, out, fmt, remote, force, stores)
-    finally:
+    else:
+        problems = sc.accumulator((0, []), ProblemsParam())
+        counts = sc.accumulator((0, 0, 0), _Counts())
+        schema = arrowbatch.schema(with_body) if fmt == "parquet" else JSONL
+        decoded = ranges_stage(spark, splits, _decoder(with_body, check_crc, fmt, problems, counts, served_views(stores)), schema, partitions)
+        writer = decoded.write.partitionBy("topic")
+        conf_key = "spark.sql.maxConcurrentOutputFileWriters"  # one open file per topic, no sort of the rows by topic first
+        before = spark.conf.get(conf_key, None)
         if before in (None, "0"):
-            spark.conf.unset(conf_key) if before is None else spark.conf.set(conf_key, before)
-    n, found = problems.value
-    res.problem_count += n
-    res.problems.extend(found[: max(0, MAX_PROBLEMS - len(res.problems))])
+            spark.conf.set(conf_key, "128")
+        try:
+            _write(writer, out, fmt, remote, force, stores)
+        finally:
+            if before in (None, "0"):
+                spark.conf.unset(conf_key) if before is None else spark.conf.set(conf_key, before)
+        n, found = problems.value
+        res.problem_count += n
+        res.problems.extend(found[: max(0, MAX_PROBLEMS - len(res.problems))])
+        res.messages, res.bytes, res.record_bytes = counts.value
     res.problems.sort(key=problem_order)
-    res.messages, res.bytes, res.record_bytes = counts.value
     res.seconds = time.perf_counter() - t0
     return res

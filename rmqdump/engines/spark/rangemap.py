@@ -64,6 +64,12 @@ def ranges_stage(spark, splits: list[Split], fn: Callable[[int, Split], Batches]
     return arrow_stage(spark, list(enumerate(splits)), lambda item: fn(*item), schema, partitions)
 
 
+def batch_of(schema: pa.Schema, **cols: pa.Array) -> pa.RecordBatch:
+    """A record batch of `schema` from the columns given by name, every other column null: a stage's rows of one kind."""
+    n = len(next(iter(cols.values())))
+    return pa.RecordBatch.from_arrays([cols[f.name] if f.name in cols else pa.nulls(n, f.type) for f in schema], schema=schema)
+
+
 def _arrow_task(fn: Callable[[T], Batches]) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """What a mapInArrow task runs: each of its items unpickled and mapped, in order."""
 

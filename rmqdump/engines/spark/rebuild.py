@@ -26,6 +26,7 @@ builders of those kinds then run on the driver, as they do locally.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 from dataclasses import dataclass
@@ -39,7 +40,7 @@ from rmqdump.builders.indexbuild import IndexBuilder, IndexFileResult, index_fil
 from rmqdump.builders.queuefiles import QueueResult
 from rmqdump.builders.settings import StoreSettings
 from rmqdump.common.problems import InputError, Problem
-from rmqdump.engines.spark.rangemap import SparkMap, folds_on_driver, frame, persisted, ranges_stage, spark_schema
+from rmqdump.engines.spark.rangemap import SparkMap, batch_of, folds_on_driver, frame, persisted, ranges_stage, spark_schema
 from rmqdump.readers.commitlog import CommitLog
 from rmqdump.readers.store import Store
 from rmqdump.scan.dispatch import DelayLevels
@@ -75,10 +76,7 @@ BASES = pa.schema([("split_no", pa.int32()), ("rec_base", pa.int64()), ("key_bas
 def _records_fn(delays: DelayLevels, topics_wanted: frozenset[str] | None):
     """A range's records (dispatch values and key hashes, numbered within the range), its counts, its problems."""
 
-    def rows(**cols) -> pa.RecordBatch:
-        n = len(next(iter(cols.values())))
-        return pa.RecordBatch.from_arrays([cols[f.name] if f.name in cols else pa.nulls(n, f.type) for f in RECORDS], schema=RECORDS)
-
+    rows = functools.partial(batch_of, RECORDS)
     options = ScanOptions(keys=True, delays=delays, topics=topics_wanted)
 
     def decode(no: int, split: Split):
@@ -256,8 +254,6 @@ def _queue_result(d: dict) -> QueueResult:
     for k, v in d.items():
         if isinstance(v, list) and k != "files":
             d[k] = [tuple(x) if isinstance(x, list) else x for x in v]
-        elif isinstance(v, list):
-            d[k] = v
     for k in ("first_gap", "first_dup"):
         if isinstance(d.get(k), list):
             d[k] = tuple(d[k])

@@ -173,11 +173,9 @@ def pack_environment() -> str:
     tmp = tempfile.mkdtemp(prefix="rmqdump-env-")
     atexit.register(shutil.rmtree, tmp, True)
     out = os.path.join(tmp, f"{ENV_ALIAS}.tar.gz")
+    own = {"ignore_editable_packages": True} if conda else {}  # conda-pack's own option
     try:
-        if conda:
-            packer.pack(prefix=sys.prefix, output=out, compress_level=1, filters=[("exclude", x) for x in PACK_EXCLUDES], ignore_editable_packages=True)
-        else:
-            packer.pack(prefix=sys.prefix, output=out, compress_level=1, filters=[("exclude", x) for x in PACK_EXCLUDES])
+        packer.pack(prefix=sys.prefix, output=out, compress_level=1, filters=[("exclude", x) for x in PACK_EXCLUDES], **own)
     except Exception as e:  # the packers' own errors (editable installs, missing files) as one line
         raise InputError(
             PACK_FAILED, sys.prefix, f"{tool.replace('_', '-')}: {str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}"

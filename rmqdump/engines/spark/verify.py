@@ -33,7 +33,7 @@ from rmqdump.checks.cqunits import CommitLogExtent, RecordTable, check_units, mi
 from rmqdump.checks.cqverify import VerifyScope, VerifySummary, cq_locator, verify
 from rmqdump.checks.repairholes import RepairHoles
 from rmqdump.common.problems import Problem
-from rmqdump.engines.spark.rangemap import SparkMap, arrow_stage, folds_on_driver, frame, persisted, ranges_stage, spark_schema
+from rmqdump.engines.spark.rangemap import SparkMap, arrow_stage, batch_of, folds_on_driver, frame, persisted, ranges_stage, spark_schema
 from rmqdump.readers.consumequeue import ConsumeQueue, unit_path
 from rmqdump.readers.store import Store
 from rmqdump.scan.dispatch import DelayLevels, DispatchColumns
@@ -68,35 +68,27 @@ def _records_fn(delays: DelayLevels):
     def records(d: DispatchColumns) -> pa.RecordBatch:
         n = len(d)
         topic = pa.DictionaryArray.from_arrays(pa.array(d.topic_id.astype(np.int32)), pa.array(d.topics, pa.string()))
-        return pa.RecordBatch.from_arrays(
-            [
-                pa.array(["r"] * n, pa.string()),
-                pa.array(d.phys.astype(np.int64)),
-                pa.array(d.size.astype(np.int32)),
-                topic.cast(pa.string()),
-                pa.array(np.asarray(d.queue_id).astype(np.int32)),
-                pa.array(np.asarray(d.queue_offset).astype(np.int64)),
-                pa.array(d.tags_code.astype(np.int64)),
-                pa.array(np.asarray(d.store_timestamp).astype(np.int64)),
-                pa.array(d.queued.astype(bool)),
-                pa.nulls(n, pa.int32()),
-                pa.nulls(n, pa.int32()),
-                pa.nulls(n, pa.string()),
-            ],
-            schema=RECORDS,
+        return batch_of(
+            RECORDS,
+            kind=pa.array(["r"] * n, pa.string()),
+            phys=pa.array(d.phys.astype(np.int64)),
+            size=pa.array(d.size.astype(np.int32)),
+            topic=topic.cast(pa.string()),
+            queue_id=pa.array(np.asarray(d.queue_id).astype(np.int32)),
+            queue_offset=pa.array(np.asarray(d.queue_offset).astype(np.int64)),
+            tags_code=pa.array(d.tags_code.astype(np.int64)),
+            store_timestamp=pa.array(np.asarray(d.store_timestamp).astype(np.int64)),
+            queued=pa.array(d.queued.astype(bool)),
         )
 
     def problems(no: int, found: list[Problem]) -> pa.RecordBatch:
         n = len(found)
-        return pa.RecordBatch.from_arrays(
-            [
-                pa.array(["p"] * n, pa.string()),
-                *[pa.nulls(n, f.type) for f in list(RECORDS)[1:9]],
-                pa.array([no] * n, pa.int32()),
-                pa.array(list(range(n)), pa.int32()),
-                pa.array([json.dumps(p.to_dict()) for p in found], pa.string()),
-            ],
-            schema=RECORDS,
+        return batch_of(
+            RECORDS,
+            kind=pa.array(["p"] * n, pa.string()),
+            split_no=pa.array([no] * n, pa.int32()),
+            seq=pa.array(list(range(n)), pa.int32()),
+            problem=pa.array([json.dumps(p.to_dict()) for p in found], pa.string()),
         )
 
     options = ScanOptions(keys=False, delays=delays)

@@ -68,7 +68,7 @@ from rmqdump.common import problems as P
 from rmqdump.common.background import Background
 from rmqdump.common.jsontext import fields_of
 from rmqdump.common.problems import InputError, Problem
-from rmqdump.common.publish import _fsync, publishing
+from rmqdump.common.publish import publishing
 from rmqdump.readers.commitlog import CommitLog, SegmentFile, commitlog_path
 from rmqdump.readers.mapped import MappedFile
 from rmqdump.readers.message import Message
@@ -501,6 +501,14 @@ def _presized(cl: CommitLog, into: str) -> dict[str, str]:
         finally:
             os.close(fd)
     return out
+
+
+def _fsync(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _start_fsync(d: str) -> Background:

@@ -20,13 +20,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from rmqdump.checks.diffprefix import PreadFiles
 from rmqdump.common import problems as P
 from rmqdump.common.jsontext import fields_of
 from rmqdump.common.problems import Problem
 from rmqdump.readers.commitlog import CommitLog
 from rmqdump.readers.compaction import CompactionFiles, CompactionQueue, LogRecord, end_unit_mask, find_compaction, is_tombstone, split_queue_key
 from rmqdump.readers.fastpath import field_offset
+from rmqdump.readers.mapped import PreadFiles
 from rmqdump.scan import scanner
 from rmqdump.scan.compaction import Original, batch_records, originals
 from rmqdump.scan.ranges import SERIAL, Mapper

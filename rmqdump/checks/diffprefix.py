@@ -18,7 +18,7 @@ import numpy as np
 
 from rmqdump.readers.commitlog import CommitLog
 from rmqdump.readers.fastpath import field_struct
-from rmqdump.readers.mapped import next_data, open_binary, open_readonly
+from rmqdump.readers.mapped import PreadFiles, next_data, open_binary
 from rmqdump.readers.message import Message
 from rmqdump.scan import scanner
 from rmqdump.scan.ranges import SERIAL, Mapper
@@ -50,27 +50,6 @@ class Prefix:
 
 def _files(cl: CommitLog) -> list[tuple[int, int, str]]:
     return [(f.base, f.size, f.path) for f in cl.files]
-
-
-class PreadFiles:
-    """Store files read with pread, each opened once (open_readonly) and kept open until close()."""
-
-    def __init__(self):
-        self.fds: dict[str, int] = {}
-
-    def fd(self, path: str) -> int:
-        fd = self.fds.get(path)
-        if fd is None:
-            fd = self.fds[path] = open_readonly(path)  # a file that cannot be read: the input error `unreadable`
-        return fd
-
-    def pread(self, path: str, pos: int, n: int) -> bytes:
-        return os.pread(self.fd(path), n, pos)
-
-    def close(self) -> None:
-        for fd in self.fds.values():
-            os.close(fd)
-        self.fds.clear()
 
 
 class _Stream(PreadFiles):

@@ -183,3 +183,24 @@ def next_data(fd: int, pos: int, stop: int) -> tuple[int, int]:
     except OSError:
         hole = stop
     return data, min(max(hole, data + 1), stop)
+
+
+class PreadFiles:
+    """Store files read with pread, each opened once (open_readonly) and kept open until close()."""
+
+    def __init__(self):
+        self.fds: dict[str, int] = {}
+
+    def fd(self, path: str) -> int:
+        fd = self.fds.get(path)
+        if fd is None:
+            fd = self.fds[path] = open_readonly(path)  # a file that cannot be read: the input error `unreadable`
+        return fd
+
+    def pread(self, path: str, pos: int, n: int) -> bytes:
+        return os.pread(self.fd(path), n, pos)
+
+    def close(self) -> None:
+        for fd in self.fds.values():
+            os.close(fd)
+        self.fds.clear()

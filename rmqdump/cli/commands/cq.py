@@ -49,10 +49,7 @@ def verify_cmd(
 
     delay_levels = C.DEFAULT_DELAY_LEVELS if delay_levels is None else delay_levels
     window = WINDOW_RECORDS if window is None else window
-    try:
-        delays = DelayLevels.parse(delay_levels)
-    except ValueError as e:
-        render.fail(f"usage: {e}", 2)
+    delays = O.parsed(None, DelayLevels.parse, delay_levels)
     st = Store.open(store)
     if not st.commitlog.files:
         render.fail(f"no_commitlog: {st.root}: no CommitLog files in commitlog/", 2)
@@ -286,10 +283,7 @@ def seek_cmd(
     from rmqdump.query.cqseek import seek, seek_batch
     from rmqdump.readers.store import Store
 
-    try:
-        ts = parse_time(time)
-    except ValueError as e:
-        render.fail(f"usage: {e}", 2)
+    ts = O.parsed(None, parse_time, time)
     st = Store.open(store)
     bq = st.batch_queues.get((topic, queue))
     r = seek_batch(bq, ts) if bq is not None else seek(_queue(st, topic, queue), st.commitlog, ts)

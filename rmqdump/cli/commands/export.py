@@ -63,10 +63,7 @@ def export(
     from rmqdump.scan.splits import RANGE_BYTES, resolve_stores
 
     with_body = body is ExportBody.raw
-    try:
-        split = parse_size(range_bytes) if range_bytes else RANGE_BYTES
-    except ValueError as e:
-        render.fail(f"usage: --range-bytes: {e}", 2)
+    split = O.parsed("--range-bytes", parse_size, range_bytes or None) or RANGE_BYTES
     stores = resolve_stores(store)
     crc = not no_crc
     if engine is Engine.local:

@@ -117,11 +117,8 @@ def lookup(
     """
     if (key is None) == (msg_id is None):
         render.fail("usage: give either KEY or --id ID", 2)
-    try:
-        b = parse_time(since) if since else None
-        e = parse_time(until) - 1 if until else None  # the index walk's end is inclusive (like queryMessage); --until is not
-    except ValueError as err:
-        render.fail(f"usage: {err}", 2)
+    b, e = (O.parsed(None, parse_time, t or None) for t in (since, until))
+    e = None if e is None else e - 1  # the index walk's end is inclusive (like queryMessage); --until is not
     refs = fleet(store)
     with tail_mappers(engine, workers, master, spark_conf, ship) as tails:
         if refs is None:

@@ -72,8 +72,9 @@ def one_store(command: str, store: Path | None, store_opt: Path | None) -> Path:
     return store if store is not None else store_opt
 
 
-def parsed(label: str, parse, text: str | None):
-    """parse(text), None for None; a value it refuses (ValueError) is a one-line usage error naming `label` (exit 2)."""
+def parsed(label: str | None, parse, text: str | None):
+    """parse(text), None for None; a value it refuses (ValueError) is a one-line usage error naming `label`, when
+    given (exit 2)."""
     if text is None:
         return None
     try:
@@ -81,7 +82,7 @@ def parsed(label: str, parse, text: str | None):
     except ValueError as e:
         from rmqdump.cli import render
 
-        render.fail(f"usage: {label}: {e}", 2)
+        render.fail(f"usage: {label}: {e}" if label else f"usage: {e}", 2)
 
 
 def broker_version(command: str, text: str | None) -> tuple[int, ...] | None:

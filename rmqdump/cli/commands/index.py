@@ -12,7 +12,7 @@ import typer
 from rmqdump.cli import render
 from rmqdump.cli.commands import options as O
 from rmqdump.cli.commands.options import ListFormat, store_option
-from rmqdump.cli.fleet import FLEET_HELP, fleet, fleet_map
+from rmqdump.cli.fleet import FLEET_HELP, fleet, fleet_answers
 from rmqdump.cli.helptext import WholeSentenceGroup
 from rmqdump.common.problems import InputError
 from rmqdump.common.timeutil import iso, parse_time
@@ -122,64 +122,52 @@ def lookup(
     refs = fleet(store)
     with tail_mappers(engine, workers, master, spark_conf, ship) as tails:
         if refs is None:
-            messages = _lookup_one(str(store[0] if store else "."), key, msg_id, topics, b, e, limit, hash_slots, index_entries, fmt, explain, tails)
+            messages = emit_store(lookup_quiet(str(store[0] if store else "."), key, msg_id, topics, b, e, limit, hash_slots, index_entries, tails), fmt, explain)
             raise typer.Exit(0 if messages else 1)
         raise typer.Exit(fleet_lookup(refs, lambda ref: lookup_quiet(ref.root, key, msg_id, topics, b, e, limit, hash_slots, index_entries, tails), fmt, explain))
 
 
-def emit_broker(broker: str, got, fmt: ListFormat, explain: bool) -> list:
-    """One store's answer in a fleet lookup: its walks and summary named by broker, or its one-line error; its messages
-    (as JSON Lines now; for the table, returned: the caller prints one table of every broker's)."""
+def emit_store(got, fmt: ListFormat, explain: bool, broker: str | None = None) -> list:
+    """One store's answer (lookup_quiet's): its decoded id (JSON Lines), then what emit_lookup prints; its messages.
+    A fleet's store (`broker`) names its broker and its error is one line of the answer; a single store's error ends
+    the command."""
     if isinstance(got, InputError):
+        if broker is None:
+            raise got
         if fmt is ListFormat.jsonl:
             render.jsonl({"kind": "problem", "broker": broker, "code": got.code, "file": got.path, "file_offset": got.offset, "detail": got.detail})
         else:
             render.err.print(f"{broker}: {got.line()}", highlight=False, markup=False)
         return []
     messages, res, decoded = got
+    more = {} if broker is None else {"broker": broker}
     for m in messages:
-        m.extra["broker"] = broker
-    if fmt is ListFormat.jsonl:
-        if decoded is not None:
-            render.jsonl({"broker": broker, **decoded})
-        if explain and res is not None:
-            for w in res.walks:
-                render.jsonl({"broker": broker, **w.to_dict()})
-        for m in messages:
-            render.jsonl({"broker": broker, **m.to_dict()})
-        if res is not None:
-            render.jsonl({"broker": broker, **_summary(res)})
-        return messages
-    if explain and res is not None:
-        render.out.print(f"broker {broker}:", markup=False, highlight=False)
-        print_explain(res)
-    if res is not None:
-        render.err.print(f"{broker}: {_summary_line(_summary(res))}", highlight=False, markup=False)
+        m.extra.update(more)
+    if decoded is not None and fmt is ListFormat.jsonl:
+        render.jsonl({**more, **decoded})
+    emit_lookup(messages, res, fmt, explain, broker)
     return messages
 
 
 def lookup_quiet(root: str, key, msg_id, topics, b, e, limit, hash_slots, index_entries, tails=None):
-    """One store of a fleet lookup, printing nothing: (messages, lookup result, decoded id) or the InputError met.
+    """One store's lookup, printing nothing: (messages, lookup result, decoded id); InputError when it cannot be read.
 
     Without index files the whole CommitLog is scanned; without either there is nothing to look in. `tails(root)`:
     the mapper over the ranges past the index (tail_mappers; default: the local engine's threads)."""
     from rmqdump.query.lookup import Index
     from rmqdump.readers.indexfile import list_index_files
 
-    try:
-        if not list_index_files(root) and not _has_commitlog(root):
-            raise InputError("index_no_files", os.path.join(root, "index"), "no index files and no CommitLog files to scan (is this a store root?)")
-        with Index(root, hash_slots, index_entries, mapper=(tails or tail_mapper)(root)) as idx:
-            if msg_id is not None:  # an offset msgId is read directly: no topics, no scan past the index
-                r = resolve_msgid(idx, msg_id, topics, begin=b, end=e, max_messages=limit)
-                if r.kind == "uniq_key":
-                    _need_topics(root, topics, idx)
-                return r.messages, r.lookup, r.decoded(_now_ms())
-            _need_topics(root, topics, idx)
-            res = idx.lookup(key, topics or None, begin=b, end=e, max_messages=limit)
-            return res.messages, res, None
-    except InputError as err:
-        return err
+    if not list_index_files(root) and not _has_commitlog(root):
+        raise InputError("index_no_files", os.path.join(root, "index"), "no index files and no CommitLog files to scan (is this a store root?)")
+    with Index(root, hash_slots, index_entries, mapper=(tails or tail_mapper)(root)) as idx:
+        if msg_id is not None:  # an offset msgId is read directly: no topics, no scan past the index
+            r = resolve_msgid(idx, msg_id, topics, begin=b, end=e, max_messages=limit)
+            if r.kind == "uniq_key":
+                _need_topics(root, topics, idx)
+            return r.messages, r.lookup, r.decoded(_now_ms())
+        _need_topics(root, topics, idx)
+        res = idx.lookup(key, topics or None, begin=b, end=e, max_messages=limit)
+        return res.messages, res, None
 
 
 def _need_topics(root: str, topics, idx) -> None:
@@ -226,23 +214,11 @@ def tail_mappers(engine: O.Engine, workers: int | None, master: str, spark_conf:
         yield lambda root: mapper
 
 
-def _lookup_one(root, key, msg_id, topics, b, e, limit, hash_slots, index_entries, fmt, explain, tails) -> list:
-    """The single-store lookup: its one-line error, or what it found, printed."""
-    got = lookup_quiet(root, key, msg_id, topics, b, e, limit, hash_slots, index_entries, tails)
-    if isinstance(got, InputError):
-        raise got
-    messages, res, decoded = got
-    if decoded is not None and fmt is ListFormat.jsonl:
-        render.jsonl(decoded)
-    emit_lookup(messages, res, fmt, explain)
-    return messages
-
-
 def fleet_lookup(refs, one, fmt: ListFormat, explain: bool) -> int:
     """`one(ref)` (lookup_quiet of a store) over the fleet, side by side; every broker's answer emitted; the exit code."""
     found: list = []
-    for ref, got in zip(refs, fleet_map(refs)(one, refs), strict=True):
-        found += emit_broker(ref.name, got, fmt, explain)
+    for ref, got in fleet_answers(refs, one):
+        found += emit_store(got, fmt, explain, ref.name)
     if fmt is not ListFormat.jsonl and found:
         print_messages(found, brokers=True)
     return 0 if found else 1
@@ -254,23 +230,27 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def emit_lookup(messages: list[Message], res: LookupResult | None, fmt: ListFormat, explain: bool) -> None:
-    """Messages found through the index, the walk (--explain) and a summary; shared with `rmqdump msgid`."""
+def emit_lookup(messages: list[Message], res: LookupResult | None, fmt: ListFormat, explain: bool, broker: str | None = None) -> None:
+    """Messages found through the index, the walk (--explain) and a summary; shared with `rmqdump msgid`. A fleet's
+    store (`broker`): every row and line names its broker, and its messages are left to the fleet's one table."""
+    more = {} if broker is None else {"broker": broker}
     if fmt is ListFormat.jsonl:
         if explain and res is not None:
             for w in res.walks:
-                render.jsonl(w.to_dict())
+                render.jsonl({**more, **w.to_dict()})
         for m in messages:
-            render.jsonl(m.to_dict())
+            render.jsonl({**more, **m.to_dict()})
         if res is not None:
-            render.jsonl(_summary(res))
+            render.jsonl({**more, **_summary(res)})
         return
     if explain and res is not None:
+        if broker is not None:
+            render.out.print(f"broker {broker}:", markup=False, highlight=False)
         print_explain(res)
-    if messages:
+    if messages and broker is None:
         print_messages(messages)
     if res is not None:
-        render.err.print(_summary_line(_summary(res)), highlight=False)
+        render.err.print(("" if broker is None else f"{broker}: ") + _summary_line(_summary(res)), highlight=False, markup=False)
 
 
 def _summary_line(s: dict) -> str:

@@ -79,6 +79,19 @@ def table(*columns, **kw):
     return Table(*columns, box=None, header_style="bold", **kw)
 
 
+def tables(columns, rows, every: int | None = 500, **kw) -> None:
+    """Rows of cells printed as they come, as tables of `every` rows (one table: None), so that a listing of a million
+    findings is never held; nothing for no rows (`kw`: table's)."""
+    from itertools import islice
+
+    rows = iter(rows)
+    while chunk := list(islice(rows, every)):
+        t = table(*columns, **kw)
+        for cells in chunk:
+            t.add_row(*cells)
+        out.print(t)
+
+
 def jsonl(obj: dict[str, Any], out=None) -> None:
     """One JSON Lines object on stdout (or on the text file `out`)."""
     (out or sys.stdout).write(_ENCODE(obj) + "\n")

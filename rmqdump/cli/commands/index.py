@@ -304,37 +304,26 @@ def verify_cmd(
     if not (os.path.isdir(cl_dir) and any(n.isdigit() for n in os.listdir(cl_dir))):
         raise InputError("no_commitlog", cl_dir, "no CommitLog files: the index is checked against them (is this a store root?)")
     s = IndexVerifySummary()
-    rows = []
     total = sum(os.path.getsize(os.path.join(cl_dir, n)) for n in os.listdir(cl_dir) if n.isdigit())
     with O.range_mapper(engine, workers, total, master, spark_conf, ship) as mapper, render.progress(total, "index verify") as advance:
-        for p in verify(str(store), hash_slots=hash_slots, index_entries=index_entries, summary=s, on_bytes=advance, mapper=mapper):
-            d = p.to_dict(PROBLEM_COLUMNS)
-            if fmt is ListFormat.jsonl:
+        found = verify(str(store), hash_slots=hash_slots, index_entries=index_entries, summary=s, on_bytes=advance, mapper=mapper)
+        rows = (p.to_dict(PROBLEM_COLUMNS) for p in found)
+        if fmt is ListFormat.jsonl:
+            for d in rows:
                 render.jsonl(d)
-            else:
-                rows.append(d)
-                if len(rows) >= 500:
-                    _problem_table(rows)
-                    rows = []
+        else:
+            keys = ("code", "index_file", "entry", "slot", "phys_offset", "detail")
+            cells = ([render.cell(d.get(c)) for c in keys] for d in rows)
+            render.tables(("code", "index file", "entry", "slot", "phys_offset", "detail"), cells, pad_edge=False)
     if fmt is ListFormat.jsonl:
         render.jsonl(s.to_dict())
     else:
-        _problem_table(rows)
         render.err.print(
             f"{s.problems} problems in {s.index_files} index files ({s.entries} entries; {s.messages} messages, {s.indexed_keys} keys to index)"
             + ("".join(f"\n  {c}: {n}" for c, n in sorted(s.codes.items()))),
             highlight=False,
         )
     raise typer.Exit(1 if s.problems else 0)
-
-
-def _problem_table(rows: list[dict]) -> None:
-    if not rows:
-        return
-    t = render.table("code", "index file", "entry", "slot", "phys_offset", "detail", pad_edge=False)
-    for d in rows:
-        t.add_row(*(render.cell(d.get(c)) for c in ("code", "index_file", "entry", "slot", "phys_offset", "detail")))
-    render.out.print(t)
 
 
 def dump(
@@ -373,41 +362,34 @@ def dump(
         if slots:
             used = f.used_slots()
             rows = [{"kind": "slot", "slot": int(s), "entry": int(f.slots[s])} for s in used.tolist()]
-            _rows(rows, fmt, ["slot", "entry"])
+            _rows(rows, fmt, ["slot", "entry"], None)
         if entries:
             stop = f.count if limit is None else min(f.count, from_entry + limit)
-            chunk = []
-            for k in range(max(from_entry, 0), stop):
-                st = f.step(k)
-                chunk.append(
-                    {
-                        "kind": "entry",
-                        "entry": k,
-                        "key_hash": st.key_hash,
-                        "slot": f.slot_of(st.key_hash) if st.key_hash >= 0 else None,
-                        "phys_offset": st.phys_offset,
-                        "time_diff": st.time_diff,
-                        "time": st.time,
-                        "prev_index": st.prev_index,
-                    }
-                )
-                if len(chunk) >= 1000:
-                    _rows(chunk, fmt, ["entry", "key_hash", "slot", "phys_offset", "time_diff", "time", "prev_index"])
-                    chunk = []
-            _rows(chunk, fmt, ["entry", "key_hash", "slot", "phys_offset", "time_diff", "time", "prev_index"])
+            cols = ["entry", "key_hash", "slot", "phys_offset", "time_diff", "time", "prev_index"]
+            _rows((_entry(f, k) for k in range(max(from_entry, 0), stop)), fmt, cols, 1000)
 
 
-def _rows(rows: list[dict], fmt: ListFormat, cols: list[str]) -> None:
+def _entry(f, k: int) -> dict:
+    st = f.step(k)
+    return {
+        "kind": "entry",
+        "entry": k,
+        "key_hash": st.key_hash,
+        "slot": f.slot_of(st.key_hash) if st.key_hash >= 0 else None,
+        "phys_offset": st.phys_offset,
+        "time_diff": st.time_diff,
+        "time": st.time,
+        "prev_index": st.prev_index,
+    }
+
+
+def _rows(rows, fmt: ListFormat, cols: list[str], every: int | None) -> None:
+    """JSON Lines, or tables of `every` rows printed as they come (render.tables)."""
     if fmt is ListFormat.jsonl:
         for r in rows:
             render.jsonl(r)
         return
-    if not rows:
-        return
-    t = render.table(*cols, pad_edge=False)
-    for r in rows:
-        t.add_row(*(iso(r[c]) if c == "time" else str(r[c]) for c in cols))
-    render.out.print(t)
+    render.tables(cols, ([iso(r[c]) if c == "time" else str(r[c]) for c in cols] for r in rows), every, pad_edge=False)
 
 
 def register(app, guarded) -> None:

@@ -147,6 +147,24 @@ def progress(total: int, label: str, enabled: bool | None = None):
         yield lambda n: p.update(task, advance=n)
 
 
+@contextmanager
+def interruptible(out):
+    """A command writing `out` stops on SIGTERM as on Ctrl-C: the library removes its temporary directory, and the
+    command says in one line that nothing was written (exit 2)."""
+    import signal
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    except KeyboardInterrupt:
+        fail(f"interrupted: {out}: nothing was written (the temporary directory was removed)", 2)
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
 def fail(line: str, code: int = 2):
     """One-line error on stderr and the exit code; never a traceback."""
     sys.stdout.flush()

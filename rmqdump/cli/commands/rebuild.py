@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import signal
 from enum import Enum
 from pathlib import Path
 
@@ -28,10 +27,6 @@ def _first_rows(p, lines: list[str]) -> None:
         p(f"  {line}")
     if len(lines) > TABLE_ROWS:
         p(f"  ... {len(lines) - TABLE_ROWS} more (-f jsonl lists every one)")
-
-
-def _on_term(signum, frame):
-    raise KeyboardInterrupt
 
 
 def _print_table(rep, s: dict) -> None:
@@ -170,8 +165,7 @@ def rebuild_cmd(
         verify=not no_verify,
         sync=not no_sync,
     )
-    old = signal.signal(signal.SIGTERM, _on_term)
-    try:
+    with render.interruptible(out):
         with render.progress(total, "rebuild") as advance:
             if engine is Engine.spark:
                 from rmqdump.engines.spark.rebuild import rebuild_spark
@@ -184,10 +178,6 @@ def rebuild_cmd(
         from rmqdump.builders.compactioncqbuild import rebuild_compaction_cq
 
         comp = rebuild_compaction_cq(str(store), str(out), force=force, sync=not no_sync, topics=options.topics) if "consumequeue" in options.only else None
-    except KeyboardInterrupt:
-        render.fail(f"interrupted: {out}: nothing was written (the temporary directory was removed)", 2)
-    finally:
-        signal.signal(signal.SIGTERM, old)
     s = rep.summary()
     from rmqdump.readers.rocksdbcq import is_rocksdb
 

@@ -16,13 +16,19 @@ compaction_app = typer.Typer(
 )
 
 
-def _files(st):
+def _open(store: Path, topic: str | None = None, queue: int | None = None):
+    """The store and its compaction files (none: exit 2); given a topic, the compaction queues it and `queue` name
+    must exist too."""
     from rmqdump.readers.compaction import find_compaction
+    from rmqdump.readers.store import Store
 
+    st = Store.open(store)
     cf = find_compaction(st.root)
     if cf is None:
         render.fail(f"no_compaction: {st.root}/compaction: no compaction directory in this store", 2)
-    return cf
+    if topic is not None and not cf.select(topic, queue):
+        render.fail(f"no_queue: {cf.root}/compactionLog/{topic}{'' if queue is None else '/' + str(queue)}: no such compaction queue", 2)
+    return st, cf
 
 
 def problem_rows(problems, st) -> list[tuple]:
@@ -76,10 +82,8 @@ def verify_cmd(
     """
     from rmqdump.checks.compactionverify import Summary, verify
     from rmqdump.checks.cqunits import PROBLEM_COLUMNS
-    from rmqdump.readers.store import Store
 
-    st = Store.open(store)
-    _files(st)
+    st, _ = _open(store)
     s = Summary()
     total = sum(f.size for f in st.commitlog.files)
     with O.range_mapper(engine, workers, total, master, spark_conf, ship) as mapper, render.progress(total, "compaction verify") as advance:
@@ -119,11 +123,8 @@ def view_cmd(
     from rmqdump.common.problems import Problem
     from rmqdump.common.timeutil import iso
     from rmqdump.query.compaction import consumer_view, key_history
-    from rmqdump.readers.store import Store
 
-    st = Store.open(store)
-    cf = _files(st)
-    _queues(cf, topic, queue)
+    st, cf = _open(store, topic, queue)
     total = sum(f.size for f in st.commitlog.files)
     with O.range_mapper(engine, workers, total, master, spark_conf, ship) as mapper, render.progress(total, "compaction view") as advance:
         if key is not None:
@@ -150,11 +151,6 @@ def view_cmd(
     raise typer.Exit(1 if bad or not good else 0)
 
 
-def _queues(cf, topic: str, queue):
-    if not cf.select(topic, queue):
-        render.fail(f"no_queue: {cf.root}/compactionLog/{topic}{'' if queue is None else '/' + str(queue)}: no such compaction queue", 2)
-
-
 def log_cmd(
     store: Path = store_option(),
     topic: str = O.topic_option("The compaction topic.", required=True),
@@ -177,11 +173,8 @@ def log_cmd(
     from rmqdump.common.problems import Problem
     from rmqdump.common.timeutil import iso
     from rmqdump.query.compaction import log_rows
-    from rmqdump.readers.store import Store
 
-    st = Store.open(store)
-    cf = _files(st)
-    _queues(cf, topic, queue)
+    st, cf = _open(store, topic, queue)
     total = sum(f.size for f in st.commitlog.files)
     with O.range_mapper(engine, workers, total, master, spark_conf, ship) as mapper, render.progress(total, "compaction log") as advance:
         rows = list(log_rows(cf, st.commitlog, topic, queue, on_bytes=advance, mapper=mapper))
@@ -224,11 +217,8 @@ def units_cmd(
     Example:  rmqdump compaction units -s store -t CompactKV -q 1 -f jsonl
     """
     from rmqdump.query.compaction import unit_rows
-    from rmqdump.readers.store import Store
 
-    st = Store.open(store)
-    cf = _files(st)
-    _queues(cf, topic, queue)
+    _, cf = _open(store, topic, queue)
     rows = list(unit_rows(cf, topic, queue))
     if fmt is ListFormat.jsonl:
         for r in rows:

@@ -31,12 +31,8 @@ index_app = typer.Typer(
 MESSAGE_COLUMNS = ["offset", "size", "topic", "q", "qoffset", "stored (UTC)", "tags", "keys", "uniq_key", "index entry"]
 
 
-def hash_slots_option():
-    return typer.Option(None, "--hash-slots", min=1, help="The broker's maxHashSlotNum (default: inferred from the file).")
-
-
-def index_entries_option():
-    return typer.Option(None, "--index-entries", min=1, help="The broker's maxIndexNum (default: inferred from the file).")
+HASH_SLOTS = "The broker's maxHashSlotNum (default: inferred from the file)."
+INDEX_ENTRIES = "The broker's maxIndexNum (default: inferred from the file)."
 
 
 def print_messages(messages: list[Message], brokers: bool = False) -> None:
@@ -99,8 +95,8 @@ def lookup(
     limit: int = O.limit_option("Stop after this many messages (newest index files first)."),
     fmt: ListFormat = O.format_option(ListFormat.table, "table or jsonl (the `kind: message` objects of `rmqdump commitlog`)."),
     explain: bool = typer.Option(False, "--explain", help="Show the hash, slot, chain walk and time differences per index file."),
-    hash_slots: int = hash_slots_option(),
-    index_entries: int = index_entries_option(),
+    hash_slots: int = O.hash_slots_option(HASH_SLOTS),
+    index_entries: int = O.index_entries_option(INDEX_ENTRIES, min=1),
     workers: int = O.workers_option(),
     engine: O.Engine = O.engine_option("the CommitLog past the index's end read as Spark tasks"),
     master: str = O.master_option(),
@@ -276,8 +272,8 @@ def _tail_line(t: dict | None) -> str:
 def verify_cmd(
     store: Path = store_option(),
     fmt: ListFormat = O.format_option(ListFormat.table, "table or jsonl (one problem object per finding, then a summary)."),
-    hash_slots: int = hash_slots_option(),
-    index_entries: int = index_entries_option(),
+    hash_slots: int = O.hash_slots_option(HASH_SLOTS),
+    index_entries: int = O.index_entries_option(INDEX_ENTRIES, min=1),
     workers: int = O.workers_option(),
     engine: O.Engine = O.engine_option("the CommitLog's ranges read by Spark tasks; the index files checked on this machine"),
     master: str = O.master_option(),
@@ -333,8 +329,8 @@ def dump(
     entries: bool = typer.Option(True, "--entries/--no-entries", help="List the written entries."),
     from_entry: int = typer.Option(1, "--from", min=0, help="First entry to list."),
     limit: int = O.limit_option("List at most this many entries."),
-    hash_slots: int = hash_slots_option(),
-    index_entries: int = index_entries_option(),
+    hash_slots: int = O.hash_slots_option(HASH_SLOTS),
+    index_entries: int = O.index_entries_option(INDEX_ENTRIES, min=1),
 ):
     """Print an index file's header, its non-empty slots and its entries, decoded.
 

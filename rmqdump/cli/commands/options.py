@@ -135,22 +135,18 @@ def cq_units_option() -> int:
     )
 
 
-def hash_slots_option() -> int:
-    return typer.Option(
-        None,
-        "--hash-slots",
-        min=1,
-        help="Index hash slots (broker: maxHashSlotNum). Default: from --broker-conf, else the store's IndexFiles, else the broker's 5000000.",
-    )
+def hash_slots_option(
+    help: str = "Index hash slots (broker: maxHashSlotNum). Default: from --broker-conf, else the store's IndexFiles, else the broker's 5000000.",
+) -> int:
+    return typer.Option(None, "--hash-slots", min=1, help=help)
 
 
-def index_entries_option() -> int:
-    return typer.Option(
-        None,
-        "--index-entries",
-        min=2,
-        help="Index entries per file (broker: maxIndexNum). Default: from --broker-conf, else the store's IndexFiles, else the broker's 20000000.",
-    )
+def index_entries_option(
+    help: str = "Index entries per file (broker: maxIndexNum). Default: from --broker-conf, else the store's IndexFiles, else the broker's 20000000.",
+    min: int = 2,
+) -> int:
+    """min: the fewest a file that is written may hold (2); 1 where an existing file is only read."""
+    return typer.Option(None, "--index-entries", min=min, help=help)
 
 
 WORKERS_HELP = "Threads reading byte ranges of the CommitLog in parallel (default: every usable core, as far as memory allows, for a CommitLog over 64 MiB; the output is the same for any N)."

@@ -31,35 +31,25 @@ def _open(store: Path, topic: str | None = None, queue: int | None = None):
     return st, cf
 
 
-def problem_rows(problems, st) -> list[tuple]:
-    """Table rows of problems, in the columns `cq verify` shows."""
-    out = []
-    for p in problems:
-        e = p.extra
-        out.append(
-            (
-                p.code,
-                e.get("topic") or "",
-                *(render.cell(v) for v in (e.get("queue_id"), e.get("unit_index"), p.phys_offset)),
-                st.rel(p.file) + ("" if p.file_offset is None else f"@{p.file_offset}"),
-                p.detail,
-            )
-        )
-    return out
-
-
-def print_problem_table(rows: list[tuple]) -> None:
-    if not rows:
-        return
+def _problem_table(problems, st) -> None:
+    """The problems in the columns `cq verify` shows; nothing for none."""
     t = render.table()
     t.add_column("code", no_wrap=True)
     for name in ("topic", "queue", "q-offset", "offset"):
         t.add_column(name, overflow="fold")
     t.add_column("file@offset", overflow="fold")
     t.add_column("detail", overflow="fold")
-    for r in rows:
-        t.add_row(*r)
-    render.out.print(t, markup=False)
+    for p in problems:
+        e = p.extra
+        t.add_row(
+            p.code,
+            e.get("topic") or "",
+            *(render.cell(v) for v in (e.get("queue_id"), e.get("unit_index"), p.phys_offset)),
+            st.rel(p.file) + ("" if p.file_offset is None else f"@{p.file_offset}"),
+            p.detail,
+        )
+    if t.row_count:
+        render.out.print(t, markup=False)
 
 
 def verify_cmd(
@@ -93,7 +83,7 @@ def verify_cmd(
             render.jsonl(p.to_dict(PROBLEM_COLUMNS))
         render.jsonl(s.to_dict())
     else:
-        print_problem_table(problem_rows(found, st))
+        _problem_table(found, st)
         codes = ", ".join(f"{k} {v}" for k, v in sorted(s.codes.items()))
         absent = "" if s.commitlog else " (no CommitLog files: the records were not compared with their originals)"
         render.err.print(
@@ -241,18 +231,6 @@ def units_cmd(
             t.add_row(f"{Path(r['cq_file']).name}@{r['file_offset']}", *map(str, vals), note)
         render.out.print(t, markup=False)
     raise typer.Exit(0 if rows else 1)
-
-
-def add_to_cq_verify(st, topic, queue, check_crc: bool, summary, emit, mapper=None) -> None:
-    """`cq verify` covers compaction topics too: their problems, counted in its summary, handed to `emit` as its own
-    (a store without compaction/ adds nothing); `mapper`: cq verify's own, over the CommitLog's ranges (else one thread)."""
-    from rmqdump.checks.compactionverify import verify
-    from rmqdump.scan.ranges import SERIAL
-
-    mapper = SERIAL if mapper is None else mapper
-    for p in verify(st.root, st.commitlog, topic=topic, queue_id=queue, check_crc=check_crc, mapper=mapper):
-        summary.count(p)
-        emit(p)
 
 
 def register(app, guarded) -> None:

@@ -84,15 +84,17 @@ def verify_cmd(
     from rmqdump.readers.compaction import find_compaction
 
     cf = find_compaction(st.root)
-    if cf is not None:  # without compaction/ there is nothing to add, nor its checks to load
-        from rmqdump.cli.commands.compaction import add_to_cq_verify
-        from rmqdump.cli.commands.options import range_mapper
+    if cf is not None:  # cq verify covers compaction topics too; without compaction/ there is nothing to add, nor its checks to load
+        from contextlib import nullcontext
 
-        if cf.select(topic, queue):  # a compaction topic: its originals read by the same engine
-            with range_mapper(engine, workers, total, master, spark_conf, ship) as mapper:
-                add_to_cq_verify(st, topic, queue, not no_crc, summary, emit, mapper)
-        else:
-            add_to_cq_verify(st, topic, queue, not no_crc, summary, emit)
+        from rmqdump.checks.compactionverify import verify as verify_compaction
+        from rmqdump.scan.ranges import SERIAL
+
+        # a compaction topic asked for: its originals read by the same engine (else one thread)
+        with O.range_mapper(engine, workers, total, master, spark_conf, ship) if cf.select(topic, queue) else nullcontext(SERIAL) as mapper:
+            for p in verify_compaction(st.root, st.commitlog, topic=topic, queue_id=queue, check_crc=not no_crc, mapper=mapper):
+                summary.count(p)
+                emit(p)
     if fmt is ListFormat.jsonl:
         for row in summary.filler_units:
             render.jsonl(row)

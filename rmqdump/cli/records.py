@@ -360,9 +360,7 @@ class CsvOut(RecordsOut):
             return None
         if self._file != b.seg.path:
             self._file = b.seg.path
-            one = io.StringIO()
-            csv.writer(one, lineterminator="\n").writerow([b.seg.path])
-            self._file_csv = np.frombuffer(one.getvalue()[:-1].encode(), dtype=np.uint8).copy()
+            self._file_csv = np.frombuffer(csv_line([b.seg.path])[:-1].encode(), dtype=np.uint8).copy()
         snip, snip_offs, idx = TB.csv_snippets(b.cols["sys_flag"][rows])
         mat = rows_matrix(b, rows, idx)
         c = b.cols

@@ -145,17 +145,17 @@ def emit_store(got, fmt: ListFormat, explain: bool, broker: str | None = None) -
     return messages
 
 
-def lookup_quiet(root: str, key, msg_id, topics, b, e, limit, hash_slots, index_entries, tails=None):
+def lookup_quiet(root: str, key, msg_id, topics, b, e, limit, hash_slots, index_entries, tails):
     """One store's lookup, printing nothing: (messages, lookup result, decoded id); InputError when it cannot be read.
 
     Without index files the whole CommitLog is scanned; without either there is nothing to look in. `tails(root)`:
-    the mapper over the ranges past the index (tail_mappers; default: the local engine's threads)."""
+    the mapper over the ranges past the index (tail_mappers)."""
     from rmqdump.query.lookup import Index
     from rmqdump.readers.indexfile import list_index_files
 
-    if not list_index_files(root) and not _has_commitlog(root):
+    if not list_index_files(root) and not _commitlog_files(root):
         raise InputError("index_no_files", os.path.join(root, "index"), "no index files and no CommitLog files to scan (is this a store root?)")
-    with Index(root, hash_slots, index_entries, mapper=(tails or tail_mapper)(root)) as idx:
+    with Index(root, hash_slots, index_entries, mapper=tails(root)) as idx:
         if msg_id is not None:  # an offset msgId is read directly: no topics, no scan past the index
             r = resolve_msgid(idx, msg_id, topics, begin=b, end=e, max_messages=limit)
             if r.kind == "uniq_key":
@@ -182,29 +182,22 @@ def resolve_msgid(idx, text: str, topics, **kw):
         raise InputError("msgid_bad", text, str(err)) from None
 
 
-def _has_commitlog(root: str) -> bool:
+def _commitlog_files(root: str) -> list[str]:
+    """A store's CommitLog files (named by their offset, in commitlog_dir); none without a CommitLog directory."""
     from rmqdump.readers.commitlog import commitlog_dir
 
     d = commitlog_dir(root)
-    return d is not None and any(n.isdigit() for n in os.listdir(d))
-
-
-def tail_mapper(root: str, workers: int | None = None):
-    """The local engine over the ranges of the CommitLog a lookup may scan past the index's end (-j, or by its size)."""
-    from rmqdump.engines.local import local_map
-    from rmqdump.readers.commitlog import commitlog_dir
-
-    d = commitlog_dir(root)
-    total = sum(os.path.getsize(os.path.join(d, n)) for n in os.listdir(d) if n.isdigit()) if d else 0
-    return local_map(workers, total)
+    return [os.path.join(d, n) for n in os.listdir(d) if n.isdigit()] if d else []
 
 
 @contextmanager
 def tail_mappers(engine: O.Engine, workers: int | None, master: str, spark_conf: list[str], ship: O.Ship):
-    """root -> the mapper a lookup scans past that store's index with: the local engine's threads per store, or one
-    Spark session's tasks for every store of the command."""
+    """root -> the mapper a lookup scans past that store's index with: the local engine's threads per store (-j, or
+    by its CommitLog's size), or one Spark session's tasks for every store of the command."""
     if engine is O.Engine.local:
-        yield lambda root: tail_mapper(root, workers)
+        from rmqdump.engines.local import local_map
+
+        yield lambda root: local_map(workers, sum(os.path.getsize(f) for f in _commitlog_files(root)))
         return
     with O.range_mapper(engine, workers, 0, master, spark_conf, ship) as mapper:
         yield lambda root: mapper
@@ -296,11 +289,11 @@ def verify_cmd(
 
     if not os.path.isdir(str(store)):
         raise InputError("not_found", str(store), "no such store directory")
-    cl_dir = commitlog_path(str(store))
-    if not (os.path.isdir(cl_dir) and any(n.isdigit() for n in os.listdir(cl_dir))):
-        raise InputError("no_commitlog", cl_dir, "no CommitLog files: the index is checked against them (is this a store root?)")
+    files = _commitlog_files(str(store))
+    if not files:
+        raise InputError("no_commitlog", commitlog_path(str(store)), "no CommitLog files: the index is checked against them (is this a store root?)")
     s = IndexVerifySummary()
-    total = sum(os.path.getsize(os.path.join(cl_dir, n)) for n in os.listdir(cl_dir) if n.isdigit())
+    total = sum(os.path.getsize(f) for f in files)
     with O.range_mapper(engine, workers, total, master, spark_conf, ship) as mapper, render.progress(total, "index verify") as advance:
         found = verify(str(store), hash_slots=hash_slots, index_entries=index_entries, summary=s, on_bytes=advance, mapper=mapper)
         rows = (p.to_dict(PROBLEM_COLUMNS) for p in found)

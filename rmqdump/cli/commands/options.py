@@ -39,6 +39,13 @@ class ListFormat(str, Enum):
     jsonl = "jsonl"
 
 
+class DatasetFormat(str, Enum):
+    """What export and salvage write."""
+
+    parquet = "parquet"
+    jsonl = "jsonl"
+
+
 class BodyMode(str, Enum):
     none = "none"
     text = "text"

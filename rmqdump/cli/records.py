@@ -213,14 +213,12 @@ class RecordsOut(abc.ABC):
                 return
             part = rows[lo : lo + SUB_ROWS]
             last = lo + SUB_ROWS >= len(rows)
-            first_i = int(part[0]) if len(part) else 0
+            first_i = int(part[0]) if lo else 0  # the first sub-batch holds the problems before its first row too
             end_i = len(b) if last else int(rows[lo + SUB_ROWS])
-            if lo == 0:
-                first_i = 0
             here = probs[(probs >= first_i) & (probs < end_i)]
-            self._part(b, part, here, lo)
+            self._part(b, part, here)
 
-    def _part(self, b: Batch, rows: np.ndarray, probs: np.ndarray, lo: int = 0) -> None:
+    def _part(self, b: Batch, rows: np.ndarray, probs: np.ndarray) -> None:
         n = len(rows)
         res = self.kernel(b, rows, None) if n else None
         if res is None:

@@ -118,8 +118,8 @@ def lookup(
     refs = fleet(store)
     with tail_mappers(engine, workers, master, spark_conf, ship) as tails:
         if refs is None:
-            messages = emit_store(lookup_quiet(str(store[0] if store else "."), key, msg_id, topics, b, e, limit, hash_slots, index_entries, tails), fmt, explain)
-            raise typer.Exit(0 if messages else 1)
+            got = lookup_quiet(str(store[0] if store else "."), key, msg_id, topics, b, e, limit, hash_slots, index_entries, tails)
+            raise typer.Exit(0 if emit_store(got, fmt, explain) else 1)
         raise typer.Exit(fleet_lookup(refs, lambda ref: lookup_quiet(ref.root, key, msg_id, topics, b, e, limit, hash_slots, index_entries, tails), fmt, explain))
 
 

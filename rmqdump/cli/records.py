@@ -24,7 +24,6 @@ import numpy as np
 from rmqdump.cli import render
 from rmqdump.common.background import Background
 from rmqdump.common.problems import Problem
-from rmqdump.common.timeutil import iso
 from rmqdump.query.listing import Filter, Records, Tally, range_items, record_entries
 from rmqdump.readers.commitlog import Blank
 from rmqdump.readers.message import Message
@@ -402,15 +401,7 @@ def _crc_cell(m: Message) -> str:
 def _cells(e, body: str) -> list[tuple[list[str], str]]:
     """The table rows of one entry (Python way), each with its style on a terminal."""
     if isinstance(e, Message):
-        rows = [
-            (
-                [
-                    str(e.phys_offset), str(e.total_size), e.topic, str(e.queue_id), str(e.queue_offset), iso(e.store_timestamp), e.tags or "",
-                    " ".join(e.keys), e.uniq_key or "", e.transaction if e.transaction != "none" else "", _crc_cell(e),
-                ],
-                "",
-            )
-        ]  # fmt: skip
+        rows = [([*render.message_cells(e), e.transaction if e.transaction != "none" else "", _crc_cell(e)], "")]
         if e.body is not None:
             rows.append((["", "", "body", "", "", render.encode_body(e.body, body)[:200]], "dim"))
         return rows

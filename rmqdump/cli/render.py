@@ -92,6 +92,17 @@ def tables(columns, rows, every: int | None = 500, **kw) -> None:
         out.print(t)
 
 
+def message_cells(m) -> list[str]:
+    """A message's cells in the columns every table of messages starts with (`commitlog`'s, the index lookup's):
+    offset, size, topic, q, qoffset, stored (UTC), tags, keys, uniq_key."""
+    from rmqdump.common.timeutil import iso
+
+    return [
+        str(m.phys_offset), str(m.total_size), m.topic, str(m.queue_id), str(m.queue_offset), iso(m.store_timestamp), m.tags or "",
+        " ".join(m.keys), m.uniq_key or "",
+    ]  # fmt: skip
+
+
 def jsonl(obj: dict[str, Any], out=None) -> None:
     """One JSON Lines object on stdout (or on the text file `out`)."""
     (out or sys.stdout).write(_ENCODE(obj) + "\n")

@@ -39,19 +39,7 @@ def print_messages(messages: list[Message], brokers: bool = False) -> None:
     t = render.table(*(["broker"] if brokers else []), *MESSAGE_COLUMNS, pad_edge=False)
     for m in messages:
         where = f"{m.extra.get('index_file', '')}#{m.extra.get('index_entry', '')}" if "index_file" in m.extra else m.extra.get("source", "-")
-        t.add_row(
-            *([m.extra.get("broker", "")] if brokers else []),
-            str(m.phys_offset),
-            str(m.total_size),
-            m.topic,
-            str(m.queue_id),
-            str(m.queue_offset),
-            iso(m.store_timestamp),
-            m.tags or "",
-            " ".join(m.keys),
-            m.uniq_key or "",
-            where,
-        )
+        t.add_row(*([m.extra.get("broker", "")] if brokers else []), *render.message_cells(m), where)
     render.out.print(t)
 
 

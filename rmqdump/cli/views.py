@@ -4,7 +4,6 @@ when the view passes a problem through)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 import typer
@@ -14,10 +13,11 @@ from rmqdump.cli.commands import options as O
 from rmqdump.cli.commands.options import Engine, ListFormat, Ship, range_mapper, store_option
 
 
-def register_view(app, guarded, view: Callable, noun: str) -> None:
-    """Register the command named `view.__name__`, helped by its docstring: every view takes the same options, and
-    view(journeys, store argument) builds its rows from one scan (what `noun` names is printed when there are none)."""
-    name = view.__name__
+def register(app, guarded, name: str) -> None:
+    """Register the view `name` (one of VIEWS) as a command, helped by its function's docstring: every view takes the
+    same options, and view(journeys, store argument) builds its rows from one scan (what `noun` names is printed when
+    there are none)."""
+    view, noun = VIEWS[name]
 
     def command(
         store: Path = store_option(),
@@ -96,12 +96,6 @@ def delay(journeys, store: str):
 
 
 VIEWS = {"retry": (retry, "retries"), "tx": (tx, "transactions"), "pop": (pop, "popped messages"), "delay": (delay, "delay levels")}
-
-
-def register(app, guarded, name: str) -> None:
-    """Register the view command `name` (one of VIEWS)."""
-    register_view(app, guarded, *VIEWS[name])
-
 
 def scan(store: Path, check_crc: bool, label: str, engine: Engine, workers: int | None, master: str, spark_conf: list[str], ship: Ship):
     """The store's journeys (rmqdump.query.storejourneys), its ranges read by the engine --engine names (threads, or

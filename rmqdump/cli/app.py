@@ -8,7 +8,6 @@ RMQDUMP_TRACEBACK=1 to see the Python traceback of an internal error.
 from __future__ import annotations
 
 import functools
-import importlib
 import os
 import sys
 
@@ -95,10 +94,7 @@ def _register(first: list[str]) -> None:
     from rmqdump.cli.commands import MODULES, register
 
     _registered = True
-    if first and first[0] in MODULES:
-        importlib.import_module(f"rmqdump.cli.commands.{first[0]}").register(_app, guarded)
-    else:
-        register(_app, guarded)
+    register(_app, guarded, first[:1] if first and first[0] in MODULES else MODULES)
 
 
 def main() -> None:

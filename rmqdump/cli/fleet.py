@@ -19,8 +19,16 @@ def fleet(values: list[str] | None):
     return resolve_stores(values)
 
 
-def fleet_map(refs):
-    """The local engine over the stores: one thread per store, as many as the cores."""
+def fleet_answers(refs, one):
+    """(ref, one(ref)) for every store of the fleet, side by side: the local engine, one thread per store, as many as
+    the cores. A store one() cannot read (InputError) has that error as its answer, named beside the others'."""
+    from rmqdump.common.problems import InputError
     from rmqdump.engines.local import LocalMap, usable_cores
 
-    return LocalMap(min(len(refs), usable_cores()))
+    def answer(ref):
+        try:
+            return one(ref)
+        except InputError as e:
+            return e
+
+    return zip(refs, LocalMap(min(len(refs), usable_cores()))(answer, refs), strict=True)

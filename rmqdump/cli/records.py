@@ -24,7 +24,6 @@ import numpy as np
 from rmqdump.cli import render
 from rmqdump.common.background import Background
 from rmqdump.common.problems import Problem
-from rmqdump.common.timeutil import iso
 from rmqdump.query.listing import Filter, Records, Tally, range_items, record_entries
 from rmqdump.readers.commitlog import Blank
 from rmqdump.readers.message import Message
@@ -213,14 +212,12 @@ class RecordsOut(abc.ABC):
                 return
             part = rows[lo : lo + SUB_ROWS]
             last = lo + SUB_ROWS >= len(rows)
-            first_i = int(part[0]) if len(part) else 0
+            first_i = int(part[0]) if lo else 0  # the first sub-batch holds the problems before its first row too
             end_i = len(b) if last else int(rows[lo + SUB_ROWS])
-            if lo == 0:
-                first_i = 0
             here = probs[(probs >= first_i) & (probs < end_i)]
-            self._part(b, part, here, lo)
+            self._part(b, part, here)
 
-    def _part(self, b: Batch, rows: np.ndarray, probs: np.ndarray, lo: int = 0) -> None:
+    def _part(self, b: Batch, rows: np.ndarray, probs: np.ndarray) -> None:
         n = len(rows)
         res = self.kernel(b, rows, None) if n else None
         if res is None:
@@ -360,9 +357,7 @@ class CsvOut(RecordsOut):
             return None
         if self._file != b.seg.path:
             self._file = b.seg.path
-            one = io.StringIO()
-            csv.writer(one, lineterminator="\n").writerow([b.seg.path])
-            self._file_csv = np.frombuffer(one.getvalue()[:-1].encode(), dtype=np.uint8).copy()
+            self._file_csv = np.frombuffer(csv_line([b.seg.path])[:-1].encode(), dtype=np.uint8).copy()
         snip, snip_offs, idx = TB.csv_snippets(b.cols["sys_flag"][rows])
         mat = rows_matrix(b, rows, idx)
         c = b.cols
@@ -406,15 +401,7 @@ def _crc_cell(m: Message) -> str:
 def _cells(e, body: str) -> list[tuple[list[str], str]]:
     """The table rows of one entry (Python way), each with its style on a terminal."""
     if isinstance(e, Message):
-        rows = [
-            (
-                [
-                    str(e.phys_offset), str(e.total_size), e.topic, str(e.queue_id), str(e.queue_offset), iso(e.store_timestamp), e.tags or "",
-                    " ".join(e.keys), e.uniq_key or "", e.transaction if e.transaction != "none" else "", _crc_cell(e),
-                ],
-                "",
-            )
-        ]  # fmt: skip
+        rows = [([*render.message_cells(e), e.transaction if e.transaction != "none" else "", _crc_cell(e)], "")]
         if e.body is not None:
             rows.append((["", "", "body", "", "", render.encode_body(e.body, body)[:200]], "dim"))
         return rows

@@ -79,6 +79,30 @@ def table(*columns, **kw):
     return Table(*columns, box=None, header_style="bold", **kw)
 
 
+def tables(columns, rows, every: int | None = 500, **kw) -> None:
+    """Rows of cells printed as they come, as tables of `every` rows (one table: None), so that a listing of a million
+    findings is never held; nothing for no rows (`kw`: table's)."""
+    from itertools import islice
+
+    rows = iter(rows)
+    while chunk := list(islice(rows, every)):
+        t = table(*columns, **kw)
+        for cells in chunk:
+            t.add_row(*cells)
+        out.print(t)
+
+
+def message_cells(m) -> list[str]:
+    """A message's cells in the columns every table of messages starts with (`commitlog`'s, the index lookup's):
+    offset, size, topic, q, qoffset, stored (UTC), tags, keys, uniq_key."""
+    from rmqdump.common.timeutil import iso
+
+    return [
+        str(m.phys_offset), str(m.total_size), m.topic, str(m.queue_id), str(m.queue_offset), iso(m.store_timestamp), m.tags or "",
+        " ".join(m.keys), m.uniq_key or "",
+    ]  # fmt: skip
+
+
 def jsonl(obj: dict[str, Any], out=None) -> None:
     """One JSON Lines object on stdout (or on the text file `out`)."""
     (out or sys.stdout).write(_ENCODE(obj) + "\n")
@@ -132,6 +156,24 @@ def progress(total: int, label: str, enabled: bool | None = None):
     with Progress(TextColumn(label), BarColumn(), DownloadColumn(), TransferSpeedColumn(), TimeRemainingColumn(), console=console, transient=True) as p:
         task = p.add_task(label, total=total)
         yield lambda n: p.update(task, advance=n)
+
+
+@contextmanager
+def interruptible(out):
+    """A command writing `out` stops on SIGTERM as on Ctrl-C: the library removes its temporary directory, and the
+    command says in one line that nothing was written (exit 2)."""
+    import signal
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    except KeyboardInterrupt:
+        fail(f"interrupted: {out}: nothing was written (the temporary directory was removed)", 2)
+    finally:
+        signal.signal(signal.SIGTERM, old)
 
 
 def fail(line: str, code: int = 2):

@@ -4,7 +4,6 @@ when the view passes a problem through)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 import typer
@@ -14,10 +13,11 @@ from rmqdump.cli.commands import options as O
 from rmqdump.cli.commands.options import Engine, ListFormat, Ship, range_mapper, store_option
 
 
-def register_view(app, guarded, view: Callable, noun: str) -> None:
-    """Register the command named `view.__name__`, helped by its docstring: every view takes the same options, and
-    view(journeys, store argument) builds its rows from one scan (what `noun` names is printed when there are none)."""
-    name = view.__name__
+def register(app, guarded, name: str) -> None:
+    """Register the view `name` (one of VIEWS) as a command, helped by its function's docstring: every view takes the
+    same options, and view(journeys, store argument) builds its rows from one scan (what `noun` names is printed when
+    there are none)."""
+    view, noun = VIEWS[name]
 
     def command(
         store: Path = store_option(),
@@ -34,6 +34,68 @@ def register_view(app, guarded, view: Callable, noun: str) -> None:
     command.__name__, command.__doc__ = name, view.__doc__
     app.command(name)(guarded(command))
 
+
+def retry(journeys, store: str):
+    """Per push consumer group: messages retried through its %RETRY% topic, retries still waiting in
+    SCHEDULE_TOPIC_XXXX, messages in its %DLQ% topic with the topics they came from and the group's retry limit; then
+    one row per dead-lettered message (its original topic, attempts, place in the DLQ).
+
+    A DLQ copy with no more attempts than the group's retry limit is journey_dlq_before_retry_limit, one whose original
+    is gone journey_origin_missing. Exit 0 nothing odd, 1 a problem, 2 an unreadable store.
+
+    Example:  rmqdump retry -s fixtures/real/rmq53-lifecycle/store
+    """
+    from rmqdump.query.retries import retries
+
+    return retries(journeys)
+
+
+def tx(journeys, store: str):
+    """Every transaction (a message with a half copy): its state (tx_pending, tx_committed, tx_rolled_back,
+    tx_discarded), the broker's checks, its half copies, the op record settling it and its commit; then the check
+    service's committed offsets (CID_RMQ_SYS_TRANS) on the half and op queues against their ends.
+
+    A second commit is journey_double_commit, a commit naming no half journey_commit_without_half.
+    Exit 0 nothing odd, 1 a problem (or CommitLog damage met), 2 an unreadable store.
+
+    Example:  rmqdump tx -s fixtures/real/rmq53-lifecycle/store
+    """
+    from rmqdump.query.transactions import transactions
+
+    return transactions(journeys)
+
+
+def pop(journeys, store: str):
+    """Every popped message per POP group: acked or unacked, the checkpoints naming it, until when it is invisible, and
+    where the revive service put it again; then the revive service's committed offsets (CID_RMQ_SYS_REVIVE_GROUP) per
+    revive queue, and a note on what the store cannot tell (acks merged in memory with enablePopBufferMerge).
+
+    Checkpoints naming no message are journey_orphan_checkpoint, unreadable ones journey_bad_evidence.
+    Exit 0 nothing odd, 1 a problem (or CommitLog damage met), 2 an unreadable store.
+
+    Example:  rmqdump pop -s fixtures/real/rmq53-lifecycle/store
+    """
+    from rmqdump.query.pops import pops
+
+    return pops(journeys)
+
+
+def delay(journeys, store: str):
+    """Per delay level: its schedule queue, the delivery progress in config/delayOffset.json, the queue's bounds and how
+    many messages wait; then every message still waiting in SCHEDULE_TOPIC_XXXX (push retries too) with when it falls
+    due and where it goes; timer-wheel messages are counted and left to `rmqdump timer list`.
+
+    A level delivered past a copy that never reached its topic is journey_delay_undelivered.
+    Exit 0 nothing odd, 1 a problem (or CommitLog damage met), 2 an unreadable store.
+
+    Example:  rmqdump delay -s fixtures/real/rmq53-lifecycle/store
+    """
+    from rmqdump.query.delays import delays
+
+    return delays(journeys, store)
+
+
+VIEWS = {"retry": (retry, "retries"), "tx": (tx, "transactions"), "pop": (pop, "popped messages"), "delay": (delay, "delay levels")}
 
 def scan(store: Path, check_crc: bool, label: str, engine: Engine, workers: int | None, master: str, spark_conf: list[str], ship: Ship):
     """The store's journeys (rmqdump.query.storejourneys), its ranges read by the engine --engine names (threads, or

@@ -51,10 +51,8 @@ def commitlog(
     from rmqdump.scan.ranges import map_ranges
     from rmqdump.scan.splits import held_range_bytes, window_splits
 
-    try:
-        flt = Filter(topic, queue, from_offset, to_offset, parse_time(since) if since else None, parse_time(until) if until else None, key, tag, limit)
-    except ValueError as e:
-        render.fail(f"usage: {e}", 2)
+    window = [O.parsed(None, parse_time, t or None) for t in (since, until)]
+    flt = Filter(topic, queue, from_offset, to_offset, *window, key, tag, limit)
     if not files and not stores:
         render.fail("usage: rmqdump commitlog: give FILE... or --store/-s DIR (see 'rmqdump commitlog --help')", 2)
     paths = [str(f) for f in files or []] + list(stores or [])

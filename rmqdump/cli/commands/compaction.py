@@ -16,44 +16,40 @@ compaction_app = typer.Typer(
 )
 
 
-def _files(st):
+def _open(store: Path, topic: str | None = None, queue: int | None = None):
+    """The store and its compaction files (none: exit 2); given a topic, the compaction queues it and `queue` name
+    must exist too."""
     from rmqdump.readers.compaction import find_compaction
+    from rmqdump.readers.store import Store
 
+    st = Store.open(store)
     cf = find_compaction(st.root)
     if cf is None:
         render.fail(f"no_compaction: {st.root}/compaction: no compaction directory in this store", 2)
-    return cf
+    if topic is not None and not cf.select(topic, queue):
+        render.fail(f"no_queue: {cf.root}/compactionLog/{topic}{'' if queue is None else '/' + str(queue)}: no such compaction queue", 2)
+    return st, cf
 
 
-def problem_rows(problems, st) -> list[tuple]:
-    """Table rows of problems, in the columns `cq verify` shows."""
-    out = []
-    for p in problems:
-        e = p.extra
-        out.append(
-            (
-                p.code,
-                e.get("topic") or "",
-                *(render.cell(v) for v in (e.get("queue_id"), e.get("unit_index"), p.phys_offset)),
-                st.rel(p.file) + ("" if p.file_offset is None else f"@{p.file_offset}"),
-                p.detail,
-            )
-        )
-    return out
-
-
-def print_problem_table(rows: list[tuple]) -> None:
-    if not rows:
-        return
+def _problem_table(problems, st) -> None:
+    """The problems in the columns `cq verify` shows; nothing for none."""
     t = render.table()
     t.add_column("code", no_wrap=True)
     for name in ("topic", "queue", "q-offset", "offset"):
         t.add_column(name, overflow="fold")
     t.add_column("file@offset", overflow="fold")
     t.add_column("detail", overflow="fold")
-    for r in rows:
-        t.add_row(*r)
-    render.out.print(t, markup=False)
+    for p in problems:
+        e = p.extra
+        t.add_row(
+            p.code,
+            e.get("topic") or "",
+            *(render.cell(v) for v in (e.get("queue_id"), e.get("unit_index"), p.phys_offset)),
+            st.rel(p.file) + ("" if p.file_offset is None else f"@{p.file_offset}"),
+            p.detail,
+        )
+    if t.row_count:
+        render.out.print(t, markup=False)
 
 
 def verify_cmd(
@@ -76,10 +72,8 @@ def verify_cmd(
     """
     from rmqdump.checks.compactionverify import Summary, verify
     from rmqdump.checks.cqunits import PROBLEM_COLUMNS
-    from rmqdump.readers.store import Store
 
-    st = Store.open(store)
-    _files(st)
+    st, _ = _open(store)
     s = Summary()
     total = sum(f.size for f in st.commitlog.files)
     with O.range_mapper(engine, workers, total, master, spark_conf, ship) as mapper, render.progress(total, "compaction verify") as advance:
@@ -89,7 +83,7 @@ def verify_cmd(
             render.jsonl(p.to_dict(PROBLEM_COLUMNS))
         render.jsonl(s.to_dict())
     else:
-        print_problem_table(problem_rows(found, st))
+        _problem_table(found, st)
         codes = ", ".join(f"{k} {v}" for k, v in sorted(s.codes.items()))
         absent = "" if s.commitlog else " (no CommitLog files: the records were not compared with their originals)"
         render.err.print(
@@ -119,11 +113,8 @@ def view_cmd(
     from rmqdump.common.problems import Problem
     from rmqdump.common.timeutil import iso
     from rmqdump.query.compaction import consumer_view, key_history
-    from rmqdump.readers.store import Store
 
-    st = Store.open(store)
-    cf = _files(st)
-    _queues(cf, topic, queue)
+    st, cf = _open(store, topic, queue)
     total = sum(f.size for f in st.commitlog.files)
     with O.range_mapper(engine, workers, total, master, spark_conf, ship) as mapper, render.progress(total, "compaction view") as advance:
         if key is not None:
@@ -150,11 +141,6 @@ def view_cmd(
     raise typer.Exit(1 if bad or not good else 0)
 
 
-def _queues(cf, topic: str, queue):
-    if not cf.select(topic, queue):
-        render.fail(f"no_queue: {cf.root}/compactionLog/{topic}{'' if queue is None else '/' + str(queue)}: no such compaction queue", 2)
-
-
 def log_cmd(
     store: Path = store_option(),
     topic: str = O.topic_option("The compaction topic.", required=True),
@@ -177,11 +163,8 @@ def log_cmd(
     from rmqdump.common.problems import Problem
     from rmqdump.common.timeutil import iso
     from rmqdump.query.compaction import log_rows
-    from rmqdump.readers.store import Store
 
-    st = Store.open(store)
-    cf = _files(st)
-    _queues(cf, topic, queue)
+    st, cf = _open(store, topic, queue)
     total = sum(f.size for f in st.commitlog.files)
     with O.range_mapper(engine, workers, total, master, spark_conf, ship) as mapper, render.progress(total, "compaction log") as advance:
         rows = list(log_rows(cf, st.commitlog, topic, queue, on_bytes=advance, mapper=mapper))
@@ -224,11 +207,8 @@ def units_cmd(
     Example:  rmqdump compaction units -s store -t CompactKV -q 1 -f jsonl
     """
     from rmqdump.query.compaction import unit_rows
-    from rmqdump.readers.store import Store
 
-    st = Store.open(store)
-    cf = _files(st)
-    _queues(cf, topic, queue)
+    _, cf = _open(store, topic, queue)
     rows = list(unit_rows(cf, topic, queue))
     if fmt is ListFormat.jsonl:
         for r in rows:
@@ -251,18 +231,6 @@ def units_cmd(
             t.add_row(f"{Path(r['cq_file']).name}@{r['file_offset']}", *map(str, vals), note)
         render.out.print(t, markup=False)
     raise typer.Exit(0 if rows else 1)
-
-
-def add_to_cq_verify(st, topic, queue, check_crc: bool, summary, emit, mapper=None) -> None:
-    """`cq verify` covers compaction topics too: their problems, counted in its summary, handed to `emit` as its own
-    (a store without compaction/ adds nothing); `mapper`: cq verify's own, over the CommitLog's ranges (else one thread)."""
-    from rmqdump.checks.compactionverify import verify
-    from rmqdump.scan.ranges import SERIAL
-
-    mapper = SERIAL if mapper is None else mapper
-    for p in verify(st.root, st.commitlog, topic=topic, queue_id=queue, check_crc=check_crc, mapper=mapper):
-        summary.count(p)
-        emit(p)
 
 
 def register(app, guarded) -> None:

@@ -49,10 +49,7 @@ def verify_cmd(
 
     delay_levels = C.DEFAULT_DELAY_LEVELS if delay_levels is None else delay_levels
     window = WINDOW_RECORDS if window is None else window
-    try:
-        delays = DelayLevels.parse(delay_levels)
-    except ValueError as e:
-        render.fail(f"usage: {e}", 2)
+    delays = O.parsed(None, DelayLevels.parse, delay_levels)
     st = Store.open(store)
     if not st.commitlog.files:
         render.fail(f"no_commitlog: {st.root}: no CommitLog files in commitlog/", 2)
@@ -87,15 +84,17 @@ def verify_cmd(
     from rmqdump.readers.compaction import find_compaction
 
     cf = find_compaction(st.root)
-    if cf is not None:  # without compaction/ there is nothing to add, nor its checks to load
-        from rmqdump.cli.commands.compaction import add_to_cq_verify
-        from rmqdump.cli.commands.options import range_mapper
+    if cf is not None:  # cq verify covers compaction topics too; without compaction/ there is nothing to add, nor its checks to load
+        from contextlib import nullcontext
 
-        if cf.select(topic, queue):  # a compaction topic: its originals read by the same engine
-            with range_mapper(engine, workers, total, master, spark_conf, ship) as mapper:
-                add_to_cq_verify(st, topic, queue, not no_crc, summary, emit, mapper)
-        else:
-            add_to_cq_verify(st, topic, queue, not no_crc, summary, emit)
+        from rmqdump.checks.compactionverify import verify as verify_compaction
+        from rmqdump.scan.ranges import SERIAL
+
+        # a compaction topic asked for: its originals read by the same engine (else one thread)
+        with O.range_mapper(engine, workers, total, master, spark_conf, ship) if cf.select(topic, queue) else nullcontext(SERIAL) as mapper:
+            for p in verify_compaction(st.root, st.commitlog, topic=topic, queue_id=queue, check_crc=not no_crc, mapper=mapper):
+                summary.count(p)
+                emit(p)
     if fmt is ListFormat.jsonl:
         for row in summary.filler_units:
             render.jsonl(row)
@@ -286,10 +285,7 @@ def seek_cmd(
     from rmqdump.query.cqseek import seek, seek_batch
     from rmqdump.readers.store import Store
 
-    try:
-        ts = parse_time(time)
-    except ValueError as e:
-        render.fail(f"usage: {e}", 2)
+    ts = O.parsed(None, parse_time, time)
     st = Store.open(store)
     bq = st.batch_queues.get((topic, queue))
     r = seek_batch(bq, ts) if bq is not None else seek(_queue(st, topic, queue), st.commitlog, ts)

@@ -13,11 +13,6 @@ from rmqdump.cli.commands import options as O
 from rmqdump.cli.commands.options import Engine, Ship, SparkWriter, engine_option, master_option, ship_option, spark_conf_option, spark_writer_option
 
 
-class ExportFormat(str, Enum):
-    parquet = "parquet"
-    jsonl = "jsonl"
-
-
 class ExportBody(str, Enum):
     none = "none"
     raw = "raw"
@@ -39,7 +34,7 @@ def export(
         ..., "--store", "-s", help="A store root (holds commitlog/); repeat it, or give a glob, for a fleet. NAME=DIR sets the broker name."
     ),
     out: str = O.out_option("The dataset directory to create (a Spark output URI such as s3a://... with --engine spark)."),
-    fmt: ExportFormat = O.format_option(ExportFormat.parquet, "parquet, or jsonl (one JSON object per line)."),
+    fmt: O.DatasetFormat = O.format_option(O.DatasetFormat.parquet, "parquet, or jsonl (one JSON object per line)."),
     body: ExportBody = typer.Option(ExportBody.none, "--body", help="none, or raw: add the stored body bytes (Parquet binary; base64 in jsonl)."),
     engine: Engine = engine_option("the same rows, decoded by Spark tasks"),
     workers: int = O.workers_option(),
@@ -63,10 +58,7 @@ def export(
     from rmqdump.scan.splits import RANGE_BYTES, resolve_stores
 
     with_body = body is ExportBody.raw
-    try:
-        split = parse_size(range_bytes) if range_bytes else RANGE_BYTES
-    except ValueError as e:
-        render.fail(f"usage: --range-bytes: {e}", 2)
+    split = O.parsed("--range-bytes", parse_size, range_bytes or None) or RANGE_BYTES
     stores = resolve_stores(store)
     crc = not no_crc
     if engine is Engine.local:

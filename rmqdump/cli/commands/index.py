@@ -12,7 +12,7 @@ import typer
 from rmqdump.cli import render
 from rmqdump.cli.commands import options as O
 from rmqdump.cli.commands.options import ListFormat, store_option
-from rmqdump.cli.fleet import FLEET_HELP, fleet, fleet_map
+from rmqdump.cli.fleet import FLEET_HELP, fleet, fleet_answers
 from rmqdump.cli.helptext import WholeSentenceGroup
 from rmqdump.common.problems import InputError
 from rmqdump.common.timeutil import iso, parse_time
@@ -31,31 +31,15 @@ index_app = typer.Typer(
 MESSAGE_COLUMNS = ["offset", "size", "topic", "q", "qoffset", "stored (UTC)", "tags", "keys", "uniq_key", "index entry"]
 
 
-def hash_slots_option():
-    return typer.Option(None, "--hash-slots", min=1, help="The broker's maxHashSlotNum (default: inferred from the file).")
-
-
-def index_entries_option():
-    return typer.Option(None, "--index-entries", min=1, help="The broker's maxIndexNum (default: inferred from the file).")
+HASH_SLOTS = "The broker's maxHashSlotNum (default: inferred from the file)."
+INDEX_ENTRIES = "The broker's maxIndexNum (default: inferred from the file)."
 
 
 def print_messages(messages: list[Message], brokers: bool = False) -> None:
     t = render.table(*(["broker"] if brokers else []), *MESSAGE_COLUMNS, pad_edge=False)
     for m in messages:
         where = f"{m.extra.get('index_file', '')}#{m.extra.get('index_entry', '')}" if "index_file" in m.extra else m.extra.get("source", "-")
-        t.add_row(
-            *([m.extra.get("broker", "")] if brokers else []),
-            str(m.phys_offset),
-            str(m.total_size),
-            m.topic,
-            str(m.queue_id),
-            str(m.queue_offset),
-            iso(m.store_timestamp),
-            m.tags or "",
-            " ".join(m.keys),
-            m.uniq_key or "",
-            where,
-        )
+        t.add_row(*([m.extra.get("broker", "")] if brokers else []), *render.message_cells(m), where)
     render.out.print(t)
 
 
@@ -99,8 +83,8 @@ def lookup(
     limit: int = O.limit_option("Stop after this many messages (newest index files first)."),
     fmt: ListFormat = O.format_option(ListFormat.table, "table or jsonl (the `kind: message` objects of `rmqdump commitlog`)."),
     explain: bool = typer.Option(False, "--explain", help="Show the hash, slot, chain walk and time differences per index file."),
-    hash_slots: int = hash_slots_option(),
-    index_entries: int = index_entries_option(),
+    hash_slots: int = O.hash_slots_option(HASH_SLOTS),
+    index_entries: int = O.index_entries_option(INDEX_ENTRIES, min=1),
     workers: int = O.workers_option(),
     engine: O.Engine = O.engine_option("the CommitLog past the index's end read as Spark tasks"),
     master: str = O.master_option(),
@@ -117,72 +101,57 @@ def lookup(
     """
     if (key is None) == (msg_id is None):
         render.fail("usage: give either KEY or --id ID", 2)
-    try:
-        b = parse_time(since) if since else None
-        e = parse_time(until) - 1 if until else None  # the index walk's end is inclusive (like queryMessage); --until is not
-    except ValueError as err:
-        render.fail(f"usage: {err}", 2)
+    b, e = (O.parsed(None, parse_time, t or None) for t in (since, until))
+    e = None if e is None else e - 1  # the index walk's end is inclusive (like queryMessage); --until is not
     refs = fleet(store)
     with tail_mappers(engine, workers, master, spark_conf, ship) as tails:
         if refs is None:
-            messages = _lookup_one(str(store[0] if store else "."), key, msg_id, topics, b, e, limit, hash_slots, index_entries, fmt, explain, tails)
-            raise typer.Exit(0 if messages else 1)
+            got = lookup_quiet(str(store[0] if store else "."), key, msg_id, topics, b, e, limit, hash_slots, index_entries, tails)
+            raise typer.Exit(0 if emit_store(got, fmt, explain) else 1)
         raise typer.Exit(fleet_lookup(refs, lambda ref: lookup_quiet(ref.root, key, msg_id, topics, b, e, limit, hash_slots, index_entries, tails), fmt, explain))
 
 
-def emit_broker(broker: str, got, fmt: ListFormat, explain: bool) -> list:
-    """One store's answer in a fleet lookup: its walks and summary named by broker, or its one-line error; its messages
-    (as JSON Lines now; for the table, returned: the caller prints one table of every broker's)."""
+def emit_store(got, fmt: ListFormat, explain: bool, broker: str | None = None) -> list:
+    """One store's answer (lookup_quiet's): its decoded id (JSON Lines), then what emit_lookup prints; its messages.
+    A fleet's store (`broker`) names its broker and its error is one line of the answer; a single store's error ends
+    the command."""
     if isinstance(got, InputError):
+        if broker is None:
+            raise got
         if fmt is ListFormat.jsonl:
             render.jsonl({"kind": "problem", "broker": broker, "code": got.code, "file": got.path, "file_offset": got.offset, "detail": got.detail})
         else:
             render.err.print(f"{broker}: {got.line()}", highlight=False, markup=False)
         return []
     messages, res, decoded = got
+    more = {} if broker is None else {"broker": broker}
     for m in messages:
-        m.extra["broker"] = broker
-    if fmt is ListFormat.jsonl:
-        if decoded is not None:
-            render.jsonl({"broker": broker, **decoded})
-        if explain and res is not None:
-            for w in res.walks:
-                render.jsonl({"broker": broker, **w.to_dict()})
-        for m in messages:
-            render.jsonl({"broker": broker, **m.to_dict()})
-        if res is not None:
-            render.jsonl({"broker": broker, **_summary(res)})
-        return messages
-    if explain and res is not None:
-        render.out.print(f"broker {broker}:", markup=False, highlight=False)
-        print_explain(res)
-    if res is not None:
-        render.err.print(f"{broker}: {_summary_line(_summary(res))}", highlight=False, markup=False)
+        m.extra.update(more)
+    if decoded is not None and fmt is ListFormat.jsonl:
+        render.jsonl({**more, **decoded})
+    emit_lookup(messages, res, fmt, explain, broker)
     return messages
 
 
-def lookup_quiet(root: str, key, msg_id, topics, b, e, limit, hash_slots, index_entries, tails=None):
-    """One store of a fleet lookup, printing nothing: (messages, lookup result, decoded id) or the InputError met.
+def lookup_quiet(root: str, key, msg_id, topics, b, e, limit, hash_slots, index_entries, tails):
+    """One store's lookup, printing nothing: (messages, lookup result, decoded id); InputError when it cannot be read.
 
     Without index files the whole CommitLog is scanned; without either there is nothing to look in. `tails(root)`:
-    the mapper over the ranges past the index (tail_mappers; default: the local engine's threads)."""
+    the mapper over the ranges past the index (tail_mappers)."""
     from rmqdump.query.lookup import Index
     from rmqdump.readers.indexfile import list_index_files
 
-    try:
-        if not list_index_files(root) and not _has_commitlog(root):
-            raise InputError("index_no_files", os.path.join(root, "index"), "no index files and no CommitLog files to scan (is this a store root?)")
-        with Index(root, hash_slots, index_entries, mapper=(tails or tail_mapper)(root)) as idx:
-            if msg_id is not None:  # an offset msgId is read directly: no topics, no scan past the index
-                r = resolve_msgid(idx, msg_id, topics, begin=b, end=e, max_messages=limit)
-                if r.kind == "uniq_key":
-                    _need_topics(root, topics, idx)
-                return r.messages, r.lookup, r.decoded(_now_ms())
-            _need_topics(root, topics, idx)
-            res = idx.lookup(key, topics or None, begin=b, end=e, max_messages=limit)
-            return res.messages, res, None
-    except InputError as err:
-        return err
+    if not list_index_files(root) and not _commitlog_files(root):
+        raise InputError("index_no_files", os.path.join(root, "index"), "no index files and no CommitLog files to scan (is this a store root?)")
+    with Index(root, hash_slots, index_entries, mapper=tails(root)) as idx:
+        if msg_id is not None:  # an offset msgId is read directly: no topics, no scan past the index
+            r = resolve_msgid(idx, msg_id, topics, begin=b, end=e, max_messages=limit)
+            if r.kind == "uniq_key":
+                _need_topics(root, topics, idx)
+            return r.messages, r.lookup, r.decoded(_now_ms())
+        _need_topics(root, topics, idx)
+        res = idx.lookup(key, topics or None, begin=b, end=e, max_messages=limit)
+        return res.messages, res, None
 
 
 def _need_topics(root: str, topics, idx) -> None:
@@ -201,51 +170,32 @@ def resolve_msgid(idx, text: str, topics, **kw):
         raise InputError("msgid_bad", text, str(err)) from None
 
 
-def _has_commitlog(root: str) -> bool:
+def _commitlog_files(root: str) -> list[str]:
+    """A store's CommitLog files (named by their offset, in commitlog_dir); none without a CommitLog directory."""
     from rmqdump.readers.commitlog import commitlog_dir
 
     d = commitlog_dir(root)
-    return d is not None and any(n.isdigit() for n in os.listdir(d))
-
-
-def tail_mapper(root: str, workers: int | None = None):
-    """The local engine over the ranges of the CommitLog a lookup may scan past the index's end (-j, or by its size)."""
-    from rmqdump.engines.local import local_map
-    from rmqdump.readers.commitlog import commitlog_dir
-
-    d = commitlog_dir(root)
-    total = sum(os.path.getsize(os.path.join(d, n)) for n in os.listdir(d) if n.isdigit()) if d else 0
-    return local_map(workers, total)
+    return [os.path.join(d, n) for n in os.listdir(d) if n.isdigit()] if d else []
 
 
 @contextmanager
 def tail_mappers(engine: O.Engine, workers: int | None, master: str, spark_conf: list[str], ship: O.Ship):
-    """root -> the mapper a lookup scans past that store's index with: the local engine's threads per store, or one
-    Spark session's tasks for every store of the command."""
+    """root -> the mapper a lookup scans past that store's index with: the local engine's threads per store (-j, or
+    by its CommitLog's size), or one Spark session's tasks for every store of the command."""
     if engine is O.Engine.local:
-        yield lambda root: tail_mapper(root, workers)
+        from rmqdump.engines.local import local_map
+
+        yield lambda root: local_map(workers, sum(os.path.getsize(f) for f in _commitlog_files(root)))
         return
     with O.range_mapper(engine, workers, 0, master, spark_conf, ship) as mapper:
         yield lambda root: mapper
 
 
-def _lookup_one(root, key, msg_id, topics, b, e, limit, hash_slots, index_entries, fmt, explain, tails) -> list:
-    """The single-store lookup: its one-line error, or what it found, printed."""
-    got = lookup_quiet(root, key, msg_id, topics, b, e, limit, hash_slots, index_entries, tails)
-    if isinstance(got, InputError):
-        raise got
-    messages, res, decoded = got
-    if decoded is not None and fmt is ListFormat.jsonl:
-        render.jsonl(decoded)
-    emit_lookup(messages, res, fmt, explain)
-    return messages
-
-
 def fleet_lookup(refs, one, fmt: ListFormat, explain: bool) -> int:
     """`one(ref)` (lookup_quiet of a store) over the fleet, side by side; every broker's answer emitted; the exit code."""
     found: list = []
-    for ref, got in zip(refs, fleet_map(refs)(one, refs), strict=True):
-        found += emit_broker(ref.name, got, fmt, explain)
+    for ref, got in fleet_answers(refs, one):
+        found += emit_store(got, fmt, explain, ref.name)
     if fmt is not ListFormat.jsonl and found:
         print_messages(found, brokers=True)
     return 0 if found else 1
@@ -257,23 +207,27 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def emit_lookup(messages: list[Message], res: LookupResult | None, fmt: ListFormat, explain: bool) -> None:
-    """Messages found through the index, the walk (--explain) and a summary; shared with `rmqdump msgid`."""
+def emit_lookup(messages: list[Message], res: LookupResult | None, fmt: ListFormat, explain: bool, broker: str | None = None) -> None:
+    """Messages found through the index, the walk (--explain) and a summary; shared with `rmqdump msgid`. A fleet's
+    store (`broker`): every row and line names its broker, and its messages are left to the fleet's one table."""
+    more = {} if broker is None else {"broker": broker}
     if fmt is ListFormat.jsonl:
         if explain and res is not None:
             for w in res.walks:
-                render.jsonl(w.to_dict())
+                render.jsonl({**more, **w.to_dict()})
         for m in messages:
-            render.jsonl(m.to_dict())
+            render.jsonl({**more, **m.to_dict()})
         if res is not None:
-            render.jsonl(_summary(res))
+            render.jsonl({**more, **_summary(res)})
         return
     if explain and res is not None:
+        if broker is not None:
+            render.out.print(f"broker {broker}:", markup=False, highlight=False)
         print_explain(res)
-    if messages:
+    if messages and broker is None:
         print_messages(messages)
     if res is not None:
-        render.err.print(_summary_line(_summary(res)), highlight=False)
+        render.err.print(("" if broker is None else f"{broker}: ") + _summary_line(_summary(res)), highlight=False, markup=False)
 
 
 def _summary_line(s: dict) -> str:
@@ -299,8 +253,8 @@ def _tail_line(t: dict | None) -> str:
 def verify_cmd(
     store: Path = store_option(),
     fmt: ListFormat = O.format_option(ListFormat.table, "table or jsonl (one problem object per finding, then a summary)."),
-    hash_slots: int = hash_slots_option(),
-    index_entries: int = index_entries_option(),
+    hash_slots: int = O.hash_slots_option(HASH_SLOTS),
+    index_entries: int = O.index_entries_option(INDEX_ENTRIES, min=1),
     workers: int = O.workers_option(),
     engine: O.Engine = O.engine_option("the CommitLog's ranges read by Spark tasks; the index files checked on this machine"),
     master: str = O.master_option(),
@@ -323,41 +277,30 @@ def verify_cmd(
 
     if not os.path.isdir(str(store)):
         raise InputError("not_found", str(store), "no such store directory")
-    cl_dir = commitlog_path(str(store))
-    if not (os.path.isdir(cl_dir) and any(n.isdigit() for n in os.listdir(cl_dir))):
-        raise InputError("no_commitlog", cl_dir, "no CommitLog files: the index is checked against them (is this a store root?)")
+    files = _commitlog_files(str(store))
+    if not files:
+        raise InputError("no_commitlog", commitlog_path(str(store)), "no CommitLog files: the index is checked against them (is this a store root?)")
     s = IndexVerifySummary()
-    rows = []
-    total = sum(os.path.getsize(os.path.join(cl_dir, n)) for n in os.listdir(cl_dir) if n.isdigit())
+    total = sum(os.path.getsize(f) for f in files)
     with O.range_mapper(engine, workers, total, master, spark_conf, ship) as mapper, render.progress(total, "index verify") as advance:
-        for p in verify(str(store), hash_slots=hash_slots, index_entries=index_entries, summary=s, on_bytes=advance, mapper=mapper):
-            d = p.to_dict(PROBLEM_COLUMNS)
-            if fmt is ListFormat.jsonl:
+        found = verify(str(store), hash_slots=hash_slots, index_entries=index_entries, summary=s, on_bytes=advance, mapper=mapper)
+        rows = (p.to_dict(PROBLEM_COLUMNS) for p in found)
+        if fmt is ListFormat.jsonl:
+            for d in rows:
                 render.jsonl(d)
-            else:
-                rows.append(d)
-                if len(rows) >= 500:
-                    _problem_table(rows)
-                    rows = []
+        else:
+            keys = ("code", "index_file", "entry", "slot", "phys_offset", "detail")
+            cells = ([render.cell(d.get(c)) for c in keys] for d in rows)
+            render.tables(("code", "index file", "entry", "slot", "phys_offset", "detail"), cells, pad_edge=False)
     if fmt is ListFormat.jsonl:
         render.jsonl(s.to_dict())
     else:
-        _problem_table(rows)
         render.err.print(
             f"{s.problems} problems in {s.index_files} index files ({s.entries} entries; {s.messages} messages, {s.indexed_keys} keys to index)"
             + ("".join(f"\n  {c}: {n}" for c, n in sorted(s.codes.items()))),
             highlight=False,
         )
     raise typer.Exit(1 if s.problems else 0)
-
-
-def _problem_table(rows: list[dict]) -> None:
-    if not rows:
-        return
-    t = render.table("code", "index file", "entry", "slot", "phys_offset", "detail", pad_edge=False)
-    for d in rows:
-        t.add_row(*(render.cell(d.get(c)) for c in ("code", "index_file", "entry", "slot", "phys_offset", "detail")))
-    render.out.print(t)
 
 
 def dump(
@@ -367,8 +310,8 @@ def dump(
     entries: bool = typer.Option(True, "--entries/--no-entries", help="List the written entries."),
     from_entry: int = typer.Option(1, "--from", min=0, help="First entry to list."),
     limit: int = O.limit_option("List at most this many entries."),
-    hash_slots: int = hash_slots_option(),
-    index_entries: int = index_entries_option(),
+    hash_slots: int = O.hash_slots_option(HASH_SLOTS),
+    index_entries: int = O.index_entries_option(INDEX_ENTRIES, min=1),
 ):
     """Print an index file's header, its non-empty slots and its entries, decoded.
 
@@ -396,41 +339,34 @@ def dump(
         if slots:
             used = f.used_slots()
             rows = [{"kind": "slot", "slot": int(s), "entry": int(f.slots[s])} for s in used.tolist()]
-            _rows(rows, fmt, ["slot", "entry"])
+            _rows(rows, fmt, ["slot", "entry"], None)
         if entries:
             stop = f.count if limit is None else min(f.count, from_entry + limit)
-            chunk = []
-            for k in range(max(from_entry, 0), stop):
-                st = f.step(k)
-                chunk.append(
-                    {
-                        "kind": "entry",
-                        "entry": k,
-                        "key_hash": st.key_hash,
-                        "slot": f.slot_of(st.key_hash) if st.key_hash >= 0 else None,
-                        "phys_offset": st.phys_offset,
-                        "time_diff": st.time_diff,
-                        "time": st.time,
-                        "prev_index": st.prev_index,
-                    }
-                )
-                if len(chunk) >= 1000:
-                    _rows(chunk, fmt, ["entry", "key_hash", "slot", "phys_offset", "time_diff", "time", "prev_index"])
-                    chunk = []
-            _rows(chunk, fmt, ["entry", "key_hash", "slot", "phys_offset", "time_diff", "time", "prev_index"])
+            cols = ["entry", "key_hash", "slot", "phys_offset", "time_diff", "time", "prev_index"]
+            _rows((_entry(f, k) for k in range(max(from_entry, 0), stop)), fmt, cols, 1000)
 
 
-def _rows(rows: list[dict], fmt: ListFormat, cols: list[str]) -> None:
+def _entry(f, k: int) -> dict:
+    st = f.step(k)
+    return {
+        "kind": "entry",
+        "entry": k,
+        "key_hash": st.key_hash,
+        "slot": f.slot_of(st.key_hash) if st.key_hash >= 0 else None,
+        "phys_offset": st.phys_offset,
+        "time_diff": st.time_diff,
+        "time": st.time,
+        "prev_index": st.prev_index,
+    }
+
+
+def _rows(rows, fmt: ListFormat, cols: list[str], every: int | None) -> None:
+    """JSON Lines, or tables of `every` rows printed as they come (render.tables)."""
     if fmt is ListFormat.jsonl:
         for r in rows:
             render.jsonl(r)
         return
-    if not rows:
-        return
-    t = render.table(*cols, pad_edge=False)
-    for r in rows:
-        t.add_row(*(iso(r[c]) if c == "time" else str(r[c]) for c in cols))
-    render.out.print(t)
+    render.tables(cols, ([iso(r[c]) if c == "time" else str(r[c]) for c in cols] for r in rows), every, pad_edge=False)
 
 
 def register(app, guarded) -> None:

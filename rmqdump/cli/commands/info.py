@@ -11,7 +11,7 @@ import typer
 from rmqdump.cli import render
 from rmqdump.cli.commands import options as O
 from rmqdump.cli.commands.options import ListFormat
-from rmqdump.cli.fleet import fleet, fleet_map
+from rmqdump.cli.fleet import fleet, fleet_answers
 from rmqdump.common import problems as P
 from rmqdump.common.timeutil import iso
 
@@ -321,13 +321,10 @@ def _fleet(refs, fmt: ListFormat, with_recovery: bool, check_crc: bool, version:
     from rmqdump.readers.store import Store
 
     def one(ref):
-        try:
-            return store_info(Store.open(ref.root, version), with_recovery=with_recovery, check_crc=check_crc)
-        except InputError as e:
-            return e
+        return store_info(Store.open(ref.root, version), with_recovery=with_recovery, check_crc=check_crc)
 
     rows, errors = [], []
-    for ref, got in zip(refs, fleet_map(refs)(one, refs), strict=True):
+    for ref, got in fleet_answers(refs, one):
         if isinstance(got, InputError):
             errors.append({"kind": "problem", "broker": ref.name, "code": got.code, "file": got.path, "file_offset": got.offset, "detail": got.detail})
         else:

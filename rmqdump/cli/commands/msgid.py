@@ -8,7 +8,7 @@ import typer
 
 from rmqdump.cli import render
 from rmqdump.cli.commands import options as O
-from rmqdump.cli.commands.index import emit_lookup, fleet_lookup, hash_slots_option, index_entries_option, lookup_quiet, resolve_msgid, tail_mappers
+from rmqdump.cli.commands.index import HASH_SLOTS, INDEX_ENTRIES, emit_lookup, fleet_lookup, lookup_quiet, resolve_msgid, tail_mappers
 from rmqdump.cli.commands.options import ListFormat
 from rmqdump.cli.fleet import FLEET_HELP, fleet
 
@@ -19,8 +19,8 @@ def msgid(
     topics: list[str] = O.topic_option("Look the UNIQ_KEY up in this topic only (repeatable)."),
     fmt: ListFormat = O.format_option(ListFormat.table, "table or jsonl."),
     explain: bool = typer.Option(False, "--explain", help="Show the index walk of a UNIQ_KEY lookup."),
-    hash_slots: int = hash_slots_option(),
-    index_entries: int = index_entries_option(),
+    hash_slots: int = O.hash_slots_option(HASH_SLOTS),
+    index_entries: int = O.index_entries_option(INDEX_ENTRIES, min=1),
     workers: int = O.workers_option(),
     engine: O.Engine = O.engine_option("the CommitLog past the index's end read as Spark tasks"),
     master: str = O.master_option(),

@@ -39,6 +39,13 @@ class ListFormat(str, Enum):
     jsonl = "jsonl"
 
 
+class DatasetFormat(str, Enum):
+    """What export and salvage write."""
+
+    parquet = "parquet"
+    jsonl = "jsonl"
+
+
 class BodyMode(str, Enum):
     none = "none"
     text = "text"
@@ -72,8 +79,9 @@ def one_store(command: str, store: Path | None, store_opt: Path | None) -> Path:
     return store if store is not None else store_opt
 
 
-def parsed(label: str, parse, text: str | None):
-    """parse(text), None for None; a value it refuses (ValueError) is a one-line usage error naming `label` (exit 2)."""
+def parsed(label: str | None, parse, text: str | None):
+    """parse(text), None for None; a value it refuses (ValueError) is a one-line usage error naming `label`, when
+    given (exit 2)."""
     if text is None:
         return None
     try:
@@ -81,7 +89,7 @@ def parsed(label: str, parse, text: str | None):
     except ValueError as e:
         from rmqdump.cli import render
 
-        render.fail(f"usage: {label}: {e}", 2)
+        render.fail(f"usage: {label}: {e}" if label else f"usage: {e}", 2)
 
 
 def broker_version(command: str, text: str | None) -> tuple[int, ...] | None:
@@ -134,22 +142,18 @@ def cq_units_option() -> int:
     )
 
 
-def hash_slots_option() -> int:
-    return typer.Option(
-        None,
-        "--hash-slots",
-        min=1,
-        help="Index hash slots (broker: maxHashSlotNum). Default: from --broker-conf, else the store's IndexFiles, else the broker's 5000000.",
-    )
+def hash_slots_option(
+    help: str = "Index hash slots (broker: maxHashSlotNum). Default: from --broker-conf, else the store's IndexFiles, else the broker's 5000000.",
+) -> int:
+    return typer.Option(None, "--hash-slots", min=1, help=help)
 
 
-def index_entries_option() -> int:
-    return typer.Option(
-        None,
-        "--index-entries",
-        min=2,
-        help="Index entries per file (broker: maxIndexNum). Default: from --broker-conf, else the store's IndexFiles, else the broker's 20000000.",
-    )
+def index_entries_option(
+    help: str = "Index entries per file (broker: maxIndexNum). Default: from --broker-conf, else the store's IndexFiles, else the broker's 20000000.",
+    min: int = 2,
+) -> int:
+    """min: the fewest a file that is written may hold (2); 1 where an existing file is only read."""
+    return typer.Option(None, "--index-entries", min=min, help=help)
 
 
 WORKERS_HELP = "Threads reading byte ranges of the CommitLog in parallel (default: every usable core, as far as memory allows, for a CommitLog over 64 MiB; the output is the same for any N)."

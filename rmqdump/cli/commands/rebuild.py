@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import signal
 from enum import Enum
 from pathlib import Path
 
@@ -30,10 +29,6 @@ def _first_rows(p, lines: list[str]) -> None:
         p(f"  ... {len(lines) - TABLE_ROWS} more (-f jsonl lists every one)")
 
 
-def _on_term(signum, frame):
-    raise KeyboardInterrupt
-
-
 def _print_table(rep, s: dict) -> None:
     p = render.out.print
     st = rep.settings
@@ -41,20 +36,18 @@ def _print_table(rep, s: dict) -> None:
 
     p(f"rebuilt {s['out']} from {commitlog_path(s['store'])} ({s['commitlog_files']} files, {s['commitlog_bytes']} bytes)")
     p("settings:")
-    for name, value in (
-        ("cq_units_per_file", st.cq_units_per_file),
-        ("hash_slots", st.hash_slots),
-        ("index_entries", st.index_entries),
-        ("delay_levels", st.delay_spec),
+    for name, value, shown in (
+        ("cq_units_per_file", st.cq_units_per_file, True),
+        ("hash_slots", st.hash_slots, True),
+        ("index_entries", st.index_entries, True),
+        ("delay_levels", st.delay_spec, True),
+        ("bcq_file_size", st.bcq_file_size, rep.queues and os.path.isdir(os.path.join(rep.store, "batchconsumequeue"))),
+        ("ext_bitmap_bits", st.ext_bitmap_bits, st.ext_bitmap_bits is not None),
+        ("ext_file_size", st.ext_file_size, st.ext_bitmap_bits is not None),
+        ("lmq", "yes", st.lmq),
     ):
-        p(f"  {name:<18} {value}  ({st.source.get(name, '')})")
-    if rep.queues and any(os.path.isdir(os.path.join(rep.store, d)) for d in ("batchconsumequeue",)):
-        p(f"  {'bcq_file_size':<18} {st.bcq_file_size}  ({st.source.get('bcq_file_size', '')})")
-    if st.ext_bitmap_bits is not None:
-        p(f"  {'ext_bitmap_bits':<18} {st.ext_bitmap_bits}  ({st.source.get('ext_bitmap_bits', '')})")
-        p(f"  {'ext_file_size':<18} {st.ext_file_size}  ({st.source.get('ext_file_size', '')})")
-    if st.lmq:
-        p(f"  {'lmq':<18} yes  ({st.source.get('lmq', '')})")
+        if shown:
+            p(f"  {name:<18} {value}  ({st.source.get(name, '')})")
     p(f"records: {s['records']} scanned, {s['messages']} taken, {s['workers']} worker(s), {s['seconds']} s ({s['messages_per_second']} messages/s)")
     if "consumequeue" in s["built"]:
         p(f"consumequeue: {s['queues']} queues, {s['cq_files']} files, {s['cq_units']} units, {s['cq_filler_units']} filler units")
@@ -170,8 +163,7 @@ def rebuild_cmd(
         verify=not no_verify,
         sync=not no_sync,
     )
-    old = signal.signal(signal.SIGTERM, _on_term)
-    try:
+    with render.interruptible(out):
         with render.progress(total, "rebuild") as advance:
             if engine is Engine.spark:
                 from rmqdump.engines.spark.rebuild import rebuild_spark
@@ -184,10 +176,6 @@ def rebuild_cmd(
         from rmqdump.builders.compactioncqbuild import rebuild_compaction_cq
 
         comp = rebuild_compaction_cq(str(store), str(out), force=force, sync=not no_sync, topics=options.topics) if "consumequeue" in options.only else None
-    except KeyboardInterrupt:
-        render.fail(f"interrupted: {out}: nothing was written (the temporary directory was removed)", 2)
-    finally:
-        signal.signal(signal.SIGTERM, old)
     s = rep.summary()
     from rmqdump.readers.rocksdbcq import is_rocksdb
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import signal
 from pathlib import Path
 
 import typer
@@ -12,10 +11,6 @@ from rmqdump.cli.commands import options as O
 from rmqdump.cli.commands.options import ListFormat
 
 TABLE_ROWS = 50
-
-
-def _on_term(signum, frame):
-    raise KeyboardInterrupt
 
 
 def _rec(d: dict | None) -> str:
@@ -112,15 +107,9 @@ def repair_cmd(
     cl = check_repairable(str(store), str(out), force)[2]
     settings = resolve(str(store), cq_units=cq_units, hash_slots=hash_slots, index_entries=index_entries, broker_conf=str(broker_conf) if broker_conf else None)
     total = sum(f.size for f in cl.files)
-    old = signal.signal(signal.SIGTERM, _on_term)
-    try:
-        with O.range_mapper(engine, workers, total, master, spark_conf, ship) as mapper, render.progress(total, "repair") as advance:
-            options = RepairOptions(force=force, sync=not no_sync, verify=not no_verify, mapper=mapper, check_crc=not no_crc)
-            rep = repair(str(store), str(out), settings, options, on_bytes=advance)
-    except KeyboardInterrupt:
-        render.fail(f"interrupted: {out}: nothing was written (the temporary directory was removed)", 2)
-    finally:
-        signal.signal(signal.SIGTERM, old)
+    with render.interruptible(out), O.range_mapper(engine, workers, total, master, spark_conf, ship) as mapper, render.progress(total, "repair") as advance:
+        options = RepairOptions(force=force, sync=not no_sync, verify=not no_verify, mapper=mapper, check_crc=not no_crc)
+        rep = repair(str(store), str(out), settings, options, on_bytes=advance)
     s = rep.summary()
     if fmt is ListFormat.jsonl:
         for r in rep.ranges:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from enum import Enum
 from pathlib import Path
 
 import typer
@@ -12,11 +11,6 @@ from rmqdump.cli import render
 from rmqdump.cli.commands import options as O
 
 TABLE_ROWS = 20  # damage entries shown on screen
-
-
-class SalvageFormat(str, Enum):
-    parquet = "parquet"
-    jsonl = "jsonl"
 
 
 def _print_table(d: dict) -> None:
@@ -51,7 +45,7 @@ def salvage_cmd(
     store: Path = O.storedir_argument(),
     store_opt: Path = O.storedir_option(),
     out: Path = O.out_option("Directory to create: messages, flagged, manifest.json. Outside the store, empty or absent.", metavar="OUT"),
-    fmt: SalvageFormat = O.format_option(SalvageFormat.parquet, "parquet, or jsonl (one JSON object per line; body and raw_without_body in base64)."),
+    fmt: O.DatasetFormat = O.format_option(O.DatasetFormat.parquet, "parquet, or jsonl (one JSON object per line; body and raw_without_body in base64)."),
     topic: list[str] = O.topic_option("Only this topic (repeatable)."),
     since: str = O.since_option(),
     until: str = O.until_option(),

@@ -122,12 +122,7 @@ def verify_cmd(
             render.jsonl(p.to_dict())
         render.jsonl(summary.to_dict())
     else:
-        rows: list[tuple] = []
-        for p in found:
-            rows.append((p.code, st.rel(p.file), render.cell(p.file_offset), p.detail))
-            if len(rows) >= 500:  # printed as it goes: a table of a million findings is never held
-                _flush(rows)
-        _flush(rows)
+        render.tables(("code", "file", "offset", "detail"), ((p.code, st.rel(p.file), render.cell(p.file_offset), p.detail) for p in found))
         codes = ", ".join(f"{k} {v}" for k, v in sorted(summary.codes.items()))
         render.err.print(
             f"{summary.units} timer log units ({summary.pending} pending, {summary.fired} fired), {summary.slots} wheel slots, "
@@ -135,15 +130,6 @@ def verify_cmd(
             highlight=False,
         )
     raise typer.Exit(1 if summary.problems else 0)
-
-
-def _flush(rows: list[tuple]) -> None:
-    if rows:
-        t = render.table("code", "file", "offset", "detail")
-        for r in rows:
-            t.add_row(*r)
-        render.out.print(t)
-        rows.clear()
 
 
 def dump_wheel_cmd(

@@ -214,6 +214,20 @@ def test_schema_lists_every_table_and_column():
     assert columns_of("messages") == schema(with_body=True).names
 
 
+def test_schema_in_csv_and_table():
+    """`--schema -f csv` is a header and one row per column as csv reads them back; the table names every column."""
+    import csv
+    import io
+
+    want = [[t, c.name, str(c.type), c.meaning] for t, cols in TABLES.items() for c in cols]
+    r = run("sql", "--schema", "-f", "csv")
+    assert r.exit_code == 0 and not r.stderr
+    assert list(csv.reader(io.StringIO(r.stdout))) == [["table", "column", "type", "meaning"], *want]
+    r = run("sql", "--schema", "-f", "table")
+    assert r.exit_code == 0
+    assert all(c in r.stdout for _t, c, _ty, _m in want)
+
+
 def test_unit_status_names_the_damage(tmp_path):
     copy = copy_store("rmq4-basic", tmp_path)
     m = [x for x in manifest("rmq4-basic") if x["topic"] == "orders" and x["queueId"] == 2]

@@ -131,9 +131,11 @@ def _schema(fmt: SqlFormat) -> None:
             render.jsonl({"kind": "column", **r})
         return
     if fmt is SqlFormat.csv:
-        w = render.CsvOut(["table", "column", "type", "meaning"])
-        for r in rows:
-            w.row(r)
+        import sys
+
+        from rmqdump.cli.records import csv_line
+
+        sys.stdout.write("".join(csv_line(list(r)) for r in [rows[0].keys(), *(r.values() for r in rows)]))
         return
     t = render.table("table", "column", "type", "meaning")
     for r in rows:

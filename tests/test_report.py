@@ -731,3 +731,30 @@ def records_props(name: str, offset: int) -> dict:
     from conftest import manifest
 
     return next(m["properties"] for m in manifest(name) if m.get("kind") == "store_msg" and m["commitLogOffset"] == offset)
+
+
+def test_store_times_no_date_can_spell_stay_out_of_the_plots(tmp_path):
+    """Two records whose store time had a bit flipped (the CRC covers only the body, so they scan as good records):
+    the page is written, says how many records the rate plot leaves out, and the rate bins hold every other record of
+    the manifest; the same with --diff, whose timeline axis stays inside the dates a date can spell."""
+    from rmqdump.readers.fastpath import field_offset
+    from rmqdump.schemas import message_header
+
+    store = copy_store("rmq4-basic", tmp_path)
+    m = manifest("rmq4-basic")
+    per_file = os.path.getsize(next((store_root("rmq4-basic") / "commitlog").iterdir()))
+    at = field_offset(message_header(), "store_timestamp")
+    for seq, high in ((5, b"\x7f"), (9, b"\x80")):  # far past year 9999, far before 1970
+        off = m[seq]["wroteOffset"]
+        patch(store / "commitlog" / f"{off // per_file * per_file:020d}", off % per_file + at, high)
+    rep = K.collect(Store.open(str(store)))
+    r = rep.traffic.rate
+    assert r.unplotted == 2
+    want = collections.Counter((x["topic"], (x["storeTimestamp"] - r.t0) // r.width) for i, x in enumerate(_put("rmq4-basic")) if i not in (5, 9))
+    got = collections.Counter({(t, int(b)): int(row[b]) for t, row in zip(r.topic_names(), r.counts, strict=True) for b in np.flatnonzero(row)})
+    assert got == want
+    for extra in ([], ["--diff", store_root("rmq4-basic")]):
+        out = tmp_path / f"page{len(extra)}.html"
+        res = run("report", "-s", store, "-o", out, *extra)
+        assert res.exit_code in (0, 1), res.stderr
+        assert "2 records with a store time outside 1970-01-01T00:00:00.000Z .. 9999-12-31T23:59:59.000Z" in out.read_text()

@@ -27,6 +27,7 @@ from rmqdump.common.problems import InputError, Problem
 from rmqdump.query.storeinfo import StoreInfo, store_info, walk_bytes
 from rmqdump.readers.indexfile import IndexFile, iter_entries, list_index_files
 from rmqdump.readers.store import Store
+from rmqdump.report import svg
 from rmqdump.report.lifecyclesection import Lifecycle, collect_lifecycle
 from rmqdump.scan.ranges import SERIAL, Mapper
 
@@ -84,6 +85,7 @@ class RateHistogram:
         self.t0: int | None = None
         self.topics: dict[str, int] = {}
         self.counts = np.zeros((0, 0), dtype=np.int64)  # (topic, bin)
+        self.unplotted = 0  # records whose store time is outside svg.TIME_RANGE (a flipped bit: the CRC covers only the body)
 
     @property
     def bins(self) -> int:
@@ -117,6 +119,10 @@ class RateHistogram:
         self.width, self.t0, self.counts = w, t0, new
 
     def add(self, topic_ids: np.ndarray, topics: list[str], store_ts: np.ndarray) -> None:
+        kept = (store_ts >= svg.TIME_RANGE[0]) & (store_ts <= svg.TIME_RANGE[1])
+        if not kept.all():
+            self.unplotted += int(len(kept) - np.count_nonzero(kept))
+            topic_ids, store_ts = topic_ids[kept], store_ts[kept]
         if not len(store_ts):
             return
         remap = np.array([self.topics.setdefault(t, len(self.topics)) for t in topics], dtype=np.int64)

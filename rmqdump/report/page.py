@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from rmqdump import __version__
 from rmqdump.common.timeutil import iso
 from rmqdump.report import collect as K
-from rmqdump.report import plots
+from rmqdump.report import plots, svg
 
 MAX_TABLE_ROWS = 500  # rows of a per-queue or per-offset table; the rest are counted
 
@@ -149,6 +149,9 @@ def _recovery(rep: K.Report) -> str:
 def _traffic(rep: K.Report) -> str:
     t = rep.traffic
     out = _plot(plots.rate_plot(t), "No messages in the CommitLog.")
+    if t.rate.unplotted:
+        lo, hi = (iso(v) for v in svg.TIME_RANGE)
+        out += f'<p class="sub">{t.rate.unplotted:,} records with a store time outside {lo} .. {hi} are not in the rate plot.</p>'
     out += _plot(plots.latency_plot(t), "No messages: no latency to show.")
     names = sorted(t.latency, key=lambda n: -int(t.latency[n].sum()))
     if names:

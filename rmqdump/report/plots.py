@@ -180,6 +180,7 @@ def index_plot(stats: list[K.IndexStats]) -> str | None:
 
 def due_plot(due_times: list[int]) -> str | None:
     """Delayed messages waiting, by the time they fall due (UTC)."""
+    due_times = [t for t in due_times if svg.TIME_RANGE[0] <= t <= svg.TIME_RANGE[1]]  # a time a date can spell (the list shows every one)
     if not due_times:
         return None
     counts, edges = np.histogram(np.asarray(due_times, dtype=np.float64), bins=min(60, max(5, len(due_times))))

@@ -16,6 +16,7 @@ WIDTH = 1056  # px, the page's column
 LINEAR, LOG, TIME = "linear", "log", "time"
 TICK, SMALL, TITLE = 11, 10, 13  # font sizes (px): tick and axis labels, legends and long category labels, titles
 CHAR = 0.6  # a character's width in font sizes (DejaVu Sans averages a little under)
+TIME_RANGE = (0, 253_402_300_799_000)  # ms since the epoch a date can spell: 1970 to the end of 9999; a time axis stays inside
 _MS = (1, 2, 5, 10, 20, 50, 100, 200, 500)
 _S, _M, _H, _D = 1000, 60_000, 3_600_000, 86_400_000
 TIME_STEPS = (*_MS, *(_S * k for k in (1, 2, 5, 10, 15, 30)), *(_M * k for k in (1, 2, 5, 10, 15, 30)), *(_H * k for k in (1, 2, 3, 6, 12)))
@@ -46,7 +47,9 @@ def log_ticks(lo: float, hi: float) -> list[float]:
 
 
 def time_ticks(lo: float, hi: float, most: int = 6) -> list[float]:
-    """Times (ms since the epoch) inside [lo, hi] on whole units: multiples of a step of TIME_STEPS, else of whole days."""
+    """Times (ms since the epoch) inside [lo, hi] and TIME_RANGE on whole units: multiples of a step of TIME_STEPS, else
+    of whole days."""
+    lo, hi = max(lo, TIME_RANGE[0]), min(hi, TIME_RANGE[1])
     step = next((s for s in TIME_STEPS if (hi - lo) / s <= most), None) or max(_D, round(nice_step((hi - lo) / _D, most)) * _D)
     return [i * step for i in range(math.ceil(lo / step), math.floor(hi / step) + 1)]
 

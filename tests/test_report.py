@@ -758,3 +758,95 @@ def test_store_times_no_date_can_spell_stay_out_of_the_plots(tmp_path):
         res = run("report", "-s", store, "-o", out, *extra)
         assert res.exit_code in (0, 1), res.stderr
         assert "2 records with a store time outside 1970-01-01T00:00:00.000Z .. 9999-12-31T23:59:59.000Z" in out.read_text()
+
+
+@pytest.mark.parametrize(
+    ("name", "fates"),
+    [
+        ("rmq4-basic", {None, K.REDISPATCHED}),
+        ("rmq4-crash", {K.REDISPATCHED}),
+        ("rmq53-damaged-midfile-magic", {K.REDISPATCHED, K.TRUNCATED}),
+    ],
+)
+def test_missing_units_as_columns_are_the_runs_and_fates_the_broker_gives(name, fates, tmp_path):
+    """Queues 1 and 3 of every topic without their ConsumeQueues: each of their messages is a finding, folded as
+    columns (a window at a time). The runs, their fates and the damage map's row are those of a model built from the
+    manifest and the broker's own recovery of the same copy (the oracle, 5.3.3): a unit the restart writes back is
+    dispatched again; past where it truncates, lost; else it stays missing (no note). On rmq4-basic (a normal
+    shutdown) the restart writes back the records past the other queues' max offset, but not the one starting there."""
+    from conftest import broker_recovery
+    from test_cq_verify import cq_units_on_disk, queued
+
+    root = copy_store(name, tmp_path)
+    for qdir in (root / "consumequeue").glob("*/*"):
+        if qdir.name in ("1", "3"):
+            shutil.rmtree(qdir)
+    have = cq_units_on_disk(root)
+    broker = broker_recovery(root, tmp_path / "broker.json")
+    after = {(k.rsplit("/", 1)[0], int(k.rsplit("/", 1)[1]), u[0]) for k, q in broker["consumeQueues"].items() for u in q["units"]}
+    stop = broker["afterRecovery"]["maxPhyOffset"]
+    damage = REAL / name / "damage.json"
+    hit = {r["physicalOffset"] for r in json.loads(damage.read_text(encoding="utf-8"))["recordsHit"]} if damage.exists() else set()
+    missing = sorted(
+        (m["topic"], m["queueId"], m["logicsOffset"], m["wroteOffset"])
+        for m in manifest(name)
+        if m.get("status", "PUT_OK") == "PUT_OK"
+        and m.get("kind", "put") == "put"
+        and queued(m)
+        and m["wroteOffset"] not in hit
+        and (m["topic"], m["queueId"], m["logicsOffset"]) not in have
+    )
+    want: list[list] = []  # (topic, queue, first, last, count, first phys, last phys, note)
+    for t, q, i, w in missing:
+        note = K.REDISPATCHED if (t, q, i) in after else K.TRUNCATED if w >= stop else None
+        r = want[-1] if want else None
+        if r and (r[0], r[1], r[7]) == (t, q, note) and r[3] == i - 1:
+            r[3], r[4], r[6] = i, r[4] + 1, w
+        else:
+            want.append([t, q, i, i, 1, w, w, note])
+    assert {r[7] for r in want} == fates  # normal shutdown: the tail past the other queues; a crash: all; a bad record: split
+    rep = K.collect(Store.open(root, (5, 3, 3)))  # the oracle's release (rmq4-basic is a 4.x store: else 4.x rules)
+    got = [[r.topic, r.queue_id, r.first_index, r.last_index, r.count, r.first_phys, r.last_phys, r.note] for r in rep.runs if r.code == "cq_missing_unit"]
+    assert sorted(got, key=str) == sorted(want, key=str)
+    assert rep.verify.codes["cq_missing_unit"] == len(missing)
+    d = rep.damage
+    bins = np.bincount([min(d.bins - 1, int((w - d.lo) / d.width)) for *_, w in missing], minlength=d.bins)
+    assert d.counts[K.CQ_MISSING].tolist() == bins.tolist() and not d.unplaced.get(K.CQ_MISSING)
+
+
+def test_a_batch_queue_counts_in_what_a_restart_dispatches_again(tmp_path):
+    """rmq53-batchcq (5.3.3, normal shutdown) without NormalTopicSimple/1's ConsumeQueue: the Batch ConsumeQueue's last
+    unit is the store's last record and the broker counts its offset (not its end) in the queues' max, so its restart
+    writes nothing back (the oracle on the same copy); the report says so of every missing message (the manifest's)."""
+    from conftest import broker_recovery
+
+    root = copy_store("rmq53-batchcq", tmp_path)
+    shutil.rmtree(root / "consumequeue" / "NormalTopicSimple" / "1")
+    broker = broker_recovery(root, tmp_path / "broker.json")
+    written_back = {(k, u[0]) for k, q in broker["consumeQueues"].items() if k == "NormalTopicSimple/1" for u in q["units"]}
+    rep = K.collect(Store.open(root))
+    again = {("NormalTopicSimple/1", i) for r in rep.runs if r.note == K.REDISPATCHED for i in range(r.first_index, r.last_index + 1)}
+    assert again == written_back
+    lost = sum(m.get("msgNum", 1) for m in manifest("rmq53-batchcq") if (m.get("topic"), m.get("queueId"), m.get("status")) == ("NormalTopicSimple", 1, "PUT_OK"))
+    assert sum(r.count for r in rep.runs if r.code == "cq_missing_unit" and r.note is None) == lost
+    assert rep.info.recovery.redispatch_from == rep.info.recovery.valid_end == broker["dispatch"]["reputFromOffset"]
+
+
+@pytest.mark.parametrize("range_bytes", [4096, 1000, 1 << 27])
+@pytest.mark.parametrize("name", sorted(p.parent.name for p in REAL.glob("rmq53-damaged-*/broker-recovery.json")))
+def test_the_walks_clean_chains_give_the_brokers_recovery(name, range_bytes, monkeypatch):
+    """The report reads the CommitLog once: cq verify's ranges also find their clean chains, and the recovery preview
+    steps over them without reading any range ahead itself. Where it starts, how many records it reads and where it
+    stops are the broker's own walk's (broker-recovery.json), at range sizes that cut records anywhere."""
+    from rmqdump.checks import recovery
+    from rmqdump.engines.local import LocalMap
+
+    monkeypatch.setattr(recovery, "chain_of", lambda *a, **k: pytest.fail("the preview read a range ahead itself"))
+    broker = json.loads((REAL / name / "broker-recovery.json").read_text(encoding="utf-8"))
+    named = [int(e["message"].rsplit("/", 1)[1]) for e in broker["log"]["infoDuringLoad"] if e["message"].startswith("recover from this mapped file")]
+    rep = K.collect(Store.open(store_root(name)), mapper=LocalMap(2), range_bytes=range_bytes)
+    r = rep.info.recovery
+    first = named[0] if named else r.scan_from
+    end = broker["afterRecovery"]["maxPhyOffset"]
+    walked = sum(1 for m in broker["commitLogWalk"]["messages"] if first <= m["offset"] < end)
+    assert (r.scan_from, r.valid_end, r.records_walked) == (first, end, walked)

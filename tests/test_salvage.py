@@ -501,3 +501,22 @@ def test_header_damage_with_a_broken_body_crc_is_not_given_back(scenario, tmp_pa
     assert man["header_damaged"] == [] and man["counts"]["header_damaged"] == 0 and "header_damaged" not in resend.values()
     assert set(resend) == {m["wroteOffset"] for m in manifest(f"rmq53-damaged-{scenario}") if m["wroteOffset"] not in broker} - {hit["physicalOffset"]}
     assert damaged_named({"physicalOffset": hit["physicalOffset"], "size": hit["size"]}, man, {}) and code == 1
+
+
+def test_salvage_gives_back_what_a_normal_restart_leaves_undispatched(tmp_path):
+    """rmq53-v2 (a 5.3.3 normal shutdown) with the ConsumeQueues of queues 1 and 3 removed: the restart writes back
+    only the units of records past the other queues' max offset, and not the record starting exactly there
+    (recoverNormally's test is offset > that max). Every message is then either reached by a unit the broker's own
+    recovery of the copy keeps (the oracle) or given back, never both."""
+    root = copy_store("rmq53-v2", tmp_path)
+    for qdir in (root / "consumequeue").glob("*/*"):
+        if qdir.name in ("1", "3"):
+            shutil.rmtree(qdir)
+    rec = broker_recovery(root, tmp_path / "broker.json")
+    reached = {u[1] for q in rec["consumeQueues"].values() for u in q["units"]}
+    puts = {m["wroteOffset"] for m in manifest("rmq53-v2") if m.get("status", "PUT_OK") == "PUT_OK"}
+    salvage(root, tmp_path / "out", "-f", "jsonl")
+    resend = {r["phys_offset"]: r["reason"] for r in rows(tmp_path / "out", "messages")}
+    assert set(resend) <= puts and not set(resend) & reached
+    assert puts <= set(resend) | reached
+    assert set(resend.values()) == {"undispatched"}

@@ -16,7 +16,6 @@ checks (batchcqverify, cqextverify, lmqverify) build on these; cqverify runs
 them all over a store.
 """
 
-
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
@@ -337,15 +336,39 @@ def _unit_problem(code, topic, queue_id, unit_index, phys, detail, cq_file_of) -
     return Problem(code, path, pos, detail, phys_offset=phys, extra={"topic": topic, "queue_id": queue_id, "cq_file": path or None, "unit_index": unit_index})
 
 
+@dataclass
+class MissingUnits:
+    """A window's records that must have a unit and have none, as columns: a store without ConsumeQueues has a
+    finding per record, and a caller that folds them (the report) takes them as arrays; iterating gives the
+    cq_missing_unit Problems one at a time (a window's worth held at once would be hundreds of MB)."""
+
+    topics: list[str]
+    topic_id: np.ndarray  # int64, indexes topics
+    queue_id: np.ndarray  # int64
+    queue_offset: np.ndarray  # int64: the unit index the record's queue should have
+    phys: np.ndarray  # int64
+    cq_file_of: Callable[[str, int, int], str | None] | None = None
+
+    def __len__(self) -> int:
+        return len(self.phys)
+
+    def problem(self, i: int) -> Problem:
+        t, q, qo, phys = self.topics[int(self.topic_id[i])], int(self.queue_id[i]), int(self.queue_offset[i]), int(self.phys[i])
+        path = self.cq_file_of(t, q, qo) if self.cq_file_of else None
+        return missing_unit(t, q, qo, path, phys, f"record at {phys} (queueOffset {qo}) has no ConsumeQueue unit")
+
+    def __iter__(self) -> Iterator[Problem]:
+        return (self.problem(i) for i in range(len(self)))
+
+
 def missing_units(
     records: RecordTable,
     covered: np.ndarray,
     *,
     select: np.ndarray | None = None,
     cq_file_of: Callable[[str, int, int], str | None] | None = None,
-) -> Iterator[Problem]:
-    """Records that must have a unit (transaction type none/commit) and are not in `covered`, one at a time (a
-    store without ConsumeQueues has a finding per record: a window's worth held at once would be hundreds of MB).
+) -> MissingUnits:
+    """Records that must have a unit (transaction type none/commit) and are not in `covered` (MissingUnits).
 
     covered: bool mask over records, or an array of record indices.
     select: optional bool mask of the records to consider (e.g. the queues verified).
@@ -358,12 +381,15 @@ def missing_units(
     need = records.queued & ~covered
     if select is not None:
         need &= select
-    for i in np.flatnonzero(need):
-        t = records.topics[int(records.topic_id[i])]
-        q = int(records.queue_id[i])
-        qo = int(records.queue_offset[i])
-        path = cq_file_of(t, q, qo) if cq_file_of else None
-        yield missing_unit(t, q, qo, path, int(records.phys[i]), f"record at {int(records.phys[i])} (queueOffset {qo}) has no ConsumeQueue unit")
+    rows = np.flatnonzero(need)
+    return MissingUnits(
+        records.topics,
+        records.topic_id[rows].astype(np.int64),
+        records.queue_id[rows].astype(np.int64),
+        records.queue_offset[rows].astype(np.int64),
+        records.phys[rows].astype(np.int64),
+        cq_file_of,
+    )
 
 
 def missing_unit(topic: str, queue_id: int, unit_index: int, path: str | None, phys: int, detail: str) -> Problem:
@@ -372,5 +398,3 @@ def missing_unit(topic: str, queue_id: int, unit_index: int, path: str | None, p
 
 
 # the driver ---------------------------------------------------------------------------------
-
-

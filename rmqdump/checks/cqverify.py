@@ -17,7 +17,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from rmqdump.checks.cqunits import (
+    CQ_MISSING_UNIT,
     CommitLogExtent,
+    MissingUnits,
     RecordTable,
     RecordTableBuilder,
     RecordWindow,
@@ -180,8 +182,12 @@ def verify(
     mapper: Mapper = SERIAL,
     range_bytes: int = RANGE_BYTES,
     windows: Iterable[tuple[RecordTable, list[Problem]]] | None = None,
-) -> Iterator[Problem]:
+    batched: bool = False,
+) -> Iterator[Problem | MissingUnits]:
     """Every finding of `cq verify` on a store.
+
+    batched: a window's records without a unit come as one MissingUnits (columns; iterating it gives the
+    Problems), for a caller that folds a finding per message as arrays; by default one Problem at a time.
 
     `windows`: the CommitLog's record tables, as record_windows gives them,
     when a caller has them already (rebuild's self-check); by default the
@@ -199,12 +205,18 @@ def verify(
             store.commitlog, check_crc=check_crc, delays=delays, window_records=window_records, on_bytes=on_bytes, mapper=mapper, range_bytes=range_bytes
         )
     with reads_cached():  # each queue file read once: by the order pass, then by the windows its units point into
-        for p in _findings(store, scope, s, windows):
-            s.count(p)
+        for p in _findings(store, scope, s, windows, batched):
+            if isinstance(p, MissingUnits):
+                s.problems += len(p)
+                s.codes[CQ_MISSING_UNIT] = s.codes.get(CQ_MISSING_UNIT, 0) + len(p)
+            else:
+                s.count(p)
             yield p
 
 
-def _findings(store: Store, scope: VerifyScope, s: VerifySummary, windows: Iterable[tuple[RecordTable, list[Problem]]]) -> Iterator[Problem]:
+def _findings(
+    store: Store, scope: VerifyScope, s: VerifySummary, windows: Iterable[tuple[RecordTable, list[Problem]]], batched: bool
+) -> Iterator[Problem | MissingUnits]:
     """verify's findings in order; `s` gets the queue, unit and message counts."""
     queues = scope.queues(store)
     s.queues = len(queues)
@@ -221,7 +233,7 @@ def _findings(store: Store, scope: VerifyScope, s: VerifySummary, windows: Itera
 
     reader = RecordProps(store.commitlog)
     try:
-        yield from _window_pass(store, scope, kinds, states, windows, s, reader)
+        yield from _window_pass(store, scope, kinds, states, windows, s, reader, batched)
     finally:
         reader.close()
 
@@ -251,7 +263,7 @@ def _order_pass(queues: list[ConsumeQueue], states: list[_QueueState], s: Verify
         states.append(_QueueState(q, where, ranges, fillers))
 
 
-def _window_pass(store, scope, kinds, states, windows, s, reader) -> Iterator[Problem]:
+def _window_pass(store, scope, kinds, states, windows, s, reader, batched) -> Iterator[Problem | MissingUnits]:
     """Window by window of CommitLog records: its scan problems, the units pointing into it, its records without a unit."""
     lo = -(1 << 63)
     data_end = store.commitlog.min_offset
@@ -264,7 +276,7 @@ def _window_pass(store, scope, kinds, states, windows, s, reader) -> Iterator[Pr
         if last:
             hi = 1 << 63  # everything from here on is past the end of the data
         window = RecordWindow(records, CommitLogExtent.of(store.commitlog, data_end if last else 1 << 63), lo, hi)
-        yield from _window_findings(store, scope, kinds, states, window, reader)
+        yield from _window_findings(store, scope, kinds, states, window, reader, batched)
         if last:
             return
         lo = hi
@@ -279,7 +291,9 @@ def _window_pass(store, scope, kinds, states, windows, s, reader) -> Iterator[Pr
         yield from batchcqverify.check_batch_units_in_window(bq, u, window, reader)[0]
 
 
-def _window_findings(store, scope: VerifyScope, kinds: _Kinds, states: list[_QueueState], window: RecordWindow, reader) -> Iterator[Problem]:
+def _window_findings(
+    store, scope: VerifyScope, kinds: _Kinds, states: list[_QueueState], window: RecordWindow, reader, batched
+) -> Iterator[Problem | MissingUnits]:
     """The units of every kind of queue pointing into one window, then the window's records that no unit covers."""
     from rmqdump.checks import batchcqverify, cqextverify, lmqverify
     from rmqdump.readers.recordprops import is_lmq
@@ -307,7 +321,11 @@ def _window_findings(store, scope: VerifyScope, kinds: _Kinds, states: list[_Que
         covered[cov] = True
         yield from probs
     expected = functools.partial(expected_cq_path, store)
-    yield from missing_units(records, covered, select=scope.record_select(records), cq_file_of=expected)
+    missing = missing_units(records, covered, select=scope.record_select(records), cq_file_of=expected)
+    if batched and len(missing):
+        yield missing
+    else:
+        yield from missing
     if kinds.has_lmq:  # the records naming LMQ queues are searched for only when the store has LMQ queues
         yield from lmqverify.missing_lmq_units(store.commitlog, records, lmq_found, reader=reader, expected_path=expected, select=kinds.lmq_selected)
 

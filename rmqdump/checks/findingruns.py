@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from rmqdump.checks import cqunits
 from rmqdump.common import problems as P
 
@@ -91,6 +93,34 @@ class RunFolder:
             self.open[key] = Run(d["code"], topic, qid, idx, idx, phys, phys, file, d.get("detail") or "", note)
             return
         self.closed.append(Run(d["code"], topic, qid, idx, idx, phys, phys, file, d.get("detail") or "", note))
+
+    def add_missing(self, batch: cqunits.MissingUnits, fate: np.ndarray | None = None, notes: tuple[str | None, ...] = (None,)) -> None:
+        """A window's missing units at once (a store without ConsumeQueues has one per message): the runs add() makes
+        of them one by one, in order, with notes[fate[i]] as finding i's note. A Problem is made only where a run starts."""
+        n = len(batch)
+        self.findings += n
+        if not n:
+            return
+        note = np.zeros(n, dtype=np.int64) if fate is None else fate
+        order = np.lexsort((note, batch.queue_id, batch.topic_id))  # stable: each key's findings keep their order
+        t, q, f = batch.topic_id[order], batch.queue_id[order], note[order]
+        idx, phys = batch.queue_offset[order], batch.phys[order]
+        starts = np.ones(n, dtype=bool)
+        starts[1:] = (t[1:] != t[:-1]) | (q[1:] != q[:-1]) | (f[1:] != f[:-1]) | (idx[1:] != idx[:-1] + 1)
+        first = np.flatnonzero(starts)
+        for s, e in zip(first.tolist(), [*first[1:].tolist(), n], strict=True):
+            key = (cqunits.CQ_MISSING_UNIT, batch.topics[int(t[s])], int(q[s]), notes[int(f[s])])
+            r = self.open.get(key)
+            if r is not None and r.last_index is not None and int(idx[s]) == r.last_index + 1:
+                r.count += e - s
+            else:
+                if r is not None:
+                    self.closed.append(r)
+                d = batch.problem(int(order[s])).to_dict(cqunits.PROBLEM_COLUMNS)
+                r = self.open[key] = Run(
+                    d["code"], key[1], key[2], int(idx[s]), None, int(phys[s]), None, d.get("cq_file") or d.get("file"), d["detail"], key[3], e - s
+                )
+            r.last_index, r.last_phys = int(idx[e - 1]), int(phys[e - 1])
 
     def runs(self) -> list[Run]:
         """Every line: the damage first (CommitLog and layout findings), then bad units, then missing units; each by offset."""

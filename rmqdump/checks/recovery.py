@@ -10,9 +10,13 @@ recoverAbnormally (4.9.x to 5.3.x):
   again into the ConsumeQueues (existing units are skipped) and the index.
 * otherwise normal recovery from the third-last file (4.x to 5.3.1) or, from
   5.3.2 on, from the newest file starting at or below the ConsumeQueues' max
-  physical offset; the re-dispatch starts at the ConsumeQueues' max physical
-  offset. Which one is the store's `broker_version` (the operator's
-  --broker-version), else what the store shows (store_rules).
+  physical offset (offset + size of their last units). What it dispatches
+  again: 4.x, every record from that max on (the reput starts there); 5.0 to
+  5.3.1, nothing (the walk does not dispatch, the reput starts at the end);
+  5.3.2 on, the records the walk reads whose offset is greater than that max
+  (so not one starting exactly there). Which one is the store's
+  `broker_version` (the operator's --broker-version), else what the store
+  shows (store_rules).
 * either way the walk stops at the first record that fails the broker's own
   check (magic, body CRC with checkCRCOnRecover, totalSize against the fields)
   or at a zero tail; BLANK goes to the next file. That is the new end: the
@@ -41,6 +45,7 @@ from construct import Struct
 from rmqdump.common import problems as P
 from rmqdump.common.jsontext import fields_of
 from rmqdump.common.problems import Problem
+from rmqdump.readers.batchcq import BCQ_UNIT_SIZE, BatchConsumeQueue, BatchUnits, read_batch_units
 from rmqdump.readers.checkpoint import Checkpoint
 from rmqdump.readers.commitlog import Blank, SegmentFile
 from rmqdump.readers.consumequeue import ConsumeQueue, QueueUnits, read_units
@@ -58,6 +63,10 @@ from rmqdump.schemas.commitlog import MIN_RECORD_SIZE, PropertiesLength, TopicLe
 
 NORMAL_THIRD_LAST = "third_last"  # 4.x .. 5.3.1
 NORMAL_FROM_CQ = "from_cq"  # 5.3.2+
+# What a normal restart dispatches into the ConsumeQueues and index (records missing from them are written back):
+DISPATCH_FROM_CQ = "from_cq"  # 4.x: ReputMessageService starts at the queues' max offset (offset + size of their last unit)
+DISPATCH_NONE = "none"  # 5.0 .. 5.3.1: recoverNormally dispatches nothing and the reput starts at the CommitLog's end
+DISPATCH_AFTER_CQ = "after_cq"  # 5.3.2+: recoverNormally dispatches the records whose offset is greater than that max
 FROM_CQ_SINCE = (5, 3, 2)  # CommitLog.recoverNormally starts at the file holding the ConsumeQueues' max offset
 
 
@@ -68,6 +77,7 @@ class BrokerRules:
     name: str  # the releases they hold for
     allow_v2: bool  # reads MESSAGE_MAGIC_CODE_V2 records (5.x); a 4.x broker stops at the first one
     normal_start: str  # where a normal recovery starts: NORMAL_THIRD_LAST or NORMAL_FROM_CQ
+    normal_dispatch: str  # what a normal restart dispatches again: DISPATCH_FROM_CQ, DISPATCH_NONE or DISPATCH_AFTER_CQ
     why: str = ""  # how they were chosen: the operator's --broker-version, or what the store shows
 
 
@@ -83,10 +93,10 @@ def parse_broker_version(text: str) -> tuple[int, ...]:
 def broker_rules(version: tuple[int, ...] | None, why: str = "") -> BrokerRules:
     """The recovery rules of a broker release; None: the newest (5.3.2 on)."""
     if version is not None and version[0] < 5:
-        return BrokerRules("4.x", allow_v2=False, normal_start=NORMAL_THIRD_LAST, why=why)
+        return BrokerRules("4.x", allow_v2=False, normal_start=NORMAL_THIRD_LAST, normal_dispatch=DISPATCH_FROM_CQ, why=why)
     if version is not None and version < FROM_CQ_SINCE:
-        return BrokerRules("5.0 to 5.3.1", allow_v2=True, normal_start=NORMAL_THIRD_LAST, why=why)
-    return BrokerRules("5.3.2 on", allow_v2=True, normal_start=NORMAL_FROM_CQ, why=why)
+        return BrokerRules("5.0 to 5.3.1", allow_v2=True, normal_start=NORMAL_THIRD_LAST, normal_dispatch=DISPATCH_NONE, why=why)
+    return BrokerRules("5.3.2 on", allow_v2=True, normal_start=NORMAL_FROM_CQ, normal_dispatch=DISPATCH_AFTER_CQ, why=why)
 
 
 def store_rules(store: Store) -> BrokerRules:
@@ -209,6 +219,26 @@ def _queue_max_phys(q: ConsumeQueue, end: int | None = None) -> int:
     return best
 
 
+def _batch_queue_max_phys(q: BatchConsumeQueue) -> int:
+    """BatchConsumeQueue.recover: from the third-last file, units while valid; the last one's offset (its start: a
+    batch queue's getMaxPhysicOffset, unlike a ConsumeQueue's offset + size)."""
+    best = -1
+    for f in q.files[max(0, len(q.files) - 3) :]:
+        u = BatchUnits.from_array(f, read_batch_units(f))
+        bad = np.flatnonzero(~u.valid_mask())
+        k = int(bad[0]) if bad.size else len(u)
+        if k:
+            best = int(u.offset[k - 1])
+        if bad.size or k < (q.file_size or f.size) // BCQ_UNIT_SIZE:
+            break
+    return best
+
+
+def queues_max_phys(store: Store) -> int:
+    """The ConsumeQueues' max physical offset as DefaultMessageStore.recoverConsumeQueue returns it (every queue kind)."""
+    return max([_queue_max_phys(q) for q in store.queues.values()] + [_batch_queue_max_phys(q) for q in store.batch_queues.values()], default=-1)
+
+
 class _Walked:
     """Tells `on_bytes` of the CommitLog bytes the preview has gone past, each byte once, as its position moves forward."""
 
@@ -227,10 +257,32 @@ def first_stop(b) -> int | None:
     return min(bad) if bad else None
 
 
+def chain_step(b: scanner.Batch, allow_v2: bool = True) -> tuple[int, int, int, int, int, bool]:
+    """What CleanChain needs of one batch, small enough to come back from a range's task (a fold of another pass):
+    (records, first record's offset, records up to the first the walk stops at or the first break, the last of
+    those records' offset and end, whether the batch had events)."""
+    n = len(b)
+    if not n:
+        return 0, 0, 0, 0, 0, bool(b.events)
+    pos = b.cols["_pos"].astype(np.int64) + b.seg.base
+    end = b.cols["_end"].astype(np.int64) + b.seg.base
+    k = n
+    stop = first_stop(b)
+    if stop is not None:
+        k = min(k, stop)
+    v2 = np.flatnonzero(b.cols["magic"][:k] == C.MAGIC_V2) if not allow_v2 else []
+    if len(v2):
+        k = int(v2[0])
+    gaps = np.flatnonzero(pos[1:k] != end[: k - 1]) if k > 1 else []
+    if len(gaps):
+        k = int(gaps[0]) + 1
+    return n, int(pos[0]), k, int(pos[k - 1]) if k else 0, int(end[k - 1]) if k else 0, bool(b.events)
+
+
 class CleanChain:
     """The run of back-to-back records a range starts with, up to the first the recovery walk would stop at
     (a CRC; a V2 record for a broker without allow_v2), an event (damage, a marker) or a break: (first record,
-    last record, records before the last)."""
+    last record, records before the last). Fed batch by batch (add) or with their chain_step (step)."""
 
     def __init__(self, allow_v2: bool = True):
         self.first = self.last = self.end = None
@@ -239,27 +291,19 @@ class CleanChain:
         self.allow_v2 = allow_v2
 
     def add(self, b: scanner.Batch) -> None:
-        n = len(b)
+        self.step(chain_step(b, self.allow_v2))
+
+    def step(self, s: tuple[int, int, int, int, int, bool]) -> None:
+        n, pos0, k, last, end, events = s
         if self.open and n:
-            pos = b.cols["_pos"].astype(np.int64) + b.seg.base
-            end = b.cols["_end"].astype(np.int64) + b.seg.base
             if self.first is None:
-                self.first = self.end = int(pos[0])
-            k = n if int(pos[0]) == self.end else 0
-            stop = first_stop(b)
-            if stop is not None:
-                k = min(k, stop)
-            v2 = np.flatnonzero(b.cols["magic"][:k] == C.MAGIC_V2) if not self.allow_v2 else []
-            if len(v2):
-                k = int(v2[0])
-            gaps = np.flatnonzero(pos[1:k] != end[: k - 1]) if k > 1 else []
-            if len(gaps):
-                k = int(gaps[0]) + 1
+                self.first = self.end = pos0
+            k = k if pos0 == self.end else 0
             if k:
                 self.count += k
-                self.last, self.end = int(pos[k - 1]), int(end[k - 1])
+                self.last, self.end = last, end
             self.open = k == n
-        if b.events:
+        if events:
             self.open = False
 
     def entry(self) -> tuple[int, tuple[int, int]] | None:
@@ -539,6 +583,21 @@ def _start_index(files: list[SegmentFile], abnormal: bool, min_ts: int | None, c
     return max(0, len(files) - 3)
 
 
+def _record_after(cl, offset: int, valid_end: int) -> int:
+    """The first record offset greater than `offset` (the end of the one that starts there; `offset` itself when none
+    does), at most valid_end: where 5.3.2+'s normal walk starts dispatching (its test is offset > the queues' max)."""
+    seg = cl.file_for(offset) if offset < valid_end else None
+    if seg is None:
+        return min(offset, valid_end)
+    with open_binary(seg.path) as f:
+        f.seek(offset - seg.base)
+        head = f.read(_PREFIX.size)
+    if len(head) < _PREFIX.size:
+        return offset
+    total, magic = _PREFIX.unpack_from(head, 0)
+    return min(offset + total, valid_end) if magic in (C.MAGIC_V1, C.MAGIC_V2) and total > 0 else offset
+
+
 def _chains_ahead(cl, origin: int, check_crc: bool, allow_v2: bool, mapper: Mapper, progress: _Walked, range_bytes: int) -> Chains:
     """The clean chains of every range from `origin` on, read by `mapper`; progress moves over each range read."""
     found: dict[int, tuple[int, int]] = {}
@@ -561,7 +620,7 @@ def preview_bytes(store: Store) -> int:
     rules = store_rules(store)
     abnormal = store.abort
     ckpt = store.checkpoint()
-    cq_max = max((_queue_max_phys(q) for q in store.queues.values()), default=-1) if rules.normal_start == NORMAL_FROM_CQ and not abnormal else -1
+    cq_max = queues_max_phys(store) if rules.normal_start == NORMAL_FROM_CQ and not abnormal else -1
     start = _start_index(files, abnormal, None if ckpt is None else ckpt.min_timestamp, cq_max, allow_v2=rules.allow_v2, normal_start=rules.normal_start)
     return files[-1].base + files[-1].size - files[start].base
 
@@ -576,6 +635,7 @@ def preview(
     dropped_listed: int | None = None,
     count_after: bool = True,
     chains: Chains | None = None,
+    chains_allow_v2: bool = True,
     mapper: Mapper = SERIAL,
     range_bytes: int = RANGE_BYTES,
 ) -> RecoveryPreview:
@@ -586,12 +646,14 @@ def preview(
     CRC past the new end). count_after=False: no walk past the new end at all (truncated_bytes, truncated_messages
     and dropped are left 0 and empty), for a caller that reads every record there itself. chains: see _walk; with
     none given and a mapper of several workers, the ranges past the start are read side by side first (chain_of)
-    and the walk steps over their clean chains: the same answer, the CommitLog read on every core.
+    and the walk steps over their clean chains: the same answer, the CommitLog read on every core. chains_allow_v2:
+    the allow_v2 the caller's chains were found with (CleanChain); chains that run past V2 records are not used by a
+    walk that stops at them.
     allow_v2, normal_start: by default those of the store's broker_version (broker_rules).
     """
     rules = store_rules(store)
     if allow_v2 is not None or normal_start is not None:
-        rules = BrokerRules("as asked", rules.allow_v2 if allow_v2 is None else allow_v2, normal_start or rules.normal_start, "as the caller asked")
+        rules = BrokerRules("as asked", rules.allow_v2 if allow_v2 is None else allow_v2, normal_start or rules.normal_start, rules.normal_dispatch, "as the caller asked")
     allow_v2, normal_start = rules.allow_v2, rules.normal_start
     cl = store.commitlog
     files = cl.files
@@ -599,15 +661,15 @@ def preview(
     ckpt: Checkpoint | None = store.checkpoint()
     load_errors = [p.line() for p in cl.problems if p.code == P.CL_FILE_SIZE]
     queues = list(store.queues.values())
-    cq_max = max((_queue_max_phys(q) for q in queues), default=-1)
+    cq_max = queues_max_phys(store)
     min_ts = None if ckpt is None else ckpt.min_timestamp
     if not files:
         return RecoveryPreview(abnormal, 0, 0, 0, 0, [], 0, [], None, "no CommitLog files", 0, [], 0, min_ts, cq_max, load_errors, rules.name, rules.why)
 
     start = _start_index(files, abnormal, min_ts, cq_max, allow_v2=allow_v2, normal_start=normal_start)
     progress = _Walked(on_bytes, files[start].base)
-    if not allow_v2:
-        chains = None  # a caller's chains know nothing of V2 records, where this walk stops
+    if not allow_v2 and chains_allow_v2:
+        chains = None  # chains found allowing V2 records run past them; this walk stops at the first
     if chains is None and mapper.workers > 1:
         chains = _chains_ahead(cl, files[start].base, check_crc, allow_v2, mapper, progress, range_bytes)
     valid_end, stop, walked = _walk(files, start, check_crc=check_crc, allow_v2=allow_v2, walked=progress, chains=chains)
@@ -616,6 +678,11 @@ def preview(
 
     if abnormal:
         redispatch = files[start].base
+    elif rules.normal_dispatch == DISPATCH_NONE:
+        redispatch = valid_end
+    elif rules.normal_dispatch == DISPATCH_AFTER_CQ:
+        first = files[start].base  # the walk dispatches only what it reads
+        redispatch = first if cq_max < first else _record_after(cl, cq_max, valid_end)
     else:
         cq_after = max((_queue_max_phys(q, valid_end) for q in queues), default=-1) if cq_max >= valid_end else cq_max
         redispatch = max(cl.min_offset, cq_after, 0)

@@ -144,11 +144,20 @@ class Plan:
 
 
 def plan(
-    store: Store, *, check_crc: bool = True, topics=None, since=None, until=None, on_bytes: Callable[[int], None] | None = None, chains: Chains | None = None
+    store: Store,
+    *,
+    check_crc: bool = True,
+    topics=None,
+    since=None,
+    until=None,
+    on_bytes: Callable[[int], None] | None = None,
+    chains: Chains | None = None,
+    chains_allow_v2: bool = True,
 ) -> Plan:
-    """chains: the survey's clean record chains as it finds them (run side by side, the walk steps over what it read)."""
+    """chains: the survey's clean record chains as it finds them (run side by side, the walk steps over what it read),
+    found with chains_allow_v2 (survey_range's allow_v2)."""
     # the survey reads every record past the new end: the preview does not walk there (export.salvage counts them)
-    p = preview(store, check_crc=check_crc, on_bytes=on_bytes, count_after=False, chains=chains)
+    p = preview(store, check_crc=check_crc, on_bytes=on_bytes, count_after=False, chains=chains, chains_allow_v2=chains_allow_v2)
     return Plan(p, p.redispatch_from, p.valid_end, frozenset(topics) if topics else None, since, until)
 
 
@@ -172,13 +181,14 @@ SURVEY_DTYPES = {  # what classification needs of every record (~43 bytes; no bo
 }
 
 
-def survey_range(split: Split) -> tuple[dict[str, np.ndarray], list[str], list[Problem], int, tuple | None, list[Restored]]:
-    """One byte range's compact columns (topic ids into the range's own topic list), its damage, its bytes, its chain,
-    and the records of its damaged stretches whose header alone is wrong, restored (with CRCs checked only)."""
+def survey_range(split: Split, allow_v2: bool = True) -> tuple[dict[str, np.ndarray], list[str], list[Problem], int, tuple | None, list[Restored]]:
+    """One byte range's compact columns (topic ids into the range's own topic list), its damage, its bytes, its chain
+    (with the recovery walk's checks of a broker that reads V2 records or not), and the records of its damaged
+    stretches whose header alone is wrong, restored (with CRCs checked only)."""
     cols: dict[str, list[np.ndarray]] = {k: [] for k in SURVEY_DTYPES}
     names: dict[str, int] = {}
     damage: list[Problem] = []
-    chain = CleanChain()
+    chain = CleanChain(allow_v2)
     for b in range_batches(split, keys=False, batch_records=BATCH_RECORDS):
         chain.add(b)
         n = len(b)

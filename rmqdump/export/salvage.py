@@ -14,6 +14,7 @@ sha256 of each file. Written beside OUT and renamed into place
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -26,6 +27,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from rmqdump.checks import salvage as S
+from rmqdump.checks.recovery import store_rules
 from rmqdump.common.background import Background
 from rmqdump.common.columnspill import ColumnSpill
 from rmqdump.common.problems import Problem
@@ -241,15 +243,15 @@ class _Window:
     rows: tuple[int, int]
 
 
-def _survey(store: Store, spill: ColumnSpill, res: SalvageResult, check_crc: bool, range_bytes: int, on_bytes, mapper: Mapper):
+def _survey(store: Store, spill: ColumnSpill, res: SalvageResult, check_crc: bool, range_bytes: int, on_bytes, mapper: Mapper, allow_v2: bool):
     """Every range's survey columns appended to `spill` in CommitLog order (topic indices into one list); (windows,
-    topics, chains, the records restored from damaged stretches, in physical order)."""
+    topics, chains (found with allow_v2), the records restored from damaged stretches, in physical order)."""
     splits = commitlog_splits(store.commitlog, range_bytes, check_crc=check_crc)
     names: dict[str, int] = {}
     chains: dict = {}
     windows: list[_Window] = []
     restored: dict[int, Restored] = {}
-    for sp, (arrays, topics, damage, _nbytes, chain, found) in map_ranges(splits, S.survey_range, mapper, progress=on_bytes):
+    for sp, (arrays, topics, damage, _nbytes, chain, found) in map_ranges(splits, functools.partial(S.survey_range, allow_v2=allow_v2), mapper, progress=on_bytes):
         restored.update((r.phys, r) for r in found)
         if chain is not None:
             chains[chain[0]] = chain[1]
@@ -414,13 +416,14 @@ def salvage(
         try:
             # the survey first (the mapper's threads), then the recovery preview, whose walk steps over the stretches the
             # survey read without finding anything it stops at: every byte is scanned once
-            windows, topic_names, chains, restored = _survey(store, cols, res, check_crc, range_bytes, on_bytes, mapper)
+            allow_v2 = store_rules(store).allow_v2  # the chains are found with the checks of the walk they stand in for
+            windows, topic_names, chains, restored = _survey(store, cols, res, check_crc, range_bytes, on_bytes, mapper, allow_v2)
             if restored:  # the ConsumeQueue unit at its queue offset, where one exists, must name it
                 unit_at = store_units(store)
                 restored = [r for r in restored if unit_agrees(r, unit_at)]
             at = np.searchsorted(np.array([w.start for w in windows], dtype=np.int64), [r.phys for r in restored], side="right") - 1
             cols.finish()
-            p = S.plan(store, check_crc=check_crc, topics=topics, since=since, until=until, on_bytes=on_bytes, chains=lambda: chains)
+            p = S.plan(store, check_crc=check_crc, topics=topics, since=since, until=until, on_bytes=on_bytes, chains=lambda: chains, chains_allow_v2=allow_v2)
             res.recovery = _recovery(p)
             res.records_scanned = cols.rows
             units = _UnitsByWindow(cols.dir, [w.start for w in windows])

@@ -4,24 +4,25 @@ Every finding comes from an existing analysis: query.storeinfo (the `info` summa
 checks.cqverify (every `cq verify` finding, the CommitLog scan's problems included), checks.offsets (committed
 consumer offsets and lag) and readers.indexfile (index fill, slots, chains). The one thing added here is a pass
 over the CommitLog's records that bins them by store time per topic and by born-to-store latency, done inside cq
-verify's walk (a fold over each range's batches, rmqdump.scan.ranges.ScanOptions.fold), so the CommitLog is walked
-whole once.
+verify's walk (a fold over each range's batches, rmqdump.scan.ranges.ScanOptions.fold); the same fold finds each
+range's clean chain, which the recovery preview then steps over, so the CommitLog is walked whole once.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import functools
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from enum import Enum
 
 import numpy as np
 
 from rmqdump.checks import cqunits
-from rmqdump.checks.cqunits import PROBLEM_COLUMNS
+from rmqdump.checks.cqunits import PROBLEM_COLUMNS, MissingUnits
 from rmqdump.checks.cqverify import VerifySummary, record_windows, verify
 from rmqdump.checks.findingruns import Run, RunFolder, causes
 from rmqdump.checks.offsets import OffsetsReport, consumer_offsets
-from rmqdump.checks.recovery import DroppedRecord, RecoveryPreview
+from rmqdump.checks.recovery import CleanChain, DroppedRecord, RecoveryPreview, chain_step, preview, store_rules
 from rmqdump.common import problems as P
 from rmqdump.common.problems import InputError, Problem
 from rmqdump.query.storeinfo import StoreInfo, store_info, walk_bytes
@@ -30,6 +31,7 @@ from rmqdump.readers.store import Store
 from rmqdump.report import svg
 from rmqdump.report.lifecyclesection import Lifecycle, collect_lifecycle
 from rmqdump.scan.ranges import SERIAL, Mapper
+from rmqdump.scan.splits import RANGE_BYTES
 
 RATE_MAX_BINS = 200  # time bins of the rate plot; the bin width grows to keep within this
 # Bin widths (ms), each a multiple of the one before, so counts re-bin exactly when the span grows.
@@ -40,6 +42,7 @@ CHAIN_MAX = 64  # chain lengths at or above this share the last histogram bar
 MAX_DROPPED = 50  # records a restart would drop, listed on the page (the preview describes up to 10,000)
 REDISPATCHED = "a restart dispatches these again: no loss"
 TRUNCATED = "past where a restart truncates: lost with their records unless repaired"
+HELD_MISSING = 1 << 20  # missing units held in memory (as columns: 32 MB) while they wait for the preview; the rest in a temporary file
 MAX_CQ_HOLE_LOOKUPS = 10_000  # holes placed on the offset axis (by the unit before them); the rest are counted only
 
 
@@ -199,15 +202,30 @@ class Traffic:
         return -1 if i == 0 else 0 if i == 1 else (1 << (i - 1))
 
 
-def traffic_columns(b, d) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray]:
-    """What the traffic bins take of a batch (ScanOptions.fold, run in the range's task): topics, topic ids, store and born times."""
-    return d.topics, d.topic_id.astype(np.int64), d.store_timestamp.astype(np.int64), b.cols["born_timestamp"].astype(np.int64)
+def report_fold(b, d, allow_v2: bool = True) -> tuple:
+    """What the report takes of a batch in cq verify's walk (ScanOptions.fold, run in the range's task): the traffic
+    bins' columns (topics, topic ids, store and born times) and the recovery walk's chain step (recovery.chain_step,
+    with the checks of the store's broker: allow_v2)."""
+    cols = (d.topics, d.topic_id.astype(np.int64), d.store_timestamp.astype(np.int64), b.cols["born_timestamp"].astype(np.int64))
+    return cols, chain_step(b, allow_v2)
 
 
-def add_traffic(t: Traffic, scan) -> None:
-    """A range's folded traffic_columns into the bins (on_scan of cq verify's walk)."""
-    for topics, topic_id, store_ts, born_ts in scan.folded:
-        t.add(topic_id, topics, store_ts, born_ts)
+class _WalkFolds:
+    """A range's folded report_fold values, in offset order (on_scan of cq verify's walk): into the traffic bins, and
+    the range's clean chain into `chains`, which the recovery preview then steps over instead of reading again."""
+
+    def __init__(self, traffic: Traffic):
+        self.traffic = traffic
+        self.chains: dict[int, tuple[int, int]] = {}
+
+    def __call__(self, scan) -> None:
+        chain = CleanChain()
+        for (topics, topic_id, store_ts, born_ts), step in scan.folded:
+            self.traffic.add(topic_id, topics, store_ts, born_ts)
+            chain.step(step)
+        e = chain.entry()
+        if e is not None:
+            self.chains[e[0]] = e[1]
 
 
 @dataclass
@@ -238,6 +256,11 @@ class DamageMap:
             self.unplaced[key] = self.unplaced.get(key, 0) + 1
         else:
             self.counts[key][self._bin(offset)] += 1
+
+    def points(self, key: str, offsets: np.ndarray) -> None:
+        """point() of each offset, at once."""
+        b = np.clip(((offsets - self.lo) / self.width).astype(np.int64), 0, self.bins - 1)
+        self.counts[key] += np.bincount(b, minlength=self.bins)
 
     def span(self, key: str, start: int, end: int) -> None:
         """Bytes [start, end) as the covered fraction of each bin."""
@@ -368,6 +391,16 @@ def _fate(r: RecoveryPreview | None, p: Problem) -> str | None:
     return TRUNCATED if p.phys_offset >= r.valid_end else None
 
 
+FATES = (None, REDISPATCHED, TRUNCATED)
+
+
+def _fates(r: RecoveryPreview | None, phys: np.ndarray) -> np.ndarray | None:
+    """_fate of missing units at these offsets, as indices into FATES."""
+    if r is None:
+        return None
+    return np.where((phys >= r.redispatch_from) & (phys < r.valid_end), 1, np.where(phys >= r.valid_end, 2, 0))
+
+
 def _hole_offset(store: Store, p: Problem) -> int | None:
     """A hole has no CommitLog offset of its own: place it at the unit before it (or after it), if that one is valid."""
     q = store.queue(p.extra.get("topic"), p.extra.get("queue_id"))
@@ -379,6 +412,44 @@ def _hole_offset(store: Store, p: Problem) -> int | None:
         if u is not None and u[0] >= 0 and u[1] > 0:
             return int(u[0])
     return None
+
+
+class _Waiting:
+    """Findings whose fate needs the recovery preview, which reads the CommitLog after cq verify's walk (stepping over
+    its clean chains): missing units as columns (in a temporary file past HELD_MISSING, so memory stays bounded on a
+    store with a finding per message), LMQ missing units, and bad records' offsets (torn, or not, as the preview says)."""
+
+    def __init__(self, temp_dir: str | None):
+        self.batches: list = []  # MissingUnits, or (topics, cq_file_of) of one whose columns are in the file
+        self.held = 0
+        self.temp_dir = temp_dir
+        self.file = None
+        self.problems: list[Problem] = []
+        self.bad: list[int] = []
+
+    def add(self, m: MissingUnits) -> None:
+        if self.held + len(m) <= HELD_MISSING:
+            self.held += len(m)
+            self.batches.append(m)
+            return
+        if self.file is None:
+            import tempfile
+
+            self.file = tempfile.TemporaryFile(dir=self.temp_dir)  # noqa: SIM115 (closed when missing() has read it back)
+        for a in (m.topic_id, m.queue_id, m.queue_offset, m.phys):
+            np.save(self.file, a, allow_pickle=False)
+        self.batches.append((m.topics, m.cq_file_of))
+
+    def missing(self) -> Iterator[MissingUnits]:
+        """The missing units in the order they were found; the temporary file is gone afterwards."""
+        if self.file is not None:
+            self.file.seek(0)
+        try:
+            for b in self.batches:
+                yield b if isinstance(b, MissingUnits) else MissingUnits(b[0], *(np.load(self.file) for _ in range(4)), b[1])
+        finally:
+            if self.file is not None:
+                self.file.close()
 
 
 class _Share:
@@ -412,14 +483,19 @@ def collect(
     mapper: Mapper = SERIAL,
     on_bytes: Callable[[int], None] | None = None,
     on_problem: Callable[[Problem], None] | None = None,
+    temp_dir: str | None = None,
+    range_bytes: int = RANGE_BYTES,
 ) -> Report:
     """Everything the page shows. on_bytes(n): CommitLog bytes walked, collect_bytes() in all; on_problem(p): every
     finding, in cq verify's order, as it is found (the page shows the first `limit` lines of runs and counts the rest).
 
-    The CommitLog is walked by the info summary (the newest file with data, to find the data end; the recovery
-    preview from where the broker would start) and once whole by cq verify, whose ranges also fill the traffic bins.
+    The CommitLog is walked whole once, by cq verify, whose ranges also fill the traffic bins and find the clean
+    chains the recovery preview then steps over (so it reads only around them); the info summary reads the newest file
+    with data, to find the data end. A DLedger CommitLog's preview walks its entries itself. temp_dir: where missing
+    units wait for their fate past HELD_MISSING (default: the system's). range_bytes: the walk's ranges (tests cut records anywhere).
     """
-    info = store_info(store, with_recovery=True, check_crc=check_crc, on_bytes=on_bytes, mapper=mapper)
+    fused = store.dledger is None
+    info = store_info(store, with_recovery=not fused, check_crc=check_crc, on_bytes=on_bytes, mapper=mapper)
     cl = info.commitlog
     damage = DamageMap(cl.min_offset, max(cl.files_end, cl.data_end))
     summary = VerifySummary()
@@ -428,16 +504,29 @@ def collect(
     cl_bytes = sum(f.size for f in store.commitlog.files)
     told = _Share(on_bytes, cl_bytes)
     traffic = Traffic()
-    windows = record_windows(
-        store.commitlog, check_crc=check_crc, on_bytes=told, mapper=mapper, fold=traffic_columns, on_scan=lambda r: add_traffic(traffic, r)
-    )
-    torn = {d.phys_offset for d in info.recovery.dropped if d.state == "torn"} if info.recovery is not None else set()
-    for p in verify(store, check_crc=check_crc, summary=summary, mapper=mapper, windows=windows):
+    folds = _WalkFolds(traffic)
+    allow_v2 = store_rules(store).allow_v2
+    fold = functools.partial(report_fold, allow_v2=allow_v2)
+    windows = record_windows(store.commitlog, check_crc=check_crc, on_bytes=told, mapper=mapper, fold=fold, on_scan=folds, range_bytes=range_bytes)
+    waiting = _Waiting(temp_dir)
+    for p in verify(store, check_crc=check_crc, summary=summary, mapper=mapper, windows=windows, batched=True):
+        if isinstance(p, MissingUnits):
+            for one in p if on_problem is not None else ():
+                on_problem(one)
+            waiting.add(p)
+            damage.points(CQ_MISSING, p.phys)
+            continue
         if on_problem is not None:
             on_problem(p)
-        folder.add(p.to_dict(PROBLEM_COLUMNS), _fate(info.recovery, p))
-        row = TORN if p.phys_offset in torn and damage_row(p) == BAD_RECORD else damage_row(p)  # as the preview names it
+        if p.code == cqunits.CQ_MISSING_UNIT and p.phys_offset is not None:
+            waiting.problems.append(p)  # an LMQ's
+        else:
+            folder.add(p.to_dict(PROBLEM_COLUMNS))
+        row = damage_row(p)
         if row is None:
+            continue
+        if row == BAD_RECORD and p.phys_offset is not None:
+            waiting.bad.append(p.phys_offset)  # TORN if the preview says so
             continue
         if row == ZERO:
             start = p.phys_offset
@@ -453,14 +542,24 @@ def collect(
             damage.point(row, at)
         else:
             damage.point(row, p.phys_offset)
+    told.finish()
+    if fused:
+        chains = folds.chains
+        info.recovery = preview(store, check_crc=check_crc, on_bytes=on_bytes, mapper=mapper.on_driver, chains=lambda: chains, chains_allow_v2=allow_v2)
     r = info.recovery
+    torn = {d.phys_offset for d in r.dropped if d.state == "torn"} if r is not None else set()
+    for at in waiting.bad:
+        damage.point(TORN if at in torn else BAD_RECORD, at)  # as the preview names it
+    for m in waiting.missing():
+        folder.add_missing(m, _fates(r, m.phys), FATES)
+    for p in waiting.problems:
+        folder.add(p.to_dict(PROBLEM_COLUMNS), _fate(r, p))
     dropped: list[DroppedRecord] = []
     if r is not None:
         damage.span(DROPPED, r.valid_end, r.valid_end + r.truncated_bytes)
         dropped = r.dropped[:MAX_DROPPED]  # the preview describes them (up to its own cap); the page lists the first few
     if cl.data_is_records:  # else no record decodes there: not a zero tail
         damage.span(UNWRITTEN, cl.data_end, cl.files_end)
-    told.finish()
     try:
         offsets, note = consumer_offsets(store), None
     except InputError as e:

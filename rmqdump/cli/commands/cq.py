@@ -40,7 +40,7 @@ def verify_cmd(
 
     Example:  rmqdump cq verify -s store --format jsonl
     """
-    from rmqdump.checks.cqunits import PROBLEM_COLUMNS
+    from rmqdump.checks.cqunits import PROBLEM_COLUMNS, MissingUnits
     from rmqdump.checks.cqverify import WINDOW_RECORDS, VerifySummary, verify
     from rmqdump.checks.findingruns import RunFolder, causes
     from rmqdump.readers.store import Store
@@ -57,6 +57,12 @@ def verify_cmd(
     folder = RunFolder()
 
     def emit(p) -> None:
+        if isinstance(p, MissingUnits):  # a window's records without a unit, as columns (verify's batched)
+            if fmt is not ListFormat.jsonl:
+                return folder.add_missing(p)
+            for one in p:
+                emit(one)
+            return None
         d = p.to_dict(PROBLEM_COLUMNS)
         if fmt is ListFormat.jsonl:
             render.jsonl(d)
@@ -77,7 +83,16 @@ def verify_cmd(
 
             mapper = local_map(workers, total)
             found = verify(
-                st, topic=topic, queue_id=queue, check_crc=not no_crc, delays=delays, summary=summary, on_bytes=advance, window_records=window, mapper=mapper
+                st,
+                topic=topic,
+                queue_id=queue,
+                check_crc=not no_crc,
+                delays=delays,
+                summary=summary,
+                on_bytes=advance,
+                window_records=window,
+                mapper=mapper,
+                batched=True,
             )
         for p in found:
             emit(p)

@@ -77,7 +77,7 @@ def report(
             on_problem = lambda p: render.jsonl(p.to_dict(PROBLEM_COLUMNS), sink)  # noqa: E731
         cl_bytes = sum(f.size for f in st.commitlog.files)
         with O.range_mapper(engine, workers, cl_bytes, master, spark_conf, ship) as mapper, render.progress(collect_bytes(st), "report") as advance:
-            rep = collect(st, check_crc=not no_crc, limit=limit, mapper=mapper, on_bytes=advance, on_problem=on_problem)
+            rep = collect(st, check_crc=not no_crc, limit=limit, mapper=mapper, on_bytes=advance, on_problem=on_problem, temp_dir=str(out.absolute().parent))
         div = None
         if diff is not None:
             from rmqdump.checks.diffspill import system_arrow_pool

@@ -77,6 +77,34 @@ def test_clean_stores_recover_normally_from_the_third_last_file_before_5_3_2(nam
     assert r.records_walked == sum(1 for x in m if x["wroteOffset"] >= r.scan_from)
 
 
+@pytest.mark.parametrize(("version", "from_cq"), [((4, 9, 7), True), ((5, 0, 0), False), ((5, 3, 1), False), ((5, 3, 3), True)])
+def test_what_a_normal_restart_dispatches_again_is_the_releases(version, from_cq, tmp_path):
+    """rmq5-basic (a clean shutdown) without the ConsumeQueues of its last message's queue and one other, a model of
+    each release's code: 4.x's
+    reput starts at the ConsumeQueues' max offset (offset + size of their last units) and dispatches every record from
+    there; 5.0 to 5.3.1 dispatch nothing (recoverNormally's doDispatch is false and the reput starts at the CommitLog's
+    end); 5.3.2 on dispatch in the walk the records whose offset is greater than that max, so not the one starting at
+    it (its end: the model reads the manifest). The 5.3.3 case is the broker's own code in test_report and test_salvage."""
+    root = copy_store("rmq5-basic", tmp_path)
+    last = max(manifest("rmq5-basic"), key=lambda x: x["wroteOffset"])["queueId"]
+    gone = {last, (last + 2) % 4}
+    for qdir in (root / "consumequeue").glob("*/*"):
+        if int(qdir.name) in gone:
+            shutil.rmtree(qdir)
+    kept = [x for x in manifest("rmq5-basic") if x["queueId"] not in gone]
+    cq_max = max(x["wroteOffset"] + x["wroteBytes"] for x in kept)
+    end = max(x["wroteOffset"] + x["wroteBytes"] for x in manifest("rmq5-basic"))
+    at = [x for x in manifest("rmq5-basic") if x["wroteOffset"] == cq_max]
+    r = preview(Store.open(root, version))
+    assert (r.valid_end, r.cq_max_phys_offset) == (end, cq_max) and cq_max < end and at
+    if version < (5,):
+        assert r.redispatch_from == cq_max
+    elif not from_cq:
+        assert r.redispatch_from == end
+    else:
+        assert r.redispatch_from == cq_max + at[0]["wroteBytes"]
+
+
 def test_recovered_store_recovers_normally_with_nothing_to_do():
     r = preview(Store.open(REAL / "rmq4-crash" / "recovered"))
     assert not r.abnormal and r.valid_end == RECOVERED["afterStartAndDispatch"]["maxPhyOffset"] and r.redispatch_from == r.valid_end

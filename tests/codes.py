@@ -55,7 +55,7 @@ def readme_codes() -> set[str]:
 
 def declared_codes() -> set[str]:
     """Codes the code declares (the Spark engine's too): `NAME = "code"` constants and the literal first argument of
-    Problem(...) / InputError(...). Recovery's normal-start modes are not codes."""
+    Problem(...) / InputError(...). Recovery's normal-recovery modes (NORMAL_...) are not codes."""
     out: set[str] = set()
     for path in (ROOT / "rmqdump").rglob("*.py"):
         text = path.read_text(encoding="utf-8")

@@ -64,9 +64,9 @@ from rmqdump.schemas.commitlog import MIN_RECORD_SIZE, PropertiesLength, TopicLe
 NORMAL_THIRD_LAST = "third_last"  # 4.x .. 5.3.1
 NORMAL_FROM_CQ = "from_cq"  # 5.3.2+
 # What a normal restart dispatches into the ConsumeQueues and index (records missing from them are written back):
-DISPATCH_FROM_CQ = "from_cq"  # 4.x: ReputMessageService starts at the queues' max offset (offset + size of their last unit)
-DISPATCH_NONE = "none"  # 5.0 .. 5.3.1: recoverNormally dispatches nothing and the reput starts at the CommitLog's end
-DISPATCH_AFTER_CQ = "after_cq"  # 5.3.2+: recoverNormally dispatches the records whose offset is greater than that max
+NORMAL_DISPATCH_FROM_CQ = "from_cq"  # 4.x: ReputMessageService starts at the queues' max offset (offset + size of their last unit)
+NORMAL_DISPATCH_NONE = "none"  # 5.0 .. 5.3.1: recoverNormally dispatches nothing and the reput starts at the CommitLog's end
+NORMAL_DISPATCH_AFTER_CQ = "after_cq"  # 5.3.2+: recoverNormally dispatches the records whose offset is greater than that max
 FROM_CQ_SINCE = (5, 3, 2)  # CommitLog.recoverNormally starts at the file holding the ConsumeQueues' max offset
 
 
@@ -77,7 +77,7 @@ class BrokerRules:
     name: str  # the releases they hold for
     allow_v2: bool  # reads MESSAGE_MAGIC_CODE_V2 records (5.x); a 4.x broker stops at the first one
     normal_start: str  # where a normal recovery starts: NORMAL_THIRD_LAST or NORMAL_FROM_CQ
-    normal_dispatch: str  # what a normal restart dispatches again: DISPATCH_FROM_CQ, DISPATCH_NONE or DISPATCH_AFTER_CQ
+    normal_dispatch: str  # what a normal restart dispatches again: NORMAL_DISPATCH_FROM_CQ, NORMAL_DISPATCH_NONE or NORMAL_DISPATCH_AFTER_CQ
     why: str = ""  # how they were chosen: the operator's --broker-version, or what the store shows
 
 
@@ -93,10 +93,10 @@ def parse_broker_version(text: str) -> tuple[int, ...]:
 def broker_rules(version: tuple[int, ...] | None, why: str = "") -> BrokerRules:
     """The recovery rules of a broker release; None: the newest (5.3.2 on)."""
     if version is not None and version[0] < 5:
-        return BrokerRules("4.x", allow_v2=False, normal_start=NORMAL_THIRD_LAST, normal_dispatch=DISPATCH_FROM_CQ, why=why)
+        return BrokerRules("4.x", allow_v2=False, normal_start=NORMAL_THIRD_LAST, normal_dispatch=NORMAL_DISPATCH_FROM_CQ, why=why)
     if version is not None and version < FROM_CQ_SINCE:
-        return BrokerRules("5.0 to 5.3.1", allow_v2=True, normal_start=NORMAL_THIRD_LAST, normal_dispatch=DISPATCH_NONE, why=why)
-    return BrokerRules("5.3.2 on", allow_v2=True, normal_start=NORMAL_FROM_CQ, normal_dispatch=DISPATCH_AFTER_CQ, why=why)
+        return BrokerRules("5.0 to 5.3.1", allow_v2=True, normal_start=NORMAL_THIRD_LAST, normal_dispatch=NORMAL_DISPATCH_NONE, why=why)
+    return BrokerRules("5.3.2 on", allow_v2=True, normal_start=NORMAL_FROM_CQ, normal_dispatch=NORMAL_DISPATCH_AFTER_CQ, why=why)
 
 
 def store_rules(store: Store) -> BrokerRules:
@@ -678,9 +678,9 @@ def preview(
 
     if abnormal:
         redispatch = files[start].base
-    elif rules.normal_dispatch == DISPATCH_NONE:
+    elif rules.normal_dispatch == NORMAL_DISPATCH_NONE:
         redispatch = valid_end
-    elif rules.normal_dispatch == DISPATCH_AFTER_CQ:
+    elif rules.normal_dispatch == NORMAL_DISPATCH_AFTER_CQ:
         first = files[start].base  # the walk dispatches only what it reads
         redispatch = first if cq_max < first else _record_after(cl, cq_max, valid_end)
     else:

@@ -143,3 +143,28 @@ def test_permission_denied(scratch, what, commands):
         _one_line(r.returncode, r.stdout, r.stderr, victim)
         assert r.stderr.strip().endswith(": Permission denied"), (name, r.stderr)
     victim.chmod(stat.S_IRUSR | stat.S_IWUSR)
+
+
+def test_an_output_this_user_may_not_write_is_one_line_before_any_work(scratch):
+    """Every command that writes, its --out under a directory only root may write, run by another user: exit 2 and one
+    line naming the output and output_unwritable (it was an internal error, after the whole scan), nothing written."""
+    prefix = _as_unprivileged()
+    root = _copy(scratch, "unwritable")
+    locked = scratch / "locked"
+    locked.mkdir()
+    locked.chmod(0o755 if prefix else 0o555)  # root's own, read-only to the user the commands run as
+    cache = scratch / "cache"
+    cache.mkdir(exist_ok=True)
+    cache.chmod(0o777)
+    env = {**os.environ, "HOME": str(cache), "RMQDUMP_CACHE_DIR": str(cache)}
+    writers = ("rebuild", "export", "salvage", "repair", "report")
+    for name, args in _commands(str(root), str(locked / "out")).items():
+        if name not in writers:
+            continue
+        r = subprocess.run([*prefix, sys.executable, "-m", "rmqdump", *args], capture_output=True, text=True, env=env, cwd=scratch, timeout=300)
+        observe_output(r.stdout, r.stderr)
+        target = args[args.index("--out") + 1]
+        assert r.returncode == 2 and "Traceback" not in r.stdout + r.stderr, (name, r.stderr[-500:])
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith(f"rmqdump: output_unwritable: {target}: {locked}: Permission denied"), (name, lines)
+    assert not any(locked.iterdir())

@@ -31,8 +31,10 @@ OUTPUT_NOT_DIRECTORY = "output_not_directory"
 OUTPUT_IS_DIRECTORY = "output_is_directory"
 OUTPUT_PARENT_NOT_DIRECTORY = "output_parent_not_directory"
 OUTPUT_NO_SPACE = "output_no_space"  # the file system ran out of room (or quota) while the output was written
+OUTPUT_UNWRITABLE = "output_unwritable"  # this user may not create files where the output goes (or the file system is read-only)
 
 NO_ROOM = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)  # the errnos of a write the file system has no room for
+NOT_ALLOWED = (errno.EACCES, errno.EPERM, errno.EROFS)  # the errnos of a write this user may not make there
 
 KINDS = ("dir", "file")
 TMP_MARK = ".rmqdump-tmp-"  # in every temporary's name: `.{target name}{TMP_MARK}{pid}-{ms}`
@@ -73,6 +75,7 @@ def check_target(target: str, *, force: bool, stores: Iterable[str] = (), kind: 
             parent = os.path.dirname(parent)
         if not os.path.isdir(parent):
             raise InputError(OUTPUT_PARENT_NOT_DIRECTORY, target, f"{parent} is not a directory: nothing can be created under it")
+        _writable(target, parent)
         return out
     is_dir = os.path.isdir(out) and not os.path.islink(out)
     if kind == "dir" and not is_dir:
@@ -81,7 +84,14 @@ def check_target(target: str, *, force: bool, stores: Iterable[str] = (), kind: 
         raise InputError(OUTPUT_IS_DIRECTORY, target, "is a directory; name a file")
     if (not is_dir or os.listdir(out)) and not force:
         raise InputError(OUTPUT_EXISTS, target, "already exists; --force replaces it")
+    _writable(target, os.path.dirname(out))
     return out
+
+
+def _writable(target: str, parent: str) -> None:
+    """InputError(output_unwritable) before any work when this user may not create the output's temporary in `parent`."""
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise InputError(OUTPUT_UNWRITABLE, target, f"{parent}: {os.strerror(errno.EACCES)}: nothing can be written there")
 
 
 def _pid_alive(pid: int) -> bool:
@@ -178,4 +188,6 @@ def publishing(target: str, *, force: bool, stores: Iterable[str] = (), kind: st
         _remove(tmp)
         if isinstance(e, OSError) and e.errno in NO_ROOM:
             raise InputError(OUTPUT_NO_SPACE, out, f"{os.strerror(e.errno)} while writing it: nothing was published (the partial output was removed)") from e
+        if isinstance(e, OSError) and e.errno in NOT_ALLOWED and _inside(_real(e.filename or ""), _real(parent)):
+            raise InputError(OUTPUT_UNWRITABLE, out, f"{os.strerror(e.errno)} while writing it: nothing was published") from e
         raise

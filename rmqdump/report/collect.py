@@ -386,19 +386,17 @@ def _fate(r: RecoveryPreview | None, p: Problem) -> str | None:
     """What a restart does with a message missing from its ConsumeQueue: dispatches it again, or drops it (None: neither)."""
     if r is None or p.code != cqunits.CQ_MISSING_UNIT or p.phys_offset is None:
         return None
-    if r.redispatches(p.phys_offset):
-        return REDISPATCHED
-    return TRUNCATED if p.phys_offset >= r.valid_end else None
+    return FATES[int(_fates(r, np.array([p.phys_offset], dtype=np.int64))[0])]
 
 
 FATES = (None, REDISPATCHED, TRUNCATED)
 
 
 def _fates(r: RecoveryPreview | None, phys: np.ndarray) -> np.ndarray | None:
-    """_fate of missing units at these offsets, as indices into FATES."""
+    """What a restart does with messages missing from their ConsumeQueue at these offsets, as indices into FATES."""
     if r is None:
         return None
-    return np.where((phys >= r.redispatch_from) & (phys < r.valid_end), 1, np.where(phys >= r.valid_end, 2, 0))
+    return np.where(r.redispatches(phys), 1, np.where(phys >= r.valid_end, 2, 0))
 
 
 def _hole_offset(store: Store, p: Problem) -> int | None:

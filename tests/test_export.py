@@ -14,7 +14,7 @@ from conftest import REAL, STORES, copy_store, manifest, run, store_root
 
 from rmqdump.engines.local import LocalMap
 from rmqdump.export import arrowbatch
-from rmqdump.export.dataset import export_local
+from rmqdump.export.dataset import export_ranges
 from rmqdump.readers.commitlog import CommitLog
 from rmqdump.scan import scanner
 from rmqdump.scan.splits import StoreRef, default_name, plan, resolve_stores
@@ -137,7 +137,7 @@ def test_columns_are_the_message_fields():
 @pytest.mark.parametrize("name", STORES)
 def test_parquet_equals_manifest(name, tmp_path):
     out = tmp_path / "out"
-    res = export_local([StoreRef(name, str(store_root(name)))], str(out), with_body=True)
+    res = export_ranges([StoreRef(name, str(store_root(name)))], str(out), with_body=True)
     assert res.problem_count == 0 and res.messages == len(manifest(name))
     rows = read_dataset(out)
     check_against_manifest(name, rows)
@@ -150,8 +150,8 @@ def test_fleet_tiny_splits_two_workers_same_rows(tmp_path):
     assert [s.name for s in stores] == sorted(STORES)
     splits, _ = plan(stores, 4096)
     assert len(splits) > 1000
-    whole = export_local(stores, str(tmp_path / "whole"))
-    tiny = export_local(stores, str(tmp_path / "tiny"), mapper=LocalMap(2), range_bytes=4096)
+    whole = export_ranges(stores, str(tmp_path / "whole"))
+    tiny = export_ranges(stores, str(tmp_path / "tiny"), mapper=LocalMap(2), range_bytes=4096)
     assert tiny.messages == whole.messages == sum(len(manifest(s)) for s in STORES)
     a, b = read_dataset(tmp_path / "whole"), read_dataset(tmp_path / "tiny")
     assert a == b
@@ -162,7 +162,7 @@ def test_fleet_tiny_splits_two_workers_same_rows(tmp_path):
 
 def test_partitioned_by_topic(tmp_path):
     out = tmp_path / "out"
-    export_local([StoreRef("rmq4-flags", str(store_root("rmq4-flags")))], str(out))
+    export_ranges([StoreRef("rmq4-flags", str(store_root("rmq4-flags")))], str(out))
     topics = {m["topic"] for m in manifest("rmq4-flags")}
     dirs = {p.name for p in out.iterdir() if p.is_dir()}
     assert len(dirs) == len(topics)

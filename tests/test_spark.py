@@ -14,7 +14,7 @@ import pytest
 from conftest import REAL, SETTINGS, STORES, copy_store, manifest, need_pyspark, patch, run
 from test_export import check_against_manifest, check_intact, read_dataset, read_jsonl, reader_rows
 
-from rmqdump.export.dataset import export_local
+from rmqdump.export.dataset import export_ranges
 from rmqdump.scan.splits import StoreRef, resolve_stores
 
 need_pyspark()
@@ -63,7 +63,7 @@ def test_spark_jsonl_equals_local_jsonl(spark, tmp_path):
 
     stores = [StoreRef("rmq53-v2", str(REAL / "rmq53-v2" / "store")), StoreRef("rmq4-flags", str(REAL / "rmq4-flags" / "store"))]
     export_spark(spark, stores, str(tmp_path / "s"), fmt="jsonl", with_body=True, range_bytes=16384, writer="spark")
-    export_local(stores, str(tmp_path / "l"), fmt="jsonl", with_body=True)
+    export_ranges(stores, str(tmp_path / "l"), fmt="jsonl", with_body=True)
     export_spark(spark, stores, str(tmp_path / "a"), fmt="jsonl", with_body=True, range_bytes=16384, writer="arrow")
     assert read_jsonl(tmp_path / "s") == read_jsonl(tmp_path / "l") == read_jsonl(tmp_path / "a")
     lines = lambda d: sorted(line for f in d.rglob("part-*") for line in f.read_text(encoding="utf-8").splitlines())  # noqa: E731
@@ -80,7 +80,7 @@ def test_spark_damaged_store_same_rows_and_problems(spark, tmp_path):
         fh.seek(40000)
         fh.write(b"\xee" * 3000)
     stores = [StoreRef("rmq4-basic", str(root))]
-    local = export_local(stores, str(tmp_path / "l"))
+    local = export_ranges(stores, str(tmp_path / "l"))
     sp = export_spark(spark, stores, str(tmp_path / "s"), range_bytes=8192, writer="spark")
     ar = export_spark(spark, stores, str(tmp_path / "a"), range_bytes=8192, writer="arrow")
     assert local.problem_count > 0
@@ -448,7 +448,7 @@ def test_spark_equals_local_and_the_broker_on_every_real_store(spark, real_root,
 
     # export: Spark's decoder tasks give the local engine's rows, and they are the broker's records
     stores = [StoreRef(name, str(root))]
-    loc = export_local(stores, str(tmp_path / "el"), with_body=True)
+    loc = export_ranges(stores, str(tmp_path / "el"), with_body=True)
     sp = export_spark(spark, stores, str(tmp_path / "es"), with_body=True, range_bytes=16384, writer="spark")
     assert sp.problems == loc.problems and sp.problem_count == loc.problem_count and sp.messages == loc.messages
     rows = read_dataset(tmp_path / "es")

@@ -22,7 +22,7 @@ from test_export import check_against_manifest, read_dataset
 from test_spark_python import RMQDUMP, bare_env
 
 from rmqdump.engines.spark.session import ENV_ALIAS, EXECUTOR_MODULE_MISSING
-from rmqdump.export.dataset import export_local
+from rmqdump.export.dataset import export_ranges
 from rmqdump.scan.splits import resolve_stores
 
 pyspark = need_pyspark()
@@ -179,7 +179,7 @@ def test_export_on_standalone_cluster(on_cluster, tmp_path):
     assert r.exit_code == 0, r.stderr[-3000:]
     summary = json.loads(r.stdout.strip().splitlines()[-1])
     assert summary["engine"] == "spark" and summary["splits"] > 30
-    local = export_local(resolve_stores(stores), str(tmp_path / "local"), with_body=True)
+    local = export_ranges(resolve_stores(stores), str(tmp_path / "local"), with_body=True)
     assert summary["messages"] == local.messages
     got = read_dataset(out)
     assert got == read_dataset(tmp_path / "local")
@@ -302,7 +302,7 @@ def test_5x_queue_kinds_on_standalone_cluster(cluster, on_cluster, name, tmp_pat
     r = run("export", "-s", f"{name}={store}", "-o", str(out), "--body", "raw", "--range-bytes", "16K", *on_cluster)
     assert r.exit_code == 0, r.stderr[-3000:]
     got = read_dataset(out)
-    export_local(resolve_stores([f"{name}={store}"]), str(tmp_path / "el"), with_body=True)
+    export_ranges(resolve_stores([f"{name}={store}"]), str(tmp_path / "el"), with_body=True)
     assert got == read_dataset(tmp_path / "el")
     assert _export_rows(got) == _manifest_records(name, "")
 

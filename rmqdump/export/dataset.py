@@ -1,11 +1,11 @@
-"""Every message of one or more stores as a dataset: the local engine of `rmqdump export`.
+"""Every message of one or more stores as a dataset: `rmqdump export` on any engine's mapper.
 
 Work is cut into byte ranges (rmqdump.scan.splits); each range is decoded by
-rmqdump.scan.ranges.range_batches and turned into Arrow by rmqdump.export.arrowbatch, the same two steps the
-Spark engine runs inside mapInArrow, so the engines differ only in who runs
-the ranges (`mapper`: the local engine's threads, or builtin map); each task
-writes its own part files, so workers never share a file. The dataset is written into a
-temporary directory beside the target and renamed into place when complete
+rmqdump.scan.ranges.range_batches and turned into Arrow by rmqdump.export.arrowbatch, and each task
+writes its own part files, so workers never share a file. The engines differ only in who runs
+the tasks (`mapper`: builtin map, the local engine's threads, or Spark tasks on executors that share
+the output path); Spark's own writer (rmqdump.engines.spark.export) runs the same two steps inside mapInArrow.
+The dataset is written into a temporary directory beside the target and renamed into place when complete
 (rmqdump.common.publish).
 """
 
@@ -252,23 +252,25 @@ def start_export(stores: list[StoreRef], out: str, fmt: str, engine: str, range_
     return splits, res
 
 
-def export_local(
+def export_ranges(
     stores: list[StoreRef],
     out: str,
     *,
     fmt: str = "parquet",
     with_body: bool = False,
     mapper: Mapper = SERIAL,
+    engine: str = "local",
     range_bytes: int = RANGE_BYTES,
     force: bool = False,
     check_crc: bool = True,
     on_bytes: Callable[[int], None] | None = None,
 ) -> ExportResult:
+    """Write the dataset with `mapper`'s workers, each task writing its own part files; `engine` names them in the result."""
     if fmt not in FORMATS:
         raise ValueError(f"format must be one of {FORMATS}")
     out = check_target(out, force=force, stores=[s.root for s in stores])
     t0 = time.perf_counter()
-    splits, res = start_export(stores, out, fmt, "local", range_bytes)
+    splits, res = start_export(stores, out, fmt, engine, range_bytes)
     served = served_views(stores)
     with publishing(out, force=force, stores=[s.root for s in stores]) as tmp:
         groups = group_splits(splits, mapper.workers)

@@ -63,12 +63,12 @@ def export(
     crc = not no_crc
     if engine is Engine.local:
         from rmqdump.engines.local import WORKER_MEMORY, local_map
-        from rmqdump.export.dataset import export_local  # pyarrow.dataset: imported only when exporting
+        from rmqdump.export.dataset import export_ranges  # pyarrow.dataset: imported only when exporting
 
         total = _total_bytes(stores)
         with render.progress(total, "export") as advance:
             mapper = local_map(workers, total, per_worker=2 * WORKER_MEMORY)  # a task holds a range's batches and its Parquet buffers
-            res = export_local(stores, out, fmt=fmt.value, with_body=with_body, mapper=mapper, range_bytes=split, force=force, check_crc=crc, on_bytes=advance)
+            res = export_ranges(stores, out, fmt=fmt.value, with_body=with_body, mapper=mapper, range_bytes=split, force=force, check_crc=crc, on_bytes=advance)
     else:
         from rmqdump.engines.spark.export import export_spark
         from rmqdump.engines.spark.session import session

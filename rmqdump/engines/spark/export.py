@@ -1,16 +1,17 @@
 """`rmqdump export --engine spark`: the planner's byte ranges mapped by Spark tasks (rmqdump.engines.spark.rangemap).
 
 Each task opens its files itself (the stores sit on a filesystem every
-executor sees at the same path) and runs the local engine's own decoder,
-export.split_batches, over its ranges. Nothing is read through binaryFile(s):
-no 2 GiB record limit, no whole file in a task's memory. With Spark's writer
-the rows go to DataFrameWriter and problems and counts come back through
-accumulators; with pyarrow's, each task writes its part files and returns its counts.
+executor sees at the same path). Nothing is read through binaryFile(s):
+no 2 GiB record limit, no whole file in a task's memory. With pyarrow's writer
+the export is the local engine's own (rmqdump.export.dataset.export_ranges) with Spark as its mapper:
+each task writes its part files and returns its counts, through plain Python tasks (no Spark SQL
+stage: its first run alone cost a small job seconds). With Spark's writer each task runs the same
+decoder, export.split_batches, inside mapInArrow; the rows go to DataFrameWriter and problems and
+counts come back through accumulators.
 """
 
 from __future__ import annotations
 
-import json
 import time
 
 import pyarrow as pa
@@ -18,18 +19,18 @@ from pyspark.accumulators import AccumulatorParam
 
 from rmqdump.common.problems import InputError
 from rmqdump.common.publish import check_target, publishing
-from rmqdump.engines.spark.rangemap import ranges_stage
+from rmqdump.engines.spark.rangemap import SparkMap, ranges_stage
 from rmqdump.engines.spark.session import on_this_host
 from rmqdump.export import arrowbatch
 from rmqdump.export.dataset import (
     MAX_PROBLEMS,
     ExportResult,
     SplitResult,
+    export_ranges,
     jsonl_lines,
     problem_order,
     split_batches,
     start_export,
-    write_split,
 )
 from rmqdump.scan.compaction import served_views
 from rmqdump.scan.splits import RANGE_BYTES, Split, StoreRef
@@ -62,9 +63,6 @@ def _decoder(with_body: bool, check_crc: bool, fmt: str, problems, counts, serve
     return decode
 
 
-WRITTEN = pa.schema(
-    [("split_no", pa.int32()), ("messages", pa.int64()), ("bytes", pa.int64()), ("record_bytes", pa.int64()), ("problem_count", pa.int64()), ("problems", pa.string())]
-)
 WRITERS = ("auto", "spark", "arrow")
 
 
@@ -75,17 +73,6 @@ def pick_writer(writer: str, out: str, master: str) -> str:
     if writer != "auto":
         return writer
     return "arrow" if not _has_scheme(out) and on_this_host(master) else "spark"
-
-
-def _writer_tasks(target: str, fmt: str, with_body: bool, check_crc: bool, served):
-    """writer="arrow": each task writes its ranges' part files itself, with the local engine's writer."""
-
-    def write(no: int, split: Split):
-        r = write_split(no, [split], target, fmt, with_body, check_crc, served)
-        row = {"split_no": no, "messages": r.messages, "bytes": r.bytes, "record_bytes": r.record_bytes, "problem_count": r.problem_count, "problems": json.dumps(r.problems)}
-        yield pa.RecordBatch.from_pylist([row], schema=WRITTEN)
-
-    return write
 
 
 class _Counts(AccumulatorParam):
@@ -108,24 +95,6 @@ def _write(writer, out: str, fmt: str, remote: bool, force: bool, stores: list[S
         (writer.parquet(tmp) if fmt == "parquet" else writer.text(tmp))
 
 
-def _export_arrow(
-    spark,
-    splits: list[Split],
-    out: str,
-    fmt: str,
-    with_body: bool,
-    check_crc: bool,
-    partitions: int | None,
-    res: ExportResult,
-    force: bool,
-    stores: list[StoreRef],
-) -> None:
-    with publishing(out, force=force, stores=[s.root for s in stores]) as tmp:
-        done = ranges_stage(spark, splits, _writer_tasks(tmp, fmt, with_body, check_crc, served_views(stores)), WRITTEN, partitions).collect()
-    for r in sorted(done, key=lambda r: r["split_no"]):
-        res.add(SplitResult(r["messages"], r["bytes"], json.loads(r["problems"]), r["problem_count"], r["record_bytes"]))
-
-
 def _has_scheme(path: str) -> bool:
     return "://" in path
 
@@ -146,12 +115,8 @@ def export_spark(
     """Write the dataset with Spark; a local `out` is written beside itself and renamed into place.
 
     writer: spark (Spark's Parquet writer), arrow (each task writes its part files with pyarrow: `out`
-    must be a path every executor shares), or auto (pick_writer)."""
+    must be a path every executor shares), or auto (pick_writer). partitions: the Spark writer's stage only."""
     remote = _has_scheme(out)
-    if not remote:
-        out = check_target(out, force=force, stores=[s.root for s in stores])
-    t0 = time.perf_counter()
-    splits, res = start_export(stores, out, fmt, "spark", range_bytes)
     sc = spark.sparkContext
     if writer not in WRITERS:
         raise ValueError(f"writer must be one of {WRITERS}")
@@ -159,26 +124,30 @@ def export_spark(
     if writer == "arrow":
         if remote:
             raise InputError(REMOTE_ARROW, out, "--spark-writer arrow writes with pyarrow to a shared path; use --spark-writer spark for a URI")
-        _export_arrow(spark, splits, out, fmt, with_body, check_crc, partitions, res, force, stores)
-    else:
-        problems = sc.accumulator((0, []), ProblemsParam())
-        counts = sc.accumulator((0, 0, 0), _Counts())
-        schema = arrowbatch.schema(with_body) if fmt == "parquet" else JSONL
-        decoded = ranges_stage(spark, splits, _decoder(with_body, check_crc, fmt, problems, counts, served_views(stores)), schema, partitions)
-        writer = decoded.write.partitionBy("topic")
-        conf_key = "spark.sql.maxConcurrentOutputFileWriters"  # one open file per topic, no sort of the rows by topic first
-        before = spark.conf.get(conf_key, None)
+        mapper = SparkMap(spark)
+        return export_ranges(stores, out, fmt=fmt, with_body=with_body, mapper=mapper, engine="spark", range_bytes=range_bytes, force=force, check_crc=check_crc)
+    if not remote:
+        out = check_target(out, force=force, stores=[s.root for s in stores])
+    t0 = time.perf_counter()
+    splits, res = start_export(stores, out, fmt, "spark", range_bytes)
+    problems = sc.accumulator((0, []), ProblemsParam())
+    counts = sc.accumulator((0, 0, 0), _Counts())
+    schema = arrowbatch.schema(with_body) if fmt == "parquet" else JSONL
+    decoded = ranges_stage(spark, splits, _decoder(with_body, check_crc, fmt, problems, counts, served_views(stores)), schema, partitions)
+    writer = decoded.write.partitionBy("topic")
+    conf_key = "spark.sql.maxConcurrentOutputFileWriters"  # one open file per topic, no sort of the rows by topic first
+    before = spark.conf.get(conf_key, None)
+    if before in (None, "0"):
+        spark.conf.set(conf_key, "128")
+    try:
+        _write(writer, out, fmt, remote, force, stores)
+    finally:
         if before in (None, "0"):
-            spark.conf.set(conf_key, "128")
-        try:
-            _write(writer, out, fmt, remote, force, stores)
-        finally:
-            if before in (None, "0"):
-                spark.conf.unset(conf_key) if before is None else spark.conf.set(conf_key, before)
-        n, found = problems.value
-        res.problem_count += n
-        res.problems.extend(found[: max(0, MAX_PROBLEMS - len(res.problems))])
-        res.messages, res.bytes, res.record_bytes = counts.value
+            spark.conf.unset(conf_key) if before is None else spark.conf.set(conf_key, before)
+    n, found = problems.value
+    res.problem_count += n
+    res.problems.extend(found[: max(0, MAX_PROBLEMS - len(res.problems))])
+    res.messages, res.bytes, res.record_bytes = counts.value
     res.problems.sort(key=problem_order)
     res.seconds = time.perf_counter() - t0
     return res

@@ -177,3 +177,31 @@ def test_a_jvm_that_does_not_start_is_one_line(tmp_path):
     assert code == S.SPARK_START_FAILED and why == "the Spark driver's JVM did not start: Error: could not reserve enough space for object heap"
     assert "could not reserve enough space" in Path(log).read_text()  # the log is kept, as the line says
     Path(log).unlink()
+
+
+_JVM_ARGS = """
+import json, sys
+from rmqdump.engines.spark.session import build_session
+spark = build_session("local[1]", sys.argv[2:], driver_memory="512m", python_tasks_only=sys.argv[1] == "1")
+print(json.dumps(list(spark.sparkContext._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments())))
+spark.stop()
+"""
+
+
+def test_a_command_of_python_tasks_starts_a_scheduler_jvm():
+    """python_tasks_only starts the driver's JVM with SCHEDULER_JVM_OPTIONS; other commands (their Spark SQL runs in
+    that JVM) and a user's own spark.driver.extraJavaOptions keep the JVM's defaults. Read back from the JVM itself."""
+    cases = {
+        "tasks": ["1"],
+        "sql": ["0"],
+        "user": ["1", "spark.driver.extraJavaOptions=-Drmqdump.test=1"],
+    }
+    procs = {k: subprocess.Popen([sys.executable, "-c", _JVM_ARGS, *a], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for k, a in cases.items()}
+    args = {}
+    for k, p in procs.items():
+        out, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err[-2000:]
+        args[k] = json.loads(out.strip().splitlines()[-1])
+    assert S.SCHEDULER_JVM_OPTIONS in args["tasks"]
+    assert S.SCHEDULER_JVM_OPTIONS not in args["sql"] and not any(a.startswith("-XX:TieredStopAtLevel") for a in args["sql"])
+    assert "-Drmqdump.test=1" in args["user"] and S.SCHEDULER_JVM_OPTIONS not in args["user"]

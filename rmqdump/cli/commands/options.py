@@ -250,5 +250,5 @@ def range_mapper(engine: Engine, workers: int | None, total_bytes: int, master: 
     from rmqdump.engines.spark.rangemap import SparkMap
     from rmqdump.engines.spark.session import session
 
-    with session(master, conf, ship=ship.value) as spark:
+    with session(master, conf, ship=ship.value, python_tasks_only=True) as spark:
         yield SparkMap(spark)

@@ -7,8 +7,8 @@ from rmqdump.cli import render
 
 def sql_spark(stores, query: str, fmt, out: str | None, force: bool, *, master: str, conf: list[str], driver_memory: str, ship: str, write) -> None:
     """A path --out is written as local `sql` writes it, by `write` (parquet, jsonl, csv); a URI by Spark's writers."""
+    from rmqdump.cli.commands.options import spark_session
     from rmqdump.common.publish import check_target
-    from rmqdump.engines.spark.session import session
     from rmqdump.engines.spark.sql import arrow_reader, query_frame, write_uri
 
     remote = bool(out) and "://" in out
@@ -16,7 +16,7 @@ def sql_spark(stores, query: str, fmt, out: str | None, force: bool, *, master: 
         render.fail("usage: an --out URI takes -f parquet, jsonl or csv", 2)
     if out and not remote:
         check_target(out, force=force, stores=[s.root for s in stores], kind="file")
-    with session(master, conf, driver_memory=driver_memory, ship=ship) as spark:
+    with spark_session(master, conf, driver_memory=driver_memory, ship=ship) as spark:
         df = query_frame(spark, stores, query)
         if remote:
             write_uri(df, out, fmt.value, force)

@@ -24,13 +24,10 @@ from collections.abc import Callable, Iterator
 
 def cache_dir(crc: str = "table") -> str:
     """Where compiled code is kept: a directory the user can write, whatever the install directory."""
+    from rmqdump.common.cachedir import cache_root
     from rmqdump.scan.layout import fingerprint  # here: the CLI imports this module at start, before it knows whether it scans
 
-    base = os.environ.get("RMQDUMP_CACHE_DIR")
-    if not base:
-        xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-        base = os.path.join(xdg, "rmqdump")
-    return os.path.join(base, f"numba-{fingerprint()}-{crc}")
+    return os.path.join(cache_root(), f"numba-{fingerprint()}-{crc}")
 
 
 def _sonames(soname: str, name: str) -> Iterator[str]:

@@ -73,10 +73,9 @@ def verify_cmd(
     with render.progress(total, "verify") as advance:
         if engine is Engine.spark:
             from rmqdump.checks.cqverify import VerifyScope
-            from rmqdump.engines.spark.session import session
             from rmqdump.engines.spark.verify import verify_spark
 
-            with session(master, spark_conf, ship=ship.value) as spark:
+            with O.spark_session(master, spark_conf, ship=ship.value) as spark:
                 found = verify_spark(spark, st, VerifyScope(topic, queue, not no_crc, delays), summary=summary)
         else:
             from rmqdump.engines.local import local_map

@@ -55,9 +55,8 @@ def diff(
             d = diff_stores(stores["a"], stores["b"], **kw)
         else:
             from rmqdump.engines.spark.diffdecode import spark_decoder
-            from rmqdump.engines.spark.session import session
 
-            with session(master, spark_conf, ship=ship.value) as spark:
+            with O.spark_session(master, spark_conf, ship=ship.value) as spark:
                 d = diff_stores(stores["a"], stores["b"], decode=spark_decoder(spark), **kw)
     with d:
         if out is not None:

@@ -71,11 +71,10 @@ def export(
             res = export_ranges(stores, out, fmt=fmt.value, with_body=with_body, mapper=mapper, range_bytes=split, force=force, check_crc=crc, on_bytes=advance)
     else:
         from rmqdump.engines.spark.export import export_spark, pick_writer
-        from rmqdump.engines.spark.session import session
 
         t0 = time.perf_counter()
         python_tasks = pick_writer(spark_writer.value, out, master) == "arrow"
-        with session(master, spark_conf, driver_memory=driver_memory, ship=ship.value, python_tasks_only=python_tasks) as spark:
+        with O.spark_session(master, spark_conf, driver_memory=driver_memory, ship=ship.value, python_tasks_only=python_tasks) as spark:
             startup = time.perf_counter() - t0
             res = export_spark(spark, stores, out, fmt=fmt.value, with_body=with_body, range_bytes=split, force=force, check_crc=crc, writer=spark_writer.value)
         res.startup_seconds = startup

@@ -248,7 +248,24 @@ def range_mapper(engine: Engine, workers: int | None, total_bytes: int, master: 
         yield local_map(workers, total_bytes)
         return
     from rmqdump.engines.spark.rangemap import SparkMap
+
+    with spark_session(master, conf, ship=ship.value, python_tasks_only=True) as spark:
+        yield SparkMap(spark)
+
+
+@contextmanager
+def spark_session(master: str, conf: list[str], **kw):
+    """Every command's Spark session (rmqdump.engines.spark.session.session), saying on stderr when it waits for its
+    JVM to write the class archive that makes later sessions start faster."""
     from rmqdump.engines.spark.session import session
 
-    with session(master, conf, ship=ship.value, python_tasks_only=True) as spark:
-        yield SparkMap(spark)
+    with session(master, conf, notice=_class_archive_notice, **kw) as spark:
+        yield spark
+
+
+def _class_archive_notice(directory: str) -> None:
+    from rmqdump.cli import render
+
+    render.err.print(
+        f"rmqdump: keeping the Spark JVM's classes for faster starts, once (some seconds; in {directory})", markup=False, highlight=False, soft_wrap=True
+    )

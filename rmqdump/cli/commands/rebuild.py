@@ -167,9 +167,8 @@ def rebuild_cmd(
         with render.progress(total, "rebuild") as advance:
             if engine is Engine.spark:
                 from rmqdump.engines.spark.rebuild import rebuild_spark
-                from rmqdump.engines.spark.session import session
 
-                with session(master, spark_conf, ship=ship.value) as spark:
+                with O.spark_session(master, spark_conf, ship=ship.value) as spark:
                     rep = rebuild_spark(spark, str(store), str(out), settings, options)
             else:
                 rep = rebuild(str(store), str(out), settings, options, on_bytes=advance)

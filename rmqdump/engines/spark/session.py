@@ -36,10 +36,12 @@ import sys
 import tempfile
 import warnings
 import zipfile
+from collections.abc import Callable
 from contextlib import contextmanager, suppress
 from functools import cache
 
 from rmqdump.common.problems import InputError
+from rmqdump.engines.spark import classarchive
 
 DEFAULT_MASTER = "local[*]"
 DEFAULT_DRIVER_MEMORY = "4g"
@@ -48,6 +50,9 @@ DEFAULT_DRIVER_MEMORY = "4g"
 # the cores. Measured on gen-1m, local[2]: `export` and `report` 2 s faster whole (session start and first job);
 # `cq verify`, whose joins run in the JVM, 10% slower with it, so only such commands ask for it.
 SCHEDULER_JVM_OPTIONS = "-XX:TieredStopAtLevel=1"
+# The JVM's own log lines (the class archive's warnings as it is written or found unusable) go to its standard output
+# by default, which is the command's: they go to its standard error, which is the driver's log (_start_quietly).
+JVM_LOG_OPTIONS = "-Xlog:all=off:stdout -Xlog:all=warning:stderr"
 SHIP_MODES = ("auto", "zip", "venv", "none")
 SHIPPED_PACKAGES = ("rmqdump", "rmqdump.schemas", "construct")  # rmqdump.schemas named: a checkout's build maps it from schemas/
 ENV_ALIAS = "rmqdump_env"  # the directory spark.archives unpacks the driver's environment into
@@ -275,11 +280,14 @@ def build_session(
     app_name: str = "rmqdump",
     check: bool = True,
     python_tasks_only: bool = False,
+    class_archive: bool = False,
 ):
     """Start (or join) a SparkSession, choose the executors' Python, ship the package, check the executors.
 
     python_tasks_only: the command's jobs are Python tasks only (no Spark SQL in the JVM): the driver's JVM
-    starts with SCHEDULER_JVM_OPTIONS unless spark.driver.extraJavaOptions is given."""
+    starts with SCHEDULER_JVM_OPTIONS unless spark.driver.extraJavaOptions is given. class_archive: a JVM this call
+    starts maps the class archive, or writes it at exit when there is none yet (rmqdump.engines.spark.classarchive);
+    only `session`, which waits for that exit, asks for it."""
     try:
         from pyspark.sql import SparkSession
     except ImportError:
@@ -293,20 +301,25 @@ def build_session(
     }
     if is_local(master):
         settings["spark.ui.enabled"] = "false"
-    if python_tasks_only:
-        settings["spark.driver.extraJavaOptions"] = SCHEDULER_JVM_OPTIONS
-    settings.update(parse_conf(conf))
+    user = parse_conf(conf)
+    owned = SparkSession.getActiveSession() is None
+    archive = None
+    if "spark.driver.extraJavaOptions" not in user:
+        archive = classarchive.plan({**settings, **user}) if class_archive and owned and _no_jvm_yet() else None
+        options = [JVM_LOG_OPTIONS] + ([SCHEDULER_JVM_OPTIONS] if python_tasks_only else []) + ([archive.option] if archive else [])
+        settings["spark.driver.extraJavaOptions"] = " ".join(options)
+    settings.update(user)
     if ship == "venv" and not is_local(master):
         archive = f"{pack_environment()}#{ENV_ALIAS}"
         settings["spark.archives"] = f"{settings['spark.archives']},{archive}" if settings.get("spark.archives") else archive
     python = executor_python(master, settings, ship)
     if python:
         settings["spark.pyspark.python"] = python
-    owned = SparkSession.getActiveSession() is None
     if not owned:
         warnings.warn("a SparkSession is already running in this process: it is reused, --master and --spark-conf are not applied", stacklevel=2)
     if owned:
         _start_quietly(master, app_name, settings)
+        _archives[id(_gateway())] = archive
     b = SparkSession.builder.master(master).appName(app_name)
     for k, v in settings.items():
         b = b.config(k, v)
@@ -329,8 +342,45 @@ def build_session(
     except BaseException:
         if owned:
             spark.stop()
+            _end_jvm(None, keep=False)
         raise
     return spark
+
+
+def _no_jvm_yet() -> bool:
+    from pyspark import SparkContext
+
+    return SparkContext._active_spark_context is None and SparkContext._gateway is None
+
+
+def _gateway():
+    from pyspark import SparkContext
+
+    return SparkContext._gateway
+
+
+_archives: dict[int, classarchive.ClassArchive | None] = {}  # the class archive each started JVM writes at exit, by gateway
+
+
+def _end_jvm(notice: Callable[[str], None] | None, keep: bool = True) -> None:
+    """After this command's session stopped: when its JVM writes the class archive, end it now and wait (once, said
+    through `notice`), so the archive is whole when it is put in place; the next session starts a JVM of its own.
+    keep=False (the command failed or was interrupted): the JVM is killed, nothing is written, nobody waits."""
+    from pyspark import SparkContext
+
+    gateway = SparkContext._gateway
+    archive = _archives.pop(id(gateway), None)
+    if gateway is None or archive is None or not archive.making:
+        return
+    proc = getattr(gateway, "proc", None)
+    if not keep and proc is not None:
+        proc.kill()
+    elif notice:
+        notice(os.path.dirname(archive.path))
+    with suppress(Exception):
+        gateway.shutdown()
+    SparkContext._gateway = SparkContext._jvm = None
+    classarchive.finish(archive, proc)
 
 
 def _start_quietly(master: str, app_name: str, settings: dict[str, str]) -> None:
@@ -374,16 +424,22 @@ def _last_log_line(path: str) -> str:
 
 
 @contextmanager
-def session(master: str = DEFAULT_MASTER, conf=None, **kw):
-    """A session for one command: stopped at the end unless it was already running (a notebook, a test)."""
+def session(master: str = DEFAULT_MASTER, conf=None, notice: Callable[[str], None] | None = None, **kw):
+    """A session for one command: stopped at the end unless it was already running (a notebook, a test).
+
+    notice(directory): called once, when this session's JVM is writing the class archive into that directory
+    (rmqdump.engines.spark.classarchive) and the command waits for it."""
     try:
         from pyspark.sql import SparkSession
     except ImportError:
         raise InputError(NO_PYSPARK, "pyspark", "--engine spark needs PySpark: pip install 'rmqdump[spark]'") from None
     owned = SparkSession.getActiveSession() is None
-    spark = build_session(master, conf, **kw)
+    spark = build_session(master, conf, class_archive=True, **kw)
+    done = False
     try:
         yield spark
+        done = True
     finally:
         if owned:
             spark.stop()
+            _end_jvm(notice, keep=done)

@@ -303,15 +303,15 @@ def build_session(
         settings["spark.ui.enabled"] = "false"
     user = parse_conf(conf)
     owned = SparkSession.getActiveSession() is None
-    archive = None
+    jsa = None
     if "spark.driver.extraJavaOptions" not in user:
-        archive = classarchive.plan({**settings, **user}) if class_archive and owned and _no_jvm_yet() else None
-        options = [JVM_LOG_OPTIONS] + ([SCHEDULER_JVM_OPTIONS] if python_tasks_only else []) + ([archive.option] if archive else [])
+        jsa = classarchive.plan({**settings, **user}) if class_archive and owned and _no_jvm_yet() else None
+        options = [JVM_LOG_OPTIONS] + ([SCHEDULER_JVM_OPTIONS] if python_tasks_only else []) + ([jsa.option] if jsa else [])
         settings["spark.driver.extraJavaOptions"] = " ".join(options)
     settings.update(user)
     if ship == "venv" and not is_local(master):
-        archive = f"{pack_environment()}#{ENV_ALIAS}"
-        settings["spark.archives"] = f"{settings['spark.archives']},{archive}" if settings.get("spark.archives") else archive
+        packed = f"{pack_environment()}#{ENV_ALIAS}"
+        settings["spark.archives"] = f"{settings['spark.archives']},{packed}" if settings.get("spark.archives") else packed
     python = executor_python(master, settings, ship)
     if python:
         settings["spark.pyspark.python"] = python
@@ -319,7 +319,7 @@ def build_session(
         warnings.warn("a SparkSession is already running in this process: it is reused, --master and --spark-conf are not applied", stacklevel=2)
     if owned:
         _start_quietly(master, app_name, settings)
-        _archives[id(_gateway())] = archive
+        _archives[id(_gateway())] = jsa
     b = SparkSession.builder.master(master).appName(app_name)
     for k, v in settings.items():
         b = b.config(k, v)

@@ -260,7 +260,8 @@ def test_class_archive_plan(tmp_path, monkeypatch):
     settings = {"spark.driver.memory": "512m"}
     key = A.archive_key(settings)
     path = tmp_path / f"{A.PREFIX}{key}{A.SUFFIX}"
-    assert key and A.archive_key({"spark.driver.memory": "64g"}) != key
+    assert key and A.archive_key({"spark.driver.memory": "4g"}) == key != A.archive_key({"spark.driver.memory": "64g"})  # compressed pointers or not
+    assert A.archive_key({**settings, "spark.jars": "/x/extra.jar"}) != key
     made = A.plan(settings)
     assert (made.path, made.making, made.tmp) == (str(path), True, f"{path}.{os.getpid()}.tmp")
     assert made.option == f"-XX:ArchiveClassesAtExit={made.tmp}"

@@ -8,7 +8,7 @@ commands map it (`-XX:SharedArchiveFile`).
 
 The archive sits in rmqdump's user cache directory (rmqdump.common.cachedir), named by a key over everything it
 depends on: the java binary and its base archive, Spark's jars, the settings and environment that change the
-classpath, and the heap size (which decides compressed pointers). A new key's archive replaces the old one. A JVM
+classpath, and whether the heap is small enough for compressed pointers. A new key's archive replaces the old one. A JVM
 that cannot use an archive runs without it. RMQDUMP_SPARK_CLASS_ARCHIVE=0 turns it off; a user's own
 spark.driver.extraJavaOptions leaves it out (rmqdump.engines.spark.session).
 """
@@ -20,6 +20,7 @@ import glob
 import hashlib
 import importlib.util
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -32,7 +33,7 @@ SUFFIX = ".jsa"
 OFF = "RMQDUMP_SPARK_CLASS_ARCHIVE"
 MAKING_FOR = 600  # seconds a half-written archive of another command is left alone (it is being written)
 EXIT_WAIT = 300  # seconds the first command waits for its JVM to write the archive
-CLASSPATH_SETTINGS = ("spark.driver.memory", "spark.jars", "spark.jars.packages", "spark.driver.extraClassPath", "spark.driver.userClassPathFirst")
+CLASSPATH_SETTINGS = ("spark.jars", "spark.jars.packages", "spark.driver.extraClassPath", "spark.driver.userClassPathFirst")
 CLASSPATH_ENV = ("SPARK_HOME", "SPARK_CONF_DIR", "HADOOP_CONF_DIR", "YARN_CONF_DIR", "SPARK_DIST_CLASSPATH", "JAVA_HOME")
 
 
@@ -82,7 +83,18 @@ def archive_key(settings: dict[str, str]) -> str | None:
     parts = [_stamp(java), *(_stamp(p) for p in sorted(glob.glob(os.path.join(jdk, "lib", "server", "*.jsa"))))]
     parts += sorted(_stamp(os.path.join(jars, n)) for n in os.listdir(jars))
     parts += [(k, settings.get(k)) for k in CLASSPATH_SETTINGS] + [(k, os.environ.get(k)) for k in CLASSPATH_ENV]
+    parts.append(("compressed oops", compressed_oops(settings.get("spark.driver.memory", ""))))
     return hashlib.sha256(repr(parts).encode()).hexdigest()[:20]
+
+
+_UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def compressed_oops(memory: str) -> bool | str:
+    """Whether a driver heap of `memory` (Spark's spelling: 512m, 4g) runs with compressed pointers, which an archive
+    must match: below about 32 GiB. The raw text where it cannot be read (the key then follows it exactly)."""
+    m = re.fullmatch(r"\s*(\d+)\s*([bkmgt]?)b?\s*", memory.lower())
+    return int(m.group(1)) * _UNITS[m.group(2)] < 32 << 30 if m else memory
 
 
 def plan(settings: dict[str, str]) -> ClassArchive | None:

@@ -275,3 +275,50 @@ def test_class_archive_plan(tmp_path, monkeypatch):
     assert (used.path, used.making, used.option) == (str(path), False, f"-XX:SharedArchiveFile={path}")
     monkeypatch.setenv(A.OFF, "0")
     assert A.plan(settings) is None
+
+
+def test_a_failed_job_is_one_line(tmp_path, capsys, monkeypatch):
+    """A Spark job that fails is one line from the CLI's guard, never the JVM's stack trace: executors that cannot run
+    their Python (here a local master, where no probe runs first) give executor_python_failed naming it; a task's own
+    error gives internal_error with that error's line. Both jobs really run and fail on the shared session."""
+    import typer
+    from conftest import shared_spark
+
+    from rmqdump.cli.app import guarded
+    from rmqdump.engines.spark.rangemap import SparkMap
+
+    monkeypatch.delenv("RMQDUMP_TRACEBACK", raising=False)
+    sc = shared_spark().sparkContext
+    failed = {}
+    python = tmp_path / "python-not-runnable"
+    python.write_text("#!/bin/sh\n")
+    python.chmod(0o644)
+    saved = sc.pythonExec
+    sc.pythonExec = str(python)
+    try:
+        with pytest.raises(Exception) as e:
+            list(SparkMap(shared_spark())(len, [[1]]))
+        failed["exec"] = e.value
+    finally:
+        sc.pythonExec = saved
+    def boom(_item):  # nested: sent by value, the executors need not import this module
+        raise ValueError("boom in a task")
+
+    with pytest.raises(Exception) as e:
+        list(SparkMap(shared_spark())(boom, [1]))
+    failed["task"] = e.value
+    lines = {}
+    for kind, err in failed.items():
+        assert len(str(err).splitlines()) > 10  # what a user saw before: the JVM's stack trace
+
+        def raising(err=err):
+            raise err
+
+        with pytest.raises(SystemExit) as ex:
+            guarded(raising)()
+        assert ex.value.code == 2 and not isinstance(ex.value, typer.Exit)
+        lines[kind] = capsys.readouterr().err.splitlines()
+    assert lines["exec"] == [
+        f'rmqdump: {S.EXECUTOR_PYTHON_FAILED}: {python}: the executors\' Python could not run a task: Cannot run program "{python}": error=13, Permission denied; fix: {S.EXECUTOR_FIX}'
+    ]
+    assert lines["task"] == ["rmqdump: internal_error: ValueError: boom in a task (RMQDUMP_TRACEBACK=1 shows where and what)"]

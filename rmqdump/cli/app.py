@@ -51,7 +51,16 @@ def guarded(fn):
                 raise
             if isinstance(e, OSError) and e.errno in NO_ROOM:  # a write outside a published output: standard output, a spill
                 fail(f"{OUTPUT_NO_SPACE}: {e.filename or 'standard output or a temporary file'}: {os.strerror(e.errno)}", 2)
-            fail(f"internal_error: {str(e).strip() or 'an unexpected failure'} (RMQDUMP_TRACEBACK=1 shows where and what)", 2)
+            text = str(e).strip()
+            if type(e).__module__.startswith(("py4j", "pyspark")):  # a Spark job's error: pages of JVM stack trace
+                from rmqdump.engines.spark.session import job_failure, spark_error_line
+
+                known = job_failure(e)
+                if known is not None:
+                    fail(known.line(), 2)
+                text = spark_error_line(text)
+            first = next((x.strip() for x in text.splitlines() if x.strip()), "an unexpected failure")
+            fail(f"internal_error: {first} (RMQDUMP_TRACEBACK=1 shows where and what)", 2)
 
     return wrapper
 

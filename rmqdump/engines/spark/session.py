@@ -70,6 +70,7 @@ PACK_FAILED = "env_pack_failed"
 EXECUTOR_MODULE_MISSING = "executor_module_missing"
 EXECUTOR_PYTHON_FAILED = "executor_python_failed"
 SPARK_START_FAILED = "spark_start_failed"
+EXECUTOR_FIX = "point --spark-conf spark.pyspark.python (or PYSPARK_PYTHON) at a Python that has rmqdump's dependencies, or pass --ship venv"
 
 _shipped: set[int] = set()
 
@@ -236,7 +237,16 @@ def _probe_function(modules: tuple[str, ...]):
 _SPARK_ERROR = re.compile(r"((?:Cannot run program|\w+(?:Error|Exception)): [^\n]{1,300})")
 
 
-def _spark_error_line(text: str) -> str:
+def job_failure(e: BaseException) -> InputError | None:
+    """A Spark job that failed because the executors could not run their Python (a local master's too, where no probe
+    runs first) as the one-line executor_python_failed naming that Python; None for any other failure."""
+    program = re.search(r'Cannot run program "([^"\n]+)"(: [^\n]{0,200})?', str(e))
+    if program is None:
+        return None
+    return InputError(EXECUTOR_PYTHON_FAILED, program.group(1), f"the executors' Python could not run a task: {program.group(0)}; fix: {EXECUTOR_FIX}")
+
+
+def spark_error_line(text: str) -> str:
     """The most telling line of a failed Spark job's message (a Java error about the Python program, or Python's last error)."""
     lines = _SPARK_ERROR.findall(text)
     for line in lines:
@@ -252,11 +262,11 @@ def check_executors(spark, python: str | None) -> None:
     modules = executor_modules()
     n = max(1, int(sc.defaultParallelism))
     shown = python or sc.pythonExec
-    fix = "point --spark-conf spark.pyspark.python (or PYSPARK_PYTHON) at a Python that has rmqdump's dependencies, or pass --ship venv"
+    fix = EXECUTOR_FIX
     try:
         seen = set(sc.parallelize(range(n), n).mapPartitions(_probe_function(modules)).collect())
     except Exception as e:
-        raise InputError(EXECUTOR_PYTHON_FAILED, shown, f"the executors' Python could not run a task: {_spark_error_line(str(e))}; fix: {fix}") from None
+        raise InputError(EXECUTOR_PYTHON_FAILED, shown, f"the executors' Python could not run a task: {spark_error_line(str(e))}; fix: {fix}") from None
     driver_version = sys.version.split()[0]
     for host, exe, version, missing in sorted(seen):
         if missing:

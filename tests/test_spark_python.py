@@ -238,13 +238,13 @@ def test_the_class_archive_is_written_once_then_mapped(tmp_path):
         assert len(p.stdout.strip().splitlines()) == 1  # the JVM's warnings (the archive's among them) never on stdout
         runs.append(json.loads(p.stdout))
     archives = sorted(cache.iterdir())
-    assert len(archives) == 1 and re.fullmatch(re.escape(A.PREFIX) + "[0-9a-f]{20}" + re.escape(A.SUFFIX), archives[0].name)
-    assert archives[0].stat().st_size > 1 << 20
+    named = re.fullmatch(re.escape(A.PREFIX) + "([0-9a-f]{20})-([0-9]+)" + re.escape(A.SUFFIX), archives[0].name) if len(archives) == 1 else None
+    assert named and archives[0].stat().st_size == int(named.group(2)) > 1 << 20  # its size in its name
     first, second = runs
     assert first["n"] == second["n"] == 3
     assert first["told"] == [str(cache)] and second["told"] == []
     making = [a for a in first["args"] if a.startswith("-XX:ArchiveClassesAtExit=")]
-    assert making and making[0].startswith(f"-XX:ArchiveClassesAtExit={archives[0]}.") and making[0].endswith(".tmp")
+    assert making and making[0].startswith(f"-XX:ArchiveClassesAtExit={cache / A.PREFIX}{named.group(1)}{A.SUFFIX}.") and making[0].endswith(".tmp")
     assert f"-XX:SharedArchiveFile={archives[0]}" in second["args"]
     source = {run["pid"]: re.search(r"org\.apache\.spark\.SparkContext source: (.*)", (tmp_path / f"load-{run['pid']}.log").read_text()).group(1) for run in runs}
     assert source[first["pid"]].endswith(".jar") and source[second["pid"]] == "shared objects file (top)"
@@ -270,9 +270,14 @@ def test_class_archive_plan(tmp_path, monkeypatch):
     assert A.plan(settings) is None  # being written by another command now
     os.utime(other, (0, 0))
     assert A.plan(settings).making and not other.exists()  # a dead command's, cleared
-    path.write_bytes(b"x")
+    whole = tmp_path / f"{A.PREFIX}{key}-1{A.SUFFIX}"
+    whole.write_bytes(b"x")
     used = A.plan(settings)
-    assert (used.path, used.making, used.option) == (str(path), False, f"-XX:SharedArchiveFile={path}")
+    assert (used.path, used.making, used.option) == (str(whole), False, f"-XX:SharedArchiveFile={whole}")
+    # a shortened archive (a JVM that maps it dies of SIGBUS) is removed, and a new one planned
+    whole.rename(tmp_path / f"{A.PREFIX}{key}-5{A.SUFFIX}")
+    again = A.plan(settings)
+    assert again.making and again.path == str(path) and not (tmp_path / f"{A.PREFIX}{key}-5{A.SUFFIX}").exists()
     monkeypatch.setenv(A.OFF, "0")
     assert A.plan(settings) is None
 

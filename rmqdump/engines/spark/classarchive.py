@@ -39,7 +39,8 @@ CLASSPATH_ENV = ("SPARK_HOME", "SPARK_CONF_DIR", "HADOOP_CONF_DIR", "YARN_CONF_D
 
 @dataclass(frozen=True)
 class ClassArchive:
-    """The archive a session maps (`making` False), or the one its JVM writes at exit into `tmp` (`making` True)."""
+    """The archive a session maps (`making` False), or the one its JVM writes at exit into `tmp` (`making` True), put
+    in place by finish() as `path` with its size before the suffix."""
 
     path: str
     making: bool
@@ -98,17 +99,22 @@ def compressed_oops(memory: str) -> bool | str:
 
 
 def plan(settings: dict[str, str]) -> ClassArchive | None:
-    """The archive this session maps, else the one its JVM should write; None when off, unkeyed, or another command
-    is writing it now, or the cache directory cannot be written."""
+    """The archive this session maps (named KEY-SIZE, whole), else the one its JVM should write (a shortened one is
+    removed first); None when off, unkeyed, or another command is writing it now, or the cache directory cannot be
+    written."""
     if os.environ.get(OFF, "1").strip().lower() in ("0", "false", "no", "off"):
         return None
     key = archive_key(settings)
     if key is None:
         return None
     root = cache_root()
-    path = os.path.join(root, f"{PREFIX}{key}{SUFFIX}")
-    if os.path.isfile(path):
-        return ClassArchive(path, making=False)
+    stem = os.path.join(root, f"{PREFIX}{key}")
+    for found in glob.glob(f"{stem}-*{SUFFIX}"):
+        if _whole(found):
+            return ClassArchive(found, making=False)
+        with contextlib.suppress(OSError):  # cut short: a JVM that maps it dies of SIGBUS
+            os.remove(found)
+    path = f"{stem}{SUFFIX}"
     now = time.time()
     for other in glob.glob(f"{path}.*.tmp"):
         with contextlib.suppress(OSError):
@@ -124,6 +130,23 @@ def plan(settings: dict[str, str]) -> ClassArchive | None:
     return ClassArchive(path, making=True, tmp=f"{path}.{os.getpid()}.tmp")
 
 
+def _whole(path: str) -> bool:
+    """Whether an archive holds the byte count its name records (a JVM that maps a shortened one crashes, SIGBUS)."""
+    size = path[: -len(SUFFIX)].rsplit("-", 1)[-1]
+    with contextlib.suppress(OSError):
+        return size.isdigit() and os.path.getsize(path) == int(size)
+    return False
+
+
+def _maps(tmp: str) -> bool:
+    """Whether a JVM starts with the archive just written (one whose writing failed, e.g. a full disk, is not kept)."""
+    java = java_binary()
+    try:
+        return bool(java) and subprocess.run([java, "-Xshare:auto", f"-XX:SharedArchiveFile={tmp}", "-version"], capture_output=True, timeout=60).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
 def finish(archive: ClassArchive, proc: subprocess.Popen | None) -> bool:
     """After the session's stop: end its JVM (its stdin closed, as at the driver's exit), wait while it writes the
     archive, and put the archive in place, the older keys' archives removed. True when it is in place."""
@@ -136,10 +159,12 @@ def finish(archive: ClassArchive, proc: subprocess.Popen | None) -> bool:
     except subprocess.TimeoutExpired:
         rc = None
     try:
-        if rc == 0 and os.path.getsize(archive.tmp) > 0:
-            os.replace(archive.tmp, archive.path)
+        size = os.path.getsize(archive.tmp) if rc == 0 else 0
+        if size > 0 and _maps(archive.tmp):
+            final = f"{archive.path[: -len(SUFFIX)]}-{size}{SUFFIX}"  # the size in the name: a shortened file is seen
+            os.replace(archive.tmp, final)
             for old in glob.glob(os.path.join(os.path.dirname(archive.path), f"{PREFIX}*{SUFFIX}")):
-                if old != archive.path:
+                if old != final:
                     os.remove(old)
             return True
     except OSError:

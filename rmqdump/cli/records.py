@@ -305,7 +305,7 @@ class JsonLinesOut(RecordsOut):
         close = not self.with_body and b.entries is None  # else the line is finished here (body, DLedger entry fields)
 
         def part(lo: int, hi: int, at: int) -> int:
-            return json_lines(b.mf.data, b.seg.base, mat[lo:hi], file_json, snip, snip_offs, *self.filters, close, out[at:], ends[lo:hi], status[lo:hi])
+            return json_lines(b.mf.data, b.seg.base, mat[lo:hi], file_json, snip, snip_offs, *self.filters, close, out[at:], ends[lo:hi], status[lo:hi], TB.item_room())
 
         if n < PARALLEL_ROWS or not self.halves:
             part(0, n, 0)
@@ -365,7 +365,7 @@ class CsvOut(RecordsOut):
         out = np.empty(int(bound.sum()), dtype=np.uint8)
         ends = np.empty(len(rows), dtype=np.int64)
         status = np.empty(len(rows), dtype=np.int8)
-        TB.kernels().csv_lines(b.mf.data, b.seg.base, mat, self._file_csv, snip, snip_offs, *self.filters, out, ends, status)
+        TB.kernels().csv_lines(b.mf.data, b.seg.base, mat, self._file_csv, snip, snip_offs, *self.filters, out, ends, status, TB.item_room())
         return status, ends, out
 
     def taken(self, out, ends, status, lo, hi, b, rows):
@@ -433,7 +433,7 @@ class TableOut(RecordsOut):
         table_cells = TB.kernels().table_cells
 
         def part(lo: int, hi: int, at: int) -> None:
-            table_cells(b.mf.data, b.seg.base, mat[lo:hi], tx, tx_offs, *self.filters, cells[at:], bounds[lo:hi], widths[lo:hi], status[lo:hi])
+            table_cells(b.mf.data, b.seg.base, mat[lo:hi], tx, tx_offs, *self.filters, cells[at:], bounds[lo:hi], widths[lo:hi], status[lo:hi], TB.item_room())
             if at:
                 bounds[lo:hi] += at
 

@@ -55,8 +55,9 @@ AOT_LOCK_STALE = 15 * 60  # a build lock older than this was left by a build tha
 class KernelSet:
     """One set of kernels compiled together: the extension module's name, the package files whose bytes it depends
     on (the JIT module's own first), whether it calls the CRC library, its entry points' signatures, the JIT
-    module it is compiled from (imported by `jit()`), and where it is declared ("module:attribute", for a build in
-    another process)."""
+    module it is compiled from (imported by `jit()`), where it is declared ("module:attribute", for a build in
+    another process), and whether its kernels count references to arrays (numba's runtime: only a set that
+    allocates needs it, and its counting costs a call per array a helper takes)."""
 
     module: str
     sources: tuple[str, ...]
@@ -64,6 +65,7 @@ class KernelSet:
     signatures: Callable[[], dict]
     jit: Callable[[], ModuleType]
     home: str
+    nrt: bool = True
 
     @property
     def installed(self) -> str:
@@ -148,6 +150,7 @@ def compile_to(kernels: KernelSet, path: str) -> None:
         cc = CC(kernels.module)
         cc.output_dir = tmp
         cc.verbose = False
+        cc.use_nrt = kernels.nrt
         cc.target_cpu = llvmlite.binding.get_host_cpu_name()  # as the JIT compiles: this machine's instructions, not a generic CPU's
         for name, sig in kernels.signatures().items():
             cc.export(name, sig)(getattr(jit, name).py_func)

@@ -47,6 +47,14 @@ def _packed(parts: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
     return np.frombuffer(b"".join(parts) or b"\0", dtype=np.uint8).copy(), offs
 
 
+def item_room() -> np.ndarray:
+    """Room for one record's property items (name starts, separators, ends), one per concurrent kernel call: the
+    kernels allocate nothing themselves (rmqdump.text.kernel counts no references)."""
+    from rmqdump.text.spelling import MAX_ITEMS
+
+    return np.empty((3, MAX_ITEMS), dtype=np.int64)
+
+
 def _signatures() -> dict:
     """Each text entry point and its one signature (what the listing passes: store bytes read-only, the rest
     writable, C order): what the ahead-of-time module is compiled for."""
@@ -56,9 +64,9 @@ def _signatures() -> dict:
     i1, i2, u8, s8 = T.int64[::1], T.int64[:, ::1], T.uint8[::1], T.int8[::1]
     filters = (u8, u8, u8, i1)  # topic, tag, key, and their lengths
     return {
-        "json_lines": T.int64(data, T.int64, i2, u8, u8, i1, *filters, T.boolean, u8, i1, s8),
-        "csv_lines": T.int64(data, T.int64, i2, u8, u8, i1, *filters, u8, i1, s8),
-        "table_cells": T.int64(data, T.int64, i2, u8, i1, *filters, u8, i2, i2, s8),
+        "json_lines": T.int64(data, T.int64, i2, u8, u8, i1, *filters, T.boolean, u8, i1, s8, i2),
+        "csv_lines": T.int64(data, T.int64, i2, u8, u8, i1, *filters, u8, i1, s8, i2),
+        "table_cells": T.int64(data, T.int64, i2, u8, i1, *filters, u8, i2, i2, s8, i2),
         "table_lines": T.int64(u8, i2, i2, i1, s8, T.int64, T.int64, u8),
     }
 
@@ -69,7 +77,7 @@ def _jit() -> ModuleType:
     return kernel
 
 
-TEXT = KernelSet("rmqdump_text_kernel", ("text/kernel.py", "text/spelling.py", "scan/aot.py"), False, _signatures, _jit, "rmqdump.text.batches:TEXT")
+TEXT = KernelSet("rmqdump_text_kernel", ("text/kernel.py", "text/spelling.py", "scan/aot.py"), False, _signatures, _jit, "rmqdump.text.batches:TEXT", nrt=False)
 
 
 def kernels():

@@ -55,7 +55,6 @@ from rmqdump.text.spelling import (
     L_TOTAL,
     L_TRUE,
     L_UNIQ,
-    MAX_ITEMS,
     MAX_MS,
     N_KEYS,
     N_TAGS,
@@ -81,9 +80,13 @@ TEN = np.uint64(10)  # 0001-01-01T00:00:00.000Z
 HUNDRED = np.uint64(100)
 POW10 = np.array([10**k for k in range(20)], dtype=np.uint64)
 DIGIT_PAIRS = np.frombuffer("".join(f"{k:02d}" for k in range(100)).encode(), dtype=np.uint8).copy()
+# No reference counting: these functions allocate nothing (the caller gives every buffer, property items' room
+# included), and numba's counting of the arrays each helper takes was a third of a JSON listing's CPU.
+_kernel = njit(cache=True, nogil=True, _nrt=False)
+_inline = njit(cache=True, nogil=True, _nrt=False, inline="always")
 
 
-@njit(cache=True, nogil=True, inline="always")
+@_inline
 def _lit(out, o, lit):
     for k in range(lit.shape[0]):  # a loop: a slice assignment costs more than these few bytes
         out[o + k] = lit[k]
@@ -103,7 +106,7 @@ def _memcpy(typingctx, dst, do, src, so, n):
     return types.none(dst, do, src, so, n), codegen
 
 
-@njit(cache=True, nogil=True, inline="always")
+@_inline
 def _copy(out, o, data, s, n):
     if n > 16:
         _memcpy(out, o, data, s, n)
@@ -113,7 +116,7 @@ def _copy(out, o, data, s, n):
     return o + n
 
 
-@njit(cache=True, nogil=True)
+@_kernel
 def _int(out, o, v):
     if v < 0:
         if v == -9223372036854775807 - 1:
@@ -141,13 +144,13 @@ def _int(out, o, v):
     return o + nd
 
 
-@njit(cache=True, nogil=True, inline="always")
+@_inline
 def _lit_int(out, o, lit, v):
     """A literal, then an integer: the shape of most JSON fields."""
     return _int(out, _lit(out, o, lit), v)
 
 
-@njit(cache=True, nogil=True)
+@_kernel
 def _fixed(out, o, v, width):
     """v (>= 0) in exactly `width` digits, zero-padded."""
     for k in range(width - 1, -1, -1):
@@ -156,7 +159,7 @@ def _fixed(out, o, v, width):
     return o + width
 
 
-@njit(cache=True, nogil=True)
+@_kernel
 def _utf8_ok(d, s, n):
     """Strict UTF-8, as Python's decoder takes it (no overlongs, surrogates or values past U+10FFFF)."""
     i = s
@@ -190,7 +193,7 @@ def _utf8_ok(d, s, n):
     return True
 
 
-@njit(cache=True, nogil=True)
+@_kernel
 def _plain(d, s, n):
     """True if the bytes are text JSON writes as they are: UTF-8 without quotes, backslashes or control characters."""
     high = False
@@ -203,7 +206,7 @@ def _plain(d, s, n):
     return not high or _utf8_ok(d, s, n)
 
 
-@njit(cache=True, nogil=True, inline="always")
+@_inline
 def _same(a, sa, b, sb, n):
     for k in range(n):  # noqa: SIM110 (numba compiles no generator expressions)
         if a[sa + k] != b[sb + k]:
@@ -211,12 +214,12 @@ def _same(a, sa, b, sb, n):
     return True
 
 
-@njit(cache=True, nogil=True, inline="always")
+@_inline
 def _is(d, s, n, lit):
     return n == lit.shape[0] and _same(d, s, lit, 0, n)
 
 
-@njit(cache=True, nogil=True)
+@_kernel
 def _props(d, s, n, its, itk, ite):
     """Items of `name\\x01value\\x02...` as (name start, separator, end); -1 if Python must decide.
 
@@ -242,7 +245,7 @@ def _props(d, s, n, its, itk, ite):
                 high = True
             j += 1
         if j > i:
-            if k < 0 or m >= MAX_ITEMS:
+            if k < 0 or m >= its.shape[0]:
                 return -1
             its[m] = i
             itk[m] = k
@@ -259,7 +262,7 @@ def _props(d, s, n, its, itk, ite):
     return m
 
 
-@njit(cache=True, nogil=True)
+@_kernel
 def _find_prop(d, its, itk, m, name):
     """Index of the item named `name`, or -1."""
     for a in range(m):
@@ -268,13 +271,7 @@ def _find_prop(d, its, itk, m, name):
     return -1
 
 
-@njit(cache=True, nogil=True, inline="always")
-def _item_room():
-    """Room for one record's property items: (name starts, separators, ends)."""
-    return np.empty(MAX_ITEMS, np.int64), np.empty(MAX_ITEMS, np.int64), np.empty(MAX_ITEMS, np.int64)
-
-
-@njit(cache=True, nogil=True, inline="always")
+@_inline
 def _items(d, row, its, itk, ite):
     """A row's property items (their count m) and which are KEYS, TAGS and UNIQ_KEY (t, g, u; -1 absent); m < 0: Python decides."""
     m = _props(d, row[PROPS_POS], row[PROPS_LEN], its, itk, ite)
@@ -283,7 +280,7 @@ def _items(d, row, its, itk, ite):
     return m, _find_prop(d, its, itk, m, N_KEYS), _find_prop(d, its, itk, m, N_TAGS), _find_prop(d, its, itk, m, N_UNIQ)
 
 
-@njit(cache=True, nogil=True)
+@_kernel
 def _accepts(d, row, its, itk, ite, t, g, u, ftopic, ftag, fkey, fl):
     """The content filters (--topic, --tag, --key) on one record."""
     if fl[0] and not _is(d, row[TOPIC_POS], row[TOPIC_LEN], ftopic):
@@ -306,7 +303,7 @@ def _accepts(d, row, its, itk, ite, t, g, u, ftopic, ftag, fkey, fl):
     return True
 
 
-@njit(cache=True, nogil=True)
+@_kernel
 def _v4_host(out, o, d, p):
     for q in range(V4_ADDR):
         if q:
@@ -323,7 +320,7 @@ def _v4_host(out, o, d, p):
     return _int(out, o, port)
 
 
-@njit(cache=True, nogil=True)
+@_kernel
 def _hex(out, o, v, nbytes):
     for k in range(nbytes * 2 - 1, -1, -1):
         out[o + k] = HEX_UPPER[v & 15]
@@ -331,19 +328,19 @@ def _hex(out, o, v, nbytes):
     return o + nbytes * 2
 
 
-@njit(cache=True, nogil=True, inline="always")
+@_inline
 def _snippet(out, o, snip, offs, f):
     """Snippet f of a packed table (rmqdump.text.batches.flag_snippets)."""
     return _copy(out, o, snip, offs[f], offs[f + 1] - offs[f])
 
 
-@njit(cache=True, nogil=True, inline="always")
+@_inline
 def _value(out, o, d, itk, ite, a):
     """The value of property item a."""
     return _copy(out, o, d, itk[a] + 1, ite[a] - itk[a] - 1)
 
 
-@njit(cache=True, nogil=True, inline="always")
+@_inline
 def _quoted(out, o, d, s, n):
     """d[s:s+n] between double quotes."""
     out[o] = 34
@@ -352,7 +349,7 @@ def _quoted(out, o, d, s, n):
     return o + 1
 
 
-@njit(cache=True, nogil=True, inline="always")
+@_inline
 def _token_end(d, j, e):
     """End of the KEYS token that starts at j (its separator, or e)."""
     while j < e and d[j] != SEP_KEY:
@@ -360,7 +357,7 @@ def _token_end(d, j, e):
     return j
 
 
-@njit(cache=True, nogil=True, inline="always")
+@_inline
 def _tokens(out, o, d, j, e, sep, quote):
     """The non-empty KEYS tokens of d[j:e], `sep` between them, each in double quotes when `quote`."""
     first = True
@@ -376,21 +373,21 @@ def _tokens(out, o, d, j, e, sep, quote):
     return o
 
 
-@njit(cache=True, nogil=True)
+@_kernel
 def _value_or_null(out, o, d, itk, ite, a):
     if a < 0:
         return _lit(out, o, L_NULL)
     return _quoted(out, o, d, itk[a] + 1, ite[a] - itk[a] - 1)
 
 
-@njit(cache=True, nogil=True, inline="always")
+@_inline
 def _bool(out, o, v):
     if v < 0:
         return _lit(out, o, L_NULL)
     return _lit(out, o, L_TRUE if v else L_FALSE)
 
 
-@njit(cache=True, nogil=True)
+@_kernel
 def _message_json(out, o, d, base, row, file_json, snip, snip_offs, its, itk, ite, m, t, g, u, close):
     o = _lit(out, _lit(out, o, L_KIND), file_json)
     o = _lit_int(out, o, L_PHYS, base + row[POS])
@@ -441,17 +438,18 @@ def _message_json(out, o, d, base, row, file_json, snip, snip_offs, its, itk, it
     return o
 
 
-@njit(cache=True, nogil=True)
+@_kernel
 def _simple(d, row):
     """Hosts the kernel writes (IPv4) and a topic JSON takes as it is."""
     return row[BORN_V6] == 0 and row[STORE_V6] == 0 and _plain(d, row[TOPIC_POS], row[TOPIC_LEN])
 
 
-@njit(cache=True, nogil=True)
-def json_lines(d, base, mat, file_json, snip, snip_offs, ftopic, ftag, fkey, fl, close, out, ends, status):
+@_kernel
+def json_lines(d, base, mat, file_json, snip, snip_offs, ftopic, ftag, fkey, fl, close, out, ends, status, items):
     """One JSON object per row of `mat` into `out` (`close`: with its closing brace and newline; else the
-    caller appends the body fields). ends[r] is where row r's text ends; status[r] TAKEN, FALLBACK or FILTERED."""
-    its, itk, ite = _item_room()
+    caller appends the body fields). ends[r] is where row r's text ends; status[r] TAKEN, FALLBACK or FILTERED;
+    `items` is room for one record's property items (rmqdump.text.batches.item_room)."""
+    its, itk, ite = items[0], items[1], items[2]
     o = 0
     for r in range(mat.shape[0]):
         row = mat[r]
@@ -469,7 +467,7 @@ def json_lines(d, base, mat, file_json, snip, snip_offs, ftopic, ftag, fkey, fl,
     return o
 
 
-@njit(cache=True, nogil=True)
+@_kernel
 def _iso(out, o, ms):
     """Store time as the table prints it: 2026-11-21T23:54:55.473Z."""
     days = ms // 86400000
@@ -500,7 +498,7 @@ def _iso(out, o, ms):
     return o + 1
 
 
-@njit(cache=True, nogil=True)
+@_kernel
 def display_width(b, s, e):
     """Terminal columns of UTF-8 text: East Asian wide characters take two."""
     w = 0
@@ -529,11 +527,11 @@ def display_width(b, s, e):
     return w
 
 
-@njit(cache=True, nogil=True)
-def table_cells(d, base, mat, tx, tx_offs, ftopic, ftag, fkey, fl, out, bounds, widths, status):
+@_kernel
+def table_cells(d, base, mat, tx, tx_offs, ftopic, ftag, fkey, fl, out, bounds, widths, status, items):
     """The table's cells of each row into `out`: cell c of row r is out[bounds[r, c]:bounds[r, c + 1]],
     widths[r, c] its terminal width."""
-    its, itk, ite = _item_room()
+    its, itk, ite = items[0], items[1], items[2]
     o = 0
     for r in range(mat.shape[0]):
         row = mat[r]
@@ -588,7 +586,7 @@ def table_cells(d, base, mat, tx, tx_offs, ftopic, ftag, fkey, fl, out, bounds, 
     return o
 
 
-@njit(cache=True, nogil=True)
+@_kernel
 def table_lines(cells, bounds, widths, colw, status, lo, hi, out):
     """Rows lo..hi-1 that are TAKEN as lines, columns padded to `colw` and two spaces apart, no trailing blanks."""
     o = 0
@@ -609,7 +607,7 @@ def table_lines(cells, bounds, widths, colw, status, lo, hi, out):
     return o
 
 
-@njit(cache=True, nogil=True)
+@_kernel
 def _has(d, s, n, c):
     for i in range(s, s + n):  # noqa: SIM110 (numba compiles no generator expressions)
         if d[i] == c:
@@ -617,14 +615,14 @@ def _has(d, s, n, c):
     return False
 
 
-@njit(cache=True, nogil=True)
+@_kernel
 def _csv_bool(out, o, v):
     if v < 0:
         return o
     return _lit(out, o, C_TRUE if v else C_FALSE)
 
 
-@njit(cache=True, nogil=True)
+@_kernel
 def _message_csv(out, o, d, base, row, file_csv, snip, snip_offs, its, itk, ite, m, t, g, u):
     o = _lit(out, o, C_KIND)
     o = _lit(out, o, file_csv)
@@ -694,11 +692,11 @@ def _message_csv(out, o, d, base, row, file_csv, snip, snip_offs, its, itk, ite,
     return _lit(out, o, C_END)
 
 
-@njit(cache=True, nogil=True)
-def csv_lines(d, base, mat, file_csv, snip, snip_offs, ftopic, ftag, fkey, fl, out, ends, status):
+@_kernel
+def csv_lines(d, base, mat, file_csv, snip, snip_offs, ftopic, ftag, fkey, fl, out, ends, status, items):
     """One CSV row (the columns of rmqdump.cli.records.CSV_COLUMNS) per row of `mat`, as `csv.writer` writes
     them (the DLedger entry columns empty); a text field that would need quoting (a comma) leaves the row to Python."""
-    its, itk, ite = _item_room()
+    its, itk, ite = items[0], items[1], items[2]
     o = 0
     for r in range(mat.shape[0]):
         row = mat[r]

@@ -273,6 +273,10 @@ def _props_both(raws: list[bytes]):
         ["TAGS\x01订单\x02".encode() + b"\xff\xfe\x02KEYS\x01k\x02", b"A\x01b"],  # not UTF-8
         [b"TAGS\x01\x02KEYS\x01   \x02UNIQ_KEY\x01\x02", b"\x02", b"KEYS\x01 a\x01b  c \x02A\x01\x01"],  # empty values, separators in values
         ["KEYS\x01订单 ключ\x02TAGS\x01标签".encode(), b"", b"TAGS\x01t"],  # UTF-8 beyond ASCII; no trailing separator
+
+        # more items and KEYS tokens than the first room holds (4 and 2 a record): the buffers grow mid-batch
+        [b"A\x01b", b"KEYS\x01" + b" ".join(b"k%d" % i for i in range(40)) + b"\x02" + b"".join(b"N%d\x01v%d\x02" % (i, i) for i in range(30)), b"T\x01u"],
+        [b"KEYS\x01a b c"] * 40,  # three KEYS tokens a record: the tokens' room grows alone
     ],
 )
 def test_vectorized_properties_decode_like_decode_properties(raws):

@@ -15,6 +15,7 @@ from conftest import REAL, SETTINGS, STORES, copy_store, manifest, need_pyspark,
 from test_export import check_against_manifest, check_intact, read_dataset, read_jsonl, reader_rows
 
 from rmqdump.export.dataset import export_ranges
+from rmqdump.readers.commitlog import CommitLog
 from rmqdump.scan.splits import StoreRef, resolve_stores
 
 need_pyspark()
@@ -53,9 +54,14 @@ def test_spark_tiny_splits_same_rows(spark, fleet, spark_rows, tmp_path):
     assert len({(r["broker"], r["phys_offset"]) for r in tiny}) == len(tiny)
     assert tiny == spark_rows
     # the same with the tasks writing their part files themselves (--spark-writer arrow)
-    res = export_spark(spark, fleet, str(tmp_path / "arrow"), with_body=True, range_bytes=4096, writer="arrow")
+    told = []
+    res = export_spark(spark, fleet, str(tmp_path / "arrow"), with_body=True, range_bytes=4096, writer="arrow", on_bytes=told.append)
     assert res.messages == len(tiny) and res.problem_count == 0
     assert read_dataset(tmp_path / "arrow") == spark_rows
+    # the progress it tells: each task's bytes as it is done, adding up to every CommitLog file's data
+    cls = [CommitLog.open(s.commitlog) for s in fleet]
+    assert len(told) > 1 and min(told) > 0
+    assert sum(told) == sum(min(os.stat(f.path).st_size, cl.file_size) for cl in cls for f in cl.files)
 
 
 def test_spark_jsonl_equals_local_jsonl(spark, tmp_path):

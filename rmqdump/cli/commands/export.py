@@ -76,7 +76,8 @@ def export(
         python_tasks = pick_writer(spark_writer.value, out, master) == "arrow"
         with O.spark_session(master, spark_conf, driver_memory=driver_memory, ship=ship.value, python_tasks_only=python_tasks) as spark:
             startup = time.perf_counter() - t0
-            res = export_spark(spark, stores, out, fmt=fmt.value, with_body=with_body, range_bytes=split, force=force, check_crc=crc, writer=spark_writer.value)
+            with render.progress(_total_bytes(stores) if python_tasks else 0, "export", enabled=None if python_tasks else False) as advance:
+                res = export_spark(spark, stores, out, fmt=fmt.value, with_body=with_body, range_bytes=split, force=force, check_crc=crc, writer=spark_writer.value, on_bytes=advance)
         res.startup_seconds = startup
     for p in res.problems:
         render.err.print(f"{p['broker']}: {p['code']}: {p['file']}@{p['file_offset']}: {p['detail']}", markup=False, highlight=False)

@@ -13,6 +13,7 @@ counts come back through accumulators.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import pyarrow as pa
 from pyspark.accumulators import AccumulatorParam
@@ -111,11 +112,14 @@ def export_spark(
     check_crc: bool = True,
     partitions: int | None = None,
     writer: str = "auto",
+    on_bytes: Callable[[int], None] | None = None,
 ) -> ExportResult:
     """Write the dataset with Spark; a local `out` is written beside itself and renamed into place.
 
     writer: spark (Spark's Parquet writer), arrow (each task writes its part files with pyarrow: `out`
-    must be a path every executor shares), or auto (pick_writer). partitions: the Spark writer's stage only."""
+    must be a path every executor shares), or auto (pick_writer). partitions: the Spark writer's stage only.
+    on_bytes: called with each task's CommitLog bytes as it is done (the arrow writer's tasks; Spark's writer is
+    one stage, done at once)."""
     remote = _has_scheme(out)
     sc = spark.sparkContext
     if writer not in WRITERS:
@@ -125,7 +129,7 @@ def export_spark(
         if remote:
             raise InputError(REMOTE_ARROW, out, "--spark-writer arrow writes with pyarrow to a shared path; use --spark-writer spark for a URI")
         mapper = SparkMap(spark)
-        return export_ranges(stores, out, fmt=fmt, with_body=with_body, mapper=mapper, engine="spark", range_bytes=range_bytes, force=force, check_crc=check_crc)
+        return export_ranges(stores, out, fmt=fmt, with_body=with_body, mapper=mapper, engine="spark", range_bytes=range_bytes, force=force, check_crc=check_crc, on_bytes=on_bytes)
     if not remote:
         out = check_target(out, force=force, stores=[s.root for s in stores])
     t0 = time.perf_counter()

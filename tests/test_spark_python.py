@@ -327,3 +327,66 @@ def test_a_failed_job_is_one_line(tmp_path, capsys, monkeypatch):
         f'rmqdump: {S.EXECUTOR_PYTHON_FAILED}: {python}: the executors\' Python could not run a task: Cannot run program "{python}": error=13, Permission denied; fix: {S.EXECUTOR_FIX}'
     ]
     assert lines["task"] == ["rmqdump: internal_error: ValueError: boom in a task (RMQDUMP_TRACEBACK=1 shows where and what)"]
+
+
+def _layout(root: Path, spark_home: str, py4j: str) -> tuple[str, str, str]:
+    """Spark's zips as a layout has them (their contents do not matter here): (site dir, pyspark.zip, py4j zip)."""
+    site = root / "site"
+    (site / "pyspark").mkdir(parents=True)
+    (site / "pyspark" / "__init__.py").write_text("")
+    lib = (site / "pyspark" if spark_home == "pip" else root / "spark") / "python" / "lib"
+    lib.mkdir(parents=True)
+    zips = lib / "pyspark.zip", lib / f"py4j-{py4j}-src.zip"
+    for z in zips:
+        z.write_bytes(b"")
+    return str(site), str(zips[0]), str(zips[1])
+
+
+def test_the_daemon_reads_pyspark_from_its_installed_files_only_where_they_are_the_zips_own(tmp_path):
+    """pip's layout (the zips inside the installed pyspark, py4j's zip the installed py4j's version): the zips leave
+    the path. A Spark of its own (SPARK_HOME apart), another py4j, or the package's directory not on the path: the
+    path is left as it is."""
+    from importlib import metadata
+
+    from rmqdump.engines.spark.pydaemon import installed_first
+
+    py4j = metadata.version("py4j")
+    site, pz, jz = _layout(tmp_path / "pip", "pip", py4j)
+    path = [pz, jz, "/opt/app.jar", site, "/usr/lib/python3.11"]
+    assert installed_first(path) == ["/opt/app.jar", site, "/usr/lib/python3.11"]
+    site, pz, jz = _layout(tmp_path / "home", "home", py4j)
+    assert installed_first([pz, jz, site]) == [pz, jz, site]
+    site, pz, jz = _layout(tmp_path / "other", "pip", py4j + ".1")
+    assert installed_first([pz, jz, site]) == [pz, jz, site]
+    site, pz, jz = _layout(tmp_path / "off", "pip", py4j)
+    assert installed_first([pz, jz]) == [pz, jz]
+
+
+_WORKER_PYSPARK = """
+import json, sys
+from rmqdump.engines.spark.rangemap import SparkMap
+from rmqdump.engines.spark.session import build_session
+spark = build_session("local[1]", sys.argv[1:], driver_memory="512m")
+def where(_):
+    import pyspark, sys
+    return [pyspark.__file__, [p for p in sys.path if p.endswith(".zip")]]
+print(json.dumps(list(SparkMap(spark)(where, [0]))[0]))
+spark.stop()
+"""
+
+
+def test_python_workers_import_pyspark_from_its_installed_files():
+    """On a local master the executors run this Python, and its daemon (DAEMON_MODULE) imports the installed pyspark:
+    from the zip, its 1,300 source files were compiled at every start. A user's own daemon module is kept."""
+    import pyspark
+
+    installed = str(Path(pyspark.__file__).parent)
+    p = subprocess.run([sys.executable, "-c", _WORKER_PYSPARK], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    file, zips = json.loads(p.stdout.strip().splitlines()[-1])
+    assert file == os.path.join(installed, "__init__.py")
+    assert not [z for z in zips if os.path.basename(z) == "pyspark.zip" or os.path.basename(z).startswith("py4j-")]
+    p = subprocess.run([sys.executable, "-c", _WORKER_PYSPARK, "spark.python.daemon.module=pyspark.daemon"], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    file, _ = json.loads(p.stdout.strip().splitlines()[-1])
+    assert file == os.path.join(installed, "python", "lib", "pyspark.zip", "pyspark", "__init__.py")

@@ -13,6 +13,7 @@ from types import ModuleType
 import numpy as np
 
 from rmqdump.scan.aot import KernelSet, load
+from rmqdump.text.spelling import MAX_ITEMS
 
 
 def flag_snippets(sys_flags: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -50,8 +51,6 @@ def _packed(parts: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
 def item_room() -> np.ndarray:
     """Room for one record's property items (name starts, separators, ends), one per concurrent kernel call: the
     kernels allocate nothing themselves (rmqdump.text.kernel counts no references)."""
-    from rmqdump.text.spelling import MAX_ITEMS
-
     return np.empty((3, MAX_ITEMS), dtype=np.int64)
 
 

@@ -6,8 +6,8 @@ from the installed package, paid by the first Python job of every command. pip's
 itself, so where the zips are the installed package's own (and py4j's zip is the installed py4j's version),
 leaving them off the path changes no code, only where it is read from; anywhere else the path is left alone.
 
-`session` names this module as spark.python.daemon.module only where the executors run the driver's own Python,
-which has rmqdump. It imports nothing of pyspark before the path is set; the workers the daemon forks inherit it, and
+`session` names this module as spark.python.daemon.module only on a local master running the driver's own Python,
+whose workers inherit the driver's environment and so import rmqdump as it does. It imports nothing of pyspark before the path is set; the workers the daemon forks inherit it, and
 import rmqdump afresh.
 """
 

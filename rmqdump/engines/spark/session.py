@@ -60,7 +60,8 @@ ENV_ALIAS = "rmqdump_env"  # the directory spark.archives unpacks the driver's e
 # workers' PYTHONPATH (and they must match the cluster's Spark, not the driver's pip install).
 PACK_EXCLUDES = ("lib/*/site-packages/pyspark/*", "lib/*/site-packages/py4j/*", "lib/*/site-packages/pyspark-*", "lib/*/site-packages/py4j-*")
 DAEMON_MODULE = "rmqdump.engines.spark.pydaemon"  # PySpark's daemon, pyspark imported from its installed files, for
-# executors that run this very Python (it has rmqdump); PySpark's own everywhere else
+# a local master running this very Python, whose workers inherit this process's environment and so import rmqdump as
+# it does (a standalone worker's environment is its own); PySpark's own everywhere else
 # What rmqdump's tasks import on an executor (pandas: PySpark's Arrow path); numba only if the driver has it.
 EXECUTOR_MODULES = ("numpy", "pyarrow", "pandas", "rmqdump.export.arrowbatch")
 OPTIONAL_EXECUTOR_MODULES = ("numba",)
@@ -328,7 +329,7 @@ def build_session(
     if python:
         settings["spark.pyspark.python"] = python
     if "spark.python.daemon.module" not in user:  # said each time: a JVM keeps a first session's settings for the next
-        settings["spark.python.daemon.module"] = DAEMON_MODULE if python == sys.executable else "pyspark.daemon"
+        settings["spark.python.daemon.module"] = DAEMON_MODULE if is_local(master) and python == sys.executable else "pyspark.daemon"
     if not owned:
         warnings.warn("a SparkSession is already running in this process: it is reused, --master and --spark-conf are not applied", stacklevel=2)
     if owned:

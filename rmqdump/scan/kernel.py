@@ -50,6 +50,7 @@ from rmqdump.scan.layout import (
     F,
 )
 from rmqdump.scan.native import crc_library
+from rmqdump.scan.unsigned import u as _u
 from rmqdump.schemas import constants as C
 
 _T = CRC_TABLES.astype(np.int64)
@@ -99,7 +100,7 @@ def _rd(data, p, w, signed):
     """A big-endian integer of w bytes at p (w and signed are constants: the loop unrolls)."""
     v = np.int64(0)
     for i in range(w):
-        v = (v << 8) | np.int64(data[p + i])
+        v = (v << 8) | np.int64(data[_u(p + i)])
     if signed and w < 8:
         bit = np.int64(1) << (8 * w - 1)
         if v & bit:
@@ -115,20 +116,20 @@ def crc32(data, p, n):
     i = p
     e = p + n
     while i + 8 <= e:
-        lo = c ^ (np.int64(data[i]) | (np.int64(data[i + 1]) << 8) | (np.int64(data[i + 2]) << 16) | (np.int64(data[i + 3]) << 24))
+        lo = c ^ (np.int64(data[_u(i)]) | (np.int64(data[_u(i + 1)]) << 8) | (np.int64(data[_u(i + 2)]) << 16) | (np.int64(data[_u(i + 3)]) << 24))
         c = (
             t[7, lo & 0xFF]
             ^ t[6, (lo >> 8) & 0xFF]
             ^ t[5, (lo >> 16) & 0xFF]
             ^ t[4, (lo >> 24) & 0xFF]
-            ^ t[3, data[i + 4]]
-            ^ t[2, data[i + 5]]
-            ^ t[1, data[i + 6]]
-            ^ t[0, data[i + 7]]
+            ^ t[3, data[_u(i + 4)]]
+            ^ t[2, data[_u(i + 5)]]
+            ^ t[1, data[_u(i + 6)]]
+            ^ t[0, data[_u(i + 7)]]
         )
         i += 8
     while i < e:
-        c = t[0, (c ^ np.int64(data[i])) & 0xFF] ^ (c >> 8)
+        c = t[0, (c ^ np.int64(data[_u(i)])) & 0xFF] ^ (c >> 8)
         i += 1
     return c ^ np.int64(0xFFFFFFFF)
 
@@ -163,10 +164,10 @@ else:
 def _named(data, s, e, name):
     """Value start if the property item [s, e) is NAME\\x01..., else -1."""
     k = len(name)
-    if s + k >= e or data[s + k] != SEP_NV:
+    if s + k >= e or data[_u(s + k)] != SEP_NV:
         return -1
     for i in range(k):
-        if data[s + i] != name[i]:
+        if data[_u(s + i)] != name[i]:
             return -1
     return s + k + 1
 
@@ -174,7 +175,7 @@ def _named(data, s, e, name):
 @_leaf
 def _cont(data, i, b, lo, hi):
     """Whether data[i] is a UTF-8 continuation byte in [lo, hi] inside the range."""
-    return i < b and lo <= data[i] <= hi
+    return i < b and lo <= data[_u(i)] <= hi
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -202,26 +203,26 @@ def _hash(data, a, b):
     units = 0
     i = a
     while i < b:
-        x = np.int64(data[i])
+        x = np.int64(data[_u(i)])
         if x < 0x80:
             cp = x
             i += 1
         elif 0xC2 <= x <= 0xDF and _cont(data, i + 1, b, 0x80, 0xBF):
-            cp = ((x & 0x1F) << 6) | (np.int64(data[i + 1]) & 0x3F)
+            cp = ((x & 0x1F) << 6) | (np.int64(data[_u(i + 1)]) & 0x3F)
             i += 2
         elif 0xE0 <= x <= 0xEF:
             lo = 0xA0 if x == 0xE0 else 0x80
             hi = 0x9F if x == 0xED else 0xBF
             if not (_cont(data, i + 1, b, lo, hi) and _cont(data, i + 2, b, 0x80, 0xBF)):
                 return h, units, 1
-            cp = ((x & 0x0F) << 12) | ((np.int64(data[i + 1]) & 0x3F) << 6) | (np.int64(data[i + 2]) & 0x3F)
+            cp = ((x & 0x0F) << 12) | ((np.int64(data[_u(i + 1)]) & 0x3F) << 6) | (np.int64(data[_u(i + 2)]) & 0x3F)
             i += 3
         elif 0xF0 <= x <= 0xF4:
             lo = 0x90 if x == 0xF0 else 0x80
             hi = 0x8F if x == 0xF4 else 0xBF
             if not (_cont(data, i + 1, b, lo, hi) and _cont(data, i + 2, b, 0x80, 0xBF) and _cont(data, i + 3, b, 0x80, 0xBF)):
                 return h, units, 1
-            cp = ((x & 0x07) << 18) | ((np.int64(data[i + 1]) & 0x3F) << 12) | ((np.int64(data[i + 2]) & 0x3F) << 6) | (np.int64(data[i + 3]) & 0x3F)
+            cp = ((x & 0x07) << 18) | ((np.int64(data[_u(i + 1)]) & 0x3F) << 12) | ((np.int64(data[_u(i + 2)]) & 0x3F) << 6) | (np.int64(data[_u(i + 3)]) & 0x3F)
             i += 4
         else:
             return h, units, 1
@@ -333,7 +334,7 @@ def scan(data, size, start, end, check_crc, want_keys, out, keys, frame=0, base=
         pe = lim
         while s < pe:
             e = s
-            while e < pe and data[e] != SEP_PROP:
+            while e < pe and data[_u(e)] != SEP_PROP:
                 e += 1
             x = _named(data, s, e, _N_TAGS)
             if x >= 0:
@@ -365,7 +366,7 @@ def scan(data, size, start, end, check_crc, want_keys, out, keys, frame=0, base=
             a = ka
             while a <= kb and room:
                 b = a
-                while b < kb and data[b] != SEP_KEY:
+                while b < kb and data[_u(b)] != SEP_KEY:
                     b += 1
                 if b > a:
                     if nk < kcap:
@@ -382,7 +383,7 @@ def scan(data, size, start, end, check_crc, want_keys, out, keys, frame=0, base=
         # topic id: FNV-1a of the bytes, equal bytes checked against the topic's first record
         th = _FNV_BASIS
         for i in range(tpos, tpos + tlen):
-            th = (th ^ np.int64(data[i])) * _FNV_PRIME
+            th = (th ^ np.int64(data[_u(i)])) * _FNV_PRIME
         slot = th & mask
         tid = -1
         while True:
@@ -393,7 +394,7 @@ def scan(data, size, start, end, check_crc, want_keys, out, keys, frame=0, base=
                 o = out[_C_TPOS, rep[t]]
                 same = True
                 for i in range(tlen):
-                    if data[o + i] != data[tpos + i]:
+                    if data[_u(o + i)] != data[_u(tpos + i)]:
                         same = False
                         break
                 if same:
@@ -419,7 +420,7 @@ def scan(data, size, start, end, check_crc, want_keys, out, keys, frame=0, base=
             if 0 < db - da <= 18:
                 d = 0
                 for i in range(da, db):
-                    x = np.int64(data[i]) - 48
+                    x = np.int64(data[_u(i)]) - 48
                     if x < 0 or x > 9:
                         d = -1
                         break
@@ -437,14 +438,14 @@ def scan(data, size, start, end, check_crc, want_keys, out, keys, frame=0, base=
                 t0 = lim - _CRC_LEN
                 head = True
                 for i in range(len(CRC_PREFIX)):
-                    if data[t0 + i] != CRC_PREFIX[i]:
+                    if data[_u(t0 + i)] != CRC_PREFIX[i]:
                         head = False
                         break
                 if head:
                     want = 0
                     scale = 1
                     for i in range(_CRC_DIGITS):
-                        x = np.int64(data[t0 + len(CRC_PREFIX) + i]) - 48
+                        x = np.int64(data[_u(t0 + len(CRC_PREFIX) + i)]) - 48
                         if x < 0 or x > 9:
                             want = -1
                             break
@@ -606,7 +607,7 @@ def _is(data, s, k, name):
     same = k == len(name)
     i = 0
     while same and i < k:
-        same = data[s + i] == name[i]
+        same = data[_u(s + i)] == name[i]
         i += 1
     return same
 
@@ -615,7 +616,7 @@ def _is(data, s, k, name):
 def _same(buf, a, b, k):
     """Whether the k bytes at a and at b of buf are the same (read in place: a slice would be an array to count)."""
     for i in range(k):  # noqa: SIM110 (numba compiles no generator expressions)
-        if buf[a + i] != buf[b + i]:
+        if buf[_u(a + i)] != buf[_u(b + i)]:
             return False
     return True
 
@@ -635,7 +636,7 @@ def _put(src, a, k, buf, offs, j):
     """Append src[a:a + k] to buf as string j (offs[j] is its start); returns the end."""
     t = offs[j]
     for i in range(k):
-        buf[t + i] = src[a + i]
+        buf[_u(t + i)] = src[_u(a + i)]
     offs[j + 1] = t + k
     return t + k
 
@@ -657,10 +658,10 @@ def _split_items(data, pos, length, r, k, nk, rows, nbuf, noffs, vbuf, voffs, to
         pe = s + length[r]
         while s < pe:
             e = s
-            while e < pe and data[e] != SEP_PROP:
+            while e < pe and data[_u(e)] != SEP_PROP:
                 e += 1
             m = s
-            while m < e and data[m] != SEP_NV:
+            while m < e and data[_u(m)] != SEP_NV:
                 m += 1
             if m < e:
                 a = _put(data, s, m - s, nbuf, noffs, k) - (m - s)
@@ -692,7 +693,7 @@ def _split_items(data, pos, length, r, k, nk, rows, nbuf, noffs, vbuf, voffs, to
             ke = voffs[ki + 1]
             while a <= ke:
                 b = a
-                while b < ke and vbuf[b] != SEP_KEY:
+                while b < ke and vbuf[_u(b)] != SEP_KEY:
                     b += 1
                 if b > a:
                     _put(vbuf, a, b - a, kbuf, koffs, nk)
@@ -781,7 +782,7 @@ def holds_zero(data, pos, length):
         p = pos[i]
         m = np.uint8(255)
         for j in range(length[i]):
-            v = data[p + j]
+            v = data[_u(p + j)]
             m = v if v < m else m
         out[i] = m == 0
     return out

@@ -7,6 +7,7 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from rmqdump.scan.unsigned import u as _u
 from rmqdump.text.spelling import (
     C_EMPTY_LIST,
     C_EMPTY_MAP,
@@ -89,7 +90,7 @@ _inline = njit(cache=True, nogil=True, _nrt=False, inline="always")
 @_inline
 def _lit(out, o, lit):
     for k in range(lit.shape[0]):  # a loop: a slice assignment costs more than these few bytes
-        out[o + k] = lit[k]
+        out[_u(o + k)] = lit[k]
     return o + lit.shape[0]
 
 
@@ -112,7 +113,7 @@ def _copy(out, o, data, s, n):
         _memcpy(out, o, data, s, n)
     else:
         for k in range(n):
-            out[o + k] = data[s + k]
+            out[_u(o + k)] = data[_u(s + k)]
     return o + n
 
 
@@ -121,7 +122,7 @@ def _int(out, o, v):
     if v < 0:
         if v == -9223372036854775807 - 1:
             return _lit(out, o, INT64_MIN_TEXT)
-        out[o] = 45
+        out[_u(o)] = 45
         o += 1
         v = -v
     u = np.uint64(v)  # unsigned: division without the floor correction
@@ -133,14 +134,14 @@ def _int(out, o, v):
         q = u // HUNDRED
         r = 2 * np.int64(u - q * HUNDRED)
         p -= 2
-        out[p] = DIGIT_PAIRS[r]
-        out[p + 1] = DIGIT_PAIRS[r + 1]
+        out[_u(p)] = DIGIT_PAIRS[r]
+        out[_u(p + 1)] = DIGIT_PAIRS[r + 1]
         u = q
     if u >= TEN:
-        out[p - 2] = DIGIT_PAIRS[2 * np.int64(u)]
-        out[p - 1] = DIGIT_PAIRS[2 * np.int64(u) + 1]
+        out[_u(p - 2)] = DIGIT_PAIRS[2 * np.int64(u)]
+        out[_u(p - 1)] = DIGIT_PAIRS[2 * np.int64(u) + 1]
     else:
-        out[p - 1] = np.uint8(48 + u)
+        out[_u(p - 1)] = np.uint8(48 + u)
     return o + nd
 
 
@@ -154,7 +155,7 @@ def _lit_int(out, o, lit, v):
 def _fixed(out, o, v, width):
     """v (>= 0) in exactly `width` digits, zero-padded."""
     for k in range(width - 1, -1, -1):
-        out[o + k] = 48 + v % 10
+        out[_u(o + k)] = 48 + v % 10
         v //= 10
     return o + width
 
@@ -165,27 +166,27 @@ def _utf8_ok(d, s, n):
     i = s
     e = s + n
     while i < e:
-        c = d[i]
+        c = d[_u(i)]
         if c < 0x80:
             i += 1
         elif c < 0xC2:
             return False
         elif c < 0xE0:
-            if i + 1 >= e or (d[i + 1] & 0xC0) != 0x80:
+            if i + 1 >= e or (d[_u(i + 1)] & 0xC0) != 0x80:
                 return False
             i += 2
         elif c < 0xF0:
             if i + 2 >= e:
                 return False
-            c1 = d[i + 1]
-            if (c == 0xE0 and c1 < 0xA0) or (c == 0xED and c1 > 0x9F) or (c1 & 0xC0) != 0x80 or (d[i + 2] & 0xC0) != 0x80:
+            c1 = d[_u(i + 1)]
+            if (c == 0xE0 and c1 < 0xA0) or (c == 0xED and c1 > 0x9F) or (c1 & 0xC0) != 0x80 or (d[_u(i + 2)] & 0xC0) != 0x80:
                 return False
             i += 3
         elif c < 0xF5:
             if i + 3 >= e:
                 return False
-            c1 = d[i + 1]
-            if (c == 0xF0 and c1 < 0x90) or (c == 0xF4 and c1 > 0x8F) or (c1 & 0xC0) != 0x80 or (d[i + 2] & 0xC0) != 0x80 or (d[i + 3] & 0xC0) != 0x80:
+            c1 = d[_u(i + 1)]
+            if (c == 0xF0 and c1 < 0x90) or (c == 0xF4 and c1 > 0x8F) or (c1 & 0xC0) != 0x80 or (d[_u(i + 2)] & 0xC0) != 0x80 or (d[_u(i + 3)] & 0xC0) != 0x80:
                 return False
             i += 4
         else:
@@ -198,7 +199,7 @@ def _plain(d, s, n):
     """True if the bytes are text JSON writes as they are: UTF-8 without quotes, backslashes or control characters."""
     high = False
     for i in range(s, s + n):
-        c = d[i]
+        c = d[_u(i)]
         if c < 0x20 or c == 0x22 or c == 0x5C:
             return False
         if c >= 0x80:
@@ -209,7 +210,7 @@ def _plain(d, s, n):
 @_inline
 def _same(a, sa, b, sb, n):
     for k in range(n):  # noqa: SIM110 (numba compiles no generator expressions)
-        if a[sa + k] != b[sb + k]:
+        if a[_u(sa + k)] != b[_u(sb + k)]:
             return False
     return True
 
@@ -233,8 +234,8 @@ def _props(d, s, n, its, itk, ite):
     while i <= e:
         j = i
         k = -1
-        while j < e and d[j] != SEP_PROP:
-            c = d[j]
+        while j < e and d[_u(j)] != SEP_PROP:
+            c = d[_u(j)]
             if c == SEP_NV:
                 if k >= 0:
                     return -1
@@ -307,14 +308,14 @@ def _accepts(d, row, its, itk, ite, t, g, u, ftopic, ftag, fkey, fl):
 def _v4_host(out, o, d, p):
     for q in range(V4_ADDR):
         if q:
-            out[o] = 46
+            out[_u(o)] = 46
             o += 1
-        o = _int(out, o, np.int64(d[p + q]))
-    out[o] = 58
+        o = _int(out, o, np.int64(d[_u(p + q)]))
+    out[_u(o)] = 58
     o += 1
     port = np.int64(0)
     for q in range(PORT_BYTES):
-        port = (port << 8) | np.int64(d[p + V4_ADDR + q])
+        port = (port << 8) | np.int64(d[_u(p + V4_ADDR + q)])
     if port >= 2147483648:
         port -= 4294967296
     return _int(out, o, port)
@@ -323,7 +324,7 @@ def _v4_host(out, o, d, p):
 @_kernel
 def _hex(out, o, v, nbytes):
     for k in range(nbytes * 2 - 1, -1, -1):
-        out[o + k] = HEX_UPPER[v & 15]
+        out[_u(o + k)] = HEX_UPPER[v & 15]
         v >>= 4
     return o + nbytes * 2
 
@@ -343,16 +344,16 @@ def _value(out, o, d, itk, ite, a):
 @_inline
 def _quoted(out, o, d, s, n):
     """d[s:s+n] between double quotes."""
-    out[o] = 34
+    out[_u(o)] = 34
     o = _copy(out, o + 1, d, s, n)
-    out[o] = 34
+    out[_u(o)] = 34
     return o + 1
 
 
 @_inline
 def _token_end(d, j, e):
     """End of the KEYS token that starts at j (its separator, or e)."""
-    while j < e and d[j] != SEP_KEY:
+    while j < e and d[_u(j)] != SEP_KEY:
         j += 1
     return j
 
@@ -365,7 +366,7 @@ def _tokens(out, o, d, j, e, sep, quote):
         q = _token_end(d, j, e)
         if q > j:
             if not first:
-                out[o] = sep
+                out[_u(o)] = sep
                 o += 1
             first = False
             o = _quoted(out, o, d, j, q - j) if quote else _copy(out, o, d, j, q - j)
@@ -413,10 +414,10 @@ def _message_json(out, o, d, base, row, file_json, snip, snip_offs, its, itk, it
     o = _lit(out, o, L_PROPS)
     for a in range(m):
         if a:
-            out[o] = 44
+            out[_u(o)] = 44
             o += 1
         o = _quoted(out, o, d, its[a], itk[a] - its[a])
-        out[o] = 58
+        out[_u(o)] = 58
         o = _quoted(out, o + 1, d, itk[a] + 1, ite[a] - itk[a] - 1)
     o = _lit(out, o, L_TAGS)
     o = _value_or_null(out, o, d, itk, ite, g)
@@ -428,12 +429,12 @@ def _message_json(out, o, d, base, row, file_json, snip, snip_offs, its, itk, it
     o = _lit(out, o, L_MSGID)
     sp = row[STORE_POS]
     for q in range(V4_ADDR + PORT_BYTES):
-        o = _hex(out, o, np.int64(d[sp + q]), 1)
+        o = _hex(out, o, np.int64(d[_u(sp + q)]), 1)
     o = _hex(out, o, base + row[POS], 8)
     if close:
         o = _lit(out, o, L_END)
     else:
-        out[o] = 34
+        out[_u(o)] = 34
         o += 1
     return o
 
@@ -482,19 +483,19 @@ def _iso(out, o, ms):
     month = mp + 3 if mp < 10 else mp - 9
     year = yoe + era * 400 + (1 if month <= 2 else 0)
     o = _fixed(out, o, year, 4)
-    out[o] = 45
+    out[_u(o)] = 45
     o = _fixed(out, o + 1, month, 2)
-    out[o] = 45
+    out[_u(o)] = 45
     o = _fixed(out, o + 1, day, 2)
-    out[o] = 84
+    out[_u(o)] = 84
     o = _fixed(out, o + 1, rem // 3600000, 2)
-    out[o] = 58
+    out[_u(o)] = 58
     o = _fixed(out, o + 1, rem // 60000 % 60, 2)
-    out[o] = 58
+    out[_u(o)] = 58
     o = _fixed(out, o + 1, rem // 1000 % 60, 2)
-    out[o] = 46
+    out[_u(o)] = 46
     o = _fixed(out, o + 1, rem % 1000, 3)
-    out[o] = 90
+    out[_u(o)] = 90
     return o + 1
 
 
@@ -571,7 +572,7 @@ def table_cells(d, base, mat, tx, tx_offs, ftopic, ftag, fkey, fl, out, bounds, 
                     else:
                         o = _lit(out, o, L_OK if row[CRC] else L_BAD)
                         if row[PCRC] >= 0:
-                            out[o] = 47
+                            out[_u(o)] = 47
                             o = _lit(out, o + 1, L_OK if row[PCRC] else L_BAD)
                     bounds[r, 11] = o
                     for c in range(TABLE_CELLS):
@@ -600,9 +601,9 @@ def table_lines(cells, bounds, widths, colw, status, lo, hi, out):
                 o = _copy(out, o, cells, bounds[r, c], bounds[r, c + 1] - bounds[r, c])
                 if c < last:
                     for _ in range(colw[c] - widths[r, c] + 2):
-                        out[o] = 32
+                        out[_u(o)] = 32
                         o += 1
-            out[o] = 10
+            out[_u(o)] = 10
             o += 1
     return o
 
@@ -610,7 +611,7 @@ def table_lines(cells, bounds, widths, colw, status, lo, hi, out):
 @_kernel
 def _has(d, s, n, c):
     for i in range(s, s + n):  # noqa: SIM110 (numba compiles no generator expressions)
-        if d[i] == c:
+        if d[_u(i)] == c:
             return True
     return False
 
@@ -627,34 +628,34 @@ def _message_csv(out, o, d, base, row, file_csv, snip, snip_offs, its, itk, ite,
     o = _lit(out, o, C_KIND)
     o = _lit(out, o, file_csv)
     for col in (POS, TOTAL, MAGIC_V, BCRC):
-        out[o] = 44
+        out[_u(o)] = 44
         o = _int(out, o + 1, base + row[POS] if col == POS else row[col])
-    out[o] = 44
+    out[_u(o)] = 44
     o = _csv_bool(out, o + 1, row[CRC])
-    out[o] = 44
+    out[_u(o)] = 44
     o = _csv_bool(out, o + 1, row[PCRC])
     for col in (QID, FLAG, QOFF, SYSF):
-        out[o] = 44
+        out[_u(o)] = 44
         o = _int(out, o + 1, row[col])
     o = _snippet(out, o, snip, snip_offs, row[FLAG_IDX])  # ,transaction
-    out[o] = 44
+    out[_u(o)] = 44
     o = _int(out, o + 1, row[BORN_TS])
-    out[o] = 44
+    out[_u(o)] = 44
     o = _v4_host(out, o + 1, d, row[BORN_POS])
-    out[o] = 44
+    out[_u(o)] = 44
     o = _int(out, o + 1, row[STORE_TS])
-    out[o] = 44
+    out[_u(o)] = 44
     o = _v4_host(out, o + 1, d, row[STORE_POS])
     for col in (RECON, PREP, BODYLEN):
-        out[o] = 44
+        out[_u(o)] = 44
         o = _int(out, o + 1, row[col])
-    out[o] = 44
+    out[_u(o)] = 44
     o = _copy(out, o + 1, d, row[TOPIC_POS], row[TOPIC_LEN])
-    out[o] = 44
+    out[_u(o)] = 44
     o += 1
     if g >= 0:
         o = _value(out, o, d, itk, ite, g)
-    out[o] = 44
+    out[_u(o)] = 44
     o += 1
     # keys: json.dumps of the list (", " between items), as one quoted CSV field unless empty
     first = True
@@ -669,17 +670,17 @@ def _message_csv(out, o, d, base, row, file_csv, snip, snip_offs, its, itk, ite,
                 o = _copy(out, o, d, j, q - j)
             j = q + 1
     o = _lit(out, o, C_EMPTY_LIST if first else C_LIST_CLOSE)
-    out[o] = 44
+    out[_u(o)] = 44
     o += 1
     if u >= 0:
         o = _value(out, o, d, itk, ite, u)
-    out[o] = 44
+    out[_u(o)] = 44
     o += 1
     sp = row[STORE_POS]
     for q in range(V4_ADDR + PORT_BYTES):
-        o = _hex(out, o, np.int64(d[sp + q]), 1)
+        o = _hex(out, o, np.int64(d[_u(sp + q)]), 1)
     o = _hex(out, o, base + row[POS], 8)
-    out[o] = 44
+    out[_u(o)] = 44
     o += 1
     if m == 0:
         o = _lit(out, o, C_EMPTY_MAP)

@@ -505,19 +505,19 @@ def display_width(b, s, e):
     w = 0
     i = s
     while i < e:
-        c = b[i]
+        c = b[_u(i)]
         if c < 0x80:
             w += 1
             i += 1
             continue
         if c < 0xE0:
-            cp = ((c & 0x1F) << 6) | (b[i + 1] & 0x3F)
+            cp = ((c & 0x1F) << 6) | (b[_u(i + 1)] & 0x3F)
             i += 2
         elif c < 0xF0:
-            cp = ((c & 0x0F) << 12) | ((b[i + 1] & 0x3F) << 6) | (b[i + 2] & 0x3F)
+            cp = ((c & 0x0F) << 12) | ((b[_u(i + 1)] & 0x3F) << 6) | (b[_u(i + 2)] & 0x3F)
             i += 3
         else:
-            cp = ((c & 0x07) << 18) | ((b[i + 1] & 0x3F) << 12) | ((b[i + 2] & 0x3F) << 6) | (b[i + 3] & 0x3F)
+            cp = ((c & 0x07) << 18) | ((b[_u(i + 1)] & 0x3F) << 12) | ((b[_u(i + 2)] & 0x3F) << 6) | (b[_u(i + 3)] & 0x3F)
             i += 4
         wide = (
             (0x1100 <= cp <= 0x115F) or (0x2E80 <= cp <= 0xA4CF and cp != 0x303F) or (0xAC00 <= cp <= 0xD7A3) or (0xF900 <= cp <= 0xFAFF)

@@ -68,10 +68,20 @@ CSV_COLUMNS = [
 TABLE_COLUMNS = ["offset", "size", "topic", "q", "qoffset", "stored (UTC)", "tags", "keys", "uniq_key", "tx", "crc"]
 
 
+def _selector(rows: np.ndarray):
+    """Sorted distinct row numbers as a slice when they are consecutive (nothing filtered out): each column is then
+    read as a view, not gathered by fancy indexing."""
+    if len(rows) and int(rows[-1]) - int(rows[0]) == len(rows) - 1:
+        return slice(int(rows[0]), int(rows[-1]) + 1)
+    return rows
+
+
 def rows_matrix(b: Batch, rows: np.ndarray, flag_idx: np.ndarray) -> np.ndarray:
     """The kernels' input: one int64 row per record, columns rmqdump.text.spelling.MATRIX."""
     c = b.cols
-    mat = np.empty((len(rows), len(K.MATRIX)), dtype=np.int64)
+    n = len(rows)
+    rows = _selector(rows)
+    mat = np.empty((n, len(K.MATRIX)), dtype=np.int64)
     for j, name in enumerate(K.MATRIX):
         if name in c:
             mat[:, j] = c[name][rows]
@@ -290,12 +300,13 @@ class JsonLinesOut(RecordsOut):
         file_json = self._file_json.get(b.seg.path)
         if file_json is None:
             file_json = self._file_json[b.seg.path] = np.frombuffer(_ENCODE(b.seg.path).encode(), dtype=np.uint8).copy()
-        snip, snip_offs, _tx, _txo, idx = TB.flag_snippets(b.cols["sys_flag"][rows])
+        sel = _selector(rows)
+        snip, snip_offs, _tx, _txo, idx = TB.flag_snippets(b.cols["sys_flag"][sel])
         mat = rows_matrix(b, rows, idx)
         c = b.cols
         bound = (
             K.FIXED_JSON + len(file_json) + int(np.diff(snip_offs).max()) + 400
-            + c["topic_length"][rows].astype(np.int64) + 7 * c["properties_length"][rows].astype(np.int64)
+            + c["topic_length"][sel].astype(np.int64) + 7 * c["properties_length"][sel].astype(np.int64)
         )  # fmt: skip
         n = len(rows)
         out = np.empty(int(bound.sum()), dtype=np.uint8)
@@ -358,10 +369,11 @@ class CsvOut(RecordsOut):
         if self._file != b.seg.path:
             self._file = b.seg.path
             self._file_csv = np.frombuffer(csv_line([b.seg.path])[:-1].encode(), dtype=np.uint8).copy()
-        snip, snip_offs, idx = TB.csv_snippets(b.cols["sys_flag"][rows])
+        sel = _selector(rows)
+        snip, snip_offs, idx = TB.csv_snippets(b.cols["sys_flag"][sel])
         mat = rows_matrix(b, rows, idx)
         c = b.cols
-        bound = 500 + len(self._file_csv) + c["topic_length"][rows].astype(np.int64) + 9 * c["properties_length"][rows].astype(np.int64)
+        bound = 500 + len(self._file_csv) + c["topic_length"][sel].astype(np.int64) + 9 * c["properties_length"][sel].astype(np.int64)
         out = np.empty(int(bound.sum()), dtype=np.uint8)
         ends = np.empty(len(rows), dtype=np.int64)
         status = np.empty(len(rows), dtype=np.int8)
@@ -421,10 +433,11 @@ class TableOut(RecordsOut):
     def kernel(self, b, rows, _):
         if self.with_body:
             return None
-        _s, _so, tx, tx_offs, idx = TB.flag_snippets(b.cols["sys_flag"][rows])
+        sel = _selector(rows)
+        _s, _so, tx, tx_offs, idx = TB.flag_snippets(b.cols["sys_flag"][sel])
         mat = rows_matrix(b, rows, idx)
         c = b.cols
-        bound = 200 + c["topic_length"][rows].astype(np.int64) + 3 * c["properties_length"][rows].astype(np.int64)
+        bound = 200 + c["topic_length"][sel].astype(np.int64) + 3 * c["properties_length"][sel].astype(np.int64)
         cells = np.empty(int(bound.sum()), dtype=np.uint8)
         n = len(rows)
         bounds = np.empty((n, K.TABLE_CELLS + 1), dtype=np.int64)

@@ -30,7 +30,8 @@ PARALLEL_MIN_BYTES = RANGE_BYTES // 2  # below this a CommitLog is read by one w
 # cuts ranges smaller by how much that output outweighs the records' bytes (held_range_bytes):
 HELD_WHOLE = {
     "rows": 8,  # sql's Arrow rows, bodies included, waiting for DuckDB: -j2 peak RSS 411 MB, not 895 MB, on gen-1m (bench/RESULTS.md)
-    "text": 32,  # journey --all's rendered JSON Lines, twice the records' bytes
+    "text": 32,  # journey --all's rendered JSON Lines, twice the records' bytes; a listing with bodies, ~1.4x
+    "listing": 16,  # a listing without bodies, ~0.65x the records' bytes: twice the ranges' size, half the steps per byte
 }
 
 

@@ -62,8 +62,9 @@ def commitlog(
     cl = CommitLog.open(paths)
     if not cl.files:
         render.fail(f"no_commitlog: {', '.join(paths)}: no CommitLog files found", 2)
-    # each range's text is held whole until the fold writes it: ranges of the size for held text
-    ranges = window_splits(cl, from_offset, to_offset, held_range_bytes("text"), check_crc=not no_crc)
+    # each range's text is held whole until the fold writes it: ranges of the size for held text (bodies: more of it)
+    held = "text" if body.value != "none" else "listing"
+    ranges = window_splits(cl, from_offset, to_offset, held_range_bytes(held), check_crc=not no_crc)
     total = sum(sp.length for sp in ranges)
     tally = Tally()
     out = Printer(fmt.value)

@@ -520,3 +520,34 @@ def test_salvage_gives_back_what_a_normal_restart_leaves_undispatched(tmp_path):
     assert set(resend) <= puts and not set(resend) & reached
     assert puts <= set(resend) | reached
     assert set(resend.values()) == {"undispatched"}
+
+
+def test_the_hashing_file_writes_and_hashes_every_byte_in_order(tmp_path):
+    """Salvage's output file hands its writes to a thread of its own: the file and its sha256 are the bytes written, in
+    order, a mutable buffer as it was when written; tell() counts what was handed over."""
+    from rmqdump.export.salvage import _HashingFile
+
+    f = _HashingFile(str(tmp_path / "out"))
+    parts = [b"PAR1", bytearray(b"row group"), memoryview(b"0123456789" * 10_000), b"", b"footer"]
+    want = b""
+    for p in parts:
+        assert f.write(p) == len(p)
+        want += bytes(p)
+        assert f.tell() == len(want)
+    parts[1][:] = b"XXXXXXXXX"  # changed after its write: the file keeps what was written
+    f.close()
+    assert (tmp_path / "out").read_bytes() == want
+    assert f.sha.hexdigest() == hashlib.sha256(want).hexdigest()
+
+
+def test_a_failed_write_of_the_hashing_file_is_raised_not_lost():
+    """A write that fails on the writer thread (ENOSPC: /dev/full) is raised to the encoder by a later call or close()."""
+    import errno
+
+    from rmqdump.export.salvage import _HashingFile
+
+    f = _HashingFile("/dev/full")
+    f.write(b"x" * (1 << 20))  # past the file object's buffer: the write itself fails, on the thread
+    with pytest.raises(OSError) as e:
+        f.close()
+    assert e.value.errno == errno.ENOSPC and f.closed

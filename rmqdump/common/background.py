@@ -42,8 +42,12 @@ class Background:
                 self.error = e
 
     def put(self, item: Any) -> None:
-        self._raise()
+        self.check()
         self.queue.put(item)
+
+    def check(self) -> None:
+        """Raise what handling an earlier item raised, if anything (once)."""
+        self._raise()
 
     def close(self, quiet: bool = False) -> Any:
         """Wait until every item put has been handled and finish() has run; raise what they raised (unless quiet), else return finish()'s result."""

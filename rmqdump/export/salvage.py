@@ -66,27 +66,44 @@ def _base_schema() -> pa.Schema:
 
 
 class _HashingFile:
-    """A binary file that also feeds every byte written to sha256: the manifest's hash without reading the file back."""
+    """A binary file that also feeds every byte written to sha256 (the manifest's hash without reading the file back),
+    both on a thread of its own: the Parquet encoder's thread, the slowest of salvage's, hands over the bytes it
+    writes (pyarrow passes its own `bytes`, which nothing changes later) and goes on encoding."""
+
+    AHEAD = 32  # writes waiting at most: pages of a row group, ~1.6 MB each for bodies
 
     def __init__(self, path: str):
         self.f = open(path, "wb")  # noqa: SIM115 (closed by close(): the Parquet writer owns it meanwhile)
         self.sha = hashlib.sha256()
         self.closed = False
+        self.pos = 0
+        self.bg = Background(self._store, ahead=self.AHEAD, name=f"rmqdump-salvage-write-{os.path.basename(path)}")
+
+    def _store(self, data: bytes) -> None:
+        self.sha.update(data)
+        self.f.write(data)
 
     def write(self, data) -> int:
-        self.sha.update(data)
-        return self.f.write(data)
+        data = bytes(data)  # a copy only if it is not bytes already
+        self.bg.put(data)
+        self.pos += len(data)
+        return len(data)
 
     def tell(self) -> int:
-        return self.f.tell()
+        return self.pos
 
     def flush(self) -> None:
-        self.f.flush()
+        """Raises what a write raised."""
+        self.bg.check()
 
     def close(self) -> None:
+        """Every write done (what one raised, raised here), then the file closed."""
         if not self.closed:
-            self.f.close()
             self.closed = True
+            try:
+                self.bg.close()
+            finally:
+                self.f.close()
 
 
 class _Sink:

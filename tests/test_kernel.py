@@ -240,6 +240,25 @@ def test_join_offsets_is_searchsorted(phys, offsets, ascending, reuse):
     assert hit.tolist() == [bool(r < len(ph) and ph[r] == x) for r, x in zip(want.tolist(), o.tolist(), strict=True)]
 
 
+@settings(max_examples=100, deadline=None)
+@given(size=st.integers(1, 400), spans=st.lists(st.tuples(st.floats(0, 1), st.integers(-3, 60)), max_size=40), past=st.integers(1, 5))
+def test_pack_bytes_is_slices_end_to_end(size, spans, past):
+    """pack_bytes (Arrow's offsets and values of byte ranges, copied by one memcpy each) against Python's slices: a
+    negative length packs nothing, and a range past the data is refused, never read."""
+    data = bytes((i * 7 + 3) % 256 for i in range(size))  # no two neighbours alike: a shifted copy shows
+    buf = np.frombuffer(data, dtype=np.uint8)
+    spans = [(int(f * size), n) for f, n in spans]
+    spans = [(p, min(n, size - p)) for p, n in spans]  # every range inside the data
+    pos = np.array([p for p, _ in spans], dtype=np.int64)
+    length = np.array([n for _, n in spans], dtype=np.int64)
+    parts = [data[p : p + max(n, 0)] for p, n in spans]
+    offs, values = scanner.pack_bytes(buf, pos, length)
+    assert offs.dtype == np.int32 and offs.tolist() == list(itertools.accumulate((len(x) for x in parts), initial=0))
+    assert values.tobytes() == b"".join(parts)
+    with pytest.raises(IndexError):  # one range ends `past` bytes after the data
+        scanner.pack_bytes(buf, np.append(pos, size - 1), np.append(length, 1 + past))
+
+
 @settings(max_examples=50, deadline=None)
 @given(data=st.binary(max_size=300), lo=st.integers(0, 20))
 def test_crc32_is_zlibs(data, lo):

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, types
-from numba.core import cgutils
-from numba.extending import intrinsic
+from numba import njit
 
+from rmqdump.scan.bytecopy import memcpy as _memcpy
 from rmqdump.scan.unsigned import u as _u
 from rmqdump.text.spelling import (
     C_EMPTY_LIST,
@@ -94,19 +93,6 @@ def _lit(out, o, lit):
     for k in range(lit.shape[0]):  # a loop: a slice assignment costs more than these few bytes
         out[_u(o + k)] = lit[k]
     return o + lit.shape[0]
-
-
-@intrinsic
-def _memcpy(typingctx, dst, do, src, so, n):
-    """dst[do:do+n] = src[so:so+n] for uint8 arrays, as one llvm.memcpy (no per-byte index checks)."""
-
-    def codegen(context, builder, sig, args):
-        da = context.make_array(sig.args[0])(context, builder, args[0])
-        sa = context.make_array(sig.args[2])(context, builder, args[2])
-        cgutils.raw_memcpy(builder, builder.gep(da.data, [args[1]]), builder.gep(sa.data, [args[3]]), args[4], 1)
-        return context.get_dummy_value()
-
-    return types.none(dst, do, src, so, n), codegen
 
 
 @_inline

@@ -1,10 +1,12 @@
 """The physical limits of a whole command on this machine, measured in the same run as the command.
 
     python bench/bench_limits.py [--store bench/data/gen-1m] [--repeat 3] [--out-dir DIR]
+                                 [--salvage DAMAGED [--broker-version 5.3.1]]
 
 For `export` and `commitlog -f jsonl` (into a pipe), the speed rows this machine may not reach: each command's wall
 time and CPU seconds (user + system, from os.wait4: its own threads), beside what the machine itself does in the same
-minutes:
+minutes. With --salvage (a store made by `bench_salvage.py setup`), `rebuild` and `salvage` of that store too, in
+turn: salvage's goal is 1.5x the rebuild's wall time of the same run.
 
 - the page cache, read: the CommitLog files read with read() (and mapped with every page touched, as the scan
   reads them), after a warm-up read, in bytes/s;
@@ -12,8 +14,10 @@ minutes:
   the directory) and the same bytes written and fdatasync'd, in bytes/s;
 - the cores: os.sched_getaffinity.
 
-The floor of a command is the largest of: its CPU seconds spread perfectly over every core, the CommitLog's bytes
-at the page cache's read rate, its output at the buffered write rate. A goal below the floor cannot be met without
+Each command's threads are read from /proc while it runs (every 20 ms): the busiest thread's CPU seconds are work
+no other core can take over. The floor of a command is the largest of: its CPU seconds spread perfectly over every
+core, its busiest thread's CPU seconds, the CommitLog's bytes at the page cache's read rate, its output at the
+buffered write rate. A goal below the floor cannot be met without
 doing less work per record; the report says which term binds. MB/s are of CommitLog record bytes (the store's
 data end, from `rmqdump info -f jsonl`), never the files' preallocated zeros. Prints a Markdown table and one JSON
 line per command.
@@ -85,9 +89,26 @@ def write_rates(where: Path, size: int) -> tuple[float, float]:
     return out[0], out[1]
 
 
-def run(cmd: list[str], pipe: bool) -> tuple[float, float]:
-    """(wall s, CPU s) of one command; with pipe, its stdout read by `cat > /dev/null`. (No peak RSS here: a child's
-    ru_maxrss starts from this process's own, which maps the CommitLog to time the page cache; bench_scale has it.)"""
+def _thread_cpu(pid: int, seen: dict[int, float]) -> None:
+    """Each thread's user + system seconds so far (from /proc), into `seen` (a thread gone keeps its last reading)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat", "rb") as fh:
+                fields = fh.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        seen[int(tid)] = (int(fields[11]) + int(fields[12])) / tick  # utime, stime: fields 14 and 15 of stat
+
+
+def run(cmd: list[str], pipe: bool) -> tuple[float, float, float]:
+    """(wall s, CPU s, busiest thread's CPU s) of one command; with pipe, its stdout read by `cat > /dev/null`. (No
+    peak RSS here: a child's ru_maxrss starts from this process's own, which maps the CommitLog to time the page
+    cache; bench_scale has it.)"""
     t0 = time.perf_counter()
     if pipe:
         p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
@@ -96,14 +117,20 @@ def run(cmd: list[str], pipe: bool) -> tuple[float, float]:
     else:
         p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         cat = None
-    _, status, ru = os.wait4(p.pid, 0)
+    threads: dict[int, float] = {}
+    while True:
+        pid, status, ru = os.wait4(p.pid, os.WNOHANG)
+        if pid:
+            break
+        _thread_cpu(p.pid, threads)
+        time.sleep(0.02)
     wall = time.perf_counter() - t0
+    p.returncode = os.waitstatus_to_exitcode(status)
     if cat:
         cat.wait()
-    code = os.waitstatus_to_exitcode(status)
-    if code not in (0, 1):
-        raise SystemExit(f"{' '.join(cmd)} failed ({code})")
-    return wall, ru.ru_utime + ru.ru_stime
+    if p.returncode not in (0, 1):
+        raise SystemExit(f"{' '.join(cmd)} failed ({p.returncode})")
+    return wall, ru.ru_utime + ru.ru_stime, max(threads.values(), default=0.0)
 
 
 def tree_bytes(path: Path) -> int:
@@ -123,6 +150,8 @@ def main() -> None:
     ap.add_argument("--store", default="bench/data/gen-1m")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--out-dir", default=None, help="where export writes (default: a temp dir beside the store's filesystem's /tmp)")
+    ap.add_argument("--salvage", default=None, help="a store made by bench_salvage.py setup: time rebuild and salvage on it too")
+    ap.add_argument("--broker-version", default=None, help="passed to salvage (5.3.1: the normal recovery walks the last three files)")
     a = ap.parse_args()
     store = Path(a.store)
     files = commitlog_files(store)
@@ -132,33 +161,49 @@ def main() -> None:
     base = Path(a.out_dir or tempfile.mkdtemp(prefix="bench-limits-"))
     out = base / "exported"
     commands = {
-        "export": ([*RMQDUMP, "export", "-s", str(store), "-o", str(out), "--force"], False, 1e9),  # goal: 1 GB/s of records
-        "commitlog -f jsonl": ([*RMQDUMP, "commitlog", str(store / "commitlog"), "-f", "jsonl"], True, None),  # goal: 1M msg/s
+        "export": ([*RMQDUMP, "export", "-s", str(store), "-o", str(out), "--force"], False, out),
+        "commitlog -f jsonl": ([*RMQDUMP, "commitlog", str(store / "commitlog"), "-f", "jsonl"], True, None),
     }
-    read_rate(files)  # warm the page cache
+    goals = {"export": record_bytes / 1e9, "commitlog -f jsonl": messages / 1e6}  # 1 GB/s of records; 1M msg/s
+    sizes = {name: (store, files, file_bytes, messages, record_bytes) for name in commands}
+    if a.salvage:
+        damaged = Path(a.salvage)
+        d_files = commitlog_files(damaged)
+        d_sizes = (damaged, d_files, sum(f.stat().st_size for f in d_files), *data_end(damaged))
+        version = ["--broker-version", a.broker_version] if a.broker_version else []
+        commands["rebuild"] = ([*RMQDUMP, "rebuild", str(damaged), "--out", str(base / "rebuilt"), "--force"], False, base / "rebuilt")
+        commands["salvage"] = ([*RMQDUMP, "salvage", str(damaged), "--out", str(base / "salvaged"), "--force", *version], False, base / "salvaged")
+        sizes["rebuild"] = sizes["salvage"] = d_sizes
+    for _, fs, *_ in sizes.values():
+        read_rate(fs)  # warm the page cache
     rows = []
     try:
-        for name, (cmd, pipe, goal_bps) in commands.items():
+        for name, (cmd, pipe, target) in commands.items():
+            _, fs, f_bytes, msgs, r_bytes = sizes[name]
             run(cmd, pipe)  # warm-up
-            walls, cpus, reads, maps = [], [], [], []
+            walls, cpus, busiest, reads, maps = [], [], [], [], []
             for _ in range(a.repeat):
-                reads.append(read_rate(files))
-                maps.append(map_rate(files))
-                w, c = run(cmd, pipe)
-                walls.append(w), cpus.append(c)
-            written = tree_bytes(out) if name == "export" else 0
+                reads.append(read_rate(fs))
+                maps.append(map_rate(fs))
+                w, c, b = run(cmd, pipe)
+                walls.append(w), cpus.append(c), busiest.append(b)
+            written = tree_bytes(target) if target else 0
             buffered, synced = write_rates(base, max(written, 256 << 20))
-            wall, cpu, rd, mp = (statistics.median(x) for x in (walls, cpus, reads, maps))
-            terms = {"cpu": cpu / cores, "page cache read": file_bytes / min(rd, mp), "buffered write": written / buffered}
+            wall, cpu, top, rd, mp = (statistics.median(x) for x in (walls, cpus, busiest, reads, maps))
+            if name == "rebuild":
+                goals["salvage"] = 1.5 * wall  # salvage's goal: 1.5x the rebuild of the same store, same run
+            terms = {"cpu": cpu / cores, "busiest thread": top, "page cache read": f_bytes / min(rd, mp), "buffered write": written / buffered}
             floor_term = max(terms, key=terms.get)
-            goal_s = record_bytes / goal_bps if goal_bps else messages / 1e6
+            goal_s = goals.get(name)
             row = {
                 "command": name,
+                "store": str(sizes[name][0]),
                 "wall_s": round(wall, 3),
                 "cpu_s": round(cpu, 3),
-                "cpu_us_per_record": round(cpu / messages * 1e6, 3),
-                "record_mb_s": round(record_bytes / wall / 1e6),
-                "messages_per_s": round(messages / wall),
+                "busiest_thread_cpu_s": round(top, 3),
+                "cpu_us_per_record": round(cpu / msgs * 1e6, 3),
+                "record_mb_s": round(r_bytes / wall / 1e6),
+                "messages_per_s": round(msgs / wall),
                 "cores": cores,
                 "page_cache_read_gb_s": round(rd / 1e9, 2),
                 "page_cache_map_gb_s": round(mp / 1e9, 2),
@@ -168,20 +213,22 @@ def main() -> None:
                 "floor_s": round(terms[floor_term], 3),
                 "floor_term": floor_term,
                 "terms_s": {k: round(v, 3) for k, v in terms.items()},
-                "goal_s": round(goal_s, 3),
+                "goal_s": None if goal_s is None else round(goal_s, 3),
             }
             rows.append(row)
             print(json.dumps(row), flush=True)
     finally:
         if a.out_dir is None:
             shutil.rmtree(base, ignore_errors=True)
-    print(f"\nstore {store}: {messages:,} messages, {record_bytes:,} record bytes, {file_bytes:,} file bytes; {cores} cores; median of {a.repeat}")
-    print("| command | wall s | CPU s (us/record) | goal s | floor s (binding term) | CPU / cores s | page cache read GB/s (read, map) | output MB, buffered / synced write GB/s |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for st, _, f_bytes, msgs, r_bytes in {v[0]: v for v in sizes.values()}.values():
+        print(f"\nstore {st}: {msgs:,} messages, {r_bytes:,} record bytes, {f_bytes:,} file bytes; {cores} cores; median of {a.repeat}")
+    print("| command | wall s | CPU s (us/record) | busiest thread CPU s | goal s | floor s (binding term) | CPU / cores s | page cache read GB/s (read, map) | output MB, buffered / synced write GB/s |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         t = r["terms_s"]
+        goal = "-" if r["goal_s"] is None else r["goal_s"]
         print(
-            f"| `{r['command']}` | {r['wall_s']} | {r['cpu_s']} ({r['cpu_us_per_record']}) | {r['goal_s']} | {r['floor_s']} ({r['floor_term']}) | "
+            f"| `{r['command']}` | {r['wall_s']} | {r['cpu_s']} ({r['cpu_us_per_record']}) | {r['busiest_thread_cpu_s']} | {goal} | {r['floor_s']} ({r['floor_term']}) | "
             f"{t['cpu']} | {r['page_cache_read_gb_s']}, {r['page_cache_map_gb_s']} | {r['output_bytes'] / 1e6:.0f}, {r['buffered_write_gb_s']} / {r['synced_write_gb_s']} |"
         )
 

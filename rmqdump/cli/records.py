@@ -80,11 +80,15 @@ def rows_matrix(b: Batch, rows: np.ndarray, flag_idx: np.ndarray) -> np.ndarray:
     """The kernels' input: one int64 row per record, columns rmqdump.text.spelling.MATRIX."""
     c = b.cols
     n = len(rows)
-    rows = _selector(rows)
     mat = np.empty((n, len(K.MATRIX)), dtype=np.int64)
-    for j, name in enumerate(K.MATRIX):
-        if name in c:
-            mat[:, j] = c[name][rows]
+    raw = b.raw_columns(K.MATRIX)
+    if raw is not None:  # one compiled pass over the kernel's rows
+        TB.kernels().gather(raw[0], raw[1], raw[2], np.ascontiguousarray(rows, dtype=np.int64), mat)
+    rows = _selector(rows)
+    if raw is None:
+        for j, name in enumerate(K.MATRIX):
+            if name in c:
+                mat[:, j] = c[name][rows]
     mat[:, K.M["magic_version"]] = np.where(c["magic"][rows] == C.MAGIC_V2, 2, 1)
     mat[:, K.M["crc"]] = -1 if b.crc_ok is None else b.crc_ok[rows]
     mat[:, K.M["prop_crc"]] = -1 if b.prop_crc is None else b.prop_crc[rows]

@@ -19,6 +19,7 @@ the ConsumeQueue hold.
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -150,6 +151,10 @@ class Batch:
             out.append(f"{head}{ph:0{_PHYS_HEX}X}")
         return out
 
+    def raw_columns(self, names: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """Columns.raw(names) when the columns are the kernel's (else None: read them by name)."""
+        return self.cols.raw(names) if isinstance(self.cols, Columns) else None
+
     def property_columns(self) -> tuple:
         """Every record's properties as the compiled parser splits them (scan.kernel.properties_columns): item names and
         values, TAGS, UNIQ_KEY and the KEYS tokens, as offsets into byte buffers."""
@@ -270,6 +275,20 @@ class Columns(Mapping):
 
     def __contains__(self, name) -> bool:
         return name in _DTYPES
+
+    def raw(self, names: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """For compiled code that reads many columns at once: the kernel's output rows (int64; a batch's record i is
+        column i), and for each of `names` its row (-1: no column) and its dtype's width in bytes (1: bool), by
+        which a row's value is narrowed to the column's (rmqdump.text.kernel.gather)."""
+        pick, width = _raw_plan(names)
+        return self._out, pick, width
+
+
+@functools.cache
+def _raw_plan(names: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
+    pick = np.array([K.COL[n] if n in _DTYPES else -1 for n in names], dtype=np.int64)
+    width = np.array([_DTYPES[n].itemsize if n in _DTYPES else 8 for n in names], dtype=np.int64)
+    return pick, width
 
 
 _DISPATCH = ("topic_id", "tags_hash", "tags_slow", "tags_pos", "tags_len", "delay", "delay_pos", "delay_len")

@@ -67,6 +67,7 @@ def _signatures() -> dict:
         "csv_lines": T.int64(data, T.int64, i2, u8, u8, i1, *filters, u8, i1, s8, i2),
         "table_cells": T.int64(data, T.int64, i2, u8, i1, *filters, u8, i2, i2, s8, i2),
         "table_lines": T.int64(u8, i2, i2, i1, s8, T.int64, T.int64, u8),
+        "gather": T.int64(i2, i1, i1, i1, i2),
     }
 
 

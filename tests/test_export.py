@@ -271,6 +271,7 @@ def _props_both(raws: list[bytes]):
         [b"KEYS\x01a  b \x02TAGS\x01t\x02", b"", b"\x02\x02noseparator\x02\x01empty name\x02UNIQ_KEY\x01u\x01with\x01ones\x02"],
         [b"TAGS\x01first\x02TAGS\x01last\x02KEYS\x01k\x02", b"KEYS\x01x"],  # a name twice: the last value wins
         ["TAGS\x01订单\x02".encode() + b"\xff\xfe\x02KEYS\x01k\x02", b"A\x01b"],  # not UTF-8
+        [b"TAGS\x01\xff\xfeok\x02KEYS\x01k\xc3\x02", b"UNIQ_KEY\x01\xe4\xb8\x02\xffN\x01v\x02A\x01b"],  # not UTF-8 inside names and values
         [b"TAGS\x01\x02KEYS\x01   \x02UNIQ_KEY\x01\x02", b"\x02", b"KEYS\x01 a\x01b  c \x02A\x01\x01"],  # empty values, separators in values
         ["KEYS\x01订单 ключ\x02TAGS\x01标签".encode(), b"", b"TAGS\x01t"],  # UTF-8 beyond ASCII; no trailing separator
 

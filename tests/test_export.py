@@ -11,6 +11,8 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pytest
 from conftest import REAL, STORES, copy_store, manifest, run, store_root
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rmqdump.engines.local import LocalMap
 from rmqdump.export import arrowbatch
@@ -299,3 +301,25 @@ def test_vectorized_properties_on_every_real_record():
                 fast = [a.to_pylist() for a in arrowbatch._properties(b.mf.view, c["properties_pos"], c["properties_length"])]
                 slow = [a.to_pylist() for a in arrowbatch._properties_py(b.mf.view, c["properties_pos"], c["properties_length"])]
                 assert fast == slow
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    sizes=st.lists(st.integers(0, 5000), max_size=60),
+    max_bytes=st.integers(1, 12000),
+    max_rows=st.one_of(st.none(), st.integers(1, 20)),
+)
+def test_chunks_bound_bytes_and_rows_greedily(sizes, max_bytes, max_rows):
+    """Arrow batches of records in order: each as long as it can be under both bounds, a record over max_bytes alone."""
+    import numpy as np
+
+    want, cur, cur_bytes = [], [], 0
+    for i, s in enumerate(sizes):
+        if cur and (cur_bytes + s > max_bytes or (max_rows is not None and len(cur) == max_rows)):
+            want.append((cur[0], cur[-1] + 1))
+            cur, cur_bytes = [], 0
+        cur.append(i)
+        cur_bytes += s
+    if cur:
+        want.append((cur[0], cur[-1] + 1))
+    assert arrowbatch.chunks(np.array(sizes, dtype=np.int32), max_bytes, max_rows) == want

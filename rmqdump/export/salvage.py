@@ -45,7 +45,11 @@ MANIFEST = "manifest.json"
 SPILL_DIR = ".rmqdump-salvage-columns"  # the survey's columns, in the publishing directory until the sets are written
 SETS = {"messages": S.TO_RESEND, "flagged": S.FLAGGED}
 UNSUMMARIZED = ("body", "raw_without_body")
-ROWS_PER_GROUP = 4096  # bodies and raw bytes (~10 MB a group for 1.2 KB records): keep the buffers small
+# A row group (an Arrow batch built, then encoded) holds at most this many records and record bytes: bodies and raw
+# bytes are copies, so the bytes bound memory whatever the messages' size; the rows bound what small records cost per
+# group (4,096 a group took 1.16x the time of 16,384 at 4M, for 100 MiB less)
+ROWS_PER_GROUP = 16384
+GROUP_BYTES = 24 << 20
 CHUNK_ROWS = 4 * ROWS_PER_GROUP  # records read again at a time (the rest of their window's columns is dropped meanwhile)
 _REASON_CODES = {r: i for i, r in enumerate(S.REASONS)}
 _REASONS = pa.array(S.REASONS, pa.string())
@@ -393,9 +397,9 @@ def _arrow(store: Store, broker: str, ch: _Chunk) -> Iterator[tuple[str, pa.Reco
         for name, reasons in SETS.items():
             pick = np.isin(reason, [_REASON_CODES[r] for r in reasons])
             rows, why = idx[pick], reason[pick]
-            for lo in range(0, len(rows), ROWS_PER_GROUP):  # a row group at a time: bodies and raw bytes are copies
-                rb = arrowbatch.selected(b, rows[lo : lo + ROWS_PER_GROUP], broker, _base_schema())
-                col = _REASONS.take(pa.array(why[lo : lo + ROWS_PER_GROUP].astype(np.int32)))
+            for lo, hi in arrowbatch.chunks(b.cols["total_size"][rows], GROUP_BYTES, ROWS_PER_GROUP):  # a row group at a time
+                rb = arrowbatch.selected(b, rows[lo:hi], broker, _base_schema())
+                col = _REASONS.take(pa.array(why[lo:hi].astype(np.int32)))
                 yield name, _with_header(rb, col)
         # taken (Arrow holds copies): its pages of the map can go, as export does
         b.mf.release(int(b.cols["_pos"][0]), int(b.cols["_end"][-1]))

@@ -291,6 +291,15 @@ def test_vectorized_properties_decode_like_decode_properties(raws):
         props, _ = decode_properties(raw)
         assert dict(slow[0][i]) == props
         assert slow[1][i] == props.get("TAGS") and slow[3][i] == props.get("UNIQ_KEY") and slow[2][i] == split_keys(props.get("KEYS"))
+        # and against the broker's rule written here: UTF-8 (bad bytes replaced), items split on \x02, name and value
+        # on the first \x01, items without one dropped, the last value of a name kept; KEYS split on spaces
+        model: dict[str, str] = {}
+        for item in raw.decode("utf-8", errors="replace").split("\x02"):
+            name, sep, value = item.partition("\x01")
+            if sep:
+                model[name] = value
+        keys = [k for k in model.get("KEYS", "").split(" ") if k]
+        assert (dict(fast[0][i]), fast[1][i], fast[2][i], fast[3][i]) == (model, model.get("TAGS"), keys, model.get("UNIQ_KEY"))
 
 
 def test_vectorized_properties_on_every_real_record():

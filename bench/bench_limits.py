@@ -1,7 +1,7 @@
 """The physical limits of a whole command on this machine, measured in the same run as the command.
 
     python bench/bench_limits.py [--store bench/data/gen-1m] [--repeat 3] [--out-dir DIR]
-                                 [--salvage DAMAGED [--broker-version 5.3.1]]
+                                 [--salvage DAMAGED [--broker-version 5.3.1]] [--profile]
 
 For `export` and `commitlog -f jsonl` (into a pipe), the speed rows this machine may not reach: each command's wall
 time and CPU seconds (user + system, from os.wait4: its own threads), beside what the machine itself does in the same
@@ -21,6 +21,10 @@ buffered write rate. A goal below the floor cannot be met without
 doing less work per record; the report says which term binds. MB/s are of CommitLog record bytes (the store's
 data end, from `rmqdump info -f jsonl`), never the files' preallocated zeros. Prints a Markdown table and one JSON
 line per command.
+
+With --profile, each command runs once more under `perf record` (Linux perf, CPU-clock samples of every thread):
+where its CPU seconds go, by the library the samples fall in (the text and scan kernels, the CRC, Arrow and Parquet,
+sha256, numpy, the Python interpreter, libc, the operating system), in seconds and microseconds per record.
 """
 
 from __future__ import annotations
@@ -133,6 +137,53 @@ def run(cmd: list[str], pipe: bool) -> tuple[float, float, float]:
     return wall, ru.ru_utime + ru.ru_stime, max(threads.values(), default=0.0)
 
 
+PERF_HZ = 999
+# Where a sample's library puts it: (label, prefixes of the library's file name), first match wins.
+PARTS = [
+    ("text kernel (JSON/CSV spelling)", ("rmqdump_text_kernel",)),
+    ("scan kernel (walk, checks, columns)", ("rmqdump_scan_kernel",)),
+    ("CRC-32 of bodies", ("libdeflate", "libz.")),
+    ("Parquet encoding", ("libparquet", "_parquet", "libsnappy", "libzstd", "liblz4")),
+    ("Arrow arrays and casts", ("libarrow", "lib.cpython", "_compute")),
+    ("sha256", ("libcrypto",)),
+    ("numpy", ("_multiarray", "_umath", "libopenblas", "libscipy_openblas")),
+    ("Python interpreter (start-up, per-batch steps)", ("libpython", "python3")),
+    ("libc (copies, allocation)", ("libc.so", "libc-", "libm.so", "libstdc++", "ld-linux")),
+    ("operating system (page faults, reads, writes)", ("[kernel",)),
+]
+
+
+def part_of(dso: str) -> str:
+    for label, prefixes in PARTS:
+        if dso.startswith(prefixes):
+            return label
+    return "other"
+
+
+def profile(cmd: list[str], pipe: bool, messages: int) -> list[dict]:
+    """One more run of `cmd` under perf record: its CPU seconds by part (PARTS), largest first."""
+    if shutil.which("perf") is None:
+        raise SystemExit("--profile needs Linux perf (`perf record`) on PATH")
+    with tempfile.TemporaryDirectory(prefix="bench-limits-perf-") as d:
+        data = os.path.join(d, "perf.data")
+        run(["perf", "record", "-q", "-F", str(PERF_HZ), "-o", data, "--", *cmd], pipe)
+        report = subprocess.run(
+            ["perf", "report", "-i", data, "-q", "--no-children", "--sort", "dso", "-g", "none", "-F", "sample,dso", "--stdio"],
+            capture_output=True, text=True, check=True,
+        ).stdout  # fmt: skip
+    samples: dict[str, int] = {}
+    for line in report.splitlines():
+        fields = line.split()
+        if len(fields) >= 2 and fields[0].isdigit():
+            label = part_of(fields[1])
+            samples[label] = samples.get(label, 0) + int(fields[0])
+    total = sum(samples.values()) or 1
+    return [
+        {"part": k, "cpu_s": round(v / PERF_HZ, 3), "us_per_record": round(v / PERF_HZ / messages * 1e6, 3), "share": round(v / total, 3)}
+        for k, v in sorted(samples.items(), key=lambda kv: -kv[1])
+    ]
+
+
 def tree_bytes(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
@@ -152,6 +203,7 @@ def main() -> None:
     ap.add_argument("--out-dir", default=None, help="where export writes (default: a temp dir beside the store's filesystem's /tmp)")
     ap.add_argument("--salvage", default=None, help="a store made by bench_salvage.py setup: time rebuild and salvage on it too")
     ap.add_argument("--broker-version", default=None, help="passed to salvage (5.3.1: the normal recovery walks the last three files)")
+    ap.add_argument("--profile", action="store_true", help="one more run of each command under perf record: where its CPU seconds go")
     a = ap.parse_args()
     store = Path(a.store)
     files = commitlog_files(store)
@@ -215,6 +267,8 @@ def main() -> None:
                 "terms_s": {k: round(v, 3) for k, v in terms.items()},
                 "goal_s": None if goal_s is None else round(goal_s, 3),
             }
+            if a.profile:
+                row["profile"] = profile(cmd, pipe, msgs)
             rows.append(row)
             print(json.dumps(row), flush=True)
     finally:
@@ -231,6 +285,13 @@ def main() -> None:
             f"| `{r['command']}` | {r['wall_s']} | {r['cpu_s']} ({r['cpu_us_per_record']}) | {r['busiest_thread_cpu_s']} | {goal} | {r['floor_s']} ({r['floor_term']}) | "
             f"{t['cpu']} | {r['page_cache_read_gb_s']}, {r['page_cache_map_gb_s']} | {r['output_bytes'] / 1e6:.0f}, {r['buffered_write_gb_s']} / {r['synced_write_gb_s']} |"
         )
+    for r in rows:
+        if "profile" in r:
+            print(f"\nWhere `{r['command']}`'s CPU goes (one more run under perf record, {PERF_HZ} Hz; {r['cpu_s']} CPU s in the timed runs):\n")
+            print("| part | CPU s | us/record | share |")
+            print("|---|---:|---:|---:|")
+            for p in r["profile"]:
+                print(f"| {p['part']} | {p['cpu_s']} | {p['us_per_record']} | {p['share']:.0%} |")
 
 
 if __name__ == "__main__":

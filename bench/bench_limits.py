@@ -25,6 +25,7 @@ line per command.
 With --profile, each command runs once more under `perf record` (Linux perf, CPU-clock samples of every thread):
 where its CPU seconds go, by the library the samples fall in (the text and scan kernels, the CRC, Arrow and Parquet,
 sha256, numpy, the Python interpreter, libc, the operating system), in seconds and microseconds per record.
+Each command's start-up is the CPU of the same command on a 236-message real store (rmq4-flags), the median of three.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ import time
 from pathlib import Path
 
 RMQDUMP = [sys.executable, "-m", "rmqdump"]
+SMALL = Path(__file__).resolve().parent.parent / "fixtures" / "real" / "rmq4-flags" / "store"  # 236 messages in three small files: start-up
 CHUNK = 16 << 20
 PAGE = mmap.PAGESIZE
 
@@ -184,6 +186,21 @@ def profile(cmd: list[str], pipe: bool, messages: int) -> list[dict]:
     ]
 
 
+def command_lines(store: Path, base: Path, damaged: Path | None = None, version: str | None = None) -> dict[str, tuple[list[str], bool, Path | None]]:
+    """name -> (command, whether its output goes into a pipe, what it writes): export and JSON Lines of `store`,
+    and with `damaged` the rebuild and salvage of that store; outputs under `base`."""
+    out = base / "exported"
+    lines = {
+        "export": ([*RMQDUMP, "export", "-s", str(store), "-o", str(out), "--force"], False, out),
+        "commitlog -f jsonl": ([*RMQDUMP, "commitlog", str(store / "commitlog"), "-f", "jsonl"], True, None),
+    }
+    if damaged is not None:
+        extra = ["--broker-version", version] if version else []
+        lines["rebuild"] = ([*RMQDUMP, "rebuild", str(damaged), "--out", str(base / "rebuilt"), "--force"], False, base / "rebuilt")
+        lines["salvage"] = ([*RMQDUMP, "salvage", str(damaged), "--out", str(base / "salvaged"), "--force", *extra], False, base / "salvaged")
+    return lines
+
+
 def tree_bytes(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
@@ -211,20 +228,15 @@ def main() -> None:
     messages, record_bytes = data_end(store)
     cores = len(os.sched_getaffinity(0))
     base = Path(a.out_dir or tempfile.mkdtemp(prefix="bench-limits-"))
-    out = base / "exported"
-    commands = {
-        "export": ([*RMQDUMP, "export", "-s", str(store), "-o", str(out), "--force"], False, out),
-        "commitlog -f jsonl": ([*RMQDUMP, "commitlog", str(store / "commitlog"), "-f", "jsonl"], True, None),
-    }
+    commands = command_lines(store, base)
+    small = command_lines(SMALL, base / "small", SMALL if a.salvage else None)  # each command's start-up, on a small real store
     goals = {"export": record_bytes / 1e9, "commitlog -f jsonl": messages / 1e6}  # 1 GB/s of records; 1M msg/s
     sizes = {name: (store, files, file_bytes, messages, record_bytes) for name in commands}
     if a.salvage:
         damaged = Path(a.salvage)
         d_files = commitlog_files(damaged)
         d_sizes = (damaged, d_files, sum(f.stat().st_size for f in d_files), *data_end(damaged))
-        version = ["--broker-version", a.broker_version] if a.broker_version else []
-        commands["rebuild"] = ([*RMQDUMP, "rebuild", str(damaged), "--out", str(base / "rebuilt"), "--force"], False, base / "rebuilt")
-        commands["salvage"] = ([*RMQDUMP, "salvage", str(damaged), "--out", str(base / "salvaged"), "--force", *version], False, base / "salvaged")
+        commands = command_lines(store, base, damaged, a.broker_version)
         sizes["rebuild"] = sizes["salvage"] = d_sizes
     for _, fs, *_ in sizes.values():
         read_rate(fs)  # warm the page cache
@@ -232,6 +244,8 @@ def main() -> None:
     try:
         for name, (cmd, pipe, target) in commands.items():
             _, fs, f_bytes, msgs, r_bytes = sizes[name]
+            run(small[name][0], pipe)  # warm-up
+            startup = statistics.median(run(small[name][0], pipe)[1] for _ in range(3))
             run(cmd, pipe)  # warm-up
             walls, cpus, busiest, reads, maps = [], [], [], [], []
             for _ in range(a.repeat):
@@ -254,6 +268,7 @@ def main() -> None:
                 "cpu_s": round(cpu, 3),
                 "busiest_thread_cpu_s": round(top, 3),
                 "cpu_us_per_record": round(cpu / msgs * 1e6, 3),
+                "startup_cpu_s": round(startup, 3),
                 "record_mb_s": round(r_bytes / wall / 1e6),
                 "messages_per_s": round(msgs / wall),
                 "cores": cores,
@@ -276,18 +291,18 @@ def main() -> None:
             shutil.rmtree(base, ignore_errors=True)
     for st, _, f_bytes, msgs, r_bytes in {v[0]: v for v in sizes.values()}.values():
         print(f"\nstore {st}: {msgs:,} messages, {r_bytes:,} record bytes, {f_bytes:,} file bytes; {cores} cores; median of {a.repeat}")
-    print("| command | wall s | CPU s (us/record) | busiest thread CPU s | goal s | floor s (binding term) | CPU / cores s | page cache read GB/s (read, map) | output MB, buffered / synced write GB/s |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("| command | wall s | CPU s (us/record) | of which start-up CPU s | busiest thread CPU s | goal s | floor s (binding term) | CPU / cores s | page cache read GB/s (read, map) | output MB, buffered / synced write GB/s |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         t = r["terms_s"]
         goal = "-" if r["goal_s"] is None else r["goal_s"]
         print(
-            f"| `{r['command']}` | {r['wall_s']} | {r['cpu_s']} ({r['cpu_us_per_record']}) | {r['busiest_thread_cpu_s']} | {goal} | {r['floor_s']} ({r['floor_term']}) | "
+            f"| `{r['command']}` | {r['wall_s']} | {r['cpu_s']} ({r['cpu_us_per_record']}) | {r['startup_cpu_s']} | {r['busiest_thread_cpu_s']} | {goal} | {r['floor_s']} ({r['floor_term']}) | "
             f"{t['cpu']} | {r['page_cache_read_gb_s']}, {r['page_cache_map_gb_s']} | {r['output_bytes'] / 1e6:.0f}, {r['buffered_write_gb_s']} / {r['synced_write_gb_s']} |"
         )
     for r in rows:
         if "profile" in r:
-            print(f"\nWhere `{r['command']}`'s CPU goes (one more run under perf record, {PERF_HZ} Hz; {r['cpu_s']} CPU s in the timed runs):\n")
+            print(f"\nWhere `{r['command']}`'s CPU goes (one more run under perf record, {PERF_HZ} Hz; {r['cpu_s']} CPU s in the timed runs, {r['startup_cpu_s']} of them the start-up, as on a 236-message store):\n")
             print("| part | CPU s | us/record | share |")
             print("|---|---:|---:|---:|")
             for p in r["profile"]:

@@ -179,9 +179,12 @@ def _cont(data, i, b, lo, hi):
     return i < b and lo <= data[_u(i)] <= hi
 
 
-@njit(cache=True, nogil=True, inline="always")
+@_leaf
 def _put_key(keys, k, rec, data, a, b, uniq):
-    """Index key k: record rec's text data[a:b] (UNIQ_KEY when uniq), with its Java hash and UTF-16 length."""
+    """Index key k: record rec's text data[a:b] (UNIQ_KEY when uniq), with its Java hash and UTF-16 length.
+
+    A leaf, not inlined by numba: taken into `scan` at numba's level, its two arrays were counted on every key (9% of
+    the walk with keys, by the kernel timed in-process); LLVM still inlines it, without the counting."""
     hv, un, sl = _hash(data, a, b)
     keys[_K_REC, k] = rec
     keys[_K_POS, k] = a

@@ -172,7 +172,7 @@ def part_of(dso: str, symbol: str = "") -> str:
 
 
 def profile(cmd: list[str], pipe: bool, messages: int) -> list[dict]:
-    """One more run of `cmd` under perf record: its CPU seconds by part (PARTS), largest first."""
+    """One more run of `cmd` under perf record: its CPU seconds by part (part_of: SYMBOL_PARTS, then PARTS), largest first."""
     if shutil.which("perf") is None:
         raise SystemExit("--profile needs Linux perf (`perf record`) on PATH")
     with tempfile.TemporaryDirectory(prefix="bench-limits-perf-") as d:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-KERNELS = ("rmqdump/scan/kernel.py", "rmqdump/text/kernel.py")
+KERNELS = ("rmqdump/scan/kernel.py", "rmqdump/text/kernel.py", "rmqdump/scan/words.py")
 
 
 # What the kernels name the byte arrays they take (the store's bytes, the output, string buffers); the 2-D column

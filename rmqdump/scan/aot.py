@@ -97,7 +97,7 @@ def _scan_jit() -> ModuleType:
     return kernel
 
 
-SCAN = KernelSet("rmqdump_scan_kernel", ("scan/kernel.py", "scan/layout.py", "scan/unsigned.py", "scan/bytecopy.py", "scan/aot.py"), True, _scan_signatures, _scan_jit, "rmqdump.scan.aot:SCAN")
+SCAN = KernelSet("rmqdump_scan_kernel", ("scan/kernel.py", "scan/layout.py", "scan/unsigned.py", "scan/bytecopy.py", "scan/words.py", "scan/aot.py"), True, _scan_signatures, _scan_jit, "rmqdump.scan.aot:SCAN")
 MODULE = SCAN.module  # the scan kernel's module name, as the tests and load(SCAN).__name__ know it
 
 

@@ -52,6 +52,7 @@ from rmqdump.scan.layout import (
 )
 from rmqdump.scan.native import crc_library
 from rmqdump.scan.unsigned import u as _u
+from rmqdump.scan.words import find as _find
 from rmqdump.schemas import constants as C
 
 _T = CRC_TABLES.astype(np.int64)
@@ -337,9 +338,7 @@ def scan(data, size, start, end, check_crc, want_keys, out, keys, frame=0, base=
         s = ppos
         pe = lim
         while s < pe:
-            e = s
-            while e < pe and data[_u(e)] != SEP_PROP:
-                e += 1
+            e = _find(data, s, pe, SEP_PROP)
             x = _named(data, s, e, _N_TAGS)
             if x >= 0:
                 ta, tb = x, e
@@ -369,9 +368,7 @@ def scan(data, size, start, end, check_crc, want_keys, out, keys, frame=0, base=
         if ka >= 0 and room and want_keys:
             a = ka
             while a <= kb and room:
-                b = a
-                while b < kb and data[_u(b)] != SEP_KEY:
-                    b += 1
+                b = _find(data, a, kb, SEP_KEY)
                 if b > a:
                     if nk < kcap:
                         _put_key(keys, nk, n, data, a, b, 0)
@@ -661,12 +658,8 @@ def _split_items(data, pos, length, r, k, nk, rows, nbuf, noffs, vbuf, voffs, to
         s = pos[r]
         pe = s + length[r]
         while s < pe:
-            e = s
-            while e < pe and data[_u(e)] != SEP_PROP:
-                e += 1
-            m = s
-            while m < e and data[_u(m)] != SEP_NV:
-                m += 1
+            e = _find(data, s, pe, SEP_PROP)
+            m = _find(data, s, e, SEP_NV)
             if m < e:
                 a = _put(data, s, m - s, nbuf, noffs, k) - (m - s)
                 _put(data, m + 1, e - m - 1, vbuf, voffs, k)
@@ -696,9 +689,7 @@ def _split_items(data, pos, length, r, k, nk, rows, nbuf, noffs, vbuf, voffs, to
             a = voffs[ki]
             ke = voffs[ki + 1]
             while a <= ke:
-                b = a
-                while b < ke and vbuf[_u(b)] != SEP_KEY:
-                    b += 1
+                b = _find(vbuf, a, ke, SEP_KEY)
                 if b > a:
                     _put(vbuf, a, b - a, kbuf, koffs, nk)
                     nk += 1

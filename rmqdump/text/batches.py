@@ -77,7 +77,7 @@ def _jit() -> ModuleType:
     return kernel
 
 
-TEXT = KernelSet("rmqdump_text_kernel", ("text/kernel.py", "text/spelling.py", "scan/unsigned.py", "scan/bytecopy.py", "scan/aot.py"), False, _signatures, _jit, "rmqdump.text.batches:TEXT", nrt=False)
+TEXT = KernelSet("rmqdump_text_kernel", ("text/kernel.py", "text/spelling.py", "scan/unsigned.py", "scan/bytecopy.py", "scan/words.py", "scan/aot.py"), False, _signatures, _jit, "rmqdump.text.batches:TEXT", nrt=False)
 
 
 def kernels():

@@ -7,6 +7,11 @@ from numba import njit
 
 from rmqdump.scan.bytecopy import memcpy as _memcpy
 from rmqdump.scan.unsigned import u as _u
+from rmqdump.scan.words import HIGHS as _HIGHS
+from rmqdump.scan.words import find as _find
+from rmqdump.scan.words import json_stops as _json_stops
+from rmqdump.scan.words import lowest as _lowest
+from rmqdump.scan.words import word as _word
 from rmqdump.text.spelling import (
     C_EMPTY_LIST,
     C_EMPTY_MAP,
@@ -217,13 +222,24 @@ def _props(d, s, n, its, itk, ite):
     """
     e = s + n
     high = False
+    seen = np.uint64(0)  # the words skipped, OR-ed: their high bits say whether any was past ASCII
     i = s
     m = 0
     while i <= e:
         j = i
         k = -1
-        while j < e and d[_u(j)] != SEP_PROP:
+        while j < e:
+            if j + 8 <= e:  # skip to the next byte that is a separator or one JSON escapes (rmqdump.scan.words)
+                w = _word(d, j)
+                seen |= w
+                stops = _json_stops(w)
+                if stops == 0:
+                    j += 8
+                    continue
+                j += _lowest(stops)
             c = d[_u(j)]
+            if c == SEP_PROP:
+                break
             if c == SEP_NV:
                 if k >= 0:
                     return -1
@@ -241,7 +257,7 @@ def _props(d, s, n, its, itk, ite):
             ite[m] = j
             m += 1
         i = j + 1
-    if high and not _utf8_ok(d, s, n):
+    if (high or (seen & _HIGHS) != 0) and not _utf8_ok(d, s, n):
         return -1
     for a in range(m):
         la = itk[a] - its[a]
@@ -341,9 +357,7 @@ def _quoted(out, o, d, s, n):
 @_inline
 def _token_end(d, j, e):
     """End of the KEYS token that starts at j (its separator, or e)."""
-    while j < e and d[_u(j)] != SEP_KEY:
-        j += 1
-    return j
+    return _find(d, j, e, SEP_KEY)
 
 
 @_inline
@@ -621,10 +635,7 @@ def table_lines(cells, bounds, widths, colw, status, lo, hi, out):
 
 @_kernel
 def _has(d, s, n, c):
-    for i in range(s, s + n):  # noqa: SIM110 (numba compiles no generator expressions)
-        if d[_u(i)] == c:
-            return True
-    return False
+    return _find(d, s, s + n, c) < s + n
 
 
 @_kernel

@@ -71,7 +71,7 @@ def test_json_stops_flags_the_first_byte_json_escapes(word):
 
 def _props_model(p: bytes) -> int | list[tuple[int, int, int]]:
     """What the byte loop decided: -1 (Python decides), else each item's (name start, separator, end) in p."""
-    if any(b < 0x20 and b not in (NV, PROP) or b in (0x22, 0x5C) for b in p):
+    if any((b < 0x20 and b not in (NV, PROP)) or b in (0x22, 0x5C) for b in p):
         return -1
     items, i = [], 0
     for part in p.split(bytes([PROP])):
@@ -101,7 +101,7 @@ def _props_model(p: bytes) -> int | list[tuple[int, int, int]]:
 @example(parts=[b"A\x01x\x01y"], lead=0)  # two separators in one item
 def test_props_leaves_to_python_what_the_byte_loop_did(parts, lead):
     p = b"".join(parts)
-    buf, s, e = _placed(p, lead)
+    buf, s, _ = _placed(p, lead)
     its, itk, ite = (np.full(MAX_ITEMS, -7, dtype=np.int64) for _ in range(3))
     m = int(K._props(buf, s, len(p), its, itk, ite))
     want = _props_model(p)

@@ -346,3 +346,19 @@ def test_cache_dir_is_the_users_and_numba_waits_for_a_scan(tmp_path):
     )
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout.strip()
     assert out.startswith(str(tmp_path / "xdg" / "rmqdump" / f"numba-{K.fingerprint()}-"))
+
+
+def test_a_changed_shared_helper_moves_the_compile_cache(tmp_path):
+    """numba's cache checks only the file of the function it compiled; the helpers both kernel sets inline from files
+    of their own (rmqdump.scan.words, bytecopy, unsigned) key the cache directory instead, byte for byte."""
+    from rmqdump.scan import layout
+
+    here = Path(layout.__file__).parent
+    for name in layout.SHARED_HELPERS:
+        shutil.copy(here / name, tmp_path / name)
+    assert layout.fingerprint(str(tmp_path)) == layout.fingerprint()
+    for name in layout.SHARED_HELPERS:
+        before = (tmp_path / name).read_bytes()
+        (tmp_path / name).write_bytes(before + b"\n")
+        assert layout.fingerprint(str(tmp_path)) != layout.fingerprint(), name
+        (tmp_path / name).write_bytes(before)

@@ -9,6 +9,7 @@ by them, so a schema change never runs stale code.
 from __future__ import annotations
 
 import hashlib
+import os
 import zlib
 
 import numpy as np
@@ -100,9 +101,16 @@ DELAY_NONE, DELAY_PY = 0, -2  # no DELAY; a DELAY value that is not plain ASCII 
 UNIT_DANGLING, UNIT_OUTSIDE, UNIT_NOT_START, UNIT_SIZE, UNIT_TOPIC, UNIT_QUEUE, UNIT_QUEUE_OFFSET, UNIT_TAGS = 1, 2, 4, 8, 16, 32, 64, 128
 
 
-def fingerprint() -> str:
-    """What the compiled code depends on besides its source."""
+SHARED_HELPERS = ("unsigned.py", "bytecopy.py", "words.py")  # inlined into both kernel sets from files of their own
+
+
+def fingerprint(folder: str = os.path.dirname(os.path.abspath(__file__))) -> str:
+    """What the compiled code depends on besides its source: these constants, and the shared helpers' bytes (numba's
+    cache checks only the file of the function it compiled, so a changed helper would otherwise run stale)."""
     h = hashlib.sha1()
+    for name in SHARED_HELPERS:
+        with open(os.path.join(folder, name), "rb") as f:
+            h.update(f.read())
     for a in (HEADER_OFFSETS, HEADER_SIZES, CRC_TABLES, CRC_PREFIX):
         h.update(a.tobytes())
     h.update(repr((WIDTHS, HOST_ADDR, BORN_V6, STORE_V6, TOPIC_LEN_V1, TOPIC_LEN_V2, PROPS_LEN, MIN_RECORD_SIZE, C.MESSAGE_MAGICS, C.MAGIC_V2)).encode())

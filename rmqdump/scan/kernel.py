@@ -14,7 +14,9 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, types
 
+from rmqdump.scan.bytecopy import AHEAD
 from rmqdump.scan.bytecopy import memcpy as _memcpy
+from rmqdump.scan.bytecopy import prefetch_lines as _prefetch_lines
 from rmqdump.scan.layout import (
     BORN_V6,
     COL,
@@ -653,6 +655,8 @@ def _split_items(data, pos, length, r, k, nk, rows, nbuf, noffs, vbuf, voffs, to
         most = (length[r] + 1) // 2 + 1
         if k + most + 1 > len(noffs) or nk + most + 1 > len(koffs):
             break
+        if r + AHEAD < n:  # a later record's properties, from memory while this one is split
+            _prefetch_lines(data, pos[r + AHEAD], pos[r + AHEAD] + length[r + AHEAD])
         first = k
         ti = ui = ki = -1
         s = pos[r]
@@ -758,6 +762,8 @@ def pack_bytes(data, pos, length):
         offs[i + 1] = t
     buf = np.empty(t, np.uint8)
     for i in range(n):
+        if i + AHEAD < n and length[i + AHEAD] > 0:  # a later record's first lines (the copy's stream takes the rest)
+            _prefetch_lines(data, pos[i + AHEAD], pos[i + AHEAD] + min(length[i + AHEAD], 128))
         a = offs[i]
         b = offs[i + 1]
         if b > a:

@@ -5,8 +5,10 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from rmqdump.scan.bytecopy import AHEAD
 from rmqdump.scan.bytecopy import memcpy as _memcpy
 from rmqdump.scan.bytecopy import prefetch as _prefetch
+from rmqdump.scan.bytecopy import prefetch_lines as _prefetch_lines
 from rmqdump.scan.unsigned import u as _u
 from rmqdump.scan.words import HIGHS as _HIGHS
 from rmqdump.scan.words import find as _find
@@ -465,9 +467,6 @@ def gather(src, pick, width, rows, mat):
     return rows.shape[0]
 
 
-AHEAD = 8  # rows: a row takes ~1 us to spell, a line from memory ~0.1 us (4, 8 and 16 ran alike)
-
-
 @_inline
 def _ahead(d, mat, r):
     """Prefetch the lines of row r's record the kernels read (hosts; topic and properties, which end the record)."""
@@ -475,9 +474,7 @@ def _ahead(d, mat, r):
         row = mat[r]
         _prefetch(d, row[BORN_POS])
         _prefetch(d, row[STORE_POS])
-        s = row[TOPIC_POS]
-        for p in range(s - (s & 63), row[PROPS_POS] + row[PROPS_LEN], 64):  # the mapping starts on a page
-            _prefetch(d, p)
+        _prefetch_lines(d, row[TOPIC_POS], row[PROPS_POS] + row[PROPS_LEN])
 
 
 @_kernel

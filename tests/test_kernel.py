@@ -356,7 +356,13 @@ def test_a_changed_shared_helper_moves_the_compile_cache(tmp_path):
     here = Path(layout.__file__).parent
     for name in layout.SHARED_HELPERS:
         shutil.copy(here / name, tmp_path / name)
-    assert layout.fingerprint(str(tmp_path)) == layout.fingerprint()
+    assert layout.fingerprint(str(tmp_path)) == layout.fingerprint()  # the import system's bytes (a zip on Spark's executors) are the files'
+    shipped = tmp_path / "pkg.zip"  # the package as Spark ships it: read through zipimport, not open()
+    shutil.make_archive(str(shipped.with_suffix("")), "zip", here.parent.parent, "rmqdump")
+    code = f"import sys; sys.path.insert(0, {str(shipped)!r}); from rmqdump.scan import layout; assert '.zip' in layout.__file__; print(layout.fingerprint())"
+    env = {**os.environ, "PYTHONPATH": ""}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert out.returncode == 0 and out.stdout.strip() == layout.fingerprint(), out.stderr
     for name in layout.SHARED_HELPERS:
         before = (tmp_path / name).read_bytes()
         (tmp_path / name).write_bytes(before + b"\n")

@@ -17,8 +17,7 @@ import sys
 
 from conftest import store_root
 
-from rmqdump.scan.layout import fingerprint
-from rmqdump.scan.native import crc_library
+from rmqdump.scan.native import code_fingerprint, crc_library
 
 NOTICE = "rmqdump: compiling the scan kernel for this install, once"
 TEXT_NOTICE = "rmqdump: compiling the text kernels for this install, once"
@@ -72,7 +71,7 @@ def test_notice_when_stderr_is_a_pipe_too(tmp_path):
     r = run_piped(["cq", "verify", "-s", str(store_root("rmq4-basic"))], cache)
     assert r.returncode == 0
     said = [line for line in r.stderr.splitlines() if line.startswith("rmqdump: ")]  # the summary goes to stderr too
-    assert len(said) == 1 and said[0].startswith(NOTICE) and said[0].endswith(f"kept in {cache}/numba-{fingerprint()}-{crc_library()[0]})"), r.stderr
+    assert len(said) == 1 and said[0].startswith(NOTICE) and said[0].endswith(f"kept in {cache}/numba-{code_fingerprint()}-{crc_library()[0]})"), r.stderr
     r = run_piped(["cq", "verify", "-s", str(store_root("rmq4-basic"))], cache)  # cached: nothing said
     assert r.returncode == 0 and "rmqdump: " not in r.stderr
 

@@ -21,10 +21,9 @@ from rmqdump.common.javahash import java_hash
 from rmqdump.readers.commitlog import CommitLog
 from rmqdump.readers.mapped import MappedFile
 from rmqdump.readers.message import decode_properties, split_keys
-from rmqdump.scan import layout as K
 from rmqdump.scan import scanner
 from rmqdump.scan.dispatch import DelayLevels, dispatch_columns
-from rmqdump.scan.native import configure
+from rmqdump.scan.native import code_fingerprint, configure
 from rmqdump.schemas import MessageRecord
 from rmqdump.schemas import constants as C
 
@@ -345,26 +344,32 @@ def test_cache_dir_is_the_users_and_numba_waits_for_a_scan(tmp_path):
         "print(numba.config.CACHE_DIR)"
     )
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout.strip()
-    assert out.startswith(str(tmp_path / "xdg" / "rmqdump" / f"numba-{K.fingerprint()}-"))
+    assert out.startswith(str(tmp_path / "xdg" / "rmqdump" / f"numba-{code_fingerprint()}-"))
 
 
 def test_a_changed_shared_helper_moves_the_compile_cache(tmp_path):
     """numba's cache checks only the file of the function it compiled; the helpers both kernel sets inline from files
     of their own (rmqdump.scan.words, bytecopy, unsigned) key the cache directory instead, byte for byte."""
-    from rmqdump.scan import layout
+    from rmqdump.scan import native
 
-    here = Path(layout.__file__).parent
-    for name in layout.SHARED_HELPERS:
-        shutil.copy(here / name, tmp_path / name)
-    assert layout.fingerprint(str(tmp_path)) == layout.fingerprint()  # the import system's bytes (a zip on Spark's executors) are the files'
+    package = Path(native.__file__).parent.parent
+    for name in native.SHARED_HELPERS:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(package / name, tmp_path / name)
+    assert native.code_fingerprint(str(tmp_path)) == native.code_fingerprint()  # the import system's bytes (a zip on Spark's executors) are the files'
     shipped = tmp_path / "pkg.zip"  # the package as Spark ships it: read through zipimport, not open()
-    shutil.make_archive(str(shipped.with_suffix("")), "zip", here.parent.parent, "rmqdump")
-    code = f"import sys; sys.path.insert(0, {str(shipped)!r}); from rmqdump.scan import layout; assert '.zip' in layout.__file__; print(layout.fingerprint())"
+    shutil.make_archive(str(shipped.with_suffix("")), "zip", package.parent, "rmqdump")
+    code = f"import sys; sys.path.insert(0, {str(shipped)!r}); from rmqdump.scan import native; assert '.zip' in native.__file__; print(native.code_fingerprint())"
     env = {**os.environ, "PYTHONPATH": ""}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path)
-    assert out.returncode == 0 and out.stdout.strip() == layout.fingerprint(), out.stderr
-    for name in layout.SHARED_HELPERS:
+    assert out.returncode == 0 and out.stdout.strip() == native.code_fingerprint(), out.stderr
+    for name in native.SHARED_HELPERS:
         before = (tmp_path / name).read_bytes()
         (tmp_path / name).write_bytes(before + b"\n")
-        assert layout.fingerprint(str(tmp_path)) != layout.fingerprint(), name
+        assert native.code_fingerprint(str(tmp_path)) != native.code_fingerprint(), name
         (tmp_path / name).write_bytes(before)
+    from rmqdump.scan.aot import SCAN
+    from rmqdump.text.batches import TEXT
+
+    for kernels in (SCAN, TEXT):  # the built modules' keys read the same helpers
+        assert set(native.SHARED_HELPERS) <= set(kernels.sources), kernels.module

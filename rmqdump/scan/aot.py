@@ -44,7 +44,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
 
-from rmqdump.scan.native import COMPILE_NOTICES, cache_dir, configure, crc_library
+from rmqdump.scan.native import COMPILE_NOTICES, SHARED_HELPERS, cache_dir, configure, crc_library
 
 PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the rmqdump package's directory
 SUFFIX = importlib.machinery.EXTENSION_SUFFIXES[0]
@@ -97,7 +97,7 @@ def _scan_jit() -> ModuleType:
     return kernel
 
 
-SCAN = KernelSet("rmqdump_scan_kernel", ("scan/kernel.py", "scan/layout.py", "scan/unsigned.py", "scan/bytecopy.py", "scan/words.py", "scan/aot.py"), True, _scan_signatures, _scan_jit, "rmqdump.scan.aot:SCAN")
+SCAN = KernelSet("rmqdump_scan_kernel", ("scan/kernel.py", "scan/layout.py", *SHARED_HELPERS, "scan/aot.py"), True, _scan_signatures, _scan_jit, "rmqdump.scan.aot:SCAN")
 MODULE = SCAN.module  # the scan kernel's module name, as the tests and load(SCAN).__name__ know it
 
 

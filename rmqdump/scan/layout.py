@@ -9,8 +9,6 @@ by them, so a schema change never runs stale code.
 from __future__ import annotations
 
 import hashlib
-import os
-import pkgutil
 import zlib
 
 import numpy as np
@@ -102,24 +100,10 @@ DELAY_NONE, DELAY_PY = 0, -2  # no DELAY; a DELAY value that is not plain ASCII 
 UNIT_DANGLING, UNIT_OUTSIDE, UNIT_NOT_START, UNIT_SIZE, UNIT_TOPIC, UNIT_QUEUE, UNIT_QUEUE_OFFSET, UNIT_TAGS = 1, 2, 4, 8, 16, 32, 64, 128
 
 
-SHARED_HELPERS = ("unsigned.py", "bytecopy.py", "words.py")  # inlined into both kernel sets from files of their own
-
-
-def _helper(name: str, folder: str | None) -> bytes:
-    """A shared helper's source: through the import system (a folder, or the zip Spark ships the package in to its
-    executors), or from `folder`."""
-    if folder is None:
-        return pkgutil.get_data(__name__.rpartition(".")[0], name) or b""
-    with open(os.path.join(folder, name), "rb") as f:
-        return f.read()
-
-
-def fingerprint(folder: str | None = None) -> str:
-    """What the compiled code depends on besides its source: these constants, and the shared helpers' bytes (numba's
-    cache checks only the file of the function it compiled, so a changed helper would otherwise run stale)."""
+def fingerprint() -> str:
+    """The constants the compiled code depends on besides its sources (rmqdump.scan.native.code_fingerprint adds the
+    shared helpers' bytes)."""
     h = hashlib.sha1()
-    for name in SHARED_HELPERS:
-        h.update(_helper(name, folder))
     for a in (HEADER_OFFSETS, HEADER_SIZES, CRC_TABLES, CRC_PREFIX):
         h.update(a.tobytes())
     h.update(repr((WIDTHS, HOST_ADDR, BORN_V6, STORE_V6, TOPIC_LEN_V1, TOPIC_LEN_V2, PROPS_LEN, MIN_RECORD_SIZE, C.MESSAGE_MAGICS, C.MAGIC_V2)).encode())

@@ -17,17 +17,43 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
+import hashlib
 import os
+import pkgutil
 import zlib
 from collections.abc import Callable, Iterator
+
+# Helpers both kernel sets inline from files of their own, as the package names them: numba's cache checks only the file
+# of the function it compiled, so their bytes key the cache directory (code_fingerprint) and the built modules
+# (rmqdump.scan.aot.KernelSet.sources).
+SHARED_HELPERS = ("scan/unsigned.py", "scan/bytecopy.py", "scan/words.py")
+
+
+def _helper(name: str, folder: str | None) -> bytes:
+    """A shared helper's source: through the import system (a folder, or the zip Spark ships the package in to its
+    executors), or from `folder` (the package's root)."""
+    if folder is None:
+        return pkgutil.get_data("rmqdump", name) or b""
+    with open(os.path.join(folder, name), "rb") as f:
+        return f.read()
+
+
+def code_fingerprint(folder: str | None = None) -> str:
+    """What JIT-compiled code depends on besides its own file: the layout's constants and the shared helpers' bytes
+    (a changed helper would otherwise run stale)."""
+    from rmqdump.scan.layout import fingerprint  # here: the CLI imports this module at start, before it knows whether it scans
+
+    h = hashlib.sha1(fingerprint().encode())
+    for name in SHARED_HELPERS:
+        h.update(_helper(name, folder))
+    return h.hexdigest()[:16]
 
 
 def cache_dir(crc: str = "table") -> str:
     """Where compiled code is kept: a directory the user can write, whatever the install directory."""
     from rmqdump.common.cachedir import cache_root
-    from rmqdump.scan.layout import fingerprint  # here: the CLI imports this module at start, before it knows whether it scans
 
-    return os.path.join(cache_root(), f"numba-{fingerprint()}-{crc}")
+    return os.path.join(cache_root(), f"numba-{code_fingerprint()}-{crc}")
 
 
 def _sonames(soname: str, name: str) -> Iterator[str]:

@@ -13,6 +13,7 @@ from types import ModuleType
 import numpy as np
 
 from rmqdump.scan.aot import KernelSet, load
+from rmqdump.scan.native import SHARED_HELPERS
 from rmqdump.text.spelling import MAX_ITEMS
 
 
@@ -77,7 +78,7 @@ def _jit() -> ModuleType:
     return kernel
 
 
-TEXT = KernelSet("rmqdump_text_kernel", ("text/kernel.py", "text/spelling.py", "scan/unsigned.py", "scan/bytecopy.py", "scan/words.py", "scan/aot.py"), False, _signatures, _jit, "rmqdump.text.batches:TEXT", nrt=False)
+TEXT = KernelSet("rmqdump_text_kernel", ("text/kernel.py", "text/spelling.py", *SHARED_HELPERS, "scan/aot.py"), False, _signatures, _jit, "rmqdump.text.batches:TEXT", nrt=False)
 
 
 def kernels():

@@ -31,6 +31,9 @@ from rmqdump.schemas import constants as C
 _HOSTS = {False: struct_format(HostV4), True: struct_format(HostV6)}
 _PORT = field_struct(OffsetMsgIdV4, "port")[1]
 _MSGID_PHYS = numpy_dtype(OffsetMsgIdV4.subcons[-1])
+# each byte's two uppercase hex digits, as one little-endian uint16: a batch's msgIds spelled by one take (twice
+# bytes.hex().upper()'s speed)
+_HEX_PAIRS = np.frombuffer("".join(f"{i:02X}" for i in range(256)).encode(), dtype="<u2")
 
 MAX_CHUNK_BYTES = 32 << 20  # record bytes per Arrow batch: bounds memory whatever the messages
 
@@ -199,7 +202,7 @@ def _msg_ids(phys: np.ndarray, inverse: np.ndarray, raws: list) -> pa.Array:
         raw = np.empty((n, width), dtype=np.uint8)
         raw[:, : width - 8] = pre[inverse]
         raw[:, width - 8 :] = phys.astype(_MSGID_PHYS).view(np.uint8).reshape(n, 8)
-        text = raw.tobytes().hex().upper().encode()
+        text = _HEX_PAIRS.take(raw).tobytes()
         offsets = np.arange(n + 1, dtype=np.int32) * (2 * width)
         return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(text)])
     return pa.array(

@@ -33,7 +33,7 @@ from rmqdump.common.columnspill import ColumnSpill
 from rmqdump.common.problems import Problem
 from rmqdump.common.publish import publishing
 from rmqdump.export import arrowbatch
-from rmqdump.export.dataset import DICTIONARY_COLUMNS, jsonl_lines
+from rmqdump.export.dataset import jsonl_lines, parquet_options
 from rmqdump.readers.store import Store
 from rmqdump.scan.headerfix import Restored, store_units, unit_agrees
 from rmqdump.scan.ranges import SERIAL, Mapper, map_ranges
@@ -44,7 +44,6 @@ FORMATS = ("parquet", "jsonl")
 MANIFEST = "manifest.json"
 SPILL_DIR = ".rmqdump-salvage-columns"  # the survey's columns, in the publishing directory until the sets are written
 SETS = {"messages": S.TO_RESEND, "flagged": S.FLAGGED}
-UNSUMMARIZED = ("body", "raw_without_body")
 # A row group (an Arrow batch built, then encoded) holds at most this many records and record bytes: bodies and raw
 # bytes are copies, so the bytes bound memory whatever the messages' size; the rows bound what small records cost per
 # group (4,096 a group took 1.16x the time of 16,384 at 4M, for 100 MiB less)
@@ -118,16 +117,12 @@ class _Sink:
     so memory stays bounded.
     """
 
-    def __init__(self, path: str, fmt: str, names: list[str]):
+    def __init__(self, path: str, fmt: str):
         self.path, self.fmt, self.rows = path, fmt, 0
         self.file = _HashingFile(path)
         self.pq = None
         if fmt == "parquet":
-            dictionary = [c for c in DICTIONARY_COLUMNS if c.split(".")[0] in names]
-            # no min/max statistics of body and raw: nobody filters on them, and computing them over every byte is a
-            # third of the write's time
-            stats = [n for n in names if n not in UNSUMMARIZED]
-            self.pq = pq.ParquetWriter(self.file, schema(), compression="snappy", use_dictionary=dictionary, write_statistics=stats)
+            self.pq = pq.ParquetWriter(self.file, schema(), **parquet_options(schema()))
         self.bg = Background(self._write, self._finish, ahead=1, name=f"rmqdump-salvage-{os.path.basename(path)}")
 
     def _write(self, rb: pa.RecordBatch) -> None:
@@ -479,8 +474,7 @@ def salvage(
                             yield r
                         prev = cut
 
-            names = schema().names
-            sinks = {name: _Sink(os.path.join(tmp, f"{name}.{fmt}"), fmt, names) for name in SETS}
+            sinks = {name: _Sink(os.path.join(tmp, f"{name}.{fmt}"), fmt) for name in SETS}
             # on this thread: Arrow building on the scan's workers was measured no faster (the sinks' thread and the
             # building already fill two cores) and held more copies in flight
             for ch in chunks():

@@ -317,7 +317,7 @@ def _constant(value: str, n: int) -> pa.Array:
 
 
 class _Taken(dict):
-    """The batch's columns at `sel`, each taken on its first use: a record batch needs a few of the scan's columns."""
+    """The batch's columns at `sel`, each taken on its first use: a record batch needs only some of the scan's columns."""
 
     def __init__(self, cols: dict[str, np.ndarray], sel):
         super().__init__()

@@ -64,7 +64,7 @@ UNSUMMARIZED = ("body", "raw_without_body")
 
 
 def parquet_options(schema: pa.Schema) -> dict:
-    """The ParquetWriter options of every dataset rmqdump writes: snappy, dictionaries where values repeat, and
+    """The ParquetWriter options of export and salvage (and diff's message sets): snappy, dictionaries where values repeat, and
     min/max statistics only on the flat columns a reader prunes row groups by (offsets, times, ids, hosts, tags).
     Named top-level, the statistics leave out the nested columns (properties, keys, flag names): their min and max
     over all elements prune nothing in DuckDB or Spark, and computing them was 2-3% of export's CPU."""

@@ -17,9 +17,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
-import hashlib
 import os
-import pkgutil
 import zlib
 from collections.abc import Callable, Iterator
 
@@ -33,6 +31,8 @@ def _helper(name: str, folder: str | None) -> bytes:
     """A shared helper's source: through the import system (a folder, or the zip Spark ships the package in to its
     executors), or from `folder` (the package's root)."""
     if folder is None:
+        import pkgutil  # here, as hashlib below: only a JIT run asks (the CLI imports this module at start)
+
         return pkgutil.get_data("rmqdump", name) or b""
     with open(os.path.join(folder, name), "rb") as f:
         return f.read()
@@ -41,6 +41,8 @@ def _helper(name: str, folder: str | None) -> bytes:
 def code_fingerprint(folder: str | None = None) -> str:
     """What JIT-compiled code depends on besides its own file: the layout's constants and the shared helpers' bytes
     (a changed helper would otherwise run stale)."""
+    import hashlib
+
     from rmqdump.scan.layout import fingerprint  # here: the CLI imports this module at start, before it knows whether it scans
 
     h = hashlib.sha1(fingerprint().encode())

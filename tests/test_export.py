@@ -7,7 +7,6 @@ import hashlib
 import json
 from pathlib import Path
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.dataset as ds
 import pytest
@@ -372,42 +371,3 @@ def test_row_groups_are_summarized_where_a_reader_can_prune(tmp_path):
     assert res.exit_code == 1, res.stdout + res.stderr
     assert summarized_as_promised(tmp_path / "salvage" / "messages.parquet") > 0
 
-
-def _host_model(raw: bytes) -> str:
-    """A stored host (an address, then a big-endian i32 port) as the manifests spell
-    bornHost (schemas HostV4, HostV6): dotted IPv4, or IPv6 as eight hex groups without leading zeros in brackets: the model."""
-    port = str(int.from_bytes(raw[-4:], "big", signed=True))
-    if len(raw) == 8:
-        return ".".join(str(b) for b in raw[:4]) + ":" + port
-    return "[" + ":".join(format(int.from_bytes(raw[i : i + 2], "big"), "x") for i in range(0, 16, 2)) + "]:" + port
-
-
-@settings(max_examples=60, deadline=None)
-@given(
-    st.lists(st.tuples(st.booleans(), st.binary(min_size=20, max_size=20)), min_size=1, max_size=40),
-    st.lists(st.integers(0, 39), min_size=1, max_size=300),
-    st.integers(0, 3),
-)
-def test_host_columns_equal_the_model_whatever_the_cache_holds(hosts, rows, spread):
-    """export's host text: one host (no distinct search), a few, a mix with IPv6, and more distinct IPv4 hosts than the
-    text cache keeps (it is emptied between calls); every row against the model."""
-    hosts = [(v6, raw if v6 else raw[:8]) for v6, raw in hosts]
-    picked = [hosts[r % len(hosts)] for r in rows] if spread else [hosts[0]] * len(rows)
-    data = np.frombuffer(b"".join(raw for _, raw in picked), dtype=np.uint8)
-    pos = np.cumsum([0] + [len(raw) for _, raw in picked[:-1]]).astype(np.int64)
-    v6 = np.array([six for six, _ in picked], dtype=bool)
-    for _ in range(2):  # the second call finds the hosts cached
-        text, inverse, raws = arrowbatch._hosts(data, pos, v6)
-        want = [_host_model(raw) for _, raw in picked]
-        assert text.to_pylist() == want
-        assert [_host_model(raws[k][0] + raws[k][1].to_bytes(4, "big", signed=True)) for k in inverse.tolist()] == want
-
-
-def test_more_ipv4_hosts_than_the_text_cache_keeps():
-    n = arrowbatch.V4_TEXT_MAX + 300
-    raw = np.random.default_rng(7).integers(0, 256, (n, 8), dtype=np.uint8)
-    data = np.concatenate([raw.ravel(), raw[:50].ravel()])  # 50 hosts again after the cache was emptied
-    pos = np.arange(n + 50, dtype=np.int64) * 8
-    for lo, hi in ((0, 3000), (3000, n + 50), (0, n + 50)):
-        text, _, _ = arrowbatch._hosts(data, pos[lo:hi], np.zeros(hi - lo, dtype=bool))
-        assert text.to_pylist() == [_host_model(data[p : p + 8].tobytes()) for p in pos[lo:hi].tolist()]

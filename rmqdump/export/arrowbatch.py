@@ -18,22 +18,13 @@ from collections.abc import Iterator
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from rmqdump.readers.fastpath import field_struct, gather, numpy_dtype, struct_format
-from rmqdump.readers.message import decode_properties, flag_names, format_host, split_keys
+from rmqdump.readers.message import decode_properties, flag_names, split_keys
 from rmqdump.scan import scanner
 from rmqdump.scan.compaction import AFTER_CHECKPOINT, COMPACTED, NOT_SERVED, ServedView
+from rmqdump.scan.hosts import host_text
 from rmqdump.scan.scanner import Batch
-from rmqdump.schemas import HostV4, HostV6, OffsetMsgIdV4
 from rmqdump.schemas import constants as C
-
-_HOSTS = {False: struct_format(HostV4), True: struct_format(HostV6)}
-_PORT = field_struct(OffsetMsgIdV4, "port")[1]
-_MSGID_PHYS = numpy_dtype(OffsetMsgIdV4.subcons[-1])
-# each byte's two uppercase hex digits, as one little-endian uint16: a batch's msgIds spelled by one take (twice
-# bytes.hex().upper()'s speed)
-_HEX_PAIRS = np.frombuffer("".join(f"{i:02X}" for i in range(256)).encode(), dtype="<u2")
 
 MAX_CHUNK_BYTES = 32 << 20  # record bytes per Arrow batch: bounds memory whatever the messages
 
@@ -144,94 +135,15 @@ def _without_body(data: np.ndarray, c: dict) -> pa.Array:
     return pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(np.ascontiguousarray(offsets[::2])), pa.py_buffer(buf)], null_count=0)
 
 
-def _format_v4(octets: np.ndarray, ports: np.ndarray) -> pa.Array:
-    """format_host of IPv4 addresses (rows of 4 octets) and ports, with Arrow string kernels."""
-    parts = [pa.array(octets[:, k]).cast(pa.string()) for k in range(4)]
-    addr = pc.binary_join_element_wise(*parts, ".")
-    return pc.binary_join_element_wise(addr, pa.array(ports.astype(np.int64)).cast(pa.string()), ":")
+def _host_column(b: Batch, sel, which: str) -> pa.Array:
+    """The born or store host (`which`) of each record, as format_host spells it: each distinct host once."""
+    hosts, code = b.hosts(sel, which)
+    return pa.array([host_text(h) for h in hosts], pa.string()).take(pa.array(code))
 
 
-def _format_hosts(raws: list[tuple[bytes, int]]) -> pa.Array:
-    """format_host over distinct (address, port) pairs: IPv4 vectorized, IPv6 by format_host itself."""
-    n = len(raws)
-    v4 = np.array([len(a) == 4 for a, _ in raws], dtype=bool)
-    if n == 0 or not v4.all():
-        return pa.array([format_host(a, p) for a, p in raws], pa.string())
-    octets = np.frombuffer(b"".join(a for a, _ in raws), dtype=np.uint8).reshape(n, 4)
-    return _format_v4(octets, np.array([p for _, p in raws], dtype=np.int64))
-
-
-# IPv4 address + port (8 bytes as one integer) -> format_host's text: producers and brokers are few, so each host is
-# formatted once per process, not by Arrow kernels per batch (their fixed cost was 4% of export's CPU)
-_V4_TEXT: dict[int, str] = {}
-V4_TEXT_MAX = 4096
-
-
-def _v4_text(uniq: np.ndarray) -> pa.Array:
-    """format_host of distinct IPv4 address+port integers (gather's <u8 of their 8 bytes), from the cache or formatted."""
-    keys = uniq.tolist()
-    texts = [_V4_TEXT.get(k) for k in keys]
-    missing = [i for i, t in enumerate(texts) if t is None]
-    if missing:
-        raw = uniq[missing].view(np.uint8).reshape(len(missing), 8)
-        new = _format_v4(raw[:, :4], raw[:, 4:].copy().view(">i4").reshape(len(missing))).to_pylist()
-        for i, t in zip(missing, new, strict=True):
-            texts[i] = t
-        if len(_V4_TEXT) + len(new) > V4_TEXT_MAX:
-            _V4_TEXT.clear()  # a store of many hosts: the cache stays small (other threads only miss)
-        _V4_TEXT.update(zip((keys[i] for i in missing), new, strict=True))
-    return pa.array(texts, pa.string())
-
-
-def _hosts(data: np.ndarray, pos: np.ndarray, v6: np.ndarray, *, want_raws: bool = True) -> tuple[pa.Array, np.ndarray, list]:
-    """(formatted host per row, index of each row's distinct address, the distinct raw addresses+ports
-    (empty unless `want_raws`))."""
-    n = len(pos)
-    if n and not v6.any():
-        # IPv4 address + port are 8 bytes: one integer key per row, so the distinct search is an integer sort (none
-        # when the batch has one host, as a store host mostly is)
-        keys = gather(data, pos, np.dtype("<u8"))
-        if (keys == keys[0]).all():
-            uniq, inverse = keys[:1], np.zeros(n, dtype=np.intp)
-        else:
-            uniq, inverse = np.unique(keys, return_inverse=True)
-            inverse = inverse.reshape(n)
-        b = uniq.tobytes()
-        raws = [_HOSTS[False].unpack_from(b, 8 * i) for i in range(len(uniq))] if want_raws else []
-        return _v4_text(uniq).take(pa.array(inverse)), inverse, raws
-    key = np.zeros((n, 21), dtype=np.uint8)
-    i4, i6 = np.flatnonzero(~v6), np.flatnonzero(v6)
-    if i4.size:
-        key[i4, 1:9] = data[pos[i4, None] + np.arange(8)]
-    if i6.size:
-        key[i6, 0] = 1
-        key[i6, 1:21] = data[pos[i6, None] + np.arange(20)]
-    uniq, inverse = np.unique(key.view(np.dtype((np.void, 21))).reshape(n), return_inverse=True)
-    raws = []
-    for u in uniq.tolist():
-        alen = 16 if u[0] else 4
-        raws.append(_HOSTS[alen == 16].unpack(u[1 : 5 + alen]))
-    text = _format_hosts(raws)
-    return text.take(pa.array(inverse.reshape(n))), inverse.reshape(n), raws
-
-
-def _msg_ids(phys: np.ndarray, inverse: np.ndarray, raws: list) -> pa.Array:
-    """Offset message ids: store address, port, physical offset, uppercase hex."""
-    n = len(phys)
-    prefix = [a + _PORT.pack(p) for a, p in raws]
-    lens = np.array([len(x) for x in prefix], dtype=np.int64)[inverse] + 8
-    if n and (lens == lens[0]).all():
-        width = int(lens[0])
-        pre = np.frombuffer(b"".join(prefix), dtype=np.uint8).reshape(len(prefix), width - 8)
-        raw = np.empty((n, width), dtype=np.uint8)
-        raw[:, : width - 8] = pre[inverse]
-        raw[:, width - 8 :] = phys.astype(_MSGID_PHYS).view(np.uint8).reshape(n, 8)
-        text = _HEX_PAIRS.take(raw).tobytes()
-        offsets = np.arange(n + 1, dtype=np.int32) * (2 * width)
-        return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(text)])
-    return pa.array(
-        [(prefix[k] + int(ph).to_bytes(8, "big", signed=True)).hex().upper() for k, ph in zip(inverse.tolist(), phys.tolist(), strict=True)], pa.string()
-    )
+def _msg_id_column(b: Batch, sel) -> pa.Array:
+    offsets, text = b.msg_id_text(sel)
+    return pa.Array.from_buffers(pa.string(), len(offsets) - 1, [None, pa.py_buffer(offsets), pa.py_buffer(text)], null_count=0)
 
 
 def _properties_py(view: memoryview, pos: np.ndarray, length: np.ndarray):
@@ -418,9 +330,6 @@ def _columns(b: Batch, sel, broker: str, sch: pa.Schema, served: ServedView | No
     def phys():
         return once("phys", lambda: c["_pos"].astype(np.int64) + b.seg.base)
 
-    def store_hosts():
-        return once("store", lambda: _hosts(data, c["store_host_pos"], c["store_host_then"].astype(bool)))
-
     def props(k):
         return once("props", lambda: _properties(view, c["properties_pos"], c["properties_length"]))[k]
 
@@ -433,14 +342,14 @@ def _columns(b: Batch, sel, broker: str, sch: pa.Schema, served: ServedView | No
         "prop_crc_ok": lambda: pa.nulls(n, pa.bool_()) if prop_crc is None else pa.array(prop_crc == 1, pa.bool_(), mask=prop_crc < 0),
         "sys_flag_names": lambda: _flag_names(c["sys_flag"]),
         "transaction": lambda: _TRANSACTIONS.take(pa.array((c["sys_flag"] & C.TRANSACTION_MASK).astype(np.int32))),
-        "born_host": lambda: _hosts(data, c["born_host_pos"], c["born_host_then"].astype(bool), want_raws=False)[0],
-        "store_host": lambda: store_hosts()[0],
+        "born_host": lambda: _host_column(b, sel, "born"),
+        "store_host": lambda: _host_column(b, sel, "store"),
         "topic": lambda: _topics(b, sel),
         "properties": lambda: props(0),
         "tags": lambda: props(1),
         "keys": lambda: props(2),
         "uniq_key": lambda: props(3),
-        "msg_id": lambda: _msg_ids(phys(), store_hosts()[1], store_hosts()[2]),
+        "msg_id": lambda: _msg_id_column(b, sel),
         "dledger_index": lambda: _entry_column(b, sel, "index", n),
         "dledger_term": lambda: _entry_column(b, sel, "term", n),
         "broker": lambda: _constant(broker, n),

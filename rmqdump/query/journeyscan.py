@@ -30,7 +30,6 @@ from rmqdump.checks.journey import PutJudge, committed_status, committed_wording
 from rmqdump.common.jsontext import encode
 from rmqdump.common.problems import Problem
 from rmqdump.readers.lifecycle import Copy, Evidence, is_own_topic, read_record, wants_body
-from rmqdump.readers.message import offset_msg_id
 from rmqdump.readers.store import Store
 from rmqdump.scan.ranges import SERIAL, Mapper, ScanOptions, map_ranges, scan_range
 from rmqdump.scan.splits import RANGE_BYTES, commitlog_splits, held_range_bytes
@@ -48,7 +47,6 @@ for _i, _ch in enumerate(b"abcdef"):
     _HEX[_ch] = 10 + _i
 _SHIFTS = np.arange(60, -4, -4, dtype=np.uint64)  # 16 nibbles, most significant first
 _MIX = np.uint64(0x9E3779B97F4A7C15)
-_UPPER_HEX = np.frombuffer(b"0123456789ABCDEF", np.uint8)
 _MOVED = {p.encode() for p in L.MOVED_PROPERTIES}
 KEY_HEX = 2 * UniqKeyV4.sizeof()  # a UNIQ_KEY of an IPv4 producer, as hex: the common case the fast path takes
 SURVEY_SPLIT = RANGE_BYTES  # the survey's ranges: the planner's (tests make them small)
@@ -309,26 +307,10 @@ def _fixed(chars: np.ndarray) -> pa.StringArray:
 
 
 def _msg_ids(b, fast: np.ndarray) -> pa.StringArray:
-    """The offset msgIds of these rows (as Batch.msg_ids spells them): each store host's prefix once, the physical
-    offsets' 16 hex digits column-wise."""
+    """The offset msgIds of these rows (rmqdump.scan.hosts.msg_id_text)."""
     import pyarrow as pa
-    import pyarrow.compute as pc
-    c = b.cols
-    hp, v6 = np.asarray(c["store_host_pos"])[fast], np.asarray(c["store_host_then"])[fast].astype(bool)
-    heads, code = [], np.zeros(len(fast), np.int64)
-    for six in (False, True):
-        sel = np.flatnonzero(v6 == six)
-        if not len(sel):
-            continue
-        raws = b.mf.data[hp[sel][:, None] + np.arange(20 if six else 8)]
-        if (raws == raws[0]).all():  # the common case: one broker stored the batch (a sort is 20x the cost)
-            uniq, inv = raws[:1], np.zeros(len(sel), np.int64)
-        else:
-            uniq, inv = np.unique(raws, axis=0, return_inverse=True)
-        code[sel] = len(heads) + inv.ravel()
-        heads += [offset_msg_id(u[:-4].tobytes(), int.from_bytes(u[-4:].tobytes(), "big"), 0)[:-16] for u in uniq]
-    nib = (b.phys[fast].astype(np.uint64)[:, None] >> _SHIFTS) & np.uint64(15)
-    return pc.binary_join_element_wise(pa.array(heads).take(pa.array(code)), _fixed(_UPPER_HEX[nib]), "")
+    offsets, text = b.msg_id_text(fast)
+    return pa.Array.from_buffers(pa.string(), len(fast), [None, pa.py_buffer(offsets), pa.py_buffer(text)], null_count=0)
 
 
 def _join(*parts) -> pa.Array:

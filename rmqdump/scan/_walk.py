@@ -29,15 +29,16 @@ import numpy as np
 from rmqdump.common import problems as P
 from rmqdump.common.problems import Problem
 from rmqdump.readers.commitlog import Blank, CommitLog, SegmentFile
-from rmqdump.readers.fastpath import gather, numpy_dtype, struct_format
+from rmqdump.readers.fastpath import gather, numpy_dtype
 from rmqdump.readers.mapped import MappedFile
-from rmqdump.readers.message import Message, decode_properties, format_host, offset_msg_id
+from rmqdump.readers.message import Message, decode_properties, offset_msg_id
 from rmqdump.scan import layout as K
 from rmqdump.scan.aot import SCAN, load
 from rmqdump.scan.damage import diagnose
+from rmqdump.scan.hosts import HOST_LAYOUTS, distinct_hosts, host_text, msg_id_text
 from rmqdump.scan.resync import resync
-from rmqdump.schemas import HostV4, HostV6, OffsetMsgIdV4, message_header
 from rmqdump.schemas import dledger as DL
+from rmqdump.schemas import message_header
 from rmqdump.schemas.commitlog import PropertiesLength
 
 BATCH_RECORDS = 32768
@@ -50,11 +51,7 @@ _ROW_COLUMNS = (
     "reconsume_times", "prepared_transaction_offset", "body_length", "body_pos", "topic_pos", "topic_length", "properties_pos",
     "properties_length", "born_host_pos", "born_host_then", "store_host_pos", "store_host_then",
 )  # fmt: skip
-_HOST_TEXT: dict[bytes, str] = {}  # raw address+port -> "ip:port"; hosts repeat across records
-_HOST_TEXT_MAX = 1 << 16
 
-_HOSTS = {False: struct_format(HostV4), True: struct_format(HostV6)}
-_PHYS_HEX = 2 * OffsetMsgIdV4.subcons[-1].sizeof()  # the physical offset's hex digits at a msgId's end
 
 
 def _column_dtypes() -> dict[str, np.dtype]:
@@ -137,19 +134,20 @@ class Batch:
         return offset_msg_id(addr, port, self.seg.base + int(c["_pos"][i]))
 
     def msg_ids(self, rows: np.ndarray) -> list[str]:
-        """The offset msgIds of these records (a batch's records share a few store hosts)."""
+        """The offset msgIds of these records."""
+        offsets, text = self.msg_id_text(rows)
+        s, o = text.tobytes().decode("ascii"), offsets.tolist()
+        return [s[o[k] : o[k + 1]] for k in range(len(o) - 1)]
+
+    def msg_id_text(self, rows) -> tuple[np.ndarray, np.ndarray]:
+        """The offset msgIds of these records as an Arrow string column's buffers (rmqdump.scan.hosts.msg_id_text)."""
         c = self.cols
-        pos, v6, phys = c["store_host_pos"][rows].tolist(), c["store_host_then"][rows].tolist(), (c["_pos"][rows] + self.seg.base).tolist()
-        prefix: dict[tuple[bytes, int], str] = {}
-        out = []
-        for p, six, ph in zip(pos, v6, phys, strict=True):
-            addr, port, _ = self._host_at(p, six)
-            head = prefix.get((addr, port))
-            if head is None:  # the msgId of offset 0 without its offset: the host's part, spelled once
-                zero = offset_msg_id(addr, port, 0)
-                head = prefix[(addr, port)] = zero[: len(zero) - _PHYS_HEX]
-            out.append(f"{head}{ph:0{_PHYS_HEX}X}")
-        return out
+        return msg_id_text(self.mf.data, c["store_host_pos"][rows], c["store_host_then"][rows], c["_pos"][rows].astype(np.int64) + self.seg.base)
+
+    def hosts(self, rows, which: str) -> tuple[list[bytes], np.ndarray]:
+        """These records' distinct born or store hosts (`which`), as stored, and each record's index among them."""
+        c = self.cols
+        return distinct_hosts(self.mf.data, c[f"{which}_host_pos"][rows], c[f"{which}_host_then"][rows])
 
     def raw_columns(self, names: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
         """Columns.raw(names) when the columns are the kernel's (else None: read them by name)."""
@@ -181,13 +179,7 @@ class Batch:
     def _host_at(self, pos: int, v6: bool) -> tuple[bytes, int, str]:
         n = 16 if v6 else 4
         raw = self.raw(pos, n + 4)
-        text = _HOST_TEXT.get(raw)
-        port = _HOSTS[v6].unpack(raw)[1]
-        if text is None:
-            if len(_HOST_TEXT) >= _HOST_TEXT_MAX:
-                _HOST_TEXT.clear()
-            text = _HOST_TEXT[raw] = format_host(raw[:n], port)
-        return raw[:n], port, text
+        return raw[:n], HOST_LAYOUTS[v6].unpack(raw)[1], host_text(raw)
 
     def message(self, i: int, *, with_body: bool = False) -> Message:
         r = self._row(i)

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from rmqdump.readers.commitlog import CommitLog
 from rmqdump.scan import hosts, scanner
+from rmqdump.schemas import HostV4, HostV6, OffsetMsgIdV4, OffsetMsgIdV6
 
 
 def host_model(raw: bytes) -> str:
@@ -52,7 +53,7 @@ def test_hosts_and_msg_ids_equal_the_models(hosts_, rows, spread, phys):
         assert len(set(distinct)) == len(distinct)
         assert [distinct[k] for k in code.tolist()] == [raw for _, raw in picked]
         assert [hosts.host_text(distinct[k]) for k in code.tolist()] == [host_model(raw) for _, raw in picked]
-        offsets, text = hosts.msg_id_text(data, pos, v6, np.array(phys[: len(picked)], dtype=np.int64))
+        offsets, text = hosts.msg_id_text(distinct, code, np.array(phys[: len(picked)], dtype=np.int64))
         assert offsets.dtype == np.int32 and offsets[0] == 0
         spelled = text.tobytes().decode("ascii")
         got = [spelled[a:b] for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist(), strict=True)]
@@ -91,3 +92,16 @@ def test_batch_msg_ids_and_hosts_are_the_manifests(name):
             assert hosts.host_text(born[born_code[i]]) == m["bornHost"], (name, phys)
             assert hosts.host_text(store[store_code[i]]) == m["storeHost"], (name, phys)
     assert seen == len(want)
+
+
+@pytest.mark.parametrize(("msgid", "host"), [(OffsetMsgIdV4, HostV4), (OffsetMsgIdV6, HostV6)])
+def test_a_msg_id_is_its_store_host_as_stored_then_the_offset(msgid, host):
+    """What msg_id_text spells a msgId from, checked against the schemas it is declared in (schemas/msgid.py,
+    schemas/commitlog.py): the host's bytes as a record stores them, then the big-endian physical offset."""
+    address = bytes(range(1, 1 + host.subcons[0].sizeof()))  # the address field, 4 or 16 bytes
+    for port, phys in ((10911, 0), (-1, 1), (65535, (1 << 63) - 1)):
+        stored = host.build({"address": address, "port": port})
+        assert msgid.build({"address": address, "port": port, "phys_offset": phys}) == stored + phys.to_bytes(8, "big", signed=True)
+        offsets, text = hosts.msg_id_text([stored], np.zeros(1, np.intp), np.array([phys], np.int64))
+        assert offsets.tolist() == [0, 2 * len(stored) + 16]
+        assert text.tobytes().decode() == msgid.build({"address": address, "port": port, "phys_offset": phys}).hex().upper()

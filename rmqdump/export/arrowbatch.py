@@ -135,14 +135,13 @@ def _without_body(data: np.ndarray, c: dict) -> pa.Array:
     return pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(np.ascontiguousarray(offsets[::2])), pa.py_buffer(buf)], null_count=0)
 
 
-def _host_column(b: Batch, sel, which: str) -> pa.Array:
-    """The born or store host (`which`) of each record, as format_host spells it: each distinct host once."""
-    hosts, code = b.hosts(sel, which)
+def _host_column(hosts: list[bytes], code: np.ndarray) -> pa.Array:
+    """Each record's host (Batch.hosts': the distinct ones and each record's index), as format_host spells it:
+    each distinct host once."""
     return pa.array([host_text(h) for h in hosts], pa.string()).take(pa.array(code))
 
 
-def _msg_id_column(b: Batch, sel) -> pa.Array:
-    offsets, text = b.msg_id_text(sel)
+def _msg_id_column(offsets: np.ndarray, text: np.ndarray) -> pa.Array:
     return pa.Array.from_buffers(pa.string(), len(offsets) - 1, [None, pa.py_buffer(offsets), pa.py_buffer(text)], null_count=0)
 
 
@@ -330,6 +329,9 @@ def _columns(b: Batch, sel, broker: str, sch: pa.Schema, served: ServedView | No
     def phys():
         return once("phys", lambda: c["_pos"].astype(np.int64) + b.seg.base)
 
+    def store_hosts():
+        return once("store", lambda: b.hosts(sel, "store"))  # the store_host column's and the msgIds'
+
     def props(k):
         return once("props", lambda: _properties(view, c["properties_pos"], c["properties_length"]))[k]
 
@@ -342,14 +344,14 @@ def _columns(b: Batch, sel, broker: str, sch: pa.Schema, served: ServedView | No
         "prop_crc_ok": lambda: pa.nulls(n, pa.bool_()) if prop_crc is None else pa.array(prop_crc == 1, pa.bool_(), mask=prop_crc < 0),
         "sys_flag_names": lambda: _flag_names(c["sys_flag"]),
         "transaction": lambda: _TRANSACTIONS.take(pa.array((c["sys_flag"] & C.TRANSACTION_MASK).astype(np.int32))),
-        "born_host": lambda: _host_column(b, sel, "born"),
-        "store_host": lambda: _host_column(b, sel, "store"),
+        "born_host": lambda: _host_column(*b.hosts(sel, "born")),
+        "store_host": lambda: _host_column(*store_hosts()),
         "topic": lambda: _topics(b, sel),
         "properties": lambda: props(0),
         "tags": lambda: props(1),
         "keys": lambda: props(2),
         "uniq_key": lambda: props(3),
-        "msg_id": lambda: _msg_id_column(b, sel),
+        "msg_id": lambda: _msg_id_column(*b.msg_id_text(sel, store_hosts())),
         "dledger_index": lambda: _entry_column(b, sel, "index", n),
         "dledger_term": lambda: _entry_column(b, sel, "term", n),
         "broker": lambda: _constant(broker, n),

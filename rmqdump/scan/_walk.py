@@ -53,7 +53,6 @@ _ROW_COLUMNS = (
 )  # fmt: skip
 
 
-
 def _column_dtypes() -> dict[str, np.dtype]:
     """The dtype of each record column: the schema field's, native; positions int64, host variants bool."""
     header = {sc.name: sc.subcon for sc in message_header().subcons}
@@ -139,10 +138,11 @@ class Batch:
         s, o = text.tobytes().decode("ascii"), offsets.tolist()
         return [s[o[k] : o[k + 1]] for k in range(len(o) - 1)]
 
-    def msg_id_text(self, rows) -> tuple[np.ndarray, np.ndarray]:
-        """The offset msgIds of these records as an Arrow string column's buffers (rmqdump.scan.hosts.msg_id_text)."""
-        c = self.cols
-        return msg_id_text(self.mf.data, c["store_host_pos"][rows], c["store_host_then"][rows], c["_pos"][rows].astype(np.int64) + self.seg.base)
+    def msg_id_text(self, rows, store_hosts: tuple[list[bytes], np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """The offset msgIds of these records as an Arrow string column's buffers (rmqdump.scan.hosts.msg_id_text);
+        `store_hosts`: their hosts(rows, "store"), when the caller has them already."""
+        hosts, code = store_hosts if store_hosts is not None else self.hosts(rows, "store")
+        return msg_id_text(hosts, code, self.cols["_pos"][rows].astype(np.int64) + self.seg.base)
 
     def hosts(self, rows, which: str) -> tuple[list[bytes], np.ndarray]:
         """These records' distinct born or store hosts (`which`), as stored, and each record's index among them."""

@@ -59,11 +59,11 @@ def distinct_hosts(data: np.ndarray, pos: np.ndarray, v6: np.ndarray) -> tuple[l
     return [u[1:] if u[0] else u[1 : 1 + _V4] for u in (bytes(x) for x in uniq.tolist())], code.reshape(n)
 
 
-def msg_id_text(data: np.ndarray, host_pos: np.ndarray, host_v6: np.ndarray, phys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The offset msgIds of records whose store hosts are at `host_pos` and whose physical offsets are `phys`: int32
-    offsets (one more than the records) and the uppercase hex bytes, an Arrow string column's buffers."""
+def msg_id_text(hosts: list[bytes], code: np.ndarray, phys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The offset msgIds of records whose store hosts are `hosts[code]` (distinct_hosts') and whose physical offsets
+    are `phys`: int32 offsets (one more than the records) and the uppercase hex bytes, an Arrow string column's
+    buffers. The layout is the schemas': a msgId is its store host as stored, then the offset (tests/test_hosts.py)."""
     n = len(phys)
-    hosts, code = distinct_hosts(data, host_pos, host_v6)
     widths = np.array([len(h) for h in hosts], dtype=np.int64) + _MSGID_PHYS.itemsize
     per_row = widths[code] if n else np.zeros(0, np.int64)
     offsets = np.zeros(n + 1, dtype=np.int64)

@@ -108,7 +108,8 @@ def _stores(tmp: Path) -> list[Path]:
 
 def test_every_entry_point_gives_the_jit_kernels_answer_on_every_fixture_file(built, tmp_path):
     """scan (plain and DLedger-framed), properties_columns, pack_bytes, holds_zero, join_offsets and index_put,
-    side by side with the JIT kernel on every CommitLog file of every fixture store, batch after batch."""
+    side by side with the JIT kernel on every CommitLog file of every fixture store, batch after batch;
+    distinct_codes and spell_rows of both against models written here."""
     from rmqdump.scan import kernel as jit
     from rmqdump.scan.native import configure
 
@@ -158,6 +159,29 @@ def test_every_entry_point_gives_the_jit_kernels_answer_on_every_fixture_file(bu
         table, prev = np.zeros(64, np.int32), np.zeros(500, np.int32)
         got.append((k.index_put(table, slots, 1, prev), table, prev))
     assert got[0][0] == got[1][0] and np.array_equal(got[0][1], got[1][1]) and np.array_equal(got[0][2], got[1][2])
+    # distinct_codes against the model: distinct keys in the order first met, each key's index among them (runs,
+    # keys met again after others, values that share their low or high bits, the largest uint64)
+    many = rng.integers(0, 1 << 63, 3000) << 1  # met again later in another order: keys found after a probe
+    keys = np.concatenate([rng.integers(0, 6, 3000), many, np.repeat(rng.integers(0, 40, 50), 7), rng.permutation(many), [2**64 - 1, 0]]).astype(np.uint64)
+    keys = np.concatenate([keys, keys[::3] << np.uint64(32)])
+    first_met = list(dict.fromkeys(keys.tolist()))
+    for k in (aot, jit):
+        uniq, codes = k.distinct_codes(keys)
+        assert uniq.tolist() == first_met and codes.dtype == np.int32
+        assert [first_met[c] for c in codes.tolist()] == keys.tolist()
+        assert [a.tolist() for a in k.distinct_codes(np.zeros(0, np.uint64))] == [[], []]
+    # spell_rows against the model: each row's head (by code) then its tail, two characters a byte from the table
+    pairs = np.frombuffer("".join(f"{i:02X}" for i in range(256)).encode(), dtype="<u2")
+    heads_list = [bytes(rng.integers(0, 256, w).astype(np.uint8)) for w in (4, 16, 0, 8)]
+    head_offs = np.concatenate([[0], np.cumsum([len(h) for h in heads_list])]).astype(np.int64)
+    heads = np.frombuffer(b"".join(heads_list), np.uint8)
+    code = rng.integers(0, len(heads_list), 700).astype(np.int32)
+    tails = rng.integers(0, 256, (700, 8)).astype(np.uint8)
+    want = [(heads_list[c] + bytes(t)).hex().upper() for c, t in zip(code.tolist(), tails, strict=True)]
+    for k in (aot, jit):
+        offs, text = k.spell_rows(heads, head_offs, code, tails, pairs)
+        raw = text.tobytes().decode()
+        assert [raw[a:b] for a, b in zip(offs[:-1].tolist(), offs[1:].tolist(), strict=True)] == want and offs.dtype == np.int32
 
 
 def test_a_machine_that_cannot_build_it_keeps_the_jit_kernel_and_tries_once(tmp_path):

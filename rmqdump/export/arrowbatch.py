@@ -210,9 +210,10 @@ def _topics(b: Batch, sel) -> pa.Array:
 
 
 def _flag_names(sys_flag: np.ndarray) -> pa.Array:
-    uniq, inverse = np.unique(sys_flag, return_inverse=True)
-    names = pa.array([flag_names(int(f)) for f in uniq.tolist()], pa.list_(pa.string()))
-    return names.take(pa.array(inverse.reshape(len(sys_flag))))
+    """Each distinct sysFlag's names once, taken for every record."""
+    uniq, code = scanner.distinct_codes(np.asarray(sys_flag, np.int64).view(np.uint64))
+    names = pa.array([flag_names(f) for f in uniq.view(np.int64).tolist()], pa.list_(pa.string()))
+    return names.take(pa.array(code))
 
 
 def _constant(value: str, n: int) -> pa.Array:

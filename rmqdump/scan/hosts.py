@@ -3,10 +3,10 @@
 A record stores its born and store hosts as an address then a port (schemas
 HostV4, HostV6: 8 or 20 bytes); a store has few of them, so each distinct
 host is formatted once per process (`host_text`), and a batch's hosts are
-found by one integer sort when all are IPv4, by none when the records share
-one. An offset msgId is the store host's bytes then the physical offset
-(schemas OffsetMsgIdV4/V6) in uppercase hex: `msg_id_text` spells a batch's
-in one table take, as the buffers of an Arrow string column.
+found by the compiled `distinct_codes` (one pass, no sort) when all are IPv4.
+An offset msgId is the store host's bytes then the physical offset (schemas
+OffsetMsgIdV4/V6) in uppercase hex: `msg_id_text` spells a batch's with the
+compiled `spell_rows`, as the buffers of an Arrow string column.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import numpy as np
 
 from rmqdump.readers.fastpath import gather, numpy_dtype, struct_format
 from rmqdump.readers.message import format_host
+from rmqdump.scan.aot import SCAN, load
 from rmqdump.schemas import HostV4, HostV6, OffsetMsgIdV4
 
 HOST_LAYOUTS = {False: struct_format(HostV4), True: struct_format(HostV6)}  # IPv6?: the stored host's struct
@@ -44,12 +45,9 @@ def distinct_hosts(data: np.ndarray, pos: np.ndarray, v6: np.ndarray) -> tuple[l
     pos, v6 = np.asarray(pos, np.int64), np.asarray(v6, bool)
     if not v6.any():
         keys = gather(data, pos, np.dtype("<u8"))  # an IPv4 address and port are 8 bytes: one integer each
-        if n and (keys == keys[0]).all():
-            uniq, code = keys[:1], np.zeros(n, dtype=np.intp)
-        else:
-            uniq, code = np.unique(keys, return_inverse=True)
+        uniq, code = load(SCAN).distinct_codes(np.ascontiguousarray(keys, np.uint64))
         b = uniq.tobytes()
-        return [b[i : i + _V4] for i in range(0, len(b), _V4)], code.reshape(n)
+        return [b[i : i + _V4] for i in range(0, len(b), _V4)], code
     key = np.zeros((n, 1 + _V6), dtype=np.uint8)  # a family byte, then the host: IPv4 and IPv6 never equal
     i4, i6 = np.flatnonzero(~v6), np.flatnonzero(v6)
     key[i4, 1 : 1 + _V4] = data[pos[i4, None] + np.arange(_V4)]
@@ -64,26 +62,8 @@ def msg_id_text(hosts: list[bytes], code: np.ndarray, phys: np.ndarray) -> tuple
     are `phys`: int32 offsets (one more than the records) and the uppercase hex bytes, an Arrow string column's
     buffers. The layout is the schemas': a msgId is its store host as stored, then the offset (tests/test_hosts.py)."""
     n = len(phys)
-    widths = np.array([len(h) for h in hosts], dtype=np.int64) + _MSGID_PHYS.itemsize
-    per_row = widths[code] if n else np.zeros(0, np.int64)
-    offsets = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(2 * per_row, out=offsets[1:])
-    if offsets[-1] >= 1 << 31:
-        raise ValueError("msgIds of 2 GiB asked at once")  # batches hold at most BATCH_RECORDS records
-    tail = np.asarray(phys, np.int64).astype(_MSGID_PHYS).view(np.uint8).reshape(n, _MSGID_PHYS.itemsize)
-    text = np.empty(int(offsets[-1]), dtype=np.uint8)
-    for width in np.unique(widths).tolist():  # one width unless IPv4 and IPv6 store hosts meet in these records
-        kinds = np.flatnonzero(widths == width)
-        head = np.frombuffer(b"".join(hosts[k] for k in kinds.tolist()), dtype=np.uint8).reshape(len(kinds), width - _MSGID_PHYS.itemsize)
-        at = np.full(len(hosts), -1, np.int64)
-        at[kinds] = np.arange(len(kinds))
-        rows = np.flatnonzero(per_row == width)
-        raw = np.empty((len(rows), width), dtype=np.uint8)
-        raw[:, : width - _MSGID_PHYS.itemsize] = head[at[code[rows]]]
-        raw[:, width - _MSGID_PHYS.itemsize :] = tail[rows]
-        spelled = _HEX_PAIRS.take(raw).view(np.uint8).reshape(len(rows), 2 * width)
-        if len(rows) == n:
-            text = spelled.reshape(-1)
-        else:
-            text[offsets[rows, None] + np.arange(2 * width)] = spelled
-    return offsets.astype(np.int32), text
+    tails = np.asarray(phys, np.int64).astype(_MSGID_PHYS).view(np.uint8).reshape(n, _MSGID_PHYS.itemsize)
+    head_offs = np.zeros(len(hosts) + 1, dtype=np.int64)
+    np.cumsum(np.array([len(h) for h in hosts], dtype=np.int64), out=head_offs[1:])
+    heads = np.frombuffer(b"".join(hosts), dtype=np.uint8)
+    return load(SCAN).spell_rows(heads, head_offs, np.asarray(code, np.int32), tails, _HEX_PAIRS)

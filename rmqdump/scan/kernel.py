@@ -789,3 +789,75 @@ def holds_zero(data, pos, length):
             m = v if v < m else m
         out[i] = m == 0
     return out
+
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)  # 2**64 / the golden ratio: Fibonacci hashing keeps a key's spread in its top bits
+
+
+@njit(cache=True, nogil=True)
+def distinct_codes(keys):
+    """The distinct values of `keys` in the order first met, and each key's index among them (int32).
+
+    One pass over an open-addressing table, a key equal to the one before it
+    taking its code without a probe: np.unique's sort of the same keys (a
+    batch's hosts, its sysFlags) was 0.17 CPU-s of export's 3.3 per 1M records.
+    """
+    n = len(keys)
+    bits = 4
+    while (1 << bits) < 2 * n:
+        bits += 1
+    mask = (1 << bits) - 1
+    shift = np.uint64(64 - bits)
+    slots = np.full(mask + 1, -1, np.int32)
+    uniq = np.empty(n, np.uint64)
+    codes = np.empty(n, np.int32)
+    m = 0
+    for i in range(n):
+        k = keys[i]
+        if i > 0 and k == keys[i - 1]:
+            codes[i] = codes[i - 1]
+            continue
+        s = np.int64((k * _GOLDEN) >> shift)
+        while True:
+            c = slots[s]
+            if c < 0:
+                slots[s] = m
+                uniq[m] = k
+                codes[i] = m
+                m += 1
+                break
+            if uniq[c] == k:
+                codes[i] = c
+                break
+            s = (s + 1) & mask
+    return uniq[:m].copy(), codes
+
+
+@njit(cache=True, nogil=True)
+def spell_rows(heads, head_offs, code, tails, pairs):
+    """Row i: the bytes heads[head_offs[code[i]]:head_offs[code[i] + 1]] then tails[i], each byte written as its two
+    characters pairs[byte] (a little-endian uint16): Arrow's int32 offsets and the text (offset msgIds: a store host,
+    then the offset's bytes, in hex)."""
+    n = len(code)
+    width = tails.shape[1]
+    offs = np.zeros(n + 1, np.int32)
+    t = 0
+    for i in range(n):
+        t += 2 * (head_offs[code[i] + 1] - head_offs[code[i]] + width)
+        if t >= 1 << 31:
+            raise ValueError("spell_rows: 2 GiB of text asked at once")
+        offs[i + 1] = t
+    text = np.empty(t, np.uint8)
+    for i in range(n):
+        o = offs[i]
+        for j in range(head_offs[code[i]], head_offs[code[i] + 1]):
+            pair = pairs[heads[_u(j)]]
+            text[_u(o)] = np.uint8(pair & 0xFF)
+            text[_u(o + 1)] = np.uint8(pair >> 8)
+            o += 2
+        for j in range(width):
+            pair = pairs[tails[i, j]]
+            text[_u(o)] = np.uint8(pair & 0xFF)
+            text[_u(o + 1)] = np.uint8(pair >> 8)
+            o += 2
+    return offs, text

@@ -26,6 +26,7 @@ __all__ = [
     "RELEASE_EVERY",
     "Batch",
     "batches",
+    "distinct_codes",
     "file_batches_from",
     "file_record_at",
     "holds_zero",
@@ -102,6 +103,11 @@ def properties_columns(data: np.ndarray, pos: np.ndarray, length: np.ndarray) ->
 def pack_bytes(data: np.ndarray, pos: np.ndarray, length: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Byte stretches of a mapped file end to end with Arrow's int32 offsets, copied once, compiled."""
     return kernel().pack_bytes(data, pos, length)
+
+
+def distinct_codes(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct values of uint64 keys in the order first met and each key's int32 index among them, compiled (no sort)."""
+    return kernel().distinct_codes(keys)
 
 
 def holds_zero(data: np.ndarray, pos: np.ndarray, length: np.ndarray) -> np.ndarray:

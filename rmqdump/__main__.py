@@ -1,3 +1,3 @@
-from rmqdump.cli.app import main
+from rmqdump.cli.entry import main
 
 main()

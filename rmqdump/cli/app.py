@@ -8,6 +8,7 @@ RMQDUMP_TRACEBACK=1 to see the Python traceback of an internal error.
 from __future__ import annotations
 
 import functools
+import gc
 import os
 import sys
 
@@ -118,11 +119,20 @@ def main() -> None:
 
     on_first_compile(_compile_notice)  # on a terminal or not: a script's log says why this run took seconds
     _register(sys.argv[1:2])
+    _collect_from_here()
     try:
         _run()
     except SystemExit as e:
         _leave(e.code)
     _leave(0)
+
+
+def _collect_from_here() -> None:
+    """The collector back on when the console script (rmqdump.cli.entry) turned it off for the imports, the objects
+    made so far set aside for good: a collection during the run then walks only what the run made."""
+    if not gc.isenabled():
+        gc.freeze()
+        gc.enable()
 
 
 def _one_blas_thread() -> None:

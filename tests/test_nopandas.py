@@ -23,7 +23,7 @@ _PROBE = """
 import atexit, sys
 atexit.register(lambda: sys.stderr.write("pandas loaded: %s\\n" % ("pandas" in sys.modules)))
 sys.argv = ["rmqdump", *sys.argv[1:]]
-from rmqdump.cli.app import main
+from rmqdump.cli.entry import main
 main()
 """
 

@@ -150,15 +150,14 @@ def _compile_notice(what: str, cache: str) -> None:
 
 
 def _leave(code) -> None:
-    """Exit with `code`, skipping the interpreter's teardown once numba is loaded.
+    """Exit with `code`, skipping the interpreter's teardown.
 
-    Freeing numba's compiled functions and type objects at interpreter exit
-    takes ~0.15 s, a tenth of a whole rebuild: the exit handlers run, threads
-    are joined and the standard streams flushed as usual, then the process ends
-    without tearing the modules down.
+    Tearing the modules down frees objects nobody will read again: 15-20 ms of
+    a 0.25 s command on a small store (0.92-0.94x whole, 21-31 pairs), ~0.15 s
+    once numba is loaded. The exit handlers run, threads are joined and the
+    standard streams flushed as usual, then the process ends; every file
+    rmqdump writes is closed (and published) before it gets here.
     """
-    if "numba" not in sys.modules:
-        raise SystemExit(code)
     import atexit
     import contextlib
     import threading

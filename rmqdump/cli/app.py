@@ -156,8 +156,12 @@ def _leave(code) -> None:
     a 0.25 s command on a small store (0.92-0.94x whole, 21-31 pairs), ~0.15 s
     once numba is loaded. The exit handlers run, threads are joined and the
     standard streams flushed as usual, then the process ends; every file
-    rmqdump writes is closed (and published) before it gets here.
+    rmqdump writes is closed (and published) before it gets here. Under a
+    profiler or tracer (cProfile, a debugger) the exit is the usual one, so
+    it can write what it gathered.
     """
+    if sys.getprofile() is not None or sys.gettrace() is not None:
+        raise SystemExit(code)
     import atexit
     import contextlib
     import threading

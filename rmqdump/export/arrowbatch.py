@@ -9,7 +9,9 @@ engines decode with one decoder.
 
 Header integers come straight from the batch's numpy columns; hosts and
 message ids are formatted once per distinct address; only the properties
-string needs a Python step per record.
+string needs a Python step per record. Columns spelled from a few values
+(hosts, topics, flag names) are copied by compiled code (`coded`), not taken
+by pyarrow.compute: its import alone is 60 ms of an export's start-up.
 """
 
 from __future__ import annotations
@@ -82,7 +84,7 @@ _INT_COLUMNS = {
     "prepared_transaction_offset": "prepared_transaction_offset",
     "body_length": "body_length",
 }
-_TRANSACTIONS = pa.array([C.TRANSACTION_NAMES.get(i, "") for i in range(C.TRANSACTION_MASK + 1)], pa.string())
+_TRANSACTIONS = [C.TRANSACTION_NAMES.get(i, "") for i in range(C.TRANSACTION_MASK + 1)]
 
 
 def schema(with_body: bool = False) -> pa.Schema:
@@ -135,10 +137,39 @@ def _without_body(data: np.ndarray, c: dict) -> pa.Array:
     return pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(np.ascontiguousarray(offsets[::2])), pa.py_buffer(buf)], null_count=0)
 
 
+def coded(texts: list[str], code: np.ndarray, valid: np.ndarray | None = None) -> pa.Array:
+    """Row i: texts[code[i]] (null where `valid` is False), a string column copied by compiled code from a few values."""
+    try:
+        raw = [t.encode("utf-8") for t in texts]
+    except UnicodeEncodeError:  # a name Python decoded with surrogates: pyarrow's own conversion decides, as before
+        return pa.array(texts, pa.string()).take(pa.array(code, mask=None if valid is None else ~valid))
+    code = np.asarray(code, np.intp)
+    lens = np.array([len(r) for r in raw], dtype=np.int64)
+    starts = np.zeros(len(raw), dtype=np.int64)
+    np.cumsum(lens[:-1], out=starts[1:])
+    length = lens[code] if valid is None else np.where(valid, lens[code], 0)
+    offsets, buf = scanner.pack_bytes(np.frombuffer(b"".join(raw), dtype=np.uint8), starts[code], length)
+    mask = None if valid is None else _bitmap(valid)
+    return pa.Array.from_buffers(pa.string(), len(code), [mask, pa.py_buffer(offsets), pa.py_buffer(buf)], null_count=-1 if mask else 0)
+
+
+def _coded_lists(lists: list[list[str]], code: np.ndarray) -> pa.Array:
+    """Row i: the list lists[code[i]] (list<string>), its strings copied as `coded` copies."""
+    code = np.asarray(code, np.intp)
+    counts = np.array([len(x) for x in lists], dtype=np.int64)
+    first = np.zeros(len(lists), dtype=np.int64)
+    np.cumsum(counts[:-1], out=first[1:])
+    per_row = counts[code]
+    offsets = np.zeros(len(code) + 1, dtype=np.int32)
+    np.cumsum(per_row, out=offsets[1:])
+    item = np.repeat(first[code] - offsets[:-1], per_row) + np.arange(offsets[-1])  # each element's index among all the lists' strings
+    return pa.ListArray.from_arrays(pa.array(offsets), coded([s for x in lists for s in x], item))
+
+
 def _host_column(hosts: list[bytes], code: np.ndarray) -> pa.Array:
     """Each record's host (Batch.hosts': the distinct ones and each record's index), as format_host spells it:
     each distinct host once."""
-    return pa.array([host_text(h) for h in hosts], pa.string()).take(pa.array(code))
+    return coded([host_text(h) for h in hosts], code)
 
 
 def _msg_id_column(offsets: np.ndarray, text: np.ndarray) -> pa.Array:
@@ -176,9 +207,10 @@ def _strings(offsets: np.ndarray, buf: np.ndarray, valid: np.ndarray | None = No
     """Compiled code's offsets and bytes as an Arrow string array (checked to be UTF-8: ArrowInvalid if not)."""
     n = len(offsets) - 1
     mask = None if valid is None else _bitmap(valid.view(bool))
-    ascii_only = not len(buf) or int(buf.max()) < 0x80  # UTF-8 as it is: no validation (a cast's is 15x this check)
-    arr = pa.Array.from_buffers(pa.string() if ascii_only else pa.binary(), n, [mask, pa.py_buffer(offsets), pa.py_buffer(buf)], null_count=-1 if mask else 0)
-    return arr if ascii_only else arr.cast(pa.string())
+    arr = pa.Array.from_buffers(pa.string(), n, [mask, pa.py_buffer(offsets), pa.py_buffer(buf)], null_count=-1 if mask else 0)
+    if len(buf) and int(buf.max()) >= 0x80:  # ASCII is UTF-8 as it is: validated only past it (15x this check)
+        arr.validate(full=True)
+    return arr
 
 
 def _properties(view: memoryview, pos: np.ndarray, length: np.ndarray):
@@ -205,15 +237,13 @@ def _properties(view: memoryview, pos: np.ndarray, length: np.ndarray):
 def _topics(b: Batch, sel) -> pa.Array:
     """Topic names from the scan's per-batch topic table: each distinct topic decoded once (invalid UTF-8 replaced)."""
     first = b.found["topic_first"]
-    names = pa.array([b.topic(int(r)) for r in first.tolist()], pa.string())
-    return names.take(pa.array(b.found["topic_id"][sel].astype(np.int32)))
+    return coded([b.topic(int(r)) for r in first.tolist()], b.found["topic_id"][sel])
 
 
 def _flag_names(sys_flag: np.ndarray) -> pa.Array:
     """Each distinct sysFlag's names once, taken for every record."""
     uniq, code = scanner.distinct_codes(np.asarray(sys_flag, np.int64).view(np.uint64))
-    names = pa.array([flag_names(f) for f in uniq.view(np.int64).tolist()], pa.list_(pa.string()))
-    return names.take(pa.array(code))
+    return _coded_lists([flag_names(f) for f in uniq.view(np.int64).tolist()], code)
 
 
 def _constant(value: str, n: int) -> pa.Array:
@@ -223,7 +253,7 @@ def _constant(value: str, n: int) -> pa.Array:
     except UnicodeEncodeError:
         raw = None  # a name Python decoded with surrogates: pyarrow's own conversion decides, as before
     if raw is None or n * len(raw) >= 1 << 31:
-        return pa.array([value], pa.string()).take(pa.array(np.zeros(n, dtype=np.int32)))
+        return coded([value], np.zeros(n, dtype=np.intp))
     offsets = np.arange(n + 1, dtype=np.int32) * np.int32(len(raw))
     return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(raw * n)], null_count=0)
 
@@ -254,7 +284,7 @@ def _entry_column(b: Batch, sel, name: str, n: int) -> pa.Array:
     return pa.array(b.entries[name][sel].astype(np.int64), pa.int64())
 
 
-_PARTS = pa.array([NOT_SERVED, AFTER_CHECKPOINT, COMPACTED], pa.string())
+_PARTS = [NOT_SERVED, AFTER_CHECKPOINT, COMPACTED]
 
 
 def _compaction(b: Batch, sel, c: dict, n: int, served: ServedView | None) -> tuple[pa.Array, pa.Array]:
@@ -271,7 +301,7 @@ def _compaction(b: Batch, sel, c: dict, n: int, served: ServedView | None) -> tu
             hit, compacted, at = served.lookup(topic, c["queue_id"][rows], c["queue_offset"][rows])
             part[rows] = np.where(hit, np.where(compacted, 2, 1), 0)
             log[rows] = at
-    parts = _PARTS.take(pa.array(np.maximum(part, 0).astype(np.int32), mask=part < 0))
+    parts = coded(_PARTS, np.maximum(part, 0), valid=part >= 0)
     return parts, pa.array(log, pa.int64(), mask=part <= 0)
 
 
@@ -344,7 +374,7 @@ def _columns(b: Batch, sel, broker: str, sch: pa.Schema, served: ServedView | No
         "crc_ok": lambda: pa.nulls(n, pa.bool_()) if crc_ok is None else pa.array(crc_ok, pa.bool_()),
         "prop_crc_ok": lambda: pa.nulls(n, pa.bool_()) if prop_crc is None else pa.array(prop_crc == 1, pa.bool_(), mask=prop_crc < 0),
         "sys_flag_names": lambda: _flag_names(c["sys_flag"]),
-        "transaction": lambda: _TRANSACTIONS.take(pa.array((c["sys_flag"] & C.TRANSACTION_MASK).astype(np.int32))),
+        "transaction": lambda: coded(_TRANSACTIONS, c["sys_flag"] & C.TRANSACTION_MASK),
         "born_host": lambda: _host_column(*b.hosts(sel, "born")),
         "store_host": lambda: _host_column(*store_hosts()),
         "topic": lambda: _topics(b, sel),

@@ -51,7 +51,7 @@ ROWS_PER_GROUP = 16384
 GROUP_BYTES = 24 << 20
 CHUNK_ROWS = 4 * ROWS_PER_GROUP  # records read again at a time (the rest of their window's columns is dropped meanwhile)
 _REASON_CODES = {r: i for i, r in enumerate(S.REASONS)}
-_REASONS = pa.array(S.REASONS, pa.string())
+_REASONS = list(S.REASONS)
 
 
 _RAW = [arrowbatch.BODY_OFFSET_FIELD, arrowbatch.RAW_WITHOUT_BODY_FIELD]
@@ -394,7 +394,7 @@ def _arrow(store: Store, broker: str, ch: _Chunk) -> Iterator[tuple[str, pa.Reco
             rows, why = idx[pick], reason[pick]
             for lo, hi in arrowbatch.chunks(b.cols["total_size"][rows], GROUP_BYTES, ROWS_PER_GROUP):  # a row group at a time
                 rb = arrowbatch.selected(b, rows[lo:hi], broker, _base_schema())
-                col = _REASONS.take(pa.array(why[lo:hi].astype(np.int32)))
+                col = arrowbatch.coded(_REASONS, why[lo:hi])
                 yield name, _with_header(rb, col)
         # taken (Arrow holds copies): its pages of the map can go, as export does
         b.mf.release(int(b.cols["_pos"][0]), int(b.cols["_end"][-1]))

@@ -241,7 +241,7 @@ def _topics(b: Batch, sel) -> pa.Array:
 
 
 def _flag_names(sys_flag: np.ndarray) -> pa.Array:
-    """Each distinct sysFlag's names once, taken for every record."""
+    """Each distinct sysFlag's names spelled once, copied for every record."""
     uniq, code = scanner.distinct_codes(np.asarray(sys_flag, np.int64).view(np.uint64))
     return _coded_lists([flag_names(f) for f in uniq.view(np.int64).tolist()], code)
 

@@ -50,15 +50,19 @@ def commands(store: Path, out: Path) -> dict[str, list[str]]:
     }
 
 
-def timed(args: list[str], cache: str, aot: bool = True, package: Path | None = None) -> tuple[float, int, str, float]:
+def timed(args: list[str], cache: str, aot: bool = True, package: Path | None = None, as_module: bool = False) -> tuple[float, int, str, float]:
     """(wall seconds, peak RSS KiB, stderr without the timing line, CPU seconds) of one whole process; `package`: a
-    directory whose rmqdump/ is imported instead of this tree's (the console script is the same)."""
+    directory whose rmqdump/ is imported instead of this tree's; `as_module`: run as `python -m rmqdump` (each tree's
+    own entry: the console script names this tree's, which an older tree may not have)."""
     env = {**os.environ, "RMQDUMP_CACHE_DIR": cache, "RMQDUMP_AOT": "on" if aot else "off"}
     env.pop("NUMBA_CACHE_DIR", None)
     if package is not None:
         env["PYTHONPATH"] = str(package)
+    entry = [sys.executable, "-m", "rmqdump"] if as_module else [RMQDUMP]
     # run outside the checkout: a background build the baseline starts (`python -m`) imports its own tree, not this one
-    r = subprocess.run(["/usr/bin/time", "-f", "@@ %e %M %U %S", RMQDUMP, *args], env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL, cwd=tempfile.gettempdir())
+    r = subprocess.run(["/usr/bin/time", "-f", "@@ %e %M %U %S", *entry, *args], env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL, cwd=tempfile.gettempdir())
+    if r.returncode not in (0, 1):  # 1: problems found (salvage: messages to re-send)
+        raise SystemExit(f"{' '.join(args)} ({package or 'this tree'}) exited {r.returncode}: {r.stderr.strip()[-500:]}")
     lines = r.stderr.splitlines()
     wall, rss, user, system = lines[-1].split()[1:]
     return float(wall), int(rss), "\n".join(lines[:-1]), float(user) + float(system)
@@ -69,12 +73,12 @@ def compare(cmds: dict[str, list[str]], cache: str, baseline: Path, repeat: int)
     print("| command | baseline wall s | this wall s | baseline CPU s | this CPU s |\n|---|---:|---:|---:|---:|")
     for name, args in cmds.items():
         for package in (baseline, None):
-            timed(args, cache, package=package)  # warm-up
+            timed(args, cache, package=package, as_module=True)  # warm-up
             wait_builds(cache)
         runs: dict = {baseline: [], None: []}
         for i in range(repeat):
             for package in ((baseline, None) if i % 2 == 0 else (None, baseline)):
-                runs[package].append(timed(args, cache, package=package))
+                runs[package].append(timed(args, cache, package=package, as_module=True))
         med = {k: (statistics.median(r[0] for r in v), statistics.median(r[3] for r in v)) for k, v in runs.items()}
         print(f"| `rmqdump {name}` | {med[baseline][0]:.3f} | {med[None][0]:.3f} | {med[baseline][1]:.3f} | {med[None][1]:.3f} |", flush=True)
 

@@ -11,7 +11,7 @@ directory (RMQDUMP_CACHE_DIR), as a new user meets it, and the notice lines it p
 Bytecode is compiled first (`compileall`), as an installed package has it.
 `--baseline DIR` compares this tree with another copy of the package (DIR holds its `rmqdump/`, e.g. an unpacked
 `git archive`, with the same kernel source so both use one ahead-of-time kernel): the two run by turns, command by
-command, so a busy machine slows both alike; the table gives each side's median wall time and median CPU time (user +
+command, each as `python -m rmqdump` (its own entry), so a busy machine slows both alike; the table gives each side's median wall time and median CPU time (user +
 system), which drifts less with load. Prints a Markdown table; the machine has 2 cores shared with other work, so
 figures drift between runs.
 """

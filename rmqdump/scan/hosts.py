@@ -45,7 +45,7 @@ def distinct_hosts(data: np.ndarray, pos: np.ndarray, v6: np.ndarray) -> tuple[l
     pos, v6 = np.asarray(pos, np.int64), np.asarray(v6, bool)
     if not v6.any():
         keys = gather(data, pos, np.dtype("<u8"))  # an IPv4 address and port are 8 bytes: one integer each
-        uniq, code = load(SCAN).distinct_codes(np.ascontiguousarray(keys, np.uint64))
+        uniq, code = load(SCAN).distinct_codes(np.ascontiguousarray(keys).view(np.uint64))  # a view: the bytes as stored
         b = uniq.tobytes()
         return [b[i : i + _V4] for i in range(0, len(b), _V4)], code
     key = np.zeros((n, 1 + _V6), dtype=np.uint8)  # a family byte, then the host: IPv4 and IPv6 never equal

@@ -253,3 +253,16 @@ def test_csv_is_csv_writer_of_the_manifest_rows(name):
         w.writerow([json.dumps(d[k], ensure_ascii=False) if isinstance(d.get(k), (dict, list)) else ("" if d.get(k) is None else d[k]) for k in records.CSV_COLUMNS])
     r = run("commitlog", cl, "-f", "csv")
     assert r.stdout == buf.getvalue()
+
+
+@pytest.mark.parametrize(
+    ("fallback", "problems"),
+    [([], []), ([3, 9], []), ([], [0, 4, 4]), ([1, 5, 8], [0, 5, 9]), ([2, 7], [2, 7]), ([6], [1, 1, 6, 12])],
+)
+def test_the_rows_a_listing_stops_at_are_each_listed_once_in_order(fallback, problems):
+    """Rows the kernel left to Python and rows with problems: each once, sorted (a model of set union here), so a
+    record that is both is never written twice."""
+    import numpy as np
+
+    got = records._union(np.array(fallback, dtype=np.int64), np.array(problems, dtype=np.int64))
+    assert got.tolist() == sorted(set(fallback) | set(problems))

@@ -18,7 +18,8 @@ import sys
 import pytest
 from conftest import REAL, jsonl, manifest, store_root
 
-HEAVY = ("numba", "numpy", "pyarrow", "pandas", "duckdb", "pyspark", "pydantic", "rocksdict", "lz4", "zstandard", "multiprocessing")
+# numpy.ma: numpy imports it on the first np.unique (or union1d, isin) and pyarrow on the first pa.array of a numpy array
+HEAVY = ("numba", "numpy", "numpy.ma", "pyarrow", "pandas", "duckdb", "pyspark", "pydantic", "rocksdict", "lz4", "zstandard", "multiprocessing")
 # what a scanning command on a store without compaction topics or lifecycle queues does not use
 RARE = (
     "rich",

@@ -35,6 +35,8 @@ RARE = (
     "rmqdump.checks.journey",
     "pyarrow.compute",
 )
+# the store model and the queue readers only it uses: a CommitLog listing reads no queue (rmqdump.readers.readable)
+STORE_MODEL = ("rmqdump.readers.store", "rmqdump.readers.rocksdbcq", "rmqdump.readers.batchcq", "rmqdump.readers.cqext", "rmqdump.readers.checkpoint")
 
 # run main() (what `rmqdump` runs) and say, at exit, the watched modules it loaded, the commands typer was given,
 # the programs it started, its threads, and the garbage collector's state and collections
@@ -60,7 +62,7 @@ main()
 
 def probe(*args: str, env: dict | None = None) -> tuple[subprocess.CompletedProcess, set[str], set[str], list[list[str]]]:
     """(the process, the watched modules it loaded, the commands typer built, the programs it started)."""
-    r = subprocess.run([sys.executable, "-c", _PROBE, ",".join(HEAVY + RARE), *map(str, args)], capture_output=True, text=True, timeout=300, env=env)
+    r = subprocess.run([sys.executable, "-c", _PROBE, ",".join(HEAVY + RARE + STORE_MODEL), *map(str, args)], capture_output=True, text=True, timeout=300, env=env)
     last = r.stderr.splitlines()[-1] if r.stderr else ""
     assert last.startswith("probe: "), r.stderr
     said = json.loads(last[len("probe: ") :])
@@ -119,6 +121,16 @@ def test_commitlog_listing_loads_the_kernels_and_nothing_heavier():
     rows = [row for row in jsonl(r.stdout) if row["kind"] == "message"]
     assert [row["phys_offset"] for row in rows] == [m["wroteOffset"] for m in sorted(manifest("rmq4-basic"), key=lambda m: m["wroteOffset"])[:5]]
     assert mods == scan_modules()  # the text kernels come with the scan kernel: compiled at install, else by numba
+
+
+@pytest.mark.parametrize("where", [STORE, FIRST])
+def test_a_commitlog_listing_loads_no_queue_reader(where):
+    """Given a store root, the listing proves its queue and index files readable, and reads none of them."""
+    r, mods, _, _ = probe("commitlog", where, "-n", "3", "-f", "jsonl")
+    assert r.returncode == 0
+    rows = [row for row in jsonl(r.stdout) if row["kind"] == "message"]
+    assert [row["msg_id"] for row in rows] == [m["msgId"] for m in sorted(manifest("rmq4-basic"), key=lambda m: m["wroteOffset"])[:3]]
+    assert not mods & set(STORE_MODEL), mods & set(STORE_MODEL)
 
 
 def test_offsets_scans_nothing_so_loads_no_kernel():

@@ -42,7 +42,7 @@ from rmqdump.common.javahash import index_hash_many
 from rmqdump.common.problems import InputError, Problem
 from rmqdump.common.publish import check_target, publishing
 from rmqdump.readers.commitlog import CommitLog, SegmentFile, commitlog_path
-from rmqdump.readers.store import prove_readable
+from rmqdump.readers.readable import prove_readable
 from rmqdump.scan.queueorder import queue_members
 from rmqdump.scan.ranges import SERIAL, Mapper, RangeScan, ScanOptions, map_ranges, scan_range
 from rmqdump.scan.splits import RANGE_BYTES, Split, commitlog_splits

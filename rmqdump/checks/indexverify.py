@@ -26,7 +26,7 @@ from rmqdump.common.jsontext import fields_of
 from rmqdump.common.problems import Problem
 from rmqdump.readers.commitlog import CommitLog, commitlog_path, frame_of
 from rmqdump.readers.indexfile import LAYOUT_SIZE, IndexFile, IndexLayoutError, open_all
-from rmqdump.readers.store import prove_readable
+from rmqdump.readers.readable import prove_readable
 from rmqdump.scan import scanner
 from rmqdump.scan.dispatch import DelayLevels, DispatchColumns
 from rmqdump.scan.ranges import SERIAL, Mapper, RangeScan, ScanOptions, map_ranges, scan_range

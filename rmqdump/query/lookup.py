@@ -32,7 +32,7 @@ from rmqdump.readers.commitlog import CommitLog, commitlog_path
 from rmqdump.readers.indexfile import IndexFile, key_hash, open_all
 from rmqdump.readers.message import Message
 from rmqdump.readers.msgid import OffsetMsgId, UniqKey, id_bytes
-from rmqdump.readers.store import prove_readable
+from rmqdump.readers.readable import prove_readable
 from rmqdump.scan import scanner
 from rmqdump.scan.ranges import SERIAL, Mapper, ScanOptions, map_ranges, scan_range
 from rmqdump.scan.splits import Split, splits_past

@@ -23,6 +23,7 @@ from rmqdump.readers.mapped import OffsetFile, next_data, offset_files, open_bin
 from rmqdump.schemas import ConsumeQueueUnit
 from rmqdump.schemas import constants as C
 
+CONSUMEQUEUE_DIR = "consumequeue"  # under the store root
 UNIT_DTYPE = numpy_dtype(ConsumeQueueUnit)
 UNIT_SIZE = UNIT_DTYPE.itemsize
 QUEUE_ID_RE = re.compile(r"-?[0-9]+")

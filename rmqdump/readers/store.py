@@ -20,18 +20,17 @@ from rmqdump.readers.batchcq import BatchConsumeQueue, find_batch_queues
 from rmqdump.readers.checkpoint import Checkpoint, read_checkpoint
 from rmqdump.readers.commitlog import CommitLog, commitlog_dir, frame_of
 from rmqdump.readers.configfiles import config_files
-from rmqdump.readers.consumequeue import ConsumeQueue, queue_dirs, usual_size
+from rmqdump.readers.consumequeue import CONSUMEQUEUE_DIR, ConsumeQueue, queue_dirs, usual_size
 from rmqdump.readers.cqext import ConsumeQueueExt, find_ext_queues
 from rmqdump.readers.dledger import DLedgerDir
 from rmqdump.readers.indexfile import HEADER_SIZE as INDEX_HEADER_SIZE
 from rmqdump.readers.indexfile import NAME_RE as INDEX_NAME_RE
-from rmqdump.readers.indexfile import list_index_files, parse_header
-from rmqdump.readers.mapped import offset_files, open_binary, readable_size
+from rmqdump.readers.indexfile import parse_header
+from rmqdump.readers.mapped import open_binary
 from rmqdump.readers.rocksdbcq import RocksDBConsumeQueues, is_rocksdb, open_queues
 from rmqdump.schemas import constants as C
 
 COMMITLOG_DIR = "commitlog"
-CONSUMEQUEUE_DIR = "consumequeue"
 INDEX_DIR = "index"
 # Written by 5.x brokers only (4.9.x has none of them): timer store, batch queues, compaction, the clean-shutdown
 # abort.bak, the timer's config files.
@@ -40,26 +39,6 @@ FIVE_X_TOPIC_FIELDS = (b"stateVersion", b"attributes")  # TopicConfig attributes
 
 # Store layout problems (stable codes).
 INDEX_SHORT = "index_file_short"
-
-
-def prove_readable(root: str) -> None:
-    """Every CommitLog, ConsumeQueue and IndexFile of a store root can be opened; else the input error `unreadable`
-    naming the first that cannot (the readers prove each file as they list it: rmqdump.readers.mapped.offset_files).
-
-    Every command given a store root calls it (through Store.open, or directly where it reads the store without
-    one), so none answers from the rest of the store while passing over a file it could not read.
-    """
-    root = str(root)
-    dirs = [commitlog_dir(root)] + [qdir for _, _, qdir in queue_dirs(os.path.join(root, CONSUMEQUEUE_DIR))[0]]
-    for d in dirs:
-        if d is None:
-            continue
-        try:
-            offset_files(d)
-        except OSError as e:
-            raise InputError("unreadable", d, e.strerror or str(e)) from None
-    for p in list_index_files(root):
-        readable_size(p)
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from rmqdump.common.problems import InputError, Problem
 from rmqdump.readers.commitlog import CommitLog, commitlog_path, frame_of
 from rmqdump.readers.mapped import next_data, open_readonly
-from rmqdump.readers.store import prove_readable
+from rmqdump.readers.readable import prove_readable
 
 MiB = 1 << 20
 RANGE_BYTES = 128 * MiB  # the unit of parallel work of every pass: ~110k records of 1.2 KB, ~5 MB of columns

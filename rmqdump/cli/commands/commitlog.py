@@ -47,7 +47,7 @@ def commitlog(
     from rmqdump.common.timeutil import parse_time
     from rmqdump.query.listing import Filter, Tally
     from rmqdump.readers.commitlog import CommitLog
-    from rmqdump.readers.store import prove_readable
+    from rmqdump.readers.readable import prove_readable
     from rmqdump.scan.ranges import map_ranges
     from rmqdump.scan.splits import held_range_bytes, window_splits
 

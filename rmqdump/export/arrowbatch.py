@@ -115,6 +115,17 @@ def _bitmap(valid: np.ndarray) -> pa.Buffer | None:
     return None if valid.all() else pa.py_buffer(np.packbits(valid, bitorder="little"))
 
 
+def _fixed(values: np.ndarray, typ: pa.DataType, valid: np.ndarray | None = None) -> pa.Array:
+    """A fixed-width (or bool) Arrow column over a numpy array's values, null where `valid` is False: what pa.array
+    gives, without it: its first call on a numpy array imports numpy.ma (10-20 ms of every export's start-up)."""
+    if typ == pa.bool_():
+        data = pa.py_buffer(np.packbits(np.asarray(values, dtype=bool), bitorder="little"))
+    else:
+        data = pa.py_buffer(np.ascontiguousarray(values, dtype=typ.to_pandas_dtype()))
+    mask = None if valid is None else _bitmap(np.asarray(valid, dtype=bool))
+    return pa.Array.from_buffers(typ, len(values), [mask, data], null_count=-1 if mask else 0)
+
+
 def _binary(data: np.ndarray, pos: np.ndarray, length: np.ndarray) -> pa.Array:
     """Byte strings cut out of the mapped file as one Arrow array: offsets and data built by compiled code
     (one copy, no Python step per string)."""
@@ -163,7 +174,7 @@ def _coded_lists(lists: list[list[str]], code: np.ndarray) -> pa.Array:
     offsets = np.zeros(len(code) + 1, dtype=np.int32)
     np.cumsum(per_row, out=offsets[1:])
     item = np.repeat(first[code] - offsets[:-1], per_row) + np.arange(offsets[-1])  # each element's index among all the lists' strings
-    return pa.ListArray.from_arrays(pa.array(offsets), coded([s for x in lists for s in x], item))
+    return pa.ListArray.from_arrays(_fixed(offsets, pa.int32()), coded([s for x in lists for s in x], item))
 
 
 def _host_column(hosts: list[bytes], code: np.ndarray) -> pa.Array:
@@ -227,10 +238,10 @@ def _properties(view: memoryview, pos: np.ndarray, length: np.ndarray):
     if twice:
         return _properties_py(view, pos, length)
     try:
-        pmap = pa.MapArray.from_arrays(pa.array(rows), _strings(noffs, nbuf), _strings(voffs, vbuf))
+        pmap = pa.MapArray.from_arrays(_fixed(rows, pa.int32()), _strings(noffs, nbuf), _strings(voffs, vbuf))
     except pa.ArrowInvalid:
         return _properties_py(view, pos, length)
-    keys = pa.ListArray.from_arrays(pa.array(krows), _strings(koffs, kbuf))
+    keys = pa.ListArray.from_arrays(_fixed(krows, pa.int32()), _strings(koffs, kbuf))
     return pmap, _strings(toffs, tbuf, tags), keys, _strings(uoffs, ubuf, uniq)
 
 
@@ -281,7 +292,7 @@ def _entry_column(b: Batch, sel, name: str, n: int) -> pa.Array:
     """A DLedger entry header field of the records (null for a plain CommitLog's)."""
     if b.entries is None:
         return pa.nulls(n, pa.int64())
-    return pa.array(b.entries[name][sel].astype(np.int64), pa.int64())
+    return _fixed(b.entries[name][sel], pa.int64())
 
 
 _PARTS = [NOT_SERVED, AFTER_CHECKPOINT, COMPACTED]
@@ -302,7 +313,7 @@ def _compaction(b: Batch, sel, c: dict, n: int, served: ServedView | None) -> tu
             part[rows] = np.where(hit, np.where(compacted, 2, 1), 0)
             log[rows] = at
     parts = coded(_PARTS, np.maximum(part, 0), valid=part >= 0)
-    return parts, pa.array(log, pa.int64(), mask=part <= 0)
+    return parts, _fixed(log, pa.int64(), valid=part > 0)
 
 
 def _by_topic(b: Batch, lo: int, hi: int) -> list:
@@ -369,10 +380,10 @@ def _columns(b: Batch, sel, broker: str, sch: pa.Schema, served: ServedView | No
     make = {
         "kind": lambda: _constant("message", n),
         "file": lambda: _constant(b.seg.path, n),
-        "phys_offset": lambda: pa.array(phys(), pa.int64()),
-        "magic_version": lambda: pa.array(np.where(c["magic"] == C.MAGIC_V2, 2, 1).astype(np.int32)),
-        "crc_ok": lambda: pa.nulls(n, pa.bool_()) if crc_ok is None else pa.array(crc_ok, pa.bool_()),
-        "prop_crc_ok": lambda: pa.nulls(n, pa.bool_()) if prop_crc is None else pa.array(prop_crc == 1, pa.bool_(), mask=prop_crc < 0),
+        "phys_offset": lambda: _fixed(phys(), pa.int64()),
+        "magic_version": lambda: _fixed(np.where(c["magic"] == C.MAGIC_V2, 2, 1), pa.int32()),
+        "crc_ok": lambda: pa.nulls(n, pa.bool_()) if crc_ok is None else _fixed(crc_ok, pa.bool_()),
+        "prop_crc_ok": lambda: pa.nulls(n, pa.bool_()) if prop_crc is None else _fixed(prop_crc == 1, pa.bool_(), valid=prop_crc >= 0),
         "sys_flag_names": lambda: _flag_names(c["sys_flag"]),
         "transaction": lambda: coded(_TRANSACTIONS, c["sys_flag"] & C.TRANSACTION_MASK),
         "born_host": lambda: _host_column(*b.hosts(sel, "born")),
@@ -388,11 +399,11 @@ def _columns(b: Batch, sel, broker: str, sch: pa.Schema, served: ServedView | No
         "broker": lambda: _constant(broker, n),
         "body": lambda: _binary(data, c["body_pos"], c["body_length"]),
         "raw_without_body": lambda: _without_body(data, c),
-        "body_offset": lambda: pa.array((c["body_pos"].astype(np.int64) - c["_pos"]).astype(np.int32), pa.int32()),
+        "body_offset": lambda: _fixed(c["body_pos"].astype(np.int64) - c["_pos"], pa.int32()),
         "compaction_part": lambda: once("compaction", lambda: _compaction(b, sel, c, n, served))[0],
         "compaction_log_offset": lambda: once("compaction", lambda: _compaction(b, sel, c, n, served))[1],
     }
     for name, src in _INT_COLUMNS.items():
         typ = sch.field(name).type if name in sch.names else None
-        make[name] = lambda src=src, typ=typ: pa.array(c[src].astype(typ.to_pandas_dtype()), typ)
+        make[name] = lambda src=src, typ=typ: _fixed(c[src], typ)
     return [make[f.name]() for f in sch]

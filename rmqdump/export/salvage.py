@@ -52,6 +52,9 @@ GROUP_BYTES = 24 << 20
 CHUNK_ROWS = 4 * ROWS_PER_GROUP  # records read again at a time (the rest of their window's columns is dropped meanwhile)
 _REASON_CODES = {r: i for i, r in enumerate(S.REASONS)}
 _REASONS = list(S.REASONS)
+# each set's reasons as a table by reason code: picked with a take, not np.isin (which sorts through np.unique, whose
+# first call imports numpy.ma)
+_IN_SET = {name: np.array([r in reasons for r in S.REASONS]) for name, reasons in SETS.items()}
 
 
 _RAW = [arrowbatch.BODY_OFFSET_FIELD, arrowbatch.RAW_WITHOUT_BODY_FIELD]
@@ -327,7 +330,7 @@ def _with_verdicts(b, idx: np.ndarray, crc: np.ndarray, prop_crc: np.ndarray) ->
 
 def _tally(res: SalvageResult, c: dict[str, np.ndarray], reason: np.ndarray, topic_names: list[str]) -> None:
     """Counts, bytes, byte ranges and topics of one window's chosen records, from the survey's columns."""
-    for code in np.unique(reason[reason != S.NONE]).tolist():
+    for code in np.flatnonzero(np.bincount(reason[reason != S.NONE], minlength=len(S.REASONS))).tolist():
         these = np.flatnonzero(reason == code)
         r = S.REASONS[code]
         start, size = c["phys"][these], c["size"][these].astype(np.int64)
@@ -389,8 +392,8 @@ def _arrow(store: Store, broker: str, ch: _Chunk) -> Iterator[tuple[str, pa.Reco
     for b, idx, at in S.records(store, ch.phys, check_crc=False):
         _with_verdicts(b, idx, ch.crc[at], ch.prop_crc[at])
         reason = ch.why[at]
-        for name, reasons in SETS.items():
-            pick = np.isin(reason, [_REASON_CODES[r] for r in reasons])
+        for name in SETS:
+            pick = _IN_SET[name][reason] & (reason != S.NONE)
             rows, why = idx[pick], reason[pick]
             for lo, hi in arrowbatch.chunks(b.cols["total_size"][rows], GROUP_BYTES, ROWS_PER_GROUP):  # a row group at a time
                 rb = arrowbatch.selected(b, rows[lo:hi], broker, _base_schema())

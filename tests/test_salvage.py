@@ -46,7 +46,10 @@ def rows(out: Path, name: str) -> list[dict]:
     base64); `raw`: the record put back together, raw_without_body[:body_offset] + body + raw_without_body[body_offset:]."""
     pq_path, jl_path = out / f"{name}.parquet", out / f"{name}.jsonl"
     if pq_path.exists():
-        got = pq.read_table(pq_path).to_pylist()
+        table = pq.read_table(pq_path)
+        # every record has its bytes: required columns, never null (an empty body is empty)
+        assert all(not table.schema.field(c).nullable for c in ("body", "raw_without_body", "body_offset")), table.schema
+        got = table.to_pylist()
     else:
         got = []
         for line in jl_path.read_text(encoding="utf-8").split("\n"):

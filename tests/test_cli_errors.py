@@ -45,3 +45,26 @@ def test_a_listing_into_a_full_disk_is_one_line_and_exit_2():
         r = subprocess.run([sys.executable, "-m", "rmqdump", "commitlog", str(seg), "-f", "jsonl"], stdout=full, stderr=subprocess.PIPE, text=True)
     assert r.returncode == 2
     assert r.stderr == "rmqdump: output_no_space: standard output or a temporary file: No space left on device\n"
+
+
+LIFECYCLE_ID = "7F0000010F5B5FFD2B278C70581C0000"  # rmq53-lifecycle: a message put and delivered (truth.json)
+GONE_CASES = [
+    ["journey", LIFECYCLE_ID, "-s", str(store_root("rmq53-lifecycle"))],  # a rich table
+    ["index", "lookup", "k1_0", "-s", STORE],  # a rich table
+    ["commitlog", STORE, "-n", "50"],  # a table
+    ["commitlog", STORE, "-f", "jsonl"],  # plain lines
+]
+
+
+@pytest.mark.parametrize("args", GONE_CASES, ids=[" ".join(a[:2]) for a in GONE_CASES])
+def test_a_reader_that_goes_away_ends_the_command_quietly_with_exit_0(args, warm_kernels):
+    """`rmqdump ... | head -1`: the reader closes the pipe; the command stops writing and exits 0, with nothing on
+    stderr, whether rich or a plain write met the closed pipe (rich's own default exits 1: "problems found")."""
+    import subprocess
+    import sys
+
+    p = subprocess.Popen([sys.executable, "-m", "rmqdump", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p.stdout.close()  # gone before the first write: every write meets the closed pipe
+    err = p.stderr.read().decode()
+    assert p.wait(timeout=300) == 0, err
+    assert err == ""

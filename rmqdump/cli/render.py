@@ -28,6 +28,13 @@ def _plain(text: str, kw: dict) -> bool:
     return kw.get("markup") is False or "[" not in text
 
 
+def _reader_gone() -> None:
+    """What a rich console does when the reader of its stream went away (`rmqdump journey ID | head -1`): raise, so
+    the command ends as it does for any closed pipe (cli.app: exit 0, as for plain lines). rich's own answer was to
+    exit 1, which says "problems found"."""
+    raise BrokenPipeError
+
+
 class _Console:
     """`out` or `err`: a plain line (a summary, a count) is written as it is, as rich would write it; anything else
     (tables, markup, styles) goes to a rich console made on first use, so a command that prints only plain lines never
@@ -48,6 +55,7 @@ class _Console:
             else:
                 width = None if sys.stdout.isatty() else int(os.environ.get("COLUMNS", "220"))
                 self.made = Console(highlight=False, soft_wrap=True, width=width)
+            self.made.on_broken_pipe = _reader_gone
         return self.made
 
     def print(self, *objects, **kw) -> None:

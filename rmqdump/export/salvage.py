@@ -50,7 +50,6 @@ SETS = {"messages": S.TO_RESEND, "flagged": S.FLAGGED}
 ROWS_PER_GROUP = 16384
 GROUP_BYTES = 24 << 20
 CHUNK_ROWS = 4 * ROWS_PER_GROUP  # records read again at a time (the rest of their window's columns is dropped meanwhile)
-_REASON_CODES = {r: i for i, r in enumerate(S.REASONS)}
 _REASONS = list(S.REASONS)
 # each set's reasons as a table by reason code: picked with a take, not np.isin (which sorts through np.unique, whose
 # first call imports numpy.ma)

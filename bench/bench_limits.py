@@ -27,6 +27,11 @@ where its CPU seconds go, by the library the samples fall in (the text and scan 
 sha256, numpy, the Python interpreter, libc, the operating system; the compressors of Parquet's pages, which live in
 Arrow's library, by their symbols), in seconds and microseconds per record.
 Each command's start-up is the CPU of the same command on a 236-message real store (rmq4-flags), the median of three.
+
+With --parts, the commands that write Parquet (export, salvage) get a second floor: the work no implementation
+that scans with rmqdump's kernel and writes with pyarrow can leave out, each part timed alone in a process of its
+own (bench_parts.py): the start-up, the scan kernel over every record, pyarrow encoding the command's own output
+again (and salvage's sha256 of it), added up and spread perfectly over every core.
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ import time
 from pathlib import Path
 
 RMQDUMP = [sys.executable, "-m", "rmqdump"]
+PARTS_SCRIPT = Path(__file__).resolve().parent / "bench_parts.py"
 SMALL = Path(__file__).resolve().parent.parent / "fixtures" / "real" / "rmq4-flags" / "store"  # 236 messages in three small files: start-up
 CHUNK = 16 << 20
 PAGE = mmap.PAGESIZE
@@ -195,6 +201,24 @@ def profile(cmd: list[str], pipe: bool, messages: int) -> list[dict]:
     ]
 
 
+def part_cpu(part: str, path: Path) -> float:
+    """CPU seconds of one part of the work, timed alone (bench_parts.py): the median of three runs."""
+    runs = []
+    for _ in range(3):
+        out = subprocess.run([sys.executable, str(PARTS_SCRIPT), part, str(path)], capture_output=True, text=True, check=True).stdout
+        runs.append(json.loads(out)["cpu_s"])
+    return statistics.median(runs)
+
+
+def parts_floor(name: str, store: Path, target: Path, startup: float, cores: int) -> dict:
+    """The parts a Parquet-writing command cannot leave out (--parts), their sum and that sum over every core."""
+    parts = {"start-up": startup, "scan": part_cpu("scan", store), "encode": part_cpu("encode", target)}
+    if name == "salvage":
+        parts["sha256"] = part_cpu("sha256", target)
+    total = sum(parts.values())
+    return {"parts_cpu_s": {k: round(v, 3) for k, v in parts.items()}, "parts_sum_cpu_s": round(total, 3), "parts_floor_s": round(total / cores, 3)}
+
+
 def command_lines(store: Path, base: Path, damaged: Path | None = None, version: str | None = None) -> dict[str, tuple[list[str], bool, Path | None]]:
     """name -> (command, whether its output goes into a pipe, what it writes): export and JSON Lines of `store`,
     and with `damaged` the rebuild and salvage of that store; outputs under `base`."""
@@ -230,6 +254,7 @@ def main() -> None:
     ap.add_argument("--salvage", default=None, help="a store made by bench_salvage.py setup: time rebuild and salvage on it too")
     ap.add_argument("--broker-version", default=None, help="passed to salvage (5.3.1: the normal recovery walks the last three files)")
     ap.add_argument("--profile", action="store_true", help="one more run of each command under perf record: where its CPU seconds go")
+    ap.add_argument("--parts", action="store_true", help="export and salvage: the parts of their work timed alone (bench_parts.py) and their floor")
     a = ap.parse_args()
     store = Path(a.store)
     files = commitlog_files(store)
@@ -291,6 +316,8 @@ def main() -> None:
                 "terms_s": {k: round(v, 3) for k, v in terms.items()},
                 "goal_s": None if goal_s is None else round(goal_s, 3),
             }
+            if a.parts and name in ("export", "salvage"):
+                row.update(parts_floor(name, sizes[name][0], target, startup, cores))
             if a.profile:
                 row["profile"] = profile(cmd, pipe, msgs)
             rows.append(row)
@@ -309,6 +336,17 @@ def main() -> None:
             f"| `{r['command']}` | {r['wall_s']} | {r['cpu_s']} ({r['cpu_us_per_record']}) | {r['startup_cpu_s']} | {r['busiest_thread_cpu_s']} | {goal} | {r['floor_s']} ({r['floor_term']}) | "
             f"{t['cpu']} | {r['page_cache_read_gb_s']}, {r['page_cache_map_gb_s']} | {r['output_bytes'] / 1e6:.0f}, {r['buffered_write_gb_s']} / {r['synced_write_gb_s']} |"
         )
+    parted = [r for r in rows if "parts_cpu_s" in r]
+    if parted:
+        print("\nThe parts no implementation with this scan kernel and pyarrow's writer can leave out, each timed alone (CPU s, median of three):\n")
+        print("| command | start-up | scan | encode (pyarrow, the command's own output) | sha256 | sum | over every core: floor s | goal s | the command's CPU s |")
+        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+        for r in parted:
+            p = r["parts_cpu_s"]
+            print(
+                f"| `{r['command']}` | {p['start-up']} | {p['scan']} | {p['encode']} | {p.get('sha256', '-')} | {r['parts_sum_cpu_s']} | "
+                f"{r['parts_floor_s']} | {r['goal_s']} | {r['cpu_s']} |"
+            )
     for r in rows:
         if "profile" in r:
             print(f"\nWhere `{r['command']}`'s CPU goes (one more run under perf record, {PERF_HZ} Hz; {r['cpu_s']} CPU s in the timed runs, {r['startup_cpu_s']} of them the start-up, as on a 236-message store):\n")

@@ -698,18 +698,36 @@ def _offset_rows(table: dict | None) -> dict:
     return out
 
 
-def _table_rows(doc) -> dict:
-    """The offsets a parsed consumerOffset.json holds: offsetTable {"topic@group": {queue: long}}; what is not a long is none."""
+_JAVA_INT, _JAVA_LONG = 1 << 31, 1 << 63
+
+
+def _table_entries(doc) -> tuple[dict, bool]:
+    """The offsets a parsed consumerOffset.json holds as the broker reads them (offsetTable {"topic@group": {queue id,
+    a Java int: offset, a Java long}}), and whether anything else is in it: an entry that must be named, not dropped."""
     out: dict = {}
-    table = doc.get("offsetTable") if isinstance(doc, dict) else None
-    for tg, queues in table.items() if isinstance(table, dict) else ():
+    if not isinstance(doc, dict):
+        return out, True
+    if "offsetTable" not in doc:
+        return out, False
+    table, odd = doc["offsetTable"], False
+    if not isinstance(table, dict):
+        return out, True
+    for tg, queues in table.items():
         topic, sep, group = tg.partition("@")
         if not sep or not isinstance(queues, dict):
+            odd = True
             continue
         for q, v in queues.items():
-            if isinstance(v, int) and not isinstance(v, bool) and re.fullmatch(r"-?\d+", q.strip()):
+            ok_q = re.fullmatch(r"-?\d+", q.strip()) and -_JAVA_INT <= int(q) < _JAVA_INT
+            if ok_q and isinstance(v, int) and not isinstance(v, bool) and -_JAVA_LONG <= v < _JAVA_LONG:
                 out[(group, topic, int(q))] = v
-    return out
+            else:
+                odd = True
+    return out, odd
+
+
+def _table_rows(doc) -> dict:
+    return _table_entries(doc)[0]
 
 
 def _offsets_damaged(ctx: dict, data: bytes, data_bak: bytes | None, bak_path: Path, o: Outcome) -> None:
@@ -721,8 +739,9 @@ def _offsets_damaged(ctx: dict, data: bytes, data_bak: bytes | None, bak_path: P
         if o.code != 2 or "bad_config" not in o.stderr:
             raise FuzzFailure(f"offsets with no readable file: exit {o.code}: {o.stderr[-300:]}")
         return
-    named = sorted(p["file"] for p in o.rows("problem") if p["code"] == "bad_config")
-    if named != sorted(bad):
+    bad += [str(p) for p, r in parsed.items() if r is not None and r[1] is None and _table_entries(r[0])[1]]  # parsed, odd entries named
+    named = sorted({p["file"] for p in o.rows("problem") if p["code"] == "bad_config"})
+    if named != sorted(set(bad)):
         raise FuzzFailure(f"offsets named {named} as unreadable, these are: {bad}")
     want_main, want_bak = good.get(ctx["file"], {}), good.get(bak_path, {})
     got = {(r["group"], r["topic"], r["queue_id"]): (r["committed"], r["bak"]) for r in o.rows("offset")}
@@ -1224,6 +1243,23 @@ def _timer_log(files: list[tuple[int, bytes]]) -> tuple[list[dict], int, int]:
     return units, end, max(0, rest)
 
 
+def _timer_log_damaged(datas: list[bytes]) -> bool:
+    """Whether a timer log file holds, before its blank marker, a written position that is no unit (a size field
+    other than the unit's, an unknown magic), or bytes after its last whole unit that are neither zeros nor a blank
+    marker: damage `timer list` must report (it may report more, from checks this model does not make)."""
+    for data in datas:
+        n = len(data) // TIMER_UNIT.size
+        rows = [TIMER_UNIT.unpack_from(data, k * TIMER_UNIT.size) for k in range(n)]
+        stop = next((k for k, u in enumerate(rows) if u[2] == C.TIMER_BLANK_MAGIC), n)
+        live = [k for k in range(stop) if any(data[k * TIMER_UNIT.size : (k + 1) * TIMER_UNIT.size])]
+        if any(not (rows[k][0] == TIMER_UNIT.size and rows[k][2] in TIMER_MAGICS) for k in live):
+            return True
+        tail = data[n * TIMER_UNIT.size :]
+        if stop == n and any(tail) and not (len(tail) >= C.TIMER_MIN_BLANK_LEN and struct.unpack_from(">i", tail, 12)[0] == C.TIMER_BLANK_MAGIC):
+            return True
+    return False
+
+
 def timer_case(ctx: dict, ex) -> None:
     which, edits, mode = ex
     datas = _apply_one(ctx, which, edits)
@@ -1251,8 +1287,11 @@ def timer_case(ctx: dict, ex) -> None:
     tails = [(r["timer_log_offset"], r["units"]) for r in o.rows("unwritten")]
     if tails != [(end, rest)]:
         raise FuzzFailure(f"timer list's closing line {tails}: the log ends at {end} with {rest} positions after it")
-    if o.code != (0 if units else 1):
-        raise FuzzFailure(f"timer list exit {o.code} with {len(units)} units")
+    problems = o.rows("problem")
+    if _timer_log_damaged(datas[:-1]) and not (o.code == 1 and problems):
+        raise FuzzFailure(f"timer list exit {o.code}, {len(problems)} problems, over a timer log holding a unit that is no unit or a torn tail")
+    if o.code != (1 if problems or not units else 0):
+        raise FuzzFailure(f"timer list exit {o.code} with {len(units)} units and {len(problems)} problems")
 
 
 def wheel_setup(ws: Path) -> dict:

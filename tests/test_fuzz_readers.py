@@ -29,15 +29,19 @@ def test_decompression_is_bounded():
     assert DECOMPRESSED_LIMIT > 8 * 131072
 
 
-def test_offsets_that_are_not_longs_are_skipped(tmp_path):
-    """Found by the long fuzz run: an offset that reads as 1e999 (a flipped byte) was an OverflowError traceback."""
+def test_offsets_that_are_not_longs_are_named_not_listed(tmp_path):
+    """Found by the long fuzz run: an offset that reads as 1e999 (a flipped byte) was an OverflowError traceback; then
+    such entries were left out without a word. Each is now a bad_config problem naming its key (exit 1)."""
     from fuzz import invoke, offsets_setup
 
     ctx = offsets_setup(tmp_path)
-    ctx["file"].write_text('{"offsetTable":{"orders@g":{0:1e999,1:2.5,2:true,3:7}}}', encoding="utf-8")
+    ctx["file"].write_text('{"offsetTable":{"orders@g":{0:1e999,1:2.5,2:true,3:7,4:-1}}}', encoding="utf-8")
     o = invoke("offsets", "-s", str(ctx["store"]), "-f", "jsonl")
-    assert o.code == 0
-    assert [(r["group"], r["topic"], r["queue_id"], r["committed"]) for r in o.rows("offset")] == [("g", "orders", 3, 7)]
+    assert o.code == 1
+    assert [(r["group"], r["topic"], r["queue_id"], r["committed"]) for r in o.rows("offset")] == [("g", "orders", 3, 7), ("g", "orders", 4, -1)]
+    named = [p for p in o.rows("problem") if p["code"] == "bad_config"]
+    assert [p["file"] for p in named] == [str(ctx["file"])] * 3
+    assert [p["detail"].split("]")[1] for p in named] == ["['0'", "['1'", "['2'"]
 
 
 def test_negative_ext_bitmap_size_is_no_bitmap(tmp_path):

@@ -168,6 +168,12 @@ class RepairReport:
     def left(self) -> list[DamagedRange]:
         return [r for r in self.ranges if r.action == LEFT]
 
+    @property
+    def found_damage(self) -> bool:
+        """Whether anything was found to repair or to report: damaged ranges, files of another size, layout problems
+        (a missing file: not repaired), flagged records, queue offsets left without a message (exit 1)."""
+        return bool(self.ranges or self.resized or self.layout or self.flagged or self.holes)
+
     def summary(self) -> dict:
         rb = self.rebuild
         return {

@@ -25,15 +25,13 @@ from rmqdump.common.javahash import index_hash_many, java_hash_many
 from rmqdump.common.jsontext import fields_of
 from rmqdump.common.problems import Problem
 from rmqdump.readers.commitlog import CommitLog, commitlog_path, frame_of
-from rmqdump.readers.indexfile import LAYOUT_SIZE, IndexFile, IndexLayoutError, open_all
+from rmqdump.readers.indexfile import HEADER_COUNT, HEADER_SLOT_COUNT, LAYOUT_SIZE, IndexFile, IndexLayoutError, open_all
 from rmqdump.readers.readable import prove_readable
 from rmqdump.scan import scanner
 from rmqdump.scan.dispatch import DelayLevels, DispatchColumns
 from rmqdump.scan.ranges import SERIAL, Mapper, RangeScan, ScanOptions, map_ranges, scan_range
 from rmqdump.scan.splits import RANGE_BYTES, Split, commitlog_splits
 
-HEADER_COUNT = "index_header_count"
-HEADER_SLOT_COUNT = "index_header_slot_count"
 HEADER_BEGIN = "index_header_begin"
 HEADER_END = "index_header_end"
 ENTRY0_WRITTEN = "index_entry0_written"

@@ -76,6 +76,8 @@ class Context:
     delay_offsets: dict[int, int] = field(default_factory=dict)  # delay level -> next schedule queue offset to deliver
     delay_file: str | None = None
     retry_limits: dict[str, int] = field(default_factory=dict)  # group -> retryMaxTimes
+    offsets_problems: list[Problem] = field(default_factory=list)  # bad_config: consumerOffset.json and its .bak, neither parsing (offsets_unreadable)
+    config_problems: list[Problem] = field(default_factory=list)  # bad_config: a config file read that does not parse, or its entries that are damage
     abnormal: bool = False  # the broker did not shut down cleanly: config files as last persisted
     recovery_end: int | None = None  # where the broker's recovery would cut the CommitLog (abnormal stores)
     min_phys: int = 0  # records below this were deleted with their files
@@ -199,7 +201,10 @@ def judge(copies: list[Copy], evidence: list[tuple[Evidence, QueuePos]], ctx: Co
     weaker = store_caveats(ctx)
     dropped = [c for c in copies if c.recovery_drops]
     if dropped:
-        weaker.insert(len(weaker) - (ctx.offsets_file is None), f"the broker's recovery would drop {len(dropped)} of its copies (from CommitLog offset {dropped[0].phys_offset})")
+        weaker.insert(
+            len(weaker) - (ctx.offsets_file is None),
+            f"the broker's recovery would drop {len(dropped)} of its copies (from CommitLog offset {dropped[0].phys_offset})",
+        )
     _problems(copies, ctx, problems)
     return Journey(key, copies, evidence, Verdict(key, state, groups, why, due, weaker), problems)
 
@@ -279,7 +284,11 @@ def _state(copies: list[Copy], hops: list[str], ctx: Context, problems: list[Pro
     dlq = [c for c in copies if c.hop == L.HOP_DLQ]
     if dlq:
         d = dlq[-1]
-        return L.STATE_DEAD_LETTER, f"Dead-lettered into {_where(d)} after {_n(d.reconsume_times, 'delivery attempt')}; no consumer gets it unless the DLQ is consumed.", None
+        return (
+            L.STATE_DEAD_LETTER,
+            f"Dead-lettered into {_where(d)} after {_n(d.reconsume_times, 'delivery attempt')}; no consumer gets it unless the DLQ is consumed.",
+            None,
+        )
     if any(h in L.TX_HOPS for h in hops):
         halves = [c for c in copies if c.hop in (L.HOP_HALF, L.HOP_HALF_CHECK, L.HOP_PREPARED)]
         checks = max((c.check_times or 0 for c in copies), default=0)
@@ -290,7 +299,11 @@ def _state(copies: list[Copy], hops: list[str], ctx: Context, problems: list[Pro
             return L.STATE_TX_COMMITTED, f"Transaction committed after {checks} broker checks: delivered to {_where(cm)}.", None
         if ops or L.HOP_ROLLBACK in hops:
             at = f" (op record at CommitLog offset {ops[0].phys_offset})" if ops else ""
-            return L.STATE_TX_ROLLED_BACK, f"Transaction rolled back after {checks} broker checks{at}: never delivered to {halves[-1].target_topic if halves else last.topic}.", None
+            return (
+                L.STATE_TX_ROLLED_BACK,
+                f"Transaction rolled back after {checks} broker checks{at}: never delivered to {halves[-1].target_topic if halves else last.topic}.",
+                None,
+            )
         cm = [c for c in copies if c.hop == L.HOP_CHECK_MAX]
         if cm:
             return (
@@ -340,9 +353,7 @@ def _group_status(g: str, copies: list[Copy], ctx: Context) -> tuple[str, str]:
     mine = [
         c
         for c in copies
-        if (c.hop in _READABLE and (c.topic == retry or g in ctx.readers_of(c.topic)))
-        or c.topic == dlq
-        or (c.hop == L.HOP_SCHEDULED and c.real_topic == retry)
+        if (c.hop in _READABLE and (c.topic == retry or g in ctx.readers_of(c.topic))) or c.topic == dlq or (c.hop == L.HOP_SCHEDULED and c.real_topic == retry)
     ]
     if not mine:
         return L.GROUP_NOT_CONSUMED, f"{g}: not consumed (it never reached a queue {g} reads)."

@@ -9,14 +9,16 @@ written before the file; after a crash the two may differ.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 
 from rmqdump.common.jsontext import fields_of
-from rmqdump.common.problems import InputError
-from rmqdump.readers.configfiles import CONFIG_DIR, ConfigFile, read_config
+from rmqdump.common.problems import InputError, Problem
+from rmqdump.readers.configfiles import CONFIG_DIR, JAVA_INT, JAVA_LONG, ConfigFile, bad_config, read_config, whole_number
 from rmqdump.readers.store import Store
 
 OFFSETS_FILE = "consumerOffset.json"
+_INT_KEY = re.compile(r"-?\d+")
 
 OK = "ok"
 BELOW_MIN = "below_min"
@@ -53,38 +55,70 @@ class OffsetsReport:
     file: ConfigFile | None
     bak: ConfigFile | None
     rows: list[OffsetRow]
+    problems: list[Problem] = field(default_factory=list)  # entries of a file that parses which are not what the broker writes
 
     @property
     def flagged(self) -> int:
         return sum(1 for r in self.rows if r.flags != [OK])
 
 
-def _table(cf: ConfigFile | None) -> dict[tuple[str, str, int], int]:
+def _table(cf: ConfigFile | None, problems: list[Problem]) -> dict[tuple[str, str, int], int]:
     if cf is None or cf.error is not None:
         return {}
-    return offset_table(cf.data)
+    table, bad = offset_entries(cf.data)
+    problems += [bad_config(cf.path, why) for why in bad]
+    return table
 
 
 def offset_table(data) -> dict[tuple[str, str, int], int]:
     """(group, topic, queue id) -> committed offset, from a parsed consumerOffset.json; entries that are damage are left out."""
+    return offset_entries(data)[0]
+
+
+def offset_entries(data) -> tuple[dict[tuple[str, str, int], int], list[str]]:
+    """(group, topic, queue id) -> committed offset, from a parsed consumerOffset.json, and why each entry that is not
+    what the broker reads (ConsumerOffsetManager: `{"offsetTable":{"TOPIC@GROUP":{QUEUE_ID:OFFSET}}}`, queue ids Java
+    ints, offsets Java longs) was left out, naming its key."""
     if not isinstance(data, dict):
-        return {}
+        return {}, [f"not a JSON object but {type(data).__name__}"]
     out: dict[tuple[str, str, int], int] = {}
-    table = data.get("offsetTable") or {}
+    bad: list[str] = []
+    if "offsetTable" not in data:
+        return out, bad
+    table = data["offsetTable"]
     if not isinstance(table, dict):
-        return {}
+        return {}, [f"offsetTable is not an object but {_kind(table)}"]
     for key, per_queue in table.items():
         topic, sep, group = str(key).partition("@")
-        if not sep or not isinstance(per_queue, dict):
+        if not sep:
+            bad.append(f"offsetTable key {key!r} is not TOPIC@GROUP")
+            continue
+        if not isinstance(per_queue, dict):
+            bad.append(f"offsetTable[{key!r}] is not an object but {_kind(per_queue)}")
             continue
         for q, off in per_queue.items():
-            if isinstance(off, (bool, float)):  # fastjson writes offsets as longs: 1.5, 1e999 (inf) or true is damage
+            qid = _queue_id(q)
+            if qid is None:
+                bad.append(f"offsetTable[{key!r}]: queue id {q!r} is not an integer in [{JAVA_INT[0]}, {JAVA_INT[1]}]")
                 continue
-            try:
-                out[(group, topic, int(q))] = int(off)
-            except (TypeError, ValueError, OverflowError):
+            why = whole_number(off, *JAVA_LONG)  # fastjson writes offsets as longs: null, "7", 1.5 or true is damage
+            if why is not None:
+                bad.append(f"offsetTable[{key!r}][{q!r}]: offset {why}")
                 continue
-    return out
+            out[(group, topic, qid)] = off
+    return out, bad
+
+
+def _queue_id(q: str) -> int | None:
+    """A queue id key the broker reads as a Java int (decimal digits, a sign allowed), or None."""
+    if not (isinstance(q, str) and _INT_KEY.fullmatch(q.strip())):
+        return None
+    n = int(q)
+    return n if JAVA_INT[0] <= n <= JAVA_INT[1] else None
+
+
+def _kind(v) -> str:
+    return "null" if v is None else type(v).__name__
 
 
 def consumer_offsets(store: Store, *, group: str | None = None, topic: str | None = None) -> OffsetsReport:
@@ -97,8 +131,9 @@ def consumer_offsets(store: Store, *, group: str | None = None, topic: str | Non
         raise InputError("not_found", path, "no consumerOffset.json (nor .bak): this store has no committed offsets")
     for c in (cf, bf):
         if c is not None and c.error is not None and (cf is None or bf is None or (cf.error and bf.error)):
-            raise InputError("bad_config", c.path, c.error)
-    main, bak = _table(cf), _table(bf)
+            raise InputError("bad_config", c.path, c.error, c.offset)
+    problems: list[Problem] = []
+    main, bak = _table(cf, problems), _table(bf, problems)
     bounds: dict[tuple[str, int], tuple[int, int]] = {}
     rows: list[OffsetRow] = []
     for key in sorted(set(main) | set(bak)):
@@ -126,4 +161,4 @@ def consumer_offsets(store: Store, *, group: str | None = None, topic: str | Non
         elif eff is not None and eff > hi:
             flags.append(ABOVE_MAX)
         rows.append(OffsetRow(g, t, qid, committed, b, lo, hi, flags or [OK]))
-    return OffsetsReport(cf, bf, rows)
+    return OffsetsReport(cf, bf, rows, problems)

@@ -12,7 +12,7 @@ a message the broker will fail to fire.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -22,13 +22,14 @@ from rmqdump.common.jsontext import fields_of
 from rmqdump.common.problems import Problem
 from rmqdump.readers.commitlog import CommitLog
 from rmqdump.readers.fastpath import field_offset
-from rmqdump.readers.timerlog import SLOT_SIZE, TimerRecord, TimerStore, TimerUnits
+from rmqdump.readers.timerlog import SLOT_SIZE, STEP, TimerRecord, TimerStore, TimerUnits
 from rmqdump.scan import scanner
 from rmqdump.scan.dataend import data_end_of
 from rmqdump.schemas import constants as C
 from rmqdump.schemas.timer import TimerCheck, TimerLogUnit, TimerWheelSlot
 
 CHUNK = 50_000  # units whose records one CommitLog scan looks up
+PROBLEMS_LISTED = 1000  # findings of one code made and listed; past that they are only counted (`unlisted`)
 
 # Stable codes (the file-level ones live in readers/timerlog.py)
 PAST_COMMITLOG = "timer_unit_past_commitlog"
@@ -69,14 +70,31 @@ class TimerVerifySummary:
     fired: int = 0
     slots: int = 0
     precision_ms: int = 0
-    codes: Counter = field(default_factory=Counter)
+    codes: Counter = field(default_factory=Counter)  # every finding, by code
+    unlisted: Counter = field(default_factory=Counter)  # findings counted but not made, past PROBLEMS_LISTED of their code
 
     @property
     def problems(self) -> int:
         return sum(self.codes.values())
 
+    def listed(self, code: str, n: int = 1) -> int:
+        """Count `n` findings of `code`; how many of them, the first ones, are among the first PROBLEMS_LISTED of
+        their code (to be made and listed); the others are counted in `unlisted`."""
+        before = self.codes[code]
+        self.codes[code] = before + n
+        room = max(0, min(n, PROBLEMS_LISTED - before))
+        if room < n:
+            self.unlisted[code] += n - room
+        return room
+
     def to_dict(self) -> dict:
-        return {"kind": "summary", **fields_of(self, omit=("codes",)), "problems": self.problems, "codes": dict(sorted(self.codes.items()))}
+        return {
+            "kind": "summary",
+            **fields_of(self, omit=("codes", "unlisted")),
+            "problems": self.problems,
+            "codes": dict(sorted(self.codes.items())),
+            "unlisted": dict(sorted(self.unlisted.items())),
+        }
 
 
 def records_at(cl: CommitLog, offsets: np.ndarray, *, check_crc: bool = False) -> dict[int, TimerRecord]:
@@ -89,6 +107,9 @@ def verify_timers(
 ) -> Iterator[Problem]:
     """Every finding of the timer store, streamed (memory does not grow with the findings); counts go to `summary`.
 
+    Every finding is counted; of each code the first PROBLEMS_LISTED are made and yielded, the rest only counted
+    (`summary.unlisted`): a wheel of garbage has a million bad slots, a listing of them all says nothing more.
+
     The timer log is read back in chunks and slot chains are walked unit by unit through the maps: what is held
     is one chunk, its records, and one bit per timer log position (which units a slot's chain reached).
     `timer_queue_max`: the max offset of rmq_sys_wheel_timer/0.
@@ -99,8 +120,8 @@ def verify_timers(
 
     def counted(found):
         for p in found:
-            s.codes[p.code] += 1
-            yield p
+            if s.listed(p.code):
+                yield p
 
     yield from counted(ts.problems)
     seen_queue_max = None
@@ -111,7 +132,7 @@ def verify_timers(
         seen_queue_max = max([*_queue_offsets(recs), *([] if seen_queue_max is None else [seen_queue_max])], default=None)
     yield from counted(_prev_links(ts))
     visited = bytearray((ts.grid_size + 7) // 8)  # one bit per timer log position
-    yield from counted(_wheel(ts, visited))
+    yield from _wheel(ts, visited, s.listed)  # counted as found: a bad slot past the listed ones is never made
     yield from counted(_unreachable(ts, visited))
     yield from counted(_timercheck(ts, seen_queue_max, timer_queue_max))
 
@@ -240,16 +261,23 @@ def _prev_links(ts: TimerStore) -> Iterator[Problem]:
                 )
 
 
-def _slot_problem(ts: TimerStore, row, code: str, at: int, detail: str) -> Problem:
-    idx = int(row["index"])
-    return Problem(code, ts.wheel.path, idx * SLOT_SIZE + at, detail, extra={"slot_index": idx, "slot_time_ms": int(row["time"]) * ts.precision})
+def _slot_problem(ts: TimerStore, idx: int, t: int, code: str, at: int, detail: str) -> Problem:
+    """A finding at wheel slot `idx` (whose time field is `t`), `at` bytes into it."""
+    return Problem(code, ts.wheel.path, idx * SLOT_SIZE + at, detail, extra={"slot_index": idx, "slot_time_ms": t * ts.precision})
 
 
 RELEASE_EVERY = 4096  # chain steps between giving the maps' pages back: each step may touch a page of its own (16 MB at most)
+_SLOT_COLUMNS = ("index", "time", "first_pos", "last_pos", "num", "magic")
 
 
-def _wheel(ts: TimerStore, visited: bytearray) -> Iterator[Problem]:
-    """Walk every slot's chain unit by unit through the maps, setting the bit of each unit reached in `visited`."""
+def _wheel(ts: TimerStore, visited: bytearray, listed: Callable[..., int]) -> Iterator[Problem]:
+    """Walk every slot's chain unit by unit through the maps, setting the bit of each unit reached in `visited`.
+
+    `listed(code, n=1)` counts findings and says how many to make. A slot whose time is not its own (every slot of
+    a wheel of garbage) is found as an array, STEP slots at a time, and only those listed are visited; the other
+    slots are read as Python ints (a numpy row's fields cost a microsecond each). The walk is linear: each step
+    reaches a unit no chain reached before, or ends the chain.
+    """
     if ts.wheel is None:
         return
     first_log = ts.log.files[0].base if ts.log and ts.log.files else 0
@@ -258,50 +286,55 @@ def _wheel(ts: TimerStore, visited: bytearray) -> Iterator[Problem]:
     last_read = ts.last_read_time_ms
     unit = ts.unit
     steps = 0
-    for row in ts.slots:
-        t, idx = int(row["time"]), int(row["index"])
-        if t % nslots != idx:
-            yield _slot_problem(ts, row, SLOT_INDEX, 0, f"slot {idx} holds time {t} x {precision} ms, which belongs in slot {t % nslots}")
-            continue
-        if int(row["magic"]) != 0:
-            yield _slot_problem(ts, row, SLOT_MAGIC, _SLOT_MAGIC_AT, f"slot magic {int(row['magic'])}, the broker writes 0")
-        fired = last_read is not None and t * precision < last_read
-        cur, last_seen, count, n = int(row["last_pos"]), None, 0, 0
-        first_pos = int(row["first_pos"])
-        if fired and (0 <= cur < first_log or 0 <= first_pos < first_log):
-            continue  # a fired second whose units were cleaned with their timer log files
-        ok = True
-        while cur != -1:
-            got = unit(cur)
-            if got is None or visited[got[1] >> 3] >> (got[1] & 7) & 1:
-                what = "a unit already reached from a slot (a loop or two slots sharing units)" if got is not None else "no timer log unit"
-                if last_seen is None:
-                    yield _slot_problem(ts, row, CHAIN_BROKEN, _SLOT_LAST_AT, f"lastPos {cur} is {what}")
-                else:
-                    yield _problem(ts, *last_seen, CHAIN_BROKEN, _PREV_AT, f"the chain of slot {idx} goes on at {cur}, {what}")
-                ok = False
-                break
-            fi, g, prev, magic, deliver, offset_py = got
-            if deliver // precision != t and not magic & C.TIMER_MAGIC_ROLL:
-                yield _problem(
-                    ts, fi, cur, offset_py, WRONG_SLOT, _DELAY_AT, f"unit delivers at {deliver} ms but is chained into slot {idx} ({t * precision} ms)"
-                )
-            visited[g >> 3] |= 1 << (g & 7)
-            n += 1
-            count += -1 if magic & C.TIMER_MAGIC_DELETE else 1
-            last_seen = (fi, cur, offset_py)
-            cur = prev
-            steps += 1
-            if steps % RELEASE_EVERY == 0:
-                ts.release()
-            if 0 <= cur < first_log:
-                break  # the rest of the chain was in deleted files
-        if not ok:
-            continue
-        if last_seen is not None and cur == -1 and last_seen[1] != first_pos:
-            yield _slot_problem(ts, row, CHAIN_END, _SLOT_FIRST_AT, f"firstPos {first_pos}, the chain from lastPos ends at {last_seen[1]}")
-        if cur == -1 and count != int(row["num"]):
-            yield _slot_problem(ts, row, SLOT_COUNT, _SLOT_NUM_AT, f"num {int(row['num'])}, the chain holds {count} (of {n} units)")
+    for lo in range(0, len(ts.slots), STEP):
+        part = ts.slots[lo : lo + STEP]
+        misplaced = part["time"] % nslots != part["index"]  # numpy's % is Python's (floor) modulo, as the check below
+        where = np.flatnonzero(misplaced)
+        visit = ~misplaced
+        visit[where[: listed(SLOT_INDEX, len(where))]] = True  # all counted; the listed ones are visited, in slot order
+        part = part[visit]
+        for idx, t, first_pos, cur, num, slot_magic in zip(*(part[k].tolist() for k in _SLOT_COLUMNS), strict=True):
+            if t % nslots != idx:  # counted above
+                yield _slot_problem(ts, idx, t, SLOT_INDEX, 0, f"slot {idx} holds time {t} x {precision} ms, which belongs in slot {t % nslots}")
+                continue
+            if slot_magic != 0 and listed(SLOT_MAGIC):
+                yield _slot_problem(ts, idx, t, SLOT_MAGIC, _SLOT_MAGIC_AT, f"slot magic {slot_magic}, the broker writes 0")
+            fired = last_read is not None and t * precision < last_read
+            last_seen, count, n = None, 0, 0
+            if fired and (0 <= cur < first_log or 0 <= first_pos < first_log):
+                continue  # a fired second whose units were cleaned with their timer log files
+            ok = True
+            while cur != -1:
+                got = unit(cur)
+                if got is None or visited[got[1] >> 3] >> (got[1] & 7) & 1:
+                    if listed(CHAIN_BROKEN):
+                        what = "a unit already reached from a slot (a loop or two slots sharing units)" if got is not None else "no timer log unit"
+                        if last_seen is None:
+                            yield _slot_problem(ts, idx, t, CHAIN_BROKEN, _SLOT_LAST_AT, f"lastPos {cur} is {what}")
+                        else:
+                            yield _problem(ts, *last_seen, CHAIN_BROKEN, _PREV_AT, f"the chain of slot {idx} goes on at {cur}, {what}")
+                    ok = False
+                    break
+                fi, g, prev, magic, deliver, offset_py = got
+                if deliver // precision != t and not magic & C.TIMER_MAGIC_ROLL and listed(WRONG_SLOT):
+                    detail = f"unit delivers at {deliver} ms but is chained into slot {idx} ({t * precision} ms)"
+                    yield _problem(ts, fi, cur, offset_py, WRONG_SLOT, _DELAY_AT, detail)
+                visited[g >> 3] |= 1 << (g & 7)
+                n += 1
+                count += -1 if magic & C.TIMER_MAGIC_DELETE else 1
+                last_seen = (fi, cur, offset_py)
+                cur = prev
+                steps += 1
+                if steps % RELEASE_EVERY == 0:
+                    ts.release()
+                if 0 <= cur < first_log:
+                    break  # the rest of the chain was in deleted files
+            if not ok:
+                continue
+            if last_seen is not None and cur == -1 and last_seen[1] != first_pos and listed(CHAIN_END):
+                yield _slot_problem(ts, idx, t, CHAIN_END, _SLOT_FIRST_AT, f"firstPos {first_pos}, the chain from lastPos ends at {last_seen[1]}")
+            if cur == -1 and count != num and listed(SLOT_COUNT):
+                yield _slot_problem(ts, idx, t, SLOT_COUNT, _SLOT_NUM_AT, f"num {num}, the chain holds {count} (of {n} units)")
     ts.release()
 
 

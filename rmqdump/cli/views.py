@@ -97,13 +97,18 @@ def delay(journeys, store: str):
 
 VIEWS = {"retry": (retry, "retries"), "tx": (tx, "transactions"), "pop": (pop, "popped messages"), "delay": (delay, "delay levels")}
 
+
 def scan(store: Path, check_crc: bool, label: str, engine: Engine, workers: int | None, master: str, spark_conf: list[str], ship: Ship):
     """The store's journeys (rmqdump.query.storejourneys), its ranges read by the engine --engine names (threads, or
     Spark tasks), with a progress bar on a terminal."""
+    from rmqdump.common.problems import InputError
     from rmqdump.query.storejourneys import store_journeys
+    from rmqdump.readers.commitlog import commitlog_path
     from rmqdump.readers.store import Store
 
     st = Store.open(store)
+    if not st.commitlog.files:  # nothing to scan: an empty view would pass for a store with nothing in flight
+        raise InputError("no_commitlog", commitlog_path(st.root), "no CommitLog files: the view is read from the records there")
     total = sum(f.size for f in st.commitlog.files)
     with range_mapper(engine, workers, total, master, spark_conf, ship) as mapper, render.progress(total, label, enabled=None) as advance:
         return store_journeys(st, mapper=mapper, check_crc=check_crc, on_bytes=advance)

@@ -64,6 +64,11 @@ def delays(sj: StoreJourneys, store_arg: str) -> View:
     timers = timer_waiting(sj)
     if timers:
         v.rows.append({"kind": "timer", "waiting": timers, "see": f"rmqdump timer list -s {store_arg}"})
-    v.problems = sj.damage + [about(p, j) for j in sj.found for p in j.problems if p.code == DELAY_UNDELIVERED]
+    v.problems = (
+        sj.config_problems
+        + sj.damage
+        + sj.queue_problems(lambda t: t == L.SCHEDULE_TOPIC)
+        + [about(p, j) for j in sj.found for p in j.problems if p.code == DELAY_UNDELIVERED]
+    )
     v.summary = {"levels": sum(1 for r in v.rows if r["kind"] == "level"), "scheduled": len(waiting), "timer_waiting": timers, "problems": len(v.problems)}
     return v

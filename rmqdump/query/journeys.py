@@ -14,12 +14,13 @@ import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
+from rmqdump.checks.cqunits import CQ_QUEUE_MISMATCH, CQ_SIZE_MISMATCH, CQ_TOPIC_MISMATCH
 from rmqdump.checks.journey import BAD_EVIDENCE, ORPHAN_CHECKPOINT, Context, Journey, link, orphan_checkpoints
-from rmqdump.checks.offsets import OFFSETS_FILE, offset_table
+from rmqdump.checks.offsets import OFFSETS_FILE, offset_entries
 from rmqdump.common.problems import InputError, Problem
 from rmqdump.query.journeyscan import every_journey, lifecycle_records
 from rmqdump.query.lookup import Index, index_end
-from rmqdump.readers.configfiles import CONFIG_DIR, read_config
+from rmqdump.readers.configfiles import CONFIG_DIR, JAVA_INT, JAVA_LONG, bad_config, problem_of, read_config, whole_number
 from rmqdump.readers.lifecycle import Copy, Evidence, is_evidence_topic, is_own_topic, read_record
 from rmqdump.readers.msgid import id_bytes
 from rmqdump.readers.store import Store
@@ -45,9 +46,10 @@ class Gathered:
     reached: int = 0  # how far into the CommitLog the queues read reach
 
 
-def _config(store: Store, name: str, why: list[str] | None = None) -> tuple[object, str | None]:
+def _config(store: Store, name: str, why: list[str] | None = None, bad: list[Problem] | None = None) -> tuple[object, str | None]:
     """A config file's content (its .bak when the file does not parse, as the broker's ConfigManager falls back);
-    (None, None) when neither parses, each failure noted on `why` as 'PATH: what is wrong'."""
+    (None, None) when neither parses, each failure noted on `why` as 'PATH: what is wrong' and on `bad` as the finding
+    bad_config (a file read that does not parse is named, never taken for an absent one)."""
     path = os.path.join(store.root, CONFIG_DIR, name)
     for p in (path, path + ".bak"):
         if os.path.isfile(p):
@@ -56,34 +58,89 @@ def _config(store: Store, name: str, why: list[str] | None = None) -> tuple[obje
                 return cf.data, p
             if why is not None:
                 why.append(f"{p}: {cf.error}")
+            if bad is not None:
+                bad.append(problem_of(cf))
     return None, None
 
 
 def context(store: Store, evidence: Iterable[Evidence], *, recovery_end: int | None = None) -> Context:
-    """The config files a journey is judged against, read leniently (a file that does not parse counts as absent)."""
+    """The config files a journey is judged against. A file that does not parse counts as absent for the judging, and is
+    the finding bad_config on ctx.config_problems, as is each entry of the wrong type or out of range (left out)."""
     ctx = Context(abnormal=store.abort, recovery_end=recovery_end, min_phys=store.commitlog.min_offset if store.commitlog.files else 0)
+    found = ctx.config_problems
     bad: list[str] = []
-    data, path = _config(store, OFFSETS_FILE, bad)
+    unparsed: list[Problem] = []
+    data, path = _config(store, OFFSETS_FILE, bad, unparsed)
     ctx.offsets_unreadable = "; ".join(bad) if path is None else None
+    # neither file parses: every verdict's caveat names them (journey ID); the store-wide passes add these findings
+    (ctx.offsets_problems if path is None else found).extend(unparsed)
     if path is not None:
-        ctx.offsets = offset_table(data)
+        ctx.offsets, wrong = offset_entries(data)
+        found += [bad_config(path, why) for why in wrong]
         ctx.offsets_file = path
-    data, path = _config(store, DELAY_FILE)
-    if isinstance(data, dict) and isinstance(data.get("offsetTable"), dict):
-        for k, v in data["offsetTable"].items():
-            try:
-                ctx.delay_offsets[int(k)] = int(v)
-            except (TypeError, ValueError):
-                continue
+    data, path = _config(store, DELAY_FILE, bad=found)
+    if path is not None:
+        ctx.delay_offsets, wrong = delay_entries(data)
+        found += [bad_config(path, why) for why in wrong]
         ctx.delay_file = path
-    data, _ = _config(store, GROUPS_FILE)
-    table = data.get("subscriptionGroupTable") if isinstance(data, dict) else None
-    if isinstance(table, dict):
-        for g, conf in table.items():
-            if isinstance(conf, dict) and isinstance(conf.get("retryMaxTimes"), int):
-                ctx.retry_limits[g] = conf["retryMaxTimes"]
+    data, path = _config(store, GROUPS_FILE, bad=found)
+    if path is not None:
+        ctx.retry_limits, wrong = retry_limits(data)
+        found += [bad_config(path, why) for why in wrong]
     ctx.add_evidence(evidence)
     return ctx
+
+
+def delay_entries(data) -> tuple[dict[int, int], list[str]]:
+    """Delay level -> the next schedule queue offset to deliver, from a parsed delayOffset.json
+    (ScheduleMessageService: `{"offsetTable":{LEVEL:OFFSET}}`, levels Java ints >= 1, offsets Java longs >= 0), and why
+    each entry that is not that was left out, naming its key."""
+    if not isinstance(data, dict):
+        return {}, [f"not a JSON object but {type(data).__name__}"]
+    if "offsetTable" not in data:
+        return {}, []
+    table = data["offsetTable"]
+    if not isinstance(table, dict):
+        return {}, [f"offsetTable is not an object but {'null' if table is None else type(table).__name__}"]
+    out: dict[int, int] = {}
+    bad: list[str] = []
+    for k, v in table.items():
+        level = int(k) if isinstance(k, str) and k.isascii() and k.isdigit() else None
+        if level is None or not 1 <= level <= JAVA_INT[1]:
+            bad.append(f"offsetTable: delay level {k!r} is not an integer in [1, {JAVA_INT[1]}]")
+            continue
+        why = whole_number(v, 0, JAVA_LONG[1])
+        if why is not None:
+            bad.append(f"offsetTable[{k!r}]: offset {why}")
+            continue
+        out[level] = v
+    return out, bad
+
+
+def retry_limits(data) -> tuple[dict[str, int], list[str]]:
+    """Group -> retryMaxTimes, from a parsed subscriptionGroup.json (`{"subscriptionGroupTable":{GROUP:{...,
+    "retryMaxTimes":N}}}`, N a Java int), and why each group's entry that is not that was left out, naming its key."""
+    if not isinstance(data, dict):
+        return {}, [f"not a JSON object but {type(data).__name__}"]
+    if "subscriptionGroupTable" not in data:
+        return {}, []
+    table = data["subscriptionGroupTable"]
+    if not isinstance(table, dict):
+        return {}, [f"subscriptionGroupTable is not an object but {'null' if table is None else type(table).__name__}"]
+    out: dict[str, int] = {}
+    bad: list[str] = []
+    for g, conf in table.items():
+        if not isinstance(conf, dict):
+            bad.append(f"subscriptionGroupTable[{g!r}] is not an object but {'null' if conf is None else type(conf).__name__}")
+            continue
+        if "retryMaxTimes" not in conf:
+            continue
+        why = whole_number(conf["retryMaxTimes"], *JAVA_INT)
+        if why is not None:
+            bad.append(f"subscriptionGroupTable[{g!r}]: retryMaxTimes {why}")
+            continue
+        out[g] = conf["retryMaxTimes"]
+    return out, bad
 
 
 def _fold(keys: frozenset[str] | None, batch, _cols) -> tuple[list[Copy], list[Evidence]]:
@@ -130,6 +187,12 @@ def _queue_records(store: Store, queues, g: Gathered, *, check_crc: bool, units=
         m = scanner.record_at(store.commitlog, u[0], check_crc=check_crc, with_body=True)
         if isinstance(m, Problem):
             g.problems.append(m)
+            continue
+        if (m.topic, m.queue_id, m.total_size) != (q.topic, q.queue_id, u[1]):  # the unit names no record of its queue
+            where = getattr(q, "path", q.topic)
+            detail = f"unit {i} names the record at {u[0]} ({m.topic} queue {m.queue_id}, {m.total_size} bytes), not one of {q.topic} queue {q.queue_id} of {u[1]} bytes"
+            g.problems.append(Problem(CQ_TOPIC_MISMATCH if m.topic != q.topic else CQ_QUEUE_MISMATCH if m.queue_id != q.queue_id else CQ_SIZE_MISMATCH,
+                                      where, None, detail, phys_offset=u[0], extra={"topic": q.topic, "queue_id": q.queue_id, "unit_index": i}))  # fmt: skip
             continue
         r = read_record(m, m.body)
         if r is not None:
@@ -230,7 +293,8 @@ def lifecycle_journeys(store: Store, *, mapper: Mapper = SERIAL, check_crc: bool
                 ctx = item
             elif isinstance(item, Journey) and _interesting(item):
                 found.append(item)
-        g.problems = [p for p in problems if p.code not in (ORPHAN_CHECKPOINT, BAD_EVIDENCE)]
+        config = {id(p) for p in ctx.offsets_problems + ctx.config_problems}
+        g.problems = [p for p in problems if p.code not in (ORPHAN_CHECKPOINT, BAD_EVIDENCE) and id(p) not in config]
         g.copies = [c for j in found for c in j.copies]
         g.evidence = ctx.evidence
         return found, problems, g, ctx
@@ -242,7 +306,7 @@ def lifecycle_journeys(store: Store, *, mapper: Mapper = SERIAL, check_crc: bool
     ctx = _judged(store, g, end)
     found = [j for j in link(g.copies, ctx) if _interesting(j)]
     known = {c.pos for c in g.copies}
-    problems = list(g.problems) + orphan_checkpoints(ctx, known, {k: q.bounds() for k, q in store.queues.items()})
+    problems = list(g.problems) + ctx.offsets_problems + ctx.config_problems + orphan_checkpoints(ctx, known, {k: q.bounds() for k, q in store.queues.items()})
     return found, problems, g, ctx
 
 
@@ -286,7 +350,7 @@ def journeys(store: Store, ids: list[str] | None = None, *, mapper: Mapper = SER
             g = scan_store(store, keys, mapper=mapper, check_crc=check_crc, on_bytes=on_bytes)
     ctx = _judged(store, g, recovery_end)
     found = link(g.copies, ctx)
-    problems = list(g.problems)
+    problems = list(g.problems) + ctx.config_problems
     if ids is None:
         known = {c.pos for c in g.copies}
         bounds = {k: q.bounds() for k, q in store.queues.items()}
@@ -332,7 +396,7 @@ def _due_times(store: Store, copies: list[Copy]) -> None:
             continue
         q = store.queues.get((c.topic, c.queue_id))
         u = q.unit_at(c.queue_offset) if q is not None else None
-        if u is not None and u[0] == c.phys_offset:
+        if u is not None and u[0] == c.phys_offset and u[1] == c.total_size:  # the unit of this copy, not one that names another record
             c.due_time = int(u[2])
         elif c.delay_level:
             c.due_time = levels.deliver_time(c.delay_level, c.store_timestamp)

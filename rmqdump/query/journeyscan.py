@@ -400,7 +400,7 @@ def render(split, r: _Render) -> Rendered:
 def every_journey(store: Store, ctx_of, *, mapper: Mapper = SERIAL, check_crc: bool = True, recovery_end: int | None = None,
                   broker: str | None = None, on_bytes=None, prepare=None, spell: bool = True) -> Iterator:
     """Rendered chunks (single-copy journeys, in CommitLog order), then the linked Journeys in the order of their first
-    copy, then the Context they were judged against, then the problems (scan damage, orphan checkpoints) as one list. `ctx_of(evidence)` makes the Context;
+    copy, then the Context they were judged against, then the problems (scan damage, config files that do not parse, orphan checkpoints) as one list. `ctx_of(evidence)` makes the Context;
     `prepare(copies)` completes the Copies to link before they are linked."""  # fmt: skip
     splits = commitlog_splits(store.commitlog, SURVEY_SPLIT, check_crc=check_crc)
     hashes, copies, evidence, problems = [], [], [], []
@@ -430,7 +430,7 @@ def every_journey(store: Store, ctx_of, *, mapper: Mapper = SERIAL, check_crc: b
     known = {c.pos for c in copies}
     bounds = {k: q.bounds() for k, q in store.queues.items()}
     yield ctx
-    yield problems + orphan_checkpoints(ctx, known, bounds)
+    yield problems + ctx.offsets_problems + ctx.config_problems + orphan_checkpoints(ctx, known, bounds)
 
 
 __all__ = ["Problem", "Rendered", "every_journey", "key_hashes", "render", "survey"]

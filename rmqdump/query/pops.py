@@ -37,9 +37,7 @@ def popped_rows(j: Journey) -> list[dict]:
                 "queue_offset": pos[2],
                 "checkpoint_offsets": sorted({ev.phys_offset for ev, _ in cks}),
                 "invisible_until": latest.revive_time,
-                "revived_to": None
-                if not revived
-                else {"topic": revived[-1].topic, "queue_id": revived[-1].queue_id, "queue_offset": revived[-1].queue_offset},
+                "revived_to": None if not revived else {"topic": revived[-1].topic, "queue_id": revived[-1].queue_id, "queue_offset": revived[-1].queue_offset},
             }
         )
     return out
@@ -89,6 +87,11 @@ def pops(sj: StoreJourneys) -> View:
     pop_evidence = any(ev.hop in (L.EVIDENCE_CHECKPOINT, L.EVIDENCE_ACK) for ev in sj.ctx.evidence)
     if popped or pop_evidence:
         v.rows.append(buffer_merge_note(sj))
-    v.problems = sj.damage + sj.evidence_problems((L.EVIDENCE_CHECKPOINT, L.EVIDENCE_ACK), (ORPHAN_CHECKPOINT, BAD_EVIDENCE))
+    v.problems = (
+        sj.config_problems
+        + sj.damage
+        + sj.queue_problems(lambda t: t.startswith(L.REVIVE_TOPIC_PREFIX))
+        + sj.evidence_problems((L.EVIDENCE_CHECKPOINT, L.EVIDENCE_ACK), (ORPHAN_CHECKPOINT, BAD_EVIDENCE))
+    )
     v.summary = {"popped": popped, "acked": acked, "unacked": popped - acked, "problems": len(v.problems)}
     return v

@@ -44,6 +44,6 @@ def retries(sj: StoreJourneys) -> View:
             )  # fmt: skip
         v.problems += [about(p, j) for p in j.problems if p.code in RETRY_PROBLEMS]
     v.rows = [groups[g] for g in sorted(groups)] + v.rows
-    v.problems = sj.damage + v.problems
+    v.problems = sj.config_problems + sj.damage + v.problems
     v.summary = {"groups": len(groups), "dead_letters": sum(r["dead_letters"] for r in groups.values()), "problems": len(v.problems)}
     return v

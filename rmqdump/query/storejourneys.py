@@ -6,11 +6,28 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+import numpy as np
+
+from rmqdump.checks.cqunits import (
+    CQ_DANGLING,
+    CQ_NOT_MESSAGE_START,
+    CQ_OFFSET_OUT_OF_RANGE,
+    CQ_QUEUE_MISMATCH,
+    CQ_QUEUE_OFFSET_MISMATCH,
+    CQ_SIZE_MISMATCH,
+    CQ_TOPIC_MISMATCH,
+    Found,
+    findings_to_problems,
+    real_mask,
+)
 from rmqdump.checks.journey import Context, Journey
 from rmqdump.common.problems import Problem
-from rmqdump.query.journeys import lifecycle_journeys
+from rmqdump.query.journeys import SCAN_BELOW, lifecycle_journeys
+from rmqdump.readers.consumequeue import UNIT_SIZE
 from rmqdump.readers.store import Store
+from rmqdump.scan import scanner
 from rmqdump.scan.ranges import SERIAL, Mapper
+from rmqdump.schemas import lifecycle as L
 
 
 @dataclass
@@ -22,11 +39,26 @@ class StoreJourneys:
     damage: list[Problem]  # CommitLog problems of the scan: a view may miss what lies in a damaged range
     store_problems: list[Problem]  # problems about evidence (orphan or unreadable checkpoints, op records)
     ctx: Context
+    checked: dict[tuple[str, int], tuple[int, int] | None] = field(default_factory=dict)  # a system queue's bounds over the units that name its records
+    unit_problems: list[Problem] = field(default_factory=list)  # the system queues' units that name no record of theirs
 
     def bounds(self, topic: str, queue_id: int) -> tuple[int, int] | None:
-        """(min offset, max offset) of a queue as the broker reports them; None when the store has no such queue."""
+        """(min offset, max offset) of a queue as the broker reports them; None when the store has no such queue, or, for
+        a system queue the views show (checked), when none of its units names a record of that queue."""
+        if (topic, queue_id) in self.checked:
+            return self.checked[(topic, queue_id)]
         q = self.store.queues.get((topic, queue_id))
         return None if q is None else q.bounds()
+
+    @property
+    def config_problems(self) -> list[Problem]:
+        """bad_config: the config files read that do not parse (consumerOffset.json when neither it nor its .bak does),
+        and their entries that are damage."""
+        return self.ctx.offsets_problems + self.ctx.config_problems
+
+    def queue_problems(self, topic_matches) -> list[Problem]:
+        """The unit problems of the checked queues of the topics that match."""
+        return [p for p in self.unit_problems if topic_matches(p.extra["topic"])]
 
     def evidence_problems(self, hops: tuple[str, ...], codes: tuple[str, ...]) -> list[Problem]:
         """The store-wide problems with `codes` about records of these evidence hops (op, checkpoint, ack)."""
@@ -64,7 +96,99 @@ def store_journeys(store: Store, *, mapper: Mapper = SERIAL, check_crc: bool = T
     scanned = {id(p) for p in g.problems}
     damage = [p for p in problems if id(p) in scanned]
     rest = [p for p in problems if id(p) not in scanned]
-    return StoreJourneys(store, found, damage, rest, ctx)
+    checked, unit_problems = checked_queues(store, is_view_queue, check_crc=check_crc)
+    return StoreJourneys(store, found, damage, rest, ctx, checked, unit_problems)
+
+
+def is_view_queue(topic: str) -> bool:
+    """The system queues whose bounds the views show: the delay levels', the transaction half and op queues, the revive queues."""
+    return topic in (L.SCHEDULE_TOPIC, L.TRANS_HALF_TOPIC, L.TRANS_OP_HALF_TOPIC) or topic.startswith(L.REVIVE_TOPIC_PREFIX)
+
+
+def checked_queues(store: Store, topic_matches, *, check_crc: bool = False) -> tuple[dict[tuple[str, int], tuple[int, int] | None], list[Problem]]:
+    """Each matching queue's units read against the records they name: a unit whose offset is past the CommitLog's files
+    or in none of them, where no record starts, whose size is not its record's, or whose record is of another topic,
+    queue or queue offset is a problem (cq verify's codes) and does not count. Returns each queue's bounds over the
+    units that count (first, last + 1; the queue's own bounds when it holds no valid unit, None when none counts) and
+    the problems. Units below the CommitLog's first offset name records deleted with their files, as the broker expects."""
+    cl = store.commitlog
+    starts = np.array([f.base for f in cl.files], np.int64)
+    ends = np.array([f.base + f.size for f in cl.files], np.int64)
+    low = int(starts.min()) if len(starts) else 0
+    end = int(ends.max()) if len(ends) else 0
+    bounds: dict[tuple[str, int], tuple[int, int] | None] = {}
+    problems: list[Problem] = []
+    for (t, qid), q in sorted(store.queues.items()):
+        if not topic_matches(t):
+            continue
+        u = q.units()
+        real, _, _ = real_mask(u, False)
+        pos = np.flatnonzero(real)
+        if not pos.size:
+            bounds[(t, qid)] = q.bounds()
+            continue
+        off, size, idx = u.offset[pos], u.size[pos], u.index[pos]
+        good = off < low  # deleted with their files
+        found: Found = []
+        in_file = np.zeros(len(pos), bool)
+        if len(starts):
+            k = np.searchsorted(starts, off, side="right") - 1
+            in_file = (k >= 0) & (off < ends[np.maximum(k, 0)]) & (off >= low)
+        for j in np.flatnonzero(~in_file & ~good).tolist():
+            o = int(off[j])
+            if o >= end:
+                found.append((int(pos[j]), CQ_DANGLING, f"offset {o} is at or past the end of the CommitLog's data ({end})", o))
+            else:
+                found.append((int(pos[j]), CQ_OFFSET_OUT_OF_RANGE, f"offset {o} is in no CommitLog file", o))
+        ask = np.flatnonzero(in_file)
+        records = _records_at(cl, off[ask], check_crc)
+        for j in ask.tolist():
+            o, p = int(off[j]), int(pos[j])
+            m = records.get(o)
+            if m is None:
+                found.append((p, CQ_NOT_MESSAGE_START, f"no valid record starts at offset {o}", o))
+                continue
+            bad = len(found)
+            if m.total_size != int(size[j]):
+                found.append((p, CQ_SIZE_MISMATCH, f"unit size {int(size[j])}, record totalSize {m.total_size}", o))
+            if m.topic != t:
+                found.append((p, CQ_TOPIC_MISMATCH, f"record is in topic {m.topic!r}, not {t!r}", o))
+            elif m.queue_id != qid:
+                found.append((p, CQ_QUEUE_MISMATCH, f"record is in queue {m.queue_id}, not {qid}", o))
+            elif m.queue_offset != int(idx[j]):
+                found.append((p, CQ_QUEUE_OFFSET_MISMATCH, f"record's queueOffset is {m.queue_offset}, unit index {int(idx[j])}", o))
+            good[j] = len(found) == bad
+        problems += findings_to_problems(found, u, t, qid, _cq_file_of(q))
+        ok = idx[good]
+        bounds[(t, qid)] = (int(ok.min()), int(ok.max()) + 1) if ok.size else None
+    return bounds, problems
+
+
+def _records_at(cl, offsets: np.ndarray, check_crc: bool) -> dict:
+    """The records starting at these offsets: one walk over their stretch when it is short, else a read each (a long
+    queue of a big store names records all over its CommitLog)."""
+    if not offsets.size:
+        return {}
+    if int(offsets.max()) - int(offsets.min()) < SCAN_BELOW:
+        return scanner.records_at(cl, offsets, check_crc=check_crc)
+    out = {}
+    for o in np.unique(offsets).tolist():
+        m = scanner.record_at(cl, o, check_crc=check_crc)
+        if not isinstance(m, Problem):
+            out[o] = m
+    return out
+
+
+def _cq_file_of(q):
+    """(file, byte offset in it) of a unit index, for a queue of ConsumeQueue files; the queue's directory otherwise."""
+    if not hasattr(q, "file_for_index"):
+        return lambda i: (getattr(q, "path", ""), None)
+
+    def where(i: int) -> tuple[str, int | None]:
+        f = q.file_for_index(i)
+        return (q.path, None) if f is None else (f.path, i * UNIT_SIZE - f.base)
+
+    return where
 
 
 def about(p: Problem, j: Journey) -> Problem:

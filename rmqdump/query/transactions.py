@@ -43,7 +43,13 @@ def transactions(sj: StoreJourneys) -> View:
         v.rows.append(row)
         v.problems += [about(p, j) for p in j.problems if p.code in TX_PROBLEMS]
     v.rows += check_progress(sj)
-    v.problems = sj.damage + v.problems + sj.evidence_problems((L.EVIDENCE_OP,), (BAD_EVIDENCE,))
+    v.problems = (
+        sj.config_problems
+        + sj.damage
+        + sj.queue_problems(lambda t: t in (L.TRANS_HALF_TOPIC, L.TRANS_OP_HALF_TOPIC))
+        + v.problems
+        + sj.evidence_problems((L.EVIDENCE_OP,), (BAD_EVIDENCE,))
+    )
     states: dict[str, int] = {}
     for r in v.rows:
         if r["kind"] == "transaction":

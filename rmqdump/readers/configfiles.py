@@ -13,9 +13,10 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from rmqdump.common.problems import InputError
+from rmqdump.common.problems import InputError, Problem
 
 CONFIG_DIR = "config"
+MAX_DEPTH = 256  # the broker's config files nest a few levels; deeper is damage, and Python's parser would recurse out of stack
 
 
 def quote_integer_keys(text: str) -> str:
@@ -66,8 +67,46 @@ def quote_integer_keys(text: str) -> str:
     return "".join(out)
 
 
+def nesting_too_deep(text: str, limit: int = MAX_DEPTH) -> int | None:
+    """The character position of the first `[` or `{` (outside strings) nested deeper than `limit`, or None."""
+    depth = 0
+    in_str = False
+    i, n = 0, len(text)
+    while i < n:
+        ch = text[i]
+        if in_str:
+            if ch == "\\":
+                i += 2
+                continue
+            if ch == '"':
+                in_str = False
+        elif ch == '"':
+            in_str = True
+        elif ch in "[{":
+            depth += 1
+            if depth > limit:
+                return i
+        elif ch in "]}":
+            depth -= 1
+        i += 1
+    return None
+
+
+def _loads(text: str, quoted: str) -> Any:
+    """json.loads of the quoted text; nesting deeper than MAX_DEPTH (or than the parser's stack) is a JSONDecodeError at
+    its position in `quoted`, never a RecursionError."""
+    deep = nesting_too_deep(quoted)
+    if deep is not None:
+        raise json.JSONDecodeError(f"nested deeper than {MAX_DEPTH} levels", quoted, deep)
+    try:
+        return json.loads(quoted)
+    except RecursionError:
+        raise json.JSONDecodeError("nested too deep to parse", quoted, 0) from None
+
+
 def loads_fastjson(text: str) -> Any:
-    return json.loads(quote_integer_keys(text))
+    """fastjson's text parsed (bare integer keys quoted); damage, too deep nesting included, is a json.JSONDecodeError."""
+    return _loads(text, quote_integer_keys(text))
 
 
 @dataclass
@@ -78,6 +117,7 @@ class ConfigFile:
     size: int
     data: Any = None
     error: str | None = None
+    offset: int | None = None  # the byte of the file where the error is, when one applies
 
     def to_dict(self) -> dict:
         return {"path": self.path, "size": self.size, "ok": self.error is None, "error": self.error}
@@ -97,13 +137,14 @@ def read_config(path: str) -> ConfigFile:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
-        cf.error = f"not UTF-8 at byte {e.start}"
+        cf.error, cf.offset = f"not UTF-8 at byte {e.start}", e.start
         return cf
     quoted = quote_integer_keys(text)
     try:
-        cf.data = json.loads(quoted)
+        cf.data = _loads(text, quoted)
     except json.JSONDecodeError as e:
-        cf.error = f"not JSON: {e.msg} at byte {_file_byte(text, quoted, e.pos)}"
+        cf.offset = _file_byte(text, quoted, e.pos)
+        cf.error = f"not JSON: {e.msg} at byte {cf.offset}"
     return cf
 
 
@@ -115,6 +156,30 @@ def _file_byte(text: str, quoted: str, pos: int) -> int:
         if i < len(text) and quoted[j] == text[i]:
             i += 1
     return len(text[:i].encode("utf-8"))
+
+
+BAD_CONFIG = "bad_config"
+JAVA_LONG = (-(1 << 63), (1 << 63) - 1)
+JAVA_INT = (-(1 << 31), (1 << 31) - 1)
+
+
+def bad_config(path: str, detail: str, offset: int | None = None) -> Problem:
+    """The finding `bad_config` about a config file (a file that does not parse, or an entry of the wrong shape)."""
+    return Problem(BAD_CONFIG, path, offset, detail)
+
+
+def problem_of(cf: ConfigFile) -> Problem:
+    """A config file that does not parse, as the finding bad_config at the byte where it stops."""
+    return bad_config(cf.path, cf.error or "", cf.offset)
+
+
+def whole_number(value: Any, lo: int, hi: int) -> str | None:
+    """Why `value` is not what fastjson writes for a Java integer in [lo, hi] (a JSON integer), or None when it is."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        return f"{json.dumps(value)[:40]} is not an integer"
+    if not lo <= value <= hi:
+        return f"{value} is out of range [{lo}, {hi}]"
+    return None
 
 
 def config_files(root: str) -> list[str]:

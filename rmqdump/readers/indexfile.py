@@ -19,7 +19,7 @@ import numpy as np
 
 from rmqdump.common.closing import Closing
 from rmqdump.common.javahash import index_hash, java_hash
-from rmqdump.common.problems import InputError
+from rmqdump.common.problems import InputError, Problem
 from rmqdump.readers.fastpath import numpy_dtype
 from rmqdump.readers.mapped import MappedFile
 from rmqdump.schemas import IndexEntry, IndexHeader, IndexSlot
@@ -46,6 +46,8 @@ FALLBACK_MAX_CANDIDATES = 20_000
 MIN_SCORE = 0.5
 
 LAYOUT_SIZE = "index_file_size"
+HEADER_COUNT = "index_header_count"
+HEADER_SLOT_COUNT = "index_header_slot_count"
 LAYOUT_AMBIGUOUS = "index_layout_ambiguous"
 LAYOUT_UNKNOWN = "index_layout_unknown"
 
@@ -86,6 +88,25 @@ class Layout:
 
 def file_size(hash_slots: int, index_entries: int) -> int:
     return HEADER_SIZE + hash_slots * SLOT_SIZE + index_entries * ENTRY_SIZE
+
+
+def size_problems(path: str, size: int, index_count: int, hash_slot_count: int) -> list[Problem]:
+    """What an index file's size and header counts show before its sizing is known (the store model's check, for
+    `info` and `report`; `index verify` checks each field against the sizing it finds): a size that no sizing fills
+    (a file cut short or padded), and header counts that no sizing of this size can hold."""
+    body = size - HEADER_SIZE
+    words = body // SLOT_SIZE
+    per_entry = ENTRY_SIZE // SLOT_SIZE
+    if body % SLOT_SIZE or words < 1 + per_entry:  # at least one slot and one entry
+        return [Problem(LAYOUT_SIZE, path, size, f"{size} bytes is not {HEADER_SIZE} + 4 x slots + 20 x entries for any sizing: cut short or padded")]
+    out = []
+    most_entries = (words - 1) // per_entry
+    if not 0 <= index_count <= most_entries:
+        out.append(Problem(HEADER_COUNT, path, 0, f"header indexCount {index_count} is outside 0..{most_entries}, all a file of {size} bytes can hold"))
+    most_slots = words - per_entry
+    if not 0 <= hash_slot_count <= most_slots:
+        out.append(Problem(HEADER_SLOT_COUNT, path, 0, f"header hashSlotCount {hash_slot_count} is outside 0..{most_slots}, all a file of {size} bytes can hold"))
+    return out
 
 
 def parse_header(raw: bytes) -> Header:
@@ -470,7 +491,7 @@ def list_index_files(store: str) -> list[str]:
     try:
         names = sorted(os.listdir(d))
     except OSError as e:
-        raise InputError("unreadable", d, e.strerror or str(e)) from None
+        raise InputError("unreadable", d, e.strerror or str(e), 0) from None
     return [os.path.join(d, n) for n in names if NAME_RE.match(n)]  # one that is no readable file: `unreadable` when opened
 
 

@@ -25,13 +25,12 @@ def prove_readable(root: str) -> None:
     one), so none answers from the rest of the store while passing over a file it could not read.
     """
     root = str(root)
-    dirs = [commitlog_dir(root)] + [qdir for _, _, qdir in queue_dirs(os.path.join(root, CONSUMEQUEUE_DIR))[0]]
-    for d in dirs:
-        if d is None:
-            continue
-        try:
-            offset_files(d)
-        except OSError as e:
-            raise InputError("unreadable", d, e.strerror or str(e)) from None
-    for p in list_index_files(root):
-        readable_size(p)
+    try:
+        dirs = [commitlog_dir(root)] + [qdir for _, _, qdir in queue_dirs(os.path.join(root, CONSUMEQUEUE_DIR))[0]]
+        for d in dirs:
+            if d is not None:
+                offset_files(d)
+        for p in list_index_files(root):
+            readable_size(p)
+    except OSError as e:  # a directory that cannot be listed (consumequeue/, a queue's, index/)
+        raise InputError("unreadable", e.filename or root, e.strerror or str(e), 0) from None

@@ -25,7 +25,7 @@ from rmqdump.readers.cqext import ConsumeQueueExt, find_ext_queues
 from rmqdump.readers.dledger import DLedgerDir
 from rmqdump.readers.indexfile import HEADER_SIZE as INDEX_HEADER_SIZE
 from rmqdump.readers.indexfile import NAME_RE as INDEX_NAME_RE
-from rmqdump.readers.indexfile import parse_header
+from rmqdump.readers.indexfile import parse_header, size_problems
 from rmqdump.readers.mapped import open_binary
 from rmqdump.readers.rocksdbcq import RocksDBConsumeQueues, is_rocksdb, open_queues
 from rmqdump.schemas import constants as C
@@ -39,6 +39,23 @@ FIVE_X_TOPIC_FIELDS = (b"stateVersion", b"attributes")  # TopicConfig attributes
 
 # Store layout problems (stable codes).
 INDEX_SHORT = "index_file_short"
+NO_COMMITLOG = "no_commitlog"
+KNOWN_ENTRIES = {COMMITLOG_DIR, CONSUMEQUEUE_DIR, INDEX_DIR, "checkpoint", "abort", "lock", "config"}
+# What each part of a store root must be where it exists: anything else there is the input error `unreadable`, never
+# taken for a part that is absent.
+DIRECTORIES = (COMMITLOG_DIR, CONSUMEQUEUE_DIR, INDEX_DIR, "config")
+FILES = ("checkpoint",)
+
+
+def _of_kind(root: str, entries: list[str]) -> None:
+    for name in DIRECTORIES:
+        p = os.path.join(root, name)
+        if name in entries and not os.path.isdir(p):
+            raise InputError("unreadable", p, "not a directory", 0)
+    for name in FILES:
+        p = os.path.join(root, name)
+        if name in entries and not os.path.isfile(p):
+            raise InputError("unreadable", p, "not a regular file", 0)
 
 
 @dataclass(frozen=True)
@@ -112,10 +129,17 @@ class Store:
             entries = sorted(os.listdir(root))
         except OSError as e:
             raise InputError("unreadable", root, e.strerror or str(e)) from None
-        known = {COMMITLOG_DIR, CONSUMEQUEUE_DIR, INDEX_DIR, "checkpoint", "abort", "lock", "config"}
-        if not known & set(entries) and commitlog_dir(root) is None:  # a DLedger CommitLog alone is a store too
+        if not KNOWN_ENTRIES & set(entries) and commitlog_dir(root) is None:  # a DLedger CommitLog alone is a store too
             hint = " (this looks like a commitlog/ directory: give its parent)" if any(e.isdigit() and len(e) == 20 for e in entries) else ""
             raise InputError("not_a_store", root, f"no commitlog/, consumequeue/, index/ or checkpoint here{hint}")
+        _of_kind(root, entries)
+        try:
+            return cls._discover(root, entries, broker_version)
+        except OSError as e:  # a directory of the store that cannot be listed: no part of it is passed over
+            raise InputError("unreadable", e.filename or root, e.strerror or str(e), 0) from None
+
+    @classmethod
+    def _discover(cls, root: str, entries: list[str], broker_version: tuple[int, ...] | None) -> Store:
         cl_dir = commitlog_dir(root)  # commitlog/, or a DLedger CommitLog's dledger-<id>/data/
         cl = CommitLog.open(cl_dir) if cl_dir else CommitLog([], [], None)
         st = cls(
@@ -124,7 +148,7 @@ class Store:
             queues={},
             cq_file_size=None,
             index_files=[],
-            checkpoint_path=os.path.join(root, "checkpoint") if os.path.isfile(os.path.join(root, "checkpoint")) else None,
+            checkpoint_path=os.path.join(root, "checkpoint") if "checkpoint" in entries else None,
             abort=os.path.exists(os.path.join(root, "abort")),
             lock=os.path.exists(os.path.join(root, "lock")),
             configs=[p for p in config_files(root) if os.path.basename(p) != "timercheck"],  # binary: readers/timerlog.py
@@ -132,6 +156,8 @@ class Store:
             broker_version=broker_version,
         )
         st.problems.extend(cl.problems)
+        if cl_dir is None:
+            st.problems.append(Problem(NO_COMMITLOG, os.path.join(root, COMMITLOG_DIR), None, "no commitlog/ directory: no message of the store can be read"))
         if cl_dir and frame_of(os.path.join(cl_dir, "0")):
             st.dledger = DLedgerDir.open(os.path.dirname(cl_dir))
             st.problems.extend(st.dledger.problems)
@@ -139,7 +165,7 @@ class Store:
         st._find_batch_and_ext_queues()
         st._find_index()
         st._find_unsupported(entries)
-        st.other_files = [os.path.join(root, e) for e in entries if e not in known and os.path.isfile(os.path.join(root, e))]
+        st.other_files = [os.path.join(root, e) for e in entries if e not in KNOWN_ENTRIES and os.path.isfile(os.path.join(root, e))]
         return st
 
     # discovery -----------------------------------------------------------------------------
@@ -186,6 +212,8 @@ class Store:
             info = read_index_header(p)  # an index file that cannot be read (or is no file): the input error unreadable
             if info.header is None:
                 self.problems.append(Problem(INDEX_SHORT, p, info.size, f"{info.size} bytes: shorter than the 40-byte index header"))
+            else:
+                self.problems.extend(size_problems(p, info.size, info.header["index_count"], info.header["hash_slot_count"]))
             self.index_files.append(info)
 
     def _find_unsupported(self, entries: list[str]) -> None:

@@ -170,12 +170,20 @@ def resolve_msgid(idx, text: str, topics, **kw):
         raise InputError("msgid_bad", text, str(err)) from None
 
 
-def _commitlog_files(root: str) -> list[str]:
-    """A store's CommitLog files (named by their offset, in commitlog_dir); none without a CommitLog directory."""
+def _commitlog_files(root: str) -> list[tuple[str, int]]:
+    """A store's CommitLog files (named by their offset, in commitlog_dir) and their sizes, each proven readable (the
+    input error `unreadable` names the first that is not, or the directory); none without a CommitLog directory."""
     from rmqdump.readers.commitlog import commitlog_dir
+    from rmqdump.readers.mapped import offset_files
 
     d = commitlog_dir(root)
-    return [os.path.join(d, n) for n in os.listdir(d) if n.isdigit()] if d else []
+    if d is None:
+        return []
+    try:
+        files, _ = offset_files(d)
+    except OSError as e:
+        raise InputError("unreadable", d, e.strerror or str(e), 0) from None
+    return [(f.path, f.size) for f in files]
 
 
 @contextmanager
@@ -185,7 +193,7 @@ def tail_mappers(engine: O.Engine, workers: int | None, master: str, spark_conf:
     if engine is O.Engine.local:
         from rmqdump.engines.local import local_map
 
-        yield lambda root: local_map(workers, sum(os.path.getsize(f) for f in _commitlog_files(root)))
+        yield lambda root: local_map(workers, sum(size for _, size in _commitlog_files(root)))
         return
     with O.range_mapper(engine, workers, 0, master, spark_conf, ship) as mapper:
         yield lambda root: mapper
@@ -281,7 +289,7 @@ def verify_cmd(
     if not files:
         raise InputError("no_commitlog", commitlog_path(str(store)), "no CommitLog files: the index is checked against them (is this a store root?)")
     s = IndexVerifySummary()
-    total = sum(os.path.getsize(f) for f in files)
+    total = sum(size for _, size in files)
     with O.range_mapper(engine, workers, total, master, spark_conf, ship) as mapper, render.progress(total, "index verify") as advance:
         found = verify(str(store), hash_slots=hash_slots, index_entries=index_entries, summary=s, on_bytes=advance, mapper=mapper)
         rows = (p.to_dict(PROBLEM_COLUMNS) for p in found)

@@ -20,18 +20,19 @@ def offsets(
     """Per group/topic/queue: committed offset, the queue's min/max, lag; flags offsets the broker would reset and .bak disagreements.
 
     Reads config/consumerOffset.json and its .bak (fastjson's unquoted integer keys are fine).
-    Exit 0 all fine, 1 something flagged or nothing matched, 2 no offsets file.
+    Exit 0 all fine, 1 something flagged, nothing matched or an entry not what the broker writes (bad_config), 2 no offsets
+    file (or neither it nor its .bak parses).
 
     Example:  rmqdump offsets -s store --group groupA
     """
     from rmqdump.checks.offsets import consumer_offsets
-    from rmqdump.common.problems import Problem
+    from rmqdump.readers.configfiles import problem_of
     from rmqdump.readers.store import Store
 
     st = Store.open(store)
     rep = consumer_offsets(st, group=group, topic=topic)
-    # one of the two files unreadable (the other is listed): named, not passed over
-    bad = [Problem("bad_config", c.path, None, c.error) for c in (rep.file, rep.bak) if c is not None and c.error is not None]
+    # one of the two files unreadable (the other is listed), or entries that are not what the broker writes: named, not passed over
+    bad = [problem_of(c) for c in (rep.file, rep.bak) if c is not None and c.error is not None] + rep.problems
     if fmt is ListFormat.jsonl:
         for p in bad:
             render.jsonl(p.to_dict())

@@ -95,7 +95,8 @@ def repair_cmd(
     and IndexFiles are rebuilt (queue offsets unchanged), no abort file is
     written (normal recovery), config/ is copied. The store is only read.
     Exit 0 nothing needed repair (NEWDIR is a clean copy), 1 damage found (or a
-    CommitLog file of another size, padded or cut in the copy),
+    CommitLog file of another size, padded or cut in the copy; a layout problem
+    such as a missing file; flagged records; queue offsets without a message),
     2 usage or unreadable input.
 
     Example:  rmqdump repair -s /data/broker-a/store --out /data/broker-a/store.repaired
@@ -121,7 +122,7 @@ def repair_cmd(
         render.jsonl(s)
     else:
         _print_table(rep, s)
-    raise typer.Exit(1 if rep.ranges or rep.resized else 0)
+    raise typer.Exit(1 if rep.found_damage else 0)
 
 
 def register(app, guarded) -> None:

@@ -68,8 +68,9 @@ def salvage_cmd(
     put back at body_offset). OUT/flagged.*: stale tails past the write position and
     damaged records: evidence, not to re-send. OUT/manifest.json: counts by
     reason and topic, byte ranges, damage, sha256 of each file. The store is
-    only read. Exit 0 nothing to salvage, 1 records salvaged or flagged, 2
-    usage or unreadable input.
+    only read. Exit 0 nothing to salvage and no damage, 1 records salvaged or
+    flagged, or damage found (even where nothing intact is left to give back),
+    2 usage or unreadable input.
 
     Example:  rmqdump salvage /data/rocketmq/store --out /backup/salvaged
     """
@@ -110,7 +111,7 @@ def salvage_cmd(
             mapper=mapper,
         )
     _print_table(res.to_dict())
-    raise typer.Exit(1 if res.salvaged else 0)
+    raise typer.Exit(1 if res.salvaged or res.damage_count or res.recovery.get("load_errors") else 0)
 
 
 def register(app, guarded) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -53,25 +54,32 @@ def list_cmd(
     """Every timer-log unit: delivery time, the CommitLog record it points at, real topic, keys, pending or fired.
 
     The listing stops at the log's end; unfiltered, it closes with one line counting the unwritten 52-byte positions after it.
+    Damage in the timer store's files (a unit cut short, a bad blank marker, a damaged unit) comes first, as problems.
 
-    Exit 0 when something was listed, 1 when nothing matched, 2 no timer store.
+    Exit 0 when something was listed, 1 when nothing matched or the files are damaged, 2 no timer store.
 
     Example:  rmqdump timer list -s store --state pending --topic orders -f jsonl
     """
-    from rmqdump.query.timers import list_timers, timer_log_tail
+    from rmqdump.query.timers import file_problems, list_timers, timer_log_tail
 
     lo, hi = parsed("--since", parse_time, since), parsed("--until", parse_time, until)
     st, ts = _open(store, precision)
+    probs, unlisted = file_problems(ts)  # the files' damage, before any unit: a filtered listing says it too
     rows = list_timers(ts, st.commitlog, topic=topic, since=lo, until=hi, state=state.value if state else None, limit=limit)
     n = 0
     whole = topic is None and lo is None and hi is None and state is None  # a filtered listing is not the log: no tail line
     if fmt is ListFormat.jsonl:
+        for p in probs:
+            render.jsonl(p.to_dict())
+        for code, more in sorted(unlisted.items()):
+            render.jsonl({"kind": "unlisted", "code": code, "problems": more})
         for r in rows:
             render.jsonl(r)
             n += 1
         if whole and (limit is None or n < limit):  # the listing reached the log's end
             render.jsonl(timer_log_tail(ts))
     else:
+        _problem_table(st, probs, unlisted)
         t = render.table("log offset", "deliver (UTC)", "state", "phys", "size", "real topic", "q", "keys", "uniq_key")
         for r in rows:
             n += 1
@@ -91,8 +99,16 @@ def list_cmd(
             tail = timer_log_tail(ts)
             where = f" ({st.rel(tail['timer_log_file'])}@{tail['file_offset']})" if tail["units"] else ""
             render.out.print(f"end of the timer log at offset {tail['timer_log_offset']}: {tail['units']} unwritten units after it{where}", highlight=False)
-        render.err.print(f"{n} timers", highlight=False)
-    raise typer.Exit(0 if n else 1)
+        damage = sum(unlisted.values()) + len(probs)
+        render.err.print(f"{n} timers" + (f", {damage} problems in the timer store's files" if damage else ""), highlight=False)
+    raise typer.Exit(0 if n and not probs else 1)
+
+
+def _problem_table(st: Store, probs, unlisted) -> None:
+    """Findings as a table (code, file, offset, detail), then one line per code with findings counted, not listed."""
+    render.tables(("code", "file", "offset", "detail"), ((p.code, st.rel(p.file), render.cell(p.file_offset), p.detail) for p in probs))
+    for code, more in sorted(unlisted.items()):
+        render.out.print(f"... {more} more {code} problems (counted, not listed)", highlight=False, markup=False)
 
 
 def verify_cmd(
@@ -105,6 +121,7 @@ def verify_cmd(
 
     Finds units pointing past the CommitLog's end or at a record that is not a timer message, broken or
     miscounted slot chains, pending units no slot reaches, and damaged units, each at its file and byte offset.
+    Every finding is counted; the first 1000 of each code are listed, the rest said in one line (the summary's `unlisted`).
     Exit 0 clean, 1 problems found, 2 no timer store.
 
     Example:  rmqdump timer verify -s store -f jsonl
@@ -122,7 +139,7 @@ def verify_cmd(
             render.jsonl(p.to_dict())
         render.jsonl(summary.to_dict())
     else:
-        render.tables(("code", "file", "offset", "detail"), ((p.code, st.rel(p.file), render.cell(p.file_offset), p.detail) for p in found))
+        _problem_table(st, found, summary.unlisted)
         codes = ", ".join(f"{k} {v}" for k, v in sorted(summary.codes.items()))
         render.err.print(
             f"{summary.units} timer log units ({summary.pending} pending, {summary.fired} fired), {summary.slots} wheel slots, "
@@ -143,28 +160,36 @@ def dump_wheel_cmd(
 
     Example:  rmqdump timer dump-wheel -s store --state pending
     """
+    from rmqdump.common.jsontext import encode
     from rmqdump.query.timers import wheel_rows
 
     _, ts = _open(store, precision)
     if ts.wheel is None:
         render.fail(f"no_timer_wheel: {ts.root}/timerwheel: no such file", 2)
+    rows = (r for r in wheel_rows(ts) if state is None or r["state"] == state.value)
+    if limit is not None:
+        rows = itertools.islice(rows, limit)
     n = 0
-    t = render.table("slot", "file offset", "time (UTC)", "state", "firstPos", "lastPos", "num", "magic")
-    for r in wheel_rows(ts):
-        if state is not None and r["state"] != state.value:
-            continue
-        n += 1
-        if fmt is ListFormat.jsonl:
-            render.jsonl(r)
-        else:
+    if fmt is ListFormat.jsonl:  # every slot, written a batch of lines at a time
+        while batch := list(itertools.islice(rows, 4096)):
+            render.text("".join(encode(r) + "\n" for r in batch))
+            n += len(batch)
+    else:  # a table row costs rich a millisecond or more: a wheel of garbage would take half an hour
+        shown = list(itertools.islice(rows, TABLE_ROWS))
+        t = render.table("slot", "file offset", "time (UTC)", "state", "firstPos", "lastPos", "num", "magic")
+        for r in shown:
             t.add_row(
                 *(str(x) for x in (r["slot_index"], r["file_offset"], iso(r["time_ms"]), r["state"], r["first_pos"], r["last_pos"], r["num"], r["magic"]))
             )
-        if limit is not None and n >= limit:
-            break
-    if fmt is not ListFormat.jsonl:
         render.out.print(t)
+        more = sum(1 for _ in rows)
+        n = len(shown) + more
+        if more:
+            render.out.print(f"... {more} more slots (-f jsonl lists every one)", highlight=False, markup=False)
     raise typer.Exit(0 if n else 1)
+
+
+TABLE_ROWS = 1000  # wheel slots in dump-wheel's table; the rest are counted
 
 
 def register(app, guarded) -> None:

@@ -152,3 +152,19 @@ def test_a_dangling_commitlog_entry_is_unreadable_for_the_index_commands(tmp_pat
     r = run_proc(*args, "-s", s)
     assert r.returncode == 2, r.stderr
     assert r.stderr.strip().splitlines() == [f"rmqdump: unreadable: {link}@0: No such file or directory"]
+
+
+@pytest.mark.parametrize("command", ["info", "report"])
+@pytest.mark.parametrize("content", [b"[" * 100000 + b"]" * 100000, b'{"offsetTable":'])
+def test_a_config_file_no_broker_could_load_is_a_finding(tmp_path, command, content):
+    """Nested past any parser's depth, or cut short: `info` listed it as not JSON and exited 0, `report` said "no problems"."""
+    s = copy_store(STORE, tmp_path)
+    path = s / "config" / "consumerOffset.json"
+    path.write_bytes(content)
+    args = ["info", "-s", s, "-f", "jsonl"] if command == "info" else ["report", "-s", s, "--out", tmp_path / "r.html", "--problems-out", tmp_path / "p.jsonl"]
+    r = run(*args)
+    assert r.exit_code == 1, r.stdout[-300:]
+    text = r.stdout if command == "info" else (tmp_path / "p.jsonl").read_text()
+    found = [d for d in map(json.loads, text.splitlines()) if d.get("code") == "bad_config"]
+    assert [d["file"] for d in found] == [str(path)]
+    assert found[0]["detail"].startswith("not JSON")

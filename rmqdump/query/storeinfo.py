@@ -23,7 +23,7 @@ from rmqdump.query.cqseek import RecordReader
 from rmqdump.query.timers import timer_summary
 from rmqdump.readers.batchcq import BatchConsumeQueue
 from rmqdump.readers.checkpoint import Checkpoint
-from rmqdump.readers.configfiles import ConfigFile, read_config
+from rmqdump.readers.configfiles import ConfigFile, problem_of, read_config
 from rmqdump.readers.dledger import UNIT_SIZE
 from rmqdump.readers.lifecycle import is_own_topic
 from rmqdump.readers.message import Message
@@ -205,7 +205,7 @@ def store_info(
     if ts is not None:
         timer = timer_summary(ts, cl)
         store.problems.extend(ts.problems)  # file-level timer damage; `timer verify` checks the rest
-    problems = list(store.problems)
+    problems = list(store.problems) + [problem_of(cf) for cf in configs if cf.error is not None]  # a config no broker could load
     dl = None
     if store.dledger is not None:
         dl, dl_problems = dledger_info(store, on_bytes)

@@ -26,6 +26,7 @@ from rmqdump.checks.recovery import CleanChain, DroppedRecord, RecoveryPreview, 
 from rmqdump.common import problems as P
 from rmqdump.common.problems import InputError, Problem
 from rmqdump.query.storeinfo import StoreInfo, store_info, walk_bytes
+from rmqdump.readers.configfiles import BAD_CONFIG
 from rmqdump.readers.indexfile import IndexFile, iter_entries, list_index_files
 from rmqdump.readers.store import Store
 from rmqdump.report import svg
@@ -540,6 +541,12 @@ def collect(
             damage.point(row, at)
         else:
             damage.point(row, p.phys_offset)
+    for p in info.problems:
+        if p.code == BAD_CONFIG:  # a config file no broker could load: info's finding (cq verify reads no config)
+            summary.count(p)
+            if on_problem is not None:
+                on_problem(p)
+            folder.add(p.to_dict(PROBLEM_COLUMNS))
     told.finish()
     if fused:
         chains = folds.chains

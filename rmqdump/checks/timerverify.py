@@ -79,7 +79,9 @@ class TimerVerifySummary:
 
     def listed(self, code: str, n: int = 1) -> int:
         """Count `n` findings of `code`; how many of them, the first ones, are among the first PROBLEMS_LISTED of
-        their code (to be made and listed); the others are counted in `unlisted`."""
+        their code (to be made and listed); the others are counted in `unlisted`. n = 0 names no code (no 0 in the summary)."""
+        if n <= 0:
+            return 0
         before = self.codes[code]
         self.codes[code] = before + n
         room = max(0, min(n, PROBLEMS_LISTED - before))

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from rmqdump.common.jsontext import fields_of
 from rmqdump.common.problems import InputError, Problem
-from rmqdump.readers.configfiles import CONFIG_DIR, JAVA_INT, JAVA_LONG, ConfigFile, bad_config, read_config, whole_number
+from rmqdump.readers.configfiles import CONFIG_DIR, JAVA_INT, JAVA_LONG, ConfigFile, bad_config, config_table, json_kind, read_config, whole_number
 from rmqdump.readers.store import Store
 
 OFFSETS_FILE = "consumerOffset.json"
@@ -79,22 +79,15 @@ def offset_entries(data) -> tuple[dict[tuple[str, str, int], int], list[str]]:
     """(group, topic, queue id) -> committed offset, from a parsed consumerOffset.json, and why each entry that is not
     what the broker reads (ConsumerOffsetManager: `{"offsetTable":{"TOPIC@GROUP":{QUEUE_ID:OFFSET}}}`, queue ids Java
     ints, offsets Java longs) was left out, naming its key."""
-    if not isinstance(data, dict):
-        return {}, [f"not a JSON object but {type(data).__name__}"]
+    table, bad = config_table(data, "offsetTable")
     out: dict[tuple[str, str, int], int] = {}
-    bad: list[str] = []
-    if "offsetTable" not in data:
-        return out, bad
-    table = data["offsetTable"]
-    if not isinstance(table, dict):
-        return {}, [f"offsetTable is not an object but {_kind(table)}"]
     for key, per_queue in table.items():
         topic, sep, group = str(key).partition("@")
         if not sep:
             bad.append(f"offsetTable key {key!r} is not TOPIC@GROUP")
             continue
         if not isinstance(per_queue, dict):
-            bad.append(f"offsetTable[{key!r}] is not an object but {_kind(per_queue)}")
+            bad.append(f"offsetTable[{key!r}] is not an object but {json_kind(per_queue)}")
             continue
         for q, off in per_queue.items():
             qid = _queue_id(q)
@@ -115,10 +108,6 @@ def _queue_id(q: str) -> int | None:
         return None
     n = int(q)
     return n if JAVA_INT[0] <= n <= JAVA_INT[1] else None
-
-
-def _kind(v) -> str:
-    return "null" if v is None else type(v).__name__
 
 
 def consumer_offsets(store: Store, *, group: str | None = None, topic: str | None = None) -> OffsetsReport:

@@ -20,7 +20,7 @@ from rmqdump.checks.offsets import OFFSETS_FILE, offset_entries
 from rmqdump.common.problems import InputError, Problem
 from rmqdump.query.journeyscan import every_journey, lifecycle_records
 from rmqdump.query.lookup import Index, index_end
-from rmqdump.readers.configfiles import CONFIG_DIR, JAVA_INT, JAVA_LONG, bad_config, problem_of, read_config, whole_number
+from rmqdump.readers.configfiles import CONFIG_DIR, JAVA_INT, JAVA_LONG, bad_config, config_table, json_kind, problem_of, read_config, whole_number
 from rmqdump.readers.lifecycle import Copy, Evidence, is_evidence_topic, is_own_topic, read_record
 from rmqdump.readers.msgid import id_bytes
 from rmqdump.readers.store import Store
@@ -95,15 +95,8 @@ def delay_entries(data) -> tuple[dict[int, int], list[str]]:
     """Delay level -> the next schedule queue offset to deliver, from a parsed delayOffset.json
     (ScheduleMessageService: `{"offsetTable":{LEVEL:OFFSET}}`, levels Java ints >= 1, offsets Java longs >= 0), and why
     each entry that is not that was left out, naming its key."""
-    if not isinstance(data, dict):
-        return {}, [f"not a JSON object but {type(data).__name__}"]
-    if "offsetTable" not in data:
-        return {}, []
-    table = data["offsetTable"]
-    if not isinstance(table, dict):
-        return {}, [f"offsetTable is not an object but {'null' if table is None else type(table).__name__}"]
+    table, bad = config_table(data, "offsetTable")
     out: dict[int, int] = {}
-    bad: list[str] = []
     for k, v in table.items():
         level = int(k) if isinstance(k, str) and k.isascii() and k.isdigit() else None
         if level is None or not 1 <= level <= JAVA_INT[1]:
@@ -120,18 +113,11 @@ def delay_entries(data) -> tuple[dict[int, int], list[str]]:
 def retry_limits(data) -> tuple[dict[str, int], list[str]]:
     """Group -> retryMaxTimes, from a parsed subscriptionGroup.json (`{"subscriptionGroupTable":{GROUP:{...,
     "retryMaxTimes":N}}}`, N a Java int), and why each group's entry that is not that was left out, naming its key."""
-    if not isinstance(data, dict):
-        return {}, [f"not a JSON object but {type(data).__name__}"]
-    if "subscriptionGroupTable" not in data:
-        return {}, []
-    table = data["subscriptionGroupTable"]
-    if not isinstance(table, dict):
-        return {}, [f"subscriptionGroupTable is not an object but {'null' if table is None else type(table).__name__}"]
+    table, bad = config_table(data, "subscriptionGroupTable")
     out: dict[str, int] = {}
-    bad: list[str] = []
     for g, conf in table.items():
         if not isinstance(conf, dict):
-            bad.append(f"subscriptionGroupTable[{g!r}] is not an object but {'null' if conf is None else type(conf).__name__}")
+            bad.append(f"subscriptionGroupTable[{g!r}] is not an object but {json_kind(conf)}")
             continue
         if "retryMaxTimes" not in conf:
             continue

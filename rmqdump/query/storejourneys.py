@@ -8,18 +8,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from rmqdump.checks.cqunits import (
-    CQ_DANGLING,
-    CQ_NOT_MESSAGE_START,
-    CQ_OFFSET_OUT_OF_RANGE,
-    CQ_QUEUE_MISMATCH,
-    CQ_QUEUE_OFFSET_MISMATCH,
-    CQ_SIZE_MISMATCH,
-    CQ_TOPIC_MISMATCH,
-    Found,
-    findings_to_problems,
-    real_mask,
-)
+from rmqdump.checks.cqunits import CommitLogExtent, RecordTable, findings_to_problems, pointer_checks, real_mask
 from rmqdump.checks.journey import Context, Journey
 from rmqdump.common.problems import Problem
 from rmqdump.query.journeys import SCAN_BELOW, lifecycle_journeys
@@ -106,16 +95,15 @@ def is_view_queue(topic: str) -> bool:
 
 
 def checked_queues(store: Store, topic_matches, *, check_crc: bool = False) -> tuple[dict[tuple[str, int], tuple[int, int] | None], list[Problem]]:
-    """Each matching queue's units read against the records they name: a unit whose offset is past the CommitLog's files
-    or in none of them, where no record starts, whose size is not its record's, or whose record is of another topic,
-    queue or queue offset is a problem (cq verify's codes) and does not count. Returns each queue's bounds over the
-    units that count (first, last + 1; the queue's own bounds when it holds no valid unit, None when none counts) and
-    the problems. Units below the CommitLog's first offset name records deleted with their files, as the broker expects."""
+    """Each matching queue's units checked against the records they name by cq verify's own pointer checks
+    (checks.cqunits.pointer_checks, over a record table of the records those units name): a unit past the CommitLog's
+    files or in none of them, where no record starts, whose size is not its record's, or whose record is of another
+    topic, queue or queue offset is a problem and does not count. Returns each queue's bounds over the units that count
+    (first, last + 1; the queue's own bounds when it holds no valid unit, None when none counts) and the problems.
+    Units below the CommitLog's first offset name records deleted with their files, as the broker expects: they count."""
     cl = store.commitlog
-    starts = np.array([f.base for f in cl.files], np.int64)
-    ends = np.array([f.base + f.size for f in cl.files], np.int64)
-    low = int(starts.min()) if len(starts) else 0
-    end = int(ends.max()) if len(ends) else 0
+    extent = CommitLogExtent.of(cl, max((f.base + f.size for f in cl.files), default=0))
+    low = int(extent.starts.min()) if len(extent.starts) else 0
     bounds: dict[tuple[str, int], tuple[int, int] | None] = {}
     problems: list[Problem] = []
     for (t, qid), q in sorted(store.queues.items()):
@@ -127,41 +115,35 @@ def checked_queues(store: Store, topic_matches, *, check_crc: bool = False) -> t
         if not pos.size:
             bounds[(t, qid)] = q.bounds()
             continue
-        off, size, idx = u.offset[pos], u.size[pos], u.index[pos]
-        good = off < low  # deleted with their files
-        found: Found = []
-        in_file = np.zeros(len(pos), bool)
-        if len(starts):
-            k = np.searchsorted(starts, off, side="right") - 1
-            in_file = (k >= 0) & (off < ends[np.maximum(k, 0)]) & (off >= low)
-        for j in np.flatnonzero(~in_file & ~good).tolist():
-            o = int(off[j])
-            if o >= end:
-                found.append((int(pos[j]), CQ_DANGLING, f"offset {o} is at or past the end of the CommitLog's data ({end})", o))
-            else:
-                found.append((int(pos[j]), CQ_OFFSET_OUT_OF_RANGE, f"offset {o} is in no CommitLog file", o))
-        ask = np.flatnonzero(in_file)
-        records = _records_at(cl, off[ask], check_crc)
-        for j in ask.tolist():
-            o, p = int(off[j]), int(pos[j])
-            m = records.get(o)
-            if m is None:
-                found.append((p, CQ_NOT_MESSAGE_START, f"no valid record starts at offset {o}", o))
-                continue
-            bad = len(found)
-            if m.total_size != int(size[j]):
-                found.append((p, CQ_SIZE_MISMATCH, f"unit size {int(size[j])}, record totalSize {m.total_size}", o))
-            if m.topic != t:
-                found.append((p, CQ_TOPIC_MISMATCH, f"record is in topic {m.topic!r}, not {t!r}", o))
-            elif m.queue_id != qid:
-                found.append((p, CQ_QUEUE_MISMATCH, f"record is in queue {m.queue_id}, not {qid}", o))
-            elif m.queue_offset != int(idx[j]):
-                found.append((p, CQ_QUEUE_OFFSET_MISMATCH, f"record's queueOffset is {m.queue_offset}, unit index {int(idx[j])}", o))
-            good[j] = len(found) == bad
+        deleted = u.offset[pos] < low
+        asked = pos[~deleted]
+        found = pointer_checks(u, asked, t, qid, _record_table(cl, u.offset[asked], check_crc), extent, check_tags=False)[0] if asked.size else []
         problems += findings_to_problems(found, u, t, qid, _cq_file_of(q))
-        ok = idx[good]
+        bad = {p for p, *_ in found}
+        good = deleted.copy()
+        good[~deleted] = [int(p) not in bad for p in asked.tolist()]
+        ok = u.index[pos][good]
         bounds[(t, qid)] = (int(ok.min()), int(ok.max()) + 1) if ok.size else None
     return bounds, problems
+
+
+def _record_table(cl, offsets: np.ndarray, check_crc: bool) -> RecordTable:
+    """The records these units name, as the record table cq verify's pointer checks join units with."""
+    found = _records_at(cl, offsets, check_crc)
+    ms = [found[o] for o in sorted(found)]
+    topics = sorted({m.topic for m in ms})
+    col = lambda f, dt: np.array([f(m) for m in ms], dtype=dt)  # noqa: E731
+    return RecordTable(
+        phys=col(lambda m: m.phys_offset, np.int64),
+        size=col(lambda m: m.total_size, np.int32),
+        topic_id=col(lambda m: topics.index(m.topic), np.int32),
+        queue_id=col(lambda m: m.queue_id, np.int32),
+        queue_offset=col(lambda m: m.queue_offset, np.int64),
+        tags_code=np.zeros(len(ms), np.int64),  # not checked: a delay unit's tagsCode is its delivery time
+        store_timestamp=col(lambda m: m.store_timestamp, np.int64),
+        queued=np.ones(len(ms), bool),
+        topics=topics,
+    )
 
 
 def _records_at(cl, offsets: np.ndarray, check_crc: bool) -> dict:

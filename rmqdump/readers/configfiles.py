@@ -173,6 +173,22 @@ def problem_of(cf: ConfigFile) -> Problem:
     return bad_config(cf.path, cf.error or "", cf.offset)
 
 
+def json_kind(value: Any) -> str:
+    """A JSON value's kind as a message names it ("null", "list", "str", ...)."""
+    return "null" if value is None else type(value).__name__
+
+
+def config_table(data: Any, name: str) -> tuple[dict, list[str]]:
+    """The object a parsed config file keeps under `name` (offsetTable, subscriptionGroupTable, ...): ({}, []) when the
+    file has none; ({}, [why]) when the file or the table is not a JSON object."""
+    if not isinstance(data, dict):
+        return {}, [f"not a JSON object but {json_kind(data)}"]
+    table = data.get(name, {})
+    if not isinstance(table, dict):
+        return {}, [f"{name} is not an object but {json_kind(table)}"]
+    return table, []
+
+
 def whole_number(value: Any, lo: int, hi: int) -> str | None:
     """Why `value` is not what fastjson writes for a Java integer in [lo, hi] (a JSON integer), or None when it is."""
     if isinstance(value, bool) or not isinstance(value, int):

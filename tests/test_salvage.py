@@ -525,32 +525,30 @@ def test_salvage_gives_back_what_a_normal_restart_leaves_undispatched(tmp_path):
     assert set(resend.values()) == {"undispatched"}
 
 
-def test_the_hashing_file_writes_and_hashes_every_byte_in_order(tmp_path):
-    """Salvage's output file hands its writes to a thread of its own: the file and its sha256 are the bytes written, in
-    order, a mutable buffer as it was when written; tell() counts what was handed over."""
-    from rmqdump.export.salvage import _HashingFile
+def test_an_output_file_writes_and_hashes_every_byte_in_order(tmp_path):
+    """Salvage's output file hands its pieces to a thread of its own: the file and its sha256 are the bytes written, in
+    order; its row count is what the writes said."""
+    from rmqdump.export.salvage import _Output
 
-    f = _HashingFile(str(tmp_path / "out"))
-    parts = [b"PAR1", bytearray(b"row group"), memoryview(b"0123456789" * 10_000), b"", b"footer"]
-    want = b""
-    for p in parts:
-        assert f.write(p) == len(p)
-        want += bytes(p)
-        assert f.tell() == len(want)
-    parts[1][:] = b"XXXXXXXXX"  # changed after its write: the file keeps what was written
-    f.close()
+    f = _Output(str(tmp_path / "out"), "jsonl", b"")
+    parts = [b"PAR1", b"row group", memoryview(b"0123456789" * 10_000), b"", b"footer"]
+    for i, p in enumerate(parts):
+        f.write(p, i)
+    digest = f.close()
+    want = b"".join(bytes(p) for p in parts)
     assert (tmp_path / "out").read_bytes() == want
-    assert f.sha.hexdigest() == hashlib.sha256(want).hexdigest()
+    assert digest == hashlib.sha256(want).hexdigest()
+    assert f.rows == sum(range(len(parts)))
 
 
-def test_a_failed_write_of_the_hashing_file_is_raised_not_lost():
-    """A write that fails on the writer thread (ENOSPC: /dev/full) is raised to the encoder by a later call or close()."""
+def test_a_failed_write_of_an_output_file_is_raised_not_lost():
+    """A write that fails on the writer thread (ENOSPC: /dev/full) is raised by a later call or close()."""
     import errno
 
-    from rmqdump.export.salvage import _HashingFile
+    from rmqdump.export.salvage import _Output
 
-    f = _HashingFile("/dev/full")
-    f.write(b"x" * (1 << 20))  # past the file object's buffer: the write itself fails, on the thread
+    f = _Output("/dev/full", "jsonl", b"")
+    f.write(b"x" * (1 << 20), 1)  # past the file object's buffer: the write itself fails, on the thread
     with pytest.raises(OSError) as e:
         f.close()
-    assert e.value.errno == errno.ENOSPC and f.closed
+    assert e.value.errno == errno.ENOSPC and f.f.closed

@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from rmqdump.checks import salvage as S
 from rmqdump.checks.recovery import store_rules
@@ -32,8 +31,9 @@ from rmqdump.common.background import Background
 from rmqdump.common.columnspill import ColumnSpill
 from rmqdump.common.problems import Problem
 from rmqdump.common.publish import publishing
-from rmqdump.export import arrowbatch
+from rmqdump.export import arrowbatch, parquetparts
 from rmqdump.export.dataset import jsonl_lines, parquet_options
+from rmqdump.export.parquetparts import Part, PartsWriter, encode_part
 from rmqdump.readers.store import Store
 from rmqdump.scan.headerfix import Restored, store_units, unit_agrees
 from rmqdump.scan.ranges import SERIAL, Mapper, map_ranges
@@ -49,7 +49,6 @@ SETS = {"messages": S.TO_RESEND, "flagged": S.FLAGGED}
 # group (4,096 a group took 1.16x the time of 16,384 at 4M, for 100 MiB less)
 ROWS_PER_GROUP = 16384
 GROUP_BYTES = 24 << 20
-CHUNK_ROWS = 4 * ROWS_PER_GROUP  # records read again at a time (the rest of their window's columns is dropped meanwhile)
 _REASONS = list(S.REASONS)
 # each set's reasons as a table by reason code: picked with a take, not np.isin (which sorts through np.unique, whose
 # first call imports numpy.ma)
@@ -73,84 +72,45 @@ def _base_schema() -> pa.Schema:
     return pa.schema([*arrowbatch.FIELDS, _BODY, *_RAW])
 
 
-class _HashingFile:
-    """A binary file that also feeds every byte written to sha256 (the manifest's hash without reading the file back),
-    both on a thread of its own: the Parquet encoder's thread, the slowest of salvage's, hands over the bytes it
-    writes (pyarrow passes its own `bytes`, which nothing changes later) and goes on encoding."""
+class _Output:
+    """One output file written in order on a thread of its own (common.background): Parquet parts joined under one
+    footer (export.parquetparts), or JSON Lines text; the sha256 of every byte as written, so the manifest's hash
+    needs no second read. Hashing and writing release the GIL: they overlap with the encoding of later parts."""
 
-    AHEAD = 32  # writes waiting at most: pages of a row group, ~1.6 MB each for bodies
+    AHEAD = 2  # parts waiting at most (each at most a row group's bytes)
 
-    def __init__(self, path: str):
-        self.f = open(path, "wb")  # noqa: SIM115 (closed by close(): the Parquet writer owns it meanwhile)
+    def __init__(self, path: str, fmt: str, template: bytes):
+        self.path, self.fmt, self.rows = path, fmt, 0
+        self.f = open(path, "wb")  # noqa: SIM115 (closed by close())
         self.sha = hashlib.sha256()
-        self.closed = False
-        self.pos = 0
-        self.bg = Background(self._store, ahead=self.AHEAD, name=f"rmqdump-salvage-write-{os.path.basename(path)}")
+        self.parts = PartsWriter(self._store, template) if fmt == "parquet" else None
+        self.bg = Background(self._add, self._finish, ahead=self.AHEAD, name=f"rmqdump-salvage-{os.path.basename(path)}")
 
-    def _store(self, data: bytes) -> None:
+    def _store(self, data) -> None:
         self.sha.update(data)
         self.f.write(data)
 
-    def write(self, data) -> int:
-        data = bytes(data)  # a copy only if it is not bytes already
-        self.bg.put(data)
-        self.pos += len(data)
-        return len(data)
-
-    def tell(self) -> int:
-        return self.pos
-
-    def flush(self) -> None:
-        """Raises what a write raised."""
-        self.bg.check()
-
-    def close(self) -> None:
-        """Every write done (what one raised, raised here), then the file closed."""
-        if not self.closed:
-            self.closed = True
-            try:
-                self.bg.close()
-            finally:
-                self.f.close()
-
-
-class _Sink:
-    """One output file, Parquet or JSON Lines, written batch after batch on a thread of its own (common.background).
-
-    Encoding Parquet and hashing release the GIL, so they overlap with the
-    scan and the Arrow building of the next records; one batch waits at most,
-    so memory stays bounded.
-    """
-
-    def __init__(self, path: str, fmt: str):
-        self.path, self.fmt, self.rows = path, fmt, 0
-        self.file = _HashingFile(path)
-        self.pq = None
-        if fmt == "parquet":
-            self.pq = pq.ParquetWriter(self.file, schema(), **parquet_options(schema()))
-        self.bg = Background(self._write, self._finish, ahead=1, name=f"rmqdump-salvage-{os.path.basename(path)}")
-
-    def _write(self, rb: pa.RecordBatch) -> None:
-        if self.pq is not None:
-            self.pq.write_batch(rb, row_group_size=ROWS_PER_GROUP)
+    def _add(self, piece) -> None:
+        if self.parts is not None:
+            self.parts.append(piece)
         else:
-            self.file.write("".join(line + "\n" for line in jsonl_lines(rb, ("body", "raw_without_body"))).encode("utf-8"))
+            self._store(piece)
 
     def _finish(self) -> None:
-        if self.pq is not None:
-            self.pq.close()
+        if self.parts is not None:
+            self.parts.close()
 
-    def write(self, rb: pa.RecordBatch) -> None:
-        self.rows += rb.num_rows
-        self.bg.put(rb)
+    def write(self, piece: Part | bytes, rows: int) -> None:
+        self.rows += rows
+        self.bg.put(piece)
 
     def close(self) -> str:
-        """Finish the file; its sha256."""
+        """Every part written, then the footer; the file's sha256 (what a write raised, raised here)."""
         try:
             self.bg.close()
         finally:
-            self.file.close()
-        return self.file.sha.hexdigest()
+            self.f.close()
+        return self.sha.hexdigest()
 
 
 @dataclass
@@ -389,20 +349,32 @@ def _restored_arrow(broker: str, r: Restored) -> pa.RecordBatch:
     return _with_header(rb, pa.array([S.HEADER_DAMAGED], pa.string()), r)
 
 
-def _arrow(store: Store, broker: str, ch: _Chunk) -> Iterator[tuple[str, pa.RecordBatch]]:
-    """The chunk's records read again (the survey checked their CRCs), as (set, record batch) in physical order."""
+def _encoded(rbs: list[pa.RecordBatch], fmt: str, options: dict) -> tuple[Part | bytes, int]:
+    """One set's record batches of a chunk as one Parquet row group (or JSON Lines text), and their rows."""
+    rows = sum(rb.num_rows for rb in rbs)
+    if fmt == "parquet":
+        return encode_part(rbs, schema(), options), rows
+    return "".join(line + "\n" for rb in rbs for line in jsonl_lines(rb, ("body", "raw_without_body"))).encode("utf-8"), rows
+
+
+def _chunk_parts(store: Store, broker: str, fmt: str, options: dict, ch: _Chunk | Restored) -> list[tuple[str, Part | bytes, int]]:
+    """A chunk's records read again (the survey checked their CRCs), built into Arrow and encoded: (set, part, rows)
+    for each set it has records of, at most one row group each. A pure function of the chunk, run on any of the
+    mapper's threads: the parts' bytes do not depend on which."""
+    if isinstance(ch, Restored):
+        return [("messages", *_encoded([_restored_arrow(broker, ch)], fmt, options))]
+    per: dict[str, list[pa.RecordBatch]] = {name: [] for name in SETS}
     for b, idx, at in S.records(store, ch.phys, check_crc=False):
         _with_verdicts(b, idx, ch.crc[at], ch.prop_crc[at])
         reason = ch.why[at]
         for name in SETS:
             pick = _IN_SET[name][reason] & (reason != S.NONE)
-            rows, why = idx[pick], reason[pick]
-            for lo, hi in arrowbatch.chunks(b.cols["total_size"][rows], GROUP_BYTES, ROWS_PER_GROUP):  # a row group at a time
-                rb = arrowbatch.selected(b, rows[lo:hi], broker, _base_schema())
-                col = arrowbatch.coded(_REASONS, why[lo:hi])
-                yield name, _with_header(rb, col)
+            if pick.any():
+                rb = arrowbatch.selected(b, idx[pick], broker, _base_schema())
+                per[name].append(_with_header(rb, arrowbatch.coded(_REASONS, reason[pick])))
         # taken (Arrow holds copies): its pages of the map can go, as export does
         b.mf.release(int(b.cols["_pos"][0]), int(b.cols["_end"][-1]))
+    return [(name, *_encoded(rbs, fmt, options)) for name, rbs in per.items() if rbs]
 
 
 def salvage(
@@ -432,7 +404,7 @@ def salvage(
         for pr in store.commitlog.problems:
             res.note_damage(pr)
         cols = ColumnSpill(os.path.join(tmp, SPILL_DIR), S.SURVEY_DTYPES)
-        sinks: dict[str, _Sink] = {}
+        sinks: dict[str, _Output] = {}
         hashes: dict[str, str] = {}
         try:
             # the survey first (the mapper's threads), then the recovery preview, whose walk steps over the stretches the
@@ -472,22 +444,21 @@ def salvage(
                     cuts = [*np.searchsorted(c["phys"][wanted], [r.phys for r in mine]).tolist(), len(wanted)]
                     prev = 0
                     for cut, r in zip(cuts, [*mine, None], strict=True):
-                        for lo in range(prev, cut, CHUNK_ROWS):
-                            k = wanted[lo : min(cut, lo + CHUNK_ROWS)]
+                        for lo, hi in arrowbatch.chunks(c["size"][wanted[prev:cut]], GROUP_BYTES, ROWS_PER_GROUP):  # a row group each
+                            k = wanted[prev + lo : prev + hi]
                             yield _Chunk(c["phys"][k], reason[k], c["crc"][k], c["prop_crc"][k])
                         if r is not None:
                             yield r
                         prev = cut
 
-            sinks = {name: _Sink(os.path.join(tmp, f"{name}.{fmt}"), fmt) for name in SETS}
-            # on this thread: Arrow building on the scan's workers was measured no faster (the sinks' thread and the
-            # building already fill two cores) and held more copies in flight
-            for ch in chunks():
-                if isinstance(ch, Restored):
-                    sinks["messages"].write(_restored_arrow(broker, ch))
-                    continue
-                for name, rb in _arrow(store, broker, ch):
-                    sinks[name].write(rb)
+            options = parquet_options(schema())
+            template = parquetparts.template(schema(), options) if fmt == "parquet" else b""
+            sinks = {name: _Output(os.path.join(tmp, f"{name}.{fmt}"), fmt, template) for name in SETS}
+            # the chunks are read again, built and encoded on the mapper's threads (every core: one Parquet writer's
+            # thread was salvage's slowest); their parts are written in order, by one thread per file
+            for parts in mapper.on_driver(functools.partial(_chunk_parts, store, broker, fmt, options), chunks()):
+                for name, part, rows in parts:
+                    sinks[name].write(part, rows)
         finally:
             for name, sk in sinks.items():
                 hashes[name] = sk.close()

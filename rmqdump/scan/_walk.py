@@ -401,7 +401,8 @@ def scan_commitlog(cl: CommitLog, *, from_offset: int | None = None, to_offset: 
 
     For passes that read one stretch in order (listings, lookups, the recovery
     preview); passes over the whole CommitLog map scan_range (rmqdump.scan.ranges)
-    over the planner's ranges instead.
+    over the planner's ranges instead. No index keys: none of these passes reads them (the kernel hashes them only
+    for the ranges of a pass that builds or checks the index).
     """
     for seg in cl.files:
         if to_offset is not None and seg.base >= to_offset:
@@ -413,7 +414,7 @@ def scan_commitlog(cl: CommitLog, *, from_offset: int | None = None, to_offset: 
         end = seg.size if to_offset is None else max(0, min(seg.size, to_offset - seg.base - seg.frame))
         # bytes past the configured size are not data: they are reported as a layout problem
         with MappedFile(seg.path, limit=cl.file_size) as mf:
-            yield from scan_file(seg, mf, start=start, end=end, check_crc=check_crc)
+            yield from scan_file(seg, mf, start=start, end=end, check_crc=check_crc, keys=False)
 
 
 def read_at(cl: CommitLog, phys_offset: int, *, check_crc: bool = True, with_body: bool = False) -> Message | Problem:

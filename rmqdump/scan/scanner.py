@@ -47,7 +47,8 @@ def batches(commitlog: CommitLog, *, from_offset: int | None = None, to_offset: 
     """The records of [from_offset, to_offset) of a CommitLog in offset order, one worker (default: all of it).
 
     For passes that need the records in order more than they need cores; `from_offset` may be any byte (the walk
-    resyncs by the proof rule), DLedger offsets are the messages' own.
+    resyncs by the proof rule), DLedger offsets are the messages' own. No serial pass reads index keys (only the
+    ranges of a pass that builds or checks the index do), so the kernel does not hash them here.
     """
     return scan_commitlog(commitlog, from_offset=from_offset, to_offset=to_offset, check_crc=check_crc)
 
@@ -59,14 +60,14 @@ def file_batches_from(
     *,
     end: int | None = None,
     check_crc: bool = True,
-    keys: bool = True,
+    keys: bool = False,
     batch_records: int = BATCH_RECORDS,
 ) -> Iterator[Batch]:
     """One file's records from file position `start` (resynced when it is no record start) up to `end`, one worker.
 
     For passes that follow the broker from record to record inside one file and decide where to go on from what
     they saw (the recovery preview's jumps, salvage's re-read, repair's look-back); smaller `batch_records` when
-    the caller usually stops after a few records; keys=False for passes that read no index key.
+    the caller usually stops after a few records; keys=True only for a pass that reads the index keys (none does now).
     """
     return scan_file(seg, mf, start=start, end=end, check_crc=check_crc, keys=keys, batch_records=batch_records)
 

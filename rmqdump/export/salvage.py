@@ -27,7 +27,6 @@ import pyarrow as pa
 
 from rmqdump.checks import salvage as S
 from rmqdump.checks.recovery import store_rules
-from rmqdump.common.background import Background
 from rmqdump.common.columnspill import ColumnSpill
 from rmqdump.common.problems import Problem
 from rmqdump.common.publish import publishing
@@ -48,7 +47,7 @@ SETS = {"messages": S.TO_RESEND, "flagged": S.FLAGGED}
 # bytes are copies, so the bytes bound memory whatever the messages' size; the rows bound what small records cost per
 # group (4,096 a group took 1.16x the time of 16,384 at 4M, for 100 MiB less)
 ROWS_PER_GROUP = 16384
-GROUP_BYTES = 24 << 20
+GROUP_BYTES = 16 << 20
 _REASONS = list(S.REASONS)
 # each set's reasons as a table by reason code: picked with a take, not np.isin (which sorts through np.unique, whose
 # first call imports numpy.ma)
@@ -73,41 +72,34 @@ def _base_schema() -> pa.Schema:
 
 
 class _Output:
-    """One output file written in order on a thread of its own (common.background): Parquet parts joined under one
-    footer (export.parquetparts), or JSON Lines text; the sha256 of every byte as written, so the manifest's hash
-    needs no second read. Hashing and writing release the GIL: they overlap with the encoding of later parts."""
-
-    AHEAD = 2  # parts waiting at most (each at most a row group's bytes)
+    """One output file, written in order as the parts come: Parquet parts joined under one footer
+    (export.parquetparts), or JSON Lines text; the sha256 of every byte as written, so the manifest's hash needs no
+    second read. Written by the thread that takes the mapper's results: the parts are encoded on its threads
+    meanwhile (hashing and writing release the GIL)."""
 
     def __init__(self, path: str, fmt: str, template: bytes):
         self.path, self.fmt, self.rows = path, fmt, 0
         self.f = open(path, "wb")  # noqa: SIM115 (closed by close())
         self.sha = hashlib.sha256()
         self.parts = PartsWriter(self._store, template) if fmt == "parquet" else None
-        self.bg = Background(self._add, self._finish, ahead=self.AHEAD, name=f"rmqdump-salvage-{os.path.basename(path)}")
 
     def _store(self, data) -> None:
         self.sha.update(data)
         self.f.write(data)
 
-    def _add(self, piece) -> None:
+    def write(self, piece: Part | bytes, rows: int) -> None:
+        self.rows += rows
         if self.parts is not None:
             self.parts.append(piece)
         else:
             self._store(piece)
 
-    def _finish(self) -> None:
-        if self.parts is not None:
-            self.parts.close()
-
-    def write(self, piece: Part | bytes, rows: int) -> None:
-        self.rows += rows
-        self.bg.put(piece)
-
     def close(self) -> str:
-        """Every part written, then the footer; the file's sha256 (what a write raised, raised here)."""
+        """The footer written (Parquet) and the file closed; its sha256."""
         try:
-            self.bg.close()
+            if self.parts is not None:
+                self.parts.close()
+            self.f.flush()
         finally:
             self.f.close()
         return self.sha.hexdigest()

@@ -16,6 +16,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from conftest import REAL
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from rmqdump.export import parquetparts as P
 from rmqdump.export import salvage as SV
@@ -217,3 +219,54 @@ def test_salvage_files_are_the_same_on_one_thread_or_several(tmp_path, monkeypat
         assert [f["sha256"] for f in res.files if f["set"] == "messages"] == [hashlib.sha256(data).hexdigest()]
         got[workers] = data
     assert got[1] == got[3]
+
+
+def test_parts_of_binary_views_are_pyarrows_file_of_binary():
+    """Salvage encodes `body` from views of the map: the joined file is the one pyarrow writes from plain binary,
+    byte for byte (the footer says binary)."""
+    rng = random.Random(11)
+    groups = [_mixed_table(rng, rng.randrange(1, 300)) for _ in range(4)]
+    schema = groups[0].schema
+    view_schema = schema.set(schema.get_field_index("body"), pa.field("body", pa.binary_view()))
+    options = parquet_options(schema)
+    out = bytearray()
+    w = P.PartsWriter(out.extend, P.template(schema, options))
+    for g in groups:
+        w.append(P.encode_part(g.cast(view_schema).to_batches(), view_schema, options))
+    w.close()
+    assert bytes(out) == _pyarrow_file(groups, schema, options)
+    assert pq.read_table(io.BytesIO(bytes(out))).schema.field("body").type == pa.binary()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(min_size=1, max_size=300), st.data())
+@example(b"0123456789abcdefgh", None)
+def test_views_of_the_map_are_its_bytes(data, draw):
+    """arrowbatch._views against slicing: short values inline, long ones by offset from the lowest start, empty ones."""
+    import numpy as np
+
+    from rmqdump.export.arrowbatch import _views
+
+    buf = np.frombuffer(data, dtype=np.uint8)
+    if draw is None:  # the pinned example: one inline value, one of exactly 12 bytes, one of 13, one empty
+        spans = [(0, 5), (2, 12), (3, 13), (7, 0)]
+    else:
+        spans = draw.draw(st.lists(st.integers(0, len(data)).flatmap(lambda p: st.tuples(st.just(p), st.integers(0, len(data) - p))), min_size=1, max_size=30))
+    pos = np.array([p for p, _ in spans], np.int64)
+    length = np.array([n for _, n in spans], np.int64)
+    arr = _views(buf, pos, length)
+    arr.validate(full=True)
+    assert arr.type == pa.binary_view() and arr.to_pylist() == [data[p : p + n] for p, n in spans]
+
+
+def test_views_spread_over_two_gib_are_copied():
+    """A view's offset is 32 bits: values spread over 2 GiB or more are copied (the zero pages are never touched)."""
+    import numpy as np
+
+    from rmqdump.export.arrowbatch import _views
+
+    big = np.zeros((1 << 31) + 64, dtype=np.uint8)
+    big[10:30] = 7
+    big[-40:-10] = 9
+    arr = _views(big, np.array([10, len(big) - 40]), np.array([20, 30]))
+    assert arr.type == pa.binary_view() and arr.to_pylist() == [b"\x07" * 20, b"\x09" * 30]

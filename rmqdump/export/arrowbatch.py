@@ -136,6 +136,31 @@ def _binary(data: np.ndarray, pos: np.ndarray, length: np.ndarray) -> pa.Array:
     return pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(buf)], null_count=0)
 
 
+_INLINE = 12  # a binary_view value of up to this many bytes is held in its view; a longer one keeps its first 4 there
+
+
+def _views(data: np.ndarray, pos: np.ndarray, length: np.ndarray) -> pa.Array:
+    """Byte strings of the mapped file as an Arrow binary_view array over the map itself: the bytes are not copied
+    (each value is a 16-byte view: its length, then the value itself when short, else its first 4 bytes, buffer 0
+    and its offset there). The map stays open while the array lives (MappedFile.close leaves a map a view still
+    holds). Values spread over 2 GiB or more (a view's offset is 32 bits) are copied as _binary copies them."""
+    n = len(pos)
+    pos, length = np.asarray(pos, np.int64), np.maximum(np.asarray(length, np.int64), 0)
+    lo = int(pos.min()) if n else 0
+    hi = int((pos + length).max()) if n else 0
+    if hi - lo >= 1 << 31:
+        return _binary(data, pos, length).cast(pa.binary_view())
+    views = np.zeros((n, 4), dtype=np.int32)
+    views[:, 0] = length
+    head = views.view(np.uint8).reshape(n, 16)[:, 4:]  # the inline bytes (or the prefix), by record
+    shown = np.arange(_INLINE) < np.minimum(length, _INLINE)[:, None]
+    head[shown] = data[(pos[:, None] + np.arange(_INLINE))[shown]]
+    long = length > _INLINE
+    views[long, 2] = 0
+    views[long, 3] = pos[long] - lo
+    return pa.Array.from_buffers(pa.binary_view(), n, [None, pa.py_buffer(views), pa.py_buffer(data[lo:hi])], null_count=0)
+
+
 def _without_body(data: np.ndarray, c: dict) -> pa.Array:
     """Each record's bytes with its body cut out: the part before the body and the part after it, packed as one value."""
     pos, body = c["_pos"].astype(np.int64), c["body_pos"].astype(np.int64)
@@ -351,8 +376,8 @@ def record_batches(
 
 
 def selected(b: Batch, sel: np.ndarray, broker: str, sch: pa.Schema) -> pa.RecordBatch:
-    """Records `sel` (indices into the batch) with the columns of `sch`: any of FIELDS, BODY_FIELD,
-    RAW_WITHOUT_BODY_FIELD, BODY_OFFSET_FIELD."""
+    """Records `sel` (indices into the batch) with the columns of `sch`: any of FIELDS, BODY_FIELD (or `body` as
+    binary_view: views of the map, no copy), RAW_WITHOUT_BODY_FIELD, BODY_OFFSET_FIELD."""
     return pa.RecordBatch.from_arrays(_columns(b, sel, broker, sch), schema=sch)
 
 
@@ -397,7 +422,7 @@ def _columns(b: Batch, sel, broker: str, sch: pa.Schema, served: ServedView | No
         "dledger_index": lambda: _entry_column(b, sel, "index", n),
         "dledger_term": lambda: _entry_column(b, sel, "term", n),
         "broker": lambda: _constant(broker, n),
-        "body": lambda: _binary(data, c["body_pos"], c["body_length"]),
+        "body": lambda: (_views if sch.field("body").type == pa.binary_view() else _binary)(data, c["body_pos"], c["body_length"]),
         "raw_without_body": lambda: _without_body(data, c),
         "body_offset": lambda: _fixed(c["body_pos"].astype(np.int64) - c["_pos"], pa.int32()),
         "compaction_part": lambda: once("compaction", lambda: _compaction(b, sel, c, n, served))[0],

@@ -47,7 +47,7 @@ SETS = {"messages": S.TO_RESEND, "flagged": S.FLAGGED}
 # bytes are copies, so the bytes bound memory whatever the messages' size; the rows bound what small records cost per
 # group (4,096 a group took 1.16x the time of 16,384 at 4M, for 100 MiB less)
 ROWS_PER_GROUP = 16384
-GROUP_BYTES = 16 << 20
+GROUP_BYTES = 16 << 20  # a chunk is one row group: it, its Arrow and its encoded part are what a worker holds
 _REASONS = list(S.REASONS)
 # each set's reasons as a table by reason code: picked with a take, not np.isin (which sorts through np.unique, whose
 # first call imports numpy.ma)
@@ -68,7 +68,16 @@ def schema() -> pa.Schema:
 
 
 def _base_schema() -> pa.Schema:
-    return pa.schema([*arrowbatch.FIELDS, _BODY, *_RAW])
+    """The columns built from a scanned batch, `body` as views of the map (arrowbatch._views: its bytes are copied
+    once, by the Parquet encoder): a Parquet row group's bytes are the same from binary_view as from binary, and the
+    file's footer says binary (tests/test_parquetparts.py)."""
+    return pa.schema([*arrowbatch.FIELDS, pa.field("body", pa.binary_view(), nullable=False), *_RAW])
+
+
+def _part_schema() -> pa.Schema:
+    """schema() with `body` as binary_view: what the parts are encoded from."""
+    sch = schema()
+    return sch.set(sch.get_field_index("body"), pa.field("body", pa.binary_view(), nullable=False))
 
 
 class _Output:
@@ -345,7 +354,7 @@ def _encoded(rbs: list[pa.RecordBatch], fmt: str, options: dict) -> tuple[Part |
     """One set's record batches of a chunk as one Parquet row group (or JSON Lines text), and their rows."""
     rows = sum(rb.num_rows for rb in rbs)
     if fmt == "parquet":
-        return encode_part(rbs, schema(), options), rows
+        return encode_part(rbs, _part_schema(), options), rows
     return "".join(line + "\n" for rb in rbs for line in jsonl_lines(rb, ("body", "raw_without_body"))).encode("utf-8"), rows
 
 
@@ -364,8 +373,7 @@ def _chunk_parts(store: Store, broker: str, fmt: str, options: dict, ch: _Chunk 
             if pick.any():
                 rb = arrowbatch.selected(b, idx[pick], broker, _base_schema())
                 per[name].append(_with_header(rb, arrowbatch.coded(_REASONS, reason[pick])))
-        # taken (Arrow holds copies): its pages of the map can go, as export does
-        b.mf.release(int(b.cols["_pos"][0]), int(b.cols["_end"][-1]))
+    # the bodies are views of the map: it stays open until the parts are encoded (its pages go with it)
     return [(name, *_encoded(rbs, fmt, options)) for name, rbs in per.items() if rbs]
 
 
@@ -447,7 +455,7 @@ def salvage(
             template = parquetparts.template(schema(), options) if fmt == "parquet" else b""
             sinks = {name: _Output(os.path.join(tmp, f"{name}.{fmt}"), fmt, template) for name in SETS}
             # the chunks are read again, built and encoded on the mapper's threads (every core: one Parquet writer's
-            # thread was salvage's slowest); their parts are written in order, by one thread per file
+            # thread was salvage's slowest), and their parts written in order here, as the mapper gives them back
             for parts in mapper.on_driver(functools.partial(_chunk_parts, store, broker, fmt, options), chunks()):
                 for name, part, rows in parts:
                     sinks[name].write(part, rows)

@@ -47,6 +47,8 @@ class _Writes:
         self.size = 0
 
     def write(self, data) -> int:
+        if type(data) is not bytes:  # pyarrow hands over bytes of its own; anything else may change after the call
+            data = bytes(data)
         self.pieces.append(data)
         self.size += len(data)
         return len(data)

@@ -113,7 +113,7 @@ def _check_batches(batches, seen: list | None = None, *, keys: bool = True) -> i
 @pytest.mark.parametrize("name", STORES)
 def test_kernel_equals_construct_on_every_real_record(name):
     cl = CommitLog.open(store_root(name) / "commitlog")
-    assert _check_batches(scanner.batches(cl, check_crc=True)) > 0
+    assert _check_batches(scanner.batches(cl, check_crc=True, keys=True)) > 0
 
 
 @pytest.mark.parametrize("name", STORES)
@@ -132,7 +132,7 @@ def test_real_stores_hold_non_ascii_keys_and_scheduled_records():
     """The kernel's UTF-8 -> UTF-16 hashing and the DELAY path are exercised by the real records above."""
     non_ascii = sched = 0
     for name in STORES:
-        for b in scanner.batches(CommitLog.open(store_root(name) / "commitlog"), check_crc=False):
+        for b in scanner.batches(CommitLog.open(store_root(name) / "commitlog"), check_crc=False, keys=True):
             non_ascii += int((b.found["key_units"] != b.found["key_len"]).sum())
             non_ascii += sum(1 for i in range(len(b)) if not b.properties_bytes(i).isascii())
             sched += sum(1 for i in range(len(b)) if b.topic(i) == C.SCHEDULE_TOPIC)
@@ -174,7 +174,7 @@ def test_kernel_equals_reference_on_crafted_properties(tmp_path, topic, props):
     two = _record(topic, props, len(one), template)
     (tmp_path / "commitlog").mkdir()
     (tmp_path / "commitlog" / "00000000000000000000").write_bytes(one + two + bytes(64))
-    assert _check_batches(scanner.batches(CommitLog.open(tmp_path / "commitlog"), check_crc=True)) == 2
+    assert _check_batches(scanner.batches(CommitLog.open(tmp_path / "commitlog"), check_crc=True, keys=True)) == 2
 
 
 def _ranged(cl_dir: Path, step: int, records: int):
@@ -183,7 +183,7 @@ def _ranged(cl_dir: Path, step: int, records: int):
     for seg in cl.files:
         with MappedFile(seg.path, limit=cl.file_size) as mf:
             for start in range(0, seg.size, step):
-                for b in scanner.file_batches_from(seg, mf, start=start, end=min(start + step, seg.size), batch_records=records):
+                for b in scanner.file_batches_from(seg, mf, start=start, end=min(start + step, seg.size), batch_records=records, keys=True):
                     d = dispatch_columns(b, DELAYS)
                     topics = [d.topics[t] for t in d.topic_id.tolist()]
                     keys = list(zip((d.phys[d.key_rec]).tolist(), d.key_hash.tolist(), strict=True))
@@ -214,7 +214,7 @@ def test_kernel_equals_construct_under_damage(tmp_path_factory, flips, seed):
         f.write_bytes(bytes(data))
         hit.append(int(f.name) + pos % len(data))
     seen: list = []
-    n = _check_batches(scanner.batches(CommitLog.open(tmp / "commitlog"), check_crc=True), seen)
+    n = _check_batches(scanner.batches(CommitLog.open(tmp / "commitlog"), check_crc=True, keys=True), seen)
     # every record the manifest says the broker wrote whose bytes no flip touched is among those checked
     intact = [m for m in manifest("rmq4-basic") if not any(m["wroteOffset"] <= h < m["wroteOffset"] + m["wroteBytes"] for h in hit)]
     assert n == len(seen) and {m["wroteOffset"] for m in intact} <= {int(os.path.basename(p)) + pos for p, pos in seen}
@@ -291,7 +291,7 @@ def test_kernel_crc_paths_give_the_same_batches(tmp_path, crc, library):
         "import sys; sys.path.insert(0, 'tests'); from test_kernel import _check_batches;"
         "from rmqdump.scan import native; from rmqdump.readers.commitlog import CommitLog;"
         "from rmqdump.scan import scanner; from conftest import store_root;"
-        "n = _check_batches(scanner.batches(CommitLog.open(store_root('rmq53-v2') / 'commitlog'), check_crc=True));"
+        "n = _check_batches(scanner.batches(CommitLog.open(store_root('rmq53-v2') / 'commitlog'), check_crc=True, keys=True));"
         f"assert {library} and n > 0; print(n)"
     )
     env = dict(os.environ, RMQDUMP_KERNEL_CRC=crc, RMQDUMP_CACHE_DIR=str(tmp_path / "cache"))
@@ -307,7 +307,7 @@ def test_dispatch_columns_hash_the_manifests_keys():
     equal Java's hashCode of the manifest's TAGS and of the key text at the kernel's key offsets, which is the manifest's."""
     by_offset = {m["wroteOffset"]: m for m in manifest("rmq4-flags")}
     n = sched = 0
-    for b in scanner.batches(CommitLog.open(store_root("rmq4-flags") / "commitlog"), check_crc=False):
+    for b in scanner.batches(CommitLog.open(store_root("rmq4-flags") / "commitlog"), check_crc=False, keys=True):
         d = dispatch_columns(b, DELAYS)
         man = [by_offset[p] for p in d.phys.tolist()]
         for i, m in enumerate(man):

@@ -260,7 +260,7 @@ def test_dispatch_equals_a_plain_parse(name):
     delays = DelayLevels.parse()
     by_offset = {m["wroteOffset"]: m for m in manifest(name)}
     n = 0
-    for b in scanner.batches(cl, check_crc=False):
+    for b in scanner.batches(cl, check_crc=False, keys=True):
         if not len(b):
             continue
         topics, codes, keys, uniqs = reference_dispatch(b, delays)
@@ -294,7 +294,7 @@ def test_dispatch_columns_fallback_paths_agree(name, monkeypatch):
         cl = CommitLog.open(str(store_root(name) / "commitlog"))
         for seg in cl.files:
             with MappedFile(seg.path, limit=cl.file_size) as mf:
-                for b in scanner.file_batches_from(seg, mf, check_crc=False, **kw):
+                for b in scanner.file_batches_from(seg, mf, check_crc=False, keys=True, **kw):
                     d = dispatch_columns(b, delays)
                     out.append(
                         (d.phys.tolist(), [d.topics[i] for i in d.topic_id.tolist()], d.tags_code.tolist(), d.phys[d.key_rec].tolist(), d.key_hash.tolist())

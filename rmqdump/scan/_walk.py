@@ -396,13 +396,14 @@ def kernel():
     return load(SCAN)
 
 
-def scan_commitlog(cl: CommitLog, *, from_offset: int | None = None, to_offset: int | None = None, check_crc: bool = True) -> Iterator[Batch]:
+def scan_commitlog(
+    cl: CommitLog, *, from_offset: int | None = None, to_offset: int | None = None, check_crc: bool = True, keys: bool = False
+) -> Iterator[Batch]:
     """Batches of a whole CommitLog's records in offset order, from `from_offset` (a record start or any byte) to `to_offset`.
 
     For passes that read one stretch in order (listings, lookups, the recovery
     preview); passes over the whole CommitLog map scan_range (rmqdump.scan.ranges)
-    over the planner's ranges instead. No index keys: none of these passes reads them (the kernel hashes them only
-    for the ranges of a pass that builds or checks the index).
+    over the planner's ranges instead. keys=True: with the index keys' columns, which none of these passes reads.
     """
     for seg in cl.files:
         if to_offset is not None and seg.base >= to_offset:
@@ -414,7 +415,7 @@ def scan_commitlog(cl: CommitLog, *, from_offset: int | None = None, to_offset: 
         end = seg.size if to_offset is None else max(0, min(seg.size, to_offset - seg.base - seg.frame))
         # bytes past the configured size are not data: they are reported as a layout problem
         with MappedFile(seg.path, limit=cl.file_size) as mf:
-            yield from scan_file(seg, mf, start=start, end=end, check_crc=check_crc, keys=False)
+            yield from scan_file(seg, mf, start=start, end=end, check_crc=check_crc, keys=keys)
 
 
 def read_at(cl: CommitLog, phys_offset: int, *, check_crc: bool = True, with_body: bool = False) -> Message | Problem:

@@ -43,14 +43,17 @@ __all__ = [
 # --- serial windows: one worker, records in offset order -------------------------------------------------------------
 
 
-def batches(commitlog: CommitLog, *, from_offset: int | None = None, to_offset: int | None = None, check_crc: bool = True) -> Iterator[Batch]:
+def batches(
+    commitlog: CommitLog, *, from_offset: int | None = None, to_offset: int | None = None, check_crc: bool = True, keys: bool = False
+) -> Iterator[Batch]:
     """The records of [from_offset, to_offset) of a CommitLog in offset order, one worker (default: all of it).
 
     For passes that need the records in order more than they need cores; `from_offset` may be any byte (the walk
-    resyncs by the proof rule), DLedger offsets are the messages' own. No serial pass reads index keys (only the
-    ranges of a pass that builds or checks the index do), so the kernel does not hash them here.
+    resyncs by the proof rule), DLedger offsets are the messages' own. keys=True: the batches carry the index keys'
+    columns (no serial pass reads them: only the ranges of a pass that builds or checks the index, and tests of the
+    dispatch columns), which the kernel otherwise does not hash.
     """
-    return scan_commitlog(commitlog, from_offset=from_offset, to_offset=to_offset, check_crc=check_crc)
+    return scan_commitlog(commitlog, from_offset=from_offset, to_offset=to_offset, check_crc=check_crc, keys=keys)
 
 
 def file_batches_from(
@@ -67,7 +70,7 @@ def file_batches_from(
 
     For passes that follow the broker from record to record inside one file and decide where to go on from what
     they saw (the recovery preview's jumps, salvage's re-read, repair's look-back); smaller `batch_records` when
-    the caller usually stops after a few records; keys=True only for a pass that reads the index keys (none does now).
+    the caller usually stops after a few records; keys=True for the index keys' columns (as `batches`).
     """
     return scan_file(seg, mf, start=start, end=end, check_crc=check_crc, keys=keys, batch_records=batch_records)
 

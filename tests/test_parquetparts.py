@@ -270,3 +270,14 @@ def test_views_spread_over_two_gib_are_copied():
     big[-40:-10] = 9
     arr = _views(big, np.array([10, len(big) - 40]), np.array([20, 30]))
     assert arr.type == pa.binary_view() and arr.to_pylist() == [b"\x07" * 20, b"\x09" * 30]
+
+
+def test_the_binary_view_layout_is_arrows():
+    """schemas/arrowview.py against pyarrow's own views of a short and a long value (buffer 0, offset 0 for the long one)."""
+    from rmqdump.schemas.arrowview import INLINE, BinaryView
+
+    short, long = b"x" * INLINE, b"0123456789abcdef"
+    views = pa.array([short, long], pa.binary_view()).buffers()[1].to_pybytes()
+    assert views == BinaryView.build(
+        {"length": INLINE, "prefix": short[:4], "buffer_index": int.from_bytes(short[4:8], "little"), "offset": int.from_bytes(short[8:], "little")}
+    ) + BinaryView.build({"length": len(long), "prefix": long[:4], "buffer_index": 0, "offset": 0})

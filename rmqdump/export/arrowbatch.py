@@ -21,12 +21,14 @@ from collections.abc import Iterator
 import numpy as np
 import pyarrow as pa
 
+from rmqdump.readers.fastpath import field_offset, numpy_dtype
 from rmqdump.readers.message import decode_properties, flag_names, split_keys
 from rmqdump.scan import scanner
 from rmqdump.scan.compaction import AFTER_CHECKPOINT, COMPACTED, NOT_SERVED, ServedView
 from rmqdump.scan.hosts import host_text
 from rmqdump.scan.scanner import Batch
 from rmqdump.schemas import constants as C
+from rmqdump.schemas.arrowview import INLINE, BinaryView
 
 MAX_CHUNK_BYTES = 32 << 20  # record bytes per Arrow batch: bounds memory whatever the messages
 
@@ -136,28 +138,29 @@ def _binary(data: np.ndarray, pos: np.ndarray, length: np.ndarray) -> pa.Array:
     return pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(buf)], null_count=0)
 
 
-_INLINE = 12  # a binary_view value of up to this many bytes is held in its view; a longer one keeps its first 4 there
+_VIEW = numpy_dtype(BinaryView)
+_VIEW_BYTES = field_offset(BinaryView, "prefix")  # where a short value's bytes (a long one's prefix) start
 
 
 def _views(data: np.ndarray, pos: np.ndarray, length: np.ndarray) -> pa.Array:
     """Byte strings of the mapped file as an Arrow binary_view array over the map itself: the bytes are not copied
-    (each value is a 16-byte view: its length, then the value itself when short, else its first 4 bytes, buffer 0
-    and its offset there). The map stays open while the array lives (MappedFile.close leaves a map a view still
-    holds). Values spread over 2 GiB or more (a view's offset is 32 bits) are copied as _binary copies them."""
+    (schemas/arrowview.py: each value's view holds its length, then the value itself when short, else its first 4
+    bytes, buffer 0 and its offset there). The map stays open while the array lives (MappedFile.close leaves a map a
+    view still holds). Values spread over 2 GiB or more (a view's offset is 32 bits) are copied as _binary copies them."""
     n = len(pos)
     pos, length = np.asarray(pos, np.int64), np.maximum(np.asarray(length, np.int64), 0)
     lo = int(pos.min()) if n else 0
     hi = int((pos + length).max()) if n else 0
     if hi - lo >= 1 << 31:
         return _binary(data, pos, length).cast(pa.binary_view())
-    views = np.zeros((n, 4), dtype=np.int32)
-    views[:, 0] = length
-    head = views.view(np.uint8).reshape(n, 16)[:, 4:]  # the inline bytes (or the prefix), by record
-    shown = np.arange(_INLINE) < np.minimum(length, _INLINE)[:, None]
-    head[shown] = data[(pos[:, None] + np.arange(_INLINE))[shown]]
-    long = length > _INLINE
-    views[long, 2] = 0
-    views[long, 3] = pos[long] - lo
+    views = np.zeros(n, dtype=_VIEW)
+    views["length"] = length
+    head = views.view(np.uint8).reshape(n, _VIEW.itemsize)[:, _VIEW_BYTES : _VIEW_BYTES + INLINE]
+    shown = np.arange(INLINE) < np.minimum(length, INLINE)[:, None]
+    head[shown] = data[(pos[:, None] + np.arange(INLINE))[shown]]
+    long = length > INLINE  # their view past the prefix: buffer 0, offset (written over the inline bytes' room)
+    views["buffer_index"][long] = 0
+    views["offset"][long] = pos[long] - lo
     return pa.Array.from_buffers(pa.binary_view(), n, [None, pa.py_buffer(views), pa.py_buffer(data[lo:hi])], null_count=0)
 
 

@@ -282,6 +282,31 @@ def test_class_archive_plan(tmp_path, monkeypatch):
     assert A.plan(settings) is None
 
 
+def test_work_on_the_driver_runs_on_its_cores():
+    """What stays on the driver under Spark (salvage's row groups, rebuild's self-check) runs on every usable core of
+    the driver as memory allows, as the local engine's would: the threads seen, against a model of that bound."""
+    import threading
+
+    from conftest import shared_spark
+
+    from rmqdump.engines.spark.rangemap import SparkMap
+
+    cores = len(os.sched_getaffinity(0))
+    with open("/proc/meminfo", encoding="ascii") as f:
+        avail = next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:"))
+    want = min(cores, max(1, avail // 4 // (160 << 20)))
+    seen, gate = set(), threading.Barrier(want, timeout=10)
+
+    def job(x):
+        seen.add(threading.get_ident())
+        gate.wait()  # every worker holds an item at once: as many threads as workers, no fewer
+        return x * x
+
+    drv = SparkMap(shared_spark()).on_driver
+    assert list(drv(job, range(4 * want))) == [x * x for x in range(4 * want)]
+    assert len(seen) == want
+
+
 def test_a_failed_job_is_one_line(tmp_path, capsys, monkeypatch):
     """A Spark job that fails is one line from the CLI's guard, never the JVM's stack trace: executors that cannot run
     their Python (here a local master, where no probe runs first) give executor_python_failed naming it; a task's own

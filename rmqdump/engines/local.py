@@ -59,6 +59,12 @@ def default_workers(total_bytes: int, min_bytes: int = PARALLEL_MIN_BYTES, per_w
     return max(1, cores)
 
 
+def driver_map() -> LocalMap:
+    """Every usable core of this machine, as far as memory holds their peaks: the mapper for the work that stays on the
+    driver (salvage's row groups, rebuild's self-check) whatever engine maps the ranges."""
+    return LocalMap(default_workers(PARALLEL_MIN_BYTES))
+
+
 class LocalMap(SerialMap):
     """fn over items on `workers` threads, results in item order, at most `workers + ahead` in flight."""
 

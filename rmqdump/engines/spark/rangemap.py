@@ -24,7 +24,7 @@ from typing import TypeVar
 
 import pyarrow as pa
 
-from rmqdump.engines.local import LocalMap
+from rmqdump.engines.local import driver_map
 from rmqdump.scan.splits import Split, partition_count
 
 T = TypeVar("T")
@@ -100,8 +100,9 @@ class SparkMap:
         self.sc = spark.sparkContext
         self.workers = max(1, int(self.sc.defaultParallelism))
         self.wave = max(1, int(wave or self.workers))
-        # what is not a range (the self-check's side-by-side jobs over files being written) runs on the driver
-        self.on_driver = LocalMap(1)
+        # what is not a range (salvage's row groups, the self-check's side-by-side jobs over files being written) runs
+        # on the driver, on its cores
+        self.on_driver = driver_map()
 
     def __call__(self, fn: Callable[[T], R], items: Iterable[T]) -> Iterator[R]:
         items = list(items)

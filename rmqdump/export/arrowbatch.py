@@ -379,8 +379,11 @@ def record_batches(
 
 
 def selected(b: Batch, sel: np.ndarray, broker: str, sch: pa.Schema) -> pa.RecordBatch:
-    """Records `sel` (indices into the batch) with the columns of `sch`: any of FIELDS, BODY_FIELD (or `body` as
-    binary_view: views of the map, no copy), RAW_WITHOUT_BODY_FIELD, BODY_OFFSET_FIELD."""
+    """Records `sel` (strictly rising indices into the batch) with the columns of `sch`: any of FIELDS, BODY_FIELD (or `body`
+    as binary_view: views of the map, no copy), RAW_WITHOUT_BODY_FIELD, BODY_OFFSET_FIELD. A run of consecutive
+    indices (every record past a recovery stop) is taken as a slice: views of the columns, not gathered copies."""
+    if len(sel) and int(sel[-1]) - int(sel[0]) + 1 == len(sel):
+        sel = slice(int(sel[0]), int(sel[-1]) + 1)
     return pa.RecordBatch.from_arrays(_columns(b, sel, broker, sch), schema=sch)
 
 

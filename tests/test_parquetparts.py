@@ -281,3 +281,23 @@ def test_the_binary_view_layout_is_arrows():
     assert views == BinaryView.build(
         {"length": INLINE, "prefix": short[:4], "buffer_index": int.from_bytes(short[4:8], "little"), "offset": int.from_bytes(short[8:], "little")}
     ) + BinaryView.build({"length": len(long), "prefix": long[:4], "buffer_index": 0, "offset": 0})
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.binary(max_size=9), max_size=12), st.data())
+@example([b"PAR1", b"", b"abc", b"defgh"], None)  # an empty piece, spans on the pieces' edges
+def test_spans_of_the_writes_are_their_bytes(pieces, draw):
+    """What a part's writer wrote, [start, stop) of it as views of its pieces: the model is the bytes joined and cut.
+    Asked again after more writes, the answer covers them too."""
+    w = P._Writes()
+    for p in pieces:
+        w.write(p)
+    data = b"".join(pieces)
+    if draw is None:
+        cuts = [(0, 4), (4, 7), (3, 5), (7, 7), (0, len(data)), (6, 12), (12, 12)]
+    else:
+        cuts = draw.draw(st.lists(st.tuples(st.integers(0, len(data) + 2), st.integers(0, len(data) + 2)), max_size=10))
+    for a, b in cuts:
+        assert b"".join(w.span(a, b)) == data[a:b]
+    w.write(b"tail")
+    assert b"".join(w.span(max(0, len(data) - 2), len(data) + 4)) == (data + b"tail")[max(0, len(data) - 2) :]

@@ -13,6 +13,8 @@ pyarrow's single writer gives for the same row groups (tests/test_parquetparts.p
 
 from __future__ import annotations
 
+import bisect
+import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -45,6 +47,7 @@ class _Writes:
     def __init__(self):
         self.pieces: list[bytes] = []
         self.size = 0
+        self._starts: list[int] = []  # where each piece starts, once span() is asked
 
     def write(self, data) -> int:
         if type(data) is not bytes:  # pyarrow hands over bytes of its own; anything else may change after the call
@@ -63,13 +66,18 @@ class _Writes:
         self.closed = True
 
     def span(self, start: int, stop: int) -> list[memoryview]:
-        """Bytes [start, stop) of what was written, as views of the pieces that hold them."""
-        out, at = [], 0
-        for p in self.pieces:
+        """Bytes [start, stop) of what was written, as views of the pieces that hold them (found by bisection: a part
+        is hundreds of pieces, a page's header and its data each one)."""
+        if len(self._starts) != len(self.pieces):
+            self._starts = list(itertools.accumulate((len(p) for p in self.pieces), initial=0))[:-1]
+        out = []
+        for i in range(max(0, bisect.bisect_right(self._starts, start) - 1), len(self.pieces)):
+            at, p = self._starts[i], self.pieces[i]
+            if at >= stop:
+                break
             a, b = max(start, at), min(stop, at + len(p))
             if a < b:
                 out.append(memoryview(p)[a - at : b - at])
-            at += len(p)
         return out
 
 

@@ -250,7 +250,7 @@ def _survey(splits: list[Split], spill: ColumnSpill, res: SalvageResult, on_byte
 class _UnitsByWindow:
     """The ConsumeQueue units a restart keeps, sorted into one file per survey window by the record they point at:
     a window's classification reads only its own (memory bounded by a window, whatever the store's size). Filled
-    beside the survey, before the new end is known (S._kept_units: the cut there changes no reason)."""
+    beside the survey, before the new end is known: reach() makes truncateDirtyLogicFiles's cut there."""
 
     DTYPE = np.dtype([("offset", "<i8"), ("size", "<i4")])
 
@@ -276,19 +276,19 @@ class _UnitsByWindow:
             with open(self._path(int(w[a])), "ab") as f:
                 f.write(rows.data)  # a failed write raises with its errno (tofile's does not)
 
-    def reach(self, i: int) -> S.Reach:
+    def reach(self, i: int, valid_end: int) -> S.Reach:
         path = self._path(i)
         rows = np.fromfile(path, dtype=self.DTYPE) if os.path.exists(path) else np.zeros(0, self.DTYPE)
-        return S.Reach.of(rows["offset"].astype(np.int64), rows["size"].astype(np.int32))
+        return S.Reach.of(*S.kept_at(valid_end, rows["offset"].astype(np.int64), rows["size"].astype(np.int32)))
 
 
 def _read_queues(store: Store, units: _UnitsByWindow) -> tuple[int, set[tuple[str, int]]]:
     """What salvage needs of the ConsumeQueues, read on a thread beside the survey (it needs nothing of the survey):
-    their max physical offset (the recovery preview's), the units a restart keeps sorted into `units`, and the queues
-    found damaged."""
+    their max physical offset (the recovery preview's), the units a restart keeps (before the new end's cut) sorted
+    into `units`, and the queues found damaged."""
     cq_max = queues_max_phys(store)
     damaged: set[tuple[str, int]] = set()
-    for key, offsets, sizes, bad in S.kept_units(store):
+    for key, offsets, sizes, bad in S.kept_units(store, None):
         units.add(offsets, sizes)
         if bad:
             damaged.add(key)
@@ -448,7 +448,7 @@ def salvage(
                 for i, w in enumerate(windows):
                     c = cols.window(*w.rows)
                     _note_past(res.recovery, c)
-                    reach = units.reach(i)
+                    reach = units.reach(i, p.valid_end)
                     reason = clf.classify(c, topic_names, reach)
                     _tally(res, c, reason, topic_names)
                     mine = [r for r, j in zip(restored, at, strict=True) if j == i and S.header_damaged(p, r, reach)]

@@ -633,7 +633,6 @@ def preview(
     chains_allow_v2: bool = True,
     mapper: Mapper = SERIAL,
     range_bytes: int = RANGE_BYTES,
-    cq_max: int | None = None,
 ) -> RecoveryPreview:
     """The recovery the broker would run on this store (see the module docstring).
 
@@ -646,7 +645,6 @@ def preview(
     the allow_v2 the caller's chains were found with (CleanChain); chains that run past V2 records are not used by a
     walk that stops at them.
     allow_v2, normal_start: by default those of the store's broker_version (broker_rules).
-    cq_max: queues_max_phys(store), when the caller read it already (salvage reads the queues beside its survey).
     """
     rules = store_rules(store)
     if allow_v2 is not None or normal_start is not None:
@@ -658,7 +656,7 @@ def preview(
     ckpt: Checkpoint | None = store.checkpoint()
     load_errors = [p.line() for p in cl.problems if p.code == P.CL_FILE_SIZE]
     queues = list(store.queues.values())
-    cq_max = queues_max_phys(store) if cq_max is None else cq_max
+    cq_max = queues_max_phys(store)
     min_ts = None if ckpt is None else ckpt.min_timestamp
     if not files:
         return RecoveryPreview(abnormal, 0, 0, 0, 0, [], 0, [], None, "no CommitLog files", 0, [], 0, min_ts, cq_max, load_errors, rules.name, rules.why)

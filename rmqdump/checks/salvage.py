@@ -85,13 +85,12 @@ class Reach:
         return (at < len(self.offsets)) & (self.offsets[at_c] == phys) & (self.sizes[at_c] == size)
 
 
-def _kept_units(q, valid_end: int | None) -> Iterator[tuple[np.ndarray, np.ndarray, bool]]:
+def _kept_units(q, valid_end: int) -> Iterator[tuple[np.ndarray, np.ndarray, bool]]:
     """(offsets, sizes, damaged so far) of the units a restart keeps in one queue, file by file.
 
     ConsumeQueue.recover reads the last three files up to the first unit with
     offset < 0 or size <= 0 (or a file not full) and drops what follows;
-    truncateDirtyLogicFiles drops units at or past the CommitLog's new end
-    (valid_end; None: left to the caller, `kept_at`, which knows it later).
+    truncateDirtyLogicFiles drops units at or past the CommitLog's new end.
     """
     files = list(q.files)
     damaged = bool(q.problems)
@@ -112,33 +111,24 @@ def _kept_units(q, valid_end: int | None) -> Iterator[tuple[np.ndarray, np.ndarr
                 keep[k:] = False
                 if k < (q.file_size or f.size) // 20 or bad.size:
                     cut = True
-        if valid_end is not None:
-            keep &= u.offset < valid_end
+        keep &= u.offset < valid_end
         yield u.offset[keep], u.size[keep], damaged
     if not files:
         yield np.zeros(0, np.int64), np.zeros(0, np.int32), damaged
 
 
-def kept_units(store: Store, valid_end: int | None) -> Iterator[tuple[tuple[str, int], np.ndarray, np.ndarray, bool]]:
+def kept_units(store: Store, valid_end: int) -> Iterator[tuple[tuple[str, int], np.ndarray, np.ndarray, bool]]:
     """(queue, offsets, sizes, damaged) for every stretch of units a restart keeps, a queue file (or batch chunk) at a time.
 
-    damaged: the queue has a hole, an invalid unit or a layout problem (known for sure at its last stretch).
-    valid_end None: nothing cut at the CommitLog's new end, which the caller cuts with kept_at once it knows it (the
-    queues are then read before the recovery preview, beside the survey)."""
+    damaged: the queue has a hole, an invalid unit or a layout problem (known for sure at its last stretch)."""
     for key, q in store.queues.items():
         for o, s, bad in _kept_units(q, valid_end):
             yield key, o, s, bad
     for key, bq in store.batch_queues.items():
         yield key, np.zeros(0, np.int64), np.zeros(0, np.int32), bool(bq.problems)
         for u in bq.chunks():
-            keep = u.valid_mask() if valid_end is None else u.valid_mask() & (u.offset < valid_end)
+            keep = u.valid_mask() & (u.offset < valid_end)
             yield key, u.offset[keep], u.size[keep], bool(bq.problems)
-
-
-def kept_at(valid_end: int, offsets: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Units of kept_units(store, None) as kept_units(store, valid_end) gives them: truncateDirtyLogicFiles's cut."""
-    keep = offsets < valid_end
-    return offsets[keep], sizes[keep]
 
 
 @dataclass
@@ -163,12 +153,11 @@ def plan(
     on_bytes: Callable[[int], None] | None = None,
     chains: Chains | None = None,
     chains_allow_v2: bool = True,
-    cq_max: int | None = None,
 ) -> Plan:
     """chains: the survey's clean record chains as it finds them (run side by side, the walk steps over what it read),
-    found with chains_allow_v2 (survey_range's allow_v2). cq_max: queues_max_phys(store), read beforehand."""
+    found with chains_allow_v2 (survey_range's allow_v2)."""
     # the survey reads every record past the new end: the preview does not walk there (export.salvage counts them)
-    p = preview(store, check_crc=check_crc, on_bytes=on_bytes, count_after=False, chains=chains, chains_allow_v2=chains_allow_v2, cq_max=cq_max)
+    p = preview(store, check_crc=check_crc, on_bytes=on_bytes, count_after=False, chains=chains, chains_allow_v2=chains_allow_v2)
     return Plan(p, p.redispatch_from, p.valid_end, frozenset(topics) if topics else None, since, until)
 
 

@@ -20,14 +20,13 @@ import json
 import os
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
 
 from rmqdump.checks import salvage as S
-from rmqdump.checks.recovery import queues_max_phys, store_rules
+from rmqdump.checks.recovery import store_rules
 from rmqdump.common.columnspill import ColumnSpill
 from rmqdump.common.problems import Problem
 from rmqdump.common.publish import publishing
@@ -37,7 +36,7 @@ from rmqdump.export.parquetparts import Part, PartsWriter, encode_part
 from rmqdump.readers.store import Store
 from rmqdump.scan.headerfix import Restored, store_units, unit_agrees
 from rmqdump.scan.ranges import SERIAL, Mapper, map_ranges
-from rmqdump.scan.splits import RANGE_BYTES, Split, commitlog_splits
+from rmqdump.scan.splits import RANGE_BYTES, commitlog_splits
 from rmqdump.schemas import constants as C
 
 FORMATS = ("parquet", "jsonl")
@@ -226,9 +225,10 @@ class _Window:
     rows: tuple[int, int]
 
 
-def _survey(splits: list[Split], spill: ColumnSpill, res: SalvageResult, on_bytes, mapper: Mapper, allow_v2: bool):
+def _survey(store: Store, spill: ColumnSpill, res: SalvageResult, check_crc: bool, range_bytes: int, on_bytes, mapper: Mapper, allow_v2: bool):
     """Every range's survey columns appended to `spill` in CommitLog order (topic indices into one list); (windows,
     topics, chains (found with allow_v2), the records restored from damaged stretches, in physical order)."""
+    splits = commitlog_splits(store.commitlog, range_bytes, check_crc=check_crc)
     names: dict[str, int] = {}
     chains: dict = {}
     windows: list[_Window] = []
@@ -249,8 +249,7 @@ def _survey(splits: list[Split], spill: ColumnSpill, res: SalvageResult, on_byte
 
 class _UnitsByWindow:
     """The ConsumeQueue units a restart keeps, sorted into one file per survey window by the record they point at:
-    a window's classification reads only its own (memory bounded by a window, whatever the store's size). Filled
-    beside the survey, before the new end is known: reach() makes truncateDirtyLogicFiles's cut there."""
+    a window's classification reads only its own (memory bounded by a window, whatever the store's size)."""
 
     DTYPE = np.dtype([("offset", "<i8"), ("size", "<i4")])
 
@@ -276,23 +275,10 @@ class _UnitsByWindow:
             with open(self._path(int(w[a])), "ab") as f:
                 f.write(rows.data)  # a failed write raises with its errno (tofile's does not)
 
-    def reach(self, i: int, valid_end: int) -> S.Reach:
+    def reach(self, i: int) -> S.Reach:
         path = self._path(i)
         rows = np.fromfile(path, dtype=self.DTYPE) if os.path.exists(path) else np.zeros(0, self.DTYPE)
-        return S.Reach.of(*S.kept_at(valid_end, rows["offset"].astype(np.int64), rows["size"].astype(np.int32)))
-
-
-def _read_queues(store: Store, units: _UnitsByWindow) -> tuple[int, set[tuple[str, int]]]:
-    """What salvage needs of the ConsumeQueues, read on a thread beside the survey (it needs nothing of the survey):
-    their max physical offset (the recovery preview's), the units a restart keeps (before the new end's cut) sorted
-    into `units`, and the queues found damaged."""
-    cq_max = queues_max_phys(store)
-    damaged: set[tuple[str, int]] = set()
-    for key, offsets, sizes, bad in S.kept_units(store, None):
-        units.add(offsets, sizes)
-        if bad:
-            damaged.add(key)
-    return cq_max, damaged
+        return S.Reach.of(rows["offset"].astype(np.int64), rows["size"].astype(np.int32))
 
 
 def _with_verdicts(b, idx: np.ndarray, crc: np.ndarray, prop_crc: np.ndarray) -> None:
@@ -424,22 +410,21 @@ def salvage(
             # the survey first (the mapper's threads), then the recovery preview, whose walk steps over the stretches the
             # survey read without finding anything it stops at: every byte is scanned once
             allow_v2 = store_rules(store).allow_v2  # the chains are found with the checks of the walk they stand in for
-            splits = commitlog_splits(store.commitlog, range_bytes, check_crc=check_crc)
-            units = _UnitsByWindow(cols.dir, [sp.base + sp.start for sp in splits])  # a survey window per range
-            with ThreadPoolExecutor(1, thread_name_prefix="rmqdump-queues") as side:
-                queues = side.submit(_read_queues, store, units)  # beside the survey: out of the serial steps after it
-                windows, topic_names, chains, restored = _survey(splits, cols, res, on_bytes, mapper, allow_v2)
-                cq_max, damaged = queues.result()
+            windows, topic_names, chains, restored = _survey(store, cols, res, check_crc, range_bytes, on_bytes, mapper, allow_v2)
             if restored:  # the ConsumeQueue unit at its queue offset, where one exists, must name it
                 unit_at = store_units(store)
                 restored = [r for r in restored if unit_agrees(r, unit_at)]
             at = np.searchsorted(np.array([w.start for w in windows], dtype=np.int64), [r.phys for r in restored], side="right") - 1
             cols.finish()
-            p = S.plan(
-                store, check_crc=check_crc, topics=topics, since=since, until=until, on_bytes=on_bytes, chains=lambda: chains, chains_allow_v2=allow_v2, cq_max=cq_max
-            )
+            p = S.plan(store, check_crc=check_crc, topics=topics, since=since, until=until, on_bytes=on_bytes, chains=lambda: chains, chains_allow_v2=allow_v2)
             res.recovery = _recovery(p)
             res.records_scanned = cols.rows
+            units = _UnitsByWindow(cols.dir, [w.start for w in windows])
+            damaged: set[tuple[str, int]] = set()
+            for key, offsets, sizes, bad in S.kept_units(store, p.valid_end):
+                units.add(offsets, sizes)
+                if bad:
+                    damaged.add(key)
             clf = S.Classifier(p, damaged)
 
             def chunks() -> Iterator[_Chunk | Restored]:
@@ -448,7 +433,7 @@ def salvage(
                 for i, w in enumerate(windows):
                     c = cols.window(*w.rows)
                     _note_past(res.recovery, c)
-                    reach = units.reach(i, p.valid_end)
+                    reach = units.reach(i)
                     reason = clf.classify(c, topic_names, reach)
                     _tally(res, c, reason, topic_names)
                     mine = [r for r, j in zip(restored, at, strict=True) if j == i and S.header_damaged(p, r, reach)]

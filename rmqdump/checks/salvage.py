@@ -91,6 +91,9 @@ def _kept_units(q, valid_end: int) -> Iterator[tuple[np.ndarray, np.ndarray, boo
     ConsumeQueue.recover reads the last three files up to the first unit with
     offset < 0 or size <= 0 (or a file not full) and drops what follows;
     truncateDirtyLogicFiles drops units at or past the CommitLog's new end.
+    No reason depends on that cut (a unit reaches only the record at its
+    offset, and a record at or past the new end is given back whatever
+    reaches it); it spares sorting those units into windows.
     """
     files = list(q.files)
     damaged = bool(q.problems)

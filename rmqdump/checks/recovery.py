@@ -48,7 +48,7 @@ from rmqdump.common.problems import Problem
 from rmqdump.readers.batchcq import BCQ_UNIT_SIZE, BatchConsumeQueue, BatchUnits, read_batch_units
 from rmqdump.readers.checkpoint import Checkpoint
 from rmqdump.readers.commitlog import Blank, SegmentFile
-from rmqdump.readers.consumequeue import ConsumeQueue, QueueUnits, read_units
+from rmqdump.readers.consumequeue import ConsumeQueue, read_units, unit_places, valid_units
 from rmqdump.readers.fastpath import field_offset, field_struct, struct_format
 from rmqdump.readers.mapped import MappedFile, open_binary, open_readonly
 from rmqdump.readers.message import Message, decode_properties, split_keys
@@ -209,12 +209,12 @@ def _queue_max_phys(q: ConsumeQueue, end: int | None = None) -> int:
     files = q.files[max(0, len(q.files) - 3) :]
     best = -1
     for f in files:
-        u = QueueUnits.from_array(read_units(f), f.first_index)
-        cut = ~u.valid_mask() if end is None else ~u.valid_mask() | (u.offset >= end)
+        offset, size = unit_places(read_units(f))
+        cut = ~valid_units(offset, size) if end is None else ~valid_units(offset, size) | (offset >= end)
         bad = np.flatnonzero(cut)
-        k = int(bad[0]) if bad.size else len(u)
+        k = int(bad[0]) if bad.size else len(offset)
         if k:
-            best = int(u.offset[k - 1]) + int(u.size[k - 1])
+            best = int(offset[k - 1]) + int(size[k - 1])
         if bad.size or (end is None and k < (q.file_size or f.size) // 20):
             break
     return best

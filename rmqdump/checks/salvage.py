@@ -39,7 +39,7 @@ import numpy as np
 from rmqdump.checks.recovery import Chains, CleanChain, RecoveryPreview, preview
 from rmqdump.common.problems import Problem
 from rmqdump.readers.commitlog import SegmentFile
-from rmqdump.readers.consumequeue import QueueUnits, read_units
+from rmqdump.readers.consumequeue import read_units, unit_places, valid_units
 from rmqdump.readers.mapped import MappedFile
 from rmqdump.readers.store import Store
 from rmqdump.scan import scanner
@@ -100,8 +100,8 @@ def _kept_units(q, valid_end: int) -> Iterator[tuple[np.ndarray, np.ndarray, boo
     tail_from = max(0, len(files) - 3)
     cut = False
     for i, f in enumerate(files):
-        u = QueueUnits.from_array(read_units(f), f.first_index)
-        v = u.valid_mask()
+        offset, size = unit_places(read_units(f))
+        v = valid_units(offset, size)
         keep = v.copy()
         bad = np.flatnonzero(~v)
         if bad.size and v[bad[0] :].any():
@@ -110,12 +110,12 @@ def _kept_units(q, valid_end: int) -> Iterator[tuple[np.ndarray, np.ndarray, boo
             if cut:
                 keep[:] = False
             else:
-                k = int(bad[0]) if bad.size else len(u)
+                k = int(bad[0]) if bad.size else len(offset)
                 keep[k:] = False
                 if k < (q.file_size or f.size) // 20 or bad.size:
                     cut = True
-        keep &= u.offset < valid_end
-        yield u.offset[keep], u.size[keep], damaged
+        keep &= offset < valid_end
+        yield offset[keep], size[keep], damaged
     if not files:
         yield np.zeros(0, np.int64), np.zeros(0, np.int32), damaged
 

@@ -129,11 +129,22 @@ class QueueUnits:
         return cls(*(np.concatenate([getattr(p, f) for p in parts]) for f in ("index", "offset", "size", "tags_code")))
 
     def valid_mask(self) -> np.ndarray:
-        """What the broker's recovery accepts as a unit: offset >= 0 and size > 0."""
-        return (self.offset >= 0) & (self.size > 0)
+        """valid_units of these units."""
+        return valid_units(self.offset, self.size)
 
     def filler_mask(self) -> np.ndarray:
         return (self.offset == 0) & (self.size == C.CQ_FILLER_SIZE) & (self.tags_code == 0)
+
+
+def valid_units(offset: np.ndarray, size: np.ndarray) -> np.ndarray:
+    """What the broker's recovery accepts as a unit: offset >= 0 and size > 0."""
+    return (offset >= 0) & (size > 0)
+
+
+def unit_places(arr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(commitLogOffset as int64, size as int32) of a structured array of schemas.ConsumeQueueUnit: all the recovery's
+    rules read of a unit (QueueUnits.from_array converts the queue offsets and tags too: half the time it takes)."""
+    return arr["commit_log_offset"].astype(np.int64), arr["size"].astype(np.int32)
 
 
 def read_units(f: CQFile) -> np.ndarray:

@@ -115,12 +115,8 @@ class QueueUnits:
     @classmethod
     def from_array(cls, arr: np.ndarray, first_index: int) -> QueueUnits:
         """From a structured array of schemas.ConsumeQueueUnit (any byte order)."""
-        return cls(
-            np.arange(first_index, first_index + len(arr), dtype=np.int64),
-            arr["commit_log_offset"].astype(np.int64),
-            arr["size"].astype(np.int32),
-            arr["tags_code"].astype(np.int64),
-        )
+        offset, size = unit_places(arr)
+        return cls(np.arange(first_index, first_index + len(arr), dtype=np.int64), offset, size, arr["tags_code"].astype(np.int64))
 
     @classmethod
     def concat(cls, parts: list[QueueUnits]) -> QueueUnits:

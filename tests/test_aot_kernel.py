@@ -170,6 +170,17 @@ def test_every_entry_point_gives_the_jit_kernels_answer_on_every_fixture_file(bu
         assert uniq.tolist() == first_met and codes.dtype == np.int32
         assert [first_met[c] for c in codes.tolist()] == keys.tolist()
         assert [a.tolist() for a in k.distinct_codes(np.zeros(0, np.uint64))] == [[], []]
+    # word_codes against the model: the eight bytes at each position (clipped into the data) as a little-endian word,
+    # distinct in the order first met; positions at any alignment, past either end, fewer than the prefetch distance
+    data = np.frombuffer(bytes(rng.integers(0, 4, 700).astype(np.uint8)), np.uint8)
+    for pos in (rng.integers(-20, 720, 2000), np.array([3, -1, 699]), np.zeros(0, np.int64)):
+        pos = pos.astype(np.int64)
+        model = [int.from_bytes(data[min(max(p, 0), len(data) - 8) :][:8].tobytes(), "little") for p in pos.tolist()]
+        first_met = list(dict.fromkeys(model))
+        for k in (aot, jit):
+            uniq, codes = k.word_codes(data, pos)
+            assert uniq.tolist() == first_met and [first_met[c] for c in codes.tolist()] == model
+            assert [a.tolist() for a in k.word_codes(data[:7], pos)] == ([[0], [0] * len(pos)] if len(pos) else [[], []])
     # spell_rows against the model: each row's head (by code) then its tail, two characters a byte from the table
     pairs = np.frombuffer("".join(f"{i:02X}" for i in range(256)).encode(), dtype="<u2")
     heads_list = [bytes(rng.integers(0, 256, w).astype(np.uint8)) for w in (4, 16, 0, 8)]

@@ -89,6 +89,7 @@ def _scan_signatures() -> dict:
         "pack_bytes": T.Tuple((i32, u8))(data, i1, i1),
         "holds_zero": b1(data, i1, i1),
         "distinct_codes": T.Tuple((T.uint64[::1], i32))(T.uint64[::1]),
+        "word_codes": T.Tuple((T.uint64[::1], i32))(data, i1),
         "spell_rows": T.Tuple((i32, u8))(T.Array(T.uint8, 1, "C", readonly=True), i1, i32, T.Array(T.uint8, 2, "C", readonly=True), T.Array(T.uint16, 1, "C", readonly=True)),
     }
 

@@ -3,7 +3,7 @@
 A record stores its born and store hosts as an address then a port (schemas
 HostV4, HostV6: 8 or 20 bytes); a store has few of them, so each distinct
 host is formatted once per process (`host_text`), and a batch's hosts are
-found by the compiled `distinct_codes` (one pass, no sort) when all are IPv4.
+found by the compiled `word_codes` (one pass, no sort) when all are IPv4.
 An offset msgId is the store host's bytes then the physical offset (schemas
 OffsetMsgIdV4/V6) in uppercase hex: `msg_id_text` spells a batch's with the
 compiled `spell_rows`, as the buffers of an Arrow string column.
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rmqdump.readers.fastpath import gather, numpy_dtype, struct_format
+from rmqdump.readers.fastpath import numpy_dtype, struct_format
 from rmqdump.readers.message import format_host
 from rmqdump.scan.aot import SCAN, load
 from rmqdump.schemas import HostV4, HostV6, OffsetMsgIdV4
@@ -43,10 +43,9 @@ def distinct_hosts(data: np.ndarray, pos: np.ndarray, v6: np.ndarray) -> tuple[l
     """The distinct hosts stored at `pos` (IPv6 where `v6`), as stored, and each position's index among them."""
     n = len(pos)
     pos, v6 = np.asarray(pos, np.int64), np.asarray(v6, bool)
-    if not v6.any():
-        keys = gather(data, pos, np.dtype("<u8"))  # an IPv4 address and port are 8 bytes: one integer each
-        uniq, code = load(SCAN).distinct_codes(np.ascontiguousarray(keys).view(np.uint64))  # a view: the bytes as stored
-        b = uniq.tobytes()
+    if not v6.any():  # an IPv4 address and port are 8 bytes: one word each, read by the compiled loop
+        uniq, code = load(SCAN).word_codes(data, np.ascontiguousarray(pos))
+        b = uniq.astype("<u8", copy=False).tobytes()  # the words' bytes as stored
         return [b[i : i + _V4] for i in range(0, len(b), _V4)], code
     key = np.zeros((n, 1 + _V6), dtype=np.uint8)  # a family byte, then the host: IPv4 and IPv6 never equal
     i4, i6 = np.flatnonzero(~v6), np.flatnonzero(v6)

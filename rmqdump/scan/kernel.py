@@ -16,6 +16,7 @@ from numba import njit, types
 
 from rmqdump.scan.bytecopy import AHEAD
 from rmqdump.scan.bytecopy import memcpy as _memcpy
+from rmqdump.scan.bytecopy import prefetch as _prefetch
 from rmqdump.scan.bytecopy import prefetch_lines as _prefetch_lines
 from rmqdump.scan.layout import (
     BORN_V6,
@@ -55,6 +56,7 @@ from rmqdump.scan.layout import (
 from rmqdump.scan.native import crc_library
 from rmqdump.scan.unsigned import u as _u
 from rmqdump.scan.words import find as _find
+from rmqdump.scan.words import word as _word
 from rmqdump.schemas import constants as C
 
 _T = CRC_TABLES.astype(np.int64)
@@ -831,6 +833,26 @@ def distinct_codes(keys):
                 break
             s = (s + 1) & mask
     return uniq[:m].copy(), codes
+
+
+@njit(cache=True, nogil=True)
+def word_codes(data, pos):
+    """distinct_codes of the eight bytes at each of `pos` (an IPv4 host as stored: address, then port), read as one
+    little-endian word each; a position is clipped into `data`, whose eight bytes are zeros when it is shorter.
+
+    The records were walked long before (export builds a batch's hosts after its scan), so each read waits on memory:
+    asking for the line AHEAD rows early, in one compiled loop, replaces numpy's gather, which was a tenth of
+    export's CPU at 1M records.
+    """
+    n = len(pos)
+    keys = np.zeros(n, np.uint64)
+    last = len(data) - 8
+    if last >= 0:
+        for i in range(n):
+            if i + AHEAD < n:
+                _prefetch(data, min(max(pos[i + AHEAD], 0), last))
+            keys[i] = _word(data, min(max(pos[i], 0), last))
+    return distinct_codes(keys)
 
 
 @njit(cache=True, nogil=True)

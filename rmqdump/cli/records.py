@@ -162,6 +162,26 @@ def render_range(split: Split, spec: ListSpec, limit: int | None = None) -> Rang
         items.close()  # the range's file unmapped now, not when the generator is collected
 
 
+class Halves:
+    """A sub-batch's text rendered by two threads into two stretches of one buffer: its rows' ends number the second
+    stretch's bytes as if it followed the first, which it is never copied behind."""
+
+    def __init__(self, first: np.ndarray, second: np.ndarray):
+        self.first, self.second = first, second
+
+    def pieces(self, start: int, end: int) -> list[np.ndarray]:
+        """The text of positions [start, end): one stretch's slice, or the end of the first and the start of the second."""
+        cut = len(self.first)
+        if end <= cut:
+            return [self.first[start:end]]
+        if start >= cut:
+            return [self.second[start - cut : end - cut]]
+        return [self.first[start:], self.second[: end - cut]]
+
+    def __getitem__(self, s: slice) -> bytes:
+        return b"".join(bytes(p) for p in self.pieces(s.start, s.stop))
+
+
 class RecordsOut(abc.ABC):
     """Renders listing items into `pieces`; counts messages and problems in `tally`; stops at `flt.limit`."""
 
@@ -200,10 +220,12 @@ class RecordsOut(abc.ABC):
         With `halves`, a big sub-batch is rendered by both threads (else by the calling thread alone)."""
         return None
 
-    def taken(self, out: np.ndarray, ends: np.ndarray, status: np.ndarray, lo: int, hi: int, b: Batch, rows: np.ndarray) -> None:
-        """Write rows lo..hi-1 (of this sub-batch) that the kernel took."""
+    def taken(self, out, ends: np.ndarray, status: np.ndarray, lo: int, hi: int, b: Batch, rows: np.ndarray) -> None:
+        """Write rows lo..hi-1 (of this sub-batch) that the kernel took; `out` an array or a Halves."""
         start = int(ends[lo - 1]) if lo else 0
-        self.write_bytes(out[start : int(ends[hi - 1])])
+        end = int(ends[hi - 1])
+        for piece in out.pieces(start, end) if isinstance(out, Halves) else (out[start:end],):
+            self.write_bytes(piece)
 
     def taken_finished(self, out, ends, status, lo: int, hi: int, rows, cut: int, finish) -> None:
         """Write the taken rows lo..hi-1, each line's last `cut` bytes replaced by finish(record index in the batch):
@@ -334,16 +356,16 @@ class JsonLinesOut(RecordsOut):
         if n < PARALLEL_ROWS or not self.halves:
             part(0, n, 0)
             return status, ends, out
-        # Both cores: the kernel releases the GIL; the second half is written after the first half's
-        # room, then moved down to follow its text.
+        # Both cores: the kernel releases the GIL; the second half is written after the first half's room, and
+        # stays there (moved down behind the first half's text, it cost a copy into fresh pages: 80 of a listing's 286
+        # huge-page faults at 1M)
         h = n // 2
         at = int(bound[:h].sum())
         second = _pool().submit(part, h, n, at)
         end1 = part(0, h, 0)
         end2 = second.result()
-        out[end1 : end1 + end2] = out[at : at + end2]
         ends[h:] += end1
-        return status, ends, out
+        return status, ends, Halves(out[:end1], out[at : at + end2])
 
     def taken(self, out, ends, status, lo, hi, b, rows):
         if not self.with_body and b.entries is None:

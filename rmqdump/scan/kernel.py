@@ -841,8 +841,8 @@ def word_codes(data, pos):
     little-endian word each; a position is clipped into `data`, whose eight bytes are zeros when it is shorter.
 
     The records were walked long before (export builds a batch's hosts after its scan), so each read waits on memory:
-    asking for the line AHEAD rows early, in one compiled loop, replaces numpy's gather, which was a tenth of
-    export's CPU at 1M records.
+    asking for the line AHEAD rows early, in one compiled loop, replaces numpy's gather of overlapping 8-byte views
+    (0.11 of export's 2.6 CPU-s at 1M records; 0.045 this way).
     """
     n = len(pos)
     keys = np.zeros(n, np.uint64)

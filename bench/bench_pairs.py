@@ -39,9 +39,9 @@ def one(args: list[str], package: Path, env_extra: dict[str, str], pipe: bool, o
         shutil.rmtree(out, ignore_errors=True)
     env = {**os.environ, "PYTHONPATH": str(package), **env_extra}
     cmd = [sys.executable, "-m", "rmqdump", *(a.replace("{out}", out or "") for a in args)]
-    rss_file = tempfile.mktemp(prefix="bench-pairs-rss-")
-    timed = ["/usr/bin/time", "-f", "%e %M", "-o", rss_file, *cmd]
     with tempfile.TemporaryDirectory(prefix="bench-pairs-") as cwd:
+        rss_file = os.path.join(cwd, ".time")  # /usr/bin/time's own output, in the run's own directory
+        timed = ["/usr/bin/time", "-f", "%e %M", "-o", rss_file, *cmd]
         r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         if pipe:
             p = subprocess.Popen(timed, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=cwd, env=env)
@@ -52,11 +52,10 @@ def one(args: list[str], package: Path, env_extra: dict[str, str], pipe: bool, o
         else:
             code = subprocess.run(timed, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=cwd, env=env, check=False).returncode
         r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if code not in (0, 1):
-        raise SystemExit(f"{' '.join(cmd)} exited {code}")
-    with open(rss_file) as f:
-        wall, rss = f.read().split()[-2:]
-    os.unlink(rss_file)
+        if code not in (0, 1):
+            raise SystemExit(f"{' '.join(cmd)} exited {code}")
+        with open(rss_file) as f:
+            wall, rss = f.read().split()[-2:]
     cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
     return float(wall), cpu, int(rss) // 1024
 

@@ -61,6 +61,11 @@ def test_hosts_and_msg_ids_equal_the_models(hosts_, rows, spread, phys):
         assert offsets[-1] == len(spelled)
 
 
+def test_an_ipv4_host_is_the_one_word_the_kernel_reads():
+    """scan.kernel.word_codes reads an IPv4 host as one 8-byte word: the schemas' HostV4 must be that size."""
+    assert HostV4.sizeof() == 8 == hosts._V4
+
+
 def test_more_hosts_than_the_text_cache_keeps(monkeypatch):
     """The cache starts again when full; every text stays the model's."""
     monkeypatch.setattr(hosts, "TEXT_MAX", 100)

@@ -526,12 +526,13 @@ def test_salvage_gives_back_what_a_normal_restart_leaves_undispatched(tmp_path):
     assert set(resend.values()) == {"undispatched"}
 
 
-def test_an_output_file_writes_and_hashes_every_byte_in_order(tmp_path):
+@pytest.mark.parametrize("sync", [True, False])
+def test_an_output_file_writes_and_hashes_every_byte_in_order(tmp_path, sync):
     """Salvage's output file: the file and its sha256 are the pieces written, in order; its row count is what the
-    writes said."""
+    writes said (its pages handed to the disk as it grows, or not)."""
     from rmqdump.export.salvage import _Output
 
-    f = _Output(str(tmp_path / "out"), "jsonl", b"")
+    f = _Output(str(tmp_path / "out"), "jsonl", b"", sync)
     parts = [b"PAR1", b"row group", memoryview(b"0123456789" * 10_000), b"", b"footer"]
     for i, p in enumerate(parts):
         f.write(p, i)
@@ -548,7 +549,7 @@ def test_a_failed_write_of_an_output_file_is_raised_not_lost():
 
     from rmqdump.export.salvage import _Output
 
-    f = _Output("/dev/full", "jsonl", b"")
+    f = _Output("/dev/full", "jsonl", b"", True)
     with pytest.raises(OSError) as e:
         f.write(b"x" * (1 << 20), 1)  # past the file object's buffer: the write itself fails
         f.close()

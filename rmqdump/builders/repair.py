@@ -68,7 +68,7 @@ from rmqdump.common import problems as P
 from rmqdump.common.background import Background
 from rmqdump.common.jsontext import fields_of
 from rmqdump.common.problems import InputError, Problem
-from rmqdump.common.publish import publishing
+from rmqdump.common.publish import fsync_path, publishing
 from rmqdump.readers.commitlog import CommitLog, SegmentFile, commitlog_path
 from rmqdump.readers.mapped import MappedFile
 from rmqdump.readers.message import Message
@@ -509,18 +509,10 @@ def _presized(cl: CommitLog, into: str) -> dict[str, str]:
     return out
 
 
-def _fsync(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _start_fsync(d: str) -> Background:
     """fsync every file of d on a thread of its own: the copy's writeback runs while the rebuild computes (fsync
     waits on the disk without the GIL); close() waits for it."""
-    bg = Background(_fsync, ahead=1 << 16, name="rmqdump-fsync")
+    bg = Background(fsync_path, ahead=1 << 16, name="rmqdump-fsync")
     for name in sorted(os.listdir(d)):
         bg.put(os.path.join(d, name))
     return bg

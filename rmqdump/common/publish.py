@@ -4,7 +4,10 @@ Every command that writes (rebuild, export, sql --out, report --out) goes
 through `publishing`: the target is checked first (never inside a store,
 never over something without --force), the work is written into a hidden
 temporary entry in the target's directory, and only a complete result is
-renamed over the target, with SIGINT/SIGTERM held during the rename. An
+renamed over the target, with SIGINT/SIGTERM held during the rename; unless a
+command's --no-sync says otherwise, every file and directory of it is
+fsynced first and the parent after (a published output survives a crash
+with its bytes, as pg_dump's and rebuild's files do). An
 interrupted run leaves the target absent or as it was; temporaries left by a
 killed run are removed by the next run that writes the same target.
 """
@@ -123,13 +126,33 @@ def _clean_stale(parent: str, base: str) -> None:
                     _remove(os.path.join(parent, name))
 
 
-def _fsync(path: str) -> None:
-    with contextlib.suppress(OSError):
+def fsync_path(path: str, *, strict: bool = True) -> None:
+    """A file's bytes, or a directory's names, on the disk. strict: a failure is raised (after a failed fsync a
+    file's pages may be gone: nothing is published); else let go (some file systems refuse to fsync a directory)."""
+    try:
         fd = os.open(path, os.O_RDONLY)
         try:
             os.fsync(fd)
         finally:
             os.close(fd)
+    except OSError:
+        if strict:
+            raise
+
+
+def _fsync_tree(top: str) -> None:
+    """Every file under `top`, then every directory from the deepest up, on the disk before the rename shows them: a
+    directory renamed into place while its files' pages were still only in memory can come back from a crash with
+    its files empty. Files a writer already synced (or started writing back, common.writeback) cost little here."""
+    if not os.path.isdir(top) or os.path.islink(top):
+        fsync_path(top)
+        return
+    for root, _dirs, files in os.walk(top, topdown=False):
+        for name in files:
+            path = os.path.join(root, name)
+            if not os.path.islink(path):
+                fsync_path(path)
+        fsync_path(root, strict=False)
 
 
 @contextlib.contextmanager
@@ -179,11 +202,11 @@ def publishing(target: str, *, force: bool, stores: Iterable[str] = (), kind: st
         if not os.path.lexists(tmp):
             raise FileNotFoundError(f"nothing was written to {tmp}")
         if sync:
-            _fsync(tmp)
+            _fsync_tree(tmp)
         with _signals_held():
             _rename_into_place(tmp, out)
             if sync:
-                _fsync(parent)
+                fsync_path(parent, strict=False)
     except BaseException as e:
         _remove(tmp)
         if isinstance(e, OSError) and e.errno in NO_ROOM:

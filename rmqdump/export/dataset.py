@@ -25,6 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from rmqdump.common import writeback
 from rmqdump.common.closing import Closing
 from rmqdump.common.jsontext import encode, fields_of
 from rmqdump.common.problems import Problem
@@ -211,8 +212,9 @@ class TopicParquetWriter(Closing):
     files are open; a topic whose file was closed continues in a new part.
     """
 
-    def __init__(self, root: str, index: int, schema: pa.Schema, rows: int):
-        self.root, self.index, self.rows = root, index, rows
+    def __init__(self, root: str, index: int, schema: pa.Schema, rows: int, writeback: bool = False):
+        self.root, self.index, self.rows, self.writeback = root, index, rows, writeback
+        self.paths: dict[str, str] = {}
         self.schema = schema.remove(schema.get_field_index("topic"))
         self.options = parquet_options(self.schema)
         self.writers: OrderedDict[str, pq.ParquetWriter] = OrderedDict()
@@ -245,10 +247,13 @@ class TopicParquetWriter(Closing):
             d = os.path.join(self.root, partition_dir(t))
             os.makedirs(d, exist_ok=True)
             n = self.parts[t] = self.parts.get(t, -1) + 1
-            w = self.writers[t] = pq.ParquetWriter(os.path.join(d, f"part-{self.index:05d}-{n}.parquet"), self.schema, **self.options)
+            path = self.paths[t] = os.path.join(d, f"part-{self.index:05d}-{n}.parquet")
+            w = self.writers[t] = pq.ParquetWriter(path, self.schema, **self.options)
         else:
             self.writers.move_to_end(t)
         w.write_table(pa.Table.from_batches(batches, self.schema), row_group_size=self.rows)
+        if self.writeback:  # its row groups on their way to the disk: the fsync before publication waits less
+            writeback.start_path(self.paths[t])
 
     def close(self) -> None:
         for t in list(self.waiting):
@@ -258,14 +263,22 @@ class TopicParquetWriter(Closing):
 
 
 def write_split(
-    index: int, group: list[Split], tmp: str, fmt: str, with_body: bool, check_crc: bool, served: dict[str, ServedView] | None = None
+    index: int,
+    group: list[Split],
+    tmp: str,
+    fmt: str,
+    with_body: bool,
+    check_crc: bool,
+    served: dict[str, ServedView] | None = None,
+    sync: bool = False,
 ) -> SplitResult:
-    """Decode a task's ranges and write its part files under `tmp` (a worker thread, or a Spark task)."""
+    """Decode a task's ranges and write its part files under `tmp` (a worker thread, or a Spark task); with `sync`,
+    their pages are started on their way to the disk as they are written (common.writeback)."""
     result = SplitResult()
     sch = arrowbatch.schema(with_body)
     batches = _group_batches(group, result, with_body, check_crc, served)
     if fmt == "parquet":
-        with TopicParquetWriter(tmp, index, sch, ROWS_PER_GROUP_WITH_BODY if with_body else ROWS_PER_GROUP) as w:
+        with TopicParquetWriter(tmp, index, sch, ROWS_PER_GROUP_WITH_BODY if with_body else ROWS_PER_GROUP, writeback=sync) as w:
             for rb in batches:
                 w.write(rb)
     else:
@@ -304,19 +317,21 @@ def export_ranges(
     force: bool = False,
     check_crc: bool = True,
     on_bytes: Callable[[int], None] | None = None,
+    sync: bool = True,
 ) -> ExportResult:
-    """Write the dataset with `mapper`'s workers, each task writing its own part files; `engine` names them in the result."""
+    """Write the dataset with `mapper`'s workers, each task writing its own part files; `engine` names them in the
+    result. sync: every file on the disk before the dataset is renamed into place (common.publish)."""
     if fmt not in FORMATS:
         raise ValueError(f"format must be one of {FORMATS}")
     out = check_target(out, force=force, stores=[s.root for s in stores])
     t0 = time.perf_counter()
     splits, res = start_export(stores, out, fmt, engine, range_bytes)
     served = served_views(stores)
-    with publishing(out, force=force, stores=[s.root for s in stores]) as tmp:
+    with publishing(out, force=force, stores=[s.root for s in stores], sync=sync) as tmp:
         groups = group_splits(splits, mapper.workers)
         sizes = [sum(s.length for s in g) for g in groups]
         order = sorted(range(len(groups)), key=lambda i: -sizes[i])  # the biggest first: the last task to finish is a small one
-        task = lambda i: write_split(i, groups[i], tmp, fmt, with_body, check_crc, served)  # noqa: E731
+        task = lambda i: write_split(i, groups[i], tmp, fmt, with_body, check_crc, served, sync)  # noqa: E731
         # the results are summed: taken as they finish where the engine can (a big task must not hold back the next)
         for k, r in mapper.unordered(task, order):
             res.add(r)

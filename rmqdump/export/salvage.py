@@ -27,6 +27,7 @@ import pyarrow as pa
 
 from rmqdump.checks import salvage as S
 from rmqdump.checks.recovery import store_rules
+from rmqdump.common import writeback
 from rmqdump.common.columnspill import ColumnSpill
 from rmqdump.common.problems import Problem
 from rmqdump.common.publish import publishing
@@ -86,15 +87,18 @@ class _Output:
     second read. Written by the thread that takes the mapper's results: the parts are encoded on its threads
     meanwhile (hashing and writing release the GIL)."""
 
-    def __init__(self, path: str, fmt: str, template: bytes):
+    def __init__(self, path: str, fmt: str, template: bytes, sync: bool):
         self.path, self.fmt, self.rows = path, fmt, 0
         self.f = open(path, "wb")  # noqa: SIM115 (closed by close())
         self.sha = hashlib.sha256()
+        self.writeback = writeback.Growing(self.f.fileno()) if sync else None  # on the disk as it grows: publishing fsyncs it
         self.parts = PartsWriter(self._store, template) if fmt == "parquet" else None
 
     def _store(self, data) -> None:
         self.sha.update(data)
         self.f.write(data)
+        if self.writeback is not None:
+            self.writeback.wrote(len(data))
 
     def write(self, piece: Part | bytes, rows: int) -> None:
         self.rows += rows
@@ -453,7 +457,7 @@ def salvage(
 
             options = parquet_options(schema())
             template = parquetparts.template(schema(), options) if fmt == "parquet" else b""
-            sinks = {name: _Output(os.path.join(tmp, f"{name}.{fmt}"), fmt, template) for name in SETS}
+            sinks = {name: _Output(os.path.join(tmp, f"{name}.{fmt}"), fmt, template, sync) for name in SETS}
             # the chunks are read again, built and encoded on the mapper's threads (every core: one Parquet writer's
             # thread was salvage's slowest), and their parts written in order here, as the mapper gives them back
             for parts in mapper.on_driver(functools.partial(_chunk_parts, store, broker, fmt, options), chunks()):

@@ -45,6 +45,7 @@ def export(
     spark_writer: SparkWriter = spark_writer_option(),
     range_bytes: str = typer.Option("", "--range-bytes", help="Bytes of CommitLog per range, e.g. 256M (default: every pass's range size; 128M-512M suits big stores).", show_default=False),
     force: bool = O.force_option("Replace --out if it exists."),
+    no_sync: bool = O.no_sync_option(),
     no_crc: bool = O.no_crc_option("Skip the body and property CRC checks (crc_ok and prop_crc_ok are then null)."),
 ):
     """Export every message as a row: the `commitlog -f jsonl` message fields plus `broker`, partitioned by topic.
@@ -68,7 +69,7 @@ def export(
         total = _total_bytes(stores)
         with render.progress(total, "export") as advance:
             mapper = local_map(workers, total, per_worker=2 * WORKER_MEMORY)  # a task holds a range's batches and its Parquet buffers
-            res = export_ranges(stores, out, fmt=fmt.value, with_body=with_body, mapper=mapper, range_bytes=split, force=force, check_crc=crc, on_bytes=advance)
+            res = export_ranges(stores, out, fmt=fmt.value, with_body=with_body, mapper=mapper, range_bytes=split, force=force, check_crc=crc, on_bytes=advance, sync=not no_sync)
     else:
         from rmqdump.engines.spark.export import export_spark, pick_writer
 
@@ -77,7 +78,7 @@ def export(
         with O.spark_session(master, spark_conf, driver_memory=driver_memory, ship=ship.value, python_tasks_only=python_tasks) as spark:
             startup = time.perf_counter() - t0
             with render.progress(_total_bytes(stores) if python_tasks else 0, "export", enabled=None if python_tasks else False) as advance:
-                res = export_spark(spark, stores, out, fmt=fmt.value, with_body=with_body, range_bytes=split, force=force, check_crc=crc, writer=spark_writer.value, on_bytes=advance)
+                res = export_spark(spark, stores, out, fmt=fmt.value, with_body=with_body, range_bytes=split, force=force, check_crc=crc, writer=spark_writer.value, on_bytes=advance, sync=not no_sync)
         res.startup_seconds = startup
     for p in res.problems:
         render.err.print(f"{p['broker']}: {p['code']}: {p['file']}@{p['file_offset']}: {p['detail']}", markup=False, highlight=False)

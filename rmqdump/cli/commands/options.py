@@ -187,6 +187,10 @@ def broker_version_option() -> str | None:
     )
 
 
+def no_sync_option() -> bool:
+    return typer.Option(False, "--no-sync", help="Do not fsync the new files before renaming them into place (faster; a crash soon after may leave them empty).")
+
+
 def no_crc_option(help: str = "Skip the body and property CRC checks (faster).") -> bool:
     return typer.Option(False, "--no-crc", help=help)
 

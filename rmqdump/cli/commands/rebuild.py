@@ -116,7 +116,7 @@ def rebuild_cmd(
     workers: int = O.workers_option(),
     check_crc: bool = O.crc_option("Also check body CRCs and report mismatches (slower; such records are still dispatched, as the broker does)."),
     no_verify: bool = typer.Option(False, "--no-verify", help="Skip the cq verify / index verify pass over the result."),
-    no_sync: bool = typer.Option(False, "--no-sync", help="Do not fsync the new files before renaming them into place."),
+    no_sync: bool = O.no_sync_option(),
     fmt: ListFormat = O.format_option(ListFormat.table, "table, or jsonl (problem lines, queue and index_file lines, a summary)."),
     engine: Engine = engine_option("the same bytes, built by Spark; OUTDIR on a filesystem the executors share"),
     master: str = master_option(),

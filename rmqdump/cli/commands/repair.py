@@ -79,7 +79,7 @@ def repair_cmd(
     workers: int = O.workers_option(),
     no_crc: bool = O.no_crc_option("Skip the body CRC checks (faster); a record whose body CRC does not match is then left as it is."),
     no_verify: bool = typer.Option(False, "--no-verify", help="Skip the cq verify / index verify pass over the rebuilt files."),
-    no_sync: bool = typer.Option(False, "--no-sync", help="Do not fsync the new files before renaming them into place."),
+    no_sync: bool = O.no_sync_option(),
     fmt: ListFormat = O.format_option(ListFormat.table, "table, or jsonl (range, hole and problem lines, a summary)."),
     engine: O.Engine = O.engine_option("the ranges scanned and copied by Spark tasks; NEWDIR on a filesystem the executors share"),
     master: str = O.master_option(),

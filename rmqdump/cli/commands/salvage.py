@@ -50,6 +50,7 @@ def salvage_cmd(
     since: str = O.since_option(),
     until: str = O.until_option(),
     force: bool = O.force_option("Replace a non-empty OUT (only once the new one is complete)."),
+    no_sync: bool = O.no_sync_option(),
     no_crc: bool = O.no_crc_option("Skip the body and property CRC checks (the broker's recovery checks the body CRC: faster, less exact)."),
     workers: int = O.workers_option(),
     broker: str = O.broker_version_option(),
@@ -109,6 +110,7 @@ def salvage_cmd(
             broker=default_name(root),
             on_bytes=advance,
             mapper=mapper,
+            sync=not no_sync,
         )
     _print_table(res.to_dict())
     raise typer.Exit(1 if res.salvaged or res.damage_count or res.recovery.get("load_errors") else 0)

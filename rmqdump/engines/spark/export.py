@@ -86,12 +86,12 @@ class _Counts(AccumulatorParam):
         return tuple(x + y for x, y in zip(a, b, strict=True))
 
 
-def _write(writer, out: str, fmt: str, remote: bool, force: bool, stores: list[StoreRef]) -> None:
+def _write(writer, out: str, fmt: str, remote: bool, force: bool, stores: list[StoreRef], sync: bool) -> None:
     if remote:
         writer = writer.mode("overwrite" if force else "errorifexists")
         (writer.parquet(out) if fmt == "parquet" else writer.text(out))
         return
-    with publishing(out, force=force, stores=[s.root for s in stores]) as tmp:
+    with publishing(out, force=force, stores=[s.root for s in stores], sync=sync) as tmp:
         writer = writer.mode("overwrite")  # the empty temporary directory is ours
         (writer.parquet(tmp) if fmt == "parquet" else writer.text(tmp))
 
@@ -113,6 +113,7 @@ def export_spark(
     partitions: int | None = None,
     writer: str = "auto",
     on_bytes: Callable[[int], None] | None = None,
+    sync: bool = True,
 ) -> ExportResult:
     """Write the dataset with Spark; a local `out` is written beside itself and renamed into place.
 
@@ -129,7 +130,7 @@ def export_spark(
         if remote:
             raise InputError(REMOTE_ARROW, out, "--spark-writer arrow writes with pyarrow to a shared path; use --spark-writer spark for a URI")
         mapper = SparkMap(spark)
-        return export_ranges(stores, out, fmt=fmt, with_body=with_body, mapper=mapper, engine="spark", range_bytes=range_bytes, force=force, check_crc=check_crc, on_bytes=on_bytes)
+        return export_ranges(stores, out, fmt=fmt, with_body=with_body, mapper=mapper, engine="spark", range_bytes=range_bytes, force=force, check_crc=check_crc, on_bytes=on_bytes, sync=sync)
     if not remote:
         out = check_target(out, force=force, stores=[s.root for s in stores])
     t0 = time.perf_counter()
@@ -144,7 +145,7 @@ def export_spark(
     if before in (None, "0"):
         spark.conf.set(conf_key, "128")
     try:
-        _write(writer, out, fmt, remote, force, stores)
+        _write(writer, out, fmt, remote, force, stores, sync)
     finally:
         if before in (None, "0"):
             spark.conf.unset(conf_key) if before is None else spark.conf.set(conf_key, before)

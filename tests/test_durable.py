@@ -1,0 +1,146 @@
+"""What a command publishes is on the disk before it is renamed into place (common.publish), and big outputs are
+started on their way to the disk as they are written (common.writeback).
+
+The model of "on the disk": every file of the published tree was fsynced, and every directory of it, before the
+rename that shows it, and the parent directory after it. fsync and rename are watched (os.open maps each fd to its
+path), so the order is the one the calls were made in. A crash cannot be staged here; what a crash keeps of a
+file that was fsynced is the file system's promise.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from unittest import mock
+
+import pytest
+from conftest import REAL, run
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+from rmqdump.common import writeback
+
+
+def _watch(monkeypatch) -> list[tuple]:
+    """("fsync", path) and ("rename", src, dst) in the order made."""
+    events: list[tuple] = []
+    paths: dict[int, str] = {}
+    real_open, real_fsync, real_rename = os.open, os.fsync, os.rename
+
+    def open_(path, flags, *a, **k):
+        fd = real_open(path, flags, *a, **k)
+        paths[fd] = os.path.abspath(os.fspath(path))
+        return fd
+
+    def fsync(fd):
+        events.append(("fsync", paths.get(fd, f"fd {fd}")))
+        return real_fsync(fd)
+
+    def rename(src, dst, *a, **k):
+        events.append(("rename", os.path.abspath(os.fspath(src)), os.path.abspath(os.fspath(dst))))
+        return real_rename(src, dst, *a, **k)
+
+    monkeypatch.setattr(os, "open", open_)
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "rename", rename)
+    return events
+
+
+def _tree(top) -> tuple[list[str], list[str]]:
+    """(files, directories) under top, relative to it ("" is top itself)."""
+    files, dirs = [], []
+    for root, _d, names in os.walk(top):
+        dirs.append(os.path.relpath(root, top) if root != str(top) else "")
+        files += [os.path.relpath(os.path.join(root, n), top) for n in names]
+    return files, dirs
+
+
+def _commands(tmp_path):
+    out = tmp_path / "out"
+    return {
+        "salvage": (["salvage", REAL / "rmq53-damaged-size-field" / "store", "--out", out], out),
+        "export": (["export", "-s", REAL / "rmq4-basic" / "store", "--out", out], out),
+        "export-body": (["export", "-s", REAL / "rmq53-lmq" / "store", "--out", out, "--body", "raw"], out),
+    }
+
+
+@pytest.mark.parametrize("command", ["salvage", "export", "export-body"])
+def test_every_file_published_is_synced_before_the_rename(tmp_path, monkeypatch, command):
+    args, out = _commands(tmp_path)[command]
+    events = _watch(monkeypatch)
+    r = run(*args)
+    assert r.exit_code in (0, 1), r.stderr
+    files, dirs = _tree(out)
+    assert files and "" in dirs
+    shown = [i for i, e in enumerate(events) if e[0] == "rename" and e[2] == str(out)]
+    assert len(shown) == 1, events
+    tmp = events[shown[0]][1]
+    synced_before = {e[1] for e in events[: shown[0]] if e[0] == "fsync"}
+    for rel in files:
+        assert os.path.join(tmp, rel) in synced_before, f"{rel} not on the disk before the rename"
+    for rel in dirs:
+        assert os.path.normpath(os.path.join(tmp, rel)) in synced_before, f"directory {rel or '.'} not synced before the rename"
+    assert ("fsync", str(out.parent)) in events[shown[0] :], "the rename itself not synced"
+
+
+@pytest.mark.parametrize("command", ["salvage", "export"])
+def test_no_sync_syncs_nothing(tmp_path, monkeypatch, command):
+    args, out = _commands(tmp_path)[command]
+    events = _watch(monkeypatch)
+    r = run(*args, "--no-sync")
+    assert r.exit_code in (0, 1), r.stderr
+    assert _tree(out)[0] and [e for e in events if e[0] == "fsync"] == []
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 3 * writeback.EVERY), max_size=40))
+@example([writeback.EVERY - 1, 1, writeback.EVERY, 0, 2 * writeback.EVERY + 5])
+def test_a_growing_file_is_started_in_order_and_whole(sizes):
+    """Model: the ranges started follow each other from 0, each at least EVERY bytes, and what was never started is
+    less than EVERY (the last bytes written, left to the fsync)."""
+    calls = []
+    with mock.patch.object(writeback, "start", lambda fd, off, n: calls.append((fd, off, n)) or True):
+        g = writeback.Growing(7)
+        for n in sizes:
+            g.wrote(n)
+    pos = 0
+    for fd, off, n in calls:
+        assert fd == 7 and off == pos and n >= writeback.EVERY
+        pos += n
+    assert 0 <= sum(sizes) - pos < writeback.EVERY
+
+
+def test_salvage_starts_its_files_writeback_as_they_grow(tmp_path, monkeypatch):
+    """With a tiny EVERY, the messages file's pages were handed to the disk in order, all but its last EVERY bytes."""
+    calls: dict[int, list] = {}
+    monkeypatch.setattr(writeback, "EVERY", 4096)
+    monkeypatch.setattr(writeback, "start", lambda fd, off, n: calls.setdefault(fd, []).append((off, n)) or True)
+    out = tmp_path / "out"
+    assert run("salvage", REAL / "rmq53-damaged-size-field" / "store", "--out", out).exit_code == 1
+    size = (out / "messages.parquet").stat().st_size
+    assert size > 4 * 4096
+    runs = [c for c in calls.values() if c[0][0] == 0 and sum(n for _, n in c) > size - 4096]
+    assert len(runs) == 1
+    pos = 0
+    for off, n in runs[0]:
+        assert off == pos and n >= 4096
+        pos += n
+    assert size - 4096 < pos <= size
+
+
+def test_export_starts_each_part_files_writeback(tmp_path, monkeypatch):
+    """Each part file (its topic directory and name) was handed to the disk after its row groups were written."""
+    started: list[tuple[str, ...]] = []
+    monkeypatch.setattr(writeback, "start_path", lambda p: started.append(Path(p).parts[-2:]) or True)
+    out = tmp_path / "out"
+    assert run("export", "-s", REAL / "rmq4-basic" / "store", "--out", out).exit_code == 0
+    parts = sorted(Path(f).parts[-2:] for f in _tree(out)[0] if f.endswith(".parquet"))
+    assert len(parts) > 1 and sorted(set(started)) == parts
+
+
+def test_the_kernel_takes_the_request_on_linux(tmp_path):
+    """sync_file_range is called for real: on Linux the kernel accepts it; elsewhere nothing is asked."""
+    path = tmp_path / "f"
+    path.write_bytes(os.urandom(1 << 20))
+    assert writeback.start_path(str(path)) is sys.platform.startswith("linux")

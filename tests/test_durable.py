@@ -62,10 +62,11 @@ def _commands(tmp_path):
         "salvage": (["salvage", REAL / "rmq53-damaged-size-field" / "store", "--out", out], out),
         "export": (["export", "-s", REAL / "rmq4-basic" / "store", "--out", out], out),
         "export-body": (["export", "-s", REAL / "rmq53-lmq" / "store", "--out", out, "--body", "raw"], out),
+        "diff": (["diff", REAL / "rmq53-ha-lag" / "master" / "store", REAL / "rmq53-ha-lag" / "slave" / "store", "--out", out], out),
     }
 
 
-@pytest.mark.parametrize("command", ["salvage", "export", "export-body"])
+@pytest.mark.parametrize("command", ["salvage", "export", "export-body", "diff"])
 def test_every_file_published_is_synced_before_the_rename(tmp_path, monkeypatch, command):
     args, out = _commands(tmp_path)[command]
     events = _watch(monkeypatch)
@@ -84,7 +85,7 @@ def test_every_file_published_is_synced_before_the_rename(tmp_path, monkeypatch,
     assert ("fsync", str(out.parent)) in events[shown[0] :], "the rename itself not synced"
 
 
-@pytest.mark.parametrize("command", ["salvage", "export"])
+@pytest.mark.parametrize("command", ["salvage", "export", "diff"])
 def test_no_sync_syncs_nothing(tmp_path, monkeypatch, command):
     args, out = _commands(tmp_path)[command]
     events = _watch(monkeypatch)

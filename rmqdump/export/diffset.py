@@ -33,12 +33,12 @@ def _wanted_upto(chunks, pending: np.ndarray, hi: int) -> tuple[np.ndarray, np.n
 
 
 def write_side_messages(
-    stores: dict[str, Store], phys: dict[str, Iterable[np.ndarray]], start: int, out: str, *, force: bool = False, check_crc: bool = True
+    stores: dict[str, Store], phys: dict[str, Iterable[np.ndarray]], start: int, out: str, *, force: bool = False, check_crc: bool = True, sync: bool = True
 ) -> dict[str, int]:
     """Write each side's records at the physical offsets `phys[side]` (ascending chunks, all at or past `start`, read
     as the scan reaches them, so a long list is never held whole); rows written per side."""
     written = {}
-    with publishing(out, force=force, stores=[st.root for st in stores.values()]) as tmp:
+    with publishing(out, force=force, stores=[st.root for st in stores.values()], sync=sync) as tmp:
         for side, st in stores.items():
             chunks = (c for c in phys.get(side, ()) if len(c))
             pending = next(chunks, np.zeros(0, np.int64))

@@ -16,6 +16,7 @@ def diff(
     fmt: ListFormat = O.format_option(ListFormat.table, "table or jsonl (kinds prefix, message, queue, consumer, summary)."),
     out: Path = O.out_option("Also write the messages only on each side as Parquet (side=a|b/topic=...), bodies included.", required=False),
     force: bool = O.force_option("Replace an existing --out."),
+    no_sync: bool = O.no_sync_option(),
     no_crc: bool = O.no_crc_option("Skip the body CRC checks of the records past the common prefix."),
     workers: int = O.workers_option("Threads hashing the two CommitLogs side by side (default: both, for CommitLogs over 64 MiB)."),
     engine: O.Engine = O.engine_option("each side's records past the common prefix decoded by Spark tasks (executors on this machine)"),
@@ -63,7 +64,7 @@ def diff(
             from rmqdump.export.diffset import write_side_messages
 
             only = {s: d.phys_offsets(s, "only") for s in ("a", "b")}
-            write_side_messages(stores, only, d.prefix.identical_up_to, str(out), force=force, check_crc=not no_crc)
+            write_side_messages(stores, only, d.prefix.identical_up_to, str(out), force=force, check_crc=not no_crc, sync=not no_sync)
         if fmt is ListFormat.jsonl:
             for rec in d.records():
                 render.jsonl_streamed(rec) if rec.get("kind") == "queue" else render.jsonl(rec)

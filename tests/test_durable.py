@@ -9,6 +9,7 @@ file that was fsynced is the file system's promise.
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 from pathlib import Path
@@ -20,6 +21,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from rmqdump.common import writeback
+from rmqdump.common.publish import TMP_MARK
 
 
 def _watch(monkeypatch) -> list[tuple]:
@@ -145,3 +147,34 @@ def test_the_kernel_takes_the_request_on_linux(tmp_path):
     path = tmp_path / "f"
     path.write_bytes(os.urandom(1 << 20))
     assert writeback.start_path(str(path)) is sys.platform.startswith("linux")
+
+
+@pytest.mark.parametrize(("errno_", "code"), [(errno.EIO, "output_not_synced"), (errno.ENOSPC, "output_no_space")])
+def test_a_refused_fsync_publishes_nothing(tmp_path, monkeypatch, errno_, code):
+    """The disk refuses the messages file's fsync (EIO; ENOSPC from a delayed allocation): one line with the code and
+    the target, exit 2, no output and no temporary left; the other files went through."""
+    real_open, real_fsync = os.open, os.fsync
+    paths: dict[int, str] = {}
+
+    def open_(path, flags, *a, **k):
+        fd = real_open(path, flags, *a, **k)
+        paths[fd] = os.fspath(path)
+        return fd
+
+    def fsync(fd):
+        if paths.get(fd, "").endswith("messages.parquet"):
+            raise OSError(errno_, os.strerror(errno_))
+        return real_fsync(fd)
+
+    monkeypatch.setattr(os, "open", open_)
+    monkeypatch.setattr(os, "fsync", fsync)
+    out = tmp_path / "out"
+    r = run("salvage", REAL / "rmq53-damaged-size-field" / "store", "--out", out)
+    assert r.exit_code == 2
+    if code == "output_not_synced":
+        want = f"rmqdump: output_not_synced: {out}: {os.strerror(errno_)} while {{}}/messages.parquet was put on the disk: nothing was published\n"
+        tmp = r.stderr.split(" while ")[1].rsplit("/messages.parquet", 1)[0]
+        assert TMP_MARK in tmp and r.stderr == want.format(tmp)
+    else:
+        assert r.stderr.startswith(f"rmqdump: output_no_space: {out}: {os.strerror(errno_)} while writing it: nothing was published")
+    assert not out.exists() and [n for n in os.listdir(tmp_path) if TMP_MARK in n] == []

@@ -35,6 +35,7 @@ OUTPUT_IS_DIRECTORY = "output_is_directory"
 OUTPUT_PARENT_NOT_DIRECTORY = "output_parent_not_directory"
 OUTPUT_NO_SPACE = "output_no_space"  # the file system ran out of room (or quota) while the output was written
 OUTPUT_UNWRITABLE = "output_unwritable"  # this user may not create files where the output goes (or the file system is read-only)
+OUTPUT_NOT_SYNCED = "output_not_synced"  # the disk refused a file's fsync (EIO): its bytes may not be there, so nothing is published
 
 NO_ROOM = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)  # the errnos of a write the file system has no room for
 NOT_ALLOWED = (errno.EACCES, errno.EPERM, errno.EROFS)  # the errnos of a write this user may not make there
@@ -135,9 +136,9 @@ def fsync_path(path: str, *, strict: bool = True) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
-    except OSError:
+    except OSError as e:
         if strict:
-            raise
+            raise OSError(e.errno, e.strerror, path) from e  # fsync's own error names no file
 
 
 def _fsync_tree(top: str) -> None:
@@ -202,7 +203,12 @@ def publishing(target: str, *, force: bool, stores: Iterable[str] = (), kind: st
         if not os.path.lexists(tmp):
             raise FileNotFoundError(f"nothing was written to {tmp}")
         if sync:
-            _fsync_tree(tmp)
+            try:
+                _fsync_tree(tmp)
+            except OSError as e:
+                if e.errno in NO_ROOM or e.errno in NOT_ALLOWED:  # said below, as for any write
+                    raise
+                raise InputError(OUTPUT_NOT_SYNCED, out, f"{e.strerror or e} while {e.filename} was put on the disk: nothing was published") from e
         with _signals_held():
             _rename_into_place(tmp, out)
             if sync:

@@ -7,8 +7,6 @@ import os
 
 import pytest
 from conftest import store_root
-from hypothesis import example, given, settings
-from hypothesis import strategies as st
 
 from rmqdump.readers.commitlog import CommitLog, commitlog_path
 from rmqdump.scan.splits import Split, commitlog_splits, partition_count
@@ -92,58 +90,3 @@ def test_stream_cuts_cut_at_every_file_edge_and_hole_edge(tmp_path):
     starts = {s for s, _ in cuts}
     must = {x for x in (300_000, 600_000, *edges) if lo < x < hi}
     assert must <= starts and (len(edges) > 2 or must == {300_000, 600_000})  # holes found where the filesystem has them
-
-
-def _lpt(costs: list[float], workers: int) -> float:
-    """When the last worker ends, handing each task in turn to the first free worker (the model of the mapper)."""
-    import heapq
-
-    ends = [0.0] * workers
-    for c in costs:
-        heapq.heappush(ends, heapq.heappop(ends) + c)
-    return max(ends)
-
-
-@settings(max_examples=300, deadline=None)
-@given(st.lists(st.integers(1, 300), min_size=1, max_size=40), st.integers(1, 5), st.data())
-@example([128] * 9, 2, None)  # the 1M-message export that left one core idle for a whole task
-def test_guided_tasks_cover_the_ranges_and_end_together(mib, workers, draw):
-    """Model (a range costs its length): the pieces, in CommitLog order, are exactly the tasks' ranges; they are handed
-    out dearest first, a permutation of all; a task of several ranges is never cut; and, each taken by the first free
-    worker, they end no later than the whole tasks would."""
-    from rmqdump.scan.splits import guided
-
-    size = sum(mib) << 20
-    cuts = list(itertools.accumulate([0, *(m << 20 for m in mib)]))
-    groups = [[Split("", "f", 0, a, b, size)] for a, b in itertools.pairwise(cuts)]
-    if draw is not None and len(groups) > 2 and draw.draw(st.booleans()):
-        groups = [groups[0] + groups[1], *groups[2:]]  # a task of two ranges
-    tasks, order = guided(groups, workers, lambda sp: sp.length)
-    assert sorted(order) == list(range(len(tasks)))
-    flat = [(sp.start, sp.end) for t in tasks for sp in t]
-    assert flat[0][0] == 0 and flat[-1][1] == size and all(a[1] == b[0] for a, b in itertools.pairwise(flat))
-    assert [t for t in tasks if len(t) > 1] == [g for g in groups if len(g) > 1]
-    cost = [sum(sp.length for sp in t) for t in tasks]
-    assert all(cost[a] >= cost[b] for a, b in itertools.pairwise(order))
-    if workers == 1:
-        assert len(tasks) == len(groups)
-    whole = _lpt(sorted((sum(sp.length for sp in g) for g in groups), reverse=True), workers)
-    got = _lpt([cost[j] for j in order], workers)
-    assert got <= whole
-    if draw is None:  # nine equal tasks on two workers: halves and quarters at the end, both end at once
-        assert got == sum(cost) / workers and len(tasks) > len(groups)
-
-
-def test_holes_cost_nothing(tmp_path):
-    """A range that is all hole costs 0 (the scan skips it unread), one of data its data, with SEEK_DATA."""
-    from rmqdump.scan.splits import data_bytes
-
-    path = tmp_path / "f"
-    with open(path, "wb") as f:
-        f.write(b"x" * (1 << 20))
-        f.truncate(64 << 20)
-    if not hasattr(os, "SEEK_DATA"):
-        pytest.skip("no SEEK_DATA here: every byte counts as data") if not os.environ.get("CI") else pytest.fail("no SEEK_DATA")
-    assert data_bytes(Split("", str(path), 0, 0, 1 << 20, 64 << 20)) == 1 << 20
-    assert data_bytes(Split("", str(path), 0, 32 << 20, 64 << 20, 64 << 20)) == 0
-    assert data_bytes(Split("", str(path / "missing"), 0, 0, 4096, 4096)) == 4096

@@ -33,7 +33,7 @@ from rmqdump.common.publish import check_target, publishing
 from rmqdump.export import arrowbatch
 from rmqdump.scan.compaction import ServedView, served_views
 from rmqdump.scan.ranges import SERIAL, Mapper, range_batches
-from rmqdump.scan.splits import RANGE_BYTES, Split, StoreRef, group_splits, guided, plan
+from rmqdump.scan.splits import RANGE_BYTES, Split, StoreRef, group_splits, plan
 
 FORMATS = ("parquet", "jsonl")
 ROWS_PER_GROUP = 65536
@@ -328,9 +328,9 @@ def export_ranges(
     splits, res = start_export(stores, out, fmt, engine, range_bytes)
     served = served_views(stores)
     with publishing(out, force=force, stores=[s.root for s in stores], sync=sync) as tmp:
-        # dearest first, the last tasks cut small: the workers end together (part files are numbered in CommitLog order)
-        groups, order = guided(group_splits(splits, mapper.workers), mapper.workers)
+        groups = group_splits(splits, mapper.workers)
         sizes = [sum(s.length for s in g) for g in groups]
+        order = sorted(range(len(groups)), key=lambda i: -sizes[i])  # the biggest first: the last task to finish is a small one
         task = lambda i: write_split(i, groups[i], tmp, fmt, with_body, check_crc, served, sync)  # noqa: E731
         # the results are summed: taken as they finish where the engine can (a big task must not hold back the next)
         for k, r in mapper.unordered(task, order):

@@ -14,10 +14,8 @@ asks for them by name rather than cutting its own.
 from __future__ import annotations
 
 import glob
-import heapq
 import itertools
 import os
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from rmqdump.common.problems import InputError, Problem
@@ -184,67 +182,6 @@ def group_splits(splits: list[Split], workers: int, min_bytes: int = RANGE_BYTES
         groups[-1].append(s)
         size += s.length
     return groups
-
-
-def data_bytes(sp: Split) -> int:
-    """Bytes of the range that hold data: a sparse file's holes are skipped unread, so they cost a task nothing (all of
-    it where the file system cannot say, or the file cannot be opened: the task itself then says why)."""
-    try:
-        fd = open_readonly(sp.path)
-    except (OSError, InputError):
-        return sp.length
-    try:
-        n, pos = 0, sp.start
-        while pos < sp.end:
-            a, b = next_data(fd, pos, sp.end)
-            n += b - a
-            pos = b
-        return n
-    finally:
-        os.close(fd)
-
-
-def _ends(costs: list[int], workers: int) -> int:
-    """When the last worker ends, each task handed in turn to the first free one (the mappers' thread pools)."""
-    ends = [0] * max(1, workers)
-    for c in costs:
-        heapq.heappush(ends, heapq.heappop(ends) + c)
-    return max(ends)
-
-
-def _cut(groups: list[list[Split]], cost: list[int], workers: int, most: int, cost_of: Callable[[Split], int]) -> list[tuple[list[Split], int]]:
-    """Each task dearer than the work left at it over twice the workers, cut into up to `most` ranges (a guided
-    schedule, as OpenMP's); a task of several ranges (small files grouped) stays whole. (task, cost) in CommitLog order."""
-    left = sum(cost)
-    pieces: list[list[tuple[list[Split], int]]] = [[(g, c)] for g, c in zip(groups, cost, strict=True)]
-    for i in sorted(range(len(groups)), key=lambda i: -cost[i]):
-        room = left / (2 * workers)
-        if len(groups[i]) == 1 and room > 0 and cost[i] > room:
-            sp = groups[i][0]
-            k = min(most, -(-cost[i] // max(1, int(room))), max(1, sp.length // MiB))
-            at = [sp.start + sp.length * j // k for j in range(k + 1)]
-            parts = [replace(sp, start=a, end=b) for a, b in itertools.pairwise(at)]
-            pieces[i] = [([p], cost_of(p)) for p in parts]
-        left -= cost[i]
-    return [p for ps in pieces for p in ps]
-
-
-def guided(
-    groups: list[list[Split]], workers: int, cost_of: Callable[[Split], int] = data_bytes
-) -> tuple[list[list[Split]], list[int]]:
-    """The tasks in CommitLog order, the last ones maybe cut smaller, and the order to hand them out in: dearest first.
-    Nine equal 128 MiB tasks on two workers left one core idle for a whole task at the end, a sixth of a 1M-message
-    export; with the last ones in halves and quarters both end together. Of the tasks as they are and cut up to 2
-    or 4 ranges, the one whose last worker ends first (by `cost_of` each range, data bytes) is taken, the fewest
-    tasks on a tie: cutting never makes the schedule longer than not cutting."""
-    cost = [sum(cost_of(sp) for sp in g) for g in groups]
-    best = [(g, c) for g, c in zip(groups, cost, strict=True)]
-    if workers > 1:
-        for most in (2, 4):
-            cut = _cut(groups, cost, workers, most, cost_of)
-            if _ends(sorted((c for _, c in cut), reverse=True), workers) < _ends(sorted((c for _, c in best), reverse=True), workers):
-                best = cut
-    return [t for t, _ in best], sorted(range(len(best)), key=lambda j: -best[j][1])
 
 
 def stream_cuts(files: list[tuple[int, int, str]], lo: int, hi: int, range_bytes: int = RANGE_BYTES) -> list[tuple[int, int]]:

@@ -152,6 +152,7 @@ def test_the_kernel_takes_the_request_on_linux(tmp_path):
     path = tmp_path / "f"
     path.write_bytes(os.urandom(1 << 20))
     assert writeback.start_path(str(path)) is sys.platform.startswith("linux")
+    assert writeback.start_path(str(tmp_path / "gone")) is False  # advice only: never an error of its own
 
 
 @pytest.mark.parametrize(("errno_", "code"), [(errno.EIO, "output_not_synced"), (errno.ENOSPC, "output_no_space")])

@@ -45,8 +45,12 @@ def start(fd: int, offset: int = 0, length: int = 0) -> bool:
 
 
 def start_path(path: str) -> bool:
-    """start() for a whole closed file."""
-    fd = os.open(path, os.O_RDONLY)
+    """start() for a whole file by its path. Advice only: a file that cannot be opened (gone, or no descriptor left)
+    is left to the fsync, which says why, and the command goes on."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return False
     try:
         return start(fd)
     finally:

@@ -21,10 +21,10 @@ LAYERS = [
     ("rmqdump.common",),
     ("rmqdump.readers",),
     ("rmqdump.scan",),
+    ("rmqdump.text",),
     ("rmqdump.checks", "rmqdump.builders", "rmqdump.export"),
     ("rmqdump.query", "rmqdump.sql", "rmqdump.report"),
     ("rmqdump.engines", "rmqdump.spark"),
-    ("rmqdump.text",),
     ("rmqdump.cli", "rmqdump.__main__"),
 ]
 

@@ -32,19 +32,10 @@ from rmqdump.scan.splits import Split
 from rmqdump.schemas import constants as C
 from rmqdump.text import batches as TB
 from rmqdump.text import spelling as K
+from rmqdump.text.lines import CLOSE, OPEN, Halves, json_string, json_text, pool, rows_matrix, selector
 
 SUB_ROWS = 8192  # records rendered per kernel call: bounds the output buffer (a few MB)
 PARALLEL_ROWS = 2048  # from this many records a sub-batch is rendered by two threads
-_POOL = None
-
-
-def _pool():
-    global _POOL
-    if _POOL is None:
-        from concurrent.futures import ThreadPoolExecutor
-
-        _POOL = ThreadPoolExecutor(1, thread_name_prefix="rmqdump-text")
-    return _POOL
 
 
 def _writer(ahead: int = 2) -> Background:
@@ -66,34 +57,6 @@ CSV_COLUMNS = [
     "code", "file_offset", "detail", "length", "marker", "dledger_index", "dledger_term",
 ]  # fmt: skip
 TABLE_COLUMNS = ["offset", "size", "topic", "q", "qoffset", "stored (UTC)", "tags", "keys", "uniq_key", "tx", "crc"]
-
-
-def _selector(rows: np.ndarray):
-    """Sorted distinct row numbers as a slice when they are consecutive (nothing filtered out): each column is then
-    read as a view, not gathered by fancy indexing."""
-    if len(rows) and int(rows[-1]) - int(rows[0]) == len(rows) - 1:
-        return slice(int(rows[0]), int(rows[-1]) + 1)
-    return rows
-
-
-def rows_matrix(b: Batch, rows: np.ndarray, flag_idx: np.ndarray) -> np.ndarray:
-    """The kernels' input: one int64 row per record, columns rmqdump.text.spelling.MATRIX."""
-    c = b.cols
-    n = len(rows)
-    mat = np.empty((n, len(K.MATRIX)), dtype=np.int64)
-    raw = b.raw_columns(K.MATRIX)
-    if raw is not None:  # one compiled pass over the kernel's rows
-        TB.kernels().gather(raw[0], raw[1], raw[2], np.ascontiguousarray(rows, dtype=np.int64), mat)
-    rows = _selector(rows)
-    if raw is None:
-        for j, name in enumerate(K.MATRIX):
-            if name in c:
-                mat[:, j] = c[name][rows]
-    mat[:, K.M["magic_version"]] = np.where(c["magic"][rows] == C.MAGIC_V2, 2, 1)
-    mat[:, K.M["crc"]] = -1 if b.crc_ok is None else b.crc_ok[rows]
-    mat[:, K.M["prop_crc"]] = -1 if b.prop_crc is None else b.prop_crc[rows]
-    mat[:, K.M["flag_idx"]] = flag_idx
-    return mat
 
 
 def _filter_args(flt: Filter):
@@ -160,26 +123,6 @@ def render_range(split: Split, spec: ListSpec, limit: int | None = None) -> Rang
         return render_items(items, spec, tally)
     finally:
         items.close()  # the range's file unmapped now, not when the generator is collected
-
-
-class Halves:
-    """A sub-batch's text rendered by two threads into two stretches of one buffer: its rows' ends number the second
-    stretch's bytes as if it followed the first, which it is never copied behind."""
-
-    def __init__(self, first: np.ndarray, second: np.ndarray):
-        self.first, self.second = first, second
-
-    def pieces(self, start: int, end: int) -> list[np.ndarray]:
-        """The text of positions [start, end): one stretch's slice, or the end of the first and the start of the second."""
-        cut = len(self.first)
-        if end <= cut:
-            return [self.first[start:end]]
-        if start >= cut:
-            return [self.second[start - cut : end - cut]]
-        return [self.first[start:], self.second[: end - cut]]
-
-    def __getitem__(self, s: slice) -> bytes:
-        return b"".join(bytes(p) for p in self.pieces(s.start, s.stop))
 
 
 class RecordsOut(abc.ABC):
@@ -334,38 +277,10 @@ class JsonLinesOut(RecordsOut):
     def kernel(self, b, rows, _):
         file_json = self._file_json.get(b.seg.path)
         if file_json is None:
-            file_json = self._file_json[b.seg.path] = np.frombuffer(_ENCODE(b.seg.path).encode(), dtype=np.uint8).copy()
-        sel = _selector(rows)
-        snip, snip_offs, _tx, _txo, idx = TB.flag_snippets(b.cols["sys_flag"][sel])
-        mat = rows_matrix(b, rows, idx)
-        c = b.cols
-        bound = (
-            K.FIXED_JSON + len(file_json) + int(np.diff(snip_offs).max()) + 400
-            + c["topic_length"][sel].astype(np.int64) + 7 * c["properties_length"][sel].astype(np.int64)
-        )  # fmt: skip
-        n = len(rows)
-        out = np.empty(int(bound.sum()), dtype=np.uint8)
-        ends = np.empty(n, dtype=np.int64)
-        status = np.empty(n, dtype=np.int8)
-        json_lines = TB.kernels().json_lines
+            file_json = self._file_json[b.seg.path] = json_string(b.seg.path)
         close = not self.with_body and b.entries is None  # else the line is finished here (body, DLedger entry fields)
-
-        def part(lo: int, hi: int, at: int) -> int:
-            return json_lines(b.mf.data, b.seg.base, mat[lo:hi], file_json, snip, snip_offs, *self.filters, close, out[at:], ends[lo:hi], status[lo:hi], TB.item_room())
-
-        if n < PARALLEL_ROWS or not self.halves:
-            part(0, n, 0)
-            return status, ends, out
-        # Both cores: the kernel releases the GIL; the second half is written after the first half's room, and
-        # stays there (moved down behind the first half's text, it cost a copy into fresh pages: 80 of a listing's 286
-        # huge-page faults at 1M)
-        h = n // 2
-        at = int(bound[:h].sum())
-        second = _pool().submit(part, h, n, at)
-        end1 = part(0, h, 0)
-        end2 = second.result()
-        ends[h:] += end1
-        return status, ends, Halves(out[:end1], out[at : at + end2])
+        two = self.halves and len(rows) >= PARALLEL_ROWS  # both cores: one worker's second core is otherwise idle
+        return json_text(b, rows, file_json, self.filters, CLOSE if close else OPEN, two)
 
     def taken(self, out, ends, status, lo, hi, b, rows):
         if not self.with_body and b.entries is None:
@@ -404,7 +319,7 @@ class CsvOut(RecordsOut):
         if self._file != b.seg.path:
             self._file = b.seg.path
             self._file_csv = np.frombuffer(csv_line([b.seg.path])[:-1].encode(), dtype=np.uint8).copy()
-        sel = _selector(rows)
+        sel = selector(rows)
         snip, snip_offs, idx = TB.csv_snippets(b.cols["sys_flag"][sel])
         mat = rows_matrix(b, rows, idx)
         c = b.cols
@@ -468,7 +383,7 @@ class TableOut(RecordsOut):
     def kernel(self, b, rows, _):
         if self.with_body:
             return None
-        sel = _selector(rows)
+        sel = selector(rows)
         _s, _so, tx, tx_offs, idx = TB.flag_snippets(b.cols["sys_flag"][sel])
         mat = rows_matrix(b, rows, idx)
         c = b.cols
@@ -489,7 +404,7 @@ class TableOut(RecordsOut):
             part(0, n, 0)
         else:  # both cores, as for JSON Lines; the cells stay where each half wrote them
             h = n // 2
-            second = _pool().submit(part, h, n, int(bound[:h].sum()))
+            second = pool().submit(part, h, n, int(bound[:h].sum()))
             part(0, h, 0)
             second.result()
         self._parts = (cells, bounds, widths)

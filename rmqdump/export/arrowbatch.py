@@ -344,7 +344,7 @@ def _compaction(b: Batch, sel, c: dict, n: int, served: ServedView | None) -> tu
     return parts, _fixed(log, pa.int64(), valid=part > 0)
 
 
-def _by_topic(b: Batch, lo: int, hi: int) -> list:
+def topic_groups(b: Batch, lo: int, hi: int) -> list:
     """Records lo..hi grouped by topic (record order kept within a topic): a slice when there is one topic."""
     tid = b.found["topic_id"][lo:hi]
     if not len(tid) or (tid == tid[0]).all():
@@ -374,17 +374,17 @@ def record_batches(
         return
     sch = schema(with_body) if columns is None else pa.schema([schema(True).field(c) for c in columns])
     for lo, hi in chunks(b.cols["total_size"], max_bytes):
-        for sel in _by_topic(b, lo, hi) if by_topic else [slice(lo, hi)]:
+        for sel in topic_groups(b, lo, hi) if by_topic else [slice(lo, hi)]:
             yield pa.RecordBatch.from_arrays(_columns(b, sel, broker, sch, served), schema=sch)
 
 
-def selected(b: Batch, sel: np.ndarray, broker: str, sch: pa.Schema) -> pa.RecordBatch:
+def selected(b: Batch, sel: np.ndarray, broker: str, sch: pa.Schema, served: ServedView | None = None) -> pa.RecordBatch:
     """Records `sel` (strictly rising indices into the batch) with the columns of `sch`: any of FIELDS, BODY_FIELD (or `body`
     as binary_view: views of the map, no copy), RAW_WITHOUT_BODY_FIELD, BODY_OFFSET_FIELD. A run of consecutive
     indices (every record past a recovery stop) is taken as a slice: views of the columns, not gathered copies."""
     if len(sel) and int(sel[-1]) - int(sel[0]) + 1 == len(sel):
         sel = slice(int(sel[0]), int(sel[-1]) + 1)
-    return pa.RecordBatch.from_arrays(_columns(b, sel, broker, sch), schema=sch)
+    return pa.RecordBatch.from_arrays(_columns(b, sel, broker, sch, served), schema=sch)
 
 
 def _columns(b: Batch, sel, broker: str, sch: pa.Schema, served: ServedView | None = None) -> list[pa.Array]:

@@ -11,8 +11,6 @@ The dataset is written into a temporary directory beside the target and renamed 
 
 from __future__ import annotations
 
-import base64
-import contextlib
 import dataclasses
 import os
 import time
@@ -27,12 +25,14 @@ import pyarrow.parquet as pq
 
 from rmqdump.common import writeback
 from rmqdump.common.closing import Closing
-from rmqdump.common.jsontext import encode, fields_of
+from rmqdump.common.jsontext import fields_of
 from rmqdump.common.problems import Problem
 from rmqdump.common.publish import check_target, publishing
 from rmqdump.export import arrowbatch
+from rmqdump.export.jsonlines import Lines
 from rmqdump.scan.compaction import ServedView, served_views
 from rmqdump.scan.ranges import SERIAL, Mapper, range_batches
+from rmqdump.scan.scanner import Batch
 from rmqdump.scan.splits import RANGE_BYTES, Split, StoreRef, group_splits, plan
 
 FORMATS = ("parquet", "jsonl")
@@ -128,6 +128,15 @@ def split_batches(
     """The messages of one byte range as Arrow batches; problems and counts go into `result`.
     served: served_views() of the stores, for the compaction columns."""
     view = (served or {}).get(split.broker)
+    for b in split_scan(split, result, check_crc):
+        for rb in arrowbatch.record_batches(b, split.broker, with_body=with_body, by_topic=True, served=view):
+            result.messages += rb.num_rows
+            yield rb
+
+
+def split_scan(split: Split, result: SplitResult, check_crc: bool = True) -> Iterator[Batch]:
+    """The scanned batches of one byte range; their problems and bytes go into `result` (not their messages: the
+    caller counts what it writes). A batch's pages of the map are given back once the caller is done with it."""
 
     def note(p: Problem) -> None:
         result.problem_count += 1
@@ -139,28 +148,12 @@ def split_batches(
             note(p)
         if len(b):
             result.record_bytes += int(b.cols["total_size"].sum())
-        for rb in arrowbatch.record_batches(b, split.broker, with_body=with_body, by_topic=True, served=view):
-            result.messages += rb.num_rows
-            yield rb
-        if len(b):  # the batch is in Arrow (copies): its pages of the map can go now, not at the scan's next release
+        yield b
+        if len(b):  # the batch is written (copies): its pages of the map can go now, not at the scan's next release
             b.mf.release(int(b.cols["_pos"][0]), int(b.cols["_end"][-1]))
         for p in b.damage():
             note(p)
     result.bytes += split.length
-
-
-def jsonl_lines(rb: pa.RecordBatch, binary: tuple[str, ...] = ("body",)) -> list[str]:
-    """A record batch as JSON Lines, each line the `rmqdump commitlog -f jsonl` object plus broker (and body): properties
-    as an object, the `binary` columns there in base64, each named so by a `NAME_encoding` field after the row's own."""
-    out = []
-    for r in rb.to_pylist():
-        r["properties"] = dict(r["properties"])
-        there = [k for k in binary if k in r]
-        for k in there:
-            r[k] = base64.b64encode(r[k]).decode()
-        r.update((f"{k}_encoding", "base64") for k in there)
-        out.append(encode(r))
-    return out
 
 
 def partition_dir(topic: str) -> str:
@@ -282,18 +275,47 @@ def write_split(
             for rb in batches:
                 w.write(rb)
     else:
-        files: dict[str, object] = {}
-        with contextlib.ExitStack() as stack:
-            for rb in batches:
-                topics = rb.column("topic").to_pylist()
-                for t, line in zip(topics, jsonl_lines(rb), strict=True):
-                    f = files.get(t)
-                    if f is None:
-                        d = os.path.join(tmp, partition_dir(t))
-                        os.makedirs(d, exist_ok=True)
-                        f = files[t] = stack.enter_context(open(os.path.join(d, f"part-{index:05d}.jsonl"), "w", encoding="utf-8"))
-                    f.write(line + "\n")
+        write_jsonl(index, group, tmp, with_body, check_crc, served, result, sync)
     return result
+
+
+class TopicLineFiles(Closing):
+    """A task's JSON Lines part files, one per topic directory, each written from the start in order (its pages
+    started on their way to the disk as it grows, with `sync`)."""
+
+    def __init__(self, root: str, index: int, sync: bool):
+        self.root, self.index, self.sync = root, index, sync
+        self.files: dict[str, tuple] = {}
+
+    def write(self, topic: str, pieces: list) -> None:
+        f = self.files.get(topic)
+        if f is None:
+            d = os.path.join(self.root, partition_dir(topic))
+            os.makedirs(d, exist_ok=True)
+            fh = open(os.path.join(d, f"part-{self.index:05d}.jsonl"), "wb")  # noqa: SIM115 (closed by close())
+            f = self.files[topic] = (fh, writeback.Growing(fh.fileno()) if self.sync else None)
+        fh, grow = f
+        n = 0
+        for p in pieces:
+            n += fh.write(p)
+        if grow is not None:
+            fh.flush()  # the bytes in the kernel's hands before it is asked to write them back
+            grow.wrote(n)
+
+    def close(self) -> None:
+        while self.files:
+            self.files.popitem()[1][0].close()
+
+
+def write_jsonl(index: int, group: list[Split], tmp: str, with_body: bool, check_crc: bool, served, result: SplitResult, sync: bool) -> None:
+    """A task's ranges as JSON Lines part files under `tmp`, spelled by rmqdump.export.jsonlines."""
+    with TopicLineFiles(tmp, index, sync) as files:
+        for split in group:
+            lines = Lines(split.broker, with_body, (served or {}).get(split.broker))
+            for b in split_scan(split, result, check_crc):
+                for topic, pieces in lines.batch(b):
+                    files.write(topic, pieces)
+                result.messages += len(b)
 
 
 def start_export(stores: list[StoreRef], out: str, fmt: str, engine: str, range_bytes: int) -> tuple[list[Split], ExportResult]:

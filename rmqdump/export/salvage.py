@@ -32,7 +32,8 @@ from rmqdump.common.columnspill import ColumnSpill
 from rmqdump.common.problems import Problem
 from rmqdump.common.publish import publishing
 from rmqdump.export import arrowbatch, parquetparts
-from rmqdump.export.dataset import jsonl_lines, parquet_options
+from rmqdump.export.dataset import parquet_options
+from rmqdump.export.jsonlines import jsonl_lines
 from rmqdump.export.parquetparts import Part, PartsWriter, encode_part
 from rmqdump.readers.store import Store
 from rmqdump.scan.headerfix import Restored, store_units, unit_agrees

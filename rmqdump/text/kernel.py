@@ -39,7 +39,6 @@ from rmqdump.text.spelling import (
     L_BORN_TS,
     L_CRC,
     L_DASH,
-    L_END,
     L_FALSE,
     L_FLAG,
     L_KEYS,
@@ -394,7 +393,7 @@ def _bool(out, o, v):
 
 
 @_kernel
-def _message_json(out, o, d, base, row, file_json, snip, snip_offs, its, itk, ite, m, t, g, u, close):
+def _message_json(out, o, d, base, row, file_json, snip, snip_offs, its, itk, ite, m, t, g, u, tail):
     o = _lit(out, _lit(out, o, L_KIND), file_json)
     o = _lit_int(out, o, L_PHYS, base + row[POS])
     o = _lit_int(out, o, L_TOTAL, row[TOTAL])
@@ -436,12 +435,8 @@ def _message_json(out, o, d, base, row, file_json, snip, snip_offs, its, itk, it
     for q in range(V4_ADDR + PORT_BYTES):
         o = _hex(out, o, np.int64(d[_u(sp + q)]), 1)
     o = _hex(out, o, base + row[POS], 8)
-    if close:
-        o = _lit(out, o, L_END)
-    else:
-        out[_u(o)] = 34
-        o += 1
-    return o
+    out[_u(o)] = 34
+    return _lit(out, o + 1, tail)
 
 
 @_kernel
@@ -484,9 +479,9 @@ def _simple(d, row):
 
 
 @_kernel
-def json_lines(d, base, mat, file_json, snip, snip_offs, ftopic, ftag, fkey, fl, close, out, ends, status, items):
-    """One JSON object per row of `mat` into `out` (`close`: with its closing brace and newline; else the
-    caller appends the body fields). ends[r] is where row r's text ends; status[r] TAKEN, FALLBACK or FILTERED;
+def json_lines(d, base, mat, file_json, snip, snip_offs, ftopic, ftag, fkey, fl, tail, out, ends, status, items):
+    """One JSON object per row of `mat` into `out`, each up to its msg_id and then `tail` (the closing brace and
+    newline, or the caller's fields, or nothing: the caller finishes the line). ends[r] is where row r's text ends; status[r] TAKEN, FALLBACK or FILTERED;
     `items` is room for one record's property items (rmqdump.text.batches.item_room)."""
     its, itk, ite = items[0], items[1], items[2]
     o = 0
@@ -498,7 +493,7 @@ def json_lines(d, base, mat, file_json, snip, snip_offs, ftopic, ftag, fkey, fl,
             m, t, g, u = _items(d, row, its, itk, ite)
             if m >= 0:
                 if _accepts(d, row, its, itk, ite, t, g, u, ftopic, ftag, fkey, fl):
-                    o = _message_json(out, o, d, base, row, file_json, snip, snip_offs, its, itk, ite, m, t, g, u, close)
+                    o = _message_json(out, o, d, base, row, file_json, snip, snip_offs, its, itk, ite, m, t, g, u, tail)
                     st = TAKEN
                 else:
                     st = FILTERED

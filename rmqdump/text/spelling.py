@@ -68,7 +68,6 @@ L_TAGS = _b('},"tags":')
 L_KEYS = _b(',"keys":[')
 L_UNIQ = _b('],"uniq_key":')
 L_MSGID = _b(',"msg_id":"')
-L_END = _b('"}\n')
 L_NULL, L_TRUE, L_FALSE = _b("null"), _b("true"), _b("false")
 L_OK, L_BAD, L_DASH = _b("ok"), _b("BAD"), _b("-")
 # CSV (csv.writer): a JSON list or map is one quoted field, its quotes doubled; the 9 columns after
@@ -83,4 +82,5 @@ N_TAGS, N_KEYS, N_UNIQ = _b(C.PROPERTY_TAGS), _b(C.PROPERTY_KEYS), _b(C.PROPERTY
 SEP_NV, SEP_PROP, SEP_KEY = ord(C.NAME_VALUE_SEPARATOR), ord(C.PROPERTY_SEPARATOR), ord(C.KEY_SEPARATOR)
 HEX_UPPER = _b("0123456789ABCDEF")
 FIXED_JSON = sum(len(x) for x in (L_KIND, L_PHYS, L_TOTAL, L_MAGIC, L_BCRC, L_CRC, L_PCRC, L_QID, L_FLAG, L_QOFF, L_SYSF, L_BORN_TS, L_BORN_HOST,
-                                  L_STORE_TS, L_STORE_HOST, L_RECON, L_PREP, L_BODYLEN, L_TOPIC, L_PROPS, L_TAGS, L_KEYS, L_UNIQ, L_MSGID, L_END))  # fmt: skip
+                                  L_STORE_TS, L_STORE_HOST, L_RECON, L_PREP, L_BODYLEN, L_TOPIC, L_PROPS, L_TAGS, L_KEYS, L_UNIQ, L_MSGID)) + 1  # fmt: skip
+# + 1: the msg_id's closing quote; the caller's tail is counted by the caller

@@ -28,11 +28,11 @@ from rmqdump.export.dataset import (
     ExportResult,
     SplitResult,
     export_ranges,
-    jsonl_lines,
     problem_order,
     split_batches,
     start_export,
 )
+from rmqdump.export.jsonlines import jsonl_lines
 from rmqdump.scan.compaction import served_views
 from rmqdump.scan.splits import RANGE_BYTES, Split, StoreRef
 

@@ -64,6 +64,7 @@ def _commands(tmp_path):
         "salvage": (["salvage", REAL / "rmq53-damaged-size-field" / "store", "--out", out], out),
         "export": (["export", "-s", REAL / "rmq4-basic" / "store", "--out", out], out),
         "export-body": (["export", "-s", REAL / "rmq53-lmq" / "store", "--out", out, "--body", "raw"], out),
+        "export-jsonl": (["export", "-s", REAL / "rmq4-basic" / "store", "--out", out, "-f", "jsonl"], out),
         "diff": (["diff", REAL / "rmq53-ha-lag" / "master" / "store", REAL / "rmq53-ha-lag" / "slave" / "store", "--out", out], out),
         "rebuild": (["rebuild", REAL / "rmq4-basic" / "store", "--out", out, "--hash-slots", "500", "--index-entries", "2000"], out),
         "repair": (["repair", "-s", REAL / "rmq53-damaged-bodycrc" / "store", "--out", out, "--hash-slots", "500", "--index-entries", "2000"], out),
@@ -72,7 +73,7 @@ def _commands(tmp_path):
     }
 
 
-@pytest.mark.parametrize("command", ["salvage", "export", "export-body", "diff", "rebuild", "repair", "report", "sql"])
+@pytest.mark.parametrize("command", ["salvage", "export", "export-body", "export-jsonl", "diff", "rebuild", "repair", "report", "sql"])
 def test_every_file_published_is_synced_before_the_rename(tmp_path, monkeypatch, command):
     """Every command that writes: a directory's files and directories, or the one file, synced before the rename."""
     args, out = _commands(tmp_path)[command]
@@ -92,7 +93,7 @@ def test_every_file_published_is_synced_before_the_rename(tmp_path, monkeypatch,
     assert ("fsync", str(out.parent)) in events[shown[0] :], "the rename itself not synced"
 
 
-@pytest.mark.parametrize("command", ["salvage", "export", "diff"])
+@pytest.mark.parametrize("command", ["salvage", "export", "export-jsonl", "diff"])
 def test_no_sync_syncs_nothing(tmp_path, monkeypatch, command):
     args, out = _commands(tmp_path)[command]
     events = _watch(monkeypatch)
@@ -145,6 +146,46 @@ def test_export_starts_each_part_files_writeback(tmp_path, monkeypatch):
     assert run("export", "-s", REAL / "rmq4-basic" / "store", "--out", out).exit_code == 0
     parts = sorted(Path(f).parts[-2:] for f in _tree(out)[0] if f.endswith(".parquet"))
     assert len(parts) > 1 and sorted(set(started)) == parts
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") and not os.environ.get("CI"), reason="names a descriptor's file by /proc")
+def test_export_jsonl_starts_each_part_files_writeback_as_it_grows(tmp_path, monkeypatch):
+    """With a tiny EVERY and a line per write, each JSON Lines part file's pages were handed to the disk in order
+    from its first byte, all but its last EVERY bytes, each only once out of Python's buffer; every byte written
+    was counted."""
+    from rmqdump.export import jsonlines
+
+    calls: dict[tuple[str, ...], list] = {}
+    counted: dict[tuple[str, ...], int] = {}
+
+    def name(fd):
+        return Path(os.readlink(f"/proc/self/fd/{fd}")).parts[-2:]
+
+    def start(fd, off, n):
+        assert os.fstat(fd).st_size >= off + n, "asked to write back bytes still in Python's buffer"
+        calls.setdefault(name(fd), []).append((off, n))
+        return True
+
+    class Counted(writeback.Growing):
+        def wrote(self, n):
+            counted[name(self.fd)] = counted.get(name(self.fd), 0) + n
+            super().wrote(n)
+
+    monkeypatch.setattr(writeback, "EVERY", 4096)
+    monkeypatch.setattr(writeback, "start", start)
+    monkeypatch.setattr(writeback, "Growing", Counted)
+    monkeypatch.setattr(jsonlines, "SUB_ROWS", 1)  # pieces smaller than Python's write buffer
+    out = tmp_path / "out"
+    assert run("export", "-s", REAL / "rmq4-basic" / "store", "--out", out, "-f", "jsonl").exit_code == 0
+    parts = {Path(f).parts[-2:]: (out / f).stat().st_size for f in _tree(out)[0]}
+    assert len(parts) > 1 and counted == parts
+    assert set(calls) == {p for p, size in parts.items() if size >= 4096}
+    for p, size in parts.items():
+        pos = 0
+        for off, n in calls.get(p, []):
+            assert off == pos and n >= 4096
+            pos += n
+        assert 0 <= size - pos < 4096, p
 
 
 def test_the_kernel_takes_the_request_on_linux(tmp_path):

@@ -49,6 +49,8 @@ def _writer(ahead: int = 2) -> Background:
 
 
 _ENCODE = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+BODY_FIELD = np.frombuffer(b',"body":"', dtype=np.uint8).copy()  # a line's tail before its base64 body, spelled by the kernel
+BODY_END = np.frombuffer(b'","body_encoding":"base64"}\n', dtype=np.uint8).copy()  # and after it
 
 CSV_COLUMNS = [
     "kind", "file", "phys_offset", "total_size", "magic_version", "body_crc", "crc_ok", "prop_crc_ok", "queue_id", "flag",
@@ -278,12 +280,18 @@ class JsonLinesOut(RecordsOut):
         file_json = self._file_json.get(b.seg.path)
         if file_json is None:
             file_json = self._file_json[b.seg.path] = json_string(b.seg.path)
-        close = not self.with_body and b.entries is None  # else the line is finished here (body, DLedger entry fields)
         two = self.halves and len(rows) >= PARALLEL_ROWS  # both cores: one worker's second core is otherwise idle
-        return json_text(b, rows, file_json, self.filters, CLOSE if close else OPEN, two)
+        if self._closed(b):  # the kernel ends each line (and writes a base64 body); else it is finished here
+            tail, body_end = (BODY_FIELD, BODY_END) if self.body == "base64" else (CLOSE, OPEN)
+            return json_text(b, rows, file_json, self.filters, tail, two, body_end)
+        return json_text(b, rows, file_json, self.filters, OPEN, two)
+
+    def _closed(self, b) -> bool:
+        """Whether the kernel writes the whole line: no DLedger entry fields, and no body or a body in base64."""
+        return b.entries is None and self.body in ("none", "base64")
 
     def taken(self, out, ends, status, lo, hi, b, rows):
-        if not self.with_body and b.entries is None:
+        if self._closed(b):
             super().taken(out, ends, status, lo, hi, b, rows)
             return
 

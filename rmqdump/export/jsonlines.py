@@ -3,8 +3,8 @@
 before its closing brace.
 
 The listing's compiled kernels (rmqdump.text) spell the object; where the export's fields are the same for every
-row (a plain CommitLog, no compaction topic, no body) the kernel writes them too, as the line's tail, so a row never
-becomes a Python object. Otherwise each line is finished from the row's Arrow values; a record the kernels leave to
+row (a plain CommitLog, no compaction topic) the kernel writes them too, as the line's tail, with the body in
+base64 after it, so a row never becomes a Python object. Otherwise each line is finished from the row's Arrow values; a record the kernels leave to
 Python (see rmqdump.text.spelling) is spelled whole from its Arrow row. Either way a line is `jsonl_lines`'s spelling
 of the export's Arrow row, byte for byte.
 """
@@ -12,7 +12,7 @@ of the export's Arrow row, byte for byte.
 from __future__ import annotations
 
 import base64
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -25,6 +25,7 @@ from rmqdump.text import spelling as K
 from rmqdump.text.lines import OPEN, json_string, json_text
 
 SUB_ROWS = 8192  # records spelled per kernel call: bounds the text buffer (about 10-20 MB)
+Rows = Callable[[np.ndarray], list[bytes]]  # positions in a call's rows -> a line (or a line's own fields) each
 EXTRA = ("dledger_index", "dledger_term", "broker", "compaction_part", "compaction_log_offset")  # after the listing's fields
 
 
@@ -43,11 +44,56 @@ def jsonl_lines(rb: pa.RecordBatch, binary: tuple[str, ...] = ("body",)) -> list
     return out
 
 
-def common_tail(broker: str) -> np.ndarray:
-    """The export's fields of a plain CommitLog's row outside compaction topics, without body, and the line's end:
-    the same for every row, so the kernel writes it."""
+def common_tail(broker: str, with_body: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(tail, body end) of a plain CommitLog's row outside compaction topics, for the kernel: the export's fields,
+    the same for every row, then (with a body) `"body":"`, the body in base64, and its encoding."""
     row = {"dledger_index": None, "dledger_term": None, "broker": broker, "compaction_part": None, "compaction_log_offset": None}
-    return np.frombuffer(("," + encode(row)[1:] + "\n").encode(), dtype=np.uint8).copy()
+    if not with_body:
+        return _u8("," + encode(row)[1:] + "\n"), OPEN
+    row |= {"body": "", "body_encoding": "base64"}
+    head, _, end = ("," + encode(row)[1:] + "\n").partition('"body":""')
+    return _u8(head + '"body":"'), _u8('"' + end)
+
+
+def _u8(text: str) -> np.ndarray:
+    return np.frombuffer(text.encode(), dtype=np.uint8).copy()
+
+
+def spell(b: Batch, rows: np.ndarray, file_json: np.ndarray, whole: Rows, *, tail: np.ndarray = OPEN, body_end: np.ndarray = OPEN, own: Rows | None = None) -> list:
+    """The JSON Lines of the records `rows` (sorted) of a batch, in order: the kernel's text, each line ended by
+    `tail` (and with a `body_end`, the body in base64, then it), or with `own` by each row's own fields (own(k): for the rows at positions k of `rows`, each one's
+    JSON object of them, its newline after); a row the kernel leaves to Python spelled whole (whole(k), likewise)."""
+    status, ends, out = json_text(b, rows, file_json, tail=OPEN, body_end=OPEN) if own is not None else json_text(b, rows, file_json, tail=tail, body_end=body_end)
+    left = np.flatnonzero(status == K.FALLBACK)
+    if own is None and not len(left):
+        return [out[: int(ends[-1])]]
+    spelled = dict(zip(left.tolist(), whole(left), strict=True))
+    parts: list = []
+    start = 0
+    if own is None:  # runs of kernel text between the rows spelled whole
+        for j, line in spelled.items():
+            if int(ends[j]) > start:
+                parts.append(out[start : int(ends[j])])
+            parts.append(line)
+            start = int(ends[j])
+        if int(ends[-1]) > start:
+            parts.append(out[start : int(ends[-1])])
+        return [b"".join(parts)]
+    tails = iter(own(np.flatnonzero(status != K.FALLBACK)))
+    for j in range(len(rows)):
+        end = int(ends[j])
+        if j in spelled:
+            parts.append(spelled[j])
+        else:
+            parts.append(bytes(out[start:end]))
+            parts.append(b"," + next(tails)[1:])  # the object's members after the listing's, then its "}\n"
+        start = end
+    return [b"".join(parts)]
+
+
+def arrow_lines(rb: pa.RecordBatch, binary: tuple[str, ...] = ("body",)) -> list[bytes]:
+    """jsonl_lines as bytes, each with its newline."""
+    return [(line + "\n").encode() for line in jsonl_lines(rb, binary)]
 
 
 class Lines:
@@ -55,7 +101,7 @@ class Lines:
 
     def __init__(self, broker: str, with_body: bool, served: ServedView | None):
         self.broker, self.with_body, self.served = broker, with_body, served
-        self.tail = common_tail(broker)
+        self.tail, self.body_end = common_tail(broker, with_body)
         self.full = arrowbatch.schema(with_body)
         self.extra = pa.schema([self.full.field(n) for n in (*EXTRA, *(("body",) if with_body else ()))])
         self._file_json: dict[str, np.ndarray] = {}
@@ -70,47 +116,16 @@ class Lines:
         for sel in arrowbatch.topic_groups(b, 0, len(b)):
             rows = np.arange(sel.start, sel.stop, dtype=np.int64) if isinstance(sel, slice) else sel.astype(np.int64)
             topic = b.topic(int(rows[0]))
-            own = b.entries is not None or self.with_body or (self.served is not None and topic in self.served.queues)
+            own = b.entries is not None or (self.served is not None and topic in self.served.queues)
             pieces: list = []
             for lo in range(0, len(rows), SUB_ROWS):
                 pieces += self._rows(b, rows[lo : lo + SUB_ROWS], file_json, own)
             yield topic, pieces
 
     def _rows(self, b: Batch, rows: np.ndarray, file_json: np.ndarray, own: bool) -> list:
-        """The lines of `rows`: kernel text, finished per row when `own` (the row's own export fields); the rows the
-        kernel left to Python spelled from their Arrow rows, in place."""
-        status, ends, out = json_text(b, rows, file_json, tail=OPEN if own else self.tail)
-        left = np.flatnonzero(status == K.FALLBACK)
-        if not own and not len(left):
-            return [out[: int(ends[-1])]]
-        spelled = dict(zip(left.tolist(), self._arrow(b, rows[left], self.full), strict=True))
-        if not own:  # runs of kernel text between the rows spelled whole
-            pieces, start = [], 0
-            for j, line in spelled.items():
-                if int(ends[j]) > start:
-                    pieces.append(out[start : int(ends[j])])
-                pieces.append(line)
-                start = int(ends[j])
-            if int(ends[-1]) > start:
-                pieces.append(out[start : int(ends[-1])])
-            return [b"".join(pieces)]
-        took = np.flatnonzero(status != K.FALLBACK)
-        tails = self._arrow(b, rows[took], self.extra)
-        parts, start, k = [], 0, 0
-        for j in range(len(rows)):
-            end = int(ends[j])
-            if j in spelled:
-                parts.append(spelled[j])
-            else:
-                parts.append(bytes(out[start:end]))
-                parts.append(b"," + tails[k][1:])  # the row's own fields: its JSON object's members, then "}\n"
-                k += 1
-            start = end
-        return [b"".join(parts)]
+        """The lines of `rows`: the kernel's text, finished per row when `own` (the row's own export fields)."""
 
-    def _arrow(self, b: Batch, rows: np.ndarray, sch: pa.Schema) -> list[bytes]:
-        """Whole JSON Lines (with their newline) of the records `rows` with the columns of `sch`."""
-        if not len(rows):
-            return []
-        rb = arrowbatch.selected(b, rows, self.broker, sch, self.served)
-        return [(line + "\n").encode() for line in jsonl_lines(rb)]
+        def arrow(sch: pa.Schema) -> Rows:
+            return lambda k: arrow_lines(arrowbatch.selected(b, rows[k], self.broker, sch, self.served)) if len(k) else []
+
+        return spell(b, rows, file_json, arrow(self.full), tail=self.tail, body_end=self.body_end, own=arrow(self.extra) if own else None)

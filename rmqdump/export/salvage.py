@@ -33,13 +33,14 @@ from rmqdump.common.problems import Problem
 from rmqdump.common.publish import publishing
 from rmqdump.export import arrowbatch, parquetparts
 from rmqdump.export.dataset import parquet_options
-from rmqdump.export.jsonlines import jsonl_lines
+from rmqdump.export.jsonlines import EXTRA, arrow_lines, spell
 from rmqdump.export.parquetparts import Part, PartsWriter, encode_part
 from rmqdump.readers.store import Store
 from rmqdump.scan.headerfix import Restored, store_units, unit_agrees
 from rmqdump.scan.ranges import SERIAL, Mapper, map_ranges
 from rmqdump.scan.splits import RANGE_BYTES, commitlog_splits
 from rmqdump.schemas import constants as C
+from rmqdump.text.lines import json_string
 
 FORMATS = ("parquet", "jsonl")
 MANIFEST = "manifest.json"
@@ -50,6 +51,9 @@ SETS = {"messages": S.TO_RESEND, "flagged": S.FLAGGED}
 # group (4,096 a group took 1.16x the time of 16,384 at 4M, for 100 MiB less)
 ROWS_PER_GROUP = 16384
 GROUP_BYTES = 16 << 20  # a chunk is one row group: it, its Arrow and its encoded part are what a worker holds
+# JSON Lines has no row groups; its text (bodies in base64) and the Python values a line's own fields pass through
+# are several times the records: smaller chunks keep the workers' and the waiting results' share bounded
+TEXT_GROUP_BYTES = 4 << 20
 _REASONS = list(S.REASONS)
 # each set's reasons as a table by reason code: picked with a take, not np.isin (which sorts through np.unique, whose
 # first call imports numpy.ma)
@@ -62,6 +66,7 @@ _BODY = pa.field(*arrowbatch.BODY_FIELD, nullable=False)
 _RAW = [pa.field(*arrowbatch.BODY_OFFSET_FIELD, nullable=False), pa.field(*arrowbatch.RAW_WITHOUT_BODY_FIELD, nullable=False)]
 # a header_damaged record's restored fields (rmqdump.scan.headerfix: magic_code, total_size), as found and as restored;
 # null for every other record
+_BINARY = ("body", "raw_without_body")  # in base64 in JSON Lines, each with its `_encoding`
 _HEADER = [("header_fields", pa.list_(pa.string())), ("header_found", pa.list_(pa.int64())), ("header_restored", pa.list_(pa.int64()))]
 
 
@@ -355,12 +360,39 @@ def _restored_arrow(broker: str, r: Restored) -> pa.RecordBatch:
     return _with_header(rb, pa.array([S.HEADER_DAMAGED], pa.string()), r)
 
 
-def _encoded(rbs: list[pa.RecordBatch], fmt: str, options: dict) -> tuple[Part | bytes, int]:
-    """One set's record batches of a chunk as one Parquet row group (or JSON Lines text), and their rows."""
-    rows = sum(rb.num_rows for rb in rbs)
+def _encoded(parts: list, fmt: str, options: dict) -> tuple[Part | bytes, int]:
+    """One set's share of a chunk as one Parquet row group (from record batches), or as JSON Lines text (from
+    `_lines`'s pieces, or a record batch: a restored record); and its rows."""
     if fmt == "parquet":
-        return encode_part(rbs, _part_schema(), options), rows
-    return "".join(line + "\n" for rb in rbs for line in jsonl_lines(rb, ("body", "raw_without_body"))).encode("utf-8"), rows
+        return encode_part(parts, _part_schema(), options), sum(rb.num_rows for rb in parts)
+    text, rows = [], 0
+    for p in parts:
+        pieces, n = p if isinstance(p, tuple) else (arrow_lines(p, _BINARY), p.num_rows)
+        text += pieces
+        rows += n
+    return b"".join(text), rows
+
+
+def _tail_schema() -> pa.Schema:
+    """What a JSON Lines row holds after the listing's fields: the export's own, the body, and salvage's (its reason
+    and header columns are added by _with_header, before _RAW)."""
+    return pa.schema([*(arrowbatch.schema().field(n) for n in EXTRA), pa.field("body", pa.binary_view(), nullable=False), *_RAW])
+
+
+def _lines(b, rows: np.ndarray, reasons: np.ndarray, broker: str) -> tuple[list, int]:
+    """The JSON Lines of records `rows` of a batch given back for `reasons`: the listing's compiled text, each line
+    finished with its own fields from its Arrow row (export.jsonlines.spell)."""
+
+    def arrow(sch: pa.Schema):
+        def lines(k: np.ndarray) -> list[bytes]:
+            if not len(k):
+                return []
+            rb = arrowbatch.selected(b, rows[k], broker, sch)
+            return arrow_lines(_with_header(rb, arrowbatch.coded(_REASONS, reasons[k])), _BINARY)
+
+        return lines
+
+    return spell(b, rows, json_string(b.seg.path), arrow(_base_schema()), own=arrow(_tail_schema())), len(rows)
 
 
 def _chunk_parts(store: Store, broker: str, fmt: str, options: dict, ch: _Chunk | Restored) -> list[tuple[str, Part | bytes, int]]:
@@ -375,7 +407,9 @@ def _chunk_parts(store: Store, broker: str, fmt: str, options: dict, ch: _Chunk 
         reason = ch.why[at]
         for name in SETS:
             pick = _IN_SET[name][reason] & (reason != S.NONE)
-            if pick.any():
+            if pick.any() and fmt == "jsonl":
+                per[name].append(_lines(b, idx[pick], reason[pick], broker))
+            elif pick.any():
                 rb = arrowbatch.selected(b, idx[pick], broker, _base_schema())
                 per[name].append(_with_header(rb, arrowbatch.coded(_REASONS, reason[pick])))
     # the bodies are views of the map: it stays open until the parts are encoded (its pages go with it)
@@ -431,6 +465,7 @@ def salvage(
                 if bad:
                     damaged.add(key)
             clf = S.Classifier(p, damaged)
+            group_bytes = GROUP_BYTES if fmt == "parquet" else TEXT_GROUP_BYTES
 
             def chunks() -> Iterator[_Chunk | Restored]:
                 """Each window classified and tallied, in order; its chosen records in chunks, and the records restored
@@ -449,7 +484,7 @@ def salvage(
                     cuts = [*np.searchsorted(c["phys"][wanted], [r.phys for r in mine]).tolist(), len(wanted)]
                     prev = 0
                     for cut, r in zip(cuts, [*mine, None], strict=True):
-                        for lo, hi in arrowbatch.chunks(c["size"][wanted[prev:cut]], GROUP_BYTES, ROWS_PER_GROUP):  # a row group each
+                        for lo, hi in arrowbatch.chunks(c["size"][wanted[prev:cut]], group_bytes, ROWS_PER_GROUP):  # a row group each
                             k = wanted[prev + lo : prev + hi]
                             yield _Chunk(c["phys"][k], reason[k], c["crc"][k], c["prop_crc"][k])
                         if r is not None:

@@ -64,7 +64,7 @@ def _signatures() -> dict:
     i1, i2, u8, s8 = T.int64[::1], T.int64[:, ::1], T.uint8[::1], T.int8[::1]
     filters = (u8, u8, u8, i1)  # topic, tag, key, and their lengths
     return {
-        "json_lines": T.int64(data, T.int64, i2, u8, u8, i1, *filters, u8, u8, i1, s8, i2),
+        "json_lines": T.int64(data, T.int64, i2, u8, u8, i1, *filters, u8, u8, u8, i1, s8, i2),
         "csv_lines": T.int64(data, T.int64, i2, u8, u8, i1, *filters, u8, i1, s8, i2),
         "table_cells": T.int64(data, T.int64, i2, u8, i1, *filters, u8, i2, i2, s8, i2),
         "table_lines": T.int64(u8, i2, i2, i1, s8, T.int64, T.int64, u8),

@@ -16,6 +16,7 @@ from rmqdump.scan.words import json_stops as _json_stops
 from rmqdump.scan.words import lowest as _lowest
 from rmqdump.scan.words import word as _word
 from rmqdump.text.spelling import (
+    BASE64,
     C_EMPTY_LIST,
     C_EMPTY_MAP,
     C_END,
@@ -77,10 +78,10 @@ from rmqdump.text.spelling import (
 from rmqdump.text.spelling import M as _M
 
 (POS, TOTAL, MAGIC_V, BCRC, QID, FLAG, QOFF, SYSF, BORN_TS, BORN_POS, BORN_V6, STORE_TS, STORE_POS, STORE_V6, RECON, PREP, BODYLEN, TOPIC_POS, TOPIC_LEN,
- PROPS_POS, PROPS_LEN, CRC, PCRC, FLAG_IDX) = (_M[k] for k in (
+ PROPS_POS, PROPS_LEN, CRC, PCRC, FLAG_IDX, BODY_POS) = (_M[k] for k in (
     "_pos", "total_size", "magic_version", "body_crc", "queue_id", "flag", "queue_offset", "sys_flag", "born_timestamp", "born_host_pos",
     "born_host_then", "store_timestamp", "store_host_pos", "store_host_then", "reconsume_times", "prepared_transaction_offset", "body_length",
-    "topic_pos", "topic_length", "properties_pos", "properties_length", "crc", "prop_crc", "flag_idx"))  # fmt: skip
+    "topic_pos", "topic_length", "properties_pos", "properties_length", "crc", "prop_crc", "flag_idx", "body_pos"))  # fmt: skip
 INT64_MIN_TEXT = np.frombuffer(b"-9223372036854775808", dtype=np.uint8).copy()
 MIN_MS = -62135596800000
 TEN = np.uint64(10)  # 0001-01-01T00:00:00.000Z
@@ -393,7 +394,32 @@ def _bool(out, o, v):
 
 
 @_kernel
-def _message_json(out, o, d, base, row, file_json, snip, snip_offs, its, itk, ite, m, t, g, u, tail):
+def _base64(out, o, d, s, n):
+    """Bytes d[s:s+n] in base64 (RFC 4648, padded), as base64.b64encode spells them."""
+    k = 0
+    while k + 3 <= n:
+        v = (np.int64(d[_u(s + k)]) << 16) | (np.int64(d[_u(s + k + 1)]) << 8) | np.int64(d[_u(s + k + 2)])
+        out[_u(o)] = BASE64[(v >> 18) & 63]
+        out[_u(o + 1)] = BASE64[(v >> 12) & 63]
+        out[_u(o + 2)] = BASE64[(v >> 6) & 63]
+        out[_u(o + 3)] = BASE64[v & 63]
+        o += 4
+        k += 3
+    left = n - k
+    if left:
+        v = np.int64(d[_u(s + k)]) << 16
+        if left == 2:
+            v |= np.int64(d[_u(s + k + 1)]) << 8
+        out[_u(o)] = BASE64[(v >> 18) & 63]
+        out[_u(o + 1)] = BASE64[(v >> 12) & 63]
+        out[_u(o + 2)] = BASE64[(v >> 6) & 63] if left == 2 else 61
+        out[_u(o + 3)] = 61
+        o += 4
+    return o
+
+
+@_kernel
+def _message_json(out, o, d, base, row, file_json, snip, snip_offs, its, itk, ite, m, t, g, u, tail, body_end):
     o = _lit(out, _lit(out, o, L_KIND), file_json)
     o = _lit_int(out, o, L_PHYS, base + row[POS])
     o = _lit_int(out, o, L_TOTAL, row[TOTAL])
@@ -436,7 +462,10 @@ def _message_json(out, o, d, base, row, file_json, snip, snip_offs, its, itk, it
         o = _hex(out, o, np.int64(d[_u(sp + q)]), 1)
     o = _hex(out, o, base + row[POS], 8)
     out[_u(o)] = 34
-    return _lit(out, o + 1, tail)
+    o = _lit(out, o + 1, tail)
+    if body_end.shape[0]:  # the body in base64 after the tail, then body_end
+        o = _lit(out, _base64(out, o, d, row[BODY_POS], row[BODYLEN]), body_end)
+    return o
 
 
 @_kernel
@@ -479,9 +508,10 @@ def _simple(d, row):
 
 
 @_kernel
-def json_lines(d, base, mat, file_json, snip, snip_offs, ftopic, ftag, fkey, fl, tail, out, ends, status, items):
+def json_lines(d, base, mat, file_json, snip, snip_offs, ftopic, ftag, fkey, fl, tail, body_end, out, ends, status, items):
     """One JSON object per row of `mat` into `out`, each up to its msg_id and then `tail` (the closing brace and
-    newline, or the caller's fields, or nothing: the caller finishes the line). ends[r] is where row r's text ends; status[r] TAKEN, FALLBACK or FILTERED;
+    newline, or the caller's fields, or nothing: the caller finishes the line); with a `body_end`, the body in
+    base64 and then `body_end`. ends[r] is where row r's text ends; status[r] TAKEN, FALLBACK or FILTERED;
     `items` is room for one record's property items (rmqdump.text.batches.item_room)."""
     its, itk, ite = items[0], items[1], items[2]
     o = 0
@@ -493,7 +523,7 @@ def json_lines(d, base, mat, file_json, snip, snip_offs, ftopic, ftag, fkey, fl,
             m, t, g, u = _items(d, row, its, itk, ite)
             if m >= 0:
                 if _accepts(d, row, its, itk, ite, t, g, u, ftopic, ftag, fkey, fl):
-                    o = _message_json(out, o, d, base, row, file_json, snip, snip_offs, its, itk, ite, m, t, g, u, tail)
+                    o = _message_json(out, o, d, base, row, file_json, snip, snip_offs, its, itk, ite, m, t, g, u, tail, body_end)
                     st = TAKEN
                 else:
                     st = FILTERED

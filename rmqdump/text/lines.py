@@ -87,9 +87,9 @@ class Halves:
         return b"".join(bytes(p) for p in self.pieces(s.start, s.stop))
 
 
-def json_text(b: Batch, rows: np.ndarray, file_json: np.ndarray, filters=NO_FILTER, tail: np.ndarray = CLOSE, two: bool = False):
+def json_text(b: Batch, rows: np.ndarray, file_json: np.ndarray, filters=NO_FILTER, tail: np.ndarray = CLOSE, two: bool = False, body_end: np.ndarray = OPEN):
     """(status per row, text end per row, the text) of the records `rows` (sorted) of a batch as JSON Lines: each
-    line the listing's object up to its msg_id, then `tail`. The text is an array, or with `two` a Halves: the rows
+    line the listing's object up to its msg_id, then `tail` (and with a `body_end`, the body in base64, then it). The text is an array, or with `two` a Halves: the rows
     split between this thread and pool()'s (the kernel releases the GIL)."""
     sel = selector(rows)
     snip, snip_offs, _tx, _txo, idx = TB.flag_snippets(b.cols["sys_flag"][sel])
@@ -99,6 +99,8 @@ def json_text(b: Batch, rows: np.ndarray, file_json: np.ndarray, filters=NO_FILT
         K.FIXED_JSON + len(file_json) + len(tail) + int(np.diff(snip_offs).max()) + 400
         + c["topic_length"][sel].astype(np.int64) + 7 * c["properties_length"][sel].astype(np.int64)
     )  # fmt: skip
+    if len(body_end):
+        bound += len(body_end) + 4 * ((c["body_length"][sel].astype(np.int64) + 2) // 3)
     n = len(rows)
     out = np.empty(int(bound.sum()), dtype=np.uint8)
     ends = np.empty(n, dtype=np.int64)
@@ -106,7 +108,7 @@ def json_text(b: Batch, rows: np.ndarray, file_json: np.ndarray, filters=NO_FILT
     json_lines = TB.kernels().json_lines
 
     def part(lo: int, hi: int, at: int) -> int:
-        return json_lines(b.mf.data, b.seg.base, mat[lo:hi], file_json, snip, snip_offs, *filters, tail, out[at:], ends[lo:hi], status[lo:hi], TB.item_room())
+        return json_lines(b.mf.data, b.seg.base, mat[lo:hi], file_json, snip, snip_offs, *filters, tail, body_end, out[at:], ends[lo:hi], status[lo:hi], TB.item_room())
 
     if not two:
         part(0, n, 0)

@@ -28,7 +28,7 @@ MATRIX = (
     "_pos", "total_size", "magic_version", "body_crc", "queue_id", "flag", "queue_offset", "sys_flag", "born_timestamp",
     "born_host_pos", "born_host_then", "store_timestamp", "store_host_pos", "store_host_then", "reconsume_times",
     "prepared_transaction_offset", "body_length", "topic_pos", "topic_length", "properties_pos", "properties_length",
-    "crc", "prop_crc", "flag_idx",
+    "crc", "prop_crc", "flag_idx", "body_pos",
 )  # fmt: skip
 M = {n: i for i, n in enumerate(MATRIX)}
 TABLE_CELLS = 11  # offset, size, topic, q, qoffset, stored (UTC), tags, keys, uniq_key, tx, crc
@@ -81,6 +81,7 @@ C_END = _b(",,,,,,,,,\n")
 N_TAGS, N_KEYS, N_UNIQ = _b(C.PROPERTY_TAGS), _b(C.PROPERTY_KEYS), _b(C.PROPERTY_UNIQ_KEY)
 SEP_NV, SEP_PROP, SEP_KEY = ord(C.NAME_VALUE_SEPARATOR), ord(C.PROPERTY_SEPARATOR), ord(C.KEY_SEPARATOR)
 HEX_UPPER = _b("0123456789ABCDEF")
+BASE64 = _b("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/")  # RFC 4648, as base64.b64encode
 FIXED_JSON = sum(len(x) for x in (L_KIND, L_PHYS, L_TOTAL, L_MAGIC, L_BCRC, L_CRC, L_PCRC, L_QID, L_FLAG, L_QOFF, L_SYSF, L_BORN_TS, L_BORN_HOST,
                                   L_STORE_TS, L_STORE_HOST, L_RECON, L_PREP, L_BODYLEN, L_TOPIC, L_PROPS, L_TAGS, L_KEYS, L_UNIQ, L_MSGID)) + 1  # fmt: skip
 # + 1: the msg_id's closing quote; the caller's tail is counted by the caller

@@ -557,3 +557,32 @@ def test_a_failed_write_of_an_output_file_is_raised_not_lost():
     with contextlib.suppress(OSError):  # whatever is left in its buffer may fail again: the file is closed all the same
         f.close()
     assert f.f.closed
+
+
+JSONL_KEYS = [
+    "kind", "file", "phys_offset", "total_size", "magic_version", "body_crc", "crc_ok", "prop_crc_ok", "queue_id", "flag", "queue_offset",
+    "sys_flag", "sys_flag_names", "transaction", "born_timestamp", "born_host", "store_timestamp", "store_host", "reconsume_times",
+    "prepared_transaction_offset", "body_length", "topic", "properties", "tags", "keys", "uniq_key", "msg_id", "dledger_index", "dledger_term",
+    "broker", "compaction_part", "compaction_log_offset", "body", "reason", "header_fields", "header_found", "header_restored", "body_offset",
+    "raw_without_body", "body_encoding", "raw_without_body_encoding",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("scenario", ["midfile-magic", "size-field", "zeroed-page"])
+def test_jsonl_lines_spell_every_field_once_in_order(scenario, tmp_path):
+    """Each JSON Lines row (the compiled text with each row's own fields after it, or a restored record's Arrow row):
+    every key in the documented order, spelled as json.dumps spells it (UTF-8, no spaces), and holding what the
+    broker put (the manifest) and stored (its bytes)."""
+    base = REAL / f"rmq53-damaged-{scenario}"
+    puts = {m["wroteOffset"]: m for m in manifest(f"rmq53-damaged-{scenario}") if m.get("kind") == "put"}
+    salvage(base / "store", tmp_path / "out", "-f", "jsonl")
+    lines = (tmp_path / "out" / "messages.jsonl").read_text(encoding="utf-8").split("\n")
+    assert lines[-1] == "" and len(lines) > 100
+    for line in lines[:-1]:
+        r = json.loads(line)
+        assert list(r) == JSONL_KEYS and line == json.dumps(r, ensure_ascii=False, separators=(",", ":"))
+        assert (r["body_encoding"], r["raw_without_body_encoding"], r["broker"]) == ("base64", "base64", "rmq53-damaged-" + scenario)
+        r["body"], r["raw_without_body"] = base64.b64decode(r["body"], validate=True), base64.b64decode(r["raw_without_body"], validate=True)
+        r["raw"] = r["raw_without_body"][: r["body_offset"]] + r["body"] + r["raw_without_body"][r["body_offset"] :]
+        if r["reason"] != "header_damaged":
+            check_against_manifest(r, puts[r["phys_offset"]])

@@ -289,3 +289,38 @@ def test_base64_bodies_line_for_line(name):
         assert line == ENCODE(dict(w, body=b64, body_encoding="base64"))
         pads.add(len(body) % 3)
     assert pads == {0, 1, 2}
+
+
+def test_a_kernel_call_holds_at_most_text_bytes_of_records(monkeypatch):
+    """Bodies are spelled into the kernel's buffer: a call takes TEXT_BYTES of records at most (one record alone when
+    it is bigger), and the lines are the same as ever."""
+    name = "rmq4-flags"
+    cl = store_root(name) / "commitlog"
+    calls = []
+    real = records.json_text
+
+    def spy(b, rows, *a, **k):
+        calls.append([int(s) for s in b.cols["total_size"][rows]])
+        return real(b, rows, *a, **k)
+
+    monkeypatch.setattr(records, "json_text", spy)
+    monkeypatch.setattr(records, "TEXT_BYTES", 3000)
+    want = [ENCODE(r) for r in listing(name, cl)]
+    lines = records_text(cl, "none")
+    assert lines == want
+    assert calls and all(sum(c) <= 3000 or len(c) == 1 for c in calls) and max(map(len, calls)) > 1
+
+
+def records_text(cl, body: str) -> list[str]:
+    """The listing's lines through render_range in this process (monkeypatches hold), summary left out."""
+    from rmqdump.query.listing import Filter
+    from rmqdump.readers.commitlog import CommitLog
+    from rmqdump.scan.splits import commitlog_splits
+
+    spec = records.ListSpec("jsonl", Filter(), body=body)
+    out = []
+    for split in commitlog_splits(CommitLog.open(str(cl))):
+        for p in records.render_range(split, spec).pieces:
+            out.append(p if isinstance(p, bytes | str) else bytes(p) if not isinstance(p, records.Halves) else p[0 : len(p.first) + len(p.second)])
+    text = "".join(x.decode() if isinstance(x, bytes) else x for x in out)
+    return text.splitlines()

@@ -331,7 +331,7 @@ def test_chunks_bound_bytes_and_rows_greedily(sizes, max_bytes, max_rows):
         cur_bytes += s
     if cur:
         want.append((cur[0], cur[-1] + 1))
-    assert arrowbatch.chunks(np.array(sizes, dtype=np.int32), max_bytes, max_rows) == want
+    assert scanner.runs(np.array(sizes, dtype=np.int32), max_bytes, max_rows) == want
 
 
 def summarized_as_promised(path: Path) -> int:

@@ -113,3 +113,20 @@ def test_dledger_lines_hold_each_entry(tmp_path):
             assert list(r) == keys and line == ENCODE(r) + "\n"
             assert (r["topic"], r["total_size"], r["msg_id"], r["dledger_index"], r["dledger_term"], r["broker"]) == (topic, p["wroteBytes"], p["msgId"], p["seq"], 0, "d")
             assert (r["compaction_part"], r["compaction_log_offset"]) == (None, None)
+
+
+def test_a_kernel_call_holds_at_most_text_bytes_of_records(tmp_path, monkeypatch):
+    """Bodies are spelled into the kernel's buffer: a call takes TEXT_BYTES of records at most (one record alone
+    when it is bigger); the lines are the model's."""
+    calls = []
+    real = jsonlines.json_text
+
+    def spy(b, rows, *a, **k):
+        calls.append([int(s) for s in b.cols["total_size"][rows]])
+        return real(b, rows, *a, **k)
+
+    monkeypatch.setattr(jsonlines, "json_text", spy)
+    monkeypatch.setattr(jsonlines, "TEXT_BYTES", 3000)
+    export_ranges([StoreRef("b1", str(store_root("rmq4-flags")))], str(tmp_path / "j"), fmt="jsonl", with_body=True, sync=False)
+    check_lines(exported_lines(tmp_path / "j"), "rmq4-flags", "b1", True)
+    assert calls and all(sum(c) <= 3000 or len(c) == 1 for c in calls) and max(map(len, calls)) > 1

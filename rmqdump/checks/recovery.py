@@ -119,7 +119,10 @@ _MAGIC_AT, _MAGIC = field_struct(_H4, "magic")
 _SYSFLAG_AT, _SYSFLAG = field_struct(_H4, "sys_flag")
 _STORE_TS = field_struct(_H4, "store_timestamp")[1]
 _STORE_TS_AT = {False: field_offset(_H4, "store_timestamp"), True: field_offset(_H6, "store_timestamp")}
-_STOP_RECORD_CODES = {P.BODY_CRC_MISMATCH, P.PROP_CRC_MISMATCH}
+# What checkMessageAndReturnSize stops the walk for when checkCRCOnRecover is on: the body's CRC. The __CRC32#
+# property (5.2.0 on) is checked instead only with forceVerifyPropCRC, off by default and kept in no store file:
+# a record whose properties alone are damaged is kept (found by tests/test_salvage.py against the broker's recovery)
+_STOP_RECORD_CODES = {P.BODY_CRC_MISMATCH}
 _PREFIX = struct_format(RecordPrefix)
 _PHYS_AT, _PHYS = field_struct(_H4, "phys_offset")
 _TOPIC_LEN = {C.MAGIC_V1: struct_format(Struct("n" / TopicLengthV1)), C.MAGIC_V2: struct_format(Struct("n" / TopicLengthV2))}

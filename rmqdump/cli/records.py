@@ -27,14 +27,14 @@ from rmqdump.common.problems import Problem
 from rmqdump.query.listing import Filter, Records, Tally, range_items, record_entries
 from rmqdump.readers.commitlog import Blank
 from rmqdump.readers.message import Message
-from rmqdump.scan.scanner import Batch
+from rmqdump.scan.scanner import Batch, runs
 from rmqdump.scan.splits import Split
 from rmqdump.schemas import constants as C
 from rmqdump.text import batches as TB
 from rmqdump.text import spelling as K
-from rmqdump.text.lines import CLOSE, OPEN, Halves, json_string, json_text, pool, rows_matrix, selector
+from rmqdump.text.lines import CLOSE, OPEN, TEXT_BYTES, Halves, json_string, json_text, pool, rows_matrix, selector
 
-SUB_ROWS = 8192  # records rendered per kernel call: bounds the output buffer (a few MB)
+SUB_ROWS = 8192  # records rendered per kernel call (and TEXT_BYTES of them at most): bounds the output buffer
 PARALLEL_ROWS = 2048  # from this many records a sub-batch is rendered by two threads
 
 
@@ -197,13 +197,14 @@ class RecordsOut(abc.ABC):
         b = rec.batch
         rows = rec.rows
         probs = np.array(sorted(b.record_problems), dtype=np.int64)
-        for lo in range(0, max(len(rows), 1), SUB_ROWS):
+        # sub-batches of SUB_ROWS records and TEXT_BYTES of them at most: a kernel's buffer holds their bodies too
+        for lo, hi in runs(b.cols["total_size"][rows], TEXT_BYTES, SUB_ROWS) or [(0, 0)]:
             if self.done:
                 return
-            part = rows[lo : lo + SUB_ROWS]
-            last = lo + SUB_ROWS >= len(rows)
+            part = rows[lo:hi]
+            last = hi >= len(rows)
             first_i = int(part[0]) if lo else 0  # the first sub-batch holds the problems before its first row too
-            end_i = len(b) if last else int(rows[lo + SUB_ROWS])
+            end_i = len(b) if last else int(rows[hi])
             here = probs[(probs >= first_i) & (probs < end_i)]
             self._part(b, part, here)
 

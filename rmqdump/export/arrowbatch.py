@@ -93,25 +93,6 @@ def schema(with_body: bool = False) -> pa.Schema:
     return pa.schema(FIELDS + ([BODY_FIELD] if with_body else []))
 
 
-def chunks(total_size: np.ndarray, max_bytes: int, max_rows: int | None = None) -> list[tuple[int, int]]:
-    """Consecutive (lo, hi) runs of records holding at most `max_bytes` of record bytes and `max_rows` records each
-    (a record bigger than max_bytes alone): what one Arrow batch holds, whatever the messages' size."""
-    n = len(total_size)
-    if n == 0:
-        return []
-    csum = np.cumsum(total_size.astype(np.int64))
-    out, lo, done = [], 0, 0
-    while lo < n:
-        hi = int(np.searchsorted(csum, done + max_bytes, side="right"))
-        hi = max(hi, lo + 1)
-        if max_rows is not None:
-            hi = min(hi, lo + max_rows)
-        out.append((lo, hi))
-        done = int(csum[hi - 1])
-        lo = hi
-    return out
-
-
 def _bitmap(valid: np.ndarray) -> pa.Buffer | None:
     """An Arrow validity bitmap, or None when every row is valid."""
     return None if valid.all() else pa.py_buffer(np.packbits(valid, bitorder="little"))
@@ -373,7 +354,7 @@ def record_batches(
     if not len(b):
         return
     sch = schema(with_body) if columns is None else pa.schema([schema(True).field(c) for c in columns])
-    for lo, hi in chunks(b.cols["total_size"], max_bytes):
+    for lo, hi in scanner.runs(b.cols["total_size"], max_bytes):
         for sel in topic_groups(b, lo, hi) if by_topic else [slice(lo, hi)]:
             yield pa.RecordBatch.from_arrays(_columns(b, sel, broker, sch, served), schema=sch)
 

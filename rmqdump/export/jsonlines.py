@@ -20,11 +20,11 @@ import pyarrow as pa
 from rmqdump.common.jsontext import encode
 from rmqdump.export import arrowbatch
 from rmqdump.scan.compaction import ServedView
-from rmqdump.scan.scanner import Batch
+from rmqdump.scan.scanner import Batch, runs
 from rmqdump.text import spelling as K
-from rmqdump.text.lines import OPEN, json_string, json_text
+from rmqdump.text.lines import OPEN, TEXT_BYTES, json_string, json_text
 
-SUB_ROWS = 8192  # records spelled per kernel call: bounds the text buffer (about 10-20 MB)
+SUB_ROWS = 8192  # records spelled per kernel call (and TEXT_BYTES of them at most): bounds the text buffer
 Rows = Callable[[np.ndarray], list[bytes]]  # positions in a call's rows -> a line (or a line's own fields) each
 EXTRA = ("dledger_index", "dledger_term", "broker", "compaction_part", "compaction_log_offset")  # after the listing's fields
 
@@ -118,8 +118,8 @@ class Lines:
             topic = b.topic(int(rows[0]))
             own = b.entries is not None or (self.served is not None and topic in self.served.queues)
             pieces: list = []
-            for lo in range(0, len(rows), SUB_ROWS):
-                pieces += self._rows(b, rows[lo : lo + SUB_ROWS], file_json, own)
+            for lo, hi in runs(b.cols["total_size"][rows], TEXT_BYTES, SUB_ROWS):
+                pieces += self._rows(b, rows[lo:hi], file_json, own)
             yield topic, pieces
 
     def _rows(self, b: Batch, rows: np.ndarray, file_json: np.ndarray, own: bool) -> list:

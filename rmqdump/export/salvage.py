@@ -36,6 +36,7 @@ from rmqdump.export.dataset import parquet_options
 from rmqdump.export.jsonlines import EXTRA, arrow_lines, spell
 from rmqdump.export.parquetparts import Part, PartsWriter, encode_part
 from rmqdump.readers.store import Store
+from rmqdump.scan import scanner
 from rmqdump.scan.headerfix import Restored, store_units, unit_agrees
 from rmqdump.scan.ranges import SERIAL, Mapper, map_ranges
 from rmqdump.scan.splits import RANGE_BYTES, commitlog_splits
@@ -484,7 +485,7 @@ def salvage(
                     cuts = [*np.searchsorted(c["phys"][wanted], [r.phys for r in mine]).tolist(), len(wanted)]
                     prev = 0
                     for cut, r in zip(cuts, [*mine, None], strict=True):
-                        for lo, hi in arrowbatch.chunks(c["size"][wanted[prev:cut]], group_bytes, ROWS_PER_GROUP):  # a row group each
+                        for lo, hi in scanner.runs(c["size"][wanted[prev:cut]], group_bytes, ROWS_PER_GROUP):  # a row group each
                             k = wanted[prev + lo : prev + hi]
                             yield _Chunk(c["phys"][k], reason[k], c["crc"][k], c["prop_crc"][k])
                         if r is not None:

@@ -36,6 +36,7 @@ __all__ = [
     "properties_columns",
     "record_at",
     "records_at",
+    "runs",
     "unit_pointers",
 ]
 
@@ -144,3 +145,23 @@ def unit_pointers(units, vpos: np.ndarray, records, starts: np.ndarray, ends: np
 def index_put(slot_table: np.ndarray, slot: np.ndarray, first: int, prev_out: np.ndarray) -> int:
     """IndexFile.putKey's chain step for keys in put order, compiled; returns how many keys found their slot empty."""
     return kernel().index_put(slot_table, slot, first, prev_out)
+
+
+def runs(total_size: np.ndarray, max_bytes: int, max_rows: int | None = None) -> list[tuple[int, int]]:
+    """Consecutive (lo, hi) runs of records holding at most `max_bytes` of record bytes and `max_rows` records each
+    (a record bigger than max_bytes alone): what one Arrow batch, or one call of the text kernels, holds, whatever
+    the messages' size."""
+    n = len(total_size)
+    if n == 0:
+        return []
+    csum = np.cumsum(total_size.astype(np.int64))
+    out, lo, done = [], 0, 0
+    while lo < n:
+        hi = int(np.searchsorted(csum, done + max_bytes, side="right"))
+        hi = max(hi, lo + 1)
+        if max_rows is not None:
+            hi = min(hi, lo + max_rows)
+        out.append((lo, hi))
+        done = int(csum[hi - 1])
+        lo = hi
+    return out

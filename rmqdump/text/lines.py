@@ -20,6 +20,7 @@ from rmqdump.text import spelling as K
 CLOSE = np.frombuffer(b"}\n", dtype=np.uint8).copy()  # the listing's tail: the object closed, the line ended
 OPEN = np.zeros(0, dtype=np.uint8)  # no tail: the caller finishes each line itself
 _EMPTY = np.zeros(0, dtype=np.uint8)
+TEXT_BYTES = 16 << 20  # record bytes per kernel call at most: a call's buffer holds their text, bodies in base64 too
 NO_FILTER = (_EMPTY, _EMPTY, _EMPTY, np.zeros(3, dtype=np.int64))  # the kernels' topic, tag and key filters, all off
 _POOL = None
 

@@ -75,6 +75,22 @@ def test_spark_jsonl_equals_local_jsonl(spark, tmp_path):
     lines = lambda d: sorted(line for f in d.rglob("part-*") for line in f.read_text(encoding="utf-8").splitlines())  # noqa: E731
     assert lines(tmp_path / "s") == lines(tmp_path / "l")
     assert {p.name for p in (tmp_path / "s").iterdir() if p.is_dir()} == {p.name for p in (tmp_path / "l").iterdir() if p.is_dir()}
+    # Spark's writer's lines, topic by topic, are the manifest model's (tests/test_export_jsonl.py), bodies included
+    import urllib.parse
+
+    from test_export_jsonl import check_lines
+
+    for name in ("rmq4-flags", "rmq53-v2"):
+        out = tmp_path / f"one-{name}"
+        export_spark(spark, [StoreRef(name, str(REAL / name / "store"))], str(out), fmt="jsonl", with_body=True, range_bytes=16384, writer="spark")
+        got = {
+            urllib.parse.unquote(d.name.removeprefix("topic=")): sorted(
+                (line + "\n" for f in d.glob("part-*") for line in f.read_text(encoding="utf-8").splitlines()), key=lambda line: json.loads(line)["phys_offset"]
+            )
+            for d in out.iterdir()
+            if d.is_dir()
+        }
+        check_lines(got, name, name, True)
 
 
 def test_spark_damaged_store_same_rows_and_problems(spark, tmp_path):

@@ -129,3 +129,13 @@ class Lines:
             return lambda k: arrow_lines(arrowbatch.selected(b, rows[k], self.broker, sch, self.served)) if len(k) else []
 
         return spell(b, rows, file_json, arrow(self.full), tail=self.tail, body_end=self.body_end, own=arrow(self.extra) if own else None)
+
+
+def line_values(text) -> pa.Array:
+    """Lines, each ended by its newline (a piece of Lines.batch), as a string array of the lines without it: what
+    Spark's text writer takes, adding its own. A JSON line holds no other newline byte (JSON escapes it)."""
+    buf = np.frombuffer(text, dtype=np.uint8)
+    nl = np.flatnonzero(buf == 10)
+    offsets = np.zeros(len(nl) + 1, dtype=np.int32)
+    offsets[1:] = nl - np.arange(len(nl))
+    return pa.StringArray.from_buffers(len(nl), pa.py_buffer(offsets), pa.py_buffer(np.delete(buf, nl)))

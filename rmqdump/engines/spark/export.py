@@ -6,7 +6,7 @@ no 2 GiB record limit, no whole file in a task's memory. With pyarrow's writer
 the export is the local engine's own (rmqdump.export.dataset.export_ranges) with Spark as its mapper:
 each task writes its part files and returns its counts, through plain Python tasks (no Spark SQL
 stage: its first run alone cost a small job seconds). With Spark's writer each task runs the same
-decoder, export.split_batches, inside mapInArrow; the rows go to DataFrameWriter and problems and
+decoder, export.split_batches (for JSON Lines, export.jsonlines' lines), inside mapInArrow; the rows go to DataFrameWriter and problems and
 counts come back through accumulators.
 """
 
@@ -30,9 +30,10 @@ from rmqdump.export.dataset import (
     export_ranges,
     problem_order,
     split_batches,
+    split_scan,
     start_export,
 )
-from rmqdump.export.jsonlines import jsonl_lines
+from rmqdump.export.jsonlines import Lines, line_values
 from rmqdump.scan.compaction import served_views
 from rmqdump.scan.splits import RANGE_BYTES, Split, StoreRef
 
@@ -53,11 +54,16 @@ class ProblemsParam(AccumulatorParam):
 def _decoder(with_body: bool, check_crc: bool, fmt: str, problems, counts, served):
     def decode(_no: int, split: Split):
         res = SplitResult()
-        for rb in split_batches(split, res, with_body=with_body, check_crc=check_crc, served=served):
-            if fmt == "parquet":
-                yield rb
-            else:
-                yield pa.RecordBatch.from_arrays([rb.column("topic"), pa.array(jsonl_lines(rb), pa.string())], schema=JSONL)
+        if fmt == "parquet":
+            yield from split_batches(split, res, with_body=with_body, check_crc=check_crc, served=served)
+        else:  # the local export's lines (export.jsonlines), a row each without its newline
+            lines = Lines(split.broker, with_body, (served or {}).get(split.broker))
+            for b in split_scan(split, res, check_crc):
+                for topic, pieces in lines.batch(b):
+                    for piece in pieces:
+                        values = line_values(piece)
+                        yield pa.RecordBatch.from_arrays([pa.array([topic] * len(values), pa.string()), values], schema=JSONL)
+                res.messages += len(b)
         problems.add((res.problem_count, res.problems))
         counts.add((res.messages, res.bytes, res.record_bytes))
 

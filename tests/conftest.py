@@ -230,3 +230,16 @@ def any_store(request) -> str:
 @pytest.fixture(params=HEALTHY)
 def healthy_store(request) -> str:
     return request.param
+
+
+def text_calls(monkeypatch, module) -> list[list[int]]:
+    """Each call `module` makes of its json_text (rmqdump.text.lines): the sizes of the records it was given."""
+    calls: list[list[int]] = []
+    real = module.json_text
+
+    def spy(b, rows, *a, **k):
+        calls.append([int(s) for s in b.cols["total_size"][rows]])
+        return real(b, rows, *a, **k)
+
+    monkeypatch.setattr(module, "json_text", spy)
+    return calls

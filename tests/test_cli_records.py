@@ -18,7 +18,7 @@ import os
 from datetime import datetime, timezone
 
 import pytest
-from conftest import STORES, copy_store, flip, manifest, patch, run, store_root
+from conftest import STORES, copy_store, flip, manifest, patch, run, store_root, text_calls
 from test_export import check_intact
 
 from rmqdump.cli import records
@@ -296,14 +296,7 @@ def test_a_kernel_call_holds_at_most_text_bytes_of_records(monkeypatch):
     it is bigger), and the lines are the same as ever."""
     name = "rmq4-flags"
     cl = store_root(name) / "commitlog"
-    calls = []
-    real = records.json_text
-
-    def spy(b, rows, *a, **k):
-        calls.append([int(s) for s in b.cols["total_size"][rows]])
-        return real(b, rows, *a, **k)
-
-    monkeypatch.setattr(records, "json_text", spy)
+    calls = text_calls(monkeypatch, records)
     monkeypatch.setattr(records, "TEXT_BYTES", 3000)
     want = [ENCODE(r) for r in listing(name, cl)]
     lines = records_text(cl, "none")

@@ -13,7 +13,7 @@ import urllib.parse
 from pathlib import Path
 
 import pytest
-from conftest import STORES, manifest, run, store_root, unpack_store
+from conftest import STORES, manifest, run, store_root, text_calls, unpack_store
 from test_cli_records import ENCODE, message_row
 
 from rmqdump.export import jsonlines
@@ -118,14 +118,7 @@ def test_dledger_lines_hold_each_entry(tmp_path):
 def test_a_kernel_call_holds_at_most_text_bytes_of_records(tmp_path, monkeypatch):
     """Bodies are spelled into the kernel's buffer: a call takes TEXT_BYTES of records at most (one record alone
     when it is bigger); the lines are the model's."""
-    calls = []
-    real = jsonlines.json_text
-
-    def spy(b, rows, *a, **k):
-        calls.append([int(s) for s in b.cols["total_size"][rows]])
-        return real(b, rows, *a, **k)
-
-    monkeypatch.setattr(jsonlines, "json_text", spy)
+    calls = text_calls(monkeypatch, jsonlines)
     monkeypatch.setattr(jsonlines, "TEXT_BYTES", 3000)
     export_ranges([StoreRef("b1", str(store_root("rmq4-flags")))], str(tmp_path / "j"), fmt="jsonl", with_body=True, sync=False)
     check_lines(exported_lines(tmp_path / "j"), "rmq4-flags", "b1", True)

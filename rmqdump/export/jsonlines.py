@@ -4,9 +4,9 @@ before its closing brace.
 
 The listing's compiled kernels (rmqdump.text) spell the object; where the export's fields are the same for every
 row (a plain CommitLog, no compaction topic) the kernel writes them too, as the line's tail, with the body in
-base64 after it, so a row never becomes a Python object. Otherwise each line is finished from the row's Arrow values; a record the kernels leave to
-Python (see rmqdump.text.spelling) is spelled whole from its Arrow row. Either way a line is `jsonl_lines`'s spelling
-of the export's Arrow row, byte for byte.
+base64 after it, so a row never becomes a Python object. Otherwise each line is finished from the row's Arrow
+values; a record the kernels leave to Python (see rmqdump.text.spelling) is spelled whole from its Arrow row. Either
+way a line is `jsonl_lines`'s spelling of the export's Arrow row, byte for byte.
 """
 
 from __future__ import annotations
@@ -61,9 +61,12 @@ def _u8(text: str) -> np.ndarray:
 
 def spell(b: Batch, rows: np.ndarray, file_json: np.ndarray, whole: Rows, *, tail: np.ndarray = OPEN, body_end: np.ndarray = OPEN, own: Rows | None = None) -> list:
     """The JSON Lines of the records `rows` (sorted) of a batch, in order: the kernel's text, each line ended by
-    `tail` (and with a `body_end`, the body in base64, then it), or with `own` by each row's own fields (own(k): for the rows at positions k of `rows`, each one's
-    JSON object of them, its newline after); a row the kernel leaves to Python spelled whole (whole(k), likewise)."""
-    status, ends, out = json_text(b, rows, file_json, tail=OPEN, body_end=OPEN) if own is not None else json_text(b, rows, file_json, tail=tail, body_end=body_end)
+    `tail` (and with a `body_end`, the body in base64, then it), or with `own` by each row's own fields (own(k): for
+    the rows at positions k of `rows`, each one's JSON object of them, its newline after); a row the kernel leaves to
+    Python spelled whole (whole(k), likewise)."""
+    if own is not None:
+        tail = body_end = OPEN
+    status, ends, out = json_text(b, rows, file_json, tail=tail, body_end=body_end)
     left = np.flatnonzero(status == K.FALLBACK)
     if own is None and not len(left):
         return [out[: int(ends[-1])]]

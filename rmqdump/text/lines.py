@@ -90,8 +90,9 @@ class Halves:
 
 def json_text(b: Batch, rows: np.ndarray, file_json: np.ndarray, filters=NO_FILTER, tail: np.ndarray = CLOSE, two: bool = False, body_end: np.ndarray = OPEN):
     """(status per row, text end per row, the text) of the records `rows` (sorted) of a batch as JSON Lines: each
-    line the listing's object up to its msg_id, then `tail` (and with a `body_end`, the body in base64, then it). The text is an array, or with `two` a Halves: the rows
-    split between this thread and pool()'s (the kernel releases the GIL)."""
+    line the listing's object up to its msg_id, then `tail` (and with a `body_end`, the body in base64, then it). The
+    text is an array, or with `two` a Halves: the rows split between this thread and pool()'s (the kernel releases
+    the GIL)."""
     sel = selector(rows)
     snip, snip_offs, _tx, _txo, idx = TB.flag_snippets(b.cols["sys_flag"][sel])
     mat = rows_matrix(b, rows, idx)

@@ -110,10 +110,10 @@ def _register(first: list[str]) -> None:
 def main() -> None:
     """The console script: like app(), but usage errors are one line too."""
     from rmqdump.cli.nopandas import keep_out
-    from rmqdump.common.allocator import limit_arenas
+    from rmqdump.common.allocator import tune
     from rmqdump.common.pipes import widen
 
-    limit_arenas()  # before any thread starts
+    tune()  # before any thread starts
     widen(1)  # a listing into `| jq` or `| gzip`: its reader woken a sixteenth as often (common.pipes)
     _one_blas_thread()
     keep_out(sys.argv[1:])

@@ -59,21 +59,28 @@ def _u8(text: str) -> np.ndarray:
     return np.frombuffer(text.encode(), dtype=np.uint8).copy()
 
 
-def spell(b: Batch, rows: np.ndarray, file_json: np.ndarray, whole: Rows, *, tail: np.ndarray = OPEN, body_end: np.ndarray = OPEN, own: Rows | None = None) -> list:
+def spell(
+    b: Batch, rows: np.ndarray, file_json: np.ndarray, whole: Rows, *, tail: np.ndarray = OPEN, body_end: np.ndarray = OPEN, own: Rows | None = None, suffix: Rows | None = None
+) -> list:
     """The JSON Lines of the records `rows` (sorted) of a batch, in order: the kernel's text, each line ended by
-    `tail` (and with a `body_end`, the body in base64, then it), or with `own` by each row's own fields (own(k): for
-    the rows at positions k of `rows`, each one's JSON object of them, its newline after); a row the kernel leaves to
-    Python spelled whole (whole(k), likewise)."""
+    `tail` (and with a `body_end`, the body in base64, then it), then with `suffix` by each row's own bytes
+    (suffix(k): for the rows at positions k of `rows`, what follows the kernel's text, the newline included); or with
+    `own` by each row's own fields (own(k): each one's JSON object of them, its newline after). A row the kernel
+    leaves to Python is spelled whole (whole(k), likewise)."""
     if own is not None:
         tail = body_end = OPEN
+
+        def suffix(k: np.ndarray) -> list[bytes]:  # the object's members after the listing's, then its "}\n"
+            return [b"," + line[1:] for line in own(k)]
+
     status, ends, out = json_text(b, rows, file_json, tail=tail, body_end=body_end)
     left = np.flatnonzero(status == K.FALLBACK)
-    if own is None and not len(left):
+    if suffix is None and not len(left):
         return [out[: int(ends[-1])]]
     spelled = dict(zip(left.tolist(), whole(left), strict=True))
     parts: list = []
     start = 0
-    if own is None:  # runs of kernel text between the rows spelled whole
+    if suffix is None:  # runs of kernel text between the rows spelled whole
         for j, line in spelled.items():
             if int(ends[j]) > start:
                 parts.append(out[start : int(ends[j])])
@@ -82,14 +89,14 @@ def spell(b: Batch, rows: np.ndarray, file_json: np.ndarray, whole: Rows, *, tai
         if int(ends[-1]) > start:
             parts.append(out[start : int(ends[-1])])
         return [b"".join(parts)]
-    tails = iter(own(np.flatnonzero(status != K.FALLBACK)))
-    for j in range(len(rows)):
-        end = int(ends[j])
+    text = memoryview(out)
+    tails = iter(suffix(np.flatnonzero(status != K.FALLBACK)))
+    for j, end in enumerate(ends.tolist()):
         if j in spelled:
             parts.append(spelled[j])
         else:
-            parts.append(bytes(out[start:end]))
-            parts.append(b"," + next(tails)[1:])  # the object's members after the listing's, then its "}\n"
+            parts.append(text[start:end])
+            parts.append(next(tails))
         start = end
     return [b"".join(parts)]
 

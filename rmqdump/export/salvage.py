@@ -14,6 +14,7 @@ sha256 of each file. Written beside OUT and renamed into place
 
 from __future__ import annotations
 
+import base64
 import functools
 import hashlib
 import json
@@ -29,11 +30,12 @@ from rmqdump.checks import salvage as S
 from rmqdump.checks.recovery import store_rules
 from rmqdump.common import writeback
 from rmqdump.common.columnspill import ColumnSpill
+from rmqdump.common.jsontext import encode
 from rmqdump.common.problems import Problem
 from rmqdump.common.publish import publishing
 from rmqdump.export import arrowbatch, parquetparts
 from rmqdump.export.dataset import parquet_options
-from rmqdump.export.jsonlines import EXTRA, arrow_lines, spell
+from rmqdump.export.jsonlines import EXTRA, arrow_lines, common_tail, spell
 from rmqdump.export.parquetparts import Part, PartsWriter, encode_part
 from rmqdump.readers.store import Store
 from rmqdump.scan import scanner
@@ -381,8 +383,10 @@ def _tail_schema() -> pa.Schema:
 
 
 def _lines(b, rows: np.ndarray, reasons: np.ndarray, broker: str) -> tuple[list, int]:
-    """The JSON Lines of records `rows` of a batch given back for `reasons`: the listing's compiled text, each line
-    finished with its own fields from its Arrow row (export.jsonlines.spell)."""
+    """The JSON Lines of records `rows` of a batch given back for `reasons`: the listing's compiled text, then on a
+    plain CommitLog the export's fields and the body in base64 by the kernel too, and each row's own bytes after them
+    (_suffixes); on a DLedger CommitLog each line finished with its own fields from its Arrow row
+    (export.jsonlines.spell)."""
 
     def arrow(sch: pa.Schema):
         def lines(k: np.ndarray) -> list[bytes]:
@@ -393,7 +397,55 @@ def _lines(b, rows: np.ndarray, reasons: np.ndarray, broker: str) -> tuple[list,
 
         return lines
 
-    return spell(b, rows, json_string(b.seg.path), arrow(_base_schema()), own=arrow(_tail_schema())), len(rows)
+    file_json = json_string(b.seg.path)
+    if b.entries is not None:  # each row's DLedger index and term among the export's fields
+        return spell(b, rows, file_json, arrow(_base_schema()), own=arrow(_tail_schema())), len(rows)
+    ends = _text_ends(broker)
+    return spell(b, rows, file_json, arrow(_base_schema()), tail=ends.tail, body_end=ends.body_end, suffix=lambda k: _suffixes(b, rows[k], reasons[k], ends)), len(rows)
+
+
+@dataclass(frozen=True)
+class _TextEnds:
+    """A given-back row's line after the listing's fields, as jsonl_lines spells its Arrow row, in the pieces no
+    row changes: the kernel's tail (the export's fields, then the body's opening quote) and body end (the body's
+    closing quote, up to the reason's value), each reason's value, and the rest around body_offset's value and
+    raw_without_body's base64 (`rest`, a %-format of the two)."""
+
+    tail: np.ndarray
+    body_end: np.ndarray
+    reasons: list[bytes]
+    rest: bytes
+
+
+@functools.cache
+def _text_ends(broker: str) -> _TextEnds:
+    tail, _ = common_tail(broker, with_body=True)  # ...,"compaction_log_offset":null,"body":"
+    headers = "".join(f",{encode(name)}:null" for name, _ in _HEADER)  # only a restored record has them
+    offset, raw = (f.name for f in _RAW)
+    encodings = "".join(f",{encode(name + '_encoding')}:{encode('base64')}" for name in _BINARY)
+    rest = f"{headers},{encode(offset)}:%d,{encode(raw)}:\"%s\"{encodings}}}\n"
+    body_end = np.frombuffer(f'",{encode("reason")}:'.encode(), dtype=np.uint8).copy()
+    return _TextEnds(tail, body_end, [encode(r).encode() for r in _REASONS], rest.encode())
+
+
+def _suffixes(b, rows: np.ndarray, reasons: np.ndarray, ends: _TextEnds) -> list[bytes]:
+    """Each row's bytes after the kernel's text: its reason, body_offset and raw_without_body (the record's bytes
+    before its body and after it) in base64."""
+    c = b.cols
+    pos = c["_pos"][rows].astype(np.int64)
+    body = c["body_pos"][rows].astype(np.int64)
+    after = body + np.maximum(c["body_length"][rows].astype(np.int64), 0)
+    end = pos + c["total_size"][rows].astype(np.int64)
+    starts = np.stack([pos, after], axis=1).ravel()
+    lengths = np.stack([body - pos, end - after], axis=1).ravel()
+    offsets, buf = scanner.pack_bytes(b.mf.data, starts, lengths)
+    raw = bytes(buf)
+    cut = offsets[::2].tolist()
+    b64, rest, spelled = base64.b64encode, ends.rest, ends.reasons
+    return [
+        spelled[r] + rest % (o, b64(raw[lo:hi]))
+        for r, o, lo, hi in zip(reasons.tolist(), (body - pos).tolist(), cut[:-1], cut[1:], strict=True)
+    ]
 
 
 def _chunk_parts(store: Store, broker: str, fmt: str, options: dict, ch: _Chunk | Restored) -> list[tuple[str, Part | bytes, int]]:

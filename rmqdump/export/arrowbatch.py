@@ -145,16 +145,22 @@ def _views(data: np.ndarray, pos: np.ndarray, length: np.ndarray) -> pa.Array:
     return pa.Array.from_buffers(pa.binary_view(), n, [None, pa.py_buffer(views), pa.py_buffer(data[lo:hi])], null_count=0)
 
 
-def _without_body(data: np.ndarray, c: dict) -> pa.Array:
-    """Each record's bytes with its body cut out: the part before the body and the part after it, packed as one value."""
+def without_body(data: np.ndarray, c: dict) -> tuple[np.ndarray, np.ndarray]:
+    """Each record's bytes with its body cut out (the part before the body and the part after it, packed as one
+    value), as Arrow's int32 offsets (one value a record) and the bytes: the raw_without_body column's, and salvage's
+    JSON Lines."""
     pos, body = c["_pos"].astype(np.int64), c["body_pos"].astype(np.int64)
     after = body + np.maximum(c["body_length"].astype(np.int64), 0)
     end = pos + c["total_size"].astype(np.int64)
     starts = np.stack([pos, after], axis=1).ravel()
     lengths = np.stack([body - pos, end - after], axis=1).ravel()
     offsets, buf = scanner.pack_bytes(data, starts, lengths)
-    n = len(pos)
-    return pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(np.ascontiguousarray(offsets[::2])), pa.py_buffer(buf)], null_count=0)
+    return np.ascontiguousarray(offsets[::2]), buf
+
+
+def _without_body(data: np.ndarray, c: dict) -> pa.Array:
+    offsets, buf = without_body(data, c)
+    return pa.Array.from_buffers(pa.binary(), len(offsets) - 1, [None, pa.py_buffer(offsets), pa.py_buffer(buf)], null_count=0)
 
 
 def coded(texts: list[str], code: np.ndarray, valid: np.ndarray | None = None) -> pa.Array:

@@ -431,21 +431,13 @@ def _text_ends(broker: str) -> _TextEnds:
 def _suffixes(b, rows: np.ndarray, reasons: np.ndarray, ends: _TextEnds) -> list[bytes]:
     """Each row's bytes after the kernel's text: its reason, body_offset and raw_without_body (the record's bytes
     before its body and after it) in base64."""
-    c = b.cols
-    pos = c["_pos"][rows].astype(np.int64)
-    body = c["body_pos"][rows].astype(np.int64)
-    after = body + np.maximum(c["body_length"][rows].astype(np.int64), 0)
-    end = pos + c["total_size"][rows].astype(np.int64)
-    starts = np.stack([pos, after], axis=1).ravel()
-    lengths = np.stack([body - pos, end - after], axis=1).ravel()
-    offsets, buf = scanner.pack_bytes(b.mf.data, starts, lengths)
-    raw = bytes(buf)
-    cut = offsets[::2].tolist()
+    c = {k: b.cols[k][rows] for k in ("_pos", "body_pos", "body_length", "total_size")}
+    offsets, buf = arrowbatch.without_body(b.mf.data, c)
+    raw = memoryview(buf)
+    cut = offsets.tolist()
     b64, rest, spelled = base64.b64encode, ends.rest, ends.reasons
-    return [
-        spelled[r] + rest % (o, b64(raw[lo:hi]))
-        for r, o, lo, hi in zip(reasons.tolist(), (body - pos).tolist(), cut[:-1], cut[1:], strict=True)
-    ]
+    body_offset = (c["body_pos"].astype(np.int64) - c["_pos"]).tolist()
+    return [spelled[r] + rest % (o, b64(raw[lo:hi])) for r, o, lo, hi in zip(reasons.tolist(), body_offset, cut[:-1], cut[1:], strict=True)]
 
 
 def _chunk_parts(store: Store, broker: str, fmt: str, options: dict, ch: _Chunk | Restored) -> list[tuple[str, Part | bytes, int]]:

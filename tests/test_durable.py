@@ -20,7 +20,7 @@ from conftest import REAL, run
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from rmqdump.common import writeback
+from rmqdump.common import directfile, writeback
 from rmqdump.common.publish import TMP_MARK
 
 
@@ -120,9 +120,27 @@ def test_a_growing_file_is_started_in_order_and_whole(sizes):
     assert 0 <= sum(sizes) - pos < writeback.EVERY
 
 
-def test_salvage_starts_its_files_writeback_as_they_grow(tmp_path, monkeypatch):
-    """With a tiny EVERY, the messages file's pages were handed to the disk in order, all but its last EVERY bytes."""
+def test_salvage_writes_its_files_past_the_page_cache(tmp_path, monkeypatch):
+    """The messages file written with O_DIRECT in whole buffers but for its tail (common.directfile)."""
+    from test_directfile import _need_direct, _watch_writes
+
+    _need_direct(tmp_path / "probe")
+    monkeypatch.setattr(directfile, "BUFFER", 8192)
+    monkeypatch.setattr(directfile.DirectFile.__init__, "__defaults__", (True, 8192))
+    seen = _watch_writes(monkeypatch)
+    out = tmp_path / "out"
+    assert run("salvage", REAL / "rmq53-damaged-size-field" / "store", "--out", out).exit_code == 1
+    size = (out / "messages.parquet").stat().st_size
+    assert size > 4 * 8192
+    mine = [(n, d) for name, n, d in seen if name == "messages.parquet"]
+    assert mine == [(8192, True)] * (size // 8192) + [(size % 8192, False)] * bool(size % 8192)
+
+
+def test_salvage_starts_its_files_writeback_as_they_grow_where_direct_writes_are_refused(tmp_path, monkeypatch):
+    """With O_DIRECT refused and a tiny EVERY, the messages file's pages were handed to the disk in order, all but its
+    last EVERY bytes."""
     calls: dict[int, list] = {}
+    monkeypatch.setattr(directfile, "_set_direct", lambda fd, on: False)
     monkeypatch.setattr(writeback, "EVERY", 4096)
     monkeypatch.setattr(writeback, "start", lambda fd, off, n: calls.setdefault(fd, []).append((off, n)) or True)
     out = tmp_path / "out"

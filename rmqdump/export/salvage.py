@@ -28,8 +28,8 @@ import pyarrow as pa
 
 from rmqdump.checks import salvage as S
 from rmqdump.checks.recovery import store_rules
-from rmqdump.common import writeback
 from rmqdump.common.columnspill import ColumnSpill
+from rmqdump.common.directfile import DirectFile
 from rmqdump.common.jsontext import encode
 from rmqdump.common.problems import Problem
 from rmqdump.common.publish import publishing
@@ -98,16 +98,13 @@ class _Output:
 
     def __init__(self, path: str, fmt: str, template: bytes, sync: bool):
         self.path, self.fmt, self.rows = path, fmt, 0
-        self.f = open(path, "wb")  # noqa: SIM115 (closed by close())
+        self.f = DirectFile(path, sync)  # past the page cache where it can be; publishing fsyncs it
         self.sha = hashlib.sha256()
-        self.writeback = writeback.Growing(self.f.fileno()) if sync else None  # on the disk as it grows: publishing fsyncs it
         self.parts = PartsWriter(self._store, template) if fmt == "parquet" else None
 
     def _store(self, data) -> None:
         self.sha.update(data)
         self.f.write(data)
-        if self.writeback is not None:
-            self.writeback.wrote(len(data))
 
     def write(self, piece: Part | bytes, rows: int) -> None:
         self.rows += rows
@@ -121,7 +118,6 @@ class _Output:
         try:
             if self.parts is not None:
                 self.parts.close()
-            self.f.flush()
         finally:
             self.f.close()
         return self.sha.hexdigest()

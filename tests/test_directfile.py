@@ -43,14 +43,14 @@ def _need_direct(path) -> None:
 
 
 def _watch_writes(monkeypatch) -> list[tuple[str, int, bool]]:
-    """(the file's name, length, O_DIRECT set) of every os.write to a file, in order (Linux's /proc names the file
-    behind a descriptor when the write is made: descriptors are reused)."""
+    """(the file's path, length, O_DIRECT set) of every os.write, in order (Linux's /proc names the file behind a
+    descriptor when the write is made: descriptors are reused)."""
     seen: list[tuple[str, int, bool]] = []
     real = os.write
 
     def write(fd, data):
         n = real(fd, data)
-        seen.append((os.path.basename(os.readlink(f"/proc/self/fd/{fd}")), n, bool(fcntl.fcntl(fd, fcntl.F_GETFL) & directfile.O_DIRECT)))
+        seen.append((os.readlink(f"/proc/self/fd/{fd}"), n, bool(fcntl.fcntl(fd, fcntl.F_GETFL) & directfile.O_DIRECT)))
         return n
 
     monkeypatch.setattr(os, "write", write)
@@ -86,7 +86,7 @@ def test_whole_buffers_go_past_the_page_cache_and_only_the_tail_through_it(tmp_p
         for p in pieces:
             f.write(p)
     total = sum(map(len, pieces))
-    mine = [(n, d) for x, n, d in seen if x == "f"]
+    mine = [(n, d) for x, n, d in seen if x == str(tmp_path / "f")]
     assert mine == [(BUF, True)] * (total // BUF) + [(total % BUF, False)]
     assert (tmp_path / "f").read_bytes() == b"".join(pieces)
 

@@ -126,13 +126,12 @@ def test_salvage_writes_its_files_past_the_page_cache(tmp_path, monkeypatch):
 
     _need_direct(tmp_path / "probe")
     monkeypatch.setattr(directfile, "BUFFER", 8192)
-    monkeypatch.setattr(directfile.DirectFile.__init__, "__defaults__", (True, 8192))
     seen = _watch_writes(monkeypatch)
     out = tmp_path / "out"
     assert run("salvage", REAL / "rmq53-damaged-size-field" / "store", "--out", out).exit_code == 1
     size = (out / "messages.parquet").stat().st_size
     assert size > 4 * 8192
-    mine = [(n, d) for name, n, d in seen if name == "messages.parquet"]
+    mine = [(n, d) for path, n, d in seen if os.path.basename(path) == "messages.parquet"]
     assert mine == [(8192, True)] * (size // 8192) + [(size % 8192, False)] * bool(size % 8192)
 
 
@@ -204,6 +203,43 @@ def test_export_jsonl_starts_each_part_files_writeback_as_it_grows(tmp_path, mon
             assert off == pos and n >= 4096
             pos += n
         assert 0 <= size - pos < 4096, p
+
+
+def test_export_jsonl_writes_a_tasks_first_topics_past_the_page_cache(tmp_path, monkeypatch):
+    """With 8 KiB buffers and one direct file a task: each task's first topic file written with O_DIRECT in whole
+    buffers but for its tail, every other one through the page cache only; the bytes are the same as a run where
+    nothing is direct."""
+    from test_directfile import _need_direct, _watch_writes
+
+    from rmqdump.export import dataset
+
+    _need_direct(tmp_path / "probe")
+    monkeypatch.setattr(dataset, "LINE_BUFFER", 8192)
+    monkeypatch.setattr(dataset, "DIRECT_FILES", 1)
+    seen = _watch_writes(monkeypatch)
+    out = tmp_path / "out"
+    assert run("export", "-s", REAL / "rmq4-basic" / "store", "--out", out, "-f", "jsonl").exit_code == 0
+    monkeypatch.undo()
+    monkeypatch.setattr(directfile, "_set_direct", lambda fd, on: False)
+    cached = tmp_path / "cached"
+    assert run("export", "-s", REAL / "rmq4-basic" / "store", "--out", cached, "-f", "jsonl").exit_code == 0
+    files = sorted(_tree(out)[0])
+    assert files == sorted(_tree(cached)[0]) and len(files) > 2
+    for f in files:
+        assert (out / f).read_bytes() == (cached / f).read_bytes(), f
+    writes: dict[str, list] = {}
+    for path, n, direct in seen:
+        writes.setdefault("/".join(Path(path).parts[-2:]), []).append((n, direct))
+    direct_by_task: dict[str, list] = {}
+    for f in files:
+        ws, size = writes.get(f, []), (out / f).stat().st_size
+        assert sum(n for n, _ in ws) == size, f
+        if any(d for _, d in ws):
+            assert ws == [(8192, True)] * (size // 8192) + [(size % 8192, False)] * bool(size % 8192), f
+            direct_by_task.setdefault(Path(f).name, []).append(f)
+        else:
+            assert ws and not any(d for _, d in ws), f
+    assert direct_by_task and all(len(fs) == 1 for fs in direct_by_task.values()), direct_by_task
 
 
 def test_the_kernel_takes_the_request_on_linux(tmp_path):

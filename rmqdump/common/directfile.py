@@ -42,67 +42,61 @@ def _set_direct(fd: int, on: bool) -> bool:
 
 class DirectFile:
     """A file created at `path` and written in order; `direct` says whether its writes still bypass the page cache.
-    `sync`: in the page cache's case, start its pages on their way to the disk as it grows (the publish fsyncs)."""
+    Bytes are gathered in a `buffer`-byte buffer (a multiple of the page size; BUFFER unless given) and written a whole buffer at a time.
+    `direct=False`: through the page cache from the start. `sync`: in the page cache's case, start the file's pages
+    on their way to the disk as it grows (the publish fsyncs)."""
 
-    def __init__(self, path: str, sync: bool = True, buffer: int = BUFFER):
+    def __init__(self, path: str, sync: bool = True, buffer: int | None = None, direct: bool = True):
         self.path, self.size = path, 0
         self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), 0o666)
         self._sync = sync
-        self.direct = _set_direct(self.fd, True)
-        self._buf = mmap.mmap(-1, buffer) if self.direct else None  # anonymous: page-aligned, as O_DIRECT wants
-        self._view = memoryview(self._buf) if self.direct else None
+        self.direct = direct and _set_direct(self.fd, True)
+        self._buf = mmap.mmap(-1, buffer or BUFFER)  # anonymous: page-aligned, as O_DIRECT wants
+        self._view = memoryview(self._buf)
         self._fill = 0
         self._grow = None if self.direct or not sync else writeback.Growing(self.fd)
 
     def write(self, data) -> int:
         """All of `data` (bytes-like) appended; its length."""
         n = len(data)
-        if not self.direct:
-            self._write_all(data)
-        else:
-            with memoryview(data) as m, m.cast("B") as src:
-                at = 0
-                while at < n:
-                    k = min(n - at, len(self._view) - self._fill)
-                    self._view[self._fill : self._fill + k] = src[at : at + k]
-                    self._fill, at = self._fill + k, at + k
-                    if self._fill == len(self._view):
-                        self._drain()
-                        if not self.direct:  # refused now: the rest after the buffer, through the page cache
-                            self._write_all(src[at:])
-                            break
+        with memoryview(data) as m, m.cast("B") as src:
+            at = 0
+            while at < n:
+                k = min(n - at, len(self._view) - self._fill)
+                self._view[self._fill : self._fill + k] = src[at : at + k]
+                self._fill, at = self._fill + k, at + k
+                if self._fill == len(self._view):
+                    self._drain()
         self.size += n
         return n
 
     def _drain(self) -> None:
-        """The full buffer written with O_DIRECT, or, if the kernel refuses it now, through the page cache; the buffer
-        is empty after it (so bytes wait in it only while the file is direct)."""
+        """The buffer's bytes written: with O_DIRECT while the kernel takes it, else (or from the first refusal on)
+        through the page cache."""
         with self._view[: self._fill] as view:
             done = 0
-            try:
+            if self.direct:
+                try:
+                    while done < len(view):
+                        done += os.write(self.fd, view[done:])
+                except OSError as e:
+                    if e.errno != errno.EINVAL:
+                        raise
+                    self._to_page_cache()
+            if not self.direct:
+                first = done
                 while done < len(view):
                     done += os.write(self.fd, view[done:])
-            except OSError as e:
-                if e.errno != errno.EINVAL:
-                    raise
-                self._to_page_cache()
-                self._write_all(view[done:])
+                if self._grow is not None:
+                    self._grow.wrote(done - first)
         self._fill = 0
 
     def _to_page_cache(self) -> None:
         self.direct = False
         _set_direct(self.fd, False)
-        if self._sync and self._grow is None:
+        if self._sync:  # the bytes written directly need no start
             self._grow = writeback.Growing(self.fd)
-            self._grow.started = self._grow.written = os.lseek(self.fd, 0, os.SEEK_CUR)  # the direct bytes need no start
-
-    def _write_all(self, data) -> None:
-        with memoryview(data) as m, m.cast("B") as view:
-            done = 0
-            while done < len(view):
-                done += os.write(self.fd, view[done:])
-            if self._grow is not None:
-                self._grow.wrote(len(view))
+            self._grow.started = self._grow.written = os.lseek(self.fd, 0, os.SEEK_CUR)
 
     @property
     def closed(self) -> bool:
@@ -114,16 +108,14 @@ class DirectFile:
             return
         try:
             if self._fill:
-                fill, self._fill = self._fill, 0
-                self._to_page_cache()
-                with self._view[:fill] as tail:
-                    self._write_all(tail)
+                if self.direct:  # less than a buffer: its length is not aligned
+                    self._to_page_cache()
+                self._drain()
         finally:
             fd, self.fd = self.fd, -1
-            if self._view is not None:
-                buf, self._view, self._buf = self._buf, None, None
-                with contextlib.suppress(BufferError):  # a view still held (an error's traceback): freed with it
-                    buf.close()
+            buf, self._view, self._buf = self._buf, None, None
+            with contextlib.suppress(BufferError):  # a view still held (an error's traceback): freed with it
+                buf.close()
             os.close(fd)
 
     def __enter__(self) -> DirectFile:

@@ -25,6 +25,7 @@ import pyarrow.parquet as pq
 
 from rmqdump.common import writeback
 from rmqdump.common.closing import Closing
+from rmqdump.common.directfile import DirectFile
 from rmqdump.common.jsontext import fields_of
 from rmqdump.common.problems import Problem
 from rmqdump.common.publish import check_target, publishing
@@ -40,6 +41,11 @@ ROWS_PER_GROUP = 65536
 ROWS_PER_GROUP_WITH_BODY = 8192  # bodies are up to 4 MiB: keep a row group's buffer small
 BUFFER_BYTES = 16 << 20  # rows waiting for their row group, all topics together, per task (two run at once by default)
 MAX_OPEN_FILES = 128
+# JSON Lines part files past the page cache: a task's first DIRECT_FILES topics, each with a LINE_BUFFER buffer (two
+# tasks at once hold 32 MiB); a store of many topics writes the rest through the cache
+DIRECT_FILES = 8
+LINE_BUFFER = 2 << 20
+CACHED_BUFFER = 64 << 10
 # Records per scan batch (~20 MB of the benchmark store's 1.2 KB records): fewer cost Python time per batch, more hold map pages.
 EXPORT_BATCH_RECORDS = 16384
 MAX_PROBLEMS = 1000  # problems kept for the report; all are counted
@@ -280,31 +286,28 @@ def write_split(
 
 
 class TopicLineFiles(Closing):
-    """A task's JSON Lines part files, one per topic directory, each written from the start in order (its pages
-    started on their way to the disk as it grows, with `sync`)."""
+    """A task's JSON Lines part files, one per topic directory, each written from the start in order, past the page
+    cache (common.directfile) for the first DIRECT_FILES topics a task meets, whose buffers bound its memory; the
+    others through the cache, their pages started on their way to the disk as they grow, with `sync`."""
 
     def __init__(self, root: str, index: int, sync: bool):
         self.root, self.index, self.sync = root, index, sync
-        self.files: dict[str, tuple] = {}
+        self.files: dict[str, DirectFile] = {}
 
     def write(self, topic: str, pieces: list) -> None:
         f = self.files.get(topic)
         if f is None:
             d = os.path.join(self.root, partition_dir(topic))
             os.makedirs(d, exist_ok=True)
-            fh = open(os.path.join(d, f"part-{self.index:05d}.jsonl"), "wb")  # noqa: SIM115 (closed by close())
-            f = self.files[topic] = (fh, writeback.Growing(fh.fileno()) if self.sync else None)
-        fh, grow = f
-        n = 0
+            direct = len(self.files) < DIRECT_FILES
+            path = os.path.join(d, f"part-{self.index:05d}.jsonl")
+            f = self.files[topic] = DirectFile(path, self.sync, LINE_BUFFER if direct else CACHED_BUFFER, direct)
         for p in pieces:
-            n += fh.write(p)
-        if grow is not None:
-            fh.flush()  # the bytes in the kernel's hands before it is asked to write them back
-            grow.wrote(n)
+            f.write(p)
 
     def close(self) -> None:
         while self.files:
-            self.files.popitem()[1][0].close()
+            self.files.popitem()[1].close()
 
 
 def write_jsonl(index: int, group: list[Split], tmp: str, with_body: bool, check_crc: bool, served, result: SplitResult, sync: bool) -> None:
